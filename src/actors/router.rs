@@ -1,0 +1,510 @@
+//! `Router`: the front door for every user — HTTP handlers, in-process plugins and benchmarks.
+//!
+//! It holds the characters in configuration order, each with its [`SessionManager`] and a ledger
+//! of the tools that apply to it. Changes fan out to the target managers and their per-character
+//! outcomes are gathered into `affected_roles` and `failed_roles`. The ledger is what a rebuilt
+//! (or restarted) manager gets back, so no registration is lost with a manager.
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use futures_util::future::join_all;
+use serde::Serialize;
+
+use super::manager::{ApplyChange, Change, ChangeOutcome, Resolve, SessionManager, Snapshot};
+use crate::domain::callback_url::CallbackOrigin;
+use crate::domain::registry::ToolRegistry;
+use crate::domain::tool::{SharedTool, ToolSpec};
+
+/// How long the router waits for a manager that has no live session to sync. Managers answer
+/// at once unless they wait on a session, so this only catches a stuck or overloaded actor.
+pub const MANAGER_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Register or replace a tool for one character (`role`) or every current character (`None`).
+#[derive(Message, Debug)]
+#[rtype(result = "Result<ChangeReport, RouterError>")]
+pub struct RegisterTool {
+    pub tool: ToolSpec,
+    /// `None` or `""`: every character that exists now.
+    pub role: Option<String>,
+}
+
+/// Remove a tool by name from one character or every character.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<ChangeReport, RouterError>")]
+pub struct UnregisterTool {
+    pub name: String,
+    pub role: Option<String>,
+}
+
+/// Remove every tool of a `source` from one character or every character.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<ChangeReport, RouterError>")]
+pub struct ClearSource {
+    pub source: String,
+    pub role: Option<String>,
+}
+
+/// Remove the tools of a plugin `source` served from a dead callback `origin`, everywhere.
+#[derive(Message, Debug)]
+#[rtype(result = "ChangeReport")]
+pub struct RemoveDeadOrigin {
+    pub source: String,
+    pub origin: CallbackOrigin,
+    /// Consecutive connection failures that led here, for the log.
+    pub failures: u32,
+}
+
+/// The tools of one character or of every character, in configuration order.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<Vec<RoleTools>, RouterError>")]
+pub struct ListTools {
+    pub role: Option<String>,
+}
+
+/// Find the tool a call names: in `role`, or (for `None`) in the first character, in
+/// configuration order, that has it.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<ResolvedTool, RouterError>")]
+pub struct ResolveTool {
+    pub name: String,
+    pub role: Option<String>,
+}
+
+/// Add a character. It starts with no tools: earlier global registrations applied only to the
+/// characters that existed then.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<(), RouterError>")]
+pub struct AddCharacter {
+    pub name: String,
+}
+
+/// Remove a character and forget its tools.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<(), RouterError>")]
+pub struct RemoveCharacter {
+    pub name: String,
+}
+
+/// Replace a character's manager with a new one that gets back every tool that applied to it.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<(), RouterError>")]
+pub struct RebuildCharacter {
+    pub name: String,
+}
+
+/// The characters, in configuration order.
+#[derive(Message, Debug)]
+#[rtype(result = "Vec<String>")]
+pub struct ListCharacters;
+
+/// Per-character outcome of a change.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ChangeReport {
+    /// Characters whose tools changed and whose session took the new list.
+    pub affected_roles: Vec<String>,
+    /// Characters that could not take the change (or its sync), and why.
+    pub failed_roles: Vec<RoleFailure>,
+    /// Registry entries removed, summed over characters (unregister, clear, auto-removal).
+    pub removed: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RoleFailure {
+    pub role: String,
+    pub error: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct RoleTools {
+    pub role: String,
+    pub tools: Vec<SharedTool>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ResolvedTool {
+    pub role: String,
+    pub tool: SharedTool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouterError {
+    #[error("unknown role: {0}")]
+    UnknownRole(String),
+    #[error("character already exists: {0}")]
+    DuplicateCharacter(String),
+    #[error("{}", not_registered_text(name, role.as_deref(), available))]
+    ToolNotFound {
+        name: String,
+        role: Option<String>,
+        available: Vec<String>,
+    },
+}
+
+fn not_registered_text(name: &str, role: Option<&str>, available: &[String]) -> String {
+    let scope = match role {
+        Some(role) => format!(" for role {role}"),
+        None => String::new(),
+    };
+    let names = if available.is_empty() {
+        "none".to_owned()
+    } else {
+        available.join(", ")
+    };
+    format!("tool '{name}' is not registered{scope}; available tools: {names}")
+}
+
+struct Character {
+    name: String,
+    manager: Addr<SessionManager>,
+    /// Every tool that applies to this character, last writer wins: replayed on rebuild.
+    ledger: ToolRegistry,
+}
+
+pub struct Router {
+    characters: Vec<Character>,
+}
+
+impl Router {
+    /// Starts the router and one manager per character.
+    pub fn launch(characters: Vec<String>) -> Addr<Self> {
+        let characters = characters
+            .into_iter()
+            .map(|name| Character {
+                manager: SessionManager::launch(name.clone(), ToolRegistry::new()),
+                name,
+                ledger: ToolRegistry::new(),
+            })
+            .collect();
+        Router::create(|ctx| {
+            // HTTP handlers on every worker send here; backpressure comes from the HTTP
+            // connection limit, and an unbounded mailbox keeps each sender's order.
+            ctx.set_mailbox_capacity(0);
+            Router { characters }
+        })
+    }
+
+    /// Indices of the characters a request targets; `None` and `""` mean all of them.
+    fn targets(&self, role: Option<&str>) -> Result<Vec<usize>, RouterError> {
+        match role.filter(|r| !r.is_empty()) {
+            None => Ok((0..self.characters.len()).collect()),
+            Some(role) => self
+                .position(role)
+                .map(|i| vec![i])
+                .ok_or_else(|| RouterError::UnknownRole(role.to_owned())),
+        }
+    }
+
+    fn position(&self, name: &str) -> Option<usize> {
+        self.characters.iter().position(|c| c.name == name)
+    }
+
+    /// Applies `change` to the ledgers of `targets` and sends it to their managers; the future
+    /// gathers the outcomes. `removed` counts what the ledgers dropped, so it is exact even when
+    /// a manager is gone.
+    fn fan_out(&mut self, targets: Vec<usize>, change: Change) -> ResponseFuture<ChangeReport> {
+        let mut removed = 0;
+        let mut pending = Vec::with_capacity(targets.len());
+        for i in targets {
+            let changed = {
+                let ledger = &mut self.characters[i].ledger;
+                let dropped = match &change {
+                    Change::Register(tool) => {
+                        ledger.insert(tool.clone());
+                        0
+                    }
+                    Change::Unregister(name) => usize::from(ledger.remove(name).is_some()),
+                    Change::ClearSource(source) => ledger.remove_source(source),
+                    Change::RemoveOrigin { source, origin } => ledger.remove_origin(source, origin),
+                };
+                removed += dropped;
+                matches!(change, Change::Register(_)) || dropped > 0
+            };
+            if !changed {
+                continue;
+            }
+            if !self.characters[i].manager.connected() {
+                // The manager died (a panic): report it, then bring it back with its tools.
+                let name = self.characters[i].name.clone();
+                self.restart_manager(i, "it had stopped");
+                let failure = RoleFailure {
+                    role: name,
+                    error: "session manager had stopped; it was restarted with its tools".into(),
+                };
+                pending.push(Box::pin(futures_util::future::ready(Err(failure)))
+                    as futures_util::future::BoxFuture<'static, _>);
+                continue;
+            }
+            let character = &self.characters[i];
+            let role = character.name.clone();
+            let reply = character
+                .manager
+                .send(ApplyChange(change.clone()))
+                .timeout(MANAGER_REPLY_TIMEOUT);
+            pending.push(Box::pin(async move {
+                match reply.await {
+                    Ok(ChangeOutcome { sync: Ok(()), .. }) => Ok(role),
+                    Ok(ChangeOutcome { sync: Err(error), .. }) => Err(RoleFailure { role, error }),
+                    Err(MailboxError::Timeout) => Err(RoleFailure {
+                        role,
+                        error: format!(
+                            "session manager did not answer within {} s",
+                            MANAGER_REPLY_TIMEOUT.as_secs()
+                        ),
+                    }),
+                    Err(MailboxError::Closed) => Err(RoleFailure {
+                        role,
+                        error: "session manager stopped before answering".into(),
+                    }),
+                }
+            }));
+        }
+        Box::pin(async move {
+            let mut report = ChangeReport {
+                removed,
+                ..ChangeReport::default()
+            };
+            for outcome in join_all(pending).await {
+                match outcome {
+                    Ok(role) => report.affected_roles.push(role),
+                    Err(failure) => report.failed_roles.push(failure),
+                }
+            }
+            report
+        })
+    }
+
+    /// Replaces character `i`'s manager with a new one holding its ledger.
+    fn restart_manager(&mut self, i: usize, why: &str) {
+        let character = &mut self.characters[i];
+        tracing::warn!(character = %character.name, tools = character.ledger.len(), "restarting session manager: {why}");
+        character.manager = SessionManager::launch(character.name.clone(), character.ledger.clone());
+    }
+}
+
+impl Actor for Router {
+    type Context = Context<Self>;
+}
+
+impl Handler<RegisterTool> for Router {
+    type Result = ResponseFuture<Result<ChangeReport, RouterError>>;
+
+    fn handle(&mut self, msg: RegisterTool, _: &mut Self::Context) -> Self::Result {
+        let targets = match self.targets(msg.role.as_deref()) {
+            Ok(targets) => targets,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        let name = msg.tool.name.clone();
+        let source = msg.tool.source.clone();
+        let report = self.fan_out(targets, Change::Register(std::sync::Arc::new(msg.tool)));
+        Box::pin(async move {
+            let report = report.await;
+            log_change("register", &name, &source, &report);
+            Ok(report)
+        })
+    }
+}
+
+impl Handler<UnregisterTool> for Router {
+    type Result = ResponseFuture<Result<ChangeReport, RouterError>>;
+
+    fn handle(&mut self, msg: UnregisterTool, _: &mut Self::Context) -> Self::Result {
+        let targets = match self.targets(msg.role.as_deref()) {
+            Ok(targets) => targets,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        let report = self.fan_out(targets, Change::Unregister(msg.name.clone()));
+        Box::pin(async move {
+            let report = report.await;
+            log_change("unregister", &msg.name, "", &report);
+            Ok(report)
+        })
+    }
+}
+
+impl Handler<ClearSource> for Router {
+    type Result = ResponseFuture<Result<ChangeReport, RouterError>>;
+
+    fn handle(&mut self, msg: ClearSource, _: &mut Self::Context) -> Self::Result {
+        let targets = match self.targets(msg.role.as_deref()) {
+            Ok(targets) => targets,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        let report = self.fan_out(targets, Change::ClearSource(msg.source.clone()));
+        Box::pin(async move {
+            let report = report.await;
+            log_change("clear", "", &msg.source, &report);
+            Ok(report)
+        })
+    }
+}
+
+impl Handler<RemoveDeadOrigin> for Router {
+    type Result = ResponseFuture<ChangeReport>;
+
+    fn handle(&mut self, msg: RemoveDeadOrigin, _: &mut Self::Context) -> Self::Result {
+        let targets = (0..self.characters.len()).collect();
+        let report = self.fan_out(
+            targets,
+            Change::RemoveOrigin {
+                source: msg.source.clone(),
+                origin: msg.origin.clone(),
+            },
+        );
+        Box::pin(async move {
+            let report = report.await;
+            tracing::warn!(
+                source = %msg.source,
+                origin = %msg.origin,
+                failures = msg.failures,
+                removed = report.removed,
+                affected_roles = ?report.affected_roles,
+                failed_roles = ?report.failed_roles,
+                "removed the tools of a dead plugin callback origin"
+            );
+            report
+        })
+    }
+}
+
+impl Handler<ListTools> for Router {
+    type Result = ResponseFuture<Result<Vec<RoleTools>, RouterError>>;
+
+    fn handle(&mut self, msg: ListTools, _: &mut Self::Context) -> Self::Result {
+        let targets = match self.targets(msg.role.as_deref()) {
+            Ok(targets) => targets,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        let requests: Vec<_> = targets
+            .into_iter()
+            .map(|i| {
+                let c = &self.characters[i];
+                // A manager that cannot answer is listed from the ledger, which holds the same
+                // tools: listing never fails because one actor is busy or gone.
+                let fallback = c.ledger.tools().cloned().collect::<Vec<_>>();
+                let reply = c.manager.send(Snapshot).timeout(MANAGER_REPLY_TIMEOUT);
+                let role = c.name.clone();
+                async move {
+                    let tools = reply.await.unwrap_or(fallback);
+                    RoleTools { role, tools }
+                }
+            })
+            .collect();
+        Box::pin(async move { Ok(join_all(requests).await) })
+    }
+}
+
+impl Handler<ResolveTool> for Router {
+    type Result = ResponseFuture<Result<ResolvedTool, RouterError>>;
+
+    fn handle(&mut self, msg: ResolveTool, _: &mut Self::Context) -> Self::Result {
+        let role = msg.role.filter(|r| !r.is_empty());
+        let targets = match self.targets(role.as_deref()) {
+            Ok(targets) => targets,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        let lookups: Vec<_> = targets
+            .into_iter()
+            .map(|i| {
+                let c = &self.characters[i];
+                let fallback = c
+                    .ledger
+                    .get(&msg.name)
+                    .cloned()
+                    .ok_or_else(|| c.ledger.names().map(str::to_owned).collect());
+                let reply = c.manager.send(Resolve(msg.name.clone())).timeout(MANAGER_REPLY_TIMEOUT);
+                let role = c.name.clone();
+                async move { (role, reply.await.unwrap_or(fallback)) }
+            })
+            .collect();
+        let name = msg.name;
+        Box::pin(async move {
+            let mut available = Vec::new();
+            for (found_in, outcome) in join_all(lookups).await {
+                match outcome {
+                    Ok(tool) => return Ok(ResolvedTool { role: found_in, tool }),
+                    Err(names) => {
+                        for n in names {
+                            if !available.contains(&n) {
+                                available.push(n);
+                            }
+                        }
+                    }
+                }
+            }
+            Err(RouterError::ToolNotFound {
+                name,
+                role,
+                available,
+            })
+        })
+    }
+}
+
+impl Handler<AddCharacter> for Router {
+    type Result = Result<(), RouterError>;
+
+    fn handle(&mut self, msg: AddCharacter, _: &mut Self::Context) -> Self::Result {
+        if self.position(&msg.name).is_some() {
+            return Err(RouterError::DuplicateCharacter(msg.name));
+        }
+        tracing::info!(character = %msg.name, "character added");
+        self.characters.push(Character {
+            manager: SessionManager::launch(msg.name.clone(), ToolRegistry::new()),
+            name: msg.name,
+            ledger: ToolRegistry::new(),
+        });
+        Ok(())
+    }
+}
+
+impl Handler<RemoveCharacter> for Router {
+    type Result = Result<(), RouterError>;
+
+    fn handle(&mut self, msg: RemoveCharacter, _: &mut Self::Context) -> Self::Result {
+        let i = self
+            .position(&msg.name)
+            .ok_or_else(|| RouterError::UnknownRole(msg.name.clone()))?;
+        // Dropping the last address stops the manager once its queued messages are handled.
+        let removed = self.characters.remove(i);
+        tracing::info!(character = %removed.name, forgotten_tools = removed.ledger.len(), "character removed");
+        Ok(())
+    }
+}
+
+impl Handler<RebuildCharacter> for Router {
+    type Result = Result<(), RouterError>;
+
+    fn handle(&mut self, msg: RebuildCharacter, _: &mut Self::Context) -> Self::Result {
+        let i = self
+            .position(&msg.name)
+            .ok_or_else(|| RouterError::UnknownRole(msg.name.clone()))?;
+        self.restart_manager(i, "rebuild requested");
+        Ok(())
+    }
+}
+
+impl Handler<ListCharacters> for Router {
+    type Result = Vec<String>;
+
+    fn handle(&mut self, _: ListCharacters, _: &mut Self::Context) -> Self::Result {
+        self.characters.iter().map(|c| c.name.clone()).collect()
+    }
+}
+
+/// One info line per change request; never the tool's arguments or payloads.
+fn log_change(route: &str, name: &str, source: &str, report: &ChangeReport) {
+    let failed: Vec<&str> = report.failed_roles.iter().map(|f| f.role.as_str()).collect();
+    tracing::info!(
+        route,
+        name,
+        source,
+        removed = report.removed,
+        affected_roles = ?report.affected_roles,
+        failed_roles = ?failed,
+        "tool change"
+    );
+    for failure in &report.failed_roles {
+        tracing::warn!(route, role = %failure.role, error = %failure.error, "character did not take the change");
+    }
+}

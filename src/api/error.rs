@@ -1,0 +1,89 @@
+//! The one place errors become HTTP responses.
+//!
+//! Bodies follow the FastAPI convention plugins already parse: `{"ok": false, "detail": TEXT}`,
+//! and for 422 `{"ok": false, "detail": [{"loc": [...], "msg": TEXT, "type": KIND}, ...]}`.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::actors::router::RouterError;
+
+/// One failing field of a request body, as FastAPI reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FieldError {
+    pub loc: Vec<String>,
+    pub msg: String,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+}
+
+impl FieldError {
+    /// An error located at `body.<field>` (or at `body` itself when `field` is empty).
+    pub fn body(field: &str, kind: &'static str, msg: impl Into<String>) -> Self {
+        let mut loc = vec!["body".to_owned()];
+        if !field.is_empty() {
+            loc.push(field.to_owned());
+        }
+        Self {
+            loc,
+            msg: msg.into(),
+            kind,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 403: not a loopback caller, or a foreign `Host`.
+    #[error("{0}")]
+    Forbidden(String),
+    /// 404: an unknown role or tool, or an unknown route.
+    #[error("{0}")]
+    NotFound(String),
+    /// 405 on a known path.
+    #[error("Method Not Allowed")]
+    MethodNotAllowed,
+    /// 413: the body is over the limit.
+    #[error("request body is larger than the {0}-byte limit")]
+    PayloadTooLarge(usize),
+    /// 422: every field that failed.
+    #[error("request validation failed")]
+    Validation(Vec<FieldError>),
+    /// 503: the router did not answer; a change may or may not have been applied.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl From<RouterError> for ApiError {
+    fn from(e: RouterError) -> Self {
+        match e {
+            RouterError::UnknownRole(_) | RouterError::ToolNotFound { .. } => {
+                ApiError::NotFound(e.to_string())
+            }
+            RouterError::DuplicateCharacter(_) => ApiError::Unavailable(e.to_string()),
+        }
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self {
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let body = match self {
+            ApiError::Validation(errors) => json!({"ok": false, "detail": errors}),
+            other => json!({"ok": false, "detail": other.to_string()}),
+        };
+        HttpResponse::build(self.status_code()).json(body)
+    }
+}

@@ -1,0 +1,86 @@
+//! The loopback rule for callers, applied to every route before the body is read.
+//!
+//! The peer's socket address decides (never a forwarded header); a `Host` header that is not a
+//! loopback name or address is refused too, which stops browser pages that reach this server
+//! through DNS rebinding.
+
+use std::net::SocketAddr;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::HOST;
+use actix_web::middleware::Next;
+
+use super::error::ApiError;
+use crate::domain::loopback::{is_loopback_host_header, is_loopback_ip};
+
+/// Middleware: 403 unless the caller is loopback and names a loopback host.
+pub async fn loopback_only(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let host = req.headers().get(HOST).map(|h| h.to_str().unwrap_or("\u{fffd}"));
+    if let Err(e) = check_caller(req.peer_addr(), host) {
+        return Ok(req.error_response(e).map_into_right_body());
+    }
+    next.call(req).await.map(ServiceResponse::map_into_left_body)
+}
+
+/// Decides whether a caller may use the API: `peer` is its socket address, `host` its `Host`
+/// header (absent for HTTP/1.0 clients, which is allowed).
+pub fn check_caller(peer: Option<SocketAddr>, host: Option<&str>) -> Result<(), ApiError> {
+    match peer {
+        Some(peer) if is_loopback_ip(peer.ip()) => {}
+        Some(peer) => {
+            return Err(ApiError::Forbidden(format!(
+                "only loopback clients may use this API (caller {})",
+                peer.ip()
+            )));
+        }
+        None => {
+            return Err(ApiError::Forbidden(
+                "only loopback clients may use this API (caller address unknown)".into(),
+            ));
+        }
+    }
+    match host {
+        Some(host) if !is_loopback_host_header(host) => Err(ApiError::Forbidden(format!(
+            "Host header {host:?} is not a loopback name or address"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer(s: &str) -> Option<SocketAddr> {
+        Some(s.parse().unwrap())
+    }
+
+    #[test]
+    fn loopback_peers_pass() {
+        assert!(check_caller(peer("127.0.0.1:5000"), Some("localhost:1")).is_ok());
+        assert!(check_caller(peer("[::1]:5000"), Some("[::1]:1")).is_ok());
+        assert!(check_caller(peer("[::ffff:127.0.0.1]:5000"), None).is_ok());
+    }
+
+    #[test]
+    fn other_peers_are_forbidden() {
+        for p in ["10.0.0.2:1", "192.168.1.5:1", "[2001:db8::1]:1", "[::ffff:10.0.0.1]:1"] {
+            let e = check_caller(peer(p), Some("127.0.0.1")).unwrap_err();
+            assert!(matches!(e, ApiError::Forbidden(ref t) if t.contains("loopback")), "{p}");
+        }
+        assert!(check_caller(None, None).is_err());
+    }
+
+    #[test]
+    fn foreign_hosts_are_forbidden() {
+        let e = check_caller(peer("127.0.0.1:1"), Some("evil.example")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Host header \"evil.example\" is not a loopback name or address"
+        );
+    }
+}

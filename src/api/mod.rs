@@ -1,0 +1,70 @@
+//! The HTTP API: thin actix-web handlers over the router.
+//!
+//! Every route runs behind the loopback guard; each route module exposes `configure`, and
+//! [`configure`] composes the whole tree. Handlers parse, send one message with a timeout, and
+//! map the reply; [`error`] is the one place errors become status codes.
+
+pub mod body;
+pub mod error;
+pub mod guard;
+mod invoke;
+pub mod requests;
+mod tools;
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use actix_web::{HttpResponse, web};
+
+use crate::actors::router::{MANAGER_REPLY_TIMEOUT, Router};
+use crate::dispatch::Dispatcher;
+use error::ApiError;
+
+/// How long a handler waits for the router: longer than the router's own wait for managers, so
+/// the router's per-character report (not this timeout) is what a slow character produces.
+pub const ROUTER_REPLY_TIMEOUT: Duration = Duration::from_secs(MANAGER_REPLY_TIMEOUT.as_secs() + 5);
+
+/// What every handler shares.
+pub struct AppState {
+    pub router: Addr<Router>,
+    pub dispatcher: Dispatcher,
+}
+
+/// The whole route tree.
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.configure(tools::configure).configure(invoke::configure);
+}
+
+/// A resource whose other methods answer 405 with a JSON body.
+fn resource(path: &str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(|| async {
+        Err::<HttpResponse, _>(ApiError::MethodNotAllowed)
+    }))
+}
+
+/// The answer for paths that do not exist.
+pub async fn not_found() -> Result<HttpResponse, ApiError> {
+    Err(ApiError::NotFound("Not Found".into()))
+}
+
+/// Sends one message to the router, bounded by [`ROUTER_REPLY_TIMEOUT`].
+async fn ask_router<M>(state: &AppState, msg: M) -> Result<M::Result, ApiError>
+where
+    M: Message + Send + 'static,
+    M::Result: Send,
+    Router: Handler<M>,
+{
+    state
+        .router
+        .send(msg)
+        .timeout(ROUTER_REPLY_TIMEOUT)
+        .await
+        .map_err(|e| match e {
+            MailboxError::Timeout => ApiError::Unavailable(
+                "the tool router did not answer in time; the change may or may not have been \
+                 applied (register, unregister and clear are idempotent: retry)"
+                    .into(),
+            ),
+            MailboxError::Closed => ApiError::Unavailable("the tool router has stopped".into()),
+        })
+}

@@ -1,0 +1,402 @@
+//! Request bodies, checked field by field into domain types.
+//!
+//! serde stops at the first error, but a 422 must name every failing field, so each body is read
+//! from a JSON object by hand: every field is checked and every failure collected. Unknown fields
+//! are ignored. Plain code with no actor or HTTP types, tested by ordinary unit tests.
+
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::error::FieldError;
+use crate::domain::callback_url::{ACCEPTED_FORMS, CallbackUrl};
+use crate::domain::tool::{DEFAULT_SOURCE, DEFAULT_TIMEOUT, ToolSpec, empty_parameters};
+
+/// Longest tool name, in characters (the spec's rule; OpenAI's function names share it).
+pub const MAX_NAME_CHARS: usize = 64;
+
+/// Longest timeout a tool may ask for, in seconds.
+pub const MAX_TIMEOUT_SECONDS: f64 = 300.0;
+
+/// `POST /api/tools/register`.
+#[derive(Debug)]
+pub struct RegisterRequest {
+    pub tool: ToolSpec,
+    pub role: Option<String>,
+}
+
+/// `POST /api/tools/unregister`.
+#[derive(Debug)]
+pub struct UnregisterRequest {
+    pub name: String,
+    pub role: Option<String>,
+}
+
+/// `POST /api/tools/clear`.
+#[derive(Debug)]
+pub struct ClearRequest {
+    pub source: String,
+    pub role: Option<String>,
+}
+
+/// `POST /api/tools/invoke`.
+#[derive(Debug)]
+pub struct InvokeRequest {
+    pub name: String,
+    pub arguments: Map<String, Value>,
+    pub role: Option<String>,
+    pub call_id: Option<String>,
+}
+
+type Checked<T> = Result<T, Vec<FieldError>>;
+
+impl RegisterRequest {
+    pub fn parse(body: &Map<String, Value>) -> Checked<Self> {
+        let mut f = Fields::new(body);
+        let name = f.name("name");
+        let description = f.string_or("description", "");
+        let parameters = f.object_or("parameters", empty_parameters);
+        let callback_url = f.callback_url("callback_url");
+        let role = f.role();
+        let source = f.non_empty_string_or("source", DEFAULT_SOURCE);
+        let timeout = f.timeout("timeout_seconds");
+        f.finish()?;
+        let (Some(name), Some(description), Some(parameters), Some(callback_url), Some(source), Some(timeout)) =
+            (name, description, parameters, callback_url, source, timeout)
+        else {
+            unreachable!("every field is present when no field failed")
+        };
+        Ok(Self {
+            tool: ToolSpec::remote(name, description, parameters, source, callback_url, timeout),
+            role,
+        })
+    }
+}
+
+impl UnregisterRequest {
+    pub fn parse(body: &Map<String, Value>) -> Checked<Self> {
+        let mut f = Fields::new(body);
+        let name = f.name("name");
+        let role = f.role();
+        f.finish()?;
+        Ok(Self {
+            name: name.unwrap_or_default(),
+            role,
+        })
+    }
+}
+
+impl ClearRequest {
+    pub fn parse(body: &Map<String, Value>) -> Checked<Self> {
+        let mut f = Fields::new(body);
+        let source = f.required_non_empty_string("source");
+        let role = f.role();
+        f.finish()?;
+        Ok(Self {
+            source: source.unwrap_or_default(),
+            role,
+        })
+    }
+}
+
+impl InvokeRequest {
+    pub fn parse(body: &Map<String, Value>) -> Checked<Self> {
+        let mut f = Fields::new(body);
+        let name = f.name("name");
+        let arguments = f.object_or("arguments", Map::new);
+        let role = f.role();
+        let call_id = f.nullable_string("call_id").flatten().filter(|c| !c.is_empty());
+        f.finish()?;
+        Ok(Self {
+            name: name.unwrap_or_default(),
+            arguments: arguments.unwrap_or_default(),
+            role,
+            call_id,
+        })
+    }
+}
+
+/// Reads fields of one body, collecting every failure.
+struct Fields<'a> {
+    body: &'a Map<String, Value>,
+    errors: Vec<FieldError>,
+}
+
+impl<'a> Fields<'a> {
+    fn new(body: &'a Map<String, Value>) -> Self {
+        Self {
+            body,
+            errors: Vec::new(),
+        }
+    }
+
+    fn finish(self) -> Result<(), Vec<FieldError>> {
+        if self.errors.is_empty() {
+            Ok(())
+        } else {
+            Err(self.errors)
+        }
+    }
+
+    fn fail(&mut self, field: &str, kind: &'static str, msg: impl Into<String>) {
+        self.errors.push(FieldError::body(field, kind, msg));
+    }
+
+    /// A string field; `None` (and an error) when it is missing-and-required or not a string.
+    fn string(&mut self, field: &str, default: Option<&str>) -> Option<String> {
+        match self.body.get(field) {
+            Some(Value::String(s)) => Some(s.clone()),
+            None => match default {
+                Some(d) => Some(d.to_owned()),
+                None => {
+                    self.fail(field, "missing", "Field required");
+                    None
+                }
+            },
+            Some(_) => {
+                self.fail(field, "string_type", "Input should be a valid string");
+                None
+            }
+        }
+    }
+
+    fn string_or(&mut self, field: &str, default: &str) -> Option<String> {
+        self.string(field, Some(default))
+    }
+
+    fn non_empty_string_or(&mut self, field: &str, default: &str) -> Option<String> {
+        let value = self.string(field, Some(default))?;
+        self.non_empty(field, value)
+    }
+
+    fn required_non_empty_string(&mut self, field: &str) -> Option<String> {
+        let value = self.string(field, None)?;
+        self.non_empty(field, value)
+    }
+
+    fn non_empty(&mut self, field: &str, value: String) -> Option<String> {
+        if value.is_empty() {
+            self.fail(field, "string_too_short", "String should have at least 1 character");
+            return None;
+        }
+        Some(value)
+    }
+
+    /// A tool name: 1 to 64 characters (not bytes), no control characters.
+    fn name(&mut self, field: &str) -> Option<String> {
+        let name = self.string(field, None)?;
+        let chars = name.chars().count();
+        if chars == 0 {
+            self.fail(field, "string_too_short", "String should have at least 1 character");
+            return None;
+        }
+        if chars > MAX_NAME_CHARS {
+            self.fail(
+                field,
+                "string_too_long",
+                format!("String should have at most {MAX_NAME_CHARS} characters"),
+            );
+            return None;
+        }
+        if name.chars().any(char::is_control) {
+            self.fail(
+                field,
+                "string_pattern_mismatch",
+                "String should not contain control characters",
+            );
+            return None;
+        }
+        Some(name)
+    }
+
+    /// A string or null; `Some(None)` for null or absent.
+    fn nullable_string(&mut self, field: &str) -> Option<Option<String>> {
+        match self.body.get(field) {
+            None | Some(Value::Null) => Some(None),
+            Some(Value::String(s)) => Some(Some(s.clone())),
+            Some(_) => {
+                self.fail(field, "string_type", "Input should be a valid string or null");
+                None
+            }
+        }
+    }
+
+    /// `role`: a character name, or null / `""` for every character.
+    fn role(&mut self) -> Option<String> {
+        self.nullable_string("role").flatten().filter(|r| !r.is_empty())
+    }
+
+    fn object_or(
+        &mut self,
+        field: &str,
+        default: impl FnOnce() -> Map<String, Value>,
+    ) -> Option<Map<String, Value>> {
+        match self.body.get(field) {
+            None => Some(default()),
+            Some(Value::Object(map)) => Some(map.clone()),
+            Some(_) => {
+                self.fail(field, "dict_type", "Input should be a valid dictionary (a JSON object)");
+                None
+            }
+        }
+    }
+
+    fn callback_url(&mut self, field: &str) -> Option<CallbackUrl> {
+        let written = self.string(field, None)?;
+        match CallbackUrl::parse(&written) {
+            Ok(url) => Some(url),
+            Err(e) => {
+                self.fail(
+                    field,
+                    "value_error",
+                    format!("Value error, {e}: callbacks must be on loopback; {ACCEPTED_FORMS}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// `timeout_seconds`: a number, > 0 and <= 300.
+    fn timeout(&mut self, field: &str) -> Option<Duration> {
+        let seconds = match self.body.get(field) {
+            None => return Some(DEFAULT_TIMEOUT),
+            Some(Value::Number(n)) => n.as_f64(),
+            Some(_) => None,
+        };
+        let Some(seconds) = seconds.filter(|s| s.is_finite()) else {
+            self.fail(field, "float_type", "Input should be a valid number");
+            return None;
+        };
+        if seconds <= 0.0 {
+            self.fail(field, "greater_than", "Input should be greater than 0");
+            return None;
+        }
+        if seconds > MAX_TIMEOUT_SECONDS {
+            self.fail(
+                field,
+                "less_than_equal",
+                "Input should be less than or equal to 300",
+            );
+            return None;
+        }
+        Some(Duration::from_secs_f64(seconds))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn body(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            _ => panic!("not an object"),
+        }
+    }
+
+    fn failing_fields(errors: &[FieldError]) -> Vec<String> {
+        errors.iter().map(|e| e.loc.join(".")).collect()
+    }
+
+    #[test]
+    fn register_defaults() {
+        let r = RegisterRequest::parse(&body(json!({
+            "name": "get_weather",
+            "callback_url": "http://127.0.0.1:9333/cb"
+        })))
+        .unwrap();
+        assert_eq!(r.tool.description, "");
+        assert_eq!(r.tool.source, "external");
+        assert_eq!(Value::Object(r.tool.parameters.clone()), json!({"type": "object", "properties": {}}));
+        assert_eq!(r.role, None);
+        let crate::domain::tool::ToolHandler::Remote(remote) = &r.tool.handler else {
+            panic!("remote")
+        };
+        assert_eq!(remote.timeout, Duration::from_secs(30));
+    }
+
+    #[test]
+    fn register_collects_every_failure() {
+        let errors = RegisterRequest::parse(&body(json!({
+            "name": null,
+            "description": 5,
+            "parameters": [],
+            "callback_url": "http://8.8.8.8/cb",
+            "role": 3,
+            "source": "",
+            "timeout_seconds": 300.5
+        })))
+        .unwrap_err();
+        assert_eq!(
+            failing_fields(&errors),
+            [
+                "body.name",
+                "body.description",
+                "body.parameters",
+                "body.callback_url",
+                "body.role",
+                "body.source",
+                "body.timeout_seconds"
+            ]
+        );
+    }
+
+    #[test]
+    fn names_count_characters() {
+        let ok = "名".repeat(64);
+        let long = "名".repeat(65);
+        let parse = |n: &str| {
+            RegisterRequest::parse(&body(json!({"name": n, "callback_url": "http://localhost/cb"})))
+        };
+        assert!(parse(&ok).is_ok());
+        let errors = parse(&long).unwrap_err();
+        assert_eq!(errors[0].kind, "string_too_long");
+        assert_eq!(parse("").unwrap_err()[0].kind, "string_too_short");
+        assert_eq!(parse("a\u{0}b").unwrap_err()[0].kind, "string_pattern_mismatch");
+    }
+
+    #[test]
+    fn timeout_bounds() {
+        let parse = |t: Value| {
+            RegisterRequest::parse(&body(
+                json!({"name": "n", "callback_url": "http://localhost/cb", "timeout_seconds": t}),
+            ))
+        };
+        assert!(parse(json!(300)).is_ok());
+        assert!(parse(json!(0.01)).is_ok());
+        assert_eq!(parse(json!(0)).unwrap_err()[0].kind, "greater_than");
+        assert_eq!(parse(json!(-1)).unwrap_err()[0].kind, "greater_than");
+        assert_eq!(parse(json!(300.5)).unwrap_err()[0].kind, "less_than_equal");
+        assert_eq!(parse(json!("30")).unwrap_err()[0].kind, "float_type");
+        assert_eq!(parse(json!(null)).unwrap_err()[0].kind, "float_type");
+        assert_eq!(parse(json!(true)).unwrap_err()[0].kind, "float_type");
+    }
+
+    #[test]
+    fn role_empty_means_every_character() {
+        let r = UnregisterRequest::parse(&body(json!({"name": "x", "role": ""}))).unwrap();
+        assert_eq!(r.role, None);
+        let r = ClearRequest::parse(&body(json!({"source": "s", "role": "Mio"}))).unwrap();
+        assert_eq!(r.role.as_deref(), Some("Mio"));
+    }
+
+    #[test]
+    fn clear_needs_a_source() {
+        let e = ClearRequest::parse(&body(json!({}))).unwrap_err();
+        assert_eq!(e[0].kind, "missing");
+        let e = ClearRequest::parse(&body(json!({"source": ""}))).unwrap_err();
+        assert_eq!(e[0].kind, "string_too_short");
+    }
+
+    #[test]
+    fn invoke_fields() {
+        let r = InvokeRequest::parse(&body(json!({"name": "t"}))).unwrap();
+        assert!(r.arguments.is_empty());
+        assert_eq!(r.call_id, None);
+        let e = InvokeRequest::parse(&body(json!({"name": "t", "arguments": "x", "call_id": 1})))
+            .unwrap_err();
+        assert_eq!(failing_fields(&e), ["body.arguments", "body.call_id"]);
+    }
+}

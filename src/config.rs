@@ -1,0 +1,219 @@
+//! Settings: the embedded default, the TOML configuration file and command-line overrides.
+//!
+//! Every problem stops start-up with an error that names the key and the file.
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+/// Where the server listens unless told otherwise: loopback only, a fixed port plugins know.
+pub const DEFAULT_BIND: &str = "127.0.0.1:48911";
+
+/// The one character of the embedded default configuration.
+pub const DEFAULT_CHARACTER: &str = "Lanlan";
+
+/// Largest callback response body accepted by default (after decompression): 4 MiB holds any
+/// sensible tool output while bounding what a misbehaving plugin can make us buffer.
+pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub bind: SocketAddr,
+    pub dispatch: DispatchSettings,
+    /// Characters in configuration order.
+    pub characters: Vec<CharacterSettings>,
+    /// HTTP worker threads; `None` is one per CPU.
+    pub workers: Option<usize>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DispatchSettings {
+    pub max_response_bytes: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CharacterSettings {
+    pub name: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            bind: DEFAULT_BIND.parse().expect("the default bind address is valid"),
+            dispatch: DispatchSettings::default(),
+            characters: vec![CharacterSettings {
+                name: DEFAULT_CHARACTER.to_owned(),
+            }],
+            workers: None,
+        }
+    }
+}
+
+impl Default for DispatchSettings {
+    fn default() -> Self {
+        Self {
+            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+        }
+    }
+}
+
+/// The configuration file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    bind: Option<String>,
+    #[serde(default)]
+    dispatch: FileDispatch,
+    #[serde(default)]
+    character: Vec<FileCharacter>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileDispatch {
+    max_response_bytes: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileCharacter {
+    name: String,
+}
+
+impl Settings {
+    /// Reads a configuration file. Keys it leaves out keep their defaults; a file with no
+    /// `[[character]]` has no characters.
+    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read configuration file {}", path.display()))?;
+        Self::from_toml(&text).with_context(|| format!("in configuration file {}", path.display()))
+    }
+
+    /// Parses configuration text.
+    pub fn from_toml(text: &str) -> anyhow::Result<Self> {
+        let file: FileConfig = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut settings = Settings::default();
+        if let Some(bind) = file.bind {
+            settings.bind = parse_bind(&bind).context("key `bind`")?;
+        }
+        if let Some(max) = file.dispatch.max_response_bytes {
+            if max <= 0 {
+                bail!("key `dispatch.max_response_bytes`: must be a positive number of bytes, got {max}");
+            }
+            settings.dispatch.max_response_bytes = usize::try_from(max)
+                .context("key `dispatch.max_response_bytes`: too large")?;
+        }
+        settings.characters = Vec::with_capacity(file.character.len());
+        for (i, c) in file.character.into_iter().enumerate() {
+            settings
+                .add_character(c.name)
+                .with_context(|| format!("key `character[{i}].name`"))?;
+        }
+        Ok(settings)
+    }
+
+    /// Replaces the character list (the `--character` options).
+    pub fn set_characters(&mut self, names: Vec<String>) -> anyhow::Result<()> {
+        self.characters.clear();
+        for name in names {
+            self.add_character(name).context("option --character")?;
+        }
+        Ok(())
+    }
+
+    fn add_character(&mut self, name: String) -> anyhow::Result<()> {
+        validate_character_name(&name)?;
+        if self.characters.iter().any(|c| c.name == name) {
+            bail!("duplicate character name {name:?}");
+        }
+        self.characters.push(CharacterSettings { name });
+        Ok(())
+    }
+}
+
+/// Parses `ADDR:PORT`, IPv6 in brackets (`[::]:48911`).
+pub fn parse_bind(text: &str) -> anyhow::Result<SocketAddr> {
+    text.parse()
+        .with_context(|| format!("{text:?} is not an ADDR:PORT socket address (e.g. 127.0.0.1:48911 or [::1]:48911)"))
+}
+
+/// A character name is what `role` fields carry: non-empty, without control characters.
+pub fn validate_character_name(name: &str) -> anyhow::Result<()> {
+    if name.is_empty() {
+        bail!("character name must not be empty");
+    }
+    if name.chars().any(char::is_control) {
+        bail!("character name {name:?} must not contain control characters");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_file() {
+        let s = Settings::from_toml(
+            r#"
+            bind = "127.0.0.1:0"
+            [dispatch]
+            max_response_bytes = 1024
+            [[character]]
+            name = "Lanlan"
+            [[character]]
+            name = "Mio"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(s.bind, "127.0.0.1:0".parse().unwrap());
+        assert_eq!(s.dispatch.max_response_bytes, 1024);
+        let names: Vec<_> = s.characters.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["Lanlan", "Mio"]);
+    }
+
+    #[test]
+    fn defaults_fill_missing_keys() {
+        let s = Settings::from_toml("[[character]]\nname = \"A\"\n").unwrap();
+        assert_eq!(s.bind, DEFAULT_BIND.parse().unwrap());
+        assert_eq!(s.dispatch.max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES);
+    }
+
+    fn error_of(text: &str) -> String {
+        format!("{:#}", Settings::from_toml(text).unwrap_err())
+    }
+
+    #[test]
+    fn unknown_key_is_named() {
+        assert!(error_of("bindd = \"x\"").contains("bindd"));
+        assert!(error_of("[dispatch]\nmax_bytes = 1").contains("max_bytes"));
+        assert!(error_of("[[character]]\nname = \"A\"\nmood = 1").contains("mood"));
+    }
+
+    #[test]
+    fn duplicate_character_is_named() {
+        let e = error_of("[[character]]\nname = \"A\"\n[[character]]\nname = \"A\"\n");
+        assert!(e.contains("character[1].name") && e.contains("duplicate"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        assert!(error_of("bind = \"nowhere\"").contains("`bind`"));
+        assert!(error_of("[dispatch]\nmax_response_bytes = 0").contains("max_response_bytes"));
+        assert!(error_of("[dispatch]\nmax_response_bytes = \"big\"").contains("max_response_bytes"));
+        assert!(error_of("[[character]]\nname = \"\"").contains("character[0].name"));
+    }
+
+    #[test]
+    fn from_file_names_the_file() {
+        let dir = std::env::temp_dir().join(format!("rt-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("bad.toml");
+        std::fs::write(&path, "colour = 1\n").unwrap();
+        let e = format!("{:#}", Settings::from_file(&path).unwrap_err());
+        assert!(e.contains("bad.toml") && e.contains("colour"), "{e}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -1,0 +1,273 @@
+//! The callback-URL rule: which URLs a plugin may register as a tool's callback.
+//!
+//! A callback must be `http` or `https` on loopback, written plainly. The check reads the host
+//! exactly as the caller wrote it, because the `url` crate (like every WHATWG parser) rewrites
+//! `127.1`, `2130706433` and `0x7f000001` into `127.0.0.1`, which would let obfuscated spellings
+//! through. Only after the written form passes is the URL parsed, to send requests to and to
+//! derive its [`CallbackOrigin`].
+
+use std::fmt;
+
+use url::Url;
+
+use super::loopback::{is_loopback_host, is_loopback_v6};
+
+/// The accepted forms, quoted by every rejection so a plugin author knows what to write instead.
+pub const ACCEPTED_FORMS: &str = "use http:// or https:// with host localhost, 127.x.x.x, [::1] \
+     or [::ffff:127.x.x.x], e.g. http://127.0.0.1:9333/tools/get_weather";
+
+/// A callback URL that passed the loopback rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallbackUrl {
+    /// Exactly what the plugin registered; listings show this.
+    written: String,
+    /// The parsed form requests are sent to.
+    parsed: Url,
+    origin: CallbackOrigin,
+}
+
+/// `scheme://host:port` of a callback, the default port filled in: the unit of auto-removal.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CallbackOrigin(String);
+
+/// Why a callback URL was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallbackUrlError {
+    #[error("callback_url must not contain whitespace, control characters or backslashes")]
+    ForbiddenCharacter,
+    #[error("callback_url must start with http:// or https://")]
+    Scheme,
+    #[error("callback_url must name a host")]
+    MissingHost,
+    #[error("callback_url must not carry user information (user@)")]
+    UserInfo,
+    #[error("callback_url has an invalid port")]
+    Port,
+    #[error("callback_url host {0:?} is not loopback")]
+    NotLoopback(String),
+    #[error("callback_url is not a valid URL: {0}")]
+    Invalid(String),
+}
+
+impl CallbackUrl {
+    /// Checks `written` against the loopback rule.
+    pub fn parse(written: &str) -> Result<Self, CallbackUrlError> {
+        if written
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == '\\')
+        {
+            return Err(CallbackUrlError::ForbiddenCharacter);
+        }
+        let (scheme, rest) = written.split_once("://").ok_or(CallbackUrlError::Scheme)?;
+        if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
+            return Err(CallbackUrlError::Scheme);
+        }
+        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let authority = &rest[..authority_end];
+        if authority.contains('@') {
+            return Err(CallbackUrlError::UserInfo);
+        }
+        let (host, port) = split_host_port(authority)?;
+        if host.is_empty() {
+            return Err(CallbackUrlError::MissingHost);
+        }
+        if let Some(port) = port {
+            let valid = !port.is_empty()
+                && port.len() <= 5
+                && port.bytes().all(|b| b.is_ascii_digit())
+                && matches!(port.parse::<u16>(), Ok(p) if p != 0);
+            if !valid {
+                return Err(CallbackUrlError::Port);
+            }
+        }
+        if !is_loopback_host(host) {
+            return Err(CallbackUrlError::NotLoopback(host.to_owned()));
+        }
+
+        let parsed = Url::parse(written).map_err(|e| CallbackUrlError::Invalid(e.to_string()))?;
+        // Defence in depth: the parser must agree that the host is loopback.
+        let parsed_host_ok = match parsed.host() {
+            Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => is_loopback_v6(&ip),
+            None => false,
+        };
+        if !parsed_host_ok {
+            return Err(CallbackUrlError::NotLoopback(host.to_owned()));
+        }
+        let origin = CallbackOrigin::of(&parsed);
+        Ok(Self {
+            written: written.to_owned(),
+            parsed,
+            origin,
+        })
+    }
+
+    /// The URL exactly as registered.
+    pub fn as_written(&self) -> &str {
+        &self.written
+    }
+
+    /// The parsed URL requests go to.
+    pub fn url(&self) -> &Url {
+        &self.parsed
+    }
+
+    pub fn origin(&self) -> &CallbackOrigin {
+        &self.origin
+    }
+}
+
+impl CallbackOrigin {
+    fn of(url: &Url) -> Self {
+        let host = url.host_str().unwrap_or_default();
+        let port = url.port_or_known_default().unwrap_or_default();
+        Self(format!("{}://{}:{}", url.scheme(), host, port))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for CallbackOrigin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// Splits an authority into host and optional port text, keeping IPv6 brackets out of the host.
+fn split_host_port(authority: &str) -> Result<(&str, Option<&str>), CallbackUrlError> {
+    if let Some(inner) = authority.strip_prefix('[') {
+        let (host, after) = inner.split_once(']').ok_or(CallbackUrlError::Port)?;
+        return match after {
+            "" => Ok((host, None)),
+            _ => match after.strip_prefix(':') {
+                Some(port) => Ok((host, Some(port))),
+                None => Err(CallbackUrlError::Port),
+            },
+        };
+    }
+    Ok(match authority.split_once(':') {
+        Some((host, port)) => (host, Some(port)),
+        None => (authority, None),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ACCEPTED: &[&str] = &[
+        "http://127.0.0.1:9000/cb",
+        "HTTP://127.0.0.1/cb",
+        "http://localhost:9000/cb",
+        "http://LOCALHOST/cb",
+        "http://[::1]:9000/cb",
+        "http://127.0.0.5/cb",
+        "https://localhost/cb",
+        "http://[::ffff:127.0.0.1]:9000/cb",
+        "http://127.255.255.254:65535/a/b?c=d#e",
+        "http://[0:0:0:0:0:0:0:1]/cb",
+        "http://127.0.0.1",
+    ];
+
+    const REJECTED: &[&str] = &[
+        "http://8.8.8.8/cb",
+        "http://192.168.1.5/cb",
+        "http://10.0.0.1/cb",
+        "http://example.com/cb",
+        "ftp://127.0.0.1/cb",
+        "http:///cb",
+        "http://[2001:db8::1]/cb",
+        "http://[::ffff:8.8.8.8]/cb",
+        "http://localhost./cb",
+        "http://127.1/cb",
+        "http://2130706433/cb",
+        "http://0x7f000001/cb",
+        "http://127.0.0.1@evil.example/cb",
+        "http://0.0.0.0/cb",
+        "http://[::]/cb",
+        "http://user:pw@127.0.0.1/cb",
+        "http://user@localhost/cb",
+        "http://0177.0.0.1/cb",
+        "http://127.000.000.001/cb",
+        "http://127.0.0.1./cb",
+        "http://[::1%25eth0]/cb",
+        "http://[fe80::1%eth0]/cb",
+        "http://127%2e0.0.1/cb",
+        "http://%6c%6fcalhost/cb",
+        "http://localhost\\@evil.example/cb",
+        "http://127.0.0.1\\cb",
+        " http://127.0.0.1/cb",
+        "http://127.0.0.1/cb ",
+        "http://127.0.0.1/c\tb",
+        "http://127.0.0.1:0/cb",
+        "http://127.0.0.1:99999/cb",
+        "http://127.0.0.1:/cb",
+        "http://127.0.0.1:80x/cb",
+        "http://[::127.0.0.1]/cb",
+        "http://[::1/cb",
+        "http:/127.0.0.1/cb",
+        "127.0.0.1:9000/cb",
+        "javascript://127.0.0.1/cb",
+        "",
+        "http://localhost.evil.example/cb",
+        "http://127.0.0.1.nip.io/cb",
+        "http://①②⑦.0.0.1/cb",
+    ];
+
+    #[test]
+    fn accepts_the_loopback_forms() {
+        for url in ACCEPTED {
+            assert!(CallbackUrl::parse(url).is_ok(), "{url} should be accepted");
+        }
+    }
+
+    #[test]
+    fn rejects_everything_else() {
+        for url in REJECTED {
+            assert!(CallbackUrl::parse(url).is_err(), "{url} should be rejected");
+        }
+    }
+
+    #[test]
+    fn rejection_names_the_problem() {
+        assert_eq!(
+            CallbackUrl::parse("http://user@localhost/cb"),
+            Err(CallbackUrlError::UserInfo)
+        );
+        assert_eq!(
+            CallbackUrl::parse("http://127.1/cb"),
+            Err(CallbackUrlError::NotLoopback("127.1".into()))
+        );
+        assert_eq!(
+            CallbackUrl::parse("ftp://127.0.0.1/cb"),
+            Err(CallbackUrlError::Scheme)
+        );
+        assert_eq!(
+            CallbackUrl::parse("http:///cb"),
+            Err(CallbackUrlError::MissingHost)
+        );
+    }
+
+    #[test]
+    fn keeps_the_written_form() {
+        let url = CallbackUrl::parse("HTTP://LOCALHOST:9000/Cb").unwrap();
+        assert_eq!(url.as_written(), "HTTP://LOCALHOST:9000/Cb");
+    }
+
+    #[test]
+    fn origin_fills_in_the_default_port() {
+        let origin = |u: &str| CallbackUrl::parse(u).unwrap().origin().as_str().to_owned();
+        assert_eq!(origin("http://127.0.0.1/a"), "http://127.0.0.1:80");
+        assert_eq!(origin("https://localhost/a"), "https://localhost:443");
+        assert_eq!(origin("HTTP://LocalHost:9000/x"), "http://localhost:9000");
+        assert_eq!(origin("http://[::1]:9/x"), "http://[::1]:9");
+        assert_eq!(
+            origin("http://127.0.0.1:5/a"),
+            origin("http://127.0.0.1:5/b?q")
+        );
+        assert_ne!(origin("http://127.0.0.1:5/a"), origin("http://127.0.0.1:6/a"));
+    }
+}

@@ -1,0 +1,124 @@
+//! What a tool is: its model-facing definition and how a call to it is handled.
+//!
+//! A [`ToolSpec`] is immutable once built and shared as `Arc<ToolSpec>`: one registration that
+//! applies to many characters is one allocation, whatever the number of characters.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use super::call::LocalToolHandler;
+use super::callback_url::{CallbackOrigin, CallbackUrl};
+
+/// `source` of a registration that names none.
+pub const DEFAULT_SOURCE: &str = "external";
+
+/// Timeout of a remote tool that names none (the spec's default).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Sources with this prefix are plugins whose dead callback origins are removed automatically.
+pub const PLUGIN_SOURCE_PREFIX: &str = "plugin:";
+
+/// One tool as the model sees it, plus how to run it.
+#[derive(Debug)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments (always a JSON object).
+    pub parameters: Map<String, Value>,
+    /// Lifecycle tag used by `clear`.
+    pub source: String,
+    pub handler: ToolHandler,
+}
+
+/// How a tool call is carried out.
+#[derive(Debug, Clone)]
+pub enum ToolHandler {
+    /// An HTTP callback of a local plugin process.
+    Remote(RemoteEndpoint),
+    /// An actor of an in-process plugin.
+    Local(LocalToolHandler),
+}
+
+/// Where and how long to call a remote tool.
+#[derive(Debug, Clone)]
+pub struct RemoteEndpoint {
+    pub callback_url: CallbackUrl,
+    pub timeout: Duration,
+}
+
+impl ToolSpec {
+    /// A remote tool.
+    pub fn remote(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Map<String, Value>,
+        source: impl Into<String>,
+        callback_url: CallbackUrl,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+            source: source.into(),
+            handler: ToolHandler::Remote(RemoteEndpoint {
+                callback_url,
+                timeout,
+            }),
+        }
+    }
+
+    /// An in-process tool handled by an actor.
+    pub fn local(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Map<String, Value>,
+        source: impl Into<String>,
+        handler: LocalToolHandler,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+            source: source.into(),
+            handler: ToolHandler::Local(handler),
+        }
+    }
+
+    pub fn is_remote(&self) -> bool {
+        matches!(self.handler, ToolHandler::Remote(_))
+    }
+
+    /// The callback URL exactly as registered, for remote tools.
+    pub fn callback_url(&self) -> Option<&str> {
+        match &self.handler {
+            ToolHandler::Remote(r) => Some(r.callback_url.as_written()),
+            ToolHandler::Local(_) => None,
+        }
+    }
+
+    pub fn callback_origin(&self) -> Option<&CallbackOrigin> {
+        match &self.handler {
+            ToolHandler::Remote(r) => Some(r.callback_url.origin()),
+            ToolHandler::Local(_) => None,
+        }
+    }
+
+    /// Whether this is a remote tool of `source` whose callback lives at `origin`.
+    pub fn is_served_by(&self, source: &str, origin: &CallbackOrigin) -> bool {
+        self.source == source && self.callback_origin() == Some(origin)
+    }
+}
+
+/// The empty-object schema used when a registration gives no `parameters`.
+pub fn empty_parameters() -> Map<String, Value> {
+    let mut schema = Map::new();
+    schema.insert("type".into(), Value::String("object".into()));
+    schema.insert("properties".into(), Value::Object(Map::new()));
+    schema
+}
+
+/// A shared, immutable tool definition.
+pub type SharedTool = Arc<ToolSpec>;

@@ -1,0 +1,111 @@
+//! `Application`: the one seam `main` and the tests use to build and run the server.
+//!
+//! It binds the socket first (so the real port is known, and `[::]` is dual-stack), starts the
+//! actors before `HttpServer::new` (whose factory runs once per worker thread), and serves the
+//! API until stopped.
+
+use std::net::{SocketAddr, TcpListener};
+
+use actix::Addr;
+use actix_web::dev::Server;
+use actix_web::{App, HttpServer, middleware, web};
+use anyhow::Context;
+use socket2::{Domain, Socket, Type};
+
+use crate::actors::router::Router;
+use crate::api::{self, AppState};
+use crate::config::Settings;
+use crate::dispatch::Dispatcher;
+
+/// Pending connections the kernel queues for us: enough for bursts of plugin start-ups and
+/// benchmark clients.
+const LISTEN_BACKLOG: i32 = 1024;
+
+pub struct Application {
+    server: Server,
+    local_addr: SocketAddr,
+    router: Addr<Router>,
+    dispatcher: Dispatcher,
+}
+
+impl Application {
+    /// Binds, starts the actors and builds the server; call [`run_until_stopped`] to serve.
+    /// Must be called inside an actix system (`#[actix_web::main]` / `#[actix_web::test]`).
+    ///
+    /// [`run_until_stopped`]: Application::run_until_stopped
+    pub async fn build(settings: Settings) -> anyhow::Result<Self> {
+        if !settings.bind.ip().is_loopback() {
+            tracing::warn!(
+                bind = %settings.bind,
+                "binding a non-loopback address: the API still answers only loopback callers, \
+                 but the port is reachable from the network"
+            );
+        }
+        let listener = bind(settings.bind)
+            .with_context(|| format!("cannot listen on {}", settings.bind))?;
+        let local_addr = listener.local_addr()?;
+
+        let router = Router::launch(settings.characters.iter().map(|c| c.name.clone()).collect());
+        let dispatcher = Dispatcher::new(&settings.dispatch, router.clone().recipient());
+        let state = web::Data::new(AppState {
+            router: router.clone(),
+            dispatcher: dispatcher.clone(),
+        });
+
+        let mut server = HttpServer::new(move || {
+            App::new()
+                .app_data(state.clone())
+                .wrap(middleware::from_fn(api::guard::loopback_only))
+                .configure(api::configure)
+                .default_service(web::to(api::not_found))
+        })
+        .listen(listener)?;
+        if let Some(workers) = settings.workers {
+            server = server.workers(workers);
+        }
+        Ok(Self {
+            server: server.run(),
+            local_addr,
+            router,
+            dispatcher,
+        })
+    }
+
+    /// The address actually bound (the real port when port 0 was asked for).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The router, for in-process plugins and tests.
+    pub fn router(&self) -> Addr<Router> {
+        self.router.clone()
+    }
+
+    /// The dispatcher, for in-process callers that run tool calls themselves.
+    pub fn dispatcher(&self) -> Dispatcher {
+        self.dispatcher.clone()
+    }
+
+    /// A handle that stops the server (gracefully when asked to).
+    pub fn handle(&self) -> actix_web::dev::ServerHandle {
+        self.server.handle()
+    }
+
+    /// Serves until the server is stopped (SIGINT / SIGTERM, or its handle).
+    pub async fn run_until_stopped(self) -> std::io::Result<()> {
+        self.server.await
+    }
+}
+
+/// A listening socket on `addr`; an IPv6 wildcard also accepts IPv4 (dual-stack).
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, None)?;
+    socket.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        socket.set_only_v6(false)?;
+    }
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    socket.set_nonblocking(true)?;
+    Ok(socket.into())
+}
