@@ -41,7 +41,9 @@ pub struct CharacterSettings {
 impl Default for Settings {
     fn default() -> Self {
         Self {
-            bind: DEFAULT_BIND.parse().expect("the default bind address is valid"),
+            bind: DEFAULT_BIND
+                .parse()
+                .expect("the default bind address is valid"),
             dispatch: DispatchSettings::default(),
             characters: vec![CharacterSettings {
                 name: DEFAULT_CHARACTER.to_owned(),
@@ -100,10 +102,12 @@ impl Settings {
         }
         if let Some(max) = file.dispatch.max_response_bytes {
             if max <= 0 {
-                bail!("key `dispatch.max_response_bytes`: must be a positive number of bytes, got {max}");
+                bail!(
+                    "key `dispatch.max_response_bytes`: must be a positive number of bytes, got {max}"
+                );
             }
-            settings.dispatch.max_response_bytes = usize::try_from(max)
-                .context("key `dispatch.max_response_bytes`: too large")?;
+            settings.dispatch.max_response_bytes =
+                usize::try_from(max).context("key `dispatch.max_response_bytes`: too large")?;
         }
         settings.characters = Vec::with_capacity(file.character.len());
         for (i, c) in file.character.into_iter().enumerate() {
@@ -135,8 +139,9 @@ impl Settings {
 
 /// Parses `ADDR:PORT`, IPv6 in brackets (`[::]:48911`).
 pub fn parse_bind(text: &str) -> anyhow::Result<SocketAddr> {
-    text.parse()
-        .with_context(|| format!("{text:?} is not an ADDR:PORT socket address (e.g. 127.0.0.1:48911 or [::1]:48911)"))
+    text.parse().with_context(|| {
+        format!("{text:?} is not an ADDR:PORT socket address (e.g. 127.0.0.1:48911 or [::1]:48911)")
+    })
 }
 
 /// A character name is what `role` fields carry: non-empty, without control characters.
@@ -195,14 +200,19 @@ mod tests {
     #[test]
     fn duplicate_character_is_named() {
         let e = error_of("[[character]]\nname = \"A\"\n[[character]]\nname = \"A\"\n");
-        assert!(e.contains("character[1].name") && e.contains("duplicate"), "{e}");
+        assert!(
+            e.contains("character[1].name") && e.contains("duplicate"),
+            "{e}"
+        );
     }
 
     #[test]
     fn bad_values_are_named() {
         assert!(error_of("bind = \"nowhere\"").contains("`bind`"));
         assert!(error_of("[dispatch]\nmax_response_bytes = 0").contains("max_response_bytes"));
-        assert!(error_of("[dispatch]\nmax_response_bytes = \"big\"").contains("max_response_bytes"));
+        assert!(
+            error_of("[dispatch]\nmax_response_bytes = \"big\"").contains("max_response_bytes")
+        );
         assert!(error_of("[[character]]\nname = \"\"").contains("character[0].name"));
     }
 

@@ -78,8 +78,7 @@ impl Dispatcher {
         let outcome = match &tool.handler {
             ToolHandler::Remote(endpoint) => self.call_remote(tool, endpoint, &call).await,
             ToolHandler::Local(handler) => {
-                match tokio::time::timeout(LOCAL_TOOL_TIMEOUT, handler.0.call(call.clone())).await
-                {
+                match tokio::time::timeout(LOCAL_TOOL_TIMEOUT, handler.0.call(call.clone())).await {
                     Ok(outcome) => outcome,
                     Err(_) => Err(format!(
                         "in-process tool '{}' timed out after {} s",
@@ -138,7 +137,9 @@ impl Dispatcher {
             ),
             Ok(Err(CallFailure::Body(e))) => (
                 Liveness::Reachable,
-                Err(format!("remote tool callback response could not be read: {e}")),
+                Err(format!(
+                    "remote tool callback response could not be read: {e}"
+                )),
             ),
             Err(_) => (
                 Liveness::Reachable,

@@ -10,7 +10,10 @@ use runtime_tools::startup::Application;
 use runtime_tools::telemetry;
 
 #[derive(Parser)]
-#[command(version, about = "Turns local plugins' HTTP callbacks into tools a live AI model can call")]
+#[command(
+    version,
+    about = "Turns local plugins' HTTP callbacks into tools a live AI model can call"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

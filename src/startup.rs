@@ -41,8 +41,8 @@ impl Application {
                  but the port is reachable from the network"
             );
         }
-        let listener = bind(settings.bind)
-            .with_context(|| format!("cannot listen on {}", settings.bind))?;
+        let listener =
+            bind(settings.bind).with_context(|| format!("cannot listen on {}", settings.bind))?;
         let local_addr = listener.local_addr()?;
 
         let router = Router::launch(settings.characters.iter().map(|c| c.name.clone()).collect());

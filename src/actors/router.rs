@@ -244,7 +244,9 @@ impl Router {
             pending.push(Box::pin(async move {
                 match reply.await {
                     Ok(ChangeOutcome { sync: Ok(()), .. }) => Ok(role),
-                    Ok(ChangeOutcome { sync: Err(error), .. }) => Err(RoleFailure { role, error }),
+                    Ok(ChangeOutcome {
+                        sync: Err(error), ..
+                    }) => Err(RoleFailure { role, error }),
                     Err(MailboxError::Timeout) => Err(RoleFailure {
                         role,
                         error: format!(
@@ -278,7 +280,8 @@ impl Router {
     fn restart_manager(&mut self, i: usize, why: &str) {
         let character = &mut self.characters[i];
         tracing::warn!(character = %character.name, tools = character.ledger.len(), "restarting session manager: {why}");
-        character.manager = SessionManager::launch(character.name.clone(), character.ledger.clone());
+        character.manager =
+            SessionManager::launch(character.name.clone(), character.ledger.clone());
     }
 }
 
@@ -412,7 +415,10 @@ impl Handler<ResolveTool> for Router {
                     .get(&msg.name)
                     .cloned()
                     .ok_or_else(|| c.ledger.names().map(str::to_owned).collect());
-                let reply = c.manager.send(Resolve(msg.name.clone())).timeout(MANAGER_REPLY_TIMEOUT);
+                let reply = c
+                    .manager
+                    .send(Resolve(msg.name.clone()))
+                    .timeout(MANAGER_REPLY_TIMEOUT);
                 let role = c.name.clone();
                 async move { (role, reply.await.unwrap_or(fallback)) }
             })
@@ -422,7 +428,12 @@ impl Handler<ResolveTool> for Router {
             let mut available = Vec::new();
             for (found_in, outcome) in join_all(lookups).await {
                 match outcome {
-                    Ok(tool) => return Ok(ResolvedTool { role: found_in, tool }),
+                    Ok(tool) => {
+                        return Ok(ResolvedTool {
+                            role: found_in,
+                            tool,
+                        });
+                    }
                     Err(names) => {
                         for n in names {
                             if !available.contains(&n) {
@@ -494,7 +505,11 @@ impl Handler<ListCharacters> for Router {
 
 /// One info line per change request; never the tool's arguments or payloads.
 fn log_change(route: &str, name: &str, source: &str, report: &ChangeReport) {
-    let failed: Vec<&str> = report.failed_roles.iter().map(|f| f.role.as_str()).collect();
+    let failed: Vec<&str> = report
+        .failed_roles
+        .iter()
+        .map(|f| f.role.as_str())
+        .collect();
     tracing::info!(
         route,
         name,

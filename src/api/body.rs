@@ -76,7 +76,12 @@ fn check_headers(req: &HttpRequest) -> Result<(), ApiError> {
 
 /// `application/json` or `application/<anything>+json`, with any parameters.
 fn is_json_content_type(value: &str) -> bool {
-    let essence = value.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let essence = value
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     essence == "application/json"
         || essence
             .strip_prefix("application/")
@@ -117,14 +122,28 @@ mod tests {
     #[test]
     fn only_objects() {
         assert!(parse_object(br#"{"a":1}"#).is_ok());
-        for bad in [&b"[1]"[..], b"null", b"\"x\"", b"{", b"", b"\xff\xfe", b"1e400"] {
-            assert!(matches!(parse_object(bad), Err(ApiError::Validation(_))), "{bad:?}");
+        for bad in [
+            &b"[1]"[..],
+            b"null",
+            b"\"x\"",
+            b"{",
+            b"",
+            b"\xff\xfe",
+            b"1e400",
+        ] {
+            assert!(
+                matches!(parse_object(bad), Err(ApiError::Validation(_))),
+                "{bad:?}"
+            );
         }
     }
 
     #[test]
     fn deep_nesting_is_refused_not_a_crash() {
         let deep = format!("{{\"a\":{}{}}}", "[".repeat(100_000), "]".repeat(100_000));
-        assert!(matches!(parse_object(deep.as_bytes()), Err(ApiError::Validation(_))));
+        assert!(matches!(
+            parse_object(deep.as_bytes()),
+            Err(ApiError::Validation(_))
+        ));
     }
 }

@@ -19,11 +19,16 @@ pub async fn loopback_only(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let host = req.headers().get(HOST).map(|h| h.to_str().unwrap_or("\u{fffd}"));
+    let host = req
+        .headers()
+        .get(HOST)
+        .map(|h| h.to_str().unwrap_or("\u{fffd}"));
     if let Err(e) = check_caller(req.peer_addr(), host) {
         return Ok(req.error_response(e).map_into_right_body());
     }
-    next.call(req).await.map(ServiceResponse::map_into_left_body)
+    next.call(req)
+        .await
+        .map(ServiceResponse::map_into_left_body)
 }
 
 /// Decides whether a caller may use the API: `peer` is its socket address, `host` its `Host`
@@ -68,9 +73,17 @@ mod tests {
 
     #[test]
     fn other_peers_are_forbidden() {
-        for p in ["10.0.0.2:1", "192.168.1.5:1", "[2001:db8::1]:1", "[::ffff:10.0.0.1]:1"] {
+        for p in [
+            "10.0.0.2:1",
+            "192.168.1.5:1",
+            "[2001:db8::1]:1",
+            "[::ffff:10.0.0.1]:1",
+        ] {
             let e = check_caller(peer(p), Some("127.0.0.1")).unwrap_err();
-            assert!(matches!(e, ApiError::Forbidden(ref t) if t.contains("loopback")), "{p}");
+            assert!(
+                matches!(e, ApiError::Forbidden(ref t) if t.contains("loopback")),
+                "{p}"
+            );
         }
         assert!(check_caller(None, None).is_err());
     }

@@ -61,8 +61,14 @@ impl RegisterRequest {
         let source = f.non_empty_string_or("source", DEFAULT_SOURCE);
         let timeout = f.timeout("timeout_seconds");
         f.finish()?;
-        let (Some(name), Some(description), Some(parameters), Some(callback_url), Some(source), Some(timeout)) =
-            (name, description, parameters, callback_url, source, timeout)
+        let (
+            Some(name),
+            Some(description),
+            Some(parameters),
+            Some(callback_url),
+            Some(source),
+            Some(timeout),
+        ) = (name, description, parameters, callback_url, source, timeout)
         else {
             unreachable!("every field is present when no field failed")
         };
@@ -105,7 +111,10 @@ impl InvokeRequest {
         let name = f.name("name");
         let arguments = f.object_or("arguments", Map::new);
         let role = f.role();
-        let call_id = f.nullable_string("call_id").flatten().filter(|c| !c.is_empty());
+        let call_id = f
+            .nullable_string("call_id")
+            .flatten()
+            .filter(|c| !c.is_empty());
         f.finish()?;
         Ok(Self {
             name: name.unwrap_or_default(),
@@ -176,7 +185,11 @@ impl<'a> Fields<'a> {
 
     fn non_empty(&mut self, field: &str, value: String) -> Option<String> {
         if value.is_empty() {
-            self.fail(field, "string_too_short", "String should have at least 1 character");
+            self.fail(
+                field,
+                "string_too_short",
+                "String should have at least 1 character",
+            );
             return None;
         }
         Some(value)
@@ -187,7 +200,11 @@ impl<'a> Fields<'a> {
         let name = self.string(field, None)?;
         let chars = name.chars().count();
         if chars == 0 {
-            self.fail(field, "string_too_short", "String should have at least 1 character");
+            self.fail(
+                field,
+                "string_too_short",
+                "String should have at least 1 character",
+            );
             return None;
         }
         if chars > MAX_NAME_CHARS {
@@ -215,7 +232,11 @@ impl<'a> Fields<'a> {
             None | Some(Value::Null) => Some(None),
             Some(Value::String(s)) => Some(Some(s.clone())),
             Some(_) => {
-                self.fail(field, "string_type", "Input should be a valid string or null");
+                self.fail(
+                    field,
+                    "string_type",
+                    "Input should be a valid string or null",
+                );
                 None
             }
         }
@@ -223,7 +244,9 @@ impl<'a> Fields<'a> {
 
     /// `role`: a character name, or null / `""` for every character.
     fn role(&mut self) -> Option<String> {
-        self.nullable_string("role").flatten().filter(|r| !r.is_empty())
+        self.nullable_string("role")
+            .flatten()
+            .filter(|r| !r.is_empty())
     }
 
     fn object_or(
@@ -235,7 +258,11 @@ impl<'a> Fields<'a> {
             None => Some(default()),
             Some(Value::Object(map)) => Some(map.clone()),
             Some(_) => {
-                self.fail(field, "dict_type", "Input should be a valid dictionary (a JSON object)");
+                self.fail(
+                    field,
+                    "dict_type",
+                    "Input should be a valid dictionary (a JSON object)",
+                );
                 None
             }
         }
@@ -309,7 +336,10 @@ mod tests {
         .unwrap();
         assert_eq!(r.tool.description, "");
         assert_eq!(r.tool.source, "external");
-        assert_eq!(Value::Object(r.tool.parameters.clone()), json!({"type": "object", "properties": {}}));
+        assert_eq!(
+            Value::Object(r.tool.parameters.clone()),
+            json!({"type": "object", "properties": {}})
+        );
         assert_eq!(r.role, None);
         let crate::domain::tool::ToolHandler::Remote(remote) = &r.tool.handler else {
             panic!("remote")
@@ -348,13 +378,18 @@ mod tests {
         let ok = "名".repeat(64);
         let long = "名".repeat(65);
         let parse = |n: &str| {
-            RegisterRequest::parse(&body(json!({"name": n, "callback_url": "http://localhost/cb"})))
+            RegisterRequest::parse(&body(
+                json!({"name": n, "callback_url": "http://localhost/cb"}),
+            ))
         };
         assert!(parse(&ok).is_ok());
         let errors = parse(&long).unwrap_err();
         assert_eq!(errors[0].kind, "string_too_long");
         assert_eq!(parse("").unwrap_err()[0].kind, "string_too_short");
-        assert_eq!(parse("a\u{0}b").unwrap_err()[0].kind, "string_pattern_mismatch");
+        assert_eq!(
+            parse("a\u{0}b").unwrap_err()[0].kind,
+            "string_pattern_mismatch"
+        );
     }
 
     #[test]

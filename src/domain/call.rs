@@ -181,7 +181,10 @@ mod tests {
             Value::Object(parse_arguments(r#"{"a":1}"#)),
             json!({"a": 1})
         );
-        assert_eq!(Value::Object(parse_arguments("[1,2]")), json!({"value": [1, 2]}));
+        assert_eq!(
+            Value::Object(parse_arguments("[1,2]")),
+            json!({"value": [1, 2]})
+        );
         assert_eq!(Value::Object(parse_arguments("7")), json!({"value": 7}));
         assert_eq!(
             Value::Object(parse_arguments("{oops")),
@@ -192,8 +195,14 @@ mod tests {
     #[test]
     fn success_output() {
         let body = br#"{"output": {"temperature_c": 28}, "is_error": false}"#;
-        assert_eq!(map_callback_response(200, body), Ok(json!({"temperature_c": 28})));
-        assert_eq!(map_callback_response(200, br#"{"output": null}"#), Ok(Value::Null));
+        assert_eq!(
+            map_callback_response(200, body),
+            Ok(json!({"temperature_c": 28}))
+        );
+        assert_eq!(
+            map_callback_response(200, br#"{"output": null}"#),
+            Ok(Value::Null)
+        );
     }
 
     #[test]
@@ -218,7 +227,10 @@ mod tests {
     fn non_object_json_and_text() {
         assert_eq!(map_callback_response(200, b"[1,2]"), Ok(json!([1, 2])));
         assert_eq!(map_callback_response(200, b"\"hi\""), Ok(json!("hi")));
-        assert_eq!(map_callback_response(200, b"plain text"), Ok(json!("plain text")));
+        assert_eq!(
+            map_callback_response(200, b"plain text"),
+            Ok(json!("plain text"))
+        );
     }
 
     #[test]
@@ -229,7 +241,10 @@ mod tests {
         };
         assert_eq!(
             text,
-            format!("remote tool callback returned HTTP 503: {}", "é".repeat(200))
+            format!(
+                "remote tool callback returned HTTP 503: {}",
+                "é".repeat(200)
+            )
         );
     }
 

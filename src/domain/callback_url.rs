@@ -268,6 +268,9 @@ mod tests {
             origin("http://127.0.0.1:5/a"),
             origin("http://127.0.0.1:5/b?q")
         );
-        assert_ne!(origin("http://127.0.0.1:5/a"), origin("http://127.0.0.1:6/a"));
+        assert_ne!(
+            origin("http://127.0.0.1:5/a"),
+            origin("http://127.0.0.1:6/a")
+        );
     }
 }

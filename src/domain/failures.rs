@@ -99,7 +99,13 @@ mod tests {
     fn a_success_resets_the_count() {
         let mut t = FailureTracker::new();
         let o = origin("http://127.0.0.1:9/a");
-        for l in [ConnectFailed, ConnectFailed, Reachable, ConnectFailed, ConnectFailed] {
+        for l in [
+            ConnectFailed,
+            ConnectFailed,
+            Reachable,
+            ConnectFailed,
+            ConnectFailed,
+        ] {
             assert_eq!(t.record("plugin:x", &o, l), None);
         }
         assert_eq!(t.count("plugin:x", &o), 2);

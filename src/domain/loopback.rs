@@ -26,9 +26,7 @@ pub fn is_loopback_host(host: &str) -> bool {
     }
     if host.contains(':') {
         // A zone id (`%eth0`) makes the parse fail.
-        return host
-            .parse::<Ipv6Addr>()
-            .is_ok_and(|ip| is_loopback_v6(&ip));
+        return host.parse::<Ipv6Addr>().is_ok_and(|ip| is_loopback_v6(&ip));
     }
     is_strict_dotted_quad(host) && host.parse::<Ipv4Addr>().is_ok_and(|ip| ip.is_loopback())
 }
@@ -66,9 +64,8 @@ pub fn is_loopback_host_header(value: &str) -> bool {
             None => (value, None),
         },
     };
-    let port_ok = port.is_none_or(|p| {
-        !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit())
-    });
+    let port_ok =
+        port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
     // Unbracketed IPv6 is not a valid Host; `split_once` above leaves a colon in `port` then.
     let bracketed = value.starts_with('[');
     port_ok && (bracketed == host.contains(':')) && is_loopback_host(host)
@@ -83,7 +80,14 @@ mod tests {
         for ip in ["127.0.0.1", "127.9.9.9", "::1", "::ffff:127.0.0.1"] {
             assert!(is_loopback_ip(ip.parse().unwrap()), "{ip}");
         }
-        for ip in ["10.0.0.1", "0.0.0.0", "::", "::ffff:10.0.0.1", "192.168.1.2", "2001:db8::1"] {
+        for ip in [
+            "10.0.0.1",
+            "0.0.0.0",
+            "::",
+            "::ffff:10.0.0.1",
+            "192.168.1.2",
+            "2001:db8::1",
+        ] {
             assert!(!is_loopback_ip(ip.parse().unwrap()), "{ip}");
         }
     }
