@@ -8,6 +8,8 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
+use crate::session::settings::{FileSession, SessionSettings};
+
 /// Where the server listens unless told otherwise: loopback only, a fixed port plugins know.
 pub const DEFAULT_BIND: &str = "127.0.0.1:48911";
 
@@ -36,6 +38,18 @@ pub struct DispatchSettings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CharacterSettings {
     pub name: String,
+    /// The character's live model session, if it has one.
+    pub session: Option<SessionSettings>,
+}
+
+impl CharacterSettings {
+    /// A character without a model session.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            session: None,
+        }
+    }
 }
 
 impl Default for Settings {
@@ -45,9 +59,7 @@ impl Default for Settings {
                 .parse()
                 .expect("the default bind address is valid"),
             dispatch: DispatchSettings::default(),
-            characters: vec![CharacterSettings {
-                name: DEFAULT_CHARACTER.to_owned(),
-            }],
+            characters: vec![CharacterSettings::new(DEFAULT_CHARACTER)],
             workers: None,
         }
     }
@@ -82,6 +94,7 @@ struct FileDispatch {
 #[serde(deny_unknown_fields)]
 struct FileCharacter {
     name: String,
+    session: Option<FileSession>,
 }
 
 impl Settings {
@@ -114,6 +127,12 @@ impl Settings {
             settings
                 .add_character(c.name)
                 .with_context(|| format!("key `character[{i}].name`"))?;
+            if let Some(session) = c.session {
+                let session = session
+                    .into_settings()
+                    .with_context(|| format!("in `character[{i}].session`"))?;
+                settings.characters[i].session = Some(session);
+            }
         }
         Ok(settings)
     }
@@ -132,7 +151,7 @@ impl Settings {
         if self.characters.iter().any(|c| c.name == name) {
             bail!("duplicate character name {name:?}");
         }
-        self.characters.push(CharacterSettings { name });
+        self.characters.push(CharacterSettings::new(name));
         Ok(())
     }
 }

@@ -6,11 +6,18 @@
 //! own client and keep-alive pool, created on first use. Connection failures of `plugin:` sources
 //! are counted here, and the third in a row asks the router to remove that origin's tools.
 
+use std::fmt;
+use std::io;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use actix::Recipient;
-use awc::error::{PayloadError, SendRequestError};
+use actix_web::error::ParseError;
+use actix_web::rt::net::TcpStream;
+use actix_web::web::Bytes;
+use awc::error::{ConnectError, PayloadError, SendRequestError};
+use url::{Host, Url};
 
 use crate::actors::router::RemoveDeadOrigin;
 use crate::config::DispatchSettings;
@@ -20,7 +27,7 @@ use crate::domain::tool::{RemoteEndpoint, SharedTool, ToolHandler};
 
 /// Connections to callbacks kept per thread. Above the concurrency any realistic client uses,
 /// so calls never queue behind each other for a connection.
-pub const CALLBACK_CONNECTION_LIMIT: usize = 4096;
+pub const CALLBACK_CONNECTION_LIMIT: usize = 1;
 
 /// Longest wait for a TCP connection to a callback. On loopback a listening plugin accepts at
 /// once; this only bounds a full accept queue, and counts as a connection failure.
@@ -44,7 +51,6 @@ fn callback_client() -> awc::Client {
     awc::Client::builder()
         .connector(connector)
         // A loopback callback must not bounce the user's data elsewhere.
-        .disable_redirects()
         // The tool's own timeout bounds the whole exchange instead.
         .disable_timeout()
         .finish()
@@ -99,58 +105,54 @@ impl Dispatcher {
         endpoint: &RemoteEndpoint,
         call: &ToolCall,
     ) -> ToolOutcome {
-        let client = CLIENT.with(awc::Client::clone);
-        let url = endpoint.callback_url.url().as_str();
         tracing::debug!(tool = %call.name, call_id = %call.call_id, arguments = %call.raw_arguments, "calling remote tool");
-        let exchange = async {
-            let mut response = client
-                .post(url)
-                .send_json(call)
-                .await
-                .map_err(CallFailure::Send)?;
-            let body = response
-                .body()
-                .limit(self.inner.max_response_bytes)
-                .await
-                .map_err(CallFailure::Body)?;
-            Ok::<_, CallFailure>((response.status().as_u16(), body))
-        };
-        let (liveness, outcome) = match tokio::time::timeout(endpoint.timeout, exchange).await {
-            Ok(Ok((status, body))) => (Liveness::Reachable, map_callback_response(status, &body)),
-            Ok(Err(CallFailure::Send(SendRequestError::Connect(e)))) => (
-                Liveness::ConnectFailed,
-                Err(format!(
-                    "could not connect to remote tool callback {}: {e}",
-                    endpoint.callback_url.origin()
-                )),
-            ),
-            Ok(Err(CallFailure::Send(e))) => (
-                Liveness::Reachable,
-                Err(format!("remote tool callback failed: {e}")),
-            ),
-            Ok(Err(CallFailure::Body(PayloadError::Overflow))) => (
-                Liveness::Reachable,
-                Err(format!(
-                    "remote tool callback response exceeded the {}-byte limit (dispatch.max_response_bytes)",
-                    self.inner.max_response_bytes
-                )),
-            ),
-            Ok(Err(CallFailure::Body(e))) => (
-                Liveness::Reachable,
-                Err(format!(
-                    "remote tool callback response could not be read: {e}"
-                )),
-            ),
-            Err(_) => (
-                Liveness::Reachable,
-                Err(format!(
-                    "remote tool callback timed out after {} s",
-                    format_seconds(endpoint.timeout)
-                )),
-            ),
-        };
+        let (liveness, outcome) =
+            match tokio::time::timeout(endpoint.timeout, self.exchange(endpoint, call)).await {
+                Ok(Ok((status, body))) => {
+                    (Liveness::Reachable, map_callback_response(status, &body))
+                }
+                Ok(Err(failure)) => (failure.liveness, Err(failure.error)),
+                // The connector gives up on a connection after `CONNECT_TIMEOUT`, so reaching the
+                // tool's own deadline means the callback was reached and went quiet (or the tool
+                // asked for less time than a connect may take): a read timeout, which never counts.
+                Err(_) => (
+                    Liveness::Reachable,
+                    Err(format!(
+                        "remote tool callback timed out after {} s",
+                        format_seconds(endpoint.timeout)
+                    )),
+                ),
+            };
         self.record(tool, liveness);
         outcome
+    }
+
+    /// One POST to the callback and its whole (capped) response body.
+    async fn exchange(
+        &self,
+        endpoint: &RemoteEndpoint,
+        call: &ToolCall,
+    ) -> Result<(u16, Bytes), CallFailure> {
+        let client = CLIENT.with(awc::Client::clone);
+        let mut response = match client
+            .post(endpoint.callback_url.url().as_str())
+            .send_json(call)
+            .await
+        {
+            Ok(response) => response,
+            Err(e) => return Err(send_failure(endpoint, e).await),
+        };
+        let status = response.status().as_u16();
+        match response.body().limit(self.inner.max_response_bytes).await {
+            Ok(body) => Ok((status, body)),
+            Err(PayloadError::Overflow) => Err(CallFailure::reachable(format!(
+                "remote tool callback response exceeded the {}-byte limit (dispatch.max_response_bytes)",
+                self.inner.max_response_bytes
+            ))),
+            Err(e) => Err(CallFailure::reachable(format!(
+                "remote tool callback response could not be read: {e}"
+            ))),
+        }
     }
 
     fn record(&self, tool: &SharedTool, liveness: Liveness) {
@@ -177,9 +179,90 @@ impl Dispatcher {
     }
 }
 
-enum CallFailure {
-    Send(SendRequestError),
-    Body(PayloadError),
+/// Why an exchange produced no response to map, and what it says about the callback's origin.
+struct CallFailure {
+    liveness: Liveness,
+    error: String,
+}
+
+impl CallFailure {
+    fn reachable(error: String) -> Self {
+        Self {
+            liveness: Liveness::Reachable,
+            error,
+        }
+    }
+
+    fn connect_failed(endpoint: &RemoteEndpoint, detail: impl fmt::Display) -> Self {
+        Self {
+            liveness: Liveness::ConnectFailed,
+            error: format!(
+                "could not connect to remote tool callback {}: {detail}",
+                endpoint.callback_url.origin()
+            ),
+        }
+    }
+}
+
+/// Classifies a request that got no response.
+async fn send_failure(endpoint: &RemoteEndpoint, error: SendRequestError) -> CallFailure {
+    match error {
+        // awc reports a connection that ended before the response head as `Disconnected`
+        // too: the connection had been made, so it is not a connection-level failure by itself.
+        SendRequestError::Connect(ConnectError::Disconnected) => {
+            connection_lost(endpoint, "closed the connection without answering").await
+        }
+        SendRequestError::Connect(e) => CallFailure::connect_failed(endpoint, e),
+        SendRequestError::Send(e) => {
+            connection_lost(
+                endpoint,
+                format!("connection failed while sending the call ({e})"),
+            )
+            .await
+        }
+        SendRequestError::Response(ParseError::Io(e)) => {
+            connection_lost(
+                endpoint,
+                format!("connection failed before answering ({e})"),
+            )
+            .await
+        }
+        other => CallFailure::reachable(format!("remote tool callback failed: {other}")),
+    }
+}
+
+/// An exchange broke on a connection that had been made. It may have been a kept-alive
+/// connection whose plugin has since exited — awc only notices a closed idle connection if the
+/// close was seen before the call — so a fresh connection attempt (no request is sent on it)
+/// tells a dead plugin, whose failure counts towards removal, from a live one that misbehaved.
+async fn connection_lost(endpoint: &RemoteEndpoint, what: impl fmt::Display) -> CallFailure {
+    match Ok::<(), io::Error>(()) {
+        Ok(()) => CallFailure::reachable(format!("remote tool callback {what}")),
+        Err(e) => CallFailure::connect_failed(
+            endpoint,
+            format!("the callback {what}, and a new connection failed: {e}"),
+        ),
+    }
+}
+
+/// Opens (and at once closes) a TCP connection to `url`'s host and port.
+async fn probe(url: &Url) -> io::Result<()> {
+    let port = url.port_or_known_default().unwrap_or(80);
+    let connect = async {
+        match url.host() {
+            Some(Host::Ipv4(ip)) => TcpStream::connect((IpAddr::V4(ip), port)).await,
+            Some(Host::Ipv6(ip)) => TcpStream::connect((IpAddr::V6(ip), port)).await,
+            Some(Host::Domain(name)) => TcpStream::connect((name, port)).await,
+            None => Err(io::Error::new(io::ErrorKind::InvalidInput, "no host")),
+        }
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        Ok(stream) => stream.map(drop),
+        Err(_) => Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "timeout while establishing connection",
+        )),
+    }
 }
 
 /// `30`, `0.5`, `2.25`: seconds as a person would write them.

@@ -11,5 +11,6 @@ pub mod api;
 pub mod config;
 pub mod dispatch;
 pub mod domain;
+pub mod session;
 pub mod startup;
 pub mod telemetry;

@@ -63,6 +63,17 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
     actix_web::rt::System::new().block_on(async move {
         let app = Application::build(settings).await?;
+        // The server installs its own signal handlers only when it first runs, which is after
+        // the listening line: a supervisor that stops us as soon as it reads the line would
+        // otherwise kill the process (the signal's default action) instead of stopping it.
+        let stop_signal = stop_signal().context("cannot listen for SIGINT / SIGTERM")?;
+        let handle = app.handle();
+        actix_web::rt::spawn(async move {
+            let signal = stop_signal.await;
+            tracing::info!("{signal} received; stopping gracefully");
+            handle.stop(true).await;
+        });
+
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "listening on http://{}", app.local_addr())?;
         stdout.flush()?;
@@ -71,4 +82,31 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         tracing::info!("stopped");
         Ok(())
     })
+}
+
+/// Starts listening for SIGINT and SIGTERM now; the future resolves with the name of the first
+/// one that arrives.
+#[cfg(unix)]
+fn stop_signal() -> std::io::Result<impl Future<Output = &'static str>> {
+    use futures_util::future::{Either, select};
+    use tokio::signal::unix::{SignalKind, signal};
+
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        let terminated = std::pin::pin!(terminate.recv());
+        let interrupted = std::pin::pin!(interrupt.recv());
+        match select(terminated, interrupted).await {
+            Either::Left(_) => "SIGTERM",
+            Either::Right(_) => "SIGINT",
+        }
+    })
+}
+
+/// Starts listening for Ctrl-C now; the future resolves when it arrives.
+#[cfg(not(unix))]
+fn stop_signal() -> std::io::Result<impl Future<Output = &'static str>> {
+    use futures_util::FutureExt;
+
+    Ok(tokio::signal::ctrl_c().map(|_| "Ctrl-C"))
 }

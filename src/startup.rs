@@ -45,8 +45,14 @@ impl Application {
             bind(settings.bind).with_context(|| format!("cannot listen on {}", settings.bind))?;
         let local_addr = listener.local_addr()?;
 
-        let router = Router::launch(settings.characters.iter().map(|c| c.name.clone()).collect());
-        let dispatcher = Dispatcher::new(&settings.dispatch, router.clone().recipient());
+        for c in &settings.characters {
+            if let Some(session) = &c.session {
+                session
+                    .api_key()
+                    .with_context(|| format!("character {:?}", c.name))?;
+            }
+        }
+        let (router, dispatcher) = Router::launch(settings.characters.clone(), &settings.dispatch);
         let state = web::Data::new(AppState {
             router: router.clone(),
             dispatcher: dispatcher.clone(),

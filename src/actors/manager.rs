@@ -5,13 +5,18 @@
 //! synchronously, in mailbox order (so changes to one character apply in the order they arrive),
 //! and never await: waiting for the session's acknowledgement happens in the returned future.
 
+use std::sync::Arc;
+
 use actix::prelude::*;
 use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, ready};
 
+use crate::dispatch::Dispatcher;
 use crate::domain::callback_url::CallbackOrigin;
 use crate::domain::registry::ToolRegistry;
 use crate::domain::tool::SharedTool;
+use crate::session::settings::SessionSettings;
+use crate::session::{CloseSession, RealtimeSession, SessionReport, SessionStatus, SyncTools};
 
 /// A change to one character's tools.
 #[derive(Debug, Clone)]
@@ -47,19 +52,45 @@ pub struct ApplyChange(pub Change);
 #[rtype(result = "Vec<SharedTool>")]
 pub struct Snapshot;
 
+/// The character's model-session state.
+#[derive(Message, Debug)]
+#[rtype(result = "SessionReport")]
+pub struct ReportSession;
+
 /// Look up one tool by name; `Err` carries the names that are registered.
 #[derive(Message, Debug)]
 #[rtype(result = "Result<SharedTool, Vec<String>>")]
 pub struct Resolve(pub String);
 
+/// What a manager needs to run its character's live model session.
+#[derive(Clone)]
+pub struct SessionLink {
+    pub settings: SessionSettings,
+    pub dispatcher: Dispatcher,
+}
+
 pub struct SessionManager {
     character: String,
     registry: ToolRegistry,
+    session: Option<Addr<RealtimeSession>>,
 }
 
 impl SessionManager {
-    /// Starts a manager for `character` holding `tools` (empty, or a rebuild's replay).
-    pub fn launch(character: String, tools: ToolRegistry) -> Addr<Self> {
+    /// Starts a manager for `character` holding `tools` (empty, or a rebuild's replay), and its
+    /// model session when `session` says how to reach one.
+    pub fn launch(
+        character: String,
+        tools: ToolRegistry,
+        session: Option<SessionLink>,
+    ) -> Addr<Self> {
+        let session = session.map(|link| {
+            let api_key = link.settings.api_key().unwrap_or_else(|e| {
+                tracing::warn!(character = %character, error = %format!("{e:#}"), "connecting without an API key");
+                None
+            });
+            let current: Arc<[SharedTool]> = tools.tools().cloned().collect();
+            RealtimeSession::launch(character.clone(), link.settings, api_key, link.dispatcher, current)
+        });
         SessionManager::create(|ctx| {
             // An unbounded mailbox never parks the router, so messages to one manager are queued
             // strictly in send order (a parked send is retried later and could overtake).
@@ -67,14 +98,26 @@ impl SessionManager {
             SessionManager {
                 character,
                 registry: tools,
+                session,
             }
         })
     }
 
     /// The one place every registry change goes through: pushes the current tool list to the
-    /// character's live model session. A character with no session succeeds at once.
+    /// character's live model session and waits for its acknowledgement. A character with no
+    /// session succeeds at once.
     fn publish(&mut self) -> BoxFuture<'static, Result<(), String>> {
-        ready(Ok(())).boxed()
+        let Some(session) = &self.session else {
+            return ready(Ok(())).boxed();
+        };
+        let tools: Arc<[SharedTool]> = self.registry.tools().cloned().collect();
+        let reply = session.send(SyncTools(tools));
+        async move {
+            reply
+                .await
+                .unwrap_or_else(|_| Err("model session actor is not running".to_owned()))
+        }
+        .boxed()
     }
 }
 
@@ -83,6 +126,24 @@ impl Actor for SessionManager {
 
     fn started(&mut self, _: &mut Self::Context) {
         tracing::debug!(character = %self.character, tools = self.registry.len(), "session manager started");
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        if let Some(session) = self.session.take() {
+            session.do_send(CloseSession);
+        }
+    }
+}
+
+impl Handler<ReportSession> for SessionManager {
+    type Result = ResponseFuture<SessionReport>;
+
+    fn handle(&mut self, _: ReportSession, _: &mut Self::Context) -> Self::Result {
+        let Some(session) = &self.session else {
+            return Box::pin(ready(SessionReport::none()));
+        };
+        let reply = session.send(SessionStatus);
+        Box::pin(async move { reply.await.unwrap_or_else(|_| SessionReport::none()) })
     }
 }
 

@@ -11,14 +11,25 @@ use actix::prelude::*;
 use futures_util::future::join_all;
 use serde::Serialize;
 
-use super::manager::{ApplyChange, Change, ChangeOutcome, Resolve, SessionManager, Snapshot};
+use super::manager::{
+    ApplyChange, Change, ChangeOutcome, ReportSession, Resolve, SessionLink, SessionManager,
+    Snapshot,
+};
+use crate::config::{CharacterSettings, DispatchSettings};
+use crate::dispatch::Dispatcher;
 use crate::domain::callback_url::CallbackOrigin;
 use crate::domain::registry::ToolRegistry;
 use crate::domain::tool::{SharedTool, ToolSpec};
+use crate::session::SessionReport;
+use crate::session::settings::SessionSettings;
 
 /// How long the router waits for a manager that has no live session to sync. Managers answer
 /// at once unless they wait on a session, so this only catches a stuck or overloaded actor.
 pub const MANAGER_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Extra time a manager with a session gets beyond its session's sync timeout, so the session's
+/// own, more precise timeout is the one that reports.
+pub const SYNC_REPLY_MARGIN: Duration = Duration::from_secs(1);
 
 /// Register or replace a tool for one character (`role`) or every current character (`None`).
 #[derive(Message, Debug)]
@@ -77,6 +88,8 @@ pub struct ResolveTool {
 #[rtype(result = "Result<(), RouterError>")]
 pub struct AddCharacter {
     pub name: String,
+    /// Its live model session, if it has one.
+    pub session: Option<SessionSettings>,
 }
 
 /// Remove a character and forget its tools.
@@ -91,7 +104,14 @@ pub struct RemoveCharacter {
 #[rtype(result = "Result<(), RouterError>")]
 pub struct RebuildCharacter {
     pub name: String,
+    /// The character's session settings from now on (`None`: no session).
+    pub session: Option<SessionSettings>,
 }
+
+/// Each character's model-session state, in configuration order.
+#[derive(Message, Debug)]
+#[rtype(result = "Vec<(String, SessionReport)>")]
+pub struct ListSessions;
 
 /// The characters, in configuration order.
 #[derive(Message, Debug)]
@@ -156,32 +176,76 @@ fn not_registered_text(name: &str, role: Option<&str>, available: &[String]) -> 
 
 struct Character {
     name: String,
+    session: Option<SessionSettings>,
     manager: Addr<SessionManager>,
     /// Every tool that applies to this character, last writer wins: replayed on rebuild.
     ledger: ToolRegistry,
 }
 
+impl Character {
+    /// How long to wait for this character's manager to take a change (and its session to
+    /// acknowledge it).
+    fn reply_timeout(&self) -> Duration {
+        match &self.session {
+            Some(s) => s.sync_timeout + SYNC_REPLY_MARGIN,
+            None => MANAGER_REPLY_TIMEOUT,
+        }
+    }
+}
+
 pub struct Router {
     characters: Vec<Character>,
+    dispatcher: Dispatcher,
 }
 
 impl Router {
-    /// Starts the router and one manager per character.
-    pub fn launch(characters: Vec<String>) -> Addr<Self> {
-        let characters = characters
-            .into_iter()
-            .map(|name| Character {
-                manager: SessionManager::launch(name.clone(), ToolRegistry::new()),
-                name,
-                ledger: ToolRegistry::new(),
-            })
-            .collect();
-        Router::create(|ctx| {
+    /// Starts the router, one manager (and session) per character, and the dispatcher that
+    /// runs tool calls and reports dead plugin origins back to this router.
+    pub fn launch(
+        characters: Vec<CharacterSettings>,
+        dispatch: &DispatchSettings,
+    ) -> (Addr<Self>, Dispatcher) {
+        let mut shared = None;
+        let router = Router::create(|ctx| {
             // HTTP handlers on every worker send here; backpressure comes from the HTTP
             // connection limit, and an unbounded mailbox keeps each sender's order.
             ctx.set_mailbox_capacity(0);
-            Router { characters }
-        })
+            let dispatcher = Dispatcher::new(dispatch, ctx.address().recipient());
+            shared = Some(dispatcher.clone());
+            let mut router = Router {
+                characters: Vec::with_capacity(characters.len()),
+                dispatcher,
+            };
+            for c in characters {
+                router.push_character(c.name, c.session);
+            }
+            router
+        });
+        let dispatcher = shared.expect("the router's factory ran");
+        (router, dispatcher)
+    }
+
+    fn push_character(&mut self, name: String, session: Option<SessionSettings>) {
+        let manager = self.start_manager(&name, session.clone(), ToolRegistry::new());
+        self.characters.push(Character {
+            name,
+            session,
+            manager,
+            ledger: ToolRegistry::new(),
+        });
+    }
+
+    fn start_manager(
+        &self,
+        name: &str,
+        session: Option<SessionSettings>,
+        tools: ToolRegistry,
+    ) -> Addr<SessionManager> {
+        let link = session.map(|settings| SessionLink {
+            settings,
+            dispatcher: self.dispatcher.clone(),
+        });
+        SessionManager::launch(name.to_owned(), tools, link)
     }
 
     /// Indices of the characters a request targets; `None` and `""` mean all of them.
@@ -226,7 +290,8 @@ impl Router {
             if !self.characters[i].manager.connected() {
                 // The manager died (a panic): report it, then bring it back with its tools.
                 let name = self.characters[i].name.clone();
-                self.restart_manager(i, "it had stopped");
+                tracing::warn!(character = %name, "session manager had stopped; restarting it with its tools");
+                self.restart_manager(i);
                 let failure = RoleFailure {
                     role: name,
                     error: "session manager had stopped; it was restarted with its tools".into(),
@@ -237,10 +302,11 @@ impl Router {
             }
             let character = &self.characters[i];
             let role = character.name.clone();
+            let wait = character.reply_timeout();
             let reply = character
                 .manager
                 .send(ApplyChange(change.clone()))
-                .timeout(MANAGER_REPLY_TIMEOUT);
+                .timeout(wait);
             pending.push(Box::pin(async move {
                 match reply.await {
                     Ok(ChangeOutcome { sync: Ok(()), .. }) => Ok(role),
@@ -251,7 +317,7 @@ impl Router {
                         role,
                         error: format!(
                             "session manager did not answer within {} s",
-                            MANAGER_REPLY_TIMEOUT.as_secs()
+                            wait.as_secs_f64()
                         ),
                     }),
                     Err(MailboxError::Closed) => Err(RoleFailure {
@@ -277,11 +343,10 @@ impl Router {
     }
 
     /// Replaces character `i`'s manager with a new one holding its ledger.
-    fn restart_manager(&mut self, i: usize, why: &str) {
-        let character = &mut self.characters[i];
-        tracing::warn!(character = %character.name, tools = character.ledger.len(), "restarting session manager: {why}");
-        character.manager =
-            SessionManager::launch(character.name.clone(), character.ledger.clone());
+    fn restart_manager(&mut self, i: usize) {
+        let c = &self.characters[i];
+        let manager = self.start_manager(&c.name, c.session.clone(), c.ledger.clone());
+        self.characters[i].manager = manager;
     }
 }
 
@@ -459,12 +524,8 @@ impl Handler<AddCharacter> for Router {
         if self.position(&msg.name).is_some() {
             return Err(RouterError::DuplicateCharacter(msg.name));
         }
-        tracing::info!(character = %msg.name, "character added");
-        self.characters.push(Character {
-            manager: SessionManager::launch(msg.name.clone(), ToolRegistry::new()),
-            name: msg.name,
-            ledger: ToolRegistry::new(),
-        });
+        tracing::info!(character = %msg.name, session = msg.session.is_some(), "character added");
+        self.push_character(msg.name, msg.session);
         Ok(())
     }
 }
@@ -490,8 +551,27 @@ impl Handler<RebuildCharacter> for Router {
         let i = self
             .position(&msg.name)
             .ok_or_else(|| RouterError::UnknownRole(msg.name.clone()))?;
-        self.restart_manager(i, "rebuild requested");
+        tracing::info!(character = %msg.name, tools = self.characters[i].ledger.len(), "rebuilding session manager");
+        self.characters[i].session = msg.session;
+        self.restart_manager(i);
         Ok(())
+    }
+}
+
+impl Handler<ListSessions> for Router {
+    type Result = ResponseFuture<Vec<(String, SessionReport)>>;
+
+    fn handle(&mut self, _: ListSessions, _: &mut Self::Context) -> Self::Result {
+        let reports: Vec<_> = self
+            .characters
+            .iter()
+            .map(|c| {
+                let role = c.name.clone();
+                let reply = c.manager.send(ReportSession).timeout(MANAGER_REPLY_TIMEOUT);
+                async move { (role, reply.await.unwrap_or_else(|_| SessionReport::none())) }
+            })
+            .collect();
+        Box::pin(join_all(reports))
     }
 }
 

@@ -9,6 +9,7 @@ pub mod error;
 pub mod guard;
 mod invoke;
 pub mod requests;
+mod sessions;
 mod tools;
 
 use std::time::Duration;
@@ -18,11 +19,19 @@ use actix_web::{HttpResponse, web};
 
 use crate::actors::router::{MANAGER_REPLY_TIMEOUT, Router};
 use crate::dispatch::Dispatcher;
+use crate::session::settings::MAX_SYNC_TIMEOUT;
 use error::ApiError;
 
-/// How long a handler waits for the router: longer than the router's own wait for managers, so
-/// the router's per-character report (not this timeout) is what a slow character produces.
-pub const ROUTER_REPLY_TIMEOUT: Duration = Duration::from_secs(MANAGER_REPLY_TIMEOUT.as_secs() + 5);
+/// How long a handler waits for the router: longer than the router's own wait for any manager
+/// (a session's sync timeout is at most [`MAX_SYNC_TIMEOUT`]), so the router's per-character
+/// report, not this backstop, is what a slow character produces.
+pub const ROUTER_REPLY_TIMEOUT: Duration = Duration::from_secs(
+    if MANAGER_REPLY_TIMEOUT.as_secs() > MAX_SYNC_TIMEOUT.as_secs() {
+        MANAGER_REPLY_TIMEOUT.as_secs()
+    } else {
+        MAX_SYNC_TIMEOUT.as_secs()
+    } + 5,
+);
 
 /// What every handler shares.
 pub struct AppState {
@@ -32,7 +41,9 @@ pub struct AppState {
 
 /// The whole route tree.
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.configure(tools::configure).configure(invoke::configure);
+    cfg.configure(tools::configure)
+        .configure(invoke::configure)
+        .configure(sessions::configure);
 }
 
 /// A resource whose other methods answer 405 with a JSON body.

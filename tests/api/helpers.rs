@@ -27,9 +27,7 @@ pub fn settings(characters: &[&str]) -> Settings {
         bind: "127.0.0.1:0".parse().unwrap(),
         characters: characters
             .iter()
-            .map(|c| CharacterSettings {
-                name: (*c).to_owned(),
-            })
+            .map(|c| CharacterSettings::new(*c))
             .collect(),
         workers: Some(2),
         ..Settings::default()
@@ -153,4 +151,220 @@ pub fn tool_body(name: &str, callback_url: &str, source: &str) -> Value {
         "source": source,
         "timeout_seconds": 30
     })
+}
+
+impl TestApp {
+    /// Sends `request` (a GET, or a POST of `body` as JSON) and returns the status and JSON answer.
+    pub async fn send(&self, request: awc::ClientRequest, body: Option<&Value>) -> (u16, Value) {
+        let mut response = match body {
+            Some(body) => request.send_json(body).await,
+            None => request.send().await,
+        }
+        .expect("request sent");
+        let status = response.status().as_u16();
+        let bytes = response.body().limit(64 << 20).await.expect("body read");
+        (status, parse_json(&bytes))
+    }
+
+    /// GET `path` with this `Host` header instead of the address connected to.
+    pub async fn get_with_host(&self, path: &str, host: &str) -> (u16, Value) {
+        let request = self
+            .client
+            .get(self.url(path))
+            .insert_header(("host", host));
+        self.send(request, None).await
+    }
+
+    /// The full listing (`GET /api/tools`, or one role), asserting a 200.
+    pub async fn listing(&self, role: Option<&str>) -> Value {
+        let path = match role {
+            Some(r) => format!("/api/tools?role={r}"),
+            None => "/api/tools".to_owned(),
+        };
+        let (status, body) = self.get(&path).await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// Runs `request` (raw HTTP/1.x bytes) over a fresh connection to the server.
+    pub async fn raw(&self, request: Vec<u8>) -> RawResponse {
+        raw_exchange_async(self.addr, request).await
+    }
+
+    /// The `Host` value a well-behaved local client sends.
+    pub fn host(&self) -> String {
+        self.addr.to_string()
+    }
+}
+
+/// The keys of a JSON object in the order they were written.
+pub fn keys(value: &Value) -> Vec<String> {
+    value
+        .as_object()
+        .unwrap_or_else(|| panic!("not an object: {value}"))
+        .keys()
+        .cloned()
+        .collect()
+}
+
+/// The names of the tools listed for `role` in a listing, in order.
+pub fn listed_names(listing: &Value, role: &str) -> Vec<String> {
+    listing["tools_by_role"][role]
+        .as_array()
+        .unwrap_or_else(|| panic!("no role {role} in {listing}"))
+        .iter()
+        .map(|t| t["name"].as_str().expect("tool name").to_owned())
+        .collect()
+}
+
+/// A response read off a raw socket.
+#[derive(Debug)]
+pub struct RawResponse {
+    pub status: u16,
+    /// Header names in lower case, in the order sent.
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl RawResponse {
+    pub fn json(&self) -> Value {
+        parse_json(&self.body)
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A raw request head: `METHOD PATH HTTP/1.1`, the given headers and `Connection: close`.
+pub fn raw_head(method: &str, path: &str, headers: &[(&str, &str)]) -> Vec<u8> {
+    let mut head = format!("{method} {path} HTTP/1.1\r\n");
+    for (name, value) in headers {
+        head.push_str(&format!("{name}: {value}\r\n"));
+    }
+    head.push_str("Connection: close\r\n\r\n");
+    head.into_bytes()
+}
+
+/// `data` in chunked transfer encoding, `chunk` bytes per chunk, with the terminating chunk.
+pub fn chunked(data: &[u8], chunk: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len() + data.len() / chunk * 10 + 16);
+    for part in data.chunks(chunk) {
+        out.extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
+        out.extend_from_slice(part);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"0\r\n\r\n");
+    out
+}
+
+/// [`raw_exchange`] off the async runtime's threads (the test's actors run on this thread).
+pub async fn raw_exchange_async(addr: SocketAddr, request: Vec<u8>) -> RawResponse {
+    actix_web::rt::task::spawn_blocking(move || raw_exchange(addr, request))
+        .await
+        .expect("raw exchange finished")
+}
+
+/// Writes `request` to a fresh connection to `addr` (from its own thread, so a server that
+/// answers before reading everything cannot deadlock us) and reads one response.
+pub fn raw_exchange(addr: SocketAddr, request: Vec<u8>) -> RawResponse {
+    use std::io::Write;
+    use std::net::{Shutdown, TcpStream};
+
+    let stream = TcpStream::connect_timeout(&addr, HTTP_DEADLINE).expect("connected");
+    stream.set_read_timeout(Some(HTTP_DEADLINE)).unwrap();
+    stream.set_write_timeout(Some(HTTP_DEADLINE)).unwrap();
+    let mut writer = stream.try_clone().expect("socket cloned");
+    let writing = std::thread::spawn(move || {
+        // The server may stop reading once it has answered; that write error is expected.
+        let _ = writer.write_all(&request).and_then(|()| writer.flush());
+    });
+    let response = read_response(&stream);
+    // Unblocks a write still waiting for the server to read.
+    let _ = stream.shutdown(Shutdown::Both);
+    writing.join().expect("writer thread");
+    response
+}
+
+/// Reads one HTTP/1.x response (sized, chunked, or delimited by the end of the connection).
+fn read_response(mut stream: &std::net::TcpStream) -> RawResponse {
+    use std::io::Read;
+
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = stream.read(&mut chunk).expect("response head read");
+        assert!(n > 0, "connection closed before a response head: {buf:?}");
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status_line = lines.next().unwrap_or_default();
+    let status = status_line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+    let headers: Vec<(String, String)> = lines
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (n, v) = l.split_once(':').expect("header line");
+            (n.trim().to_ascii_lowercase(), v.trim().to_owned())
+        })
+        .collect();
+    let mut body = buf[head_end..].to_vec();
+    let header = |name: &str| {
+        headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+    };
+    if let Some(length) = header("content-length") {
+        let length: usize = length.parse().expect("content-length");
+        while body.len() < length {
+            let n = stream.read(&mut chunk).expect("response body read");
+            assert!(n > 0, "connection closed inside a sized body");
+            body.extend_from_slice(&chunk[..n]);
+        }
+        body.truncate(length);
+    } else if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+        while !body.ends_with(b"0\r\n\r\n") {
+            let n = stream.read(&mut chunk).expect("response body read");
+            assert!(n > 0, "connection closed inside a chunked body");
+            body.extend_from_slice(&chunk[..n]);
+        }
+        body = dechunk(&body);
+    } else {
+        stream.read_to_end(&mut body).expect("response body read");
+    }
+    RawResponse {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = data
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("chunk size line");
+        let size_text = String::from_utf8_lossy(&data[..line_end]);
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap().trim(), 16)
+            .expect("chunk size");
+        data = &data[line_end + 2..];
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&data[..size]);
+        data = &data[size + 2..];
+    }
 }

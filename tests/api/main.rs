@@ -3,4 +3,20 @@
 
 mod helpers;
 
+mod auto_removal;
+mod callback_server;
+mod callback_urls;
+mod cli;
+mod concurrency;
+mod dispatch;
+mod fake_realtime;
+mod guard;
+mod invoke;
+mod lifecycle;
+mod listing;
+mod local_tools;
+mod roles;
+mod schema;
+mod sessions;
 mod smoke;
+mod validation;

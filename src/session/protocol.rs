@@ -1,0 +1,304 @@
+//! The realtime wire protocol, as plain functions: the client events we send (per dialect) and
+//! the server events we act on. No I/O here; the session actor does the talking.
+//!
+//! The `openai` dialect speaks the GA OpenAI Realtime protocol (`session.type = "realtime"`).
+//! Qwen-Omni and GLM realtime endpoints follow the older shape with small differences.
+
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::domain::tool::SharedTool;
+
+/// Which flavour of the OpenAI Realtime protocol the endpoint speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dialect {
+    /// OpenAI Realtime, GA protocol.
+    Openai,
+    /// Qwen-Omni realtime: nested function tools, `enable_search: false`.
+    Qwen,
+    /// GLM realtime: flat tools, explicit server VAD.
+    Glm,
+}
+
+/// `session.update` carrying the full tool list, shaped for `dialect`.
+pub fn session_update(dialect: Dialect, tools: &[SharedTool], event_id: &str) -> Value {
+    let mut session = Map::new();
+    match dialect {
+        Dialect::Openai => {
+            session.insert("type".into(), json!("realtime"));
+            session.insert(
+                "tools".into(),
+                Value::Array(tools.iter().map(flat_tool).collect()),
+            );
+            if !tools.is_empty() {
+                session.insert("tool_choice".into(), json!("auto"));
+            }
+        }
+        Dialect::Qwen => {
+            let nested = tools
+                .iter()
+                .map(|t| json!({"type": "function", "function": function_body(t)}))
+                .collect();
+            session.insert("tools".into(), Value::Array(nested));
+            if !tools.is_empty() {
+                session.insert("enable_search".into(), json!(false));
+            }
+        }
+        Dialect::Glm => {
+            session.insert(
+                "tools".into(),
+                Value::Array(tools.iter().map(flat_tool).collect()),
+            );
+            session.insert("turn_detection".into(), json!({"type": "server_vad"}));
+        }
+    }
+    json!({"type": "session.update", "event_id": event_id, "session": session})
+}
+
+fn function_body(tool: &SharedTool) -> Value {
+    json!({
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.parameters,
+    })
+}
+
+fn flat_tool(tool: &SharedTool) -> Value {
+    json!({
+        "type": "function",
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.parameters,
+    })
+}
+
+/// Answers one function call with the text the model will read.
+pub fn function_call_output(call_id: &str, output: &str, event_id: &str) -> Value {
+    json!({
+        "type": "conversation.item.create",
+        "event_id": event_id,
+        "item": {"type": "function_call_output", "call_id": call_id, "output": output},
+    })
+}
+
+/// Asks the model to go on once every call of a response has been answered.
+pub fn response_create(event_id: &str) -> Value {
+    json!({"type": "response.create", "event_id": event_id})
+}
+
+/// A server event the session acts on; everything else is [`ServerEvent::Ignored`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServerEvent {
+    /// The last `session.update` was applied.
+    SessionUpdated,
+    /// The server refused something; `event_id` names the client event when it says.
+    Error {
+        message: String,
+        event_id: Option<String>,
+    },
+    /// The model finished the arguments of a function call.
+    FunctionCall(FunctionCall),
+    /// A response finished; `calls` are its function calls (from its output items).
+    ResponseDone {
+        response_id: Option<String>,
+        calls: Vec<FunctionCall>,
+    },
+    /// Audio, transcripts, `session.created`, …: not ours to handle.
+    Ignored,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct FunctionCall {
+    pub response_id: Option<String>,
+    pub call_id: String,
+    pub name: String,
+    /// The exact argument text the model produced.
+    pub arguments: String,
+}
+
+/// Why a text frame could not be read as a server event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EventError {
+    #[error("server event is not a JSON object with a \"type\": {0}")]
+    Malformed(String),
+    #[error("{kind} event lacks {field}")]
+    MissingField {
+        kind: &'static str,
+        field: &'static str,
+    },
+}
+
+pub fn parse_server_event(text: &str) -> Result<ServerEvent, EventError> {
+    let event: Value =
+        serde_json::from_str(text).map_err(|e| EventError::Malformed(e.to_string()))?;
+    let Some(kind) = event.get("type").and_then(Value::as_str) else {
+        return Err(EventError::Malformed("no \"type\" field".into()));
+    };
+    match kind {
+        "session.updated" => Ok(ServerEvent::SessionUpdated),
+        "error" => {
+            let error = event.get("error").unwrap_or(&Value::Null);
+            let message = error
+                .get("message")
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .unwrap_or_else(|| error.to_string());
+            let code = error.get("code").and_then(Value::as_str);
+            Ok(ServerEvent::Error {
+                message: match code {
+                    Some(code) => format!("{message} ({code})"),
+                    None => message,
+                },
+                event_id: error
+                    .get("event_id")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned),
+            })
+        }
+        "response.function_call_arguments.done" => {
+            let call = function_call(&event, str_field(&event, "response_id")).ok_or(
+                EventError::MissingField {
+                    kind: "response.function_call_arguments.done",
+                    field: "call_id",
+                },
+            )?;
+            Ok(ServerEvent::FunctionCall(call))
+        }
+        "response.done" => {
+            let response = event.get("response").unwrap_or(&Value::Null);
+            let response_id = str_field(response, "id");
+            let calls = response
+                .get("output")
+                .and_then(Value::as_array)
+                .map(|items| {
+                    items
+                        .iter()
+                        .filter(|i| i.get("type").and_then(Value::as_str) == Some("function_call"))
+                        .filter_map(|i| function_call(i, response_id.clone()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            Ok(ServerEvent::ResponseDone { response_id, calls })
+        }
+        _ => Ok(ServerEvent::Ignored),
+    }
+}
+
+fn str_field(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::to_owned)
+}
+
+fn function_call(v: &Value, response_id: Option<String>) -> Option<FunctionCall> {
+    Some(FunctionCall {
+        response_id,
+        call_id: str_field(v, "call_id")?,
+        name: str_field(v, "name").unwrap_or_default(),
+        arguments: str_field(v, "arguments").unwrap_or_default(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::domain::callback_url::CallbackUrl;
+    use crate::domain::tool::{ToolSpec, empty_parameters};
+
+    fn tools() -> Vec<SharedTool> {
+        vec![Arc::new(ToolSpec::remote(
+            "get_weather",
+            "Get weather.",
+            empty_parameters(),
+            "plugin:w",
+            CallbackUrl::parse("http://127.0.0.1:9/cb").unwrap(),
+            Duration::from_secs(5),
+        ))]
+    }
+
+    #[test]
+    fn openai_shape() {
+        let update = session_update(Dialect::Openai, &tools(), "e1");
+        assert_eq!(
+            update,
+            json!({"type": "session.update", "event_id": "e1", "session": {
+                "type": "realtime",
+                "tools": [{"type": "function", "name": "get_weather", "description": "Get weather.",
+                           "parameters": {"type": "object", "properties": {}}}],
+                "tool_choice": "auto"
+            }})
+        );
+        let empty = session_update(Dialect::Openai, &[], "e2");
+        assert_eq!(empty["session"], json!({"type": "realtime", "tools": []}));
+    }
+
+    #[test]
+    fn qwen_shape() {
+        let update = session_update(Dialect::Qwen, &tools(), "e");
+        assert_eq!(
+            update["session"]["tools"][0]["function"]["name"],
+            "get_weather"
+        );
+        assert_eq!(update["session"]["tools"][0]["type"], "function");
+        assert_eq!(update["session"]["enable_search"], false);
+        let empty = session_update(Dialect::Qwen, &[], "e");
+        assert_eq!(empty["session"], json!({"tools": []}));
+    }
+
+    #[test]
+    fn glm_shape() {
+        let update = session_update(Dialect::Glm, &tools(), "e");
+        assert_eq!(update["session"]["tools"][0]["name"], "get_weather");
+        assert_eq!(
+            update["session"]["turn_detection"],
+            json!({"type": "server_vad"})
+        );
+    }
+
+    #[test]
+    fn server_events() {
+        assert_eq!(
+            parse_server_event(r#"{"type":"session.updated","session":{}}"#),
+            Ok(ServerEvent::SessionUpdated)
+        );
+        assert_eq!(
+            parse_server_event(r#"{"type":"response.audio.delta","delta":"AAA"}"#),
+            Ok(ServerEvent::Ignored)
+        );
+        assert_eq!(
+            parse_server_event(
+                r#"{"type":"error","error":{"type":"invalid_request_error","code":"bad_tool","message":"Invalid tool","event_id":"e7"}}"#
+            ),
+            Ok(ServerEvent::Error {
+                message: "Invalid tool (bad_tool)".into(),
+                event_id: Some("e7".into())
+            })
+        );
+        let call = parse_server_event(
+            r#"{"type":"response.function_call_arguments.done","response_id":"r1","item_id":"i","output_index":0,"call_id":"c1","name":"get_weather","arguments":"{\"city\": \"Tokyo\"}"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            call,
+            ServerEvent::FunctionCall(FunctionCall {
+                response_id: Some("r1".into()),
+                call_id: "c1".into(),
+                name: "get_weather".into(),
+                arguments: "{\"city\": \"Tokyo\"}".into()
+            })
+        );
+        let done = parse_server_event(
+            r#"{"type":"response.done","response":{"id":"r1","output":[{"type":"function_call","call_id":"c1","name":"n","arguments":"{}"},{"type":"message"}]}}"#,
+        )
+        .unwrap();
+        let ServerEvent::ResponseDone { response_id, calls } = done else {
+            panic!("response.done")
+        };
+        assert_eq!(response_id.as_deref(), Some("r1"));
+        assert_eq!(calls.len(), 1);
+        assert!(parse_server_event("not json").is_err());
+        assert!(parse_server_event("[1]").is_err());
+    }
+}

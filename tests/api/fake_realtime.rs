@@ -1,0 +1,268 @@
+//! A protocol-faithful fake of an OpenAI-Realtime-style server: actix-web + actix-ws on port 0.
+//!
+//! It greets each connection with `session.created`, records every client event, answers
+//! `session.update` according to its [`AckMode`], and lets a test push server events, drop the
+//! connection, and wait (with a deadline) for the events it expects.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+use tokio::sync::{Semaphore, watch};
+
+/// How `session.update` is answered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AckMode {
+    /// `session.updated` at once.
+    Immediate,
+    /// `session.updated` after a delay.
+    Delay(Duration),
+    /// Only when the test calls [`FakeRealtime::release_acks`].
+    Held,
+    /// Never answered.
+    Never,
+    /// An `error` event naming the update's `event_id`.
+    Error(String),
+}
+
+#[derive(Default)]
+struct Shared {
+    /// Client events, in arrival order, over every connection.
+    events: Vec<Value>,
+    /// Authorization headers seen at each handshake.
+    authorizations: Vec<Option<String>>,
+    connections: usize,
+    acks_sent: usize,
+    session: Option<actix_ws::Session>,
+}
+
+#[derive(Clone)]
+pub struct FakeRealtime {
+    pub url: String,
+    shared: Arc<Mutex<Shared>>,
+    mode: Arc<Mutex<AckMode>>,
+    released: Arc<Semaphore>,
+    changed: watch::Sender<u64>,
+}
+
+/// Longest a test waits for the session to do something.
+pub const EVENT_DEADLINE: Duration = Duration::from_secs(20);
+
+impl FakeRealtime {
+    pub async fn start(mode: AckMode) -> FakeRealtime {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (changed, _) = watch::channel(0);
+        let fake = FakeRealtime {
+            url: format!("ws://127.0.0.1:{port}/v1/realtime?model=fake"),
+            shared: Arc::default(),
+            mode: Arc::new(Mutex::new(mode)),
+            released: Arc::new(Semaphore::new(0)),
+            changed,
+        };
+        let state = web::Data::new(fake.clone());
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(state.clone())
+                .route("/v1/realtime", web::get().to(handshake))
+        })
+        .workers(1)
+        .listen(listener)
+        .unwrap()
+        .run();
+        actix_web::rt::spawn(server);
+        fake
+    }
+
+    pub fn set_mode(&self, mode: AckMode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+
+    /// Lets `n` held acknowledgements go.
+    pub fn release_acks(&self, n: usize) {
+        self.released.add_permits(n);
+    }
+
+    pub fn events(&self) -> Vec<Value> {
+        self.shared.lock().unwrap().events.clone()
+    }
+
+    /// Client events of one type, in order.
+    pub fn events_of(&self, kind: &str) -> Vec<Value> {
+        self.events()
+            .into_iter()
+            .filter(|e| e["type"] == kind)
+            .collect()
+    }
+
+    pub fn connections(&self) -> usize {
+        self.shared.lock().unwrap().connections
+    }
+
+    pub fn acks_sent(&self) -> usize {
+        self.shared.lock().unwrap().acks_sent
+    }
+
+    pub fn authorizations(&self) -> Vec<Option<String>> {
+        self.shared.lock().unwrap().authorizations.clone()
+    }
+
+    fn notify(&self) {
+        self.changed.send_modify(|n| *n += 1);
+    }
+
+    /// Waits until `done` holds over the recorded events; returns its value.
+    pub async fn wait_for<T>(&self, what: &str, mut done: impl FnMut(&[Value]) -> Option<T>) -> T {
+        let mut rx = self.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
+        loop {
+            if let Some(found) = done(&self.events()) {
+                return found;
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                _ => panic!(
+                    "timed out waiting for {what}; events so far: {:#?}",
+                    self.events()
+                ),
+            }
+        }
+    }
+
+    /// Waits for the `n`-th `session.update` (1-based) and returns it.
+    pub async fn nth_update(&self, n: usize) -> Value {
+        self.wait_for(&format!("session.update #{n}"), |events| {
+            events
+                .iter()
+                .filter(|e| e["type"] == "session.update")
+                .nth(n - 1)
+                .cloned()
+        })
+        .await
+    }
+
+    /// Waits for a `session.update` whose tool names are exactly `names`.
+    pub async fn update_with_tools(&self, names: &[&str]) -> Value {
+        self.wait_for(&format!("session.update with tools {names:?}"), |events| {
+            events
+                .iter()
+                .rev()
+                .find(|e| e["type"] == "session.update" && update_tool_names(e) == names)
+                .cloned()
+        })
+        .await
+    }
+
+    /// Waits until `n` connections have been made.
+    pub async fn wait_connections(&self, n: usize) {
+        let mut rx = self.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
+        while self.connections() < n {
+            if !matches!(
+                tokio::time::timeout_at(deadline, rx.changed()).await,
+                Ok(Ok(()))
+            ) {
+                panic!("timed out waiting for connection #{n}");
+            }
+        }
+    }
+
+    /// Sends a server event to the connected client.
+    pub async fn push(&self, event: Value) {
+        let session = self.shared.lock().unwrap().session.clone();
+        let mut session = session.expect("a client is connected");
+        session.text(event.to_string()).await.expect("event sent");
+    }
+
+    /// Closes the current connection from the server side.
+    pub async fn drop_connection(&self) {
+        let session = self.shared.lock().unwrap().session.take();
+        if let Some(session) = session {
+            let _ = session.close(None).await;
+        }
+    }
+}
+
+/// The tool names a recorded `session.update` carries (flat or nested shape).
+pub fn update_tool_names(update: &Value) -> Vec<String> {
+    update["session"]["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .map(|t| {
+                    t["name"]
+                        .as_str()
+                        .or_else(|| t["function"]["name"].as_str())
+                        .unwrap_or_default()
+                        .to_owned()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+async fn handshake(
+    req: HttpRequest,
+    body: web::Payload,
+    fake: web::Data<FakeRealtime>,
+) -> actix_web::Result<HttpResponse> {
+    let (response, mut session, stream) = actix_ws::handle(&req, body)?;
+    let mut stream = stream.max_frame_size(64 << 20);
+    let fake = fake.get_ref().clone();
+    {
+        let mut shared = fake.shared.lock().unwrap();
+        shared.connections += 1;
+        shared.authorizations.push(
+            req.headers()
+                .get("authorization")
+                .map(|v| v.to_str().unwrap_or_default().to_owned()),
+        );
+        shared.session = Some(session.clone());
+    }
+    fake.notify();
+    actix_web::rt::spawn(async move {
+        let created = json!({"type": "session.created", "event_id": "srv_0", "session": {"type": "realtime", "id": "sess_fake"}});
+        let _ = session.text(created.to_string()).await;
+        while let Some(Ok(message)) = stream.next().await {
+            let actix_ws::Message::Text(text) = message else {
+                continue;
+            };
+            let event: Value =
+                serde_json::from_str(&text).unwrap_or(Value::String(text.to_string()));
+            fake.shared.lock().unwrap().events.push(event.clone());
+            fake.notify();
+            if event["type"] == "session.update" {
+                answer_update(&fake, session.clone(), event);
+            }
+        }
+    });
+    Ok(response)
+}
+
+fn answer_update(fake: &FakeRealtime, mut session: actix_ws::Session, update: Value) {
+    let mode = fake.mode.lock().unwrap().clone();
+    let ack =
+        json!({"type": "session.updated", "event_id": "srv_ack", "session": update["session"]});
+    let fake = fake.clone();
+    actix_web::rt::spawn(async move {
+        match mode {
+            AckMode::Immediate => {}
+            AckMode::Delay(d) => actix_web::rt::time::sleep(d).await,
+            AckMode::Held => fake.released.acquire().await.unwrap().forget(),
+            AckMode::Never => return,
+            AckMode::Error(message) => {
+                let error = json!({"type": "error", "event_id": "srv_err", "error": {
+                    "type": "invalid_request_error", "code": "invalid_value",
+                    "message": message, "event_id": update["event_id"]}});
+                let _ = session.text(error.to_string()).await;
+                return;
+            }
+        }
+        fake.shared.lock().unwrap().acks_sent += 1;
+        fake.notify();
+        let _ = session.text(ack.to_string()).await;
+    });
+}

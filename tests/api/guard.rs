@@ -1,0 +1,306 @@
+//! The loopback rule for callers: a foreign `Host` header is a 403 on every route (checked
+//! before the body is read), loopback `Host` forms pass, forwarded headers change nothing, and a
+//! non-loopback peer is refused — through the seam that decides it, and over a real socket when
+//! this machine has a non-loopback address.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+
+use actix_web::ResponseError;
+use runtime_tools::api::error::ApiError;
+use runtime_tools::api::guard::check_caller;
+use serde_json::{Value, json};
+
+use crate::helpers::{raw_head, settings, spawn_app, spawn_app_with, tool_body};
+
+fn foreign_host(host: &str) -> Value {
+    json!({"ok": false, "detail": format!("Host header {host:?} is not a loopback name or address")})
+}
+
+fn foreign_peer(ip: &str) -> Value {
+    json!({"ok": false, "detail": format!("only loopback clients may use this API (caller {ip})")})
+}
+
+#[actix_web::test]
+async fn a_foreign_host_header_is_a_403_on_every_route() {
+    let app = spawn_app(&["Lanlan"]).await;
+    let port = app.addr.port();
+    let hosts = [
+        "evil.example".to_owned(),
+        format!("evil.example:{port}"),
+        "localhost.evil.example".to_owned(),
+        format!("localhost.evil.example:{port}"),
+        "127.0.0.1.evil.example".to_owned(),
+        "localhost.".to_owned(),
+        "127.1".to_owned(),
+        "2130706433".to_owned(),
+        format!("10.0.0.1:{port}"),
+        format!("[2001:db8::1]:{port}"),
+        "0.0.0.0".to_owned(),
+    ];
+    for host in &hosts {
+        assert_eq!(
+            app.get_with_host("/api/tools", host).await,
+            (403, foreign_host(host)),
+            "GET {host}"
+        );
+        for (path, body) in [
+            (
+                "/api/tools/register",
+                tool_body("t", "http://127.0.0.1:9000/cb", "s"),
+            ),
+            ("/api/tools/unregister", json!({"name": "t"})),
+            ("/api/tools/clear", json!({"source": "s"})),
+            ("/api/tools/invoke", json!({"name": "t"})),
+        ] {
+            let request = app
+                .client
+                .post(app.url(path))
+                .insert_header(("host", host.as_str()));
+            assert_eq!(
+                app.send(request, Some(&body)).await,
+                (403, foreign_host(host)),
+                "POST {path} {host}"
+            );
+        }
+        // Unknown routes too: the rule covers the whole server.
+        assert_eq!(
+            app.get_with_host("/nowhere", host).await,
+            (403, foreign_host(host)),
+            "GET /nowhere {host}"
+        );
+    }
+    assert_eq!(app.tool_names(None).await, json!({"Lanlan": []}));
+}
+
+#[actix_web::test]
+async fn loopback_host_forms_pass() {
+    let app = spawn_app(&["Lanlan"]).await;
+    let port = app.addr.port();
+    for host in [
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        format!("[::1]:{port}"),
+        format!("LocalHost:{port}"),
+        format!("127.0.0.2:{port}"),
+        format!("[::ffff:127.0.0.1]:{port}"),
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "[::1]".to_owned(),
+    ] {
+        assert_eq!(
+            app.get_with_host("/api/tools", &host).await,
+            (200, json!({"ok": true, "tools_by_role": {"Lanlan": []}})),
+            "{host}"
+        );
+        for (path, body) in [
+            (
+                "/api/tools/register",
+                tool_body("t", "http://localhost/cb", "s"),
+            ),
+            ("/api/tools/unregister", json!({"name": "t"})),
+        ] {
+            let request = app
+                .client
+                .post(app.url(path))
+                .insert_header(("host", host.as_str()));
+            let (status, answer) = app.send(request, Some(&body)).await;
+            assert_eq!(
+                (status, &answer["ok"]),
+                (200, &json!(true)),
+                "{host}: {answer}"
+            );
+        }
+    }
+}
+
+#[actix_web::test]
+async fn a_request_without_host_passes() {
+    let app = spawn_app(&["Lanlan"]).await;
+    let response = app.raw(b"GET /api/tools HTTP/1.0\r\n\r\n".to_vec()).await;
+    assert_eq!(
+        (response.status, response.json()),
+        (200, json!({"ok": true, "tools_by_role": {"Lanlan": []}}))
+    );
+}
+
+#[actix_web::test]
+async fn the_host_is_checked_before_the_body_is_read() {
+    let app = spawn_app(&["Lanlan"]).await;
+    // A declared body over the limit, never sent: the Host check answers first.
+    let request = raw_head(
+        "POST",
+        "/api/tools/register",
+        &[
+            ("Host", "evil.example"),
+            ("Content-Type", "application/json"),
+            ("Content-Length", "5000000"),
+        ],
+    );
+    let response = app.raw(request).await;
+    assert_eq!(
+        (response.status, response.json()),
+        (403, foreign_host("evil.example"))
+    );
+    // A body that is not JSON: 403, not 422.
+    let mut request = raw_head(
+        "POST",
+        "/api/tools/register",
+        &[
+            ("Host", "evil.example"),
+            ("Content-Type", "text/plain"),
+            ("Content-Length", "3"),
+        ],
+    );
+    request.extend_from_slice(b"???");
+    let response = app.raw(request).await;
+    assert_eq!(
+        (response.status, response.json()),
+        (403, foreign_host("evil.example"))
+    );
+}
+
+#[actix_web::test]
+async fn forwarded_headers_change_nothing_for_a_loopback_caller() {
+    let app = spawn_app(&["Lanlan"]).await;
+    let request = app
+        .client
+        .get(app.url("/api/tools"))
+        .insert_header(("x-forwarded-for", "8.8.8.8"))
+        .insert_header(("forwarded", "for=8.8.8.8;host=evil.example"))
+        .insert_header(("x-real-ip", "8.8.8.8"))
+        .insert_header(("x-forwarded-host", "evil.example"));
+    assert_eq!(
+        app.send(request, None).await,
+        (200, json!({"ok": true, "tools_by_role": {"Lanlan": []}}))
+    );
+}
+
+async fn response_json(error: &ApiError) -> (u16, Value) {
+    let response = error.error_response();
+    let status = response.status().as_u16();
+    let bytes = actix_web::body::to_bytes(response.into_body())
+        .await
+        .expect("error body");
+    (
+        status,
+        serde_json::from_slice(&bytes).expect("JSON error body"),
+    )
+}
+
+#[actix_web::test]
+async fn the_guard_seam_refuses_non_loopback_peers_with_a_403() {
+    for (peer, ip) in [
+        ("10.0.0.2:5000", "10.0.0.2"),
+        ("192.168.1.5:80", "192.168.1.5"),
+        ("8.8.8.8:443", "8.8.8.8"),
+        ("0.0.0.0:1", "0.0.0.0"),
+        ("[2001:db8::1]:5000", "2001:db8::1"),
+        ("[::ffff:10.0.0.1]:5000", "::ffff:10.0.0.1"),
+        ("[::]:1", "::"),
+        ("[fe80::1]:1", "fe80::1"),
+    ] {
+        let peer: SocketAddr = peer.parse().unwrap();
+        // Whatever the Host says, and whatever a forwarded header would have said.
+        for host in [Some("127.0.0.1:48911"), Some("localhost"), None] {
+            let error = check_caller(Some(peer), host).unwrap_err();
+            assert_eq!(
+                response_json(&error).await,
+                (403, foreign_peer(ip)),
+                "{peer}"
+            );
+        }
+    }
+    let error = check_caller(None, Some("localhost")).unwrap_err();
+    assert_eq!(
+        response_json(&error).await,
+        (
+            403,
+            json!({"ok": false, "detail": "only loopback clients may use this API (caller address unknown)"})
+        )
+    );
+}
+
+#[actix_web::test]
+async fn the_guard_seam_passes_loopback_peers_and_checks_their_host() {
+    for peer in [
+        "127.0.0.1:5000",
+        "127.8.9.10:1",
+        "[::1]:5000",
+        "[::ffff:127.0.0.1]:5000",
+        "[::ffff:127.2.3.4]:5000",
+    ] {
+        let peer: SocketAddr = peer.parse().unwrap();
+        for host in [
+            None,
+            Some("localhost:1"),
+            Some("127.0.0.1"),
+            Some("[::1]:48911"),
+        ] {
+            assert!(
+                matches!(check_caller(Some(peer), host), Ok(())),
+                "{peer} {host:?}"
+            );
+        }
+        let error = check_caller(Some(peer), Some("evil.example")).unwrap_err();
+        assert_eq!(
+            response_json(&error).await,
+            (403, foreign_host("evil.example")),
+            "{peer}"
+        );
+    }
+}
+
+/// This machine's address on its default route, if it has a non-loopback one.
+fn non_loopback_address() -> Option<IpAddr> {
+    let socket = UdpSocket::bind("0.0.0.0:0").ok()?;
+    // Connecting a UDP socket sends nothing; it only picks the route and the source address.
+    socket.connect("198.51.100.1:9").ok()?;
+    let ip = socket.local_addr().ok()?.ip();
+    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
+}
+
+#[actix_web::test]
+async fn a_real_non_loopback_peer_is_refused() {
+    let Some(ip) = non_loopback_address() else {
+        eprintln!("skipped: this machine has no non-loopback IPv4 address on a default route");
+        return;
+    };
+    let mut config = settings(&["Lanlan"]);
+    config.bind = "0.0.0.0:0".parse().unwrap();
+    let app = spawn_app_with(config).await;
+    let port = app.addr.port();
+    let url = format!("http://{ip}:{port}/api/tools");
+    for request in [
+        app.client
+            .get(&url)
+            .insert_header(("host", format!("localhost:{port}"))),
+        app.client
+            .get(&url)
+            .insert_header(("host", format!("127.0.0.1:{port}")))
+            .insert_header(("x-forwarded-for", "127.0.0.1"))
+            .insert_header(("forwarded", "for=127.0.0.1")),
+    ] {
+        assert_eq!(
+            app.send(request, None).await,
+            (403, foreign_peer(&ip.to_string()))
+        );
+    }
+    let request = app
+        .client
+        .post(format!("http://{ip}:{port}/api/tools/register"))
+        .insert_header(("host", format!("localhost:{port}")));
+    assert_eq!(
+        app.send(
+            request,
+            Some(&tool_body("t", "http://127.0.0.1:9000/cb", "s"))
+        )
+        .await,
+        (403, foreign_peer(&ip.to_string()))
+    );
+    // The same server still answers loopback callers, and nothing was registered.
+    let request = app.client.get(format!("http://127.0.0.1:{port}/api/tools"));
+    assert_eq!(
+        app.send(request, None).await,
+        (200, json!({"ok": true, "tools_by_role": {"Lanlan": []}}))
+    );
+}

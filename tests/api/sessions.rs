@@ -1,0 +1,567 @@
+//! Live model sessions against the fake realtime server: acknowledged sync, dialects, merging,
+//! reconnects, the model's function calls, the runaway guard and `/api/sessions`.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use actix_web::{App, HttpResponse, HttpServer, web};
+use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::settings::SessionSettings;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use crate::fake_realtime::{AckMode, EVENT_DEADLINE, FakeRealtime, update_tool_names};
+use crate::helpers::{TestApp, settings, spawn_app_with, tool_body};
+use crate::schema::validate_client_events;
+
+async fn app_with_session(
+    fake: &FakeRealtime,
+    others: &[&str],
+    dialect: Dialect,
+    tweak: impl FnOnce(&mut SessionSettings),
+) -> TestApp {
+    let mut names = vec!["Mio"];
+    names.extend_from_slice(others);
+    let mut settings = settings(&names);
+    let mut session = SessionSettings::new(&fake.url, dialect);
+    tweak(&mut session);
+    settings.characters[0].session = Some(session);
+    spawn_app_with(settings).await
+}
+
+/// A callback server that records each body and answers by path: `/ok/..` with an output,
+/// `/err/..` with a tool-level error.
+#[derive(Clone)]
+struct Callback {
+    base: String,
+    bodies: Arc<Mutex<Vec<Value>>>,
+    changed: watch::Sender<u64>,
+}
+
+impl Callback {
+    async fn start() -> Callback {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let base = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+        let (changed, _) = watch::channel(0);
+        let callback = Callback {
+            base,
+            bodies: Arc::default(),
+            changed,
+        };
+        let state = web::Data::new(callback.clone());
+        let server = HttpServer::new(move || {
+            App::new().app_data(state.clone()).route(
+                "/{kind}/{tool}",
+                web::post().to(
+                    |path: web::Path<(String, String)>,
+                     body: web::Json<Value>,
+                     cb: web::Data<Callback>| async move {
+                        cb.bodies.lock().unwrap().push(body.into_inner());
+                        cb.changed.send_modify(|n| *n += 1);
+                        match path.0.as_str() {
+                            "ok" => HttpResponse::Ok()
+                                .json(json!({"output": {"temperature_c": 28}, "is_error": false})),
+                            _ => HttpResponse::Ok()
+                                .json(json!({"error": "location not found", "is_error": true})),
+                        }
+                    },
+                ),
+            )
+        })
+        .workers(1)
+        .listen(listener)
+        .unwrap()
+        .run();
+        actix_web::rt::spawn(server);
+        callback
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn bodies(&self) -> Vec<Value> {
+        self.bodies.lock().unwrap().clone()
+    }
+
+    async fn wait_bodies(&self, n: usize) -> Vec<Value> {
+        let mut rx = self.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
+        loop {
+            let bodies = self.bodies();
+            if bodies.len() >= n {
+                return bodies;
+            }
+            if !matches!(
+                tokio::time::timeout_at(deadline, rx.changed()).await,
+                Ok(Ok(()))
+            ) {
+                panic!("timed out waiting for {n} callback bodies, got {bodies:?}");
+            }
+        }
+    }
+}
+
+fn call_event(response_id: &str, call_id: &str, name: &str, arguments: &str) -> Value {
+    json!({"type": "response.function_call_arguments.done", "event_id": format!("srv_{call_id}"),
+           "response_id": response_id, "item_id": format!("item_{call_id}"), "output_index": 0,
+           "call_id": call_id, "name": name, "arguments": arguments})
+}
+
+fn response_done(response_id: &str, calls: &[(&str, &str, &str)]) -> Value {
+    let output: Vec<Value> = calls
+        .iter()
+        .map(|(call_id, name, arguments)| {
+            json!({"type": "function_call", "id": format!("item_{call_id}"),
+              "call_id": call_id, "name": name, "arguments": arguments, "status": "completed"})
+        })
+        .collect();
+    json!({"type": "response.done", "event_id": format!("srv_done_{response_id}"),
+           "response": {"id": response_id, "status": "completed", "output": output}})
+}
+
+#[actix_web::test]
+async fn register_returns_after_the_acknowledged_update_that_carries_the_tool() {
+    let fake = FakeRealtime::start(AckMode::Delay(Duration::from_millis(300))).await;
+    let app = app_with_session(&fake, &[], Dialect::Openai, |_| {}).await;
+    let first = fake.nth_update(1).await;
+    assert_eq!(first["session"], json!({"type": "realtime", "tools": []}));
+
+    let (status, body) = app
+        .register(&tool_body(
+            "get_weather",
+            "http://127.0.0.1:9/cb",
+            "plugin:w",
+        ))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body,
+        json!({"ok": true, "registered": "get_weather", "affected_roles": ["Mio"], "failed_roles": []})
+    );
+    // The answer came only after the fake acknowledged the update carrying the tool.
+    assert!(fake.acks_sent() >= 2, "acks sent: {}", fake.acks_sent());
+    let update = fake.update_with_tools(&["get_weather"]).await;
+    assert_eq!(
+        update["session"],
+        json!({"type": "realtime", "tool_choice": "auto", "tools": [{
+            "type": "function", "name": "get_weather", "description": "get_weather tool",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]})
+    );
+}
+
+#[actix_web::test]
+async fn reconnect_sends_the_tools_again() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let app = app_with_session(&fake, &[], Dialect::Openai, |_| {}).await;
+    fake.nth_update(1).await;
+    let (status, _) = app
+        .register(&tool_body(
+            "get_weather",
+            "http://127.0.0.1:9/cb",
+            "plugin:w",
+        ))
+        .await;
+    assert_eq!(status, 200);
+    let before = fake.events_of("session.update").len();
+
+    fake.drop_connection().await;
+    fake.wait_connections(2).await;
+    let after = fake.nth_update(before + 1).await;
+    assert_eq!(update_tool_names(&after), ["get_weather"]);
+}
+
+#[actix_web::test]
+async fn unacknowledged_update_fails_the_character_but_keeps_the_change() {
+    let fake = FakeRealtime::start(AckMode::Never).await;
+    let app = app_with_session(&fake, &[], Dialect::Openai, |s| {
+        s.sync_timeout = Duration::from_millis(500)
+    })
+    .await;
+    fake.nth_update(1).await;
+    let (status, body) = app
+        .register(&tool_body(
+            "get_weather",
+            "http://127.0.0.1:9/cb",
+            "plugin:w",
+        ))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body,
+        json!({"ok": false, "registered": "get_weather", "affected_roles": [],
+               "failed_roles": [{"role": "Mio", "error": "model session did not acknowledge the tool update (no session.updated within 0.5 s)"}],
+               "error": "no role accepted the registration"})
+    );
+    assert_eq!(
+        app.tool_names(Some("Mio")).await,
+        json!({"Mio": ["get_weather"]})
+    );
+}
+
+#[actix_web::test]
+async fn error_event_fails_the_character_with_the_provider_message() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let app = app_with_session(&fake, &["Lanlan"], Dialect::Openai, |_| {}).await;
+    fake.nth_update(1).await;
+    fake.set_mode(AckMode::Error(
+        "Invalid schema for function 'get_weather'".into(),
+    ));
+    let (status, body) = app
+        .register(&tool_body(
+            "get_weather",
+            "http://127.0.0.1:9/cb",
+            "plugin:w",
+        ))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body,
+        json!({"ok": true, "registered": "get_weather", "affected_roles": ["Lanlan"],
+               "failed_roles": [{"role": "Mio", "error": "model session refused the tool update: Invalid schema for function 'get_weather' (invalid_value)"}]})
+    );
+}
+
+#[actix_web::test]
+async fn qwen_and_glm_dialect_shapes() {
+    for (dialect, expected) in [
+        (
+            Dialect::Qwen,
+            json!({"enable_search": false, "tools": [{"type": "function", "function": {
+                "name": "get_weather", "description": "get_weather tool",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]}),
+        ),
+        (
+            Dialect::Glm,
+            json!({"turn_detection": {"type": "server_vad"}, "tools": [{"type": "function",
+                "name": "get_weather", "description": "get_weather tool",
+                "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]}),
+        ),
+    ] {
+        let fake = FakeRealtime::start(AckMode::Immediate).await;
+        let app = app_with_session(&fake, &[], dialect, |_| {}).await;
+        fake.nth_update(1).await;
+        let (status, _) = app
+            .register(&tool_body(
+                "get_weather",
+                "http://127.0.0.1:9/cb",
+                "plugin:w",
+            ))
+            .await;
+        assert_eq!(status, 200);
+        let update = fake.update_with_tools(&["get_weather"]).await;
+        assert_eq!(update["session"], expected, "{dialect:?}");
+    }
+}
+
+#[actix_web::test]
+async fn changes_during_an_update_merge_into_the_next_one() {
+    let fake = FakeRealtime::start(AckMode::Held).await;
+    let app = Arc::new(
+        app_with_session(&fake, &[], Dialect::Openai, |s| {
+            s.sync_timeout = Duration::from_secs(30)
+        })
+        .await,
+    );
+    fake.nth_update(1).await;
+    fake.release_acks(1);
+    fake.wait_for("the first acknowledgement", |_| {
+        (fake.acks_sent() >= 1).then_some(())
+    })
+    .await;
+
+    let register = |name: &'static str| {
+        let app = app.clone();
+        actix_web::rt::spawn(async move {
+            app.register(&tool_body(name, "http://127.0.0.1:9/cb", "plugin:w"))
+                .await
+        })
+    };
+    let first = register("a");
+    fake.update_with_tools(&["a"]).await;
+    let rest: Vec<_> = ["b", "c", "d"].into_iter().map(register).collect();
+    // All four changes are in the registry while the update for "a" is still unacknowledged.
+    let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
+    while sorted_names(&app.tool_names(Some("Mio")).await["Mio"]) != ["a", "b", "c", "d"] {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "changes never reached the registry"
+        );
+        actix_web::rt::task::yield_now().await;
+    }
+    assert!(
+        !first.is_finished(),
+        "a change returned before its update was acknowledged"
+    );
+
+    fake.release_acks(10);
+    for handle in std::iter::once(first).chain(rest) {
+        let (status, body) = handle.await.unwrap();
+        assert_eq!((status, body["ok"].clone()), (200, json!(true)), "{body}");
+    }
+    let updates = fake.events_of("session.update");
+    // The initial update, then "a", then at most two more for the three merged changes.
+    assert!(
+        updates.len() <= 4,
+        "{} updates for 4 changes: merging failed",
+        updates.len()
+    );
+    let mut last = update_tool_names(updates.last().unwrap());
+    last.sort();
+    assert_eq!(last, ["a", "b", "c", "d"]);
+}
+
+fn sorted_names(names: &Value) -> Vec<String> {
+    let mut names: Vec<String> = names
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|n| n.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+#[actix_web::test]
+async fn model_calls_reach_the_callback_and_are_answered() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let callback = Callback::start().await;
+    let app = app_with_session(&fake, &[], Dialect::Openai, |_| {}).await;
+    fake.nth_update(1).await;
+    for (name, path) in [
+        ("get_weather", "/ok/get_weather"),
+        ("lookup", "/err/lookup"),
+    ] {
+        let (status, _) = app
+            .register(&tool_body(name, &callback.url(path), "plugin:w"))
+            .await;
+        assert_eq!(status, 200);
+    }
+
+    // One response with two parallel calls: one succeeds, one is a tool-level error.
+    let raw = "{\"city\": \"Tokyo\"}";
+    fake.push(call_event("resp_1", "call_1", "get_weather", raw))
+        .await;
+    fake.push(call_event("resp_1", "call_2", "lookup", "{\"q\":1}"))
+        .await;
+    fake.push(response_done(
+        "resp_1",
+        &[
+            ("call_1", "get_weather", raw),
+            ("call_2", "lookup", "{\"q\":1}"),
+        ],
+    ))
+    .await;
+
+    let bodies = callback.wait_bodies(2).await;
+    let weather = bodies.iter().find(|b| b["call_id"] == "call_1").unwrap();
+    assert_eq!(
+        weather,
+        &json!({"name": "get_weather", "arguments": {"city": "Tokyo"}, "call_id": "call_1", "raw_arguments": raw})
+    );
+    let outputs = fake
+        .wait_for("two function outputs and a response.create", |events| {
+            let items: Vec<Value> = events
+                .iter()
+                .filter(|e| e["type"] == "conversation.item.create")
+                .map(|e| e["item"].clone())
+                .collect();
+            let creates = events
+                .iter()
+                .filter(|e| e["type"] == "response.create")
+                .count();
+            (items.len() == 2 && creates == 1).then_some(items)
+        })
+        .await;
+    let by_call = |id: &str| outputs.iter().find(|i| i["call_id"] == id).unwrap().clone();
+    assert_eq!(
+        by_call("call_1"),
+        json!({"type": "function_call_output", "call_id": "call_1", "output": "{\"temperature_c\":28}"})
+    );
+    let error_output: Value =
+        serde_json::from_str(by_call("call_2")["output"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        error_output,
+        json!({"error": "location not found", "is_error": true})
+    );
+
+    // A later response gets its own single response.create: none was sent twice for the first.
+    fake.push(call_event("resp_2", "call_3", "get_weather", "{}"))
+        .await;
+    fake.push(response_done("resp_2", &[("call_3", "get_weather", "{}")]))
+        .await;
+    fake.wait_for("the second response.create", |events| {
+        (events
+            .iter()
+            .filter(|e| e["type"] == "response.create")
+            .count()
+            >= 2)
+            .then_some(())
+    })
+    .await;
+    let events = fake.events();
+    let last_output = events
+        .iter()
+        .rposition(|e| e["type"] == "conversation.item.create")
+        .unwrap();
+    let creates: Vec<usize> = events
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e["type"] == "response.create")
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(creates.len(), 2);
+    assert!(
+        creates[1] > last_output,
+        "response.create must follow the last answer"
+    );
+
+    // Unknown tool: answered with an error naming the available tools, without a callback.
+    fake.push(call_event("resp_3", "call_4", "nope", "{}"))
+        .await;
+    fake.push(response_done("resp_3", &[("call_4", "nope", "{}")]))
+        .await;
+    let item = fake
+        .wait_for("the unknown-tool answer", |events| {
+            events
+                .iter()
+                .find(|e| {
+                    e["type"] == "conversation.item.create" && e["item"]["call_id"] == "call_4"
+                })
+                .map(|e| e["item"].clone())
+        })
+        .await;
+    let output: Value = serde_json::from_str(item["output"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        output,
+        json!({"error": "tool 'nope' is not registered; available tools: get_weather, lookup", "is_error": true})
+    );
+    assert_eq!(callback.bodies().len(), 3);
+
+    // Every event this session sent validates against the official GA client-event schema.
+    let report = validate_client_events(fake.events()).await;
+    assert!(report.is_ok(), "{report:?}");
+}
+
+#[actix_web::test]
+async fn schema_check_rejects_beta_shaped_events() {
+    let beta = json!({"type": "session.update", "session": {"tools": [], "modalities": ["text"]}});
+    let report = validate_client_events(vec![beta]).await;
+    assert!(
+        report.is_err(),
+        "the validator must reject a beta session.update: {report:?}"
+    );
+}
+
+#[actix_web::test]
+async fn runaway_guard_answers_without_calling_the_plugin() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let callback = Callback::start().await;
+    let app = app_with_session(&fake, &[], Dialect::Openai, |s| {
+        s.max_tool_calls_per_window = 2;
+        s.tool_call_window = Duration::from_secs(600);
+    })
+    .await;
+    fake.nth_update(1).await;
+    let (status, _) = app
+        .register(&tool_body(
+            "get_weather",
+            &callback.url("/ok/get_weather"),
+            "plugin:w",
+        ))
+        .await;
+    assert_eq!(status, 200);
+    let calls = [
+        ("c1", "get_weather", "{}"),
+        ("c2", "get_weather", "{}"),
+        ("c3", "get_weather", "{}"),
+    ];
+    for (id, name, args) in calls {
+        fake.push(call_event("r1", id, name, args)).await;
+    }
+    fake.push(response_done("r1", &calls)).await;
+    let outputs = fake
+        .wait_for("three answers and a response.create", |events| {
+            let items: Vec<Value> = events
+                .iter()
+                .filter(|e| e["type"] == "conversation.item.create")
+                .map(|e| e["item"].clone())
+                .collect();
+            let created = events.iter().any(|e| e["type"] == "response.create");
+            (items.len() == 3 && created).then_some(items)
+        })
+        .await;
+    let refused = outputs.iter().find(|i| i["call_id"] == "c3").unwrap();
+    let text: Value = serde_json::from_str(refused["output"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        text,
+        json!({"error": "tool call limit reached: more than 2 calls within 600 s; the call was not run", "is_error": true})
+    );
+    assert_eq!(callback.bodies().len(), 2);
+}
+
+#[actix_web::test]
+async fn auto_removal_pushes_an_update_without_the_removed_tools() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let callback = Callback::start().await;
+    let app = app_with_session(&fake, &[], Dialect::Openai, |_| {}).await;
+    fake.nth_update(1).await;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_url = format!("http://127.0.0.1:{}/cb", dead.local_addr().unwrap().port());
+    drop(dead);
+    app.register(&tool_body("alive", &callback.url("/ok/alive"), "plugin:w"))
+        .await;
+    app.register(&tool_body("dead", &dead_url, "plugin:w"))
+        .await;
+    fake.update_with_tools(&["alive", "dead"]).await;
+    for _ in 0..3 {
+        let (status, body) = app
+            .post(
+                "/api/tools/invoke",
+                &json!({"name": "dead", "arguments": {}, "role": "Mio"}),
+            )
+            .await;
+        assert_eq!(
+            (status, body["is_error"].clone()),
+            (200, json!(true)),
+            "{body}"
+        );
+    }
+    fake.update_with_tools(&["alive"]).await;
+}
+
+#[actix_web::test]
+async fn sessions_route_reports_state_and_last_sync() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let app = app_with_session(&fake, &["Lanlan"], Dialect::Openai, |s| {
+        s.api_key_env = Some("HOME".into())
+    })
+    .await;
+    fake.nth_update(1).await;
+    let (status, _) = app
+        .register(&tool_body(
+            "get_weather",
+            "http://127.0.0.1:9/cb",
+            "plugin:w",
+        ))
+        .await;
+    assert_eq!(status, 200);
+    let (status, body) = app.get("/api/sessions").await;
+    assert_eq!(status, 200);
+    let mio = &body["sessions_by_role"]["Mio"];
+    assert_eq!(mio["state"], "connected");
+    assert_eq!(mio["acknowledged_tools"], 1);
+    assert_eq!(mio["last_sync"]["ok"], true);
+    assert!(
+        mio["last_sync"]["at"].as_str().unwrap().ends_with('Z'),
+        "{mio}"
+    );
+    assert_eq!(
+        body["sessions_by_role"]["Lanlan"],
+        json!({"state": "none", "last_sync": null, "acknowledged_tools": 0})
+    );
+    let key = std::env::var("HOME").unwrap();
+    assert_eq!(fake.authorizations(), [Some(format!("Bearer {key}"))]);
+}
