@@ -27,14 +27,16 @@ use crate::domain::tool::{RemoteEndpoint, SharedTool, ToolHandler};
 
 /// Connections to callbacks kept per thread. Above the concurrency any realistic client uses,
 /// so calls never queue behind each other for a connection.
-pub const CALLBACK_CONNECTION_LIMIT: usize = 1;
+pub const CALLBACK_CONNECTION_LIMIT: usize = 4096;
 
 /// Longest wait for a TCP connection to a callback. On loopback a listening plugin accepts at
 /// once; this only bounds a full accept queue, and counts as a connection failure.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long an idle keep-alive connection to a callback is kept for reuse.
-pub const CALLBACK_KEEP_ALIVE: Duration = Duration::from_secs(30);
+/// How long an idle keep-alive connection to a callback is kept for reuse. Just under the 5 s
+/// idle timeout of the usual plugin servers (uvicorn, Node, actix-web), so we let a connection go
+/// before the plugin closes it under a call we are sending.
+pub const CALLBACK_KEEP_ALIVE: Duration = Duration::from_secs(4);
 
 /// Upper bound on an in-process tool's run: the largest timeout a remote tool may ask for.
 pub const LOCAL_TOOL_TIMEOUT: Duration = Duration::from_secs(300);
@@ -51,6 +53,7 @@ fn callback_client() -> awc::Client {
     awc::Client::builder()
         .connector(connector)
         // A loopback callback must not bounce the user's data elsewhere.
+        .disable_redirects()
         // The tool's own timeout bounds the whole exchange instead.
         .disable_timeout()
         .finish()
@@ -95,7 +98,8 @@ impl Dispatcher {
             }
         };
         let result = call.result(outcome);
-        tracing::debug!(tool = %result.name, call_id = %result.call_id, is_error = result.is_error, output = %result.model_text(), "tool call finished");
+        // Arguments and results may carry the user's conversation: they are never logged.
+        tracing::debug!(tool = %result.name, call_id = %result.call_id, is_error = result.is_error, "tool call finished");
         result
     }
 
@@ -105,16 +109,17 @@ impl Dispatcher {
         endpoint: &RemoteEndpoint,
         call: &ToolCall,
     ) -> ToolOutcome {
-        tracing::debug!(tool = %call.name, call_id = %call.call_id, arguments = %call.raw_arguments, "calling remote tool");
+        tracing::debug!(tool = %call.name, call_id = %call.call_id, argument_bytes = call.raw_arguments.len(), "calling remote tool");
         let (liveness, outcome) =
             match tokio::time::timeout(endpoint.timeout, self.exchange(endpoint, call)).await {
                 Ok(Ok((status, body))) => {
                     (Liveness::Reachable, map_callback_response(status, &body))
                 }
                 Ok(Err(failure)) => (failure.liveness, Err(failure.error)),
-                // The connector gives up on a connection after `CONNECT_TIMEOUT`, so reaching the
-                // tool's own deadline means the callback was reached and went quiet (or the tool
-                // asked for less time than a connect may take): a read timeout, which never counts.
+                // A connect that takes too long ends in the connector (`CONNECT_TIMEOUT`) and
+                // counts; reaching the tool's own deadline first means the callback went quiet
+                // (or the tool allows less time than a connect may take): a read timeout, which
+                // never counts.
                 Err(_) => (
                     Liveness::Reachable,
                     Err(format!(
@@ -236,7 +241,7 @@ async fn send_failure(endpoint: &RemoteEndpoint, error: SendRequestError) -> Cal
 /// close was seen before the call — so a fresh connection attempt (no request is sent on it)
 /// tells a dead plugin, whose failure counts towards removal, from a live one that misbehaved.
 async fn connection_lost(endpoint: &RemoteEndpoint, what: impl fmt::Display) -> CallFailure {
-    match Ok::<(), io::Error>(()) {
+    match probe(endpoint.callback_url.url()).await {
         Ok(()) => CallFailure::reachable(format!("remote tool callback {what}")),
         Err(e) => CallFailure::connect_failed(
             endpoint,

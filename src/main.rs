@@ -103,7 +103,7 @@ fn stop_signal() -> std::io::Result<impl Future<Output = &'static str>> {
     })
 }
 
-/// Starts listening for Ctrl-C now; the future resolves when it arrives.
+/// Ctrl-C, where Unix signals do not exist; the future resolves when it arrives.
 #[cfg(not(unix))]
 fn stop_signal() -> std::io::Result<impl Future<Output = &'static str>> {
     use futures_util::FutureExt;

@@ -26,8 +26,13 @@ impl LocalHandler for RecipientHandler {
         self.0
             .send(CallLocalTool(call))
             .map(move |reply| {
-                reply.unwrap_or_else(|e| {
-                    Err(format!("in-process tool '{name}' is not running: {e}"))
+                reply.unwrap_or_else(|e| match e {
+                    MailboxError::Closed => Err(format!(
+                        "in-process tool '{name}' stopped before answering (it may have panicked)"
+                    )),
+                    MailboxError::Timeout => {
+                        Err(format!("in-process tool '{name}' did not answer in time"))
+                    }
                 })
             })
             .boxed()

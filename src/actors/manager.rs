@@ -57,6 +57,12 @@ pub struct Snapshot;
 #[rtype(result = "SessionReport")]
 pub struct ReportSession;
 
+/// Fault injection for tests of panic containment: makes this manager panic.
+#[doc(hidden)]
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct InjectPanic;
+
 /// Look up one tool by name; `Err` carries the names that are registered.
 #[derive(Message, Debug)]
 #[rtype(result = "Result<SharedTool, Vec<String>>")]
@@ -69,10 +75,27 @@ pub struct SessionLink {
     pub dispatcher: Dispatcher,
 }
 
+/// Sent by a manager as it goes away, so its owner can bring back one that died unexpectedly.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct ManagerGone {
+    pub character: String,
+    /// Which incarnation of the character's manager ended.
+    pub generation: u64,
+}
+
+/// Who to tell when a manager ends, and which incarnation it is.
+#[derive(Clone)]
+pub struct Watcher {
+    pub recipient: Recipient<ManagerGone>,
+    pub generation: u64,
+}
+
 pub struct SessionManager {
     character: String,
     registry: ToolRegistry,
     session: Option<Addr<RealtimeSession>>,
+    watcher: Option<Watcher>,
 }
 
 impl SessionManager {
@@ -82,6 +105,7 @@ impl SessionManager {
         character: String,
         tools: ToolRegistry,
         session: Option<SessionLink>,
+        watcher: Option<Watcher>,
     ) -> Addr<Self> {
         let session = session.map(|link| {
             let api_key = link.settings.api_key().unwrap_or_else(|e| {
@@ -99,6 +123,7 @@ impl SessionManager {
                 character,
                 registry: tools,
                 session,
+                watcher,
             }
         })
     }
@@ -127,10 +152,20 @@ impl Actor for SessionManager {
     fn started(&mut self, _: &mut Self::Context) {
         tracing::debug!(character = %self.character, tools = self.registry.len(), "session manager started");
     }
+}
 
-    fn stopped(&mut self, _: &mut Self::Context) {
+impl Drop for SessionManager {
+    /// Closes the session however the manager ends — stopped, replaced, or unwound by a panic —
+    /// so a restarted manager never leaves a second connection behind.
+    fn drop(&mut self) {
         if let Some(session) = self.session.take() {
             session.do_send(CloseSession);
+        }
+        if let Some(watcher) = self.watcher.take() {
+            watcher.recipient.do_send(ManagerGone {
+                character: std::mem::take(&mut self.character),
+                generation: watcher.generation,
+            });
         }
     }
 }
@@ -184,6 +219,17 @@ impl Handler<ApplyChange> for SessionManager {
                 sync: sync.await,
             }
         })
+    }
+}
+
+impl Handler<InjectPanic> for SessionManager {
+    type Result = ();
+
+    fn handle(&mut self, _: InjectPanic, _: &mut Self::Context) {
+        panic!(
+            "fault injected into the session manager of {}",
+            self.character
+        );
     }
 }
 

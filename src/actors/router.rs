@@ -12,8 +12,8 @@ use futures_util::future::join_all;
 use serde::Serialize;
 
 use super::manager::{
-    ApplyChange, Change, ChangeOutcome, ReportSession, Resolve, SessionLink, SessionManager,
-    Snapshot,
+    ApplyChange, Change, ChangeOutcome, InjectPanic, ManagerGone, ReportSession, Resolve,
+    SessionLink, SessionManager, Snapshot, Watcher,
 };
 use crate::config::{CharacterSettings, DispatchSettings};
 use crate::dispatch::Dispatcher;
@@ -108,6 +108,14 @@ pub struct RebuildCharacter {
     pub session: Option<SessionSettings>,
 }
 
+/// Fault injection for tests of panic containment: makes a character's manager panic.
+#[doc(hidden)]
+#[derive(Message, Debug)]
+#[rtype(result = "Result<(), RouterError>")]
+pub struct InjectManagerPanic {
+    pub role: String,
+}
+
 /// Each character's model-session state, in configuration order.
 #[derive(Message, Debug)]
 #[rtype(result = "Vec<(String, SessionReport)>")]
@@ -129,7 +137,8 @@ pub struct ChangeReport {
     pub removed: usize,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// A character that could not take a change, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct RoleFailure {
     pub role: String,
     pub error: String,
@@ -178,6 +187,8 @@ struct Character {
     name: String,
     session: Option<SessionSettings>,
     manager: Addr<SessionManager>,
+    /// Incarnation of `manager`; a [`ManagerGone`] for an older one is stale.
+    generation: u64,
     /// Every tool that applies to this character, last writer wins: replayed on rebuild.
     ledger: ToolRegistry,
 }
@@ -196,6 +207,9 @@ impl Character {
 pub struct Router {
     characters: Vec<Character>,
     dispatcher: Dispatcher,
+    /// This router, as managers' watcher.
+    me: Recipient<ManagerGone>,
+    next_generation: u64,
 }
 
 impl Router {
@@ -215,6 +229,8 @@ impl Router {
             let mut router = Router {
                 characters: Vec::with_capacity(characters.len()),
                 dispatcher,
+                me: ctx.address().recipient(),
+                next_generation: 0,
             };
             for c in characters {
                 router.push_character(c.name, c.session);
@@ -226,26 +242,33 @@ impl Router {
     }
 
     fn push_character(&mut self, name: String, session: Option<SessionSettings>) {
-        let manager = self.start_manager(&name, session.clone(), ToolRegistry::new());
+        let (manager, generation) = self.start_manager(&name, session.clone(), ToolRegistry::new());
         self.characters.push(Character {
             name,
             session,
             manager,
+            generation,
             ledger: ToolRegistry::new(),
         });
     }
 
     fn start_manager(
-        &self,
+        &mut self,
         name: &str,
         session: Option<SessionSettings>,
         tools: ToolRegistry,
-    ) -> Addr<SessionManager> {
+    ) -> (Addr<SessionManager>, u64) {
         let link = session.map(|settings| SessionLink {
             settings,
             dispatcher: self.dispatcher.clone(),
         });
-        SessionManager::launch(name.to_owned(), tools, link)
+        self.next_generation += 1;
+        let watcher = Watcher {
+            recipient: self.me.clone(),
+            generation: self.next_generation,
+        };
+        let manager = SessionManager::launch(name.to_owned(), tools, link, Some(watcher));
+        (manager, self.next_generation)
     }
 
     /// Indices of the characters a request targets; `None` and `""` mean all of them.
@@ -345,8 +368,11 @@ impl Router {
     /// Replaces character `i`'s manager with a new one holding its ledger.
     fn restart_manager(&mut self, i: usize) {
         let c = &self.characters[i];
-        let manager = self.start_manager(&c.name, c.session.clone(), c.ledger.clone());
-        self.characters[i].manager = manager;
+        let (name, session, ledger) = (c.name.clone(), c.session.clone(), c.ledger.clone());
+        let (manager, generation) = self.start_manager(&name, session, ledger);
+        let c = &mut self.characters[i];
+        c.manager = manager;
+        c.generation = generation;
     }
 }
 
@@ -554,6 +580,34 @@ impl Handler<RebuildCharacter> for Router {
         tracing::info!(character = %msg.name, tools = self.characters[i].ledger.len(), "rebuilding session manager");
         self.characters[i].session = msg.session;
         self.restart_manager(i);
+        Ok(())
+    }
+}
+
+impl Handler<ManagerGone> for Router {
+    type Result = ();
+
+    /// A manager ended. When it is still the character's current one it died unexpectedly (a
+    /// panic): bring it back at once with every tool that applies to the character.
+    fn handle(&mut self, msg: ManagerGone, _: &mut Self::Context) {
+        let Some(i) = self.position(&msg.character) else {
+            return;
+        };
+        if self.characters[i].generation == msg.generation {
+            tracing::warn!(character = %msg.character, tools = self.characters[i].ledger.len(), "session manager stopped unexpectedly; restarting it with its tools");
+            self.restart_manager(i);
+        }
+    }
+}
+
+impl Handler<InjectManagerPanic> for Router {
+    type Result = Result<(), RouterError>;
+
+    fn handle(&mut self, msg: InjectManagerPanic, _: &mut Self::Context) -> Self::Result {
+        let i = self
+            .position(&msg.role)
+            .ok_or(RouterError::UnknownRole(msg.role))?;
+        self.characters[i].manager.do_send(InjectPanic);
         Ok(())
     }
 }

@@ -6,17 +6,40 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
-use serde_json::json;
+use utoipa::ToSchema;
 
 use crate::actors::router::RouterError;
 
 /// One failing field of a request body, as FastAPI reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct FieldError {
+    /// Where the failure is: `["body"]` for the body as a whole, `["body", FIELD]` for a field.
+    #[schema(example = json!(["body", "callback_url"]))]
     pub loc: Vec<String>,
+    /// What is wrong, and what is accepted instead.
     pub msg: String,
+    /// A stable kind, e.g. `missing`, `string_type`, `json_invalid`, `content_type`.
     #[serde(rename = "type")]
+    #[schema(value_type = String)]
     pub kind: &'static str,
+}
+
+/// The body of every error but 422: `{"ok": false, "detail": TEXT}`.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// Always `false`.
+    pub ok: bool,
+    /// What is wrong, in words.
+    #[schema(example = "unknown role: Mio")]
+    pub detail: String,
+}
+
+/// The body of a 422: `{"ok": false, "detail": [FieldError, ...]}`, naming every failing field.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ValidationErrorBody<'a> {
+    /// Always `false`.
+    pub ok: bool,
+    pub detail: &'a [FieldError],
 }
 
 impl FieldError {
@@ -80,10 +103,16 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        let body = match self {
-            ApiError::Validation(errors) => json!({"ok": false, "detail": errors}),
-            other => json!({"ok": false, "detail": other.to_string()}),
-        };
-        HttpResponse::build(self.status_code()).json(body)
+        let mut response = HttpResponse::build(self.status_code());
+        match self {
+            ApiError::Validation(errors) => response.json(ValidationErrorBody {
+                ok: false,
+                detail: errors,
+            }),
+            other => response.json(ErrorBody {
+                ok: false,
+                detail: other.to_string(),
+            }),
+        }
     }
 }

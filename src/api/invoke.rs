@@ -1,10 +1,13 @@
 //! `POST /api/tools/invoke`: runs the same dispatch a model's call triggers, by hand.
 
 use actix_web::{HttpResponse, web};
-use serde_json::json;
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
 
 use super::body::JsonObject;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody, ValidationErrorBody};
+use super::openapi::InvokeBody;
 use super::requests::InvokeRequest;
 use super::{AppState, ask_router};
 use crate::actors::router::ResolveTool;
@@ -14,6 +17,23 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/invoke").route(web::post().to(invoke)));
 }
 
+/// Run a registered tool by hand, exactly as a model's call would, and return the result the
+/// model would see.
+#[utoipa::path(
+    post,
+    path = "/api/tools/invoke",
+    tag = "tools",
+    request_body = InvokeBody,
+    responses(
+        (status = 200, description = "The call ran; tool-level failures are `is_error: true`", body = InvokeResponse),
+        (status = 403, description = "Not a loopback caller, or a foreign `Host`", body = ErrorBody),
+        (status = 404, description = "`role` names no character, or no such tool is registered", body = ErrorBody),
+        (status = 405, description = "Only POST is allowed", body = ErrorBody),
+        (status = 413, description = "The body is over 1 MiB", body = ErrorBody),
+        (status = 422, description = "Every field that failed validation", body = ValidationErrorBody),
+        (status = 503, description = "The router did not answer", body = ErrorBody),
+    )
+)]
 async fn invoke(
     state: web::Data<AppState>,
     JsonObject(body): JsonObject,
@@ -30,17 +50,30 @@ async fn invoke(
     let call_id = request.call_id.unwrap_or_else(new_call_id);
     let call = ToolCall::from_arguments(call_id, request.name, request.arguments);
     let result = state.dispatcher.dispatch(&resolved.tool, call).await;
-    let mut response = json!({
-        "ok": true,
-        "name": result.name,
-        "call_id": result.call_id,
-        "output": result.output,
-        "is_error": result.is_error,
-    });
-    if let Some(error) = result.error {
-        response["error"] = json!(error);
-    }
-    Ok(HttpResponse::Ok().json(response))
+    Ok(HttpResponse::Ok().json(InvokeResponse {
+        ok: true,
+        name: result.name,
+        call_id: result.call_id,
+        output: result.output,
+        is_error: result.is_error,
+        error: result.error,
+    }))
+}
+
+/// The result of a call, as the model would get it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InvokeResponse {
+    pub ok: bool,
+    pub name: String,
+    pub call_id: String,
+    /// The callback's `output` (any JSON), or the error text on a tool error.
+    #[schema(value_type = Value)]
+    pub output: Value,
+    pub is_error: bool,
+    /// Why the call failed, present only on a tool error.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false)]
+    pub error: Option<String>,
 }
 
 /// A fresh call id in the style models use.

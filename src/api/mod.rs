@@ -8,6 +8,7 @@ pub mod body;
 pub mod error;
 pub mod guard;
 mod invoke;
+pub mod openapi;
 pub mod requests;
 mod sessions;
 mod tools;
@@ -43,7 +44,8 @@ pub struct AppState {
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.configure(tools::configure)
         .configure(invoke::configure)
-        .configure(sessions::configure);
+        .configure(sessions::configure)
+        .configure(openapi::configure);
 }
 
 /// A resource whose other methods answer 405 with a JSON body.

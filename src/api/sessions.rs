@@ -1,21 +1,43 @@
 //! `GET /api/sessions`: each character's model-session state and last sync.
 
 use actix_web::{HttpResponse, web};
-use serde_json::{Map, Value, json};
+use indexmap::IndexMap;
+use serde::Serialize;
+use utoipa::ToSchema;
 
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::{AppState, ask_router};
 use crate::actors::router::ListSessions;
+use crate::session::SessionReport;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/sessions").route(web::get().to(list_sessions)));
 }
 
+/// Each character's live model session: connection state, last sync, acknowledged tools.
+#[utoipa::path(
+    get,
+    path = "/api/sessions",
+    tag = "sessions",
+    responses(
+        (status = 200, description = "Sessions by character, in configuration order", body = SessionsResponse),
+        (status = 403, description = "Not a loopback caller, or a foreign `Host`", body = ErrorBody),
+        (status = 405, description = "Only GET is allowed", body = ErrorBody),
+        (status = 503, description = "The router did not answer", body = ErrorBody),
+    )
+)]
 async fn list_sessions(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
     let reports = ask_router(&state, ListSessions).await?;
-    let mut by_role = Map::new();
-    for (role, report) in reports {
-        by_role.insert(role, serde_json::to_value(report).unwrap_or(Value::Null));
-    }
-    Ok(HttpResponse::Ok().json(json!({"ok": true, "sessions_by_role": by_role})))
+    Ok(HttpResponse::Ok().json(SessionsResponse {
+        ok: true,
+        sessions_by_role: reports.into_iter().collect(),
+    }))
+}
+
+/// The sessions listing.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SessionsResponse {
+    pub ok: bool,
+    /// `{role: session, ...}`, roles in configuration order (`state: "none"` without a session).
+    pub sessions_by_role: IndexMap<String, SessionReport>,
 }

@@ -5,13 +5,16 @@
 
 use actix_web::{HttpResponse, web};
 use serde::{Deserialize, Serialize, Serializer};
-use serde_json::json;
+use utoipa::ToSchema;
 
 use super::body::JsonObject;
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody, ValidationErrorBody};
+use super::openapi::{ClearBody, RegisterBody, UnregisterBody};
 use super::requests::{ClearRequest, RegisterRequest, UnregisterRequest};
 use super::{AppState, ask_router};
-use crate::actors::router::{ClearSource, ListTools, RegisterTool, RoleTools, UnregisterTool};
+use crate::actors::router::{
+    ClearSource, ListTools, RegisterTool, RoleFailure, RoleTools, UnregisterTool,
+};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/register").route(web::post().to(register)))
@@ -20,6 +23,27 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(super::resource("/api/tools").route(web::get().to(list)));
 }
 
+/// What no role accepting a registration reports in `error`.
+const NO_ROLE_ACCEPTED: &str = "no role accepted the registration";
+
+/// Register or replace a remote tool, for one character or every current one.
+///
+/// Returns after every targeted character's live model session acknowledged the new tool list.
+#[utoipa::path(
+    post,
+    path = "/api/tools/register",
+    tag = "tools",
+    request_body = RegisterBody,
+    responses(
+        (status = 200, description = "Applied; `ok` is false (with `error`) when no role accepted it", body = RegisterResponse),
+        (status = 403, description = "Not a loopback caller, or a foreign `Host`", body = ErrorBody),
+        (status = 404, description = "`role` names no character", body = ErrorBody),
+        (status = 405, description = "Only POST is allowed", body = ErrorBody),
+        (status = 413, description = "The body is over 1 MiB", body = ErrorBody),
+        (status = 422, description = "Every field that failed validation", body = ValidationErrorBody),
+        (status = 503, description = "The router did not answer; retry (registration is idempotent)", body = ErrorBody),
+    )
+)]
 async fn register(
     state: web::Data<AppState>,
     JsonObject(body): JsonObject,
@@ -35,18 +59,48 @@ async fn register(
     )
     .await??;
     let ok = !report.affected_roles.is_empty();
-    let mut response = json!({
-        "ok": ok,
-        "registered": name,
-        "affected_roles": report.affected_roles,
-        "failed_roles": report.failed_roles,
-    });
-    if !ok {
-        response["error"] = json!("no role accepted the registration");
-    }
-    Ok(HttpResponse::Ok().json(response))
+    Ok(HttpResponse::Ok().json(RegisterResponse {
+        ok,
+        registered: name,
+        affected_roles: report.affected_roles,
+        failed_roles: report.failed_roles,
+        error: (!ok).then_some(NO_ROLE_ACCEPTED),
+    }))
 }
 
+/// The answer to a registration.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RegisterResponse {
+    /// False only when no role accepted the registration.
+    pub ok: bool,
+    /// The tool's name.
+    pub registered: String,
+    /// Characters that now have the tool (and whose session acknowledged it).
+    pub affected_roles: Vec<String>,
+    /// Characters that could not take it, and why.
+    pub failed_roles: Vec<RoleFailure>,
+    /// `"no role accepted the registration"`, present only when `ok` is false.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, required = false, nullable = false)]
+    pub error: Option<&'static str>,
+}
+
+/// Remove a tool by name, from one character or every current one.
+#[utoipa::path(
+    post,
+    path = "/api/tools/unregister",
+    tag = "tools",
+    request_body = UnregisterBody,
+    responses(
+        (status = 200, description = "Done; `removed` says whether any role had the tool", body = UnregisterResponse),
+        (status = 403, description = "Not a loopback caller, or a foreign `Host`", body = ErrorBody),
+        (status = 404, description = "`role` names no character", body = ErrorBody),
+        (status = 405, description = "Only POST is allowed", body = ErrorBody),
+        (status = 413, description = "The body is over 1 MiB", body = ErrorBody),
+        (status = 422, description = "Every field that failed validation", body = ValidationErrorBody),
+        (status = 503, description = "The router did not answer; retry (unregister is idempotent)", body = ErrorBody),
+    )
+)]
 async fn unregister(
     state: web::Data<AppState>,
     JsonObject(body): JsonObject,
@@ -61,15 +115,44 @@ async fn unregister(
     )
     .await??;
     let removed = report.removed > 0;
-    Ok(HttpResponse::Ok().json(json!({
-        "ok": removed || report.failed_roles.is_empty(),
-        "removed": removed,
-        "name": request.name,
-        "affected_roles": report.affected_roles,
-        "failed_roles": report.failed_roles,
-    })))
+    Ok(HttpResponse::Ok().json(UnregisterResponse {
+        ok: removed || report.failed_roles.is_empty(),
+        removed,
+        name: request.name,
+        affected_roles: report.affected_roles,
+        failed_roles: report.failed_roles,
+    }))
 }
 
+/// The answer to an unregistration.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UnregisterResponse {
+    /// True unless some role failed and nothing was removed.
+    pub ok: bool,
+    /// Whether any role had the tool.
+    pub removed: bool,
+    pub name: String,
+    /// Characters the tool was actually removed from.
+    pub affected_roles: Vec<String>,
+    pub failed_roles: Vec<RoleFailure>,
+}
+
+/// Remove every tool a `source` registered, from one character or every current one.
+#[utoipa::path(
+    post,
+    path = "/api/tools/clear",
+    tag = "tools",
+    request_body = ClearBody,
+    responses(
+        (status = 200, description = "Done; `removed` counts the registry entries dropped", body = ClearResponse),
+        (status = 403, description = "Not a loopback caller, or a foreign `Host`", body = ErrorBody),
+        (status = 404, description = "`role` names no character", body = ErrorBody),
+        (status = 405, description = "Only POST is allowed", body = ErrorBody),
+        (status = 413, description = "The body is over 1 MiB", body = ErrorBody),
+        (status = 422, description = "Every field that failed validation", body = ValidationErrorBody),
+        (status = 503, description = "The router did not answer; retry (clear is idempotent)", body = ErrorBody),
+    )
+)]
 async fn clear(
     state: web::Data<AppState>,
     JsonObject(body): JsonObject,
@@ -83,20 +166,49 @@ async fn clear(
         },
     )
     .await??;
-    Ok(HttpResponse::Ok().json(json!({
-        "ok": report.removed > 0 || report.failed_roles.is_empty(),
-        "removed": report.removed,
-        "source": request.source,
-        "affected_roles": report.affected_roles,
-        "failed_roles": report.failed_roles,
-    })))
+    Ok(HttpResponse::Ok().json(ClearResponse {
+        ok: report.removed > 0 || report.failed_roles.is_empty(),
+        removed: report.removed,
+        source: request.source,
+        affected_roles: report.affected_roles,
+        failed_roles: report.failed_roles,
+    }))
 }
 
-#[derive(Debug, Deserialize)]
+/// The answer to a clear.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ClearResponse {
+    /// True unless some role failed and nothing was removed.
+    pub ok: bool,
+    /// Registry entries removed, summed over characters.
+    pub removed: usize,
+    pub source: String,
+    /// Characters that lost at least one tool.
+    pub affected_roles: Vec<String>,
+    pub failed_roles: Vec<RoleFailure>,
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ListQuery {
+    /// One character to list; every current character when absent.
     role: Option<String>,
 }
 
+/// List the current registrations of every character, or of one.
+#[utoipa::path(
+    get,
+    path = "/api/tools",
+    tag = "tools",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "Tools by character, in configuration order", body = ListResponse),
+        (status = 403, description = "Not a loopback caller, or a foreign `Host`", body = ErrorBody),
+        (status = 404, description = "`role` names no character", body = ErrorBody),
+        (status = 405, description = "Only GET is allowed", body = ErrorBody),
+        (status = 503, description = "The router did not answer", body = ErrorBody),
+    )
+)]
 async fn list(
     state: web::Data<AppState>,
     query: web::Query<ListQuery>,
@@ -118,21 +230,29 @@ async fn list(
         .body(body))
 }
 
-#[derive(Serialize)]
-struct ListResponse<'a> {
-    ok: bool,
+/// The listing.
+#[derive(Serialize, ToSchema)]
+pub struct ListResponse<'a> {
+    pub ok: bool,
+    /// `{role: [tool, ...], ...}`, roles in configuration order.
+    #[schema(value_type = indexmap::IndexMap<String, Vec<ToolView>>)]
     tools_by_role: ToolsByRole<'a>,
 }
 
 /// `{role: [tool, ...], ...}` in configuration order, serialised straight from the shared tools.
 struct ToolsByRole<'a>(&'a [RoleTools]);
 
-#[derive(Serialize)]
-struct ToolView<'a> {
+/// One listed tool.
+#[derive(Serialize, ToSchema)]
+pub struct ToolView<'a> {
     name: &'a str,
     description: &'a str,
+    /// The lifecycle tag `clear` uses.
     source: &'a str,
+    /// Exactly as registered; null for an in-process tool.
+    #[schema(required = true)]
     callback_url: Option<&'a str>,
+    /// False for an in-process tool.
     is_remote: bool,
 }
 

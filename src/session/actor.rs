@@ -56,7 +56,7 @@ pub struct SessionStatus;
 #[rtype(result = "()")]
 pub struct CloseSession;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum ConnectionState {
     /// No session is configured.
@@ -67,7 +67,7 @@ pub enum ConnectionState {
     Backoff,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct SyncOutcome {
     pub ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -76,9 +76,10 @@ pub struct SyncOutcome {
     pub at: String,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct SessionReport {
     pub state: ConnectionState,
+    #[schema(required = true)]
     pub last_sync: Option<SyncOutcome>,
     /// Tools in the last update the session acknowledged.
     pub acknowledged_tools: usize,

@@ -182,6 +182,11 @@ async fn a_live_callback_closing_the_connection_without_answering_never_counts()
 }
 
 #[actix_web::test]
+async fn answers_that_are_not_http_never_count() {
+    assert_exchange_resets_the_count(Reply::Raw(b"nonsense\r\n\r\n".to_vec()), 30.0).await;
+}
+
+#[actix_web::test]
 async fn a_plugin_that_exits_under_a_kept_alive_connection_counts_from_its_first_failure() {
     // One HTTP worker, so every call uses the same keep-alive pool.
     let mut settings = settings(&["Lanlan"]);

@@ -48,6 +48,10 @@ pub enum Reply {
     Close,
     /// 200 with a chunked body (no `Content-Length`) of `total` bytes, or without end.
     Chunked { total: Option<usize> },
+    /// Send the head and the start of a body, then nothing more.
+    Stall,
+    /// Send these bytes as they are (not necessarily HTTP), then close the connection.
+    Raw(Vec<u8>),
 }
 
 impl Reply {
@@ -355,6 +359,18 @@ async fn write_reply(stream: &mut TcpStream, reply: Reply, shared: &Shared) -> i
             }
             Reply::Hang => std::future::pending().await,
             Reply::Close => return Err(io::Error::other("closing without an answer")),
+            Reply::Stall => {
+                stream
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n{\"output\": ")
+                    .await?;
+                stream.flush().await?;
+                std::future::pending().await
+            }
+            Reply::Raw(bytes) => {
+                stream.write_all(&bytes).await?;
+                stream.flush().await?;
+                return Err(io::Error::other("closing after a raw answer"));
+            }
             Reply::Respond {
                 status,
                 headers,

@@ -218,6 +218,40 @@ async fn a_callback_that_never_answers_times_out() {
 }
 
 #[actix_web::test]
+async fn the_timeout_also_bounds_a_body_that_stops_arriving() {
+    let app = spawn_app(&["Lanlan"]).await;
+    let server = CallbackServer::with("/cb", Reply::Stall);
+    weather_on(&app, &server, 0.5).await;
+    let result = invoke_ok(&app, "weather", json!({})).await;
+    let text = error_text(&result);
+    assert!(text.contains("timed out"), "{text}");
+}
+
+#[actix_web::test]
+async fn an_answer_that_is_not_http_is_an_error() {
+    let result = result_of(Reply::Raw(b"hello there\r\n\r\n".to_vec())).await;
+    let text = error_text(&result);
+    assert!(text.starts_with("remote tool callback failed"), "{text}");
+}
+
+#[actix_web::test]
+async fn a_localhost_callback_is_reached() {
+    let app = spawn_app(&["Lanlan"]).await;
+    let server = CallbackServer::with("/cb", Reply::output(json!("via localhost")));
+    register(
+        &app,
+        tool_body(
+            "weather",
+            &format!("http://LocalHost:{}/cb", server.port()),
+            "plugin:weather",
+        ),
+    )
+    .await;
+    let result = invoke_ok(&app, "weather", json!({})).await;
+    assert_eq!(result["output"], json!("via localhost"));
+}
+
+#[actix_web::test]
 async fn a_refused_port_is_a_connection_error() {
     let app = spawn_app(&["Lanlan"]).await;
     let closed = ClosedPort::new();
@@ -334,7 +368,10 @@ async fn a_callback_that_closes_the_connection_without_answering_is_an_error() {
 
 #[actix_web::test]
 async fn connections_to_a_callback_are_kept_alive_and_reused() {
-    let app = spawn_app(&["Lanlan"]).await;
+    // One HTTP worker, so every call uses the same keep-alive pool.
+    let mut settings = settings(&["Lanlan"]);
+    settings.workers = Some(1);
+    let app = spawn_app_with(settings).await;
     let server = CallbackServer::with("/cb", Reply::output(json!("ok")));
     weather_on(&app, &server, 30.0).await;
     for _ in 0..5 {
@@ -342,9 +379,10 @@ async fn connections_to_a_callback_are_kept_alive_and_reused() {
         assert_eq!(result["output"], json!("ok"));
     }
     assert_eq!(server.received().len(), 5);
-    // One connection per HTTP worker thread at most (the test app has two).
+    // One connection normally; a machine stalled for longer than the keep-alive between two
+    // calls would need a second, so the test only insists that connections were reused.
     assert!(
-        server.connections() <= 2,
+        server.connections() < 5,
         "{} connections",
         server.connections()
     );

@@ -1,0 +1,52 @@
+-- wrk script: POST /api/tools/register, cycling over TOOLS names (tool_000 ..),
+-- so after the first lap every request replaces an existing tool.
+-- env: TOOLS (default 100)  CALLBACK (default http://127.0.0.1:9333)
+--      REGISTER_ROLE (default unset = JSON null = global, i.e. fan-out to every role)
+--      WRK_CHECK=1 also counts responses that are not 200 with "ok": true
+-- usage: wrk -t1 -c16 -d10s --latency -s benches/http/register.lua http://127.0.0.1:PORT
+local n_tools = tonumber(os.getenv("TOOLS") or "100")
+local callback = os.getenv("CALLBACK") or "http://127.0.0.1:9333"
+local role = os.getenv("REGISTER_ROLE")
+local role_json = role and ('"' .. role .. '"') or "null"
+
+local bodies = {}
+for k = 0, n_tools - 1 do
+  local name = string.format("tool_%03d", k)
+  bodies[k + 1] = string.format(
+    '{"name":"%s","description":"Benchmark tool %d: get the current weather for a city.",'
+    .. '"parameters":{"type":"object","properties":{"city":{"type":"string","description":"City name"},'
+    .. '"unit":{"type":"string","enum":["c","f"]}},"required":["city"]},'
+    .. '"callback_url":"%s/tools/%s","role":%s,"source":"plugin:bench","timeout_seconds":30}',
+    name, k, callback, name, role_json)
+end
+
+local i = 0
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+
+request = function()
+  i = i + 1
+  return wrk.format(nil, "/api/tools/register", nil, bodies[(i % n_tools) + 1])
+end
+
+-- shared tail (same in every script of this folder) -----------------------
+local threads = {}
+setup = function(thread) table.insert(threads, thread) end
+CHECK_PATTERN = '"ok"%s*:%s*true'
+if os.getenv("WRK_CHECK") == "1" then
+  bad = 0
+  response = function(status, headers, body)
+    if status ~= 200 or not string.find(body, CHECK_PATTERN) then bad = bad + 1 end
+  end
+end
+done = function(summary, latency, requests)
+  local secs = summary.duration / 1e6
+  local e = summary.errors
+  local badsum = 0
+  for _, t in ipairs(threads) do badsum = badsum + (tonumber(t:get("bad")) or 0) end
+  io.write(string.format(
+    "RESULT rps=%.1f p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f max_ms=%.3f requests=%d non2xx=%d sock_errors=%d bad_body=%d\n",
+    summary.requests / secs, latency:percentile(50) / 1000, latency:percentile(90) / 1000,
+    latency:percentile(99) / 1000, latency.max / 1000, summary.requests, e.status,
+    e.connect + e.read + e.write + e.timeout, badsum))
+end

@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# HTTP load harness: the release server under wrk, against an nginx callback server, with the
+# floor (wrk straight at nginx) measured in the same run. Needs wrk, nginx and curl
+# (Debian: apt-get install -y wrk nginx curl). Figures and method: docs/benchmarks.md.
+#
+# usage (from anywhere):  benches/http/run.sh [SUITE ...]
+#   floor      wrk -> nginx callback (POST, one loopback HTTP exchange) and GET /static
+#   register   POST /api/tools/register, role null, over 1, 8 and 64 characters
+#   invoke     POST /api/tools/invoke to the nginx callback, at CONNS and at 1 connection
+#   list       GET /api/tools with 8 and 64 characters x LIST_TOOLS tools
+#   workers1   register (1 character), invoke and list (8 characters) with --workers 1
+#   memory     RSS after 100 000 (character, tool) pairs: 100 x 1000 and 1000 x 100, each shared
+#              (role-null registrations) and distinct (one registration per pair)
+#   (default: all of them, the floor first)
+# env: RUNS=3 DURATION=10s CONNS=16 WARMUP=2s WRK_CHECK=1 LIST_TOOLS=26 PORT=48999
+#      GRID="1 8 64" (characters of the register suite)  SKIP_BUILD=1 (use the built binary)
+# Every run prints `SCENARIO runN rps=… p50_ms=… p99_ms=… … cpu_us_per_req=…`; the summary at
+# the end gives each scenario's median and its ratio to the median floor of this invocation.
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+cd "$ROOT"
+
+RUNS="${RUNS:-3}"; DURATION="${DURATION:-10s}"; CONNS="${CONNS:-16}"; WARMUP="${WARMUP:-2s}"
+LIST_TOOLS="${LIST_TOOLS:-26}"; PORT="${PORT:-48999}"; GRID="${GRID:-1 8 64}"
+export WRK_CHECK="${WRK_CHECK:-1}"
+export CALLBACK="http://127.0.0.1:9333"
+BASE="http://127.0.0.1:$PORT"
+SUITES=("$@"); [ ${#SUITES[@]} -gt 0 ] || SUITES=(floor register invoke list workers1 memory)
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/runtime-tools-bench.XXXXXX")"
+RESULTS="$WORK/results"; : >"$RESULTS"
+SERVER_PID=""
+
+if [ -z "${SKIP_BUILD:-}" ]; then cargo build --release --quiet; fi
+TARGET_DIR="$(cargo metadata --format-version 1 --no-deps | sed 's/.*"target_directory":"\([^"]*\)".*/\1/')"
+BIN="$TARGET_DIR/release/runtime-tools"
+
+nginx_start() { nginx -p "$WORK/" -c "$HERE/nginx-callback.conf" -e "$WORK/error.log"; }
+nginx_stop() { [ -s "$WORK/nginx.pid" ] && nginx -p "$WORK/" -c "$HERE/nginx-callback.conf" -e "$WORK/error.log" -s quit || true; }
+nginx_pids() { local m; m=$(cat "$WORK/nginx.pid"); echo "$m $(pgrep -P "$m" | tr '\n' ' ')"; }
+
+server_start() {  # server_start CHARACTERS [WORKERS]
+  local args=(serve --bind "127.0.0.1:$PORT") k
+  for k in $(seq 0 $(($1 - 1))); do args+=(--character "role$k"); done
+  if [ -n "${2:-}" ]; then args+=(--workers "$2"); fi
+  RUST_LOG="${RUST_LOG:-warn}" "$BIN" "${args[@]}" >"$WORK/server.out" 2>"$WORK/server.err" &
+  SERVER_PID=$!
+  local deadline=$((SECONDS + 30))
+  until grep -q '^listening on' "$WORK/server.out" 2>/dev/null; do
+    if ! kill -0 "$SERVER_PID" 2>/dev/null || [ $SECONDS -gt $deadline ]; then
+      echo "server did not start:" >&2; cat "$WORK/server.err" >&2; exit 1
+    fi
+    sleep 0.1
+  done
+}
+server_stop() {
+  if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
+  SERVER_PID=""
+}
+cleanup() { server_stop; nginx_stop; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+post() {  # post PATH JSON -> prints body, fails on non-2xx
+  curl -sS --fail-with-body -X POST -H 'content-type: application/json' -d "$2" "$BASE$1"
+}
+tool_body() {  # tool_body NAME
+  printf '{"name":"%s","description":"Benchmark tool: get the current weather for a city.","parameters":{"type":"object","properties":{"city":{"type":"string","description":"City name"},"unit":{"type":"string","enum":["c","f"]}},"required":["city"]},"callback_url":"%s/tools/%s","role":null,"source":"plugin:bench","timeout_seconds":30}' "$1" "$CALLBACK" "$1"
+}
+cpu_ticks() {  # utime+stime (clock ticks) of the processes named in $1, all threads
+  local total=0 p f
+  for p in $1; do
+    f=$(sed 's/.*) //' "/proc/$p/stat"); set -- $f
+    total=$((total + ${12} + ${13}))
+  done
+  echo "$total"
+}
+rss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+
+# measure LABEL SCRIPT URL PIDS [CONNS]: warm-up, then RUNS wrk runs; one line per run.
+measure() {
+  local label=$1 script=$2 url=$3 pids=$4 conns=${5:-$CONNS} hz r t0 t1 line reqs
+  hz=$(getconf CLK_TCK)
+  [ "$WARMUP" = 0 ] || wrk -t1 -c"$conns" -d"$WARMUP" -s "$script" "$url" >/dev/null
+  for r in $(seq 1 "$RUNS"); do
+    t0=$(cpu_ticks "$pids")
+    line=$(wrk -t1 -c"$conns" -d"$DURATION" --latency -s "$script" "$url" | grep '^RESULT')
+    t1=$(cpu_ticks "$pids")
+    reqs=$(printf '%s' "$line" | sed 's/.* requests=\([0-9]*\).*/\1/')
+    line="$label run$r ${line#RESULT } cpu_us_per_req=$(awk -v d=$((t1 - t0)) -v h="$hz" -v n="$reqs" 'BEGIN{printf "%.1f", (n>0)?d*1e6/h/n:0}')"
+    echo "$line" | tee -a "$RESULTS"
+  done
+}
+
+floor() {
+  measure floor-callback "$HERE/callback.lua" "$CALLBACK" "$(nginx_pids)"
+  measure floor-static "$HERE/get.lua" "$CALLBACK/static" "$(nginx_pids)"
+}
+
+register_suite() {  # register_suite CHARACTERS [WORKERS]
+  server_start "$1" "${2:-}"
+  echo "# register probe: $(post /api/tools/register "$(tool_body tool_probe)")"
+  post /api/tools/unregister '{"name":"tool_probe","role":null}' >/dev/null
+  measure "register-c$1${2:+-w$2}" "$HERE/register.lua" "$BASE" "$SERVER_PID"
+  server_stop
+}
+
+invoke_suite() {  # invoke_suite [WORKERS]
+  server_start 1 "${1:-}"
+  post /api/tools/register "$(tool_body tool_000)" >/dev/null
+  echo "# invoke sample: $(post /api/tools/invoke '{"name":"tool_000","arguments":{"city":"Tokyo","unit":"c"},"role":"role0","call_id":"probe"}')"
+  ROLE=role0 measure "invoke${1:+-w$1}" "$HERE/invoke.lua" "$BASE" "$SERVER_PID"
+  if [ -z "${1:-}" ]; then
+    measure floor-callback-conn1 "$HERE/callback.lua" "$CALLBACK" "$(nginx_pids)" 1
+    ROLE=role0 measure invoke-conn1 "$HERE/invoke.lua" "$BASE" "$SERVER_PID" 1
+  fi
+  server_stop
+}
+
+list_suite() {  # list_suite CHARACTERS [WORKERS]
+  local k body
+  server_start "$1" "${2:-}"
+  for k in $(seq 0 $((LIST_TOOLS - 1))); do
+    post /api/tools/register "$(tool_body "$(printf 'tool_%03d' "$k")")" >/dev/null
+  done
+  body=$(curl -sS "$BASE/api/tools")
+  echo "# list: $(printf '%s' "$body" | wc -c) bytes, $(printf '%s' "$body" | grep -o '"is_remote"' | wc -l) tool entries"
+  measure "list-c$1${2:+-w$2}" "$HERE/list.lua" "$BASE" "$SERVER_PID"
+  server_stop
+}
+
+memory_suite() {
+  local roles per distinct before line
+  for grid in "100 1000" "1000 100"; do
+    set -- $grid; roles=$1; per=$2
+    for distinct in 0 1; do
+      server_start "$roles"
+      before=$(rss_kib "$SERVER_PID")
+      line=$(ROLES=$roles TOOLS_PER_ROLE=$per DISTINCT=$distinct \
+        wrk -t1 -c4 -d600s -s "$HERE/fill.lua" "$BASE" | grep '^FILL')
+      local pairs
+      pairs=$(curl -sS "$BASE/api/tools" | grep -o '"is_remote"' | wc -l)
+      echo "memory-${roles}x${per}-$([ "$distinct" = 1 ] && echo distinct || echo shared) ${line#FILL } pairs=$pairs rss_before_mib=$((before / 1024)) rss_after_mib=$(($(rss_kib "$SERVER_PID") / 1024))" | tee -a "$RESULTS"
+      server_stop
+    done
+  done
+}
+
+echo "# machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p'), kernel $(uname -r)"
+echo "# RUNS=$RUNS DURATION=$DURATION CONNS=$CONNS WRK_CHECK=$WRK_CHECK LIST_TOOLS=$LIST_TOOLS"
+nginx_start
+for suite in "${SUITES[@]}"; do
+  case "$suite" in
+    floor) floor ;;
+    register) for n in $GRID; do register_suite "$n"; done ;;
+    invoke) invoke_suite ;;
+    list) list_suite 8; list_suite 64 ;;
+    workers1) register_suite 1 1; invoke_suite 1; list_suite 8 1 ;;
+    memory) memory_suite ;;
+    *) echo "unknown suite $suite" >&2; exit 2 ;;
+  esac
+done
+
+# Medians per scenario; ratios against this invocation's median floor (same run).
+echo
+echo "# summary: medians over runs; ratio = rps / floor-callback rps (floor-callback-conn1 for *-conn1)"
+awk '
+  /^floor|^register|^invoke|^list/ && / run[0-9]+ / {
+    s=$1; n[s]++
+    for (i=3; i<=NF; i++) { split($i, kv, "="); v[s, kv[1], n[s]] = kv[2] }
+    if (!(s in seen)) { seen[s]=1; order[++m]=s }
+  }
+  function med(s, k,   i, j, t, a, c) {
+    c = n[s]; for (i=1; i<=c; i++) a[i] = v[s, k, i] + 0
+    for (i=1; i<=c; i++) for (j=i+1; j<=c; j++) if (a[j] < a[i]) { t=a[i]; a[i]=a[j]; a[j]=t }
+    return (c % 2) ? a[(c+1)/2] : (a[c/2] + a[c/2+1]) / 2
+  }
+  END {
+    fl = ("floor-callback" in seen) ? med("floor-callback", "rps") : 0
+    fl1 = ("floor-callback-conn1" in seen) ? med("floor-callback-conn1", "rps") : 0
+    printf "%-24s %10s %8s %8s %8s %12s %10s %8s\n", "scenario", "rps", "ratio", "p50_ms", "p99_ms", "cpu_us/req", "non2xx", "bad"
+    for (k=1; k<=m; k++) {
+      s = order[k]; f = (s ~ /conn1$/) ? fl1 : fl
+      printf "%-24s %10.0f %7.1f%% %8.3f %8.3f %12.1f %10d %8d\n", s, med(s, "rps"),
+        (f > 0) ? 100 * med(s, "rps") / f : 0, med(s, "p50_ms"), med(s, "p99_ms"),
+        med(s, "cpu_us_per_req"), med(s, "non2xx") + med(s, "sock_errors"), med(s, "bad_body")
+    }
+  }' "$RESULTS"
+grep '^memory' "$RESULTS" || true

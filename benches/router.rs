@@ -1,0 +1,442 @@
+//! In-process benchmarks: the router driven with actor messages, as an in-process plugin would.
+//!
+//! One long-lived actix `System` runs for the whole binary; every measurement is a batch of
+//! iterations run inside one `block_on`, timed with `iter_custom`, so the figures include the
+//! mailbox hops but no per-iteration runtime start-up. Groups:
+//!
+//! - `register` / `unregister` / `clear`: a role-null change fanned out to 1, 8, 64, 256
+//!   characters;
+//! - `list`: `ListTools` over 1 and 8 characters holding 10, 100, 1000 tools each;
+//! - `dispatch`: a remote tool against a loopback callback server started here, next to a bare
+//!   awc POST of the same body to the same server (the floor), and an in-process local tool;
+//! - `session`: register to one character with and without a live session whose (fake) model
+//!   peer acknowledges every `session.update` at once.
+//!
+//! Figures and method: docs/benchmarks.md. Run: `cargo bench --bench router [FILTER]`.
+
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use futures_util::StreamExt;
+use runtime_tools::actors::local_tool::{CallLocalTool, local_handler};
+use runtime_tools::actors::router::{
+    ClearSource, ListSessions, ListTools, RegisterTool, ResolveTool, Router, UnregisterTool,
+};
+use runtime_tools::config::{CharacterSettings, DispatchSettings};
+use runtime_tools::domain::call::{ToolCall, ToolOutcome};
+use runtime_tools::domain::callback_url::CallbackUrl;
+use runtime_tools::domain::tool::{SharedTool, ToolSpec};
+use runtime_tools::session::ConnectionState;
+use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::settings::SessionSettings;
+use serde_json::{Map, Value, json};
+
+/// Character counts of the fan-out grid (the issue's grid).
+const FAN_OUT: [usize; 4] = [1, 8, 64, 256];
+/// Tools per character of the list grid.
+const TOOLS_PER_CHARACTER: [usize; 3] = [10, 100, 1000];
+/// Distinct names the register benchmark cycles over, so most registrations replace a tool, as
+/// in the HTTP harness.
+const NAME_CYCLE: usize = 100;
+/// What the callback server answers: the same body as the nginx callback of the HTTP harness.
+const CALLBACK_REPLY: &str = r#"{"output": {"temperature_c": 28}, "is_error": false}"#;
+/// Longest wait for the fake model peer to be connected before the session group starts.
+const SESSION_CONNECT_DEADLINE: Duration = Duration::from_secs(20);
+
+fn schema() -> Map<String, Value> {
+    let Value::Object(schema) = json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "description": "City name"},
+            "unit": {"type": "string", "enum": ["c", "f"]}
+        },
+        "required": ["city"]
+    }) else {
+        unreachable!()
+    };
+    schema
+}
+
+/// The register body of the HTTP harness, as a domain value.
+fn remote_tool(name: &str, callback: &str) -> ToolSpec {
+    ToolSpec::remote(
+        name,
+        "Benchmark tool: get the current weather for a city.",
+        schema(),
+        "plugin:bench",
+        CallbackUrl::parse(&format!("{callback}/tools/{name}")).expect("a loopback callback URL"),
+        Duration::from_secs(30),
+    )
+}
+
+fn call(i: u64) -> ToolCall {
+    let mut arguments = Map::new();
+    arguments.insert("city".into(), json!("Tokyo"));
+    arguments.insert("unit".into(), json!("c"));
+    ToolCall::from_arguments(format!("call_{i}"), "tool_000".into(), arguments)
+}
+
+fn characters(n: usize) -> Vec<CharacterSettings> {
+    (0..n)
+        .map(|i| CharacterSettings::new(format!("role{i}")))
+        .collect()
+}
+
+fn launch(sys: &SystemRunner, n: usize) -> Addr<Router> {
+    sys.block_on(async { Router::launch(characters(n), &DispatchSettings::default()).0 })
+}
+
+/// Times `iters` runs of `step` inside the long-lived system.
+fn timed<F, Fut>(sys: &SystemRunner, iters: u64, mut step: F) -> Duration
+where
+    F: FnMut(u64) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    sys.block_on(async {
+        let start = Instant::now();
+        for i in 0..iters {
+            step(i).await;
+        }
+        start.elapsed()
+    })
+}
+
+/// Like [`timed`], but `setup` runs untimed before each step.
+fn timed_with_setup<S, SFut, F, Fut>(
+    sys: &SystemRunner,
+    iters: u64,
+    mut setup: S,
+    mut step: F,
+) -> Duration
+where
+    S: FnMut(u64) -> SFut,
+    SFut: Future<Output = ()>,
+    F: FnMut(u64) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    sys.block_on(async {
+        let mut total = Duration::ZERO;
+        for i in 0..iters {
+            setup(i).await;
+            let start = Instant::now();
+            step(i).await;
+            total += start.elapsed();
+        }
+        total
+    })
+}
+
+async fn register(router: &Addr<Router>, tool: ToolSpec, role: Option<&str>) {
+    let report = router
+        .send(RegisterTool {
+            tool,
+            role: role.map(str::to_owned),
+        })
+        .await
+        .expect("router answers")
+        .expect("registered");
+    assert!(report.failed_roles.is_empty(), "{report:?}");
+}
+
+fn fan_out(c: &mut Criterion, sys: &SystemRunner) {
+    let callback = "http://127.0.0.1:9";
+    let names: Vec<String> = (0..NAME_CYCLE).map(|k| format!("tool_{k:03}")).collect();
+    for n in FAN_OUT {
+        let router = launch(sys, n);
+        let mut group = c.benchmark_group("register");
+        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+            b.iter_custom(|iters| {
+                timed(sys, iters, |i| {
+                    let tool = remote_tool(&names[i as usize % NAME_CYCLE], callback);
+                    let router = &router;
+                    async move { register(router, tool, None).await }
+                })
+            })
+        });
+        group.finish();
+
+        let mut group = c.benchmark_group("unregister");
+        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+            b.iter_custom(|iters| {
+                timed_with_setup(
+                    sys,
+                    iters,
+                    |_| register(&router, remote_tool("doomed", callback), None),
+                    |_| async {
+                        let report = router
+                            .send(UnregisterTool {
+                                name: "doomed".into(),
+                                role: None,
+                            })
+                            .await
+                            .expect("router answers")
+                            .expect("unregistered");
+                        assert_eq!(report.removed, n);
+                    },
+                )
+            })
+        });
+        group.finish();
+
+        let mut group = c.benchmark_group("clear");
+        group.bench_with_input(BenchmarkId::from_parameter(n), &n, |b, _| {
+            b.iter_custom(|iters| {
+                timed_with_setup(
+                    sys,
+                    iters,
+                    |_| {
+                        let mut tool = remote_tool("doomed", callback);
+                        tool.source = "plugin:doomed".into();
+                        register(&router, tool, None)
+                    },
+                    |_| async {
+                        let report = router
+                            .send(ClearSource {
+                                source: "plugin:doomed".into(),
+                                role: None,
+                            })
+                            .await
+                            .expect("router answers")
+                            .expect("cleared");
+                        assert_eq!(report.removed, n);
+                    },
+                )
+            })
+        });
+        group.finish();
+    }
+}
+
+fn list(c: &mut Criterion, sys: &SystemRunner) {
+    let mut group = c.benchmark_group("list");
+    for n in [1, 8] {
+        for tools in TOOLS_PER_CHARACTER {
+            let router = launch(sys, n);
+            sys.block_on(async {
+                for k in 0..tools {
+                    register(
+                        &router,
+                        remote_tool(&format!("tool_{k:04}"), "http://127.0.0.1:9"),
+                        None,
+                    )
+                    .await;
+                }
+            });
+            let id = BenchmarkId::new(format!("{n}_characters"), tools);
+            group.bench_with_input(id, &tools, |b, _| {
+                b.iter_custom(|iters| {
+                    timed(sys, iters, |_| async {
+                        let roles = router
+                            .send(ListTools { role: None })
+                            .await
+                            .expect("router answers")
+                            .expect("listed");
+                        assert_eq!(roles.len() * roles[0].tools.len(), n * tools);
+                    })
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+/// A loopback callback server answering every POST like the nginx callback does.
+fn start_callback_server(sys: &SystemRunner) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = listener.local_addr().expect("bound").port();
+    sys.block_on(async move {
+        let server = HttpServer::new(|| {
+            App::new().default_service(web::to(|| async {
+                HttpResponse::Ok()
+                    .content_type("application/json")
+                    .body(CALLBACK_REPLY)
+            }))
+        })
+        .workers(1)
+        .listen(listener)
+        .expect("listening")
+        .run();
+        actix_web::rt::spawn(server);
+    });
+    format!("http://127.0.0.1:{port}")
+}
+
+/// An in-process tool that answers at once.
+struct Echo;
+
+impl Actor for Echo {
+    type Context = Context<Self>;
+}
+
+impl Handler<CallLocalTool> for Echo {
+    type Result = ToolOutcome;
+
+    fn handle(&mut self, CallLocalTool(call): CallLocalTool, _: &mut Self::Context) -> ToolOutcome {
+        Ok(json!({"temperature_c": 28, "call_id": call.call_id}))
+    }
+}
+
+fn dispatch(c: &mut Criterion, sys: &SystemRunner) {
+    let callback = start_callback_server(sys);
+    let (router, dispatcher) =
+        sys.block_on(async { Router::launch(characters(1), &DispatchSettings::default()) });
+    let remote: SharedTool = std::sync::Arc::new(remote_tool("tool_000", &callback));
+    sys.block_on(register(&router, remote_tool("tool_000", &callback), None));
+    let local: SharedTool = sys.block_on(async {
+        std::sync::Arc::new(ToolSpec::local(
+            "tool_000",
+            "Benchmark tool: answers at once.",
+            schema(),
+            "inproc:bench",
+            local_handler(Echo.start().recipient()),
+        ))
+    });
+    let client = sys.block_on(async { awc::Client::default() });
+    let url = format!("{callback}/tools/tool_000");
+
+    let mut group = c.benchmark_group("dispatch");
+    group.bench_function("bare_awc_post", |b| {
+        b.iter_custom(|iters| {
+            timed(sys, iters, |i| {
+                let request = client.post(&url).send_json(&call(i));
+                async move {
+                    let mut response = request.await.expect("callback answers");
+                    let body = response.body().await.expect("body");
+                    assert_eq!(body.len(), CALLBACK_REPLY.len());
+                }
+            })
+        })
+    });
+    group.bench_function("remote", |b| {
+        b.iter_custom(|iters| {
+            timed(sys, iters, |i| async {
+                let result = dispatcher.dispatch(&remote, call(i)).await;
+                assert!(!result.is_error, "{result:?}");
+            })
+        })
+    });
+    group.bench_function("resolve_and_remote", |b| {
+        b.iter_custom(|iters| {
+            timed(sys, iters, |i| async {
+                let resolved = router
+                    .send(ResolveTool {
+                        name: "tool_000".into(),
+                        role: Some("role0".into()),
+                    })
+                    .await
+                    .expect("router answers")
+                    .expect("found");
+                let result = dispatcher.dispatch(&resolved.tool, call(i)).await;
+                assert!(!result.is_error, "{result:?}");
+            })
+        })
+    });
+    group.bench_function("local", |b| {
+        b.iter_custom(|iters| {
+            timed(sys, iters, |i| async {
+                let result = dispatcher.dispatch(&local, call(i)).await;
+                assert!(!result.is_error, "{result:?}");
+            })
+        })
+    });
+    group.finish();
+}
+
+/// A fake model peer: greets with `session.created` and acknowledges every `session.update` at
+/// once with `session.updated`.
+fn start_fake_model(sys: &SystemRunner) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    let port = listener.local_addr().expect("bound").port();
+    sys.block_on(async move {
+        let server =
+            HttpServer::new(|| App::new().route("/v1/realtime", web::get().to(model_peer)))
+                .workers(1)
+                .listen(listener)
+                .expect("listening")
+                .run();
+        actix_web::rt::spawn(server);
+    });
+    format!("ws://127.0.0.1:{port}/v1/realtime?model=fake")
+}
+
+async fn model_peer(req: HttpRequest, body: web::Payload) -> actix_web::Result<HttpResponse> {
+    let (response, mut session, stream) = actix_ws::handle(&req, body)?;
+    let mut stream = stream.max_frame_size(64 << 20);
+    actix_web::rt::spawn(async move {
+        let created = json!({"type": "session.created", "event_id": "srv_0",
+                             "session": {"type": "realtime", "id": "sess_fake"}});
+        let _ = session.text(created.to_string()).await;
+        while let Some(Ok(message)) = stream.next().await {
+            let actix_ws::Message::Text(text) = message else {
+                continue;
+            };
+            let Ok(event) = serde_json::from_str::<Value>(&text) else {
+                continue;
+            };
+            if event["type"] == "session.update" {
+                let ack = json!({"type": "session.updated", "event_id": "srv_ack",
+                                 "session": event["session"]});
+                let _ = session.text(ack.to_string()).await;
+            }
+        }
+    });
+    Ok(response)
+}
+
+fn session(c: &mut Criterion, sys: &SystemRunner) {
+    let url = start_fake_model(sys);
+    let with_session = sys.block_on(async {
+        let mut character = CharacterSettings::new("role0");
+        character.session = Some(SessionSettings::new(url, Dialect::Openai));
+        let router = Router::launch(vec![character], &DispatchSettings::default()).0;
+        let deadline = Instant::now() + SESSION_CONNECT_DEADLINE;
+        loop {
+            let sessions = router.send(ListSessions).await.expect("router answers");
+            if sessions[0].1.state == ConnectionState::Connected {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the fake model peer never connected"
+            );
+            actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+        }
+        router
+    });
+    let without_session = launch(sys, 1);
+    let names: Vec<String> = (0..NAME_CYCLE).map(|k| format!("tool_{k:03}")).collect();
+
+    let mut group = c.benchmark_group("session_register");
+    for (label, router) in [("without", &without_session), ("with", &with_session)] {
+        group.bench_function(label, |b| {
+            b.iter_custom(|iters| {
+                timed(sys, iters, |i| {
+                    let tool = remote_tool(&names[i as usize % NAME_CYCLE], "http://127.0.0.1:9");
+                    async move { register(router, tool, None).await }
+                })
+            })
+        });
+    }
+    group.finish();
+}
+
+fn benches(c: &mut Criterion) {
+    let sys = System::new();
+    fan_out(c, &sys);
+    list(c, &sys);
+    dispatch(c, &sys);
+    session(c, &sys);
+}
+
+criterion_group! {
+    name = router;
+    // Short windows: the grid is large and the machine is shared; repeat runs instead.
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(20);
+    targets = benches
+}
+criterion_main!(router);

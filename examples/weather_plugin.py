@@ -1,0 +1,249 @@
+#!/usr/bin/env python3
+"""A Runtime Tool API plugin written with the Python standard library only.
+
+It serves one tool, `get_weather`, from a callback on loopback and keeps it registered with a
+runtime-tools server:
+
+* at start it registers the tool (source "plugin:weather");
+* it answers each call per the callback contract: `{"output": ...}` on success,
+  `{"error": "...", "is_error": true}` for a location it does not know;
+* it watches `GET /api/tools` and registers again whenever its tool is missing: registrations are
+  runtime state, so a restarted server has forgotten them;
+* on SIGINT / SIGTERM it clears its tools (`POST /api/tools/clear`) and exits 0.
+
+Run it beside a server started with `cargo run --release -- serve`:
+
+    python3 examples/weather_plugin.py
+    python3 examples/weather_plugin.py --server http://127.0.0.1:48911 --port 9333 --role Lanlan
+
+Every option can also come from the environment: RUNTIME_TOOLS_URL, WEATHER_PLUGIN_PORT,
+WEATHER_PLUGIN_ROLE, WEATHER_PLUGIN_POLL_SECONDS.
+
+Tool arguments come from the user's conversation: this plugin never logs them.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import urllib.error
+import urllib.parse
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+TOOL_NAME = "get_weather"
+SOURCE = "plugin:weather"
+CALLBACK_PATH = "/tools/" + TOOL_NAME
+
+# A made-up, deterministic forecast: the point is the round trip, not the weather.
+FORECASTS = {
+    "shanghai": {"temperature_c": 28, "conditions": "sunny"},
+    "tokyo": {"temperature_c": 22, "conditions": "cloudy"},
+    "berlin": {"temperature_c": 14, "conditions": "rain"},
+}
+
+# Requests to our own server never go through a proxy, whatever http_proxy says.
+HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+# How long one request to the server may take before the plugin gives up on it (and retries on
+# the next poll). Changes wait for live model sessions to acknowledge, which can take seconds.
+SERVER_TIMEOUT_SECONDS = 30
+
+
+def say(text):
+    """Progress lines go to stdout, flushed at once, so a supervisor (or a test) can follow."""
+    print(text, flush=True)
+
+
+def answer_call(call):
+    """Maps one callback body to the callback's JSON answer."""
+    arguments = call.get("arguments") or {}
+    location = arguments.get("location")
+    if not isinstance(location, str) or not location.strip():
+        return {"error": "argument 'location' must be a non-empty string", "is_error": True}
+    forecast = FORECASTS.get(location.strip().lower())
+    if forecast is None:
+        known = ", ".join(name.title() for name in FORECASTS)
+        return {"error": f"location not found (known: {known})", "is_error": True}
+    return {"output": {"location": location, **forecast}, "is_error": False}
+
+
+class CallbackHandler(BaseHTTPRequestHandler):
+    """The tool's callback: `POST /tools/get_weather` with {name, arguments, call_id, raw_arguments}."""
+
+    # Keep-alive, so the server can reuse its connection for the next call.
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        # Every tool under /tools/ is answered the same way, so a tool registered by hand with
+        # curl (README walk-through) can use this callback too.
+        if not self.path.startswith("/tools/"):
+            self.send_json(404, {"error": f"no tool at {self.path}", "is_error": True})
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            call = json.loads(self.rfile.read(length))
+        except ValueError:
+            self.send_json(400, {"error": "the call body is not JSON", "is_error": True})
+            return
+        self.send_json(200, answer_call(call))
+        # The call id identifies the call without revealing what the user asked.
+        say(f"answered call {call.get('call_id')}")
+
+    def send_json(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format, *args):
+        # The default writes every request line to stderr; the progress lines above suffice.
+        pass
+
+
+class ServerError(Exception):
+    """The server answered with an error status; `status` and `body` say which."""
+
+    def __init__(self, status, body):
+        super().__init__(f"HTTP {status}: {body}")
+        self.status = status
+        self.body = body
+
+
+def request(server, method, path, body=None):
+    """One JSON request to the server; returns the decoded answer or raises ServerError/OSError."""
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(server + path, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with HTTP.open(req, timeout=SERVER_TIMEOUT_SECONDS) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        raw = e.read()
+        try:
+            detail = json.loads(raw)
+        except ValueError:
+            detail = raw.decode(errors="replace")
+        raise ServerError(e.code, detail) from None
+
+
+class Plugin:
+    def __init__(self, server, callback_url, role):
+        self.server = server.rstrip("/")
+        self.callback_url = callback_url
+        self.role = role
+        # None until the first answer, then whether the server answered last time.
+        self.reachable = None
+        self.last_problem = None
+
+    def register(self):
+        answer = request(self.server, "POST", "/api/tools/register", {
+            "name": TOOL_NAME,
+            "description": "Get the current weather for a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {"location": {"type": "string", "description": "a city name"}},
+                "required": ["location"],
+            },
+            "callback_url": self.callback_url,
+            "role": self.role,
+            "source": SOURCE,
+            "timeout_seconds": 10,
+        })
+        roles = ", ".join(answer["affected_roles"]) or "none"
+        say(f"registered {TOOL_NAME} (affected_roles: {roles})")
+        for failure in answer["failed_roles"]:
+            # The registry took the tool; only that character's live session missed the update.
+            say(f"  {failure['role']} did not sync: {failure['error']}")
+
+    def is_registered(self):
+        """Whether every role the server lists (or our role) has our tool with our callback."""
+        path = "/api/tools" if self.role is None else "/api/tools?role=" + urllib.parse.quote(self.role)
+        listing = request(self.server, "GET", path)
+        return all(
+            any(t["name"] == TOOL_NAME and t["callback_url"] == self.callback_url for t in tools)
+            for tools in listing["tools_by_role"].values()
+        )
+
+    def ensure_registered(self):
+        """One watch step: register when the tool is missing. Never raises for a server problem."""
+        try:
+            present = self.is_registered()
+            if not present:
+                if self.reachable is not None:
+                    say(f"{TOOL_NAME} is missing from the server (did it restart?); registering again")
+                self.register()
+            self.reachable = True
+            self.last_problem = None
+        except ServerError as e:
+            if e.status == 422:
+                # A bug in this plugin's request: retrying cannot help.
+                say(f"the server refused the registration: {json.dumps(e.body)}")
+                raise SystemExit(2)
+            # 404: the role does not exist (yet); 403: we are not on loopback. Keep watching, and
+            # say so once rather than on every poll.
+            problem = f"server answered {e.status}: {json.dumps(e.body)}"
+            if problem != self.last_problem:
+                say(problem)
+            self.last_problem = problem
+        except OSError as e:
+            if self.reachable is not False:
+                say(f"server {self.server} unreachable ({e}); retrying")
+            self.reachable = False
+
+    def clear(self):
+        try:
+            answer = request(self.server, "POST", "/api/tools/clear", {"source": SOURCE, "role": self.role})
+            say(f"cleared {answer['removed']} tool(s) of {SOURCE}")
+        except (OSError, ServerError) as e:
+            # A stopped server has no registrations to clear.
+            say(f"could not clear {SOURCE}: {e}")
+
+
+def main():
+    env = os.environ.get
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--server", default=env("RUNTIME_TOOLS_URL", "http://127.0.0.1:48911"),
+                        help="runtime-tools server URL (default: %(default)s)")
+    parser.add_argument("--port", type=int, default=int(env("WEATHER_PLUGIN_PORT", "9333")),
+                        help="callback port on 127.0.0.1; 0 picks a free one (default: %(default)s)")
+    parser.add_argument("--role", default=env("WEATHER_PLUGIN_ROLE") or None,
+                        help="register for this character only (default: every character)")
+    parser.add_argument("--poll-interval", type=float,
+                        default=float(env("WEATHER_PLUGIN_POLL_SECONDS", "2")),
+                        help="seconds between checks of GET /api/tools (default: %(default)s)")
+    args = parser.parse_args()
+
+    try:
+        callbacks = ThreadingHTTPServer(("127.0.0.1", args.port), CallbackHandler)
+    except OSError as e:
+        say(f"cannot serve the callback on 127.0.0.1:{args.port} ({e}); "
+            "pass --port 0 to pick a free port")
+        return 1
+    callbacks.daemon_threads = True
+    callback_url = f"http://127.0.0.1:{callbacks.server_address[1]}{CALLBACK_PATH}"
+    threading.Thread(target=callbacks.serve_forever, daemon=True).start()
+    say(f"callback listening on {callback_url}")
+
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+
+    plugin = Plugin(args.server, callback_url, args.role)
+    try:
+        while not stop.is_set():
+            plugin.ensure_registered()
+            stop.wait(args.poll_interval)
+    finally:
+        plugin.clear()
+        callbacks.shutdown()
+        say("stopped")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
