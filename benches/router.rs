@@ -311,33 +311,42 @@ fn dispatch(c: &mut Criterion, sys: &SystemRunner) {
     });
     group.bench_function("remote", |b| {
         b.iter_custom(|iters| {
-            timed(sys, iters, |i| async {
-                let result = dispatcher.dispatch(&remote, call(i)).await;
-                assert!(!result.is_error, "{result:?}");
+            timed(sys, iters, |i| {
+                let (dispatcher, remote, call) = (&dispatcher, &remote, call(i));
+                async move {
+                    let result = dispatcher.dispatch(remote, call).await;
+                    assert!(!result.is_error, "{result:?}");
+                }
             })
         })
     });
     group.bench_function("resolve_and_remote", |b| {
         b.iter_custom(|iters| {
-            timed(sys, iters, |i| async {
-                let resolved = router
-                    .send(ResolveTool {
-                        name: "tool_000".into(),
-                        role: Some("role0".into()),
-                    })
-                    .await
-                    .expect("router answers")
-                    .expect("found");
-                let result = dispatcher.dispatch(&resolved.tool, call(i)).await;
-                assert!(!result.is_error, "{result:?}");
+            timed(sys, iters, |i| {
+                let (dispatcher, router, call) = (&dispatcher, &router, call(i));
+                async move {
+                    let resolved = router
+                        .send(ResolveTool {
+                            name: "tool_000".into(),
+                            role: Some("role0".into()),
+                        })
+                        .await
+                        .expect("router answers")
+                        .expect("found");
+                    let result = dispatcher.dispatch(&resolved.tool, call).await;
+                    assert!(!result.is_error, "{result:?}");
+                }
             })
         })
     });
     group.bench_function("local", |b| {
         b.iter_custom(|iters| {
-            timed(sys, iters, |i| async {
-                let result = dispatcher.dispatch(&local, call(i)).await;
-                assert!(!result.is_error, "{result:?}");
+            timed(sys, iters, |i| {
+                let (dispatcher, local, call) = (&dispatcher, &local, call(i));
+                async move {
+                    let result = dispatcher.dispatch(local, call).await;
+                    assert!(!result.is_error, "{result:?}");
+                }
             })
         })
     });

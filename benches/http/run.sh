@@ -12,6 +12,7 @@
 #   memory     RSS after 100 000 (character, tool) pairs: 100 x 1000 and 1000 x 100, each shared
 #              (role-null registrations) and distinct (one registration per pair)
 #   (default: all of them, the floor first)
+# The server logs at its default level (info) to a file unless RUST_LOG says otherwise.
 # env: RUNS=3 DURATION=10s CONNS=16 WARMUP=2s WRK_CHECK=1 LIST_TOOLS=26 PORT=48999
 #      GRID="1 8 64" (characters of the register suite)  SKIP_BUILD=1 (use the built binary)
 # Every run prints `SCENARIO runN rps=… p50_ms=… p99_ms=… … cpu_us_per_req=…`; the summary at
@@ -44,7 +45,7 @@ server_start() {  # server_start CHARACTERS [WORKERS]
   local args=(serve --bind "127.0.0.1:$PORT") k
   for k in $(seq 0 $(($1 - 1))); do args+=(--character "role$k"); done
   if [ -n "${2:-}" ]; then args+=(--workers "$2"); fi
-  RUST_LOG="${RUST_LOG:-warn}" "$BIN" "${args[@]}" >"$WORK/server.out" 2>"$WORK/server.err" &
+  "$BIN" "${args[@]}" >"$WORK/server.out" 2>"$WORK/server.err" &
   SERVER_PID=$!
   local deadline=$((SECONDS + 30))
   until grep -q '^listening on' "$WORK/server.out" 2>/dev/null; do

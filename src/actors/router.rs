@@ -116,6 +116,12 @@ pub struct InjectManagerPanic {
     pub role: String,
 }
 
+/// Fault injection for tests of the 503 path: stops the router, as a panic in it would.
+#[doc(hidden)]
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct InjectRouterStop;
+
 /// Each character's model-session state, in configuration order.
 #[derive(Message, Debug)]
 #[rtype(result = "Vec<(String, SessionReport)>")]
@@ -609,6 +615,14 @@ impl Handler<InjectManagerPanic> for Router {
             .ok_or(RouterError::UnknownRole(msg.role))?;
         self.characters[i].manager.do_send(InjectPanic);
         Ok(())
+    }
+}
+
+impl Handler<InjectRouterStop> for Router {
+    type Result = ();
+
+    fn handle(&mut self, _: InjectRouterStop, ctx: &mut Self::Context) {
+        ctx.stop();
     }
 }
 

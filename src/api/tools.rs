@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use utoipa::ToSchema;
 
 use super::body::JsonObject;
-use super::error::{ApiError, ErrorBody, ValidationErrorBody};
+use super::error::{ApiError, ErrorBody, FieldError, ValidationErrorBody};
 use super::openapi::{ClearBody, RegisterBody, UnregisterBody};
 use super::requests::{ClearRequest, RegisterRequest, UnregisterRequest};
 use super::{AppState, ask_router};
@@ -20,7 +20,20 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/register").route(web::post().to(register)))
         .service(super::resource("/api/tools/unregister").route(web::post().to(unregister)))
         .service(super::resource("/api/tools/clear").route(web::post().to(clear)))
-        .service(super::resource("/api/tools").route(web::get().to(list)));
+        .service(
+            super::resource("/api/tools")
+                .app_data(web::QueryConfig::default().error_handler(|e, _| {
+                    // A query string serde cannot read (e.g. `role` twice) gets a JSON 422 like
+                    // every other malformed request, not actix's plain-text 400.
+                    ApiError::Validation(vec![FieldError {
+                        loc: vec!["query".into()],
+                        msg: format!("query string could not be read: {e}"),
+                        kind: "query_invalid",
+                    }])
+                    .into()
+                }))
+                .route(web::get().to(list)),
+        );
 }
 
 /// What no role accepting a registration reports in `error`.
@@ -206,6 +219,7 @@ struct ListQuery {
         (status = 403, description = "Not a loopback caller, or a foreign `Host`", body = ErrorBody),
         (status = 404, description = "`role` names no character", body = ErrorBody),
         (status = 405, description = "Only GET is allowed", body = ErrorBody),
+        (status = 422, description = "The query string could not be read (e.g. `role` twice)", body = ValidationErrorBody),
         (status = 503, description = "The router did not answer", body = ErrorBody),
     )
 )]

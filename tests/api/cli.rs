@@ -461,3 +461,42 @@ fn a_duplicate_character_option_stops_start_up() {
         "{stderr}"
     );
 }
+
+#[test]
+fn options_override_the_config_file() {
+    let dir = TempDir::new("override");
+    let path = dir.file(
+        "runtime-tools.toml",
+        "bind = \"203.0.113.7:1\"\n[[character]]\nname = \"Mio\"\n[[character]]\nname = \"Lanlan\"\n",
+    );
+    let mut child = Child::start(&[
+        "serve",
+        "--config",
+        path.to_str().unwrap(),
+        "--bind",
+        "127.0.0.1:0",
+        "--character",
+        "Zed",
+        "--character",
+        "Aoi",
+    ]);
+    let addr = child.listening("127.0.0.1");
+    let (status, body) = get(addr, "/api/tools");
+    assert_eq!(
+        (status, crate::helpers::keys(&body["tools_by_role"])),
+        (200, vec!["Zed".to_owned(), "Aoi".to_owned()])
+    );
+    child.signal("TERM");
+    assert_clean_exit(&mut child);
+}
+
+#[test]
+fn a_bad_bind_option_stops_start_up_naming_the_option() {
+    let mut child = Child::start(&["serve", "--bind", "nowhere", "--character", "A"]);
+    let status = child.wait();
+    let stderr = child.stderr_after_exit();
+    assert!(!status.success(), "{status}");
+    assert!(stderr.contains("option --bind"), "{stderr}");
+    assert!(stderr.contains("\"nowhere\""), "{stderr}");
+    assert_eq!(child.remaining_stdout(), Vec::<String>::new());
+}

@@ -1,0 +1,392 @@
+//! `GET /api/tools/openapi.json` against the server itself: the document is OpenAPI 3.1, every
+//! operation in it exists and every route is in it, every status it lists is one the route
+//! really produces (each is provoked here), and every real response validates against the
+//! schema the document gives for it (JSON Schema 2020-12, with the document's components).
+
+use actix_web::http::Method;
+use runtime_tools::actors::router::InjectRouterStop;
+use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::settings::SessionSettings;
+use serde_json::{Value, json};
+
+use crate::callback_server::{CallbackServer, Reply};
+use crate::fake_realtime::{AckMode, FakeRealtime};
+use crate::helpers::{TestApp, parse_json, settings, spawn_app_with, tool_body};
+
+const OPENAPI: &str = "/api/tools/openapi.json";
+
+/// Every route the server serves, with its method: the document must list exactly these.
+const SERVER_ROUTES: &[(&str, &str)] = &[
+    ("post", "/api/tools/register"),
+    ("post", "/api/tools/unregister"),
+    ("post", "/api/tools/clear"),
+    ("get", "/api/tools"),
+    ("post", "/api/tools/invoke"),
+    ("get", "/api/sessions"),
+    ("get", OPENAPI),
+];
+
+/// Methods probed on every documented path: the ones it does not list must be 405.
+const METHODS: &[&str] = &["get", "post", "put", "patch", "delete"];
+
+/// The request-body limit the API promises.
+const MIB: usize = 1024 * 1024;
+
+/// A request body.
+enum Body {
+    None,
+    Json(Value),
+    /// Raw bytes sent as `application/json`.
+    Raw(Vec<u8>),
+}
+
+/// One request and the server's answer.
+#[derive(Debug)]
+struct Exchange {
+    method: String,
+    /// The documented path (no query string).
+    path: String,
+    status: u16,
+    body: Value,
+    content_type: Option<String>,
+}
+
+/// Sends one request; `host` replaces the `Host` header when given.
+async fn call(
+    app: &TestApp,
+    method: &str,
+    path_and_query: &str,
+    host: Option<&str>,
+    body: Body,
+) -> Exchange {
+    let http_method = Method::from_bytes(method.to_ascii_uppercase().as_bytes()).unwrap();
+    let mut request = app.client.request(http_method, app.url(path_and_query));
+    if let Some(host) = host {
+        request = request.insert_header(("host", host));
+    }
+    let sent = match body {
+        Body::None => request.send().await,
+        Body::Json(value) => request.send_json(&value).await,
+        Body::Raw(bytes) => {
+            request
+                .insert_header(("content-type", "application/json"))
+                .send_body(bytes)
+                .await
+        }
+    };
+    let mut response = sent.unwrap_or_else(|e| panic!("{method} {path_and_query}: {e}"));
+    let bytes = response.body().limit(64 << 20).await.expect("body read");
+    Exchange {
+        method: method.to_owned(),
+        path: path_and_query
+            .split('?')
+            .next()
+            .unwrap_or_default()
+            .to_owned(),
+        status: response.status().as_u16(),
+        body: parse_json(&bytes),
+        content_type: response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned),
+    }
+}
+
+async fn fetch_document(app: &TestApp) -> Value {
+    let exchange = call(app, "get", OPENAPI, None, Body::None).await;
+    assert_eq!(exchange.status, 200, "{:?}", exchange.body);
+    assert_eq!(exchange.content_type.as_deref(), Some("application/json"));
+    exchange.body
+}
+
+/// `(method, path, [status, ...])` of every operation in the document.
+fn operations(doc: &Value) -> Vec<(String, String, Vec<u16>)> {
+    let mut out = Vec::new();
+    for (path, item) in doc["paths"].as_object().expect("paths") {
+        for (method, operation) in item.as_object().expect("path item") {
+            let statuses = operation["responses"]
+                .as_object()
+                .expect("responses")
+                .keys()
+                .map(|s| s.parse().unwrap_or_else(|_| panic!("status {s:?}")))
+                .collect();
+            out.push((method.clone(), path.clone(), statuses));
+        }
+    }
+    out
+}
+
+/// The response schema the document gives for `method path` answering `status`, as a
+/// standalone JSON Schema 2020-12 document (the components embedded so `$ref`s resolve).
+fn response_schema(doc: &Value, method: &str, path: &str, status: u16) -> Option<Value> {
+    let response = &doc["paths"][path][method]["responses"][status.to_string()];
+    let schema = response["content"]["application/json"]["schema"].clone();
+    let Value::Object(mut schema) = schema else {
+        return None;
+    };
+    schema.insert(
+        "$schema".into(),
+        json!("https://json-schema.org/draft/2020-12/schema"),
+    );
+    schema.insert("components".into(), doc["components"].clone());
+    Some(Value::Object(schema))
+}
+
+/// Panics unless `exchange` is documented for its route and its body validates.
+fn check_against_document(doc: &Value, exchange: &Exchange) {
+    let Exchange {
+        method,
+        path,
+        status,
+        body,
+        ..
+    } = exchange;
+    let schema = response_schema(doc, method, path, *status).unwrap_or_else(|| {
+        panic!("{method} {path} answered {status} ({body}), which the document does not list")
+    });
+    let validator = jsonschema::draft202012::new(&schema)
+        .unwrap_or_else(|e| panic!("{method} {path} {status}: bad schema: {e}"));
+    let errors: Vec<String> = validator
+        .iter_errors(body)
+        .map(|e| format!("{e} at {}", e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{method} {path} {status}: {body} does not match its schema: {errors:#?}"
+    );
+}
+
+/// Whether an answer is the server's "no such route" or "no such method" answer.
+fn is_unknown_route(exchange: &Exchange) -> bool {
+    exchange.status == 405
+        || (exchange.status == 404 && exchange.body == json!({"ok": false, "detail": "Not Found"}))
+}
+
+#[actix_web::test]
+async fn the_document_is_openapi_3_1_and_lists_exactly_the_servers_routes() {
+    let app = spawn_app_with(settings(&["Lanlan"])).await;
+    let doc = fetch_document(&app).await;
+    let version = doc["openapi"].as_str().expect("openapi version");
+    assert!(version.starts_with("3.1."), "{version}");
+    assert_eq!(doc["info"]["version"], json!(env!("CARGO_PKG_VERSION")));
+
+    let documented: Vec<(String, String)> = operations(&doc)
+        .into_iter()
+        .map(|(method, path, _)| (method, path))
+        .collect();
+    for (method, path) in SERVER_ROUTES {
+        assert!(
+            documented.contains(&(method.to_string(), path.to_string())),
+            "{method} {path} is served but not documented"
+        );
+    }
+    for (method, path) in &documented {
+        assert!(
+            SERVER_ROUTES.contains(&(method.as_str(), path.as_str())),
+            "{method} {path} is documented but not in this test's list of routes"
+        );
+        // The route exists: whatever it says about an empty body, it is not "no such route".
+        let body = if method == "post" {
+            Body::Json(json!({}))
+        } else {
+            Body::None
+        };
+        let exchange = call(&app, method, path, None, body).await;
+        assert!(
+            !is_unknown_route(&exchange),
+            "{method} {path} is documented but the server answers {} {}",
+            exchange.status,
+            exchange.body
+        );
+        // And the methods it does not list are refused, so the document lists them all.
+        for other in METHODS {
+            if documented.contains(&(other.to_string(), path.clone())) {
+                continue;
+            }
+            let exchange = call(&app, other, path, None, Body::None).await;
+            assert_eq!(exchange.status, 405, "{other} {path}: {}", exchange.body);
+        }
+    }
+    app.handle.stop(true).await;
+}
+
+#[actix_web::test]
+async fn every_documented_status_is_produced_and_every_answer_matches_its_schema() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let callback = CallbackServer::with(
+        "/cb",
+        Reply::output(json!({"temperature_c": 28, "sky": ["clear"]})),
+    );
+    let mut config = settings(&["Mio", "Lanlan"]);
+    config.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
+    let app = spawn_app_with(config).await;
+    let doc = fetch_document(&app).await;
+
+    let register = |name: &str| Body::Json(tool_body(name, &callback.url("/cb"), "plugin:demo"));
+    let too_large = || Body::Raw(vec![b' '; MIB + 1]);
+    let foreign = Some("evil.example");
+    let mut exchanges = Vec::new();
+    let mut run = async |method: &str, path: &str, host: Option<&str>, body: Body| {
+        exchanges.push(call(&app, method, path, host, body).await);
+    };
+
+    // Register: a success, then every error.
+    run("post", "/api/tools/register", None, register("get_weather")).await;
+    run("post", "/api/tools/register", None, register("spare")).await;
+    run("post", "/api/tools/register", foreign, register("x")).await;
+    let mut unknown_role = tool_body("x", &callback.url("/cb"), "plugin:demo");
+    unknown_role["role"] = json!("Nobody");
+    run(
+        "post",
+        "/api/tools/register",
+        None,
+        Body::Json(unknown_role),
+    )
+    .await;
+    run("get", "/api/tools/register", None, Body::None).await;
+    run("post", "/api/tools/register", None, too_large()).await;
+    let bad = json!({"name": "", "callback_url": "http://example.com/cb", "timeout_seconds": 0});
+    run("post", "/api/tools/register", None, Body::Json(bad)).await;
+    // A body that is not JSON at all is a 422 of the same shape.
+    run(
+        "post",
+        "/api/tools/register",
+        None,
+        Body::Raw(b"{".to_vec()),
+    )
+    .await;
+
+    // Listing, sessions and invoke while the tools are there.
+    run("get", "/api/tools", None, Body::None).await;
+    run("get", "/api/tools?role=Mio", None, Body::None).await;
+    run("get", "/api/tools", foreign, Body::None).await;
+    run("get", "/api/tools?role=Nobody", None, Body::None).await;
+    run("post", "/api/tools", None, Body::Json(json!({}))).await;
+    run("get", "/api/tools?role=Mio&role=Lanlan", None, Body::None).await;
+
+    run("get", "/api/sessions", None, Body::None).await;
+    run("get", "/api/sessions", foreign, Body::None).await;
+    run("post", "/api/sessions", None, Body::Json(json!({}))).await;
+
+    let call_body =
+        json!({"name": "get_weather", "arguments": {"city": "Kyoto"}, "call_id": "call_1"});
+    run("post", "/api/tools/invoke", None, Body::Json(call_body)).await;
+    let by_hand = json!({"name": "get_weather", "arguments": {}, "role": "Mio"});
+    run("post", "/api/tools/invoke", foreign, Body::Json(by_hand)).await;
+    let missing = json!({"name": "no_such_tool"});
+    run("post", "/api/tools/invoke", None, Body::Json(missing)).await;
+    run("get", "/api/tools/invoke", None, Body::None).await;
+    run("post", "/api/tools/invoke", None, too_large()).await;
+    let bad = json!({"name": 7, "arguments": "x"});
+    run("post", "/api/tools/invoke", None, Body::Json(bad)).await;
+
+    // Unregister and clear.
+    let unregister = json!({"name": "get_weather", "role": null});
+    run(
+        "post",
+        "/api/tools/unregister",
+        None,
+        Body::Json(unregister.clone()),
+    )
+    .await;
+    run(
+        "post",
+        "/api/tools/unregister",
+        foreign,
+        Body::Json(unregister),
+    )
+    .await;
+    let unknown_role = json!({"name": "get_weather", "role": "Nobody"});
+    run(
+        "post",
+        "/api/tools/unregister",
+        None,
+        Body::Json(unknown_role),
+    )
+    .await;
+    run("get", "/api/tools/unregister", None, Body::None).await;
+    run("post", "/api/tools/unregister", None, too_large()).await;
+    run("post", "/api/tools/unregister", None, Body::Json(json!({}))).await;
+
+    let clear = json!({"source": "plugin:demo", "role": null});
+    run("post", "/api/tools/clear", None, Body::Json(clear.clone())).await;
+    run("post", "/api/tools/clear", foreign, Body::Json(clear)).await;
+    let unknown_role = json!({"source": "plugin:demo", "role": "Nobody"});
+    run("post", "/api/tools/clear", None, Body::Json(unknown_role)).await;
+    run("get", "/api/tools/clear", None, Body::None).await;
+    run("post", "/api/tools/clear", None, too_large()).await;
+    run(
+        "post",
+        "/api/tools/clear",
+        None,
+        Body::Json(json!({"source": ""})),
+    )
+    .await;
+
+    // The document itself.
+    run("get", OPENAPI, foreign, Body::None).await;
+    run("post", OPENAPI, None, Body::Json(json!({}))).await;
+    run("get", OPENAPI, None, Body::None).await;
+
+    // Last, with the router gone: every route that asks it answers 503.
+    app.router
+        .send(InjectRouterStop)
+        .await
+        .expect("router stopped");
+    for (method, path) in SERVER_ROUTES.iter().filter(|(_, p)| *p != OPENAPI) {
+        let body = match *path {
+            "/api/tools/register" => register("late"),
+            "/api/tools/unregister" => Body::Json(json!({"name": "late"})),
+            "/api/tools/clear" => Body::Json(json!({"source": "plugin:demo"})),
+            "/api/tools/invoke" => Body::Json(json!({"name": "late"})),
+            _ => Body::None,
+        };
+        run(method, path, None, body).await;
+    }
+
+    // What the answers say, beyond their shape.
+    let find = |method: &str, path: &str, status: u16| {
+        exchanges
+            .iter()
+            .find(|e| e.method == method && e.path == path && e.status == status)
+    };
+    let registered = find("post", "/api/tools/register", 200).unwrap();
+    assert_eq!(registered.body["affected_roles"], json!(["Mio", "Lanlan"]));
+    let invoked = find("post", "/api/tools/invoke", 200).unwrap();
+    assert_eq!(
+        invoked.body["output"],
+        json!({"temperature_c": 28, "sky": ["clear"]})
+    );
+    let sessions = find("get", "/api/sessions", 200).unwrap();
+    assert_eq!(
+        sessions.body["sessions_by_role"]["Mio"]["state"],
+        json!("connected")
+    );
+    assert_eq!(
+        find("get", "/api/sessions", 503).unwrap().body,
+        json!({"ok": false, "detail": "the tool router has stopped"})
+    );
+
+    // Every answer is documented for its route and matches the schema given for it...
+    for exchange in &exchanges {
+        check_against_document(&doc, exchange);
+        if exchange.status != 200 || exchange.path != OPENAPI {
+            assert_eq!(
+                exchange.content_type.as_deref(),
+                Some("application/json"),
+                "{exchange:?}"
+            );
+        }
+    }
+    // ...and every status the document lists was produced by its route.
+    for (method, path, statuses) in operations(&doc) {
+        for status in statuses {
+            assert!(
+                find(&method, &path, status).is_some(),
+                "the document lists {status} for {method} {path}, which this test never saw"
+            );
+        }
+    }
+    app.handle.stop(true).await;
+}
