@@ -42,6 +42,8 @@ const TOOLS_PER_CHARACTER: [usize; 3] = [10, 100, 1000];
 const NAME_CYCLE: usize = 100;
 /// What the callback server answers: the same body as the nginx callback of the HTTP harness.
 const CALLBACK_REPLY: &str = r#"{"output": {"temperature_c": 28}, "is_error": false}"#;
+/// Tools per character of the session grid.
+const SESSION_TOOLS: [usize; 3] = [1, 26, 100];
 /// Longest wait for the fake model peer to be connected before the session group starts.
 const SESSION_CONNECT_DEADLINE: Duration = Duration::from_secs(20);
 
@@ -370,6 +372,13 @@ fn start_fake_model(sys: &SystemRunner) -> String {
     format!("ws://127.0.0.1:{port}/v1/realtime?model=fake")
 }
 
+/// The type of a client event.
+#[derive(serde::Deserialize)]
+struct Head<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: std::borrow::Cow<'a, str>,
+}
+
 async fn model_peer(req: HttpRequest, body: web::Payload) -> actix_web::Result<HttpResponse> {
     let (response, mut session, stream) = actix_ws::handle(&req, body)?;
     let mut stream = stream.max_frame_size(64 << 20);
@@ -381,22 +390,25 @@ async fn model_peer(req: HttpRequest, body: web::Payload) -> actix_web::Result<H
             let actix_ws::Message::Text(text) = message else {
                 continue;
             };
-            let Ok(event) = serde_json::from_str::<Value>(&text) else {
+            // Only the type is read, so the peer costs next to nothing; the acknowledgement
+            // carries the whole update back, as real servers echo the session.
+            let Ok(Head { kind }) = serde_json::from_str::<Head>(&text) else {
                 continue;
             };
-            if event["type"] == "session.update" {
-                let ack = json!({"type": "session.updated", "event_id": "srv_ack",
-                                 "session": event["session"]});
-                let _ = session.text(ack.to_string()).await;
+            if kind == "session.update" {
+                let ack = format!(
+                    r#"{{"type":"session.updated","event_id":"srv_ack","session":{text}}}"#
+                );
+                let _ = session.text(ack).await;
             }
         }
     });
     Ok(response)
 }
 
-fn session(c: &mut Criterion, sys: &SystemRunner) {
-    let url = start_fake_model(sys);
-    let with_session = sys.block_on(async {
+/// A router with one character whose session is connected to the fake model peer at `url`.
+fn session_router(sys: &SystemRunner, url: &str) -> Addr<Router> {
+    sys.block_on(async {
         let mut character = CharacterSettings::new("role0");
         character.session = Some(SessionSettings::new(url, Dialect::Openai));
         let router = Router::launch(vec![character], &DispatchSettings::default()).0;
@@ -413,20 +425,30 @@ fn session(c: &mut Criterion, sys: &SystemRunner) {
             actix_web::rt::time::sleep(Duration::from_millis(10)).await;
         }
         router
-    });
-    let without_session = launch(sys, 1);
-    let names: Vec<String> = (0..NAME_CYCLE).map(|k| format!("tool_{k:03}")).collect();
+    })
+}
 
+fn session(c: &mut Criterion, sys: &SystemRunner) {
+    let url = start_fake_model(sys);
     let mut group = c.benchmark_group("session_register");
-    for (label, router) in [("without", &without_session), ("with", &with_session)] {
-        group.bench_function(label, |b| {
-            b.iter_custom(|iters| {
-                timed(sys, iters, |i| {
-                    let tool = remote_tool(&names[i as usize % NAME_CYCLE], "http://127.0.0.1:9");
-                    async move { register(router, tool, None).await }
+    // Every sync carries the character's whole tool list, so the cost grows with it.
+    for tools in SESSION_TOOLS {
+        let names: Vec<String> = (0..tools).map(|k| format!("tool_{k:03}")).collect();
+        for (label, router) in [
+            ("without", launch(sys, 1)),
+            ("with", session_router(sys, &url)),
+        ] {
+            let id = BenchmarkId::new(format!("{label}_session"), tools);
+            group.bench_with_input(id, &tools, |b, _| {
+                b.iter_custom(|iters| {
+                    timed(sys, iters, |i| {
+                        let tool = remote_tool(&names[i as usize % tools], "http://127.0.0.1:9");
+                        let router = &router;
+                        async move { register(router, tool, None).await }
+                    })
                 })
-            })
-        });
+            });
+        }
     }
     group.finish();
 }

@@ -14,7 +14,7 @@ runtime-tools server:
 Run it beside a server started with `cargo run --release -- serve`:
 
     python3 examples/weather_plugin.py
-    python3 examples/weather_plugin.py --server http://127.0.0.1:48911 --port 9333 --role Lanlan
+    python3 examples/weather_plugin.py --server http://127.0.0.1:48911 --port 48912 --role Lanlan
 
 Every option can also come from the environment: RUNTIME_TOOLS_URL, WEATHER_PLUGIN_PORT,
 WEATHER_PLUGIN_ROLE, WEATHER_PLUGIN_POLL_SECONDS.
@@ -210,7 +210,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--server", default=env("RUNTIME_TOOLS_URL", "http://127.0.0.1:48911"),
                         help="runtime-tools server URL (default: %(default)s)")
-    parser.add_argument("--port", type=int, default=int(env("WEATHER_PLUGIN_PORT", "9333")),
+    parser.add_argument("--port", type=int, default=int(env("WEATHER_PLUGIN_PORT", "48912")),
                         help="callback port on 127.0.0.1; 0 picks a free one (default: %(default)s)")
     parser.add_argument("--role", default=env("WEATHER_PLUGIN_ROLE") or None,
                         help="register for this character only (default: every character)")

@@ -23,6 +23,9 @@ struct Cli {
 enum Command {
     /// Run the Runtime Tool API server.
     Serve(ServeArgs),
+    /// Show the whole round trip on this machine: the server, an example plugin and a scripted
+    /// model that calls the plugin's tool; prints each step, then stops everything.
+    Demo,
 }
 
 #[derive(clap::Args)]
@@ -42,9 +45,16 @@ struct ServeArgs {
 }
 
 fn main() -> anyhow::Result<()> {
-    telemetry::init();
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    // The demo's story goes to stdout; only warnings and errors join it (on stderr).
+    telemetry::init_with_default(match cli.command {
+        Command::Demo => "warn",
+        Command::Serve(_) => "info",
+    });
+    match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Demo => actix_web::rt::System::new()
+            .block_on(runtime_tools::demo::run(&mut std::io::stdout().lock())),
     }
 }
 

@@ -5,6 +5,7 @@
 //! API until stopped.
 
 use std::net::{SocketAddr, TcpListener};
+use std::time::Duration;
 
 use actix::Addr;
 use actix_web::dev::Server;
@@ -21,6 +22,11 @@ use crate::dispatch::Dispatcher;
 /// benchmark clients.
 const LISTEN_BACKLOG: i32 = 1024;
 
+/// Longest a client may take to send a request head (actix-web's default, made explicit):
+/// longer, it gets a 408 and the connection is closed. The body has its own bound,
+/// [`crate::api::body::BODY_READ_TIMEOUT`].
+pub const REQUEST_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+
 pub struct Application {
     server: Server,
     local_addr: SocketAddr,
@@ -35,11 +41,7 @@ impl Application {
     /// [`run_until_stopped`]: Application::run_until_stopped
     pub async fn build(settings: Settings) -> anyhow::Result<Self> {
         if !settings.bind.ip().is_loopback() {
-            tracing::warn!(
-                bind = %settings.bind,
-                "binding a non-loopback address: the API still answers only loopback callers, \
-                 but the port is reachable from the network"
-            );
+            warn_non_loopback_bind(settings.bind);
         }
         let listener =
             bind(settings.bind).with_context(|| format!("cannot listen on {}", settings.bind))?;
@@ -65,6 +67,7 @@ impl Application {
                 .configure(api::configure)
                 .default_service(web::to(api::not_found))
         })
+        .client_request_timeout(REQUEST_HEAD_TIMEOUT)
         .listen(listener)?;
         if let Some(workers) = settings.workers {
             server = server.workers(workers);
@@ -101,6 +104,21 @@ impl Application {
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         self.server.await
     }
+}
+
+/// The first line of the warning printed when binding anything but loopback.
+pub const NON_LOOPBACK_WARNING: &str = "WARNING: listening on a non-loopback address";
+
+/// Says, where nobody can miss it, that the port is open to the network. It goes to stderr
+/// directly as well as to the log, because a log filter (`RUST_LOG=error`) must not hide it.
+fn warn_non_loopback_bind(bind: SocketAddr) {
+    let text = format!(
+        "{NON_LOOPBACK_WARNING} ({bind}): the port is reachable from other machines. \
+         The API still answers only loopback callers (403 for everyone else), but nothing \
+         needs this: bind 127.0.0.1 (the default) unless you know why not"
+    );
+    eprintln!("\n{}\n{text}\n{}\n", "!".repeat(78), "!".repeat(78));
+    tracing::warn!(bind = %bind, "{text}");
 }
 
 /// A listening socket on `addr`; an IPv6 wildcard also accepts IPv4 (dual-stack).

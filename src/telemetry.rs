@@ -4,7 +4,13 @@ use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber. Safe to call more than once (later calls do nothing).
 pub fn init() {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    init_with_default("info");
+}
+
+/// [`init`], with `default` as the filter when `RUST_LOG` is not set (the demo keeps its
+/// output clean with `warn`).
+pub fn init_with_default(default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -453,6 +453,12 @@ impl Handler<RemoveDeadOrigin> for Router {
         );
         Box::pin(async move {
             let report = report.await;
+            // Concurrent calls to a dead plugin can each reach the threshold; only the removal
+            // that found tools to remove is worth a warning.
+            if report.removed == 0 {
+                tracing::debug!(source = %msg.source, origin = %msg.origin, "dead plugin origin already removed");
+                return report;
+            }
             tracing::warn!(
                 source = %msg.source,
                 origin = %msg.origin,

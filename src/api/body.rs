@@ -1,7 +1,10 @@
 //! `JsonObject`: the request-body extractor of every POST route.
 //!
 //! It insists on `Content-Type: application/json`, reads at most [`MAX_BODY_BYTES`] (413 past
-//! that, whether or not a `Content-Length` was sent), and requires a JSON object (422 otherwise).
+//! that, whether or not a `Content-Length` was sent), requires the whole body within
+//! [`BODY_READ_TIMEOUT`] (408 otherwise), and requires a JSON object (422 otherwise).
+
+use std::time::Duration;
 
 use actix_web::dev::Payload;
 use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
@@ -14,6 +17,12 @@ use super::error::{ApiError, FieldError};
 
 /// Largest accepted request body: tool schemas are small; 1 MiB leaves ample room.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
+
+/// Longest a request body may take to arrive. actix-web bounds only the request head
+/// (`client_request_timeout`); without this a client that sends a head and then trickles (or
+/// never finishes) its body would hold a connection and a handler forever. A 1 MiB body on
+/// loopback arrives in milliseconds; 10 s leaves room for a plugin stalled on a busy machine.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A request body that is a JSON object.
 #[derive(Debug)]
@@ -28,20 +37,26 @@ impl FromRequest for JsonObject {
         let mut payload = payload.take();
         Box::pin(async move {
             checked?;
-            let mut body = Vec::new();
-            while let Some(chunk) = payload.next().await {
-                let chunk = chunk.map_err(|e| {
-                    ApiError::Validation(vec![FieldError::body(
-                        "",
-                        "body_incomplete",
-                        format!("request body could not be read: {e}"),
-                    )])
-                })?;
-                if body.len() + chunk.len() > MAX_BODY_BYTES {
-                    return Err(ApiError::PayloadTooLarge(MAX_BODY_BYTES));
+            let read = async {
+                let mut body = Vec::new();
+                while let Some(chunk) = payload.next().await {
+                    let chunk = chunk.map_err(|e| {
+                        ApiError::Validation(vec![FieldError::body(
+                            "",
+                            "body_incomplete",
+                            format!("request body could not be read: {e}"),
+                        )])
+                    })?;
+                    if body.len() + chunk.len() > MAX_BODY_BYTES {
+                        return Err(ApiError::PayloadTooLarge(MAX_BODY_BYTES));
+                    }
+                    body.extend_from_slice(&chunk);
                 }
-                body.extend_from_slice(&chunk);
-            }
+                Ok(body)
+            };
+            let body = actix_web::rt::time::timeout(BODY_READ_TIMEOUT, read)
+                .await
+                .map_err(|_| ApiError::RequestTimeout(BODY_READ_TIMEOUT.as_secs()))??;
             parse_object(&body).map(JsonObject)
         })
     }
@@ -90,8 +105,8 @@ fn is_json_content_type(value: &str) -> bool {
 
 /// Parses a body that must be a JSON object.
 pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(map)) => Ok(map),
+    match serde_json::from_slice::<UniqueKeys>(body) {
+        Ok(UniqueKeys(Value::Object(map))) => Ok(map),
         Ok(_) => Err(ApiError::Validation(vec![FieldError::body(
             "",
             "model_attributes_type",
@@ -102,6 +117,77 @@ pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
             "json_invalid",
             format!("JSON decode error: {e}"),
         )])),
+    }
+}
+
+/// A JSON value in which no object repeats a key, at any depth. JSON parsers disagree about
+/// `{"name": "a", "name": "b"}` (first wins, last wins, or an error), so a body that a plugin,
+/// a proxy or a log reads one way could be registered another: it is refused instead.
+struct UniqueKeys(Value);
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UniqueKeysVisitor).map(UniqueKeys)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(UniqueKeys(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut object = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if object.contains_key(&key) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "duplicate key {key:?}"
+                )));
+            }
+            let UniqueKeys(value) = map.next_value()?;
+            object.insert(key, value);
+        }
+        Ok(Value::Object(object))
     }
 }
 
@@ -136,6 +222,24 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_at_any_depth() {
+        let error = |body: &str| match parse_object(body.as_bytes()) {
+            Err(ApiError::Validation(errors)) => errors[0].msg.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            error(r#"{"name": "a", "name": "b"}"#),
+            "JSON decode error: duplicate key \"name\" at line 1 column 25"
+        );
+        assert!(error(r#"{"p": [{"x": 1, "x": 1}]}"#).contains("duplicate key \"x\""));
+        let same = parse_object(br#"{"a": {"b": [1, 2.5, -3, null, true, "s"]}, "c": {}}"#);
+        assert_eq!(
+            Value::Object(same.unwrap()),
+            serde_json::json!({"a": {"b": [1, 2.5, -3, null, true, "s"]}, "c": {}})
+        );
     }
 
     #[test]

@@ -68,6 +68,9 @@ pub enum ApiError {
     /// 405 on a known path.
     #[error("Method Not Allowed")]
     MethodNotAllowed,
+    /// 408: the request body did not arrive in full within the time allowed.
+    #[error("request body was not received within {0} s")]
+    RequestTimeout(u64),
     /// 413: the body is over the limit.
     #[error("request body is larger than the {0}-byte limit")]
     PayloadTooLarge(usize),
@@ -96,6 +99,7 @@ impl ResponseError for ApiError {
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::RequestTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,

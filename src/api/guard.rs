@@ -2,19 +2,22 @@
 //!
 //! The peer's socket address decides (never a forwarded header); a `Host` header that is not a
 //! loopback name or address is refused too, which stops browser pages that reach this server
-//! through DNS rebinding.
+//! through DNS rebinding, and so is a browser `Origin` that is not a loopback page, which stops
+//! any web site the user visits from calling the API cross-origin (no CORS preflight protects a
+//! "simple" POST). Clients that are not browsers send no `Origin` and are not affected.
 
 use std::net::SocketAddr;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::HOST;
+use actix_web::http::header::{HOST, ORIGIN};
 use actix_web::middleware::Next;
 
 use super::error::ApiError;
-use crate::domain::loopback::{is_loopback_host_header, is_loopback_ip};
+use crate::domain::loopback::{is_loopback_host_header, is_loopback_ip, is_loopback_origin};
 
-/// Middleware: 403 unless the caller is loopback and names a loopback host.
+/// Middleware: 403 unless the caller is loopback, names a loopback host, and (when a browser
+/// sent it) comes from a loopback origin.
 pub async fn loopback_only(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
@@ -23,7 +26,11 @@ pub async fn loopback_only(
         .headers()
         .get(HOST)
         .map(|h| h.to_str().unwrap_or("\u{fffd}"));
-    if let Err(e) = check_caller(req.peer_addr(), host) {
+    let origin = req
+        .headers()
+        .get(ORIGIN)
+        .map(|h| h.to_str().unwrap_or("\u{fffd}"));
+    if let Err(e) = check_caller(req.peer_addr(), host, origin) {
         return Ok(req.error_response(e).map_into_right_body());
     }
     next.call(req)
@@ -32,8 +39,13 @@ pub async fn loopback_only(
 }
 
 /// Decides whether a caller may use the API: `peer` is its socket address, `host` its `Host`
-/// header (absent for HTTP/1.0 clients, which is allowed).
-pub fn check_caller(peer: Option<SocketAddr>, host: Option<&str>) -> Result<(), ApiError> {
+/// header (absent for HTTP/1.0 clients, which is allowed), `origin` its `Origin` header (absent
+/// for every client but a browser, which is allowed).
+pub fn check_caller(
+    peer: Option<SocketAddr>,
+    host: Option<&str>,
+    origin: Option<&str>,
+) -> Result<(), ApiError> {
     match peer {
         Some(peer) if is_loopback_ip(peer.ip()) => {}
         Some(peer) => {
@@ -48,9 +60,15 @@ pub fn check_caller(peer: Option<SocketAddr>, host: Option<&str>) -> Result<(), 
             ));
         }
     }
-    match host {
-        Some(host) if !is_loopback_host_header(host) => Err(ApiError::Forbidden(format!(
+    if let Some(host) = host.filter(|h| !is_loopback_host_header(h)) {
+        return Err(ApiError::Forbidden(format!(
             "Host header {host:?} is not a loopback name or address"
+        )));
+    }
+    match origin {
+        Some(origin) if !is_loopback_origin(origin) => Err(ApiError::Forbidden(format!(
+            "Origin {origin:?} is not a loopback page: browsers may call this API only from \
+             http://localhost or http://127.0.0.1 pages"
         ))),
         _ => Ok(()),
     }
@@ -66,9 +84,9 @@ mod tests {
 
     #[test]
     fn loopback_peers_pass() {
-        assert!(check_caller(peer("127.0.0.1:5000"), Some("localhost:1")).is_ok());
-        assert!(check_caller(peer("[::1]:5000"), Some("[::1]:1")).is_ok());
-        assert!(check_caller(peer("[::ffff:127.0.0.1]:5000"), None).is_ok());
+        assert!(check_caller(peer("127.0.0.1:5000"), Some("localhost:1"), None).is_ok());
+        assert!(check_caller(peer("[::1]:5000"), Some("[::1]:1"), None).is_ok());
+        assert!(check_caller(peer("[::ffff:127.0.0.1]:5000"), None, None).is_ok());
     }
 
     #[test]
@@ -79,21 +97,35 @@ mod tests {
             "[2001:db8::1]:1",
             "[::ffff:10.0.0.1]:1",
         ] {
-            let e = check_caller(peer(p), Some("127.0.0.1")).unwrap_err();
+            let e = check_caller(peer(p), Some("127.0.0.1"), None).unwrap_err();
             assert!(
                 matches!(e, ApiError::Forbidden(ref t) if t.contains("loopback")),
                 "{p}"
             );
         }
-        assert!(check_caller(None, None).is_err());
+        assert!(check_caller(None, None, None).is_err());
     }
 
     #[test]
     fn foreign_hosts_are_forbidden() {
-        let e = check_caller(peer("127.0.0.1:1"), Some("evil.example")).unwrap_err();
+        let e = check_caller(peer("127.0.0.1:1"), Some("evil.example"), None).unwrap_err();
         assert_eq!(
             e.to_string(),
             "Host header \"evil.example\" is not a loopback name or address"
         );
+    }
+
+    #[test]
+    fn browser_origins_must_be_loopback_pages() {
+        let local = peer("127.0.0.1:1");
+        assert!(check_caller(local, Some("localhost"), Some("http://localhost:5173")).is_ok());
+        assert!(check_caller(local, Some("localhost"), Some("http://[::1]:8080")).is_ok());
+        let e = check_caller(local, Some("localhost"), Some("null")).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Origin \"null\" is not a loopback page: browsers may call this API only from \
+             http://localhost or http://127.0.0.1 pages"
+        );
+        assert!(check_caller(local, Some("localhost"), Some("https://evil.example")).is_err());
     }
 }

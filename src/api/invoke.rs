@@ -26,10 +26,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     request_body = InvokeBody,
     responses(
         (status = 200, description = "The call ran; tool-level failures are `is_error: true`", body = InvokeResponse),
-        (status = 403, description = "Not a loopback caller, or a foreign `Host`", body = ErrorBody),
+        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
         (status = 404, description = "`role` names no character, or no such tool is registered", body = ErrorBody),
         (status = 405, description = "Only POST is allowed", body = ErrorBody),
         (status = 413, description = "The body is over 1 MiB", body = ErrorBody),
+        (status = 408, description = "The body did not arrive in full within 10 s", body = ErrorBody),
         (status = 422, description = "Every field that failed validation", body = ValidationErrorBody),
         (status = 503, description = "The router did not answer", body = ErrorBody),
     )
@@ -66,7 +67,7 @@ pub struct InvokeResponse {
     pub ok: bool,
     pub name: String,
     pub call_id: String,
-    /// The callback's `output` (any JSON), or the error text on a tool error.
+    /// The tool's output (any JSON); `null` on a tool error.
     #[schema(value_type = Value)]
     pub output: Value,
     pub is_error: bool,

@@ -87,7 +87,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     tag = "meta",
     responses(
         (status = 200, description = "The OpenAPI 3.1 document of this API", body = Object, content_type = "application/json"),
-        (status = 403, description = "Not a loopback caller, or a foreign `Host`", body = ErrorBody),
+        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
         (status = 405, description = "Only GET is allowed", body = ErrorBody),
     )
 )]

@@ -49,10 +49,11 @@ const NO_ROLE_ACCEPTED: &str = "no role accepted the registration";
     request_body = RegisterBody,
     responses(
         (status = 200, description = "Applied; `ok` is false (with `error`) when no role accepted it", body = RegisterResponse),
-        (status = 403, description = "Not a loopback caller, or a foreign `Host`", body = ErrorBody),
+        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
         (status = 404, description = "`role` names no character", body = ErrorBody),
         (status = 405, description = "Only POST is allowed", body = ErrorBody),
         (status = 413, description = "The body is over 1 MiB", body = ErrorBody),
+        (status = 408, description = "The body did not arrive in full within 10 s", body = ErrorBody),
         (status = 422, description = "Every field that failed validation", body = ValidationErrorBody),
         (status = 503, description = "The router did not answer; retry (registration is idempotent)", body = ErrorBody),
     )
@@ -106,10 +107,11 @@ pub struct RegisterResponse {
     request_body = UnregisterBody,
     responses(
         (status = 200, description = "Done; `removed` says whether any role had the tool", body = UnregisterResponse),
-        (status = 403, description = "Not a loopback caller, or a foreign `Host`", body = ErrorBody),
+        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
         (status = 404, description = "`role` names no character", body = ErrorBody),
         (status = 405, description = "Only POST is allowed", body = ErrorBody),
         (status = 413, description = "The body is over 1 MiB", body = ErrorBody),
+        (status = 408, description = "The body did not arrive in full within 10 s", body = ErrorBody),
         (status = 422, description = "Every field that failed validation", body = ValidationErrorBody),
         (status = 503, description = "The router did not answer; retry (unregister is idempotent)", body = ErrorBody),
     )
@@ -158,10 +160,11 @@ pub struct UnregisterResponse {
     request_body = ClearBody,
     responses(
         (status = 200, description = "Done; `removed` counts the registry entries dropped", body = ClearResponse),
-        (status = 403, description = "Not a loopback caller, or a foreign `Host`", body = ErrorBody),
+        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
         (status = 404, description = "`role` names no character", body = ErrorBody),
         (status = 405, description = "Only POST is allowed", body = ErrorBody),
         (status = 413, description = "The body is over 1 MiB", body = ErrorBody),
+        (status = 408, description = "The body did not arrive in full within 10 s", body = ErrorBody),
         (status = 422, description = "Every field that failed validation", body = ValidationErrorBody),
         (status = 503, description = "The router did not answer; retry (clear is idempotent)", body = ErrorBody),
     )
@@ -216,7 +219,7 @@ struct ListQuery {
     params(ListQuery),
     responses(
         (status = 200, description = "Tools by character, in configuration order", body = ListResponse),
-        (status = 403, description = "Not a loopback caller, or a foreign `Host`", body = ErrorBody),
+        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
         (status = 404, description = "`role` names no character", body = ErrorBody),
         (status = 405, description = "Only GET is allowed", body = ErrorBody),
         (status = 422, description = "The query string could not be read (e.g. `role` twice)", body = ValidationErrorBody),

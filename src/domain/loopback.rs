@@ -52,7 +52,7 @@ fn is_strict_dotted_quad(host: &str) -> bool {
 pub fn is_loopback_host_header(value: &str) -> bool {
     let (host, port) = match value.strip_prefix('[') {
         Some(inner) => match inner.split_once(']') {
-            Some((host, rest)) if rest.is_empty() => (host, None),
+            Some((host, "")) => (host, None),
             Some((host, rest)) => match rest.strip_prefix(':') {
                 Some(port) => (host, Some(port)),
                 None => return false,
@@ -69,6 +69,18 @@ pub fn is_loopback_host_header(value: &str) -> bool {
     // Unbracketed IPv6 is not a valid Host; `split_once` above leaves a colon in `port` then.
     let bracketed = value.starts_with('[');
     port_ok && (bracketed == host.contains(':')) && is_loopback_host(host)
+}
+
+/// Whether a browser's `Origin` header names a page served from loopback:
+/// `http(s)://` + a loopback `Host` form (`localhost`, `127.x.y.z`, `[::1]`, any port), nothing
+/// after it. `null` (sandboxed frames, `file:` pages, redirects) and every other origin are not.
+pub fn is_loopback_origin(value: &str) -> bool {
+    let Some((scheme, authority)) = value.split_once("://") else {
+        return false;
+    };
+    (scheme.eq_ignore_ascii_case("http") || scheme.eq_ignore_ascii_case("https"))
+        && !authority.contains(['/', '?', '#', '@', '\\'])
+        && is_loopback_host_header(authority)
 }
 
 #[cfg(test)]
@@ -89,6 +101,35 @@ mod tests {
             "2001:db8::1",
         ] {
             assert!(!is_loopback_ip(ip.parse().unwrap()), "{ip}");
+        }
+    }
+
+    #[test]
+    fn origins() {
+        for o in [
+            "http://localhost:5173",
+            "http://localhost",
+            "https://127.0.0.1:8443",
+            "http://[::1]:3000",
+            "HTTP://LocalHost:1",
+        ] {
+            assert!(is_loopback_origin(o), "{o} should pass");
+        }
+        for o in [
+            "null",
+            "",
+            "https://evil.example",
+            "http://localhost.evil.example",
+            "http://127.0.0.1.nip.io",
+            "http://127.1:80",
+            "file://",
+            "chrome-extension://abcdef",
+            "ftp://localhost",
+            "http://localhost:5173/",
+            "http://user@localhost",
+            "localhost:5173",
+        ] {
+            assert!(!is_loopback_origin(o), "{o} should fail");
         }
     }
 

@@ -20,6 +20,11 @@ impl ToolRegistry {
 
     /// Adds `tool`, replacing a tool of the same name. Returns the replaced one.
     pub fn insert(&mut self, tool: SharedTool) -> Option<SharedTool> {
+        // A replacement (the common case: plugins re-register on every start) reuses the key
+        // in place; only a new name pays for a copy of it. This runs once per character.
+        if let Some(slot) = self.tools.get_mut(tool.name.as_str()) {
+            return Some(std::mem::replace(slot, tool));
+        }
         self.tools.insert(tool.name.clone(), tool)
     }
 

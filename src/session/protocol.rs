@@ -4,6 +4,8 @@
 //! The `openai` dialect speaks the GA OpenAI Realtime protocol (`session.type = "realtime"`).
 //! Qwen-Omni and GLM realtime endpoints follow the older shape with small differences.
 
+use std::borrow::Cow;
+
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
@@ -129,7 +131,26 @@ pub enum EventError {
     },
 }
 
+/// Only the `type` of a server event, read without building the rest: `session.updated` echoes
+/// the whole tool list back (tens of KB with many tools) and audio deltas carry the audio, yet
+/// neither needs more than its type.
+#[derive(Deserialize)]
+struct EventKind<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Cow<'a, str>,
+}
+
 pub fn parse_server_event(text: &str) -> Result<ServerEvent, EventError> {
+    // Anything the quick look cannot read goes through the full parse below, which reports it.
+    if text.trim_start().starts_with('{')
+        && let Ok(EventKind { kind }) = serde_json::from_str::<EventKind>(text)
+    {
+        match &*kind {
+            "error" | "response.function_call_arguments.done" | "response.done" => {}
+            "session.updated" => return Ok(ServerEvent::SessionUpdated),
+            _ => return Ok(ServerEvent::Ignored),
+        }
+    }
     let event: Value =
         serde_json::from_str(text).map_err(|e| EventError::Malformed(e.to_string()))?;
     let Some(kind) = event.get("type").and_then(Value::as_str) else {

@@ -89,8 +89,7 @@ async fn paths_of_one_origin_count_together_and_are_removed_together() {
     let dead = ClosedPort::new();
     register(&app, tool_body("a", &dead.url("/a"), "plugin:x")).await;
     register(&app, tool_body("b", &dead.url("/b"), "plugin:x")).await;
-    // The same origin written with the default port filled in differently is another matter;
-    // here both are http://127.0.0.1:P.
+    // Both live at http://127.0.0.1:P: their failures count together.
     fails_to_connect(&app, "a").await;
     fails_to_connect(&app, "b").await;
     assert_eq!(names(&app).await, json!({"Lanlan": ["a", "b"]}));

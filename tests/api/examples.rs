@@ -2,6 +2,8 @@
 //! answers a call, registers again after the server restarts and clears its tools on SIGTERM;
 //! the Rust in-process plugin's `run` registers an actor tool and calls it over HTTP.
 //!
+//! The configuration file of `examples/` and the one shown in the README load, too.
+//!
 //! The Python plugin runs as a child process; the test follows its progress lines on stdout,
 //! waiting on each with a deadline, never sleeping.
 
@@ -23,6 +25,10 @@ mod inprocess_plugin;
 const DEADLINE: Duration = Duration::from_secs(60);
 
 const WEATHER_PLUGIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/weather_plugin.py");
+
+const EXAMPLE_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/runtime-tools.toml");
+
+const README: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
 
 /// `examples/weather_plugin.py` as a child process; killed if a test fails before stopping it.
 struct WeatherPlugin {
@@ -235,4 +241,40 @@ async fn inprocess_plugin_example_calls_its_actor_tool_over_http() {
                "output": {"celsius": 28.0, "fahrenheit": 28.0 * 9.0 / 5.0 + 32.0, "calls_answered": 1},
                "is_error": false})
     );
+}
+
+/// What a configuration names: `(character, session URL)` in order, and the dispatch limit.
+fn outline(settings: &Settings) -> (Vec<(String, Option<String>)>, usize) {
+    let characters = settings
+        .characters
+        .iter()
+        .map(|c| (c.name.clone(), c.session.as_ref().map(|s| s.url.clone())))
+        .collect();
+    (characters, settings.dispatch.max_response_bytes)
+}
+
+#[test]
+fn the_example_configuration_and_the_readmes_copy_load() {
+    let example = Settings::from_file(std::path::Path::new(EXAMPLE_CONFIG)).expect("example loads");
+    let expected = (
+        vec![
+            ("Lanlan".to_owned(), None),
+            (
+                "Mio".to_owned(),
+                Some("ws://127.0.0.1:48999/v1/realtime".to_owned()),
+            ),
+        ],
+        4 * 1024 * 1024,
+    );
+    assert_eq!(outline(&example), expected);
+    assert_eq!(example.bind, "127.0.0.1:48911".parse().unwrap());
+
+    let readme = std::fs::read_to_string(README).expect("README.md is readable");
+    let block = readme
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("the README shows a TOML configuration");
+    let shown = Settings::from_toml(block).expect("the README's configuration loads");
+    assert_eq!(shown, example);
 }

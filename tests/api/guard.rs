@@ -202,7 +202,7 @@ async fn the_guard_seam_refuses_non_loopback_peers_with_a_403() {
         let peer: SocketAddr = peer.parse().unwrap();
         // Whatever the Host says, and whatever a forwarded header would have said.
         for host in [Some("127.0.0.1:48911"), Some("localhost"), None] {
-            let error = check_caller(Some(peer), host).unwrap_err();
+            let error = check_caller(Some(peer), host, None).unwrap_err();
             assert_eq!(
                 response_json(&error).await,
                 (403, foreign_peer(ip)),
@@ -210,7 +210,7 @@ async fn the_guard_seam_refuses_non_loopback_peers_with_a_403() {
             );
         }
     }
-    let error = check_caller(None, Some("localhost")).unwrap_err();
+    let error = check_caller(None, Some("localhost"), None).unwrap_err();
     assert_eq!(
         response_json(&error).await,
         (
@@ -237,11 +237,11 @@ async fn the_guard_seam_passes_loopback_peers_and_checks_their_host() {
             Some("[::1]:48911"),
         ] {
             assert!(
-                matches!(check_caller(Some(peer), host), Ok(())),
+                matches!(check_caller(Some(peer), host, None), Ok(())),
                 "{peer} {host:?}"
             );
         }
-        let error = check_caller(Some(peer), Some("evil.example")).unwrap_err();
+        let error = check_caller(Some(peer), Some("evil.example"), None).unwrap_err();
         assert_eq!(
             response_json(&error).await,
             (403, foreign_host("evil.example")),

@@ -133,14 +133,25 @@ fn response_schema(doc: &Value, method: &str, path: &str, status: u16) -> Option
     Some(Value::Object(schema))
 }
 
+/// The documented operation an answer belongs to: its own method's, except that a 405 (a
+/// method the path does not serve) belongs to the path's operation.
+fn operation_method(doc: &Value, exchange: &Exchange) -> String {
+    if exchange.status != 405 {
+        return exchange.method.clone();
+    }
+    let item = doc["paths"][&exchange.path].as_object();
+    let methods: Vec<&String> = item.map(|i| i.keys().collect()).unwrap_or_default();
+    match methods.as_slice() {
+        [only] => (*only).clone(),
+        _ => panic!("{} has {methods:?} operations", exchange.path),
+    }
+}
+
 /// Panics unless `exchange` is documented for its route and its body validates.
 fn check_against_document(doc: &Value, exchange: &Exchange) {
+    let method = &operation_method(doc, exchange);
     let Exchange {
-        method,
-        path,
-        status,
-        body,
-        ..
+        path, status, body, ..
     } = exchange;
     let schema = response_schema(doc, method, path, *status).unwrap_or_else(|| {
         panic!("{method} {path} answered {status} ({body}), which the document does not list")
@@ -208,7 +219,6 @@ async fn the_document_is_openapi_3_1_and_lists_exactly_the_servers_routes() {
             assert_eq!(exchange.status, 405, "{other} {path}: {}", exchange.body);
         }
     }
-    app.handle.stop(true).await;
 }
 
 #[actix_web::test]
@@ -349,7 +359,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     let find = |method: &str, path: &str, status: u16| {
         exchanges
             .iter()
-            .find(|e| e.method == method && e.path == path && e.status == status)
+            .find(|e| operation_method(&doc, e) == method && e.path == path && e.status == status)
     };
     let registered = find("post", "/api/tools/register", 200).unwrap();
     assert_eq!(registered.body["affected_roles"], json!(["Mio", "Lanlan"]));
@@ -388,5 +398,4 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
             );
         }
     }
-    app.handle.stop(true).await;
 }

@@ -1,15 +1,14 @@
 //! Live model sessions against the fake realtime server: acknowledged sync, dialects, merging,
 //! reconnects, the model's function calls, the runaway guard and `/api/sessions`.
 
-use std::sync::{Arc, Mutex};
+use std::rc::Rc;
 use std::time::Duration;
 
-use actix_web::{App, HttpResponse, HttpServer, web};
 use runtime_tools::session::protocol::Dialect;
 use runtime_tools::session::settings::SessionSettings;
 use serde_json::{Value, json};
-use tokio::sync::watch;
 
+use crate::callback_server::{CallbackServer, Reply};
 use crate::fake_realtime::{AckMode, EVENT_DEADLINE, FakeRealtime, update_tool_names};
 use crate::helpers::{TestApp, settings, spawn_app_with, tool_body};
 use crate::schema::validate_client_events;
@@ -29,77 +28,21 @@ async fn app_with_session(
     spawn_app_with(settings).await
 }
 
-/// A callback server that records each body and answers by path: `/ok/..` with an output,
-/// `/err/..` with a tool-level error.
-#[derive(Clone)]
-struct Callback {
-    base: String,
-    bodies: Arc<Mutex<Vec<Value>>>,
-    changed: watch::Sender<u64>,
+/// A callback server for the tools the model calls: `/ok/get_weather` answers an output,
+/// `/err/lookup` a tool-level error.
+fn callback() -> CallbackServer {
+    let server = CallbackServer::start();
+    server.route("/ok/get_weather", Reply::output(json!({"temperature_c": 28})));
+    server.route("/ok/alive", Reply::output(json!({"temperature_c": 28})));
+    server.route(
+        "/err/lookup",
+        Reply::json(json!({"error": "location not found", "is_error": true})),
+    );
+    server
 }
 
-impl Callback {
-    async fn start() -> Callback {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let base = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
-        let (changed, _) = watch::channel(0);
-        let callback = Callback {
-            base,
-            bodies: Arc::default(),
-            changed,
-        };
-        let state = web::Data::new(callback.clone());
-        let server = HttpServer::new(move || {
-            App::new().app_data(state.clone()).route(
-                "/{kind}/{tool}",
-                web::post().to(
-                    |path: web::Path<(String, String)>,
-                     body: web::Json<Value>,
-                     cb: web::Data<Callback>| async move {
-                        cb.bodies.lock().unwrap().push(body.into_inner());
-                        cb.changed.send_modify(|n| *n += 1);
-                        match path.0.as_str() {
-                            "ok" => HttpResponse::Ok()
-                                .json(json!({"output": {"temperature_c": 28}, "is_error": false})),
-                            _ => HttpResponse::Ok()
-                                .json(json!({"error": "location not found", "is_error": true})),
-                        }
-                    },
-                ),
-            )
-        })
-        .workers(1)
-        .listen(listener)
-        .unwrap()
-        .run();
-        actix_web::rt::spawn(server);
-        callback
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    fn bodies(&self) -> Vec<Value> {
-        self.bodies.lock().unwrap().clone()
-    }
-
-    async fn wait_bodies(&self, n: usize) -> Vec<Value> {
-        let mut rx = self.changed.subscribe();
-        let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
-        loop {
-            let bodies = self.bodies();
-            if bodies.len() >= n {
-                return bodies;
-            }
-            if !matches!(
-                tokio::time::timeout_at(deadline, rx.changed()).await,
-                Ok(Ok(()))
-            ) {
-                panic!("timed out waiting for {n} callback bodies, got {bodies:?}");
-            }
-        }
-    }
+fn received_bodies(server: &CallbackServer) -> Vec<Value> {
+    server.received().iter().map(|r| r.json()).collect()
 }
 
 fn call_event(response_id: &str, call_id: &str, name: &str, arguments: &str) -> Value {
@@ -257,7 +200,7 @@ async fn qwen_and_glm_dialect_shapes() {
 #[actix_web::test]
 async fn changes_during_an_update_merge_into_the_next_one() {
     let fake = FakeRealtime::start(AckMode::Held).await;
-    let app = Arc::new(
+    let app = Rc::new(
         app_with_session(&fake, &[], Dialect::Openai, |s| {
             s.sync_timeout = Duration::from_secs(30)
         })
@@ -327,7 +270,7 @@ fn sorted_names(names: &Value) -> Vec<String> {
 #[actix_web::test]
 async fn model_calls_reach_the_callback_and_are_answered() {
     let fake = FakeRealtime::start(AckMode::Immediate).await;
-    let callback = Callback::start().await;
+    let callback = callback();
     let app = app_with_session(&fake, &[], Dialect::Openai, |_| {}).await;
     fake.nth_update(1).await;
     for (name, path) in [
@@ -355,7 +298,8 @@ async fn model_calls_reach_the_callback_and_are_answered() {
     ))
     .await;
 
-    let bodies = callback.wait_bodies(2).await;
+    callback.wait_for_requests(2).await;
+    let bodies = received_bodies(&callback);
     let weather = bodies.iter().find(|b| b["call_id"] == "call_1").unwrap();
     assert_eq!(
         weather,
@@ -438,7 +382,7 @@ async fn model_calls_reach_the_callback_and_are_answered() {
         output,
         json!({"error": "tool 'nope' is not registered; available tools: get_weather, lookup", "is_error": true})
     );
-    assert_eq!(callback.bodies().len(), 3);
+    assert_eq!(received_bodies(&callback).len(), 3);
 
     // Every event this session sent validates against the official GA client-event schema.
     let report = validate_client_events(fake.events()).await;
@@ -458,7 +402,7 @@ async fn schema_check_rejects_beta_shaped_events() {
 #[actix_web::test]
 async fn runaway_guard_answers_without_calling_the_plugin() {
     let fake = FakeRealtime::start(AckMode::Immediate).await;
-    let callback = Callback::start().await;
+    let callback = callback();
     let app = app_with_session(&fake, &[], Dialect::Openai, |s| {
         s.max_tool_calls_per_window = 2;
         s.tool_call_window = Duration::from_secs(600);
@@ -499,13 +443,13 @@ async fn runaway_guard_answers_without_calling_the_plugin() {
         text,
         json!({"error": "tool call limit reached: more than 2 calls within 600 s; the call was not run", "is_error": true})
     );
-    assert_eq!(callback.bodies().len(), 2);
+    assert_eq!(received_bodies(&callback).len(), 2);
 }
 
 #[actix_web::test]
 async fn auto_removal_pushes_an_update_without_the_removed_tools() {
     let fake = FakeRealtime::start(AckMode::Immediate).await;
-    let callback = Callback::start().await;
+    let callback = callback();
     let app = app_with_session(&fake, &[], Dialect::Openai, |_| {}).await;
     fake.nth_update(1).await;
     let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

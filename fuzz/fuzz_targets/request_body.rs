@@ -1,0 +1,27 @@
+//! Request decoding on arbitrary bytes: the body parser and every route's field checks never
+//! panic; a body either decodes or yields a non-empty list of field errors.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use runtime_tools::api::body::parse_object;
+use runtime_tools::api::requests::{
+    ClearRequest, InvokeRequest, RegisterRequest, UnregisterRequest,
+};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(body) = parse_object(data) else {
+        return;
+    };
+    if let Err(errors) = RegisterRequest::parse(&body) {
+        assert!(!errors.is_empty());
+    }
+    if let Err(errors) = UnregisterRequest::parse(&body) {
+        assert!(!errors.is_empty());
+    }
+    if let Err(errors) = ClearRequest::parse(&body) {
+        assert!(!errors.is_empty());
+    }
+    if let Err(errors) = InvokeRequest::parse(&body) {
+        assert!(!errors.is_empty());
+    }
+});
