@@ -68,6 +68,10 @@ impl Application {
                 .default_service(web::to(api::not_found))
         })
         .client_request_timeout(REQUEST_HEAD_TIMEOUT)
+        // Whoever runs the application decides how it stops (`main` turns SIGINT and SIGTERM
+        // into a graceful stop through `handle()`); actix's own handlers would treat SIGINT
+        // as a forced stop and race it.
+        .disable_signals()
         .listen(listener)?;
         if let Some(workers) = settings.workers {
             server = server.workers(workers);
@@ -100,7 +104,9 @@ impl Application {
         self.server.handle()
     }
 
-    /// Serves until the server is stopped (SIGINT / SIGTERM, or its handle).
+    /// Serves until the server is stopped through its [`handle`](Application::handle). Nothing
+    /// is served, and no signal is handled, until this is awaited; the caller installs its own
+    /// signal handling (as `main` does).
     pub async fn run_until_stopped(self) -> std::io::Result<()> {
         self.server.await
     }

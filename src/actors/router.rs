@@ -168,6 +168,8 @@ pub enum RouterError {
     UnknownRole(String),
     #[error("character already exists: {0}")]
     DuplicateCharacter(String),
+    #[error("session of character {character}: {reason}")]
+    InvalidSession { character: String, reason: String },
     #[error("{}", not_registered_text(name, role.as_deref(), available))]
     ToolNotFound {
         name: String,
@@ -562,6 +564,7 @@ impl Handler<AddCharacter> for Router {
         if self.position(&msg.name).is_some() {
             return Err(RouterError::DuplicateCharacter(msg.name));
         }
+        check_session(&msg.name, msg.session.as_ref())?;
         tracing::info!(character = %msg.name, session = msg.session.is_some(), "character added");
         self.push_character(msg.name, msg.session);
         Ok(())
@@ -589,6 +592,7 @@ impl Handler<RebuildCharacter> for Router {
         let i = self
             .position(&msg.name)
             .ok_or_else(|| RouterError::UnknownRole(msg.name.clone()))?;
+        check_session(&msg.name, msg.session.as_ref())?;
         tracing::info!(character = %msg.name, tools = self.characters[i].ledger.len(), "rebuilding session manager");
         self.characters[i].session = msg.session;
         self.restart_manager(i);
@@ -654,6 +658,18 @@ impl Handler<ListCharacters> for Router {
 
     fn handle(&mut self, _: ListCharacters, _: &mut Self::Context) -> Self::Result {
         self.characters.iter().map(|c| c.name.clone()).collect()
+    }
+}
+
+/// Refuses session settings that cannot work, as start-up does: a named API-key variable that
+/// is not set.
+fn check_session(character: &str, session: Option<&SessionSettings>) -> Result<(), RouterError> {
+    match session.map(SessionSettings::api_key) {
+        Some(Err(e)) => Err(RouterError::InvalidSession {
+            character: character.to_owned(),
+            reason: format!("{e:#}"),
+        }),
+        _ => Ok(()),
     }
 }
 

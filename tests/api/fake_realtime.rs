@@ -25,6 +25,8 @@ pub enum AckMode {
     Never,
     /// An `error` event naming the update's `event_id`.
     Error(String),
+    /// `session.updated` twice, back to back.
+    Twice,
 }
 
 #[derive(Default)]
@@ -176,6 +178,13 @@ impl FakeRealtime {
         session.text(event.to_string()).await.expect("event sent");
     }
 
+    /// Sends a text frame as it is (not necessarily JSON) to the connected client.
+    pub async fn push_text(&self, text: &str) {
+        let session = self.shared.lock().unwrap().session.clone();
+        let mut session = session.expect("a client is connected");
+        session.text(text.to_owned()).await.expect("text sent");
+    }
+
     /// Closes the current connection from the server side.
     pub async fn drop_connection(&self) {
         let session = self.shared.lock().unwrap().session.take();
@@ -253,6 +262,9 @@ fn answer_update(fake: &FakeRealtime, mut session: actix_ws::Session, update: Va
             AckMode::Delay(d) => actix_web::rt::time::sleep(d).await,
             AckMode::Held => fake.released.acquire().await.unwrap().forget(),
             AckMode::Never => return,
+            AckMode::Twice => {
+                let _ = session.text(ack.to_string()).await;
+            }
             AckMode::Error(message) => {
                 let error = json!({"type": "error", "event_id": "srv_err", "error": {
                     "type": "invalid_request_error", "code": "invalid_value",

@@ -12,6 +12,7 @@ mod demo;
 mod dispatch;
 mod examples;
 mod fake_realtime;
+mod faults;
 mod guard;
 mod hostile_input;
 mod invoke;

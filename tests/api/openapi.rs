@@ -11,7 +11,9 @@ use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply};
 use crate::fake_realtime::{AckMode, FakeRealtime};
-use crate::helpers::{TestApp, parse_json, settings, spawn_app_with, tool_body};
+use crate::helpers::{
+    TestApp, parse_json, raw_exchange_async, raw_head, settings, spawn_app_with, tool_body,
+};
 
 const OPENAPI: &str = "/api/tools/openapi.json";
 
@@ -233,6 +235,29 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     let app = spawn_app_with(config).await;
     let doc = fetch_document(&app).await;
 
+    // A body that stops halfway is a 408 once the server's body deadline passes: started now, on
+    // every POST route at once, and collected at the end.
+    let stalled: Vec<_> = SERVER_ROUTES
+        .iter()
+        .filter(|(method, _)| *method == "post")
+        .map(|(_, path)| {
+            let mut request = raw_head(
+                "POST",
+                path,
+                &[
+                    ("Host", &app.host()),
+                    ("Content-Type", "application/json"),
+                    ("Content-Length", "100"),
+                ],
+            );
+            request.extend_from_slice(b"{\"name\":");
+            (
+                *path,
+                actix_web::rt::spawn(raw_exchange_async(app.addr, request)),
+            )
+        })
+        .collect();
+
     let register = |name: &str| Body::Json(tool_body(name, &callback.url("/cb"), "plugin:demo"));
     let too_large = || Body::Raw(vec![b' '; MIB + 1]);
     let foreign = Some("evil.example");
@@ -353,6 +378,17 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
             _ => Body::None,
         };
         run(method, path, None, body).await;
+    }
+
+    for (path, upload) in stalled {
+        let response = upload.await.expect("stalled upload finished");
+        exchanges.push(Exchange {
+            method: "post".into(),
+            path: path.into(),
+            status: response.status,
+            body: response.json(),
+            content_type: response.header("content-type").map(str::to_owned),
+        });
     }
 
     // What the answers say, beyond their shape.

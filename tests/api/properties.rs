@@ -52,7 +52,10 @@ fn ipv4_loopback_forms() -> impl Strategy<Value = HostForm> {
             4 => form(format!("0{n:o}"), false),
             5 => form(format!("0177.{a}.{b}.{c}"), false),
             6 => form(format!("0x7f.{a}.{b}.{c}"), false),
-            7 => form(format!("127.{a}.{}", u32::from(b) * 256 + u32::from(c)), false),
+            7 => form(
+                format!("127.{a}.{}", u32::from(b) * 256 + u32::from(c)),
+                false,
+            ),
             8 => form(format!("127.{}", n & 0x00ff_ffff), false),
             9 => form(format!("127.{a:03}.{b:03}.{c:04}"), false),
             10 => form(format!("127.{a}.{b}.{c}."), false),
@@ -92,8 +95,7 @@ fn ipv6_forms() -> impl Strategy<Value = HostForm> {
         6 => form("[::]".into(), false),
         _ => {
             let ip = Ipv6Addr::from(other);
-            let plain =
-                ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback());
+            let plain = ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback());
             form(format!("[{ip}]"), plain)
         }
     })
@@ -102,31 +104,26 @@ fn ipv6_forms() -> impl Strategy<Value = HostForm> {
 /// Any host form, possibly spoilt afterwards by one more trick.
 fn host_forms() -> impl Strategy<Value = HostForm> {
     let base = prop_oneof![ipv4_loopback_forms(), localhost_forms(), ipv6_forms()];
-    (base, 0..10u8, any::<prop::sample::Index>(), 0..256u16).prop_map(
-        |(host, spoil, at, byte)| {
-            let HostForm { text, plain } = host;
-            let position = at.index(text.len() + 1);
-            let position = (0..=position)
-                .rev()
-                .find(|i| text.is_char_boundary(*i))
-                .unwrap_or(0);
-            let insert = |s: &str| format!("{}{s}{}", &text[..position], &text[position..]);
-            match spoil {
-                // Percent-encode the first character.
-                0 => form(
-                    format!("%{:02x}{}", text.as_bytes()[0], &text[1..]),
-                    false,
-                ),
-                1 => form(format!("user@{text}"), false),
-                2 => form(format!("{text}@evil.example"), false),
-                3 => form(insert("\\"), false),
-                4 => form(insert(&char::from(byte as u8 % 0x20).to_string()), false),
-                5 => form(insert(" "), false),
-                6 => form(insert("\u{a0}"), false),
-                _ => form(text, plain),
-            }
-        },
-    )
+    (base, 0..10u8, any::<prop::sample::Index>(), 0..256u16).prop_map(|(host, spoil, at, byte)| {
+        let HostForm { text, plain } = host;
+        let position = at.index(text.len() + 1);
+        let position = (0..=position)
+            .rev()
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(0);
+        let insert = |s: &str| format!("{}{s}{}", &text[..position], &text[position..]);
+        match spoil {
+            // Percent-encode the first character.
+            0 => form(format!("%{:02x}{}", text.as_bytes()[0], &text[1..]), false),
+            1 => form(format!("user@{text}"), false),
+            2 => form(format!("{text}@evil.example"), false),
+            3 => form(insert("\\"), false),
+            4 => form(insert(&char::from(byte as u8 % 0x20).to_string()), false),
+            5 => form(insert(" "), false),
+            6 => form(insert("\u{a0}"), false),
+            _ => form(text, plain),
+        }
+    })
 }
 
 fn ports() -> impl Strategy<Value = (String, bool)> {
@@ -163,8 +160,15 @@ fn assert_loopback(written: &str, url: &CallbackUrl) {
         }
         None => false,
     };
-    assert!(loopback, "accepted {written:?}, whose host is {:?}", url.url().host());
-    assert!(matches!(url.url().scheme(), "http" | "https"), "{written:?}");
+    assert!(
+        loopback,
+        "accepted {written:?}, whose host is {:?}",
+        url.url().host()
+    );
+    assert!(
+        matches!(url.url().scheme(), "http" | "https"),
+        "{written:?}"
+    );
     assert!(
         !written
             .chars()

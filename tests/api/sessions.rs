@@ -32,7 +32,10 @@ async fn app_with_session(
 /// `/err/lookup` a tool-level error.
 fn callback() -> CallbackServer {
     let server = CallbackServer::start();
-    server.route("/ok/get_weather", Reply::output(json!({"temperature_c": 28})));
+    server.route(
+        "/ok/get_weather",
+        Reply::output(json!({"temperature_c": 28})),
+    );
     server.route("/ok/alive", Reply::output(json!({"temperature_c": 28})));
     server.route(
         "/err/lookup",
@@ -508,4 +511,68 @@ async fn sessions_route_reports_state_and_last_sync() {
     );
     let key = std::env::var("HOME").unwrap();
     assert_eq!(fake.authorizations(), [Some(format!("Bearer {key}"))]);
+}
+
+#[actix_web::test]
+async fn removals_that_the_session_refuses_still_remove() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let app = app_with_session(&fake, &["Lanlan"], Dialect::Openai, |_| {}).await;
+    fake.nth_update(1).await;
+    for name in ["a", "b"] {
+        let (status, _) = app
+            .register(&tool_body(name, "http://127.0.0.1:9/cb", "plugin:w"))
+            .await;
+        assert_eq!(status, 200);
+    }
+    fake.set_mode(AckMode::Error("try again later".into()));
+    let refused = json!([{"role": "Mio", "error": "model session refused the tool update: try again later (invalid_value)"}]);
+
+    let (status, body) = app
+        .post(
+            "/api/tools/unregister",
+            &json!({"name": "a", "role": "Mio"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    // Removed from the registry (the change stays), but not synced: partial success.
+    assert_eq!(
+        body,
+        json!({"ok": true, "removed": true, "name": "a", "affected_roles": [], "failed_roles": refused})
+    );
+    let (status, body) = app
+        .post(
+            "/api/tools/clear",
+            &json!({"source": "plugin:w", "role": null}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        body,
+        json!({"ok": true, "removed": 3, "source": "plugin:w", "affected_roles": ["Lanlan"], "failed_roles": refused})
+    );
+    assert_eq!(app.tool_names(None).await, json!({"Mio": [], "Lanlan": []}));
+}
+
+#[actix_web::test]
+async fn a_session_whose_api_key_variable_is_unset_is_refused() {
+    use runtime_tools::actors::router::{AddCharacter, RouterError};
+    let app = crate::helpers::spawn_app(&["Lanlan"]).await;
+    let mut session = SessionSettings::new("ws://127.0.0.1:9/v1/realtime", Dialect::Openai);
+    session.api_key_env = Some("RUNTIME_TOOLS_TEST_UNSET_KEY".into());
+    let refused = app
+        .router
+        .send(AddCharacter {
+            name: "Mio".into(),
+            session: Some(session),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        refused,
+        Err(RouterError::InvalidSession {
+            character: "Mio".into(),
+            reason: "environment variable RUNTIME_TOOLS_TEST_UNSET_KEY (session.api_key_env) is not set: environment variable not found".into(),
+        })
+    );
+    assert_eq!(app.tool_names(None).await, json!({"Lanlan": []}));
 }
