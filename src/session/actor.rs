@@ -405,7 +405,9 @@ impl Actor for RealtimeSession {
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
-        if self.state == ConnectionState::Connected {
+        if self.closing {
+            tracing::debug!(character = %self.character, "model session closed");
+        } else if self.state == ConnectionState::Connected {
             tracing::warn!(character = %self.character, "model session disconnected");
         }
         self.sink = None;
