@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use actix::Recipient;
 use actix_web::error::ParseError;
+use actix_web::http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
 use actix_web::rt::net::TcpStream;
 use actix_web::web::Bytes;
 use awc::error::{ConnectError, PayloadError, SendRequestError};
@@ -148,7 +149,26 @@ impl Dispatcher {
             Err(e) => return Err(send_failure(endpoint, e).await),
         };
         let status = response.status().as_u16();
+        // awc ends a sized body quietly when the connection closes early; a body shorter than
+        // its `Content-Length` is a broken answer, not an output. (With a `Content-Encoding` the
+        // length counts the encoded bytes, so only identity bodies can be compared.)
+        let declared = match response.headers().get(CONTENT_ENCODING) {
+            Some(encoding) if encoding.as_bytes() != b"identity" => None,
+            _ => response
+                .headers()
+                .get(CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<usize>().ok()),
+        };
         match response.body().limit(self.inner.max_response_bytes).await {
+            Ok(body) if declared.is_some_and(|n| n != body.len()) => {
+                Err(CallFailure::reachable(format!(
+                    "remote tool callback closed the connection in the middle of its answer \
+                     ({} of {} bytes received)",
+                    body.len(),
+                    declared.unwrap_or_default()
+                )))
+            }
             Ok(body) => Ok((status, body)),
             Err(PayloadError::Overflow) => Err(CallFailure::reachable(format!(
                 "remote tool callback response exceeded the {}-byte limit (dispatch.max_response_bytes)",

@@ -2,7 +2,7 @@
 -- ROLES characters role0.. x TOOLS_PER_ROLE tools. DISTINCT=1 registers every (character, tool)
 -- pair separately (ROLES x TOOLS_PER_ROLE requests, one definition each); otherwise
 -- TOOLS_PER_ROLE role-null registrations, each shared by every character.
--- usage: wrk -t1 -c4 -d600s -s benches/http/fill.lua http://127.0.0.1:PORT
+-- usage: wrk -t1 -c1 -d600s -s benches/http/fill.lua http://127.0.0.1:PORT
 local roles = tonumber(os.getenv("ROLES") or "100")
 local per_role = tonumber(os.getenv("TOOLS_PER_ROLE") or "1000")
 local distinct = os.getenv("DISTINCT") == "1"

@@ -138,7 +138,7 @@ memory_suite() {
       server_start "$roles"
       before=$(rss_kib "$SERVER_PID")
       line=$(ROLES=$roles TOOLS_PER_ROLE=$per DISTINCT=$distinct \
-        wrk -t1 -c4 -d600s -s "$HERE/fill.lua" "$BASE" | grep '^FILL')
+        wrk -t1 -c1 -d600s -s "$HERE/fill.lua" "$BASE" | grep '^FILL')
       local pairs
       pairs=$(curl -sS "$BASE/api/tools" | grep -o '"is_remote"' | wc -l)
       echo "memory-${roles}x${per}-$([ "$distinct" = 1 ] && echo distinct || echo shared) ${line#FILL } pairs=$pairs rss_before_mib=$((before / 1024)) rss_after_mib=$(($(rss_kib "$SERVER_PID") / 1024))" | tee -a "$RESULTS"

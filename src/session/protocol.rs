@@ -64,12 +64,7 @@ struct UpdatedSession<'a> {
 
 impl Serialize for UpdatedSession<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let flat = || {
-            self.tools
-                .iter()
-                .map(|t| FlatTool::new(t))
-                .collect::<Vec<_>>()
-        };
+        let flat = || self.tools.iter().map(FlatTool::new).collect::<Vec<_>>();
         let mut session = serializer.serialize_map(None)?;
         match self.dialect {
             Dialect::Openai => {
@@ -227,7 +222,13 @@ pub fn parse_server_event(text: &str) -> Result<ServerEvent, EventError> {
     match kind {
         "session.updated" => Ok(ServerEvent::SessionUpdated),
         "error" => {
-            let error = event.get("error").unwrap_or(&Value::Null);
+            // Without its `error` object an error event names nothing: a malformed event,
+            // ignored, rather than a refusal of whatever update happens to be in flight.
+            let Some(error) = event.get("error").filter(|e| e.is_object()) else {
+                return Err(EventError::Malformed(
+                    "error event without an \"error\" object".into(),
+                ));
+            };
             let message = error
                 .get("message")
                 .and_then(Value::as_str)

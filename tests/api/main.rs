@@ -28,3 +28,4 @@ mod sessions;
 mod smoke;
 mod stress;
 mod validation;
+mod who_gets_in;
