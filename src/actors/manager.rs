@@ -10,6 +10,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, ready};
+use tokio::sync::oneshot;
 
 use crate::dispatch::Dispatcher;
 use crate::domain::callback_url::CallbackOrigin;
@@ -42,10 +43,16 @@ pub struct ChangeOutcome {
     pub sync: Result<(), String>,
 }
 
-/// Apply one change to this character's registry and sync its session.
+/// Apply one change to this character's registry and sync its session; the outcome (sync
+/// included) goes to `reply`. A reply channel instead of a response future lets the router send
+/// to hundreds of managers with no task, timer or allocation per manager beyond the channel,
+/// and wait for them all against one deadline.
 #[derive(Message, Debug)]
-#[rtype(result = "ChangeOutcome")]
-pub struct ApplyChange(pub Change);
+#[rtype(result = "()")]
+pub struct ApplyChange {
+    pub change: Change,
+    pub reply: oneshot::Sender<ChangeOutcome>,
+}
 
 /// The character's tools, in registration order.
 #[derive(Message, Debug)]
@@ -131,18 +138,20 @@ impl SessionManager {
     /// The one place every registry change goes through: pushes the current tool list to the
     /// character's live model session and waits for its acknowledgement. A character with no
     /// session succeeds at once.
-    fn publish(&mut self) -> BoxFuture<'static, Result<(), String>> {
-        let Some(session) = &self.session else {
-            return ready(Ok(())).boxed();
-        };
+    ///
+    /// `None`: nothing to wait for (no session). `Some`: resolves when the session settles.
+    fn publish(&mut self) -> Option<BoxFuture<'static, Result<(), String>>> {
+        let session = self.session.as_ref()?;
         let tools: Arc<[SharedTool]> = self.registry.tools().cloned().collect();
         let reply = session.send(SyncTools(tools));
-        async move {
-            reply
-                .await
-                .unwrap_or_else(|_| Err("model session actor is not running".to_owned()))
-        }
-        .boxed()
+        Some(
+            async move {
+                reply
+                    .await
+                    .unwrap_or_else(|_| Err("model session actor is not running".to_owned()))
+            }
+            .boxed(),
+        )
     }
 }
 
@@ -183,10 +192,10 @@ impl Handler<ReportSession> for SessionManager {
 }
 
 impl Handler<ApplyChange> for SessionManager {
-    type Result = ResponseFuture<ChangeOutcome>;
+    type Result = ();
 
-    fn handle(&mut self, ApplyChange(change): ApplyChange, _: &mut Self::Context) -> Self::Result {
-        let (changed, removed) = match change {
+    fn handle(&mut self, msg: ApplyChange, _: &mut Self::Context) {
+        let (changed, removed) = match msg.change {
             Change::Register(tool) => {
                 self.registry.insert(tool);
                 (true, 0)
@@ -204,21 +213,20 @@ impl Handler<ApplyChange> for SessionManager {
                 (removed > 0, removed)
             }
         };
-        if !changed {
-            return Box::pin(ready(ChangeOutcome {
-                removed,
-                changed,
-                sync: Ok(()),
-            }));
-        }
-        let sync = self.publish();
-        Box::pin(async move {
-            ChangeOutcome {
-                removed,
-                changed,
-                sync: sync.await,
+        let outcome = move |sync| ChangeOutcome {
+            removed,
+            changed,
+            sync,
+        };
+        match changed.then(|| self.publish()).flatten() {
+            // The receiver may be gone (the router stopped waiting): nothing to tell then.
+            None => drop(msg.reply.send(outcome(Ok(())))),
+            Some(sync) => {
+                actix::spawn(async move {
+                    let _ = msg.reply.send(outcome(sync.await));
+                });
             }
-        })
+        }
     }
 }
 

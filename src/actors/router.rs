@@ -7,9 +7,13 @@
 
 use std::time::Duration;
 
+use std::future::Future;
+use std::task::Poll;
+
 use actix::prelude::*;
 use futures_util::future::join_all;
 use serde::Serialize;
+use tokio::sync::oneshot;
 
 use super::manager::{
     ApplyChange, Change, ChangeOutcome, InjectPanic, ManagerGone, ReportSession, Resolve,
@@ -300,6 +304,8 @@ impl Router {
     fn fan_out(&mut self, targets: Vec<usize>, change: Change) -> ResponseFuture<ChangeReport> {
         let mut removed = 0;
         let mut pending = Vec::with_capacity(targets.len());
+        // One deadline for the whole fan-out: the longest any target may take.
+        let mut wait = Duration::ZERO;
         for i in targets {
             let changed = {
                 let ledger = &mut self.characters[i].ledger;
@@ -318,55 +324,38 @@ impl Router {
             if !changed {
                 continue;
             }
-            if !self.characters[i].manager.connected() {
-                // The manager died (a panic): report it, then bring it back with its tools.
-                let name = self.characters[i].name.clone();
-                tracing::warn!(character = %name, "session manager had stopped; restarting it with its tools");
-                self.restart_manager(i);
-                let failure = RoleFailure {
-                    role: name,
-                    error: "session manager had stopped; it was restarted with its tools".into(),
-                };
-                pending.push(Box::pin(futures_util::future::ready(Err(failure)))
-                    as futures_util::future::BoxFuture<'static, _>);
-                continue;
-            }
             let character = &self.characters[i];
             let role = character.name.clone();
-            let wait = character.reply_timeout();
-            let reply = character
-                .manager
-                .send(ApplyChange(change.clone()))
-                .timeout(wait);
-            pending.push(Box::pin(async move {
-                match reply.await {
-                    Ok(ChangeOutcome { sync: Ok(()), .. }) => Ok(role),
-                    Ok(ChangeOutcome {
-                        sync: Err(error), ..
-                    }) => Err(RoleFailure { role, error }),
-                    Err(MailboxError::Timeout) => Err(RoleFailure {
-                        role,
-                        error: format!(
-                            "session manager did not answer within {} s",
-                            wait.as_secs_f64()
-                        ),
-                    }),
-                    Err(MailboxError::Closed) => Err(RoleFailure {
-                        role,
-                        error: "session manager stopped before answering".into(),
-                    }),
-                }
-            }));
+            if !character.manager.connected() {
+                // The manager died (a panic): report it, then bring it back with its tools.
+                tracing::warn!(character = %role, "session manager had stopped; restarting it with its tools");
+                self.restart_manager(i);
+                let error = "session manager had stopped; it was restarted with its tools";
+                pending.push((role, Reply::Done(Err(error.to_owned()))));
+                continue;
+            }
+            wait = wait.max(character.reply_timeout());
+            let (reply, outcome) = oneshot::channel();
+            character.manager.do_send(ApplyChange {
+                change: change.clone(),
+                reply,
+            });
+            pending.push((role, Reply::Waiting(outcome)));
         }
+        let deadline = tokio::time::Instant::now() + wait;
         Box::pin(async move {
+            gather(&mut pending, deadline, wait).await;
             let mut report = ChangeReport {
                 removed,
                 ..ChangeReport::default()
             };
-            for outcome in join_all(pending).await {
-                match outcome {
-                    Ok(role) => report.affected_roles.push(role),
-                    Err(failure) => report.failed_roles.push(failure),
+            for (role, reply) in pending {
+                match reply {
+                    Reply::Done(Ok(())) => report.affected_roles.push(role),
+                    Reply::Done(Err(error)) => {
+                        report.failed_roles.push(RoleFailure { role, error })
+                    }
+                    Reply::Waiting(_) => unreachable!("gather settles every reply"),
                 }
             }
             report
@@ -671,6 +660,48 @@ fn check_session(character: &str, session: Option<&SessionSettings>) -> Result<(
         }),
         _ => Ok(()),
     }
+}
+
+/// A manager's answer to a change: still awaited, or settled with its sync outcome.
+enum Reply {
+    Waiting(oneshot::Receiver<ChangeOutcome>),
+    Done(Result<(), String>),
+}
+
+/// Waits for every reply, up to `deadline`; a manager that is gone or late is settled with the
+/// reason. One timer serves the whole fan-out, and each wake-up polls only what is still open.
+async fn gather(replies: &mut [(String, Reply)], deadline: tokio::time::Instant, wait: Duration) {
+    let mut timer = std::pin::pin!(tokio::time::sleep_until(deadline));
+    std::future::poll_fn(|cx| {
+        let mut open = false;
+        for (_, reply) in replies.iter_mut() {
+            if let Reply::Waiting(rx) = reply {
+                match std::pin::Pin::new(rx).poll(cx) {
+                    Poll::Ready(Ok(outcome)) => *reply = Reply::Done(outcome.sync),
+                    Poll::Ready(Err(_)) => {
+                        *reply = Reply::Done(Err("session manager stopped before answering".into()))
+                    }
+                    Poll::Pending => open = true,
+                }
+            }
+        }
+        if !open {
+            return Poll::Ready(());
+        }
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        for (_, reply) in replies.iter_mut() {
+            if matches!(reply, Reply::Waiting(_)) {
+                *reply = Reply::Done(Err(format!(
+                    "session manager did not answer within {} s",
+                    wait.as_secs_f64()
+                )));
+            }
+        }
+        Poll::Ready(())
+    })
+    .await
 }
 
 /// One info line per change request; never the tool's arguments or payloads.

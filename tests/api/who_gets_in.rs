@@ -18,8 +18,16 @@ fn forbidden(detail: &str) -> Value {
 async fn a_browser_origin_that_is_not_loopback_is_a_403() {
     let app = spawn_app(&["Lanlan"]).await;
     let before = app.listing(None).await;
-    for origin in ["https://evil.example", "http://localhost.evil.example", "null", "http://127.1:80"] {
-        let request = app.client.get(app.url("/api/tools")).insert_header(("origin", origin));
+    for origin in [
+        "https://evil.example",
+        "http://localhost.evil.example",
+        "null",
+        "http://127.1:80",
+    ] {
+        let request = app
+            .client
+            .get(app.url("/api/tools"))
+            .insert_header(("origin", origin));
         let (status, body) = app.send(request, None).await;
         assert_eq!(
             (status, body),
@@ -41,8 +49,15 @@ async fn a_browser_origin_that_is_not_loopback_is_a_403() {
         assert_eq!(status, 403, "{origin}");
     }
     assert_eq!(app.listing(None).await, before);
-    for origin in ["http://localhost:5173", "http://127.0.0.1:8080", "http://[::1]:3000"] {
-        let request = app.client.get(app.url("/api/tools")).insert_header(("origin", origin));
+    for origin in [
+        "http://localhost:5173",
+        "http://127.0.0.1:8080",
+        "http://[::1]:3000",
+    ] {
+        let request = app
+            .client
+            .get(app.url("/api/tools"))
+            .insert_header(("origin", origin));
         let (status, body) = app.send(request, None).await;
         assert_eq!(status, 200, "{origin}: {body}");
     }
@@ -81,16 +96,37 @@ impl Netns {
         };
         let peer = format!("rtv{id}b");
         ip(&["netns", "add", &netns.name])?;
-        ip(&["link", "add", &netns.host_veth, "type", "veth", "peer", "name", &peer])?;
+        ip(&[
+            "link",
+            "add",
+            &netns.host_veth,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &peer,
+        ])?;
         ip(&["link", "set", &peer, "netns", &netns.name])?;
-        ip(&["addr", "add", &format!("10.200.{subnet}.1/30"), "dev", &netns.host_veth])?;
+        ip(&[
+            "addr",
+            "add",
+            &format!("10.200.{subnet}.1/30"),
+            "dev",
+            &netns.host_veth,
+        ])?;
         ip(&["link", "set", &netns.host_veth, "up"])?;
         let inside = |args: &[&str]| {
             let mut all = vec!["netns", "exec", &netns.name, "ip"];
             all.extend_from_slice(args);
             ip(&all)
         };
-        inside(&["addr", "add", &format!("10.200.{subnet}.2/30"), "dev", &peer])?;
+        inside(&[
+            "addr",
+            "add",
+            &format!("10.200.{subnet}.2/30"),
+            "dev",
+            &peer,
+        ])?;
         inside(&["link", "set", &peer, "up"])?;
         inside(&["link", "set", "lo", "up"])?;
         Ok(netns)
@@ -154,7 +190,12 @@ async fn a_peer_in_another_network_namespace_is_refused_end_to_end() {
     .unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     let mut lines = stdout.lines();
-    assert_eq!(lines.next(), Some("403"), "{stdout} {}", String::from_utf8_lossy(&output.stderr));
+    assert_eq!(
+        lines.next(),
+        Some("403"),
+        "{stdout} {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let body: Value = serde_json::from_str(lines.next().unwrap_or_default()).unwrap();
     assert_eq!(
         body,
@@ -213,5 +254,9 @@ fn binding_a_non_loopback_address_warns_loudly_on_stderr() {
     let line = found.unwrap_or_else(|| panic!("no warning on stderr: {seen:?}"));
     assert!(line.contains("0.0.0.0:"), "{line}");
     assert!(line.contains("reachable from other machines"), "{line}");
-    assert_eq!(seen.last().map(|l| l.chars().all(|c| c == '!')), Some(true), "{seen:?}");
+    assert_eq!(
+        seen.last().map(|l| l.chars().all(|c| c == '!')),
+        Some(true),
+        "{seen:?}"
+    );
 }
