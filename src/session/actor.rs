@@ -114,8 +114,11 @@ pub struct RealtimeSession {
     /// A text message arriving in continuation frames.
     partial: Option<BytesMut>,
     sync: SyncState<Waiter>,
-    /// The `session.update` in flight: its event id and how many tools it carries.
-    in_flight: Option<(String, usize)>,
+    /// The `session.update` in flight: its event id and the tools it carries.
+    in_flight: Option<(String, Arc<[SharedTool]>)>,
+    /// The tools of the last acknowledged update, to recognise a late duplicate of its
+    /// acknowledgement (`session.updated` carries no event id to match).
+    acknowledged: Option<Arc<[SharedTool]>>,
     sync_timer: Option<SpawnHandle>,
     calls: ResponseCalls,
     limiter: CallLimiter,
@@ -150,6 +153,7 @@ impl RealtimeSession {
             partial: None,
             sync: SyncState::new(),
             in_flight: None,
+            acknowledged: None,
             sync_timer: None,
             calls: ResponseCalls::default(),
             limiter,
@@ -214,7 +218,7 @@ impl RealtimeSession {
     fn send_update(&mut self, ctx: &mut Context<Self>) {
         let event_id = self.event_id("sync");
         let update = protocol::session_update_text(self.settings.dialect, &self.tools, &event_id);
-        self.in_flight = Some((event_id, self.tools.len()));
+        self.in_flight = Some((event_id, self.tools.clone()));
         if let Some(timer) = self.sync_timer.take() {
             ctx.cancel_future(timer);
         }
@@ -244,9 +248,10 @@ impl RealtimeSession {
         if let Some(timer) = self.sync_timer.take() {
             ctx.cancel_future(timer);
         }
-        let (_, tool_count) = self.in_flight.take().unwrap_or_default();
+        let sent = self.in_flight.take().map(|(_, tools)| tools);
         if outcome.is_ok() {
-            self.acknowledged_tools = tool_count;
+            self.acknowledged_tools = sent.as_ref().map_or(0, |t| t.len());
+            self.acknowledged = sent;
         } else if let Err(error) = &outcome {
             tracing::warn!(character = %self.character, %error, "tool update not acknowledged");
         }
@@ -277,10 +282,30 @@ impl RealtimeSession {
         }
     }
 
+    /// Whether an acknowledgement echoing `echoed` repeats the previous update's rather than
+    /// answering the one in flight: it matches the previous list and not the one in flight.
+    fn is_stale_acknowledgement(&self, echoed: Option<&[String]>) -> bool {
+        let (Some(echoed), Some((_, sent)), Some(previous)) =
+            (echoed, &self.in_flight, &self.acknowledged)
+        else {
+            return false;
+        };
+        let same = |tools: &[SharedTool]| {
+            tools.len() == echoed.len() && tools.iter().zip(echoed).all(|(t, n)| t.name == *n)
+        };
+        same(previous) && !same(sent)
+    }
+
     fn on_text(&mut self, text: &[u8], ctx: &mut Context<Self>) {
         let text = String::from_utf8_lossy(text);
         match protocol::parse_server_event(&text) {
-            Ok(ServerEvent::SessionUpdated) => self.settle(Ok(()), ctx),
+            Ok(ServerEvent::SessionUpdated { tools }) => {
+                if self.is_stale_acknowledgement(tools.as_deref()) {
+                    tracing::debug!(character = %self.character, "ignoring a repeated acknowledgement of the previous update");
+                } else {
+                    self.settle(Ok(()), ctx);
+                }
+            }
             Ok(ServerEvent::Error { message, event_id }) => {
                 let ours = match (&self.in_flight, &event_id) {
                     (Some((sent, _)), Some(id)) => sent == id,

@@ -155,8 +155,9 @@ pub fn response_create(event_id: &str) -> Value {
 /// A server event the session acts on; everything else is [`ServerEvent::Ignored`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum ServerEvent {
-    /// The last `session.update` was applied.
-    SessionUpdated,
+    /// A `session.update` was applied. `tools` are the tool names the server echoed, when it
+    /// echoed a tool list: they tell a late duplicate acknowledgement from the awaited one.
+    SessionUpdated { tools: Option<Vec<String>> },
     /// The server refused something; `event_id` names the client event when it says.
     Error {
         message: String,
@@ -203,6 +204,42 @@ struct EventKind<'a> {
     kind: Cow<'a, str>,
 }
 
+/// Just the tool names of a `session.updated`; every other field is skipped unparsed.
+#[derive(Deserialize)]
+struct EchoedUpdate {
+    session: Option<EchoedSession>,
+}
+
+#[derive(Deserialize)]
+struct EchoedSession {
+    tools: Option<Vec<EchoedTool>>,
+}
+
+/// Flat (`name`) or nested (`function.name`, the qwen dialect).
+#[derive(Deserialize)]
+struct EchoedTool {
+    name: Option<String>,
+    function: Option<EchoedFunction>,
+}
+
+#[derive(Deserialize)]
+struct EchoedFunction {
+    name: Option<String>,
+}
+
+fn session_updated(text: &str) -> ServerEvent {
+    let tools = serde_json::from_str::<EchoedUpdate>(text)
+        .ok()
+        .and_then(|u| u.session?.tools)
+        .map(|tools| {
+            tools
+                .into_iter()
+                .map(|t| t.name.or_else(|| t.function?.name).unwrap_or_default())
+                .collect()
+        });
+    ServerEvent::SessionUpdated { tools }
+}
+
 pub fn parse_server_event(text: &str) -> Result<ServerEvent, EventError> {
     // Anything the quick look cannot read goes through the full parse below, which reports it.
     if text.trim_start().starts_with('{')
@@ -210,7 +247,7 @@ pub fn parse_server_event(text: &str) -> Result<ServerEvent, EventError> {
     {
         match &*kind {
             "error" | "response.function_call_arguments.done" | "response.done" => {}
-            "session.updated" => return Ok(ServerEvent::SessionUpdated),
+            "session.updated" => return Ok(session_updated(text)),
             _ => return Ok(ServerEvent::Ignored),
         }
     }
@@ -220,7 +257,7 @@ pub fn parse_server_event(text: &str) -> Result<ServerEvent, EventError> {
         return Err(EventError::Malformed("no \"type\" field".into()));
     };
     match kind {
-        "session.updated" => Ok(ServerEvent::SessionUpdated),
+        "session.updated" => Ok(session_updated(text)),
         "error" => {
             // Without its `error` object an error event names nothing: a malformed event,
             // ignored, rather than a refusal of whatever update happens to be in flight.
@@ -348,10 +385,28 @@ mod tests {
     }
 
     #[test]
+    fn session_updated_echoes_tool_names() {
+        let flat = r#"{"type":"session.updated","session":{"type":"realtime","tools":[{"type":"function","name":"a","parameters":{"x":[1,{"y":2}]}},{"type":"function","name":"b"}]}}"#;
+        assert_eq!(
+            parse_server_event(flat),
+            Ok(ServerEvent::SessionUpdated {
+                tools: Some(vec!["a".into(), "b".into()])
+            })
+        );
+        let nested = r#"{"type":"session.updated","session":{"tools":[{"type":"function","function":{"name":"q"}}]}}"#;
+        assert_eq!(
+            parse_server_event(nested),
+            Ok(ServerEvent::SessionUpdated {
+                tools: Some(vec!["q".into()])
+            })
+        );
+    }
+
+    #[test]
     fn server_events() {
         assert_eq!(
             parse_server_event(r#"{"type":"session.updated","session":{}}"#),
-            Ok(ServerEvent::SessionUpdated)
+            Ok(ServerEvent::SessionUpdated { tools: None })
         );
         assert_eq!(
             parse_server_event(r#"{"type":"response.audio.delta","delta":"AAA"}"#),

@@ -576,3 +576,56 @@ async fn a_session_whose_api_key_variable_is_unset_is_refused() {
     );
     assert_eq!(app.tool_names(None).await, json!({"Lanlan": []}));
 }
+
+#[actix_web::test]
+async fn a_late_repeat_of_the_previous_acknowledgement_does_not_settle_the_next_update() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let app = Rc::new(
+        app_with_session(&fake, &[], Dialect::Openai, |s| {
+            s.sync_timeout = Duration::from_secs(30)
+        })
+        .await,
+    );
+    fake.nth_update(1).await;
+    let (status, _) = app
+        .register(&tool_body("a", "http://127.0.0.1:9/cb", "plugin:w"))
+        .await;
+    assert_eq!(status, 200);
+    let previous = fake.update_with_tools(&["a"]).await;
+
+    fake.set_mode(AckMode::Held);
+    let pending = {
+        let app = app.clone();
+        actix_web::rt::spawn(async move {
+            app.register(&tool_body("b", "http://127.0.0.1:9/cb", "plugin:w"))
+                .await
+        })
+    };
+    fake.update_with_tools(&["a", "b"]).await;
+    // A late duplicate of the acknowledgement of ["a"], then a call whose answer proves the
+    // session has read everything before it (frames are handled in order).
+    fake.push(
+        json!({"type": "session.updated", "event_id": "srv_dup", "session": previous["session"]}),
+    )
+    .await;
+    fake.push(call_event("r9", "c9", "nope", "{}")).await;
+    fake.wait_for("the answer to the probe call", |events| {
+        events
+            .iter()
+            .any(|e| e["type"] == "conversation.item.create" && e["item"]["call_id"] == "c9")
+            .then_some(())
+    })
+    .await;
+    assert!(
+        !pending.is_finished(),
+        "a stale acknowledgement settled the update in flight"
+    );
+
+    fake.release_acks(1);
+    let (status, body) = pending.await.unwrap();
+    assert_eq!(
+        (status, body["affected_roles"].clone()),
+        (200, json!(["Mio"])),
+        "{body}"
+    );
+}
