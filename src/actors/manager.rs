@@ -54,11 +54,6 @@ pub struct ApplyChange {
     pub reply: oneshot::Sender<ChangeOutcome>,
 }
 
-/// The character's tools, in registration order.
-#[derive(Message, Debug)]
-#[rtype(result = "Vec<SharedTool>")]
-pub struct Snapshot;
-
 /// The character's model-session state.
 #[derive(Message, Debug)]
 #[rtype(result = "SessionReport")]
@@ -69,11 +64,6 @@ pub struct ReportSession;
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct InjectPanic;
-
-/// Look up one tool by name; `Err` carries the names that are registered.
-#[derive(Message, Debug)]
-#[rtype(result = "Result<SharedTool, Vec<String>>")]
-pub struct Resolve(pub String);
 
 /// What a manager needs to run its character's live model session.
 #[derive(Clone)]
@@ -238,24 +228,5 @@ impl Handler<InjectPanic> for SessionManager {
             "fault injected into the session manager of {}",
             self.character
         );
-    }
-}
-
-impl Handler<Snapshot> for SessionManager {
-    type Result = MessageResult<Snapshot>;
-
-    fn handle(&mut self, _: Snapshot, _: &mut Self::Context) -> Self::Result {
-        MessageResult(self.registry.tools().cloned().collect())
-    }
-}
-
-impl Handler<Resolve> for SessionManager {
-    type Result = Result<SharedTool, Vec<String>>;
-
-    fn handle(&mut self, Resolve(name): Resolve, _: &mut Self::Context) -> Self::Result {
-        self.registry
-            .get(&name)
-            .cloned()
-            .ok_or_else(|| self.registry.names().map(str::to_owned).collect())
     }
 }

@@ -16,8 +16,8 @@ use serde::Serialize;
 use tokio::sync::oneshot;
 
 use super::manager::{
-    ApplyChange, Change, ChangeOutcome, InjectPanic, ManagerGone, ReportSession, Resolve,
-    SessionLink, SessionManager, Snapshot, Watcher,
+    ApplyChange, Change, ChangeOutcome, InjectPanic, ManagerGone, ReportSession, SessionLink,
+    SessionManager, Watcher,
 };
 use crate::config::{CharacterSettings, DispatchSettings};
 use crate::dispatch::Dispatcher;
@@ -465,83 +465,52 @@ impl Handler<RemoveDeadOrigin> for Router {
 }
 
 impl Handler<ListTools> for Router {
-    type Result = ResponseFuture<Result<Vec<RoleTools>, RouterError>>;
+    type Result = Result<Vec<RoleTools>, RouterError>;
 
+    /// Answered from the ledgers, which hold exactly what each manager was told, in the same
+    /// order: no manager round trip, and a busy or restarting manager never blocks a listing.
     fn handle(&mut self, msg: ListTools, _: &mut Self::Context) -> Self::Result {
-        let targets = match self.targets(msg.role.as_deref()) {
-            Ok(targets) => targets,
-            Err(e) => return Box::pin(async move { Err(e) }),
-        };
-        let requests: Vec<_> = targets
+        let targets = self.targets(msg.role.as_deref())?;
+        Ok(targets
             .into_iter()
             .map(|i| {
                 let c = &self.characters[i];
-                // A manager that cannot answer is listed from the ledger, which holds the same
-                // tools: listing never fails because one actor is busy or gone.
-                let fallback = c.ledger.tools().cloned().collect::<Vec<_>>();
-                let reply = c.manager.send(Snapshot).timeout(MANAGER_REPLY_TIMEOUT);
-                let role = c.name.clone();
-                async move {
-                    let tools = reply.await.unwrap_or(fallback);
-                    RoleTools { role, tools }
+                RoleTools {
+                    role: c.name.clone(),
+                    tools: c.ledger.tools().cloned().collect(),
                 }
             })
-            .collect();
-        Box::pin(async move { Ok(join_all(requests).await) })
+            .collect())
     }
 }
 
 impl Handler<ResolveTool> for Router {
-    type Result = ResponseFuture<Result<ResolvedTool, RouterError>>;
+    type Result = Result<ResolvedTool, RouterError>;
 
+    /// Answered from the ledgers, like [`ListTools`]: the first target, in configuration order,
+    /// that has the tool.
     fn handle(&mut self, msg: ResolveTool, _: &mut Self::Context) -> Self::Result {
         let role = msg.role.filter(|r| !r.is_empty());
-        let targets = match self.targets(role.as_deref()) {
-            Ok(targets) => targets,
-            Err(e) => return Box::pin(async move { Err(e) }),
-        };
-        let lookups: Vec<_> = targets
-            .into_iter()
-            .map(|i| {
-                let c = &self.characters[i];
-                let fallback = c
-                    .ledger
-                    .get(&msg.name)
-                    .cloned()
-                    .ok_or_else(|| c.ledger.names().map(str::to_owned).collect());
-                let reply = c
-                    .manager
-                    .send(Resolve(msg.name.clone()))
-                    .timeout(MANAGER_REPLY_TIMEOUT);
-                let role = c.name.clone();
-                async move { (role, reply.await.unwrap_or(fallback)) }
-            })
-            .collect();
-        let name = msg.name;
-        Box::pin(async move {
-            let mut available = Vec::new();
-            for (found_in, outcome) in join_all(lookups).await {
-                match outcome {
-                    Ok(tool) => {
-                        return Ok(ResolvedTool {
-                            role: found_in,
-                            tool,
-                        });
-                    }
-                    Err(names) => {
-                        for n in names {
-                            if !available.contains(&n) {
-                                available.push(n);
-                            }
-                        }
-                    }
+        let targets = self.targets(role.as_deref())?;
+        let mut available: Vec<String> = Vec::new();
+        for i in targets {
+            let c = &self.characters[i];
+            if let Some(tool) = c.ledger.get(&msg.name) {
+                return Ok(ResolvedTool {
+                    role: c.name.clone(),
+                    tool: tool.clone(),
+                });
+            }
+            for n in c.ledger.names() {
+                if !available.iter().any(|a| a == n) {
+                    available.push(n.to_owned());
                 }
             }
-            Err(RouterError::ToolNotFound {
-                name,
-                role,
-                available,
-            })
+        }
+        Err(RouterError::ToolNotFound {
+            name: msg.name,
+            role,
+            available,
         })
     }
 }
