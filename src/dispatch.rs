@@ -129,7 +129,7 @@ impl Dispatcher {
                     )),
                 ),
             };
-        self.record(tool, liveness);
+        self.record(tool, liveness).await;
         outcome
     }
 
@@ -180,7 +180,7 @@ impl Dispatcher {
         }
     }
 
-    fn record(&self, tool: &SharedTool, liveness: Liveness) {
+    async fn record(&self, tool: &SharedTool, liveness: Liveness) {
         let Some(origin) = tool.callback_origin() else {
             return;
         };
@@ -193,13 +193,16 @@ impl Dispatcher {
             failures.record(&tool.source, origin, liveness)
         };
         if let Some(failures) = reached {
-            // Sent before this call's result is returned, so anything the caller does next is
-            // queued behind the removal.
-            self.inner.removals.do_send(RemoveDeadOrigin {
+            // The call that removes the tools returns once they are gone (sessions synced), so
+            // anything its caller does next — a listing, another invoke — sees the removal.
+            let removal = self.inner.removals.send(RemoveDeadOrigin {
                 source: tool.source.clone(),
                 origin: origin.clone(),
                 failures,
             });
+            if removal.await.is_err() {
+                tracing::warn!(source = %tool.source, origin = %origin, "could not remove the tools of a dead plugin origin: the router has stopped");
+            }
         }
     }
 }

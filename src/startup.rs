@@ -13,7 +13,7 @@ use actix_web::{App, HttpServer, middleware, web};
 use anyhow::Context;
 use socket2::{Domain, Socket, Type};
 
-use crate::actors::router::Router;
+use crate::actors::router::{Router, ShareDirectory};
 use crate::api::{self, AppState};
 use crate::config::Settings;
 use crate::dispatch::Dispatcher;
@@ -55,9 +55,14 @@ impl Application {
             }
         }
         let (router, dispatcher) = Router::launch(settings.characters.clone(), &settings.dispatch);
+        let directory = router
+            .send(ShareDirectory)
+            .await
+            .context("the router stopped during start-up")?;
         let state = web::Data::new(AppState {
             router: router.clone(),
             dispatcher: dispatcher.clone(),
+            directory,
         });
 
         let mut server = HttpServer::new(move || {

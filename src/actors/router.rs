@@ -1,9 +1,10 @@
 //! `Router`: the front door for every user — HTTP handlers, in-process plugins and benchmarks.
 //!
-//! It holds the characters in configuration order, each with its [`SessionManager`] and a ledger
-//! of the tools that apply to it. Changes fan out to the target managers and their per-character
-//! outcomes are gathered into `affected_roles` and `failed_roles`. The ledger is what a rebuilt
-//! (or restarted) manager gets back, so no registration is lost with a manager.
+//! It holds the characters in configuration order, each with its [`SessionManager`], and is the
+//! only writer of their ledgers (the [`Directory`]: the tools that apply to each character).
+//! Changes fan out to the target managers and their per-character outcomes are gathered into
+//! `affected_roles` and `failed_roles`. A ledger is what a rebuilt (or restarted) manager gets
+//! back, so no registration is lost with a manager.
 
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use futures_util::future::join_all;
 use serde::Serialize;
 use tokio::sync::oneshot;
 
+use super::directory::{Directory, Ledger};
 use super::manager::{
     ApplyChange, Change, ChangeOutcome, InjectPanic, ManagerGone, ReportSession, SessionLink,
     SessionManager, Watcher,
@@ -131,6 +133,12 @@ pub struct InjectRouterStop;
 #[rtype(result = "Vec<(String, SessionReport)>")]
 pub struct ListSessions;
 
+/// A read handle on every character's ledger, for callers that resolve tools on their own
+/// thread (the invoke route) instead of asking the router each time.
+#[derive(Message, Debug)]
+#[rtype(result = "Directory")]
+pub struct ShareDirectory;
+
 /// The characters, in configuration order.
 #[derive(Message, Debug)]
 #[rtype(result = "Vec<String>")]
@@ -201,8 +209,6 @@ struct Character {
     manager: Addr<SessionManager>,
     /// Incarnation of `manager`; a [`ManagerGone`] for an older one is stale.
     generation: u64,
-    /// Every tool that applies to this character, last writer wins: replayed on rebuild.
-    ledger: ToolRegistry,
 }
 
 impl Character {
@@ -217,7 +223,12 @@ impl Character {
 }
 
 pub struct Router {
+    /// The characters, in configuration order; `directory` holds their ledgers at the same
+    /// positions.
     characters: Vec<Character>,
+    /// Every tool that applies to each character, last writer wins: what a rebuilt manager
+    /// starts from, and what listings and lookups read.
+    directory: Directory,
     dispatcher: Dispatcher,
     /// This router, as managers' watcher.
     me: Recipient<ManagerGone>,
@@ -240,6 +251,7 @@ impl Router {
             shared = Some(dispatcher.clone());
             let mut router = Router {
                 characters: Vec::with_capacity(characters.len()),
+                directory: Directory::new(),
                 dispatcher,
                 me: ctx.address().recipient(),
                 next_generation: 0,
@@ -260,7 +272,14 @@ impl Router {
             session,
             manager,
             generation,
-            ledger: ToolRegistry::new(),
+        });
+        self.directory.write().push(Ledger {
+            character: self
+                .characters
+                .last()
+                .map(|c| c.name.clone())
+                .unwrap_or_default(),
+            tools: ToolRegistry::new(),
         });
     }
 
@@ -306,9 +325,11 @@ impl Router {
         let mut pending = Vec::with_capacity(targets.len());
         // One deadline for the whole fan-out: the longest any target may take.
         let mut wait = Duration::ZERO;
-        for i in targets {
-            let changed = {
-                let ledger = &mut self.characters[i].ledger;
+        let mut changed_targets = Vec::with_capacity(targets.len());
+        {
+            let mut ledgers = self.directory.write();
+            for i in targets {
+                let ledger = &mut ledgers[i].tools;
                 let dropped = match &change {
                     Change::Register(tool) => {
                         ledger.insert(tool.clone());
@@ -319,11 +340,12 @@ impl Router {
                     Change::RemoveOrigin { source, origin } => ledger.remove_origin(source, origin),
                 };
                 removed += dropped;
-                matches!(change, Change::Register(_)) || dropped > 0
-            };
-            if !changed {
-                continue;
+                if matches!(change, Change::Register(_)) || dropped > 0 {
+                    changed_targets.push(i);
+                }
             }
+        }
+        for i in changed_targets {
             let character = &self.characters[i];
             let role = character.name.clone();
             if !character.manager.connected() {
@@ -365,7 +387,8 @@ impl Router {
     /// Replaces character `i`'s manager with a new one holding its ledger.
     fn restart_manager(&mut self, i: usize) {
         let c = &self.characters[i];
-        let (name, session, ledger) = (c.name.clone(), c.session.clone(), c.ledger.clone());
+        let (name, session) = (c.name.clone(), c.session.clone());
+        let ledger = self.directory.read()[i].tools.clone();
         let (manager, generation) = self.start_manager(&name, session, ledger);
         let c = &mut self.characters[i];
         c.manager = manager;
@@ -470,48 +493,24 @@ impl Handler<ListTools> for Router {
     /// Answered from the ledgers, which hold exactly what each manager was told, in the same
     /// order: no manager round trip, and a busy or restarting manager never blocks a listing.
     fn handle(&mut self, msg: ListTools, _: &mut Self::Context) -> Self::Result {
-        let targets = self.targets(msg.role.as_deref())?;
-        Ok(targets
-            .into_iter()
-            .map(|i| {
-                let c = &self.characters[i];
-                RoleTools {
-                    role: c.name.clone(),
-                    tools: c.ledger.tools().cloned().collect(),
-                }
-            })
-            .collect())
+        self.directory.list(msg.role.as_deref())
     }
 }
 
 impl Handler<ResolveTool> for Router {
     type Result = Result<ResolvedTool, RouterError>;
 
-    /// Answered from the ledgers, like [`ListTools`]: the first target, in configuration order,
-    /// that has the tool.
+    /// Answered from the ledgers, like [`ListTools`].
     fn handle(&mut self, msg: ResolveTool, _: &mut Self::Context) -> Self::Result {
-        let role = msg.role.filter(|r| !r.is_empty());
-        let targets = self.targets(role.as_deref())?;
-        let mut available: Vec<String> = Vec::new();
-        for i in targets {
-            let c = &self.characters[i];
-            if let Some(tool) = c.ledger.get(&msg.name) {
-                return Ok(ResolvedTool {
-                    role: c.name.clone(),
-                    tool: tool.clone(),
-                });
-            }
-            for n in c.ledger.names() {
-                if !available.iter().any(|a| a == n) {
-                    available.push(n.to_owned());
-                }
-            }
-        }
-        Err(RouterError::ToolNotFound {
-            name: msg.name,
-            role,
-            available,
-        })
+        self.directory.resolve(msg.role.as_deref(), &msg.name)
+    }
+}
+
+impl Handler<ShareDirectory> for Router {
+    type Result = MessageResult<ShareDirectory>;
+
+    fn handle(&mut self, _: ShareDirectory, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.directory.clone())
     }
 }
 
@@ -538,7 +537,8 @@ impl Handler<RemoveCharacter> for Router {
             .ok_or_else(|| RouterError::UnknownRole(msg.name.clone()))?;
         // Dropping the last address stops the manager once its queued messages are handled.
         let removed = self.characters.remove(i);
-        tracing::info!(character = %removed.name, forgotten_tools = removed.ledger.len(), "character removed");
+        let forgotten = self.directory.write().remove(i);
+        tracing::info!(character = %removed.name, forgotten_tools = forgotten.tools.len(), "character removed");
         Ok(())
     }
 }
@@ -551,7 +551,7 @@ impl Handler<RebuildCharacter> for Router {
             .position(&msg.name)
             .ok_or_else(|| RouterError::UnknownRole(msg.name.clone()))?;
         check_session(&msg.name, msg.session.as_ref())?;
-        tracing::info!(character = %msg.name, tools = self.characters[i].ledger.len(), "rebuilding session manager");
+        tracing::info!(character = %msg.name, tools = self.directory.read()[i].tools.len(), "rebuilding session manager");
         self.characters[i].session = msg.session;
         self.restart_manager(i);
         Ok(())
@@ -568,7 +568,7 @@ impl Handler<ManagerGone> for Router {
             return;
         };
         if self.characters[i].generation == msg.generation {
-            tracing::warn!(character = %msg.character, tools = self.characters[i].ledger.len(), "session manager stopped unexpectedly; restarting it with its tools");
+            tracing::warn!(character = %msg.character, tools = self.directory.read()[i].tools.len(), "session manager stopped unexpectedly; restarting it with its tools");
             self.restart_manager(i);
         }
     }

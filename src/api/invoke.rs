@@ -5,12 +5,11 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::AppState;
 use super::body::JsonObject;
 use super::error::{ApiError, ErrorBody, ValidationErrorBody};
 use super::openapi::InvokeBody;
 use super::requests::InvokeRequest;
-use super::{AppState, ask_router};
-use crate::actors::router::ResolveTool;
 use crate::domain::call::ToolCall;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
@@ -32,7 +31,6 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         (status = 413, description = "The body is over 1 MiB", body = ErrorBody),
         (status = 408, description = "The body did not arrive in full within 10 s", body = ErrorBody),
         (status = 422, description = "Every field that failed validation", body = ValidationErrorBody),
-        (status = 503, description = "The router did not answer", body = ErrorBody),
     )
 )]
 async fn invoke(
@@ -40,14 +38,10 @@ async fn invoke(
     JsonObject(body): JsonObject,
 ) -> Result<HttpResponse, ApiError> {
     let request = InvokeRequest::parse(&body).map_err(ApiError::Validation)?;
-    let resolved = ask_router(
-        &state,
-        ResolveTool {
-            name: request.name.clone(),
-            role: request.role,
-        },
-    )
-    .await??;
+    // Resolved on this worker's thread from the shared ledgers: no round trip to the router.
+    let resolved = state
+        .directory
+        .resolve(request.role.as_deref(), &request.name)?;
     let call_id = request.call_id.unwrap_or_else(new_call_id);
     let call = ToolCall::from_arguments(call_id, request.name, request.arguments);
     let result = state.dispatcher.dispatch(&resolved.tool, call).await;

@@ -18,6 +18,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use actix_web::{HttpResponse, web};
 
+use crate::actors::directory::Directory;
 use crate::actors::router::{MANAGER_REPLY_TIMEOUT, Router};
 use crate::dispatch::Dispatcher;
 use crate::session::settings::MAX_SYNC_TIMEOUT;
@@ -38,6 +39,8 @@ pub const ROUTER_REPLY_TIMEOUT: Duration = Duration::from_secs(
 pub struct AppState {
     pub router: Addr<Router>,
     pub dispatcher: Dispatcher,
+    /// The router's ledgers, read directly by the invoke route.
+    pub directory: Directory,
 }
 
 /// The whole route tree.
