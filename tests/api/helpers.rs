@@ -57,10 +57,16 @@ pub async fn spawn_app_with(settings: Settings) -> TestApp {
 /// A plain HTTP client with a deadline well above anything a test waits for.
 pub fn test_client() -> awc::Client {
     awc::Client::builder()
+        // Idle connections are dropped well before the server's 5 s keep-alive closes them, so
+        // a test that waits several seconds never reuses a connection the server just closed.
+        .connector(awc::Connector::new().conn_keep_alive(TEST_CLIENT_KEEP_ALIVE))
         .timeout(HTTP_DEADLINE)
         .disable_redirects()
         .finish()
 }
+
+/// How long the test client keeps an idle connection: under the server's keep-alive (5 s).
+pub const TEST_CLIENT_KEEP_ALIVE: Duration = Duration::from_secs(2);
 
 impl TestApp {
     pub fn url(&self, path: &str) -> String {
