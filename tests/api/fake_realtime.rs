@@ -241,18 +241,25 @@ async fn handshake(
             };
             let event: Value =
                 serde_json::from_str(&text).unwrap_or(Value::String(text.to_string()));
+            // The mode in force when the event is recorded decides the answer: a test that
+            // changes the mode after seeing an update never changes how that update is answered.
+            let mode = fake.mode.lock().unwrap().clone();
             fake.shared.lock().unwrap().events.push(event.clone());
             fake.notify();
             if event["type"] == "session.update" {
-                answer_update(&fake, session.clone(), event);
+                answer_update(&fake, mode, session.clone(), event);
             }
         }
     });
     Ok(response)
 }
 
-fn answer_update(fake: &FakeRealtime, mut session: actix_ws::Session, update: Value) {
-    let mode = fake.mode.lock().unwrap().clone();
+fn answer_update(
+    fake: &FakeRealtime,
+    mode: AckMode,
+    mut session: actix_ws::Session,
+    update: Value,
+) {
     let ack =
         json!({"type": "session.updated", "event_id": "srv_ack", "session": update["session"]});
     let fake = fake.clone();
