@@ -24,6 +24,28 @@ pub struct FieldError {
     pub kind: &'static str,
 }
 
+/// The error answers every POST route with a JSON body shares, for the OpenAPI document (never
+/// built: handlers answer with [`ApiError`]).
+#[derive(utoipa::IntoResponses)]
+#[allow(dead_code)]
+pub enum BodyRouteErrors {
+    /// Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`
+    #[response(status = 403)]
+    Forbidden(ErrorBody),
+    /// Only POST is allowed
+    #[response(status = 405)]
+    MethodNotAllowed(ErrorBody),
+    /// The body did not arrive in full within 10 s
+    #[response(status = 408)]
+    RequestTimeout(ErrorBody),
+    /// The body is over 1 MiB
+    #[response(status = 413)]
+    PayloadTooLarge(ErrorBody),
+    /// Every field that failed validation
+    #[response(status = 422)]
+    Validation(ValidationErrorBody<'static>),
+}
+
 /// The body of every error but 422: `{"ok": false, "detail": TEXT}`.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {

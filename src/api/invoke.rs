@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::body::JsonObject;
-use super::error::{ApiError, ErrorBody, ValidationErrorBody};
+use super::error::{ApiError, BodyRouteErrors, ErrorBody};
 use super::openapi::InvokeBody;
 use super::requests::InvokeRequest;
 use crate::domain::call::ToolCall;
@@ -25,12 +25,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     request_body = InvokeBody,
     responses(
         (status = 200, description = "The call ran; tool-level failures are `is_error: true`", body = InvokeResponse),
-        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
+        BodyRouteErrors,
         (status = 404, description = "`role` names no character, or no such tool is registered", body = ErrorBody),
-        (status = 405, description = "Only POST is allowed", body = ErrorBody),
-        (status = 413, description = "The body is over 1 MiB", body = ErrorBody),
-        (status = 408, description = "The body did not arrive in full within 10 s", body = ErrorBody),
-        (status = 422, description = "Every field that failed validation", body = ValidationErrorBody),
     )
 )]
 async fn invoke(

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use utoipa::ToSchema;
 
 use super::body::JsonObject;
-use super::error::{ApiError, ErrorBody, FieldError, ValidationErrorBody};
+use super::error::{ApiError, BodyRouteErrors, ErrorBody, FieldError, ValidationErrorBody};
 use super::openapi::{ClearBody, RegisterBody, UnregisterBody};
 use super::requests::{ClearRequest, RegisterRequest, UnregisterRequest};
 use super::{AppState, ask_router};
@@ -49,12 +49,8 @@ const NO_ROLE_ACCEPTED: &str = "no role accepted the registration";
     request_body = RegisterBody,
     responses(
         (status = 200, description = "Applied; `ok` is false (with `error`) when no role accepted it", body = RegisterResponse),
-        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
+        BodyRouteErrors,
         (status = 404, description = "`role` names no character", body = ErrorBody),
-        (status = 405, description = "Only POST is allowed", body = ErrorBody),
-        (status = 413, description = "The body is over 1 MiB", body = ErrorBody),
-        (status = 408, description = "The body did not arrive in full within 10 s", body = ErrorBody),
-        (status = 422, description = "Every field that failed validation", body = ValidationErrorBody),
         (status = 503, description = "The router did not answer; retry (registration is idempotent)", body = ErrorBody),
     )
 )]
@@ -107,12 +103,8 @@ pub struct RegisterResponse {
     request_body = UnregisterBody,
     responses(
         (status = 200, description = "Done; `removed` says whether any role had the tool", body = UnregisterResponse),
-        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
+        BodyRouteErrors,
         (status = 404, description = "`role` names no character", body = ErrorBody),
-        (status = 405, description = "Only POST is allowed", body = ErrorBody),
-        (status = 413, description = "The body is over 1 MiB", body = ErrorBody),
-        (status = 408, description = "The body did not arrive in full within 10 s", body = ErrorBody),
-        (status = 422, description = "Every field that failed validation", body = ValidationErrorBody),
         (status = 503, description = "The router did not answer; retry (unregister is idempotent)", body = ErrorBody),
     )
 )]
@@ -160,12 +152,8 @@ pub struct UnregisterResponse {
     request_body = ClearBody,
     responses(
         (status = 200, description = "Done; `removed` counts the registry entries dropped", body = ClearResponse),
-        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
+        BodyRouteErrors,
         (status = 404, description = "`role` names no character", body = ErrorBody),
-        (status = 405, description = "Only POST is allowed", body = ErrorBody),
-        (status = 413, description = "The body is over 1 MiB", body = ErrorBody),
-        (status = 408, description = "The body did not arrive in full within 10 s", body = ErrorBody),
-        (status = 422, description = "Every field that failed validation", body = ValidationErrorBody),
         (status = 503, description = "The router did not answer; retry (clear is idempotent)", body = ErrorBody),
     )
 )]

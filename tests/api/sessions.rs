@@ -48,6 +48,12 @@ fn received_bodies(server: &CallbackServer) -> Vec<Value> {
     server.received().iter().map(|r| r.json()).collect()
 }
 
+/// Registers a global `plugin:w` tool whose callback is never called in that test.
+async fn register(app: &TestApp, name: &str) -> (u16, Value) {
+    app.register(&tool_body(name, "http://127.0.0.1:9/cb", "plugin:w"))
+        .await
+}
+
 fn call_event(response_id: &str, call_id: &str, name: &str, arguments: &str) -> Value {
     json!({"type": "response.function_call_arguments.done", "event_id": format!("srv_{call_id}"),
            "response_id": response_id, "item_id": format!("item_{call_id}"), "output_index": 0,
@@ -73,13 +79,7 @@ async fn register_returns_after_the_acknowledged_update_that_carries_the_tool() 
     let first = fake.nth_update(1).await;
     assert_eq!(first["session"], json!({"type": "realtime", "tools": []}));
 
-    let (status, body) = app
-        .register(&tool_body(
-            "get_weather",
-            "http://127.0.0.1:9/cb",
-            "plugin:w",
-        ))
-        .await;
+    let (status, body) = register(&app, "get_weather").await;
     assert_eq!(status, 200);
     assert_eq!(
         body,
@@ -101,13 +101,7 @@ async fn reconnect_sends_the_tools_again() {
     let fake = FakeRealtime::start(AckMode::Immediate).await;
     let app = app_with_session(&fake, &[], Dialect::Openai, |_| {}).await;
     fake.nth_update(1).await;
-    let (status, _) = app
-        .register(&tool_body(
-            "get_weather",
-            "http://127.0.0.1:9/cb",
-            "plugin:w",
-        ))
-        .await;
+    let (status, _) = register(&app, "get_weather").await;
     assert_eq!(status, 200);
     let before = fake.events_of("session.update").len();
 
@@ -125,13 +119,7 @@ async fn unacknowledged_update_fails_the_character_but_keeps_the_change() {
     })
     .await;
     fake.nth_update(1).await;
-    let (status, body) = app
-        .register(&tool_body(
-            "get_weather",
-            "http://127.0.0.1:9/cb",
-            "plugin:w",
-        ))
-        .await;
+    let (status, body) = register(&app, "get_weather").await;
     assert_eq!(status, 200);
     assert_eq!(
         body,
@@ -153,13 +141,7 @@ async fn error_event_fails_the_character_with_the_provider_message() {
     fake.set_mode(AckMode::Error(
         "Invalid schema for function 'get_weather'".into(),
     ));
-    let (status, body) = app
-        .register(&tool_body(
-            "get_weather",
-            "http://127.0.0.1:9/cb",
-            "plugin:w",
-        ))
-        .await;
+    let (status, body) = register(&app, "get_weather").await;
     assert_eq!(status, 200);
     assert_eq!(
         body,
@@ -187,13 +169,7 @@ async fn qwen_and_glm_dialect_shapes() {
         let fake = FakeRealtime::start(AckMode::Immediate).await;
         let app = app_with_session(&fake, &[], dialect, |_| {}).await;
         fake.nth_update(1).await;
-        let (status, _) = app
-            .register(&tool_body(
-                "get_weather",
-                "http://127.0.0.1:9/cb",
-                "plugin:w",
-            ))
-            .await;
+        let (status, _) = register(&app, "get_weather").await;
         assert_eq!(status, 200);
         let update = fake.update_with_tools(&["get_weather"]).await;
         assert_eq!(update["session"], expected, "{dialect:?}");
@@ -487,13 +463,7 @@ async fn sessions_route_reports_state_and_last_sync() {
     })
     .await;
     fake.nth_update(1).await;
-    let (status, _) = app
-        .register(&tool_body(
-            "get_weather",
-            "http://127.0.0.1:9/cb",
-            "plugin:w",
-        ))
-        .await;
+    let (status, _) = register(&app, "get_weather").await;
     assert_eq!(status, 200);
     let (status, body) = app.get("/api/sessions").await;
     assert_eq!(status, 200);
@@ -587,19 +557,14 @@ async fn a_late_repeat_of_the_previous_acknowledgement_does_not_settle_the_next_
         .await,
     );
     fake.nth_update(1).await;
-    let (status, _) = app
-        .register(&tool_body("a", "http://127.0.0.1:9/cb", "plugin:w"))
-        .await;
+    let (status, _) = register(&app, "a").await;
     assert_eq!(status, 200);
     let previous = fake.update_with_tools(&["a"]).await;
 
     fake.set_mode(AckMode::Held);
     let pending = {
         let app = app.clone();
-        actix_web::rt::spawn(async move {
-            app.register(&tool_body("b", "http://127.0.0.1:9/cb", "plugin:w"))
-                .await
-        })
+        actix_web::rt::spawn(async move { register(&app, "b").await })
     };
     fake.update_with_tools(&["a", "b"]).await;
     // A late duplicate of the acknowledgement of ["a"], then a call whose answer proves the
