@@ -1,23 +1,35 @@
-//! `SessionManager`: one actor per character. It owns that character's [`ToolRegistry`] and is
-//! the one place a change to it is made and pushed to the character's live model session.
+//! `SessionManager`: one actor per character. It owns that character's [`ToolRegistry`] and its
+//! set of active sessions, and is the one place a change to the registry is made and pushed to
+//! every one of those sessions.
+//!
+//! The active sessions are any recipients of [`SyncTools`]: the server's own connection
+//! (`mode = "client"`), the relays of apps connected through `GET /v1/realtime`, attachments to
+//! live calls, and an application's in-process sessions. A change waits for all of them and
+//! fails the character if any refused or timed out.
 //!
 //! Only the [`Router`](super::router::Router) talks to managers. Handlers change the registry
 //! synchronously, in mailbox order (so changes to one character apply in the order they arrive),
-//! and never await: waiting for the session's acknowledgement happens in the returned future.
+//! and never await: waiting for the sessions' acknowledgements happens in the returned future.
 
 use std::sync::Arc;
 
 use actix::prelude::*;
 use futures_util::FutureExt;
-use futures_util::future::{BoxFuture, ready};
+use futures_util::future::{BoxFuture, join_all};
 use tokio::sync::oneshot;
 
 use crate::dispatch::Dispatcher;
 use crate::domain::callback_url::CallbackOrigin;
 use crate::domain::registry::ToolRegistry;
 use crate::domain::tool::SharedTool;
-use crate::session::settings::SessionSettings;
-use crate::session::{CloseSession, RealtimeSession, SessionReport, SessionStatus, SyncTools};
+use crate::session::attach::{Attachment, Joined};
+use crate::session::core::not_acknowledged;
+use crate::session::protocol::Dialect;
+use crate::session::settings::{DEFAULT_SYNC_TIMEOUT, SessionMode, SessionSettings};
+use crate::session::{
+    CloseSession, ConnectionKind, ConnectionReport, ConnectionState, RealtimeSession,
+    SessionHandle, SessionReport, SessionStatus, SyncTools,
+};
 
 /// A change to one character's tools.
 #[derive(Debug, Clone)]
@@ -59,18 +71,32 @@ pub struct ApplyChange {
 #[rtype(result = "SessionReport")]
 pub struct ReportSession;
 
+/// Make `session` one of this character's active sessions; it is sent the current tool list
+/// at once, before this is answered.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct AddSession(pub SessionHandle);
+
+/// Join the live call at `url` (an attachment); answers once the first tool update settled.
+#[derive(Message, Debug)]
+#[rtype(result = "Joined")]
+pub struct AttachCall {
+    pub url: String,
+    pub api_key: Option<String>,
+}
+
+/// Leave the call at `url`; answers whether an attachment to it was open.
+#[derive(Message, Debug)]
+#[rtype(result = "bool")]
+pub struct DetachCall {
+    pub url: String,
+}
+
 /// Fault injection for tests of panic containment: makes this manager panic.
 #[doc(hidden)]
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct InjectPanic;
-
-/// What a manager needs to run its character's live model session.
-#[derive(Clone)]
-pub struct SessionLink {
-    pub settings: SessionSettings,
-    pub dispatcher: Dispatcher,
-}
 
 /// Sent by a manager as it goes away, so its owner can bring back one that died unexpectedly.
 #[derive(Message, Debug)]
@@ -91,7 +117,12 @@ pub struct Watcher {
 pub struct SessionManager {
     character: String,
     registry: ToolRegistry,
-    session: Option<Addr<RealtimeSession>>,
+    /// How the character's model is reached (`None`: no `[character.session]`).
+    settings: Option<SessionSettings>,
+    /// What its sessions run calls with.
+    dispatcher: Dispatcher,
+    /// The active sessions; closed ones are dropped before each use.
+    sessions: Vec<SessionHandle>,
     watcher: Option<Watcher>,
 }
 
@@ -101,17 +132,30 @@ impl SessionManager {
     pub fn launch(
         character: String,
         tools: ToolRegistry,
-        session: Option<SessionLink>,
+        settings: Option<SessionSettings>,
+        dispatcher: Dispatcher,
         watcher: Option<Watcher>,
     ) -> Addr<Self> {
-        let session = session.map(|link| {
-            let api_key = link.settings.api_key().unwrap_or_else(|e| {
+        let mut sessions = Vec::new();
+        if let Some(settings) = settings.as_ref().filter(|s| s.mode == SessionMode::Client) {
+            let api_key = settings.api_key().unwrap_or_else(|e| {
                 tracing::warn!(character = %character, error = %format!("{e:#}"), "connecting without an API key");
                 None
             });
             let current: Arc<[SharedTool]> = tools.tools().cloned().collect();
-            RealtimeSession::launch(character.clone(), link.settings, api_key, link.dispatcher, current)
-        });
+            let client = RealtimeSession::launch(
+                character.clone(),
+                settings.clone(),
+                api_key,
+                dispatcher.clone(),
+                current,
+            );
+            sessions.push(SessionHandle::new(
+                ConnectionKind::Client,
+                Some(settings.url.clone()),
+                &client,
+            ));
+        }
         SessionManager::create(|ctx| {
             // An unbounded mailbox never parks the router, so messages to one manager are queued
             // strictly in send order (a parked send is retried later and could overtake).
@@ -119,29 +163,94 @@ impl SessionManager {
             SessionManager {
                 character,
                 registry: tools,
-                session,
+                settings,
+                dispatcher,
+                sessions,
                 watcher,
             }
         })
     }
 
-    /// The one place every registry change goes through: pushes the current tool list to the
-    /// character's live model session and waits for its acknowledgement. A character with no
-    /// session succeeds at once.
+    fn current_tools(&self) -> Arc<[SharedTool]> {
+        self.registry.tools().cloned().collect()
+    }
+
+    /// The sessions still open.
+    fn open_sessions(&mut self) -> &[SessionHandle] {
+        self.sessions.retain(SessionHandle::is_open);
+        &self.sessions
+    }
+
+    /// How long a session may take to acknowledge a tool list.
+    fn sync_timeout(&self) -> std::time::Duration {
+        self.settings
+            .as_ref()
+            .map_or(DEFAULT_SYNC_TIMEOUT, |s| s.sync_timeout)
+    }
+
+    /// The one place every registry change goes through: pushes the current tool list to every
+    /// active session of the character and waits for all of them. A character with no session
+    /// succeeds at once.
     ///
-    /// `None`: nothing to wait for (no session). `Some`: resolves when the session settles.
+    /// `None`: nothing to wait for (no session). `Some`: resolves when every session settled;
+    /// `Err` names each that refused or timed out.
     fn publish(&mut self) -> Option<BoxFuture<'static, Result<(), String>>> {
-        let session = self.session.as_ref()?;
-        let tools: Arc<[SharedTool]> = self.registry.tools().cloned().collect();
-        let reply = session.send(SyncTools(tools));
+        let tools = self.current_tools();
+        let timeout = self.sync_timeout();
+        let sessions = self.open_sessions();
+        if sessions.is_empty() {
+            return None;
+        }
+        let several = sessions.len() > 1;
+        let replies: Vec<_> = sessions
+            .iter()
+            .map(|s| {
+                let kind = s.kind;
+                let reply = s.sync.send(SyncTools(tools.clone()));
+                async move {
+                    let outcome = match tokio::time::timeout(timeout, reply).await {
+                        Ok(Ok(outcome)) => outcome,
+                        Ok(Err(_)) => Err("model session actor is not running".to_owned()),
+                        Err(_) => Err(not_acknowledged(timeout)),
+                    };
+                    (kind, outcome)
+                }
+            })
+            .collect();
         Some(
             async move {
-                reply
+                let failures: Vec<String> = join_all(replies)
                     .await
-                    .unwrap_or_else(|_| Err("model session actor is not running".to_owned()))
+                    .into_iter()
+                    .filter_map(|(kind, outcome)| {
+                        let error = outcome.err()?;
+                        // With one session the error speaks for itself; with several, each says
+                        // which kind of connection it was.
+                        Some(if several {
+                            format!("{} session: {error}", kind_name(kind))
+                        } else {
+                            error
+                        })
+                    })
+                    .collect();
+                if failures.is_empty() {
+                    Ok(())
+                } else {
+                    Err(failures.join("; "))
+                }
             }
             .boxed(),
         )
+    }
+}
+
+/// A connection kind as the API spells it.
+fn kind_name(kind: ConnectionKind) -> &'static str {
+    match kind {
+        ConnectionKind::Client => "client",
+        ConnectionKind::Relay => "relay",
+        ConnectionKind::Attach => "attach",
+        ConnectionKind::Embedded => "embedded",
     }
 }
 
@@ -157,8 +266,8 @@ impl Drop for SessionManager {
     /// Closes the session however the manager ends — stopped, replaced, or unwound by a panic —
     /// so a restarted manager never leaves a second connection behind.
     fn drop(&mut self) {
-        if let Some(session) = self.session.take() {
-            session.do_send(CloseSession);
+        for session in self.sessions.drain(..) {
+            session.close.do_send(CloseSession);
         }
         if let Some(watcher) = self.watcher.take() {
             watcher.recipient.do_send(ManagerGone {
@@ -173,11 +282,27 @@ impl Handler<ReportSession> for SessionManager {
     type Result = ResponseFuture<SessionReport>;
 
     fn handle(&mut self, _: ReportSession, _: &mut Self::Context) -> Self::Result {
-        let Some(session) = &self.session else {
-            return Box::pin(ready(SessionReport::none()));
-        };
-        let reply = session.send(SessionStatus);
-        Box::pin(async move { reply.await.unwrap_or_else(|_| SessionReport::none()) })
+        let reports: Vec<_> = self
+            .open_sessions()
+            .iter()
+            .map(|s| {
+                let reply = s.status.send(SessionStatus);
+                let (kind, upstream) = (s.kind, s.upstream.clone());
+                async move {
+                    reply.await.unwrap_or_else(|_| ConnectionReport {
+                        kind,
+                        since: String::new(),
+                        upstream,
+                        state: ConnectionState::None,
+                        last_sync: None,
+                        acknowledged_tools: 0,
+                        calls_answered: 0,
+                        clashes: Vec::new(),
+                    })
+                }
+            })
+            .collect();
+        Box::pin(async move { SessionReport::of(join_all(reports).await) })
     }
 }
 
@@ -217,6 +342,72 @@ impl Handler<ApplyChange> for SessionManager {
                 });
             }
         }
+    }
+}
+
+impl Handler<AddSession> for SessionManager {
+    type Result = ();
+
+    fn handle(&mut self, AddSession(session): AddSession, _: &mut Self::Context) {
+        tracing::debug!(character = %self.character, kind = kind_name(session.kind), "session added");
+        // The current list goes out before anything the session receives later; nobody waits
+        // for this acknowledgement.
+        session.sync.do_send(SyncTools(self.current_tools()));
+        self.sessions.push(session);
+    }
+}
+
+impl Handler<AttachCall> for SessionManager {
+    type Result = ResponseFuture<Joined>;
+
+    fn handle(&mut self, msg: AttachCall, _: &mut Self::Context) -> Self::Result {
+        if self
+            .open_sessions()
+            .iter()
+            .any(|s| s.kind == ConnectionKind::Attach && s.upstream.as_deref() == Some(&msg.url))
+        {
+            return Box::pin(async { Ok(Ok(())) });
+        }
+        // A character without `[character.session]` joins calls in the GA OpenAI dialect with
+        // the default sync timeout and runaway guard.
+        let settings = self
+            .settings
+            .clone()
+            .unwrap_or_else(|| SessionSettings::new(&msg.url, Dialect::Openai));
+        let (attachment, joined) = Attachment::launch(
+            self.character.clone(),
+            &settings,
+            msg.url.clone(),
+            msg.api_key,
+            self.dispatcher.clone(),
+            self.current_tools(),
+        );
+        self.sessions.push(SessionHandle::new(
+            ConnectionKind::Attach,
+            Some(msg.url),
+            &attachment,
+        ));
+        Box::pin(async move {
+            joined
+                .await
+                .unwrap_or_else(|_| Err("the attachment ended before it connected".to_owned()))
+        })
+    }
+}
+
+impl Handler<DetachCall> for SessionManager {
+    type Result = bool;
+
+    fn handle(&mut self, msg: DetachCall, _: &mut Self::Context) -> bool {
+        let before = self.open_sessions().len();
+        self.sessions.retain(|s| {
+            let this = s.kind == ConnectionKind::Attach && s.upstream.as_deref() == Some(&msg.url);
+            if this {
+                s.close.do_send(CloseSession);
+            }
+            !this
+        });
+        self.sessions.len() < before
     }
 }
 

@@ -18,8 +18,8 @@ use tokio::sync::oneshot;
 
 use super::directory::{Directory, Ledger};
 use super::manager::{
-    ApplyChange, Change, ChangeOutcome, InjectPanic, ManagerGone, ReportSession, SessionLink,
-    SessionManager, Watcher,
+    ApplyChange, Change, ChangeOutcome, InjectPanic, ManagerGone, ReportSession, SessionManager,
+    Watcher,
 };
 use crate::config::{CharacterSettings, DispatchSettings};
 use crate::dispatch::Dispatcher;
@@ -289,16 +289,18 @@ impl Router {
         session: Option<SessionSettings>,
         tools: ToolRegistry,
     ) -> (Addr<SessionManager>, u64) {
-        let link = session.map(|settings| SessionLink {
-            settings,
-            dispatcher: self.dispatcher.clone(),
-        });
         self.next_generation += 1;
         let watcher = Watcher {
             recipient: self.me.clone(),
             generation: self.next_generation,
         };
-        let manager = SessionManager::launch(name.to_owned(), tools, link, Some(watcher));
+        let manager = SessionManager::launch(
+            name.to_owned(),
+            tools,
+            session,
+            self.dispatcher.clone(),
+            Some(watcher),
+        );
         (manager, self.next_generation)
     }
 

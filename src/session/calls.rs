@@ -15,6 +15,8 @@ struct OpenResponse {
     calls: HashSet<String>,
     answered: HashSet<String>,
     done: bool,
+    /// It also called tools the app answers: the app asks for the next response.
+    foreign: bool,
 }
 
 impl ResponseCalls {
@@ -29,6 +31,16 @@ impl ResponseCalls {
                 .insert(call_id.to_owned()),
             None => true,
         }
+    }
+
+    /// A call of a tool the app answers was announced: the app, which sees its own calls and
+    /// sends its own `response.create`, continues this response; the server never sends a
+    /// second one.
+    pub fn foreign(&mut self, response_id: &str) {
+        self.responses
+            .entry(response_id.to_owned())
+            .or_default()
+            .foreign = true;
     }
 
     /// A call was answered. Returns true when `response.create` must be sent now.
@@ -51,14 +63,21 @@ impl ResponseCalls {
         self.close_if_complete(response_id)
     }
 
+    /// Forgets a response once it is done and every call the server runs is answered; true
+    /// when the server is the one to ask for the next response (it ran calls, the app none).
     fn close_if_complete(&mut self, response_id: &str) -> bool {
-        let complete = self.responses.get(response_id).is_some_and(|open| {
-            open.done && !open.calls.is_empty() && open.calls.is_subset(&open.answered)
-        });
-        if complete {
-            self.responses.remove(response_id);
+        let complete = self
+            .responses
+            .get(response_id)
+            .is_some_and(|open| open.done && open.calls.is_subset(&open.answered));
+        if !complete {
+            return false;
         }
-        complete
+        let open = self
+            .responses
+            .remove(response_id)
+            .expect("a complete response is open");
+        !open.calls.is_empty() && !open.foreign
     }
 
     /// Forgets everything (a new connection starts a new conversation state).
@@ -135,6 +154,18 @@ mod tests {
         r.started(Some("r1"), "a");
         assert!(!r.answered(Some("r1"), "a"));
         assert!(r.done("r1"));
+    }
+
+    #[test]
+    fn responses_that_called_app_tools_are_continued_by_the_app() {
+        let mut r = ResponseCalls::default();
+        r.started(Some("r1"), "a");
+        r.foreign("r1");
+        assert!(!r.answered(Some("r1"), "a"));
+        assert!(!r.done("r1"), "the app sends its own response.create");
+        assert!(!r.done("r1"), "and the response is forgotten");
+        r.foreign("r2");
+        assert!(!r.done("r2"));
     }
 
     #[test]

@@ -1,18 +1,212 @@
-//! Live model sessions: one supervised [`RealtimeSession`] actor per character that has a
-//! `[character.session]`. It keeps an OpenAI-Realtime-style websocket open, pushes the
-//! character's tool list into it (acknowledged by `session.updated`), and runs the model's
-//! function calls through the dispatcher.
+//! Live model sessions. One protocol core ([`core::SessionCore`]: acknowledged tool sync, the
+//! open responses and their calls, the runaway guard, the session's own tools) serves three
+//! kinds of connection, each a thin actor:
 //!
-//! The character's [`SessionManager`](crate::actors::manager::SessionManager) owns the session's
-//! address and is the only one that sends it tool lists.
+//! - [`RealtimeSession`] (`client.rs`): the server's own websocket to the model, supervised and
+//!   reconnected with backoff (`mode = "client"`: headless use and the demo);
+//! - [`relay::Relay`]: an app's realtime connection relayed through `GET /v1/realtime`, both
+//!   ways, everything passed through but the app's `session.update` (the registered tools
+//!   merged in) and the server's own updates and answers;
+//! - [`attach::Attachment`]: a second websocket to a live call the app started elsewhere
+//!   (`POST /api/sessions/attach`).
+//!
+//! Each is one of its character's active sessions: the character's
+//! [`SessionManager`](crate::actors::manager::SessionManager) sends every one of them the new
+//! tool list ([`SyncTools`]) and waits for them all. An application's own in-process session
+//! joins the same way, by handling [`SyncTools`].
 
-mod actor;
+pub mod attach;
 pub mod calls;
+mod client;
+pub mod core;
+pub mod outbox;
 pub mod protocol;
+pub mod relay;
 pub mod settings;
+pub mod shell;
 pub mod sync;
 
-pub use actor::{
-    CloseSession, ConnectionState, RealtimeSession, SessionReport, SessionStatus, SyncOutcome,
-    SyncTools,
-};
+use std::sync::Arc;
+
+use actix::prelude::*;
+use serde::Serialize;
+
+pub use self::core::SyncOutcome;
+pub use client::{INITIAL_BACKOFF, MAX_BACKOFF, RealtimeSession};
+
+use crate::domain::tool::SharedTool;
+
+/// Push a character's current tool list into a session and wait for its acknowledgement.
+/// Answers at once when the session is not connected (the list goes out on connect). Every
+/// active session of a character handles it: the server's own, relays, attachments, and an
+/// application's in-process session.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<(), String>")]
+pub struct SyncTools(pub Arc<[SharedTool]>);
+
+/// One connection's state, for `GET /api/sessions`.
+#[derive(Message, Debug)]
+#[rtype(result = "ConnectionReport")]
+pub struct SessionStatus;
+
+/// Close the connection for good (the character was removed or rebuilt, or the attachment
+/// detached).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct CloseSession;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ConnectionState {
+    /// No session is configured.
+    None,
+    Connecting,
+    Connected,
+    /// Waiting before the next connection attempt.
+    Backoff,
+}
+
+/// Which kind of connection an active session is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ConnectionKind {
+    /// The server's own connection (`mode = "client"`).
+    Client,
+    /// An app's connection through `GET /v1/realtime`.
+    Relay,
+    /// A live call joined with `POST /api/sessions/attach`.
+    Attach,
+    /// An application's in-process session.
+    Embedded,
+}
+
+/// One active session of a character.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct ConnectionReport {
+    pub kind: ConnectionKind,
+    /// When it connected (RFC 3339, UTC); for the client, its current connection or attempt.
+    pub since: String,
+    /// The model endpoint it talks to; null for an in-process session.
+    #[schema(required = true)]
+    pub upstream: Option<String>,
+    pub state: ConnectionState,
+    /// The outcome of its last tool update, or null before the first.
+    #[schema(required = true)]
+    pub last_sync: Option<SyncOutcome>,
+    /// Registered tools in the last update it acknowledged.
+    pub acknowledged_tools: usize,
+    /// Calls of registered tools the server answered on it.
+    pub calls_answered: u64,
+    /// Registered tools left out because the app has a tool of the same name.
+    pub clashes: Vec<String>,
+}
+
+/// A character's sessions, for `GET /api/sessions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct SessionReport {
+    /// The server's own connection (`mode = "client"`); without one, `connected` while any
+    /// relay or attachment is open and `none` otherwise.
+    pub state: ConnectionState,
+    /// The most recent tool update of any of its connections.
+    #[schema(required = true)]
+    pub last_sync: Option<SyncOutcome>,
+    /// Tools in the last update the server's own connection (or, without one, the most
+    /// recently synced connection) acknowledged.
+    pub acknowledged_tools: usize,
+    /// Every active session: the server's own, relays, attachments, in-process ones.
+    pub connections: Vec<ConnectionReport>,
+}
+
+impl SessionReport {
+    /// The report of a character without a session.
+    pub fn none() -> Self {
+        Self {
+            state: ConnectionState::None,
+            last_sync: None,
+            acknowledged_tools: 0,
+            connections: Vec::new(),
+        }
+    }
+
+    /// Sums up a character's connections; `client` is its own connection's report, if it has
+    /// one (it is also listed in `connections`).
+    pub fn of(connections: Vec<ConnectionReport>) -> Self {
+        let client = connections
+            .iter()
+            .find(|c| c.kind == ConnectionKind::Client);
+        let latest = connections
+            .iter()
+            .filter(|c| c.last_sync.is_some())
+            .max_by(|a, b| {
+                let at = |c: &ConnectionReport| c.last_sync.as_ref().map(|s| s.at.clone());
+                at(a).cmp(&at(b))
+            });
+        let state = match client {
+            Some(client) => client.state,
+            None if connections.is_empty() => ConnectionState::None,
+            None => ConnectionState::Connected,
+        };
+        Self {
+            state,
+            last_sync: client.or(latest).and_then(|c| c.last_sync.clone()),
+            acknowledged_tools: client.or(latest).map_or(0, |c| c.acknowledged_tools),
+            connections,
+        }
+    }
+}
+
+/// One active session of a character, as its manager holds it: every tool list goes to `sync`,
+/// `status` reports it, `close` ends it when the character goes away.
+#[derive(Clone)]
+pub struct SessionHandle {
+    pub kind: ConnectionKind,
+    /// The model endpoint, if it has one (an attachment's is the call's URL).
+    pub upstream: Option<String>,
+    pub sync: Recipient<SyncTools>,
+    pub status: Recipient<SessionStatus>,
+    pub close: Recipient<CloseSession>,
+}
+
+impl SessionHandle {
+    /// The handle of a session actor.
+    pub fn new<A>(kind: ConnectionKind, upstream: Option<String>, session: &Addr<A>) -> Self
+    where
+        A: Actor + Handler<SyncTools> + Handler<SessionStatus> + Handler<CloseSession>,
+        A::Context: actix::dev::ToEnvelope<A, SyncTools>
+            + actix::dev::ToEnvelope<A, SessionStatus>
+            + actix::dev::ToEnvelope<A, CloseSession>,
+    {
+        Self {
+            kind,
+            upstream,
+            sync: session.clone().recipient(),
+            status: session.clone().recipient(),
+            close: session.clone().recipient(),
+        }
+    }
+
+    /// An application's in-process session (see `examples/inprocess_session.rs`).
+    pub fn embedded<A>(session: &Addr<A>) -> Self
+    where
+        A: Actor + Handler<SyncTools> + Handler<SessionStatus> + Handler<CloseSession>,
+        A::Context: actix::dev::ToEnvelope<A, SyncTools>
+            + actix::dev::ToEnvelope<A, SessionStatus>
+            + actix::dev::ToEnvelope<A, CloseSession>,
+    {
+        Self::new(ConnectionKind::Embedded, None, session)
+    }
+
+    /// Whether the session is still running.
+    pub fn is_open(&self) -> bool {
+        self.sync.connected()
+    }
+}
+
+impl std::fmt::Debug for SessionHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionHandle")
+            .field("kind", &self.kind)
+            .field("upstream", &self.upstream)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,13 +1,15 @@
-//! The realtime wire protocol, as plain functions: the client events we send (per dialect) and
-//! the server events we act on. No I/O here; the session actor does the talking.
+//! The realtime wire protocol, as plain functions: the client events we send (per dialect), the
+//! server events we act on, and the one client event of an app we rewrite (its `session.update`,
+//! whose `tools` get the character's registered tools merged in). No I/O here.
 //!
 //! The `openai` dialect speaks the GA OpenAI Realtime protocol (`session.type = "realtime"`).
 //! Qwen-Omni and GLM realtime endpoints follow the older shape with small differences.
 
 use std::borrow::Cow;
 
-use serde::ser::SerializeMap;
+use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Deserialize, Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::domain::tool::SharedTool;
@@ -24,18 +26,77 @@ pub enum Dialect {
     Glm,
 }
 
+/// A tool the session has that the server did not register: the app's own, kept byte for byte
+/// as the app (or the session's own events) wrote it.
+#[derive(Debug, Clone)]
+pub struct ForeignTool {
+    pub name: String,
+    pub json: Box<RawValue>,
+}
+
+impl PartialEq for ForeignTool {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.json.get() == other.json.get()
+    }
+}
+
+impl ForeignTool {
+    /// Reads one entry of a `tools` array; flat (`name`) or nested (`function.name`).
+    pub fn from_raw(json: Box<RawValue>) -> Self {
+        let name = serde_json::from_str::<EchoedTool>(json.get())
+            .ok()
+            .and_then(|t| t.name.or_else(|| t.function?.name))
+            .unwrap_or_default();
+        Self { name, json }
+    }
+
+    fn from_value(value: &Value) -> Self {
+        let json = serde_json::value::to_raw_value(value).expect("a JSON value serialises");
+        Self::from_raw(json)
+    }
+}
+
+/// What a server-built `session.update` carries besides the registered tools: the tools the
+/// session already has of its own, and the app's last session settings, whose values win over
+/// the dialect's defaults for the keys a tool update touches.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Keep<'a> {
+    pub tools: &'a [ForeignTool],
+    pub settings: Option<&'a Map<String, Value>>,
+}
+
 /// `session.update` carrying the full tool list, shaped for `dialect`.
 pub fn session_update(dialect: Dialect, tools: &[SharedTool], event_id: &str) -> Value {
-    serde_json::to_value(SessionUpdate::new(dialect, tools, event_id))
-        .expect("a session update always serialises")
+    serde_json::from_str(&session_update_text(dialect, tools, event_id))
+        .expect("a session update is JSON")
 }
 
 /// [`session_update`] as the text sent on the wire, serialised straight from the shared tools.
 /// Every sync carries the whole list, and building a JSON tree of it first (copying each
 /// schema) was most of a sync's cost with many tools.
 pub fn session_update_text(dialect: Dialect, tools: &[SharedTool], event_id: &str) -> String {
-    serde_json::to_string(&SessionUpdate::new(dialect, tools, event_id))
-        .expect("a session update always serialises")
+    merged_update_text(dialect, tools, Keep::default(), event_id)
+}
+
+/// `session.update` carrying the session's own tools (`keep.tools`, first, unchanged) and the
+/// registered `tools`, shaped for `dialect`; the dialect's other keys take the app's values from
+/// `keep.settings` where it set them.
+pub fn merged_update_text(
+    dialect: Dialect,
+    tools: &[SharedTool],
+    keep: Keep<'_>,
+    event_id: &str,
+) -> String {
+    let update = SessionUpdate {
+        kind: "session.update",
+        event_id,
+        session: UpdatedSession {
+            dialect,
+            tools,
+            keep,
+        },
+    };
+    serde_json::to_string(&update).expect("a session update always serialises")
 }
 
 #[derive(Serialize)]
@@ -46,54 +107,86 @@ struct SessionUpdate<'a> {
     session: UpdatedSession<'a>,
 }
 
-impl<'a> SessionUpdate<'a> {
-    fn new(dialect: Dialect, tools: &'a [SharedTool], event_id: &'a str) -> Self {
-        Self {
-            kind: "session.update",
-            event_id,
-            session: UpdatedSession { dialect, tools },
-        }
-    }
-}
-
 /// The `session` object of an update; its fields depend on the dialect.
 struct UpdatedSession<'a> {
     dialect: Dialect,
     tools: &'a [SharedTool],
+    keep: Keep<'a>,
+}
+
+impl UpdatedSession<'_> {
+    /// The app's value of `key` if it set one, else the dialect's default.
+    fn setting(&self, key: &str, default: Value) -> Value {
+        self.keep
+            .settings
+            .and_then(|s| s.get(key))
+            .cloned()
+            .unwrap_or(default)
+    }
 }
 
 impl Serialize for UpdatedSession<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let flat = || self.tools.iter().map(FlatTool::new).collect::<Vec<_>>();
+        let tools = ToolList {
+            dialect: self.dialect,
+            foreign: self.keep.tools,
+            tools: self.tools,
+        };
+        let any = !self.tools.is_empty() || !self.keep.tools.is_empty();
         let mut session = serializer.serialize_map(None)?;
         match self.dialect {
             Dialect::Openai => {
-                session.serialize_entry("type", "realtime")?;
-                session.serialize_entry("tools", &flat())?;
-                if !self.tools.is_empty() {
-                    session.serialize_entry("tool_choice", "auto")?;
+                session.serialize_entry("type", &self.setting("type", json!("realtime")))?;
+                session.serialize_entry("tools", &tools)?;
+                if any {
+                    session.serialize_entry(
+                        "tool_choice",
+                        &self.setting("tool_choice", json!("auto")),
+                    )?;
                 }
             }
             Dialect::Qwen => {
-                let nested: Vec<_> = self
-                    .tools
-                    .iter()
-                    .map(|t| NestedTool {
-                        kind: "function",
-                        function: FunctionBody::new(t),
-                    })
-                    .collect();
-                session.serialize_entry("tools", &nested)?;
-                if !self.tools.is_empty() {
-                    session.serialize_entry("enable_search", &false)?;
+                session.serialize_entry("tools", &tools)?;
+                if any {
+                    session.serialize_entry(
+                        "enable_search",
+                        &self.setting("enable_search", json!(false)),
+                    )?;
                 }
             }
             Dialect::Glm => {
-                session.serialize_entry("tools", &flat())?;
-                session.serialize_entry("turn_detection", &json!({"type": "server_vad"}))?;
+                session.serialize_entry("tools", &tools)?;
+                session.serialize_entry(
+                    "turn_detection",
+                    &self.setting("turn_detection", json!({"type": "server_vad"})),
+                )?;
             }
         }
         session.end()
+    }
+}
+
+/// A `tools` array: the session's own tools as written, then the registered ones in the dialect's
+/// shape, serialised straight from the shared tools.
+struct ToolList<'a> {
+    dialect: Dialect,
+    foreign: &'a [ForeignTool],
+    tools: &'a [SharedTool],
+}
+
+impl Serialize for ToolList<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut list = serializer.serialize_seq(Some(self.foreign.len() + self.tools.len()))?;
+        for tool in self.foreign {
+            list.serialize_element(&tool.json)?;
+        }
+        for tool in self.tools {
+            match self.dialect {
+                Dialect::Qwen => list.serialize_element(&NestedTool::new(tool))?,
+                Dialect::Openai | Dialect::Glm => list.serialize_element(&FlatTool::new(tool))?,
+            }
+        }
+        list.end()
     }
 }
 
@@ -119,6 +212,15 @@ struct NestedTool<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     function: FunctionBody<'a>,
+}
+
+impl<'a> NestedTool<'a> {
+    fn new(tool: &'a SharedTool) -> Self {
+        Self {
+            kind: "function",
+            function: FunctionBody::new(tool),
+        }
+    }
 }
 
 #[derive(Serialize)]
@@ -155,9 +257,12 @@ pub fn response_create(event_id: &str) -> Value {
 /// A server event the session acts on; everything else is [`ServerEvent::Ignored`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum ServerEvent {
-    /// A `session.update` was applied. `tools` are the tool names the server echoed, when it
-    /// echoed a tool list: they tell a late duplicate acknowledgement from the awaited one.
-    SessionUpdated { tools: Option<Vec<String>> },
+    /// The session describes itself as it starts. `tools` are its tools, when it lists them.
+    SessionCreated { tools: Option<Vec<ForeignTool>> },
+    /// A `session.update` was applied. `tools` are the tools the server echoed, when it echoed
+    /// a tool list: they tell whose update this acknowledges, and a late duplicate from the
+    /// awaited one.
+    SessionUpdated { tools: Option<Vec<ForeignTool>> },
     /// The server refused something; `event_id` names the client event when it says.
     Error {
         message: String,
@@ -204,7 +309,8 @@ struct EventKind<'a> {
     kind: Cow<'a, str>,
 }
 
-/// Just the tool names of a `session.updated`; every other field is skipped unparsed.
+/// Just the tools of a `session.created` / `session.updated`, each kept as written; every other
+/// field is skipped unparsed.
 #[derive(Deserialize)]
 struct EchoedUpdate {
     session: Option<EchoedSession>,
@@ -212,7 +318,7 @@ struct EchoedUpdate {
 
 #[derive(Deserialize)]
 struct EchoedSession {
-    tools: Option<Vec<EchoedTool>>,
+    tools: Option<Vec<Box<RawValue>>>,
 }
 
 /// Flat (`name`) or nested (`function.name`, the qwen dialect).
@@ -227,17 +333,21 @@ struct EchoedFunction {
     name: Option<String>,
 }
 
-fn session_updated(text: &str) -> ServerEvent {
-    let tools = serde_json::from_str::<EchoedUpdate>(text)
+/// The `session` object of a session event, whole.
+pub fn session_object(text: &str) -> Option<Map<String, Value>> {
+    #[derive(Deserialize)]
+    struct Event {
+        session: Map<String, Value>,
+    }
+    serde_json::from_str::<Event>(text).ok().map(|e| e.session)
+}
+
+/// The tools a session event lists, if it lists them.
+fn echoed_tools(text: &str) -> Option<Vec<ForeignTool>> {
+    serde_json::from_str::<EchoedUpdate>(text)
         .ok()
         .and_then(|u| u.session?.tools)
-        .map(|tools| {
-            tools
-                .into_iter()
-                .map(|t| t.name.or_else(|| t.function?.name).unwrap_or_default())
-                .collect()
-        });
-    ServerEvent::SessionUpdated { tools }
+        .map(|tools| tools.into_iter().map(ForeignTool::from_raw).collect())
 }
 
 pub fn parse_server_event(text: &str) -> Result<ServerEvent, EventError> {
@@ -247,7 +357,16 @@ pub fn parse_server_event(text: &str) -> Result<ServerEvent, EventError> {
     {
         match &*kind {
             "error" | "response.function_call_arguments.done" | "response.done" => {}
-            "session.updated" => return Ok(session_updated(text)),
+            "session.updated" => {
+                return Ok(ServerEvent::SessionUpdated {
+                    tools: echoed_tools(text),
+                });
+            }
+            "session.created" => {
+                return Ok(ServerEvent::SessionCreated {
+                    tools: echoed_tools(text),
+                });
+            }
             _ => return Ok(ServerEvent::Ignored),
         }
     }
@@ -257,7 +376,12 @@ pub fn parse_server_event(text: &str) -> Result<ServerEvent, EventError> {
         return Err(EventError::Malformed("no \"type\" field".into()));
     };
     match kind {
-        "session.updated" => Ok(session_updated(text)),
+        "session.updated" => Ok(ServerEvent::SessionUpdated {
+            tools: echoed_tools(text),
+        }),
+        "session.created" => Ok(ServerEvent::SessionCreated {
+            tools: echoed_tools(text),
+        }),
         "error" => {
             // Without its `error` object an error event names nothing: a malformed event,
             // ignored, rather than a refusal of whatever update happens to be in flight.
@@ -325,6 +449,116 @@ fn function_call(v: &Value, response_id: Option<String>) -> Option<FunctionCall>
     })
 }
 
+/// An app's `session.update`, its `tools` merged with the registered ones.
+#[derive(Debug)]
+pub struct AppUpdate {
+    /// The event as it goes upstream, when it differs from what the app sent.
+    pub rewritten: Option<String>,
+    pub event_id: Option<String>,
+    /// The app's own tools, when its update sets `tools`.
+    pub tools: Option<Vec<ForeignTool>>,
+    /// The app's `session` settings (its `tools` left out): what later server-built updates
+    /// keep.
+    pub settings: Map<String, Value>,
+    /// Registered tools left out because the app has a tool of the same name.
+    pub clashes: Vec<String>,
+    /// The tool names the update carries upstream, when it sets `tools`.
+    pub names: Option<Vec<String>>,
+}
+
+/// Reads an app's client event: `Some` for a `session.update`, rewritten so that its `tools`
+/// (when it sets them) also hold every registered tool whose name none of the app's tools
+/// has; `None` for every other event (and for text that is not a JSON object), which passes
+/// unchanged.
+pub fn app_session_update(dialect: Dialect, tools: &[SharedTool], text: &str) -> Option<AppUpdate> {
+    // The cheap look first: audio appends are most of what an app sends.
+    let kind = serde_json::from_str::<EventKind>(text).ok()?;
+    if kind.kind != "session.update" {
+        return None;
+    }
+    let Ok(Value::Object(mut event)) = serde_json::from_str::<Value>(text) else {
+        return None;
+    };
+    let event_id = event
+        .get("event_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let Some(Value::Object(session)) = event.get_mut("session") else {
+        // No settings to merge into: it goes as written.
+        return Some(AppUpdate {
+            rewritten: None,
+            event_id,
+            tools: None,
+            settings: Map::new(),
+            clashes: Vec::new(),
+            names: None,
+        });
+    };
+    let mut settings = session.clone();
+    let own = match settings.shift_remove("tools") {
+        Some(Value::Array(own)) => own,
+        // Without a list of tools (or with something else, which upstream refuses in the app's
+        // words) the update leaves the session's tools alone: it goes as written.
+        _ => {
+            return Some(AppUpdate {
+                rewritten: None,
+                event_id,
+                tools: None,
+                settings,
+                clashes: Vec::new(),
+                names: None,
+            });
+        }
+    };
+    let own_tools: Vec<ForeignTool> = own.iter().map(ForeignTool::from_value).collect();
+    let (kept, clashes) = without_clashes(tools, &own_tools);
+    let names: Vec<String> = own_tools
+        .iter()
+        .map(|t| t.name.clone())
+        .chain(kept.iter().map(|t| t.name.clone()))
+        .collect();
+    if let Some(Value::Array(merged)) = session.get_mut("tools") {
+        merged.extend(kept.iter().map(|t| registered_tool_value(dialect, t)));
+    }
+    Some(AppUpdate {
+        rewritten: Some(Value::Object(event).to_string()),
+        event_id,
+        tools: Some(own_tools),
+        settings,
+        clashes,
+        names: Some(names),
+    })
+}
+
+/// The registered tools whose names none of `own` has, and the names of those left out.
+pub fn without_clashes(
+    tools: &[SharedTool],
+    own: &[ForeignTool],
+) -> (Vec<SharedTool>, Vec<String>) {
+    let mut clashes = Vec::new();
+    let kept = tools
+        .iter()
+        .filter(|t| {
+            let clash = own.iter().any(|o| o.name == t.name);
+            if clash {
+                clashes.push(t.name.clone());
+            }
+            !clash
+        })
+        .cloned()
+        .collect();
+    (kept, clashes)
+}
+
+/// One registered tool as an entry of a `tools` array in `dialect`'s shape.
+fn registered_tool_value(dialect: Dialect, tool: &SharedTool) -> Value {
+    let value = match dialect {
+        Dialect::Qwen => serde_json::to_value(NestedTool::new(tool)),
+        Dialect::Openai | Dialect::Glm => serde_json::to_value(FlatTool::new(tool)),
+    };
+    value.expect("a tool serialises")
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -384,22 +618,144 @@ mod tests {
         );
     }
 
+    fn echoed_names(event: &str) -> Option<Vec<String>> {
+        match parse_server_event(event) {
+            Ok(ServerEvent::SessionUpdated { tools } | ServerEvent::SessionCreated { tools }) => {
+                tools.map(|t| t.into_iter().map(|t| t.name).collect())
+            }
+            other => panic!("not a session event: {other:?}"),
+        }
+    }
+
     #[test]
-    fn session_updated_echoes_tool_names() {
+    fn session_events_echo_their_tools() {
         let flat = r#"{"type":"session.updated","session":{"type":"realtime","tools":[{"type":"function","name":"a","parameters":{"x":[1,{"y":2}]}},{"type":"function","name":"b"}]}}"#;
+        assert_eq!(echoed_names(flat), Some(vec!["a".into(), "b".into()]));
+        let nested = r#"{"type":"session.created","session":{"tools":[{"type":"function","function":{"name":"q"}}]}}"#;
+        assert_eq!(echoed_names(nested), Some(vec!["q".into()]));
+        let Ok(ServerEvent::SessionUpdated { tools: Some(tools) }) = parse_server_event(flat)
+        else {
+            panic!("session.updated")
+        };
         assert_eq!(
-            parse_server_event(flat),
-            Ok(ServerEvent::SessionUpdated {
-                tools: Some(vec!["a".into(), "b".into()])
-            })
+            tools[0].json.get(),
+            r#"{"type":"function","name":"a","parameters":{"x":[1,{"y":2}]}}"#,
+            "kept byte for byte"
         );
-        let nested = r#"{"type":"session.updated","session":{"tools":[{"type":"function","function":{"name":"q"}}]}}"#;
+    }
+
+    fn own_tool(json: &str) -> ForeignTool {
+        ForeignTool::from_raw(RawValue::from_string(json.to_owned()).unwrap())
+    }
+
+    #[test]
+    fn merged_updates_keep_the_sessions_own_tools_and_settings() {
+        let own = [own_tool(
+            r#"{"type":"function","name":"mine","parameters":{}}"#,
+        )];
+        let mut settings = Map::new();
+        settings.insert("tool_choice".into(), json!("required"));
+        settings.insert("voice".into(), json!("marin"));
+        let keep = Keep {
+            tools: &own,
+            settings: Some(&settings),
+        };
+        let update: Value =
+            serde_json::from_str(&merged_update_text(Dialect::Openai, &tools(), keep, "e"))
+                .unwrap();
         assert_eq!(
-            parse_server_event(nested),
-            Ok(ServerEvent::SessionUpdated {
-                tools: Some(vec!["q".into()])
-            })
+            update["session"],
+            json!({"type": "realtime", "tools": [
+                {"type": "function", "name": "mine", "parameters": {}},
+                {"type": "function", "name": "get_weather", "description": "Get weather.",
+                 "parameters": {"type": "object", "properties": {}}}],
+                "tool_choice": "required"}),
+            "the app's tool first, its tool_choice kept, nothing else it set resent"
         );
+        let glm: Value =
+            serde_json::from_str(&merged_update_text(Dialect::Glm, &[], keep, "e")).unwrap();
+        assert_eq!(
+            glm["session"]["turn_detection"],
+            json!({"type": "server_vad"})
+        );
+    }
+
+    fn registered(names: &[&str]) -> Vec<SharedTool> {
+        names
+            .iter()
+            .map(|n| {
+                Arc::new(ToolSpec::remote(
+                    *n,
+                    "",
+                    empty_parameters(),
+                    "plugin:w",
+                    CallbackUrl::parse("http://127.0.0.1:9/cb").unwrap(),
+                    Duration::from_secs(5),
+                ))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_apps_update_gets_the_registered_tools_merged() {
+        let text = r#"{"type":"session.update","event_id":"app_1","session":{"type":"realtime","instructions":"be brief","tools":[{"type":"function","name":"get_weather","parameters":{}},{"type":"function","name":"own","parameters":{}}]}}"#;
+        let update = app_session_update(
+            Dialect::Openai,
+            &registered(&["get_weather", "lookup"]),
+            text,
+        )
+        .unwrap();
+        assert_eq!(update.event_id.as_deref(), Some("app_1"));
+        assert_eq!(update.clashes, ["get_weather"]);
+        assert_eq!(
+            update.names,
+            Some(vec!["get_weather".into(), "own".into(), "lookup".into()])
+        );
+        let sent: Value = serde_json::from_str(update.rewritten.as_deref().unwrap()).unwrap();
+        assert_eq!(
+            sent,
+            json!({"type": "session.update", "event_id": "app_1", "session": {
+                "type": "realtime", "instructions": "be brief", "tools": [
+                    {"type": "function", "name": "get_weather", "parameters": {}},
+                    {"type": "function", "name": "own", "parameters": {}},
+                    {"type": "function", "name": "lookup", "description": "",
+                     "parameters": {"type": "object", "properties": {}}}]}})
+        );
+        assert_eq!(
+            Value::Object(update.settings),
+            json!({"type": "realtime", "instructions": "be brief"})
+        );
+
+        let qwen = app_session_update(
+            Dialect::Qwen,
+            &registered(&["lookup"]),
+            r#"{"type":"session.update","session":{"tools":[]}}"#,
+        )
+        .unwrap();
+        let sent: Value = serde_json::from_str(qwen.rewritten.as_deref().unwrap()).unwrap();
+        assert_eq!(sent["session"]["tools"][0]["function"]["name"], "lookup");
+    }
+
+    #[test]
+    fn other_app_events_and_updates_without_tools_pass_as_written() {
+        let tools = registered(&["lookup"]);
+        assert!(
+            app_session_update(
+                Dialect::Openai,
+                &tools,
+                r#"{"type":"input_audio_buffer.append","audio":"AAAA"}"#
+            )
+            .is_none()
+        );
+        assert!(app_session_update(Dialect::Openai, &tools, "not json").is_none());
+        let update = app_session_update(
+            Dialect::Openai,
+            &tools,
+            r#"{"type":"session.update","session":{"type":"realtime","instructions":"x"}}"#,
+        )
+        .unwrap();
+        assert_eq!(update.rewritten, None);
+        assert_eq!(update.names, None);
     }
 
     #[test]
@@ -407,6 +763,10 @@ mod tests {
         assert_eq!(
             parse_server_event(r#"{"type":"session.updated","session":{}}"#),
             Ok(ServerEvent::SessionUpdated { tools: None })
+        );
+        assert_eq!(
+            parse_server_event(r#"{"type":"session.created","session":{"type":"realtime"}}"#),
+            Ok(ServerEvent::SessionCreated { tools: None })
         );
         assert_eq!(
             parse_server_event(r#"{"type":"response.audio.delta","delta":"AAA"}"#),

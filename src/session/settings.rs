@@ -19,10 +19,23 @@ pub const DEFAULT_MAX_TOOL_CALLS_PER_WINDOW: usize = 8;
 /// The runaway guard's window.
 pub const DEFAULT_TOOL_CALL_WINDOW: Duration = Duration::from_secs(15);
 
+/// Whether the server opens its own connection to the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionMode {
+    /// The server keeps its own connection open (headless use, the demo); apps may still
+    /// connect through the relay.
+    #[default]
+    Client,
+    /// Only apps connect, through the relay (`GET /v1/realtime`), or calls are attached.
+    Relay,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionSettings {
     /// `ws://` or `wss://` endpoint.
     pub url: String,
+    pub mode: SessionMode,
     /// Name of the environment variable holding the bearer token, if any.
     pub api_key_env: Option<String>,
     pub dialect: Dialect,
@@ -36,6 +49,7 @@ impl SessionSettings {
     pub fn new(url: impl Into<String>, dialect: Dialect) -> Self {
         Self {
             url: url.into(),
+            mode: SessionMode::Client,
             api_key_env: None,
             dialect,
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
@@ -68,6 +82,7 @@ pub enum SessionKind {
 pub struct FileSession {
     kind: SessionKind,
     url: String,
+    mode: Option<SessionMode>,
     api_key_env: Option<String>,
     dialect: Option<Dialect>,
     sync_timeout_seconds: Option<f64>,
@@ -89,6 +104,7 @@ impl FileSession {
         }
         let mut settings = SessionSettings::new(self.url, self.dialect.unwrap_or(Dialect::Openai));
         settings.api_key_env = self.api_key_env;
+        settings.mode = self.mode.unwrap_or_default();
         if let Some(s) = self.sync_timeout_seconds {
             settings.sync_timeout = seconds("sync_timeout_seconds", s, MAX_SYNC_TIMEOUT)?;
         }

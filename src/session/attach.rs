@@ -1,0 +1,213 @@
+//! `Attachment`: a second websocket to a live call the app started elsewhere — a browser over
+//! WebRTC or a phone line over SIP — joined with `POST /api/sessions/attach` (OpenAI's GA
+//! Realtime API accepts `wss://…/v1/realtime?call_id=…` for this).
+//!
+//! It reads the call's tools from the session's own events (`session.created`, then every
+//! `session.updated`) before it sends its update, so the app's tools are kept; it answers the
+//! calls of registered tools and leaves the app's to the app. It ends when the call ends (the
+//! socket closes) or on detach; it does not reconnect.
+
+use actix::io::{SinkWrite, WriteHandler};
+use actix::prelude::*;
+use awc::error::WsProtocolError;
+use awc::ws::{self, Frame};
+use futures_util::stream::StreamExt;
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+use super::core::{CLOSED_BEFORE_ACK, SessionCore, Transport, rfc3339_now};
+use super::settings::SessionSettings;
+use super::shell::{self, Reassembly, Shell, UpstreamSink, Whole};
+use super::{CloseSession, ConnectionKind, ConnectionState, SessionStatus, SyncTools};
+use crate::dispatch::Dispatcher;
+use crate::domain::tool::SharedTool;
+
+/// How joining a call went: `Err` when the websocket could not be opened, otherwise the outcome
+/// of the first tool update (`Err` says why the call did not take the tools).
+pub type Joined = Result<Result<(), String>, String>;
+
+pub struct Attachment {
+    core: SessionCore,
+    url: String,
+    authorization: Option<String>,
+    dispatcher: Dispatcher,
+    state: ConnectionState,
+    since: String,
+    sink: Option<UpstreamSink>,
+    fragments: Reassembly,
+    sync_timer: Option<SpawnHandle>,
+    /// Who waits for the join, until it is settled.
+    joined: Option<oneshot::Sender<Joined>>,
+}
+
+impl Attachment {
+    /// Joins the call at `url` for `character`; the receiver hears how it went.
+    pub fn launch(
+        character: String,
+        settings: &SessionSettings,
+        url: String,
+        api_key: Option<String>,
+        dispatcher: Dispatcher,
+        tools: Arc<[SharedTool]>,
+    ) -> (Addr<Self>, oneshot::Receiver<Joined>) {
+        let (joined, outcome) = oneshot::channel();
+        let attachment = Attachment {
+            core: SessionCore::new(character, Transport::Attach, settings, tools),
+            url,
+            authorization: api_key.as_deref().map(shell::bearer),
+            dispatcher,
+            state: ConnectionState::Connecting,
+            since: rfc3339_now(),
+            sink: None,
+            fragments: Reassembly::default(),
+            sync_timer: None,
+            joined: Some(joined),
+        };
+        let addr = Attachment::create(|ctx| {
+            ctx.set_mailbox_capacity(0);
+            attachment
+        });
+        (addr, outcome)
+    }
+}
+
+impl Shell for Attachment {
+    fn core(&mut self) -> &mut SessionCore {
+        &mut self.core
+    }
+
+    fn upstream(&mut self) -> Option<&mut UpstreamSink> {
+        self.sink.as_mut()
+    }
+
+    fn dispatcher(&self) -> Dispatcher {
+        self.dispatcher.clone()
+    }
+
+    fn sync_timer(&mut self) -> &mut Option<SpawnHandle> {
+        &mut self.sync_timer
+    }
+}
+
+impl Actor for Attachment {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        let url = self.url.clone();
+        let authorization = self.authorization.clone();
+        ctx.spawn(
+            async move { shell::connect(&url, authorization.as_deref()).await }
+                .into_actor(self)
+                .map(|result, act, ctx| match result {
+                    Ok(framed) => {
+                        let (sink, stream) = framed.split();
+                        ctx.add_stream(stream);
+                        act.sink = Some(SinkWrite::new(sink, ctx));
+                        act.state = ConnectionState::Connected;
+                        act.since = rfc3339_now();
+                        tracing::info!(character = %act.core.character(), url = %act.url, "attached to a call");
+                        let (first, settled) = oneshot::channel();
+                        act.core.connected(Some(first));
+                        shell::run_effects(act, ctx);
+                        if let Some(joined) = act.joined.take() {
+                            actix::spawn(async move {
+                                let outcome =
+                                    settled.await.unwrap_or(Err(CLOSED_BEFORE_ACK.to_owned()));
+                                let _ = joined.send(Ok(outcome));
+                            });
+                        }
+                    }
+                    Err(error) => {
+                        if let Some(joined) = act.joined.take() {
+                            let _ = joined.send(Err(error));
+                        }
+                        ctx.stop();
+                    }
+                }),
+        );
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        tracing::info!(character = %self.core.character(), url = %self.url, "attachment ended");
+        shell::close_upstream(self, None);
+        self.sink = None;
+        self.core.disconnected();
+    }
+}
+
+impl WriteHandler<WsProtocolError> for Attachment {
+    fn error(&mut self, err: WsProtocolError, _: &mut Self::Context) -> Running {
+        tracing::warn!(character = %self.core.character(), error = %err, "attachment write failed");
+        Running::Stop
+    }
+}
+
+impl StreamHandler<Result<Frame, WsProtocolError>> for Attachment {
+    fn handle(&mut self, frame: Result<Frame, WsProtocolError>, ctx: &mut Self::Context) {
+        let whole = match frame {
+            Ok(Frame::Text(bytes)) => shell::text_of(bytes).map(|t| Some(Whole::Text(t))),
+            Ok(Frame::Continuation(item)) => self.fragments.push(item),
+            Ok(Frame::Ping(payload)) => {
+                shell::send_upstream(self, ws::Message::Pong(payload), ctx);
+                Ok(None)
+            }
+            Ok(Frame::Binary(_) | Frame::Pong(_)) => Ok(None),
+            Ok(Frame::Close(reason)) => {
+                tracing::debug!(character = %self.core.character(), ?reason, "the call ended");
+                shell::close_upstream(self, reason);
+                ctx.stop();
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(character = %self.core.character(), error = %e, "attachment protocol error");
+                ctx.stop();
+                return;
+            }
+        };
+        match whole {
+            Ok(Some(Whole::Text(text))) => {
+                self.core.from_upstream(&text);
+                shell::run_effects(self, ctx);
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(character = %self.core.character(), %error, "ignoring a malformed message from the call");
+            }
+        }
+    }
+
+    fn finished(&mut self, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
+
+impl Handler<SyncTools> for Attachment {
+    type Result = ResponseFuture<Result<(), String>>;
+
+    fn handle(&mut self, SyncTools(tools): SyncTools, ctx: &mut Self::Context) -> Self::Result {
+        shell::sync_tools(self, tools, ctx)
+    }
+}
+
+impl Handler<SessionStatus> for Attachment {
+    type Result = MessageResult<SessionStatus>;
+
+    fn handle(&mut self, _: SessionStatus, _: &mut Self::Context) -> Self::Result {
+        MessageResult(shell::report(
+            &self.core,
+            ConnectionKind::Attach,
+            self.state,
+            &self.since,
+            &self.url,
+        ))
+    }
+}
+
+impl Handler<CloseSession> for Attachment {
+    type Result = ();
+
+    fn handle(&mut self, _: CloseSession, ctx: &mut Self::Context) {
+        shell::close_upstream(self, Some(ws::CloseCode::Normal.into()));
+        ctx.stop();
+    }
+}

@@ -1,0 +1,901 @@
+//! `SessionCore`: what a session does with the realtime protocol, whatever carries it. The
+//! server's own connection ([`Transport::Client`]), a relay of an app's connection
+//! ([`Transport::Relay`]) and an attachment to a live call ([`Transport::Attach`]) all hold one
+//! and differ only in how the bytes travel.
+//!
+//! It owns the acknowledged tool sync (one update in flight, newer changes merged into the
+//! next), the acknowledgements still awaited — the app's and the server's, matched in the order
+//! they were sent, since the two can interleave on one connection — the open responses and their
+//! calls (exactly one `response.create` after the last answer), the runaway guard, and the tools
+//! the session has of its own (the app's), which are kept in every update and never answered by
+//! the server. Plain code: the actor that holds it feeds it events and carries out the
+//! [`Effect`]s it asks for.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tokio::sync::oneshot;
+
+use super::calls::{CallLimiter, ResponseCalls};
+use super::protocol::{self, Dialect, ForeignTool, FunctionCall, Keep, ServerEvent};
+use super::settings::SessionSettings;
+use super::sync::SyncState;
+use crate::domain::call::{ToolCall, ToolResult};
+use crate::domain::tool::SharedTool;
+
+/// Which connection the core serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Transport {
+    /// The server's own connection to the model (`mode = "client"`).
+    Client,
+    /// An app's connection, relayed through the server (`GET /v1/realtime`).
+    Relay,
+    /// A second connection to a call the app started elsewhere (`POST /api/sessions/attach`).
+    Attach,
+}
+
+/// Who waits for one tool update to settle.
+pub type Waiter = oneshot::Sender<Result<(), String>>;
+
+/// Something the actor must do for the core.
+#[derive(Debug)]
+pub enum Effect {
+    /// Send this text frame upstream.
+    Upstream(String),
+    /// Start (or restart) the sync timer of the update in flight; when it fires, call
+    /// [`SessionCore::sync_timer_fired`] with this version.
+    ArmSyncTimer(u64),
+    /// Run this call of a registered tool, then hand the result to [`SessionCore::answered`].
+    Run(Run),
+}
+
+/// One call of a registered tool to run.
+#[derive(Debug)]
+pub struct Run {
+    pub tool: SharedTool,
+    pub call: ToolCall,
+    pub response_id: Option<String>,
+    /// The connection the call came on: an answer that outlives it is not sent on the next.
+    pub connection: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct SyncOutcome {
+    pub ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// RFC 3339, UTC.
+    pub at: String,
+}
+
+impl SyncOutcome {
+    /// The outcome of a sync settled now.
+    pub fn now(outcome: &Result<(), String>) -> Self {
+        Self {
+            ok: outcome.is_ok(),
+            error: outcome.clone().err(),
+            at: rfc3339_now(),
+        }
+    }
+}
+
+/// The current time as RFC 3339, UTC, to the millisecond.
+pub fn rfc3339_now() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+/// The error of an update the session answered with an `error` event.
+fn refused(message: &str) -> String {
+    format!("model session refused the tool update: {message}")
+}
+
+/// What a waiter hears when the connection ends before its update settled.
+pub const CLOSED_BEFORE_ACK: &str = "model session closed before acknowledging the tool update";
+
+/// The error of an update with no acknowledgement within `timeout`.
+pub fn not_acknowledged(timeout: Duration) -> String {
+    format!(
+        "model session did not acknowledge the tool update (no session.updated within {} s)",
+        timeout.as_secs_f64()
+    )
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    App,
+    Server,
+}
+
+/// A `session.update` sent upstream and not yet answered.
+#[derive(Debug)]
+struct Pending {
+    origin: Origin,
+    event_id: Option<String>,
+    /// The tool names it carries, when it sets `tools`.
+    names: Option<Vec<String>>,
+    /// How many registered tools it carries.
+    registered: usize,
+    /// Timed out: its waiters have failed; a late acknowledgement is swallowed.
+    abandoned: bool,
+}
+
+/// The protocol state of one session connection.
+#[derive(Debug)]
+pub struct SessionCore {
+    character: String,
+    transport: Transport,
+    dialect: Dialect,
+    sync_timeout: Duration,
+    /// The character's tools, newest list.
+    registered: Arc<[SharedTool]>,
+    /// The session's own tools (the app's), kept in every update; their calls are the app's.
+    own_tools: Vec<ForeignTool>,
+    /// The app's session settings, merged over its updates (relay) or read from the session's
+    /// events (attach).
+    own_settings: Map<String, Value>,
+    /// Registered tool names the last server update put into the session (attach: tells ours
+    /// from the app's in what the session echoes).
+    ours_in_session: Vec<String>,
+    /// Counts connections; 0 before the first.
+    connection: u64,
+    connected: bool,
+    /// Connected, and (attach) the session has said which tools it has.
+    ready: bool,
+    sync: SyncState<Waiter>,
+    /// Updates awaiting `session.updated` (or `error`), in the order sent.
+    pending: VecDeque<Pending>,
+    /// Tool names of the last acknowledgement, to recognise a late repeat of it.
+    acknowledged: Option<Vec<String>>,
+    calls: ResponseCalls,
+    limiter: CallLimiter,
+    clashes: Vec<String>,
+    last_sync: Option<SyncOutcome>,
+    acknowledged_tools: usize,
+    calls_answered: u64,
+    next_event: u64,
+    effects: Vec<Effect>,
+}
+
+impl SessionCore {
+    pub fn new(
+        character: String,
+        transport: Transport,
+        settings: &SessionSettings,
+        tools: Arc<[SharedTool]>,
+    ) -> Self {
+        Self {
+            character,
+            transport,
+            dialect: settings.dialect,
+            sync_timeout: settings.sync_timeout,
+            registered: tools,
+            own_tools: Vec::new(),
+            own_settings: Map::new(),
+            ours_in_session: Vec::new(),
+            connection: 0,
+            connected: false,
+            ready: false,
+            sync: SyncState::new(),
+            pending: VecDeque::new(),
+            acknowledged: None,
+            calls: ResponseCalls::default(),
+            limiter: CallLimiter::new(
+                settings.max_tool_calls_per_window,
+                settings.tool_call_window,
+            ),
+            clashes: Vec::new(),
+            last_sync: None,
+            acknowledged_tools: 0,
+            calls_answered: 0,
+            next_event: 0,
+            effects: Vec::new(),
+        }
+    }
+
+    pub fn character(&self) -> &str {
+        &self.character
+    }
+
+    pub fn transport(&self) -> Transport {
+        self.transport
+    }
+
+    pub fn sync_timeout(&self) -> Duration {
+        self.sync_timeout
+    }
+
+    pub fn is_connected(&self) -> bool {
+        self.connected
+    }
+
+    /// The effects asked for since the last call, in order.
+    pub fn take_effects(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.effects)
+    }
+
+    /// The last sync's outcome, or `None` before the first.
+    pub fn last_sync(&self) -> Option<&SyncOutcome> {
+        self.last_sync.as_ref()
+    }
+
+    /// Registered tools in the last update the session acknowledged.
+    pub fn acknowledged_tools(&self) -> usize {
+        self.acknowledged_tools
+    }
+
+    /// Calls of registered tools this connection's session answered.
+    pub fn calls_answered(&self) -> u64 {
+        self.calls_answered
+    }
+
+    /// Registered tools left out because the session has a tool of that name.
+    pub fn clashes(&self) -> &[String] {
+        &self.clashes
+    }
+
+    fn event_id(&mut self, kind: &str) -> String {
+        self.next_event += 1;
+        format!("rt_{kind}_{}", self.next_event)
+    }
+
+    /// The connection is up. The client sends the current tools at once; a relay sends them
+    /// when there are any; an attachment first waits for the session to say which tools it has
+    /// (so the app's are kept), and `waiter` hears how its first update went.
+    pub fn connected(&mut self, waiter: Option<Waiter>) {
+        self.connection += 1;
+        self.connected = true;
+        self.limiter.reset();
+        self.calls.clear();
+        self.pending.clear();
+        match self.transport {
+            Transport::Client => {
+                self.ready = true;
+                self.sync.connected();
+                self.send_update();
+            }
+            Transport::Relay => {
+                self.ready = true;
+                if self.registered.is_empty() {
+                    // Nothing to add until the app sends its settings or a tool is registered.
+                    if let Some(waiter) = waiter {
+                        let _ = waiter.send(Ok(()));
+                    }
+                } else if self.sync.changed(waiter).is_some() {
+                    self.send_update();
+                }
+            }
+            Transport::Attach => {
+                self.ready = false;
+                if let Some(waiter) = waiter {
+                    self.sync.changed(Some(waiter));
+                }
+                let version = self.sync.connected();
+                self.effects.push(Effect::ArmSyncTimer(version));
+            }
+        }
+    }
+
+    /// The connection is gone: every waiter fails; nothing is in flight.
+    pub fn disconnected(&mut self) {
+        self.connected = false;
+        self.ready = false;
+        self.pending.clear();
+        for waiter in self.sync.disconnected() {
+            let _ = waiter.send(Err(CLOSED_BEFORE_ACK.to_owned()));
+        }
+    }
+
+    /// The character's tools changed. Returns the waiter when the session is not connected:
+    /// the list goes out on (re)connect, so the change succeeds at once.
+    pub fn tools_changed(
+        &mut self,
+        tools: Arc<[SharedTool]>,
+        waiter: Option<Waiter>,
+    ) -> Option<Waiter> {
+        self.registered = tools;
+        if !self.connected {
+            return waiter;
+        }
+        if self.sync.changed(waiter).is_some() && self.ready {
+            self.send_update();
+        }
+        None
+    }
+
+    /// Sends `session.update` with the session's own tools and the registered ones.
+    fn send_update(&mut self) {
+        let Some(version) = self.sync.in_flight() else {
+            return;
+        };
+        let event_id = self.event_id("sync");
+        let (kept, clashes) = protocol::without_clashes(&self.registered, &self.own_tools);
+        self.note_clashes(clashes);
+        let keep = Keep {
+            tools: &self.own_tools,
+            settings: Some(&self.own_settings),
+        };
+        let text = protocol::merged_update_text(self.dialect, &kept, keep, &event_id);
+        let names: Vec<String> = self
+            .own_tools
+            .iter()
+            .map(|t| t.name.clone())
+            .chain(kept.iter().map(|t| t.name.clone()))
+            .collect();
+        self.ours_in_session = kept.iter().map(|t| t.name.clone()).collect();
+        self.pending.push_back(Pending {
+            origin: Origin::Server,
+            event_id: Some(event_id),
+            names: Some(names),
+            registered: kept.len(),
+            abandoned: false,
+        });
+        self.effects.push(Effect::Upstream(text));
+        self.effects.push(Effect::ArmSyncTimer(version));
+    }
+
+    fn note_clashes(&mut self, clashes: Vec<String>) {
+        if clashes != self.clashes {
+            if !clashes.is_empty() {
+                tracing::warn!(
+                    character = %self.character,
+                    transport = ?self.transport,
+                    tools = ?clashes,
+                    "registered tools left out of the session: the app has tools of the same name"
+                );
+            }
+            self.clashes = clashes;
+        }
+    }
+
+    /// The sync timer of `version` fired: if that update is still unsettled, it failed.
+    pub fn sync_timer_fired(&mut self, version: u64) {
+        if self.sync.in_flight() != Some(version) {
+            return;
+        }
+        let error = if self.ready {
+            for p in self.pending.iter_mut() {
+                if p.origin == Origin::Server && !p.abandoned {
+                    p.abandoned = true;
+                }
+            }
+            not_acknowledged(self.sync_timeout)
+        } else {
+            format!(
+                "the call's session did not say which tools it has (no session.created or \
+                 session.updated within {} s); the tools were not sent, so the app's are kept",
+                self.sync_timeout.as_secs_f64()
+            )
+        };
+        self.settle(Err(error), 0);
+    }
+
+    /// Settles the server update in flight and sends the next one if changes are waiting.
+    fn settle(&mut self, outcome: Result<(), String>, registered: usize) {
+        let settled = match outcome {
+            Ok(()) => self.sync.acknowledged(),
+            Err(_) => self.sync.failed(),
+        };
+        let Some(settled) = settled else {
+            tracing::debug!(character = %self.character, "ignoring an acknowledgement with no update in flight");
+            return;
+        };
+        match &outcome {
+            Ok(()) => self.acknowledged_tools = registered,
+            Err(error) => {
+                tracing::warn!(character = %self.character, transport = ?self.transport, %error, "tool update not acknowledged")
+            }
+        }
+        self.last_sync = Some(SyncOutcome::now(&outcome));
+        for waiter in settled.waiters {
+            let _ = waiter.send(outcome.clone());
+        }
+        if settled.send_next.is_some() && self.ready {
+            self.send_update();
+        }
+    }
+
+    /// A text frame from upstream. Returns whether an app behind a relay sees it: everything
+    /// but the answers to the server's own updates.
+    pub fn from_upstream(&mut self, text: &str) -> bool {
+        match protocol::parse_server_event(text) {
+            Ok(ServerEvent::SessionCreated { tools }) => {
+                if self.transport == Transport::Attach {
+                    self.learn(text, tools);
+                }
+                true
+            }
+            Ok(ServerEvent::SessionUpdated { tools }) => self.on_session_updated(text, tools),
+            Ok(ServerEvent::Error { message, event_id }) => self.on_error(&message, event_id),
+            Ok(ServerEvent::FunctionCall(call)) => {
+                self.on_call(call);
+                true
+            }
+            Ok(ServerEvent::ResponseDone { response_id, calls }) => {
+                for call in calls {
+                    self.on_call(call);
+                }
+                if let Some(response_id) = response_id
+                    && self.calls.done(&response_id)
+                {
+                    self.request_response();
+                }
+                true
+            }
+            Ok(ServerEvent::Ignored) => true,
+            Err(e) => {
+                if self.transport != Transport::Relay {
+                    tracing::warn!(character = %self.character, error = %e, "ignoring a malformed event from the model session");
+                }
+                true
+            }
+        }
+    }
+
+    /// A text frame from the app (relay). Returns the text to send upstream instead, when the
+    /// event is a `session.update` whose tools the registered ones were merged into.
+    pub fn from_app(&mut self, text: &str) -> Option<String> {
+        let update = protocol::app_session_update(self.dialect, &self.registered, text)?;
+        self.own_settings.extend(update.settings);
+        let mut registered = 0;
+        if let Some(own) = update.tools {
+            self.own_tools = own;
+            registered = self.registered.len() - update.clashes.len();
+            self.note_clashes(update.clashes);
+        }
+        self.pending.push_back(Pending {
+            origin: Origin::App,
+            event_id: update.event_id,
+            names: update.names,
+            registered,
+            abandoned: false,
+        });
+        update.rewritten
+    }
+
+    /// The session described itself (attach): its tools, less the ones the server put there,
+    /// are the app's. The first description lets the waiting update go.
+    fn learn(&mut self, text: &str, tools: Option<Vec<ForeignTool>>) {
+        if let Some(mut session) = protocol::session_object(text) {
+            session.remove("tools");
+            self.own_settings = session;
+        }
+        let Some(tools) = tools else {
+            return;
+        };
+        self.own_tools = tools
+            .into_iter()
+            .filter(|t| !self.ours_in_session.contains(&t.name))
+            .collect();
+        if !self.ready && self.connected {
+            self.ready = true;
+            if self.registered.is_empty() {
+                // Nothing to add: the session already has everything.
+                if self.sync.in_flight().is_some() {
+                    self.settle(Ok(()), 0);
+                }
+            } else {
+                if self.sync.in_flight().is_none() {
+                    self.sync.changed(None);
+                }
+                self.send_update();
+            }
+        }
+    }
+
+    fn on_session_updated(&mut self, text: &str, echoed: Option<Vec<ForeignTool>>) -> bool {
+        let names: Option<Vec<String>> = echoed
+            .as_ref()
+            .map(|tools| tools.iter().map(|t| t.name.clone()).collect());
+        // An update that timed out may still be answered late; past it, its answer never came.
+        while let Some(front) = self.pending.front().filter(|p| p.abandoned) {
+            let late = matching(front.names.as_deref(), names.as_deref());
+            self.pending.pop_front();
+            if late {
+                tracing::debug!(character = %self.character, "late acknowledgement of a timed-out tool update");
+                return false;
+            }
+        }
+        let awaited = self.pending.front().is_some_and(|front| {
+            match (front.names.as_deref(), names.as_deref()) {
+                (Some(expected), Some(echoed)) if !same_names(expected, echoed) => {
+                    // Not what the front update carries: for an attachment, someone else's
+                    // update; otherwise the front's answer, unless it repeats the previous one.
+                    self.transport != Transport::Attach
+                        && self.acknowledged.as_deref() != Some(echoed)
+                }
+                _ => true,
+            }
+        });
+        if awaited {
+            let front = self.pending.pop_front().expect("the front was just seen");
+            self.acknowledged = names.or(front.names);
+            return match front.origin {
+                Origin::App => true,
+                Origin::Server => {
+                    self.settle(Ok(()), front.registered);
+                    false
+                }
+            };
+        }
+        if names.is_some() && names == self.acknowledged {
+            tracing::debug!(character = %self.character, "ignoring a repeated acknowledgement of the previous update");
+            return false;
+        }
+        match self.transport {
+            Transport::Attach => {
+                // The app changed the call's session over its own connection: keep its tools,
+                // and put back the registered ones if its update left them out.
+                self.learn(text, echoed);
+                let present = names.unwrap_or_default();
+                let missing = self.ours_in_session.iter().any(|n| !present.contains(n));
+                if missing && self.ready && self.sync.changed(None).is_some() {
+                    self.send_update();
+                }
+                false
+            }
+            Transport::Relay => true,
+            Transport::Client => false,
+        }
+    }
+
+    fn on_error(&mut self, message: &str, event_id: Option<String>) -> bool {
+        let position = match &event_id {
+            Some(id) => self
+                .pending
+                .iter()
+                .position(|p| p.event_id.as_deref() == Some(id.as_str())),
+            // Without an event id, an error while the server's update is the next to be
+            // answered is taken as its refusal, as the providers send it.
+            None => self
+                .pending
+                .iter()
+                .position(|p| !p.abandoned)
+                .filter(|&i| self.pending[i].origin == Origin::Server),
+        };
+        let Some(position) = position else {
+            if self.transport != Transport::Relay {
+                tracing::warn!(character = %self.character, error = %message, event_id = ?event_id, "model session reported an error");
+            }
+            return true;
+        };
+        let pending = self.pending.remove(position).expect("the position exists");
+        match pending.origin {
+            Origin::App => true,
+            Origin::Server => {
+                if !pending.abandoned {
+                    self.settle(Err(refused(message)), 0);
+                }
+                // An error that names no event may be the app's: it sees it too.
+                event_id.is_none()
+            }
+        }
+    }
+
+    /// Whether the server answers calls of `name`: every call but those of the session's own
+    /// tools (the app's), which the app answers.
+    fn is_ours(&self, name: &str) -> bool {
+        !self.own_tools.iter().any(|t| t.name == name)
+    }
+
+    fn on_call(&mut self, call: FunctionCall) {
+        if !self.is_ours(&call.name) {
+            if let Some(response_id) = &call.response_id {
+                self.calls.foreign(response_id);
+            }
+            return;
+        }
+        if !self
+            .calls
+            .started(call.response_id.as_deref(), &call.call_id)
+        {
+            return;
+        }
+        let response_id = call.response_id;
+        let tool_call = ToolCall::from_raw(call.call_id, call.name, call.arguments);
+        if !self.limiter.admit(Instant::now()) {
+            let error = format!(
+                "tool call limit reached: more than {} calls within {} s; the call was not run",
+                self.limiter.max(),
+                self.limiter.window().as_secs_f64()
+            );
+            tracing::warn!(character = %self.character, tool = %tool_call.name, "runaway guard refused a tool call");
+            let result = tool_call.result(Err(error));
+            self.answer(response_id, &result);
+            return;
+        }
+        let Some(tool) = self
+            .registered
+            .iter()
+            .find(|t| t.name == tool_call.name)
+            .cloned()
+        else {
+            let available: Vec<&str> = self
+                .registered
+                .iter()
+                .map(|t| t.name.as_str())
+                .filter(|n| self.is_ours(n))
+                .collect();
+            let names = if available.is_empty() {
+                "none".to_owned()
+            } else {
+                available.join(", ")
+            };
+            let error = format!(
+                "tool '{}' is not registered; available tools: {names}",
+                tool_call.name
+            );
+            let result = tool_call.result(Err(error));
+            self.answer(response_id, &result);
+            return;
+        };
+        self.effects.push(Effect::Run(Run {
+            tool,
+            call: tool_call,
+            response_id,
+            connection: self.connection,
+        }));
+    }
+
+    /// A call the core asked to run finished.
+    pub fn answered(
+        &mut self,
+        run_connection: u64,
+        response_id: Option<String>,
+        result: &ToolResult,
+    ) {
+        if run_connection != self.connection || !self.connected {
+            tracing::debug!(character = %self.character, call_id = %result.call_id, "dropping the answer to a call of a connection that has ended");
+            return;
+        }
+        self.answer(response_id, result);
+    }
+
+    fn answer(&mut self, response_id: Option<String>, result: &ToolResult) {
+        let event_id = self.event_id("call");
+        let event =
+            protocol::function_call_output(&result.call_id, &result.model_text(), &event_id);
+        self.effects.push(Effect::Upstream(event.to_string()));
+        self.calls_answered += 1;
+        if self.calls.answered(response_id.as_deref(), &result.call_id) {
+            self.request_response();
+        }
+    }
+
+    fn request_response(&mut self) {
+        let event_id = self.event_id("response");
+        self.effects.push(Effect::Upstream(
+            protocol::response_create(&event_id).to_string(),
+        ));
+    }
+}
+
+/// Whether an acknowledgement echoing `echoed` answers an update that carried `expected`
+/// (either unknown counts as a match).
+fn matching(expected: Option<&[String]>, echoed: Option<&[String]>) -> bool {
+    match (expected, echoed) {
+        (Some(expected), Some(echoed)) => same_names(expected, echoed),
+        _ => true,
+    }
+}
+
+/// The same tool names, in any order (a provider may list them in its own).
+fn same_names(a: &[String], b: &[String]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut a: Vec<&String> = a.iter().collect();
+    let mut b: Vec<&String> = b.iter().collect();
+    a.sort_unstable();
+    b.sort_unstable();
+    a == b
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::callback_url::CallbackUrl;
+    use crate::domain::tool::{ToolSpec, empty_parameters};
+
+    fn tools(names: &[&str]) -> Arc<[SharedTool]> {
+        names
+            .iter()
+            .map(|n| {
+                Arc::new(ToolSpec::remote(
+                    *n,
+                    "",
+                    empty_parameters(),
+                    "plugin:w",
+                    CallbackUrl::parse("http://127.0.0.1:9/cb").unwrap(),
+                    Duration::from_secs(5),
+                ))
+            })
+            .collect()
+    }
+
+    fn core(transport: Transport, registered: &[&str]) -> SessionCore {
+        let settings = SessionSettings::new("ws://127.0.0.1:9/v1/realtime", Dialect::Openai);
+        SessionCore::new("Mio".into(), transport, &settings, tools(registered))
+    }
+
+    /// The events sent upstream since the last look, as JSON.
+    fn sent(core: &mut SessionCore) -> Vec<Value> {
+        core.take_effects()
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::Upstream(text) => Some(serde_json::from_str(&text).unwrap()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn names(update: &Value) -> Vec<&str> {
+        update["session"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect()
+    }
+
+    fn updated(names: &[&str]) -> String {
+        let tools: Vec<Value> = names
+            .iter()
+            .map(|n| json!({"type": "function", "name": n}))
+            .collect();
+        json!({"type": "session.updated", "session": {"type": "realtime", "tools": tools}})
+            .to_string()
+    }
+
+    fn waiter() -> (Waiter, oneshot::Receiver<Result<(), String>>) {
+        oneshot::channel()
+    }
+
+    #[test]
+    fn acknowledgements_are_matched_in_order_and_only_the_apps_reach_the_app() {
+        let mut relay = core(Transport::Relay, &["lookup"]);
+        relay.connected(None);
+        let first = sent(&mut relay);
+        assert_eq!(
+            names(&first[0]),
+            ["lookup"],
+            "the registered tools go up at once"
+        );
+
+        // The app's update goes up merged while the server's is still unanswered.
+        let app = r#"{"type":"session.update","event_id":"a1","session":{"type":"realtime","tools":[{"type":"function","name":"own"}]}}"#;
+        let merged: Value = serde_json::from_str(&relay.from_app(app).unwrap()).unwrap();
+        assert_eq!(names(&merged), ["own", "lookup"]);
+
+        // A change while both wait: one update in flight, so it waits for the first answer.
+        let (w, mut rx) = waiter();
+        assert!(
+            relay
+                .tools_changed(tools(&["lookup", "more"]), Some(w))
+                .is_none()
+        );
+        assert!(sent(&mut relay).is_empty());
+
+        // The first answer is the server's: the app does not see it; the change goes out next,
+        // keeping the app's tool.
+        assert!(!relay.from_upstream(&updated(&["lookup"])));
+        let next = sent(&mut relay);
+        assert_eq!(names(&next[0]), ["own", "lookup", "more"]);
+        // The second answer is the app's: it sees it.
+        assert!(relay.from_upstream(&updated(&["own", "lookup"])));
+        assert!(rx.try_recv().is_err(), "not settled by the app's answer");
+        assert!(!relay.from_upstream(&updated(&["own", "lookup", "more"])));
+        assert_eq!(rx.try_recv().unwrap(), Ok(()));
+        assert_eq!(relay.acknowledged_tools(), 2);
+    }
+
+    #[test]
+    fn errors_settle_the_update_they_name() {
+        let mut relay = core(Transport::Relay, &["lookup"]);
+        relay.connected(None);
+        let update = sent(&mut relay).remove(0);
+        relay.from_app(r#"{"type":"session.update","event_id":"a1","session":{"tools":[]}}"#);
+        let app_error = json!({"type": "error", "error": {"message": "bad", "event_id": "a1"}});
+        assert!(
+            relay.from_upstream(&app_error.to_string()),
+            "the app's error is the app's"
+        );
+        let ours =
+            json!({"type": "error", "error": {"message": "no", "event_id": update["event_id"]}});
+        assert!(!relay.from_upstream(&ours.to_string()));
+        assert_eq!(
+            relay.last_sync().unwrap().error.as_deref(),
+            Some("model session refused the tool update: no")
+        );
+    }
+
+    #[test]
+    fn calls_of_the_apps_tools_are_left_to_the_app() {
+        let mut relay = core(Transport::Relay, &["get_weather", "own"]);
+        relay.connected(None);
+        sent(&mut relay);
+        relay.from_app(
+            r#"{"type":"session.update","session":{"tools":[{"type":"function","name":"own"}]}}"#,
+        );
+        assert_eq!(relay.clashes(), ["own"]);
+        let call = |id: &str, name: &str| {
+            json!({"type": "response.function_call_arguments.done", "response_id": "r1",
+                   "call_id": id, "name": name, "arguments": "{}"})
+            .to_string()
+        };
+        assert!(relay.from_upstream(&call("c1", "own")));
+        assert!(relay.take_effects().is_empty(), "the app's call is not run");
+        assert!(relay.from_upstream(&call("c2", "get_weather")));
+        let Some(Effect::Run(run)) = relay.take_effects().pop() else {
+            panic!("the registered tool's call runs")
+        };
+        assert_eq!(run.call.call_id, "c2");
+        let done = json!({"type": "response.done", "response": {"id": "r1", "output": []}});
+        relay.from_upstream(&done.to_string());
+        let result = run.call.result(Ok(json!(1)));
+        relay.answered(run.connection, run.response_id, &result);
+        let answers = sent(&mut relay);
+        assert_eq!(
+            answers.len(),
+            1,
+            "an output, and no response.create: the app continues"
+        );
+        assert_eq!(answers[0]["item"]["call_id"], "c2");
+        assert_eq!(relay.calls_answered(), 1);
+    }
+
+    #[test]
+    fn an_attachment_waits_for_the_calls_tools_and_keeps_them() {
+        let mut attach = core(Transport::Attach, &["lookup"]);
+        let (w, mut rx) = waiter();
+        attach.connected(Some(w));
+        assert!(
+            sent(&mut attach).is_empty(),
+            "nothing before the session describes itself"
+        );
+        let created = json!({"type": "session.created", "session": {"type": "realtime",
+            "tool_choice": "required", "tools": [{"type": "function", "name": "app_tool"}]}});
+        attach.from_upstream(&created.to_string());
+        let update = sent(&mut attach).remove(0);
+        assert_eq!(names(&update), ["app_tool", "lookup"]);
+        assert_eq!(update["session"]["tool_choice"], "required");
+        attach.from_upstream(&updated(&["app_tool", "lookup"]));
+        assert_eq!(rx.try_recv().unwrap(), Ok(()));
+
+        // The app replaces its tools over its own connection, leaving ours out: put back.
+        attach.from_upstream(&updated(&["app_tool_2"]));
+        let again = sent(&mut attach).remove(0);
+        assert_eq!(names(&again), ["app_tool_2", "lookup"]);
+    }
+
+    #[test]
+    fn a_timed_out_update_fails_and_its_late_answer_is_swallowed() {
+        let mut client = core(Transport::Client, &["a"]);
+        let (w, mut rx) = waiter();
+        client.connected(None);
+        sent(&mut client);
+        client.from_upstream(&updated(&["a"]));
+        client.tools_changed(tools(&["a", "b"]), Some(w));
+        let version = client.sync.in_flight().unwrap();
+        client.sync_timer_fired(version);
+        assert_eq!(
+            rx.try_recv().unwrap(),
+            Err(
+                "model session did not acknowledge the tool update (no session.updated within 5 s)"
+                    .into()
+            )
+        );
+        let (w, mut rx) = waiter();
+        client.tools_changed(tools(&["a", "b", "c"]), Some(w));
+        sent(&mut client);
+        client.from_upstream(&updated(&["a", "b"]));
+        assert!(rx.try_recv().is_err(), "the late answer settles nothing");
+        client.from_upstream(&updated(&["a", "b", "c"]));
+        assert_eq!(rx.try_recv().unwrap(), Ok(()));
+    }
+}

@@ -1,0 +1,303 @@
+//! `Relay`: an app's realtime connection, relayed to the model through the server
+//! (`GET /v1/realtime`). One actor per open relay, on the HTTP worker that accepted it.
+//!
+//! Everything passes both ways in order and unchanged — text and binary frames byte for byte —
+//! except: the app's `session.update` goes up with the registered tools merged into its `tools`;
+//! the server's own `session.update`s, function-call outputs and `response.create`s go up between
+//! the app's events; and the answers to the server's own updates (`session.updated`, or an
+//! `error` naming one) do not come down, so the app's acknowledgements stay one per update it
+//! sent. Pings are answered on each side. Either side closing closes the other with the same
+//! code and reason; an app that stops reading is closed past [`MAX_APP_QUEUE_BYTES`].
+
+use actix::io::{SinkWrite, WriteHandler};
+use actix::prelude::*;
+use actix_http::ws::{CloseCode, CloseReason, Message, ProtocolError};
+use awc::ws::{self, Frame};
+use futures_util::stream::StreamExt;
+
+use super::core::{SessionCore, rfc3339_now};
+use super::outbox::{AppOutbox, MAX_APP_QUEUE_BYTES, NOT_READING_CODE, not_reading_reason};
+use super::shell::{self, Reassembly, Shell, UpstreamSink, UpstreamSocket, Whole};
+use super::{CloseSession, ConnectionKind, ConnectionState, SessionStatus, SyncTools};
+use crate::dispatch::Dispatcher;
+
+/// The close code sent to the app when the model's connection ended without a close frame or
+/// broke (1014, bad gateway).
+pub const UPSTREAM_LOST_CODE: u16 = 1014;
+
+/// The app's stream of frames, as actix-ws decodes them.
+pub type AppStream = actix_ws::MessageStream;
+
+pub struct Relay {
+    core: SessionCore,
+    /// The model endpoint, for the report.
+    upstream: String,
+    dispatcher: Dispatcher,
+    since: String,
+    sink: Option<UpstreamSink>,
+    app: AppOutbox,
+    from_upstream: Reassembly,
+    from_app: Reassembly,
+    sync_timer: Option<SpawnHandle>,
+}
+
+impl Relay {
+    /// Starts relaying between the app (`app_stream` in, `app` out) and the connected
+    /// `socket`, for the character and settings `core` was made with.
+    pub fn start(
+        core: SessionCore,
+        upstream: String,
+        socket: UpstreamSocket,
+        app_stream: AppStream,
+        app: AppOutbox,
+        dispatcher: Dispatcher,
+    ) -> Addr<Self> {
+        Relay::create(|ctx| {
+            // Frames are handled in arrival order, each side's in its own stream; an unbounded
+            // mailbox never parks the manager that sends tool lists.
+            ctx.set_mailbox_capacity(0);
+            let (sink, stream) = socket.split();
+            ctx.add_stream(stream);
+            ctx.add_stream(app_stream);
+            Relay {
+                core,
+                upstream,
+                dispatcher,
+                since: rfc3339_now(),
+                sink: Some(SinkWrite::new(sink, ctx)),
+                app,
+                from_upstream: Reassembly::default(),
+                from_app: Reassembly::default(),
+                sync_timer: None,
+            }
+        })
+    }
+
+    fn send_to_app(&mut self, message: Message, ctx: &mut Context<Self>) {
+        if self.app.send(message).is_err() {
+            let reason = CloseReason {
+                code: CloseCode::Other(NOT_READING_CODE),
+                description: Some(not_reading_reason()),
+            };
+            tracing::warn!(character = %self.core.character(), limit = MAX_APP_QUEUE_BYTES, "closing a relay whose app stopped reading");
+            self.app.abort(reason.clone());
+            shell::close_upstream(self, Some(reason));
+            ctx.stop();
+        }
+    }
+
+    fn upstream_message(&mut self, message: Whole, ctx: &mut Context<Self>) {
+        match message {
+            Whole::Text(text) => {
+                if self.core.from_upstream(&text) {
+                    self.send_to_app(Message::Text(text), ctx);
+                }
+                shell::run_effects(self, ctx);
+            }
+            Whole::Binary(bytes) => self.send_to_app(Message::Binary(bytes), ctx),
+        }
+    }
+
+    fn app_message(&mut self, message: Whole, ctx: &mut Context<Self>) {
+        let message = match message {
+            Whole::Text(text) => match self.core.from_app(&text) {
+                Some(merged) => ws::Message::Text(merged.into()),
+                None => ws::Message::Text(text),
+            },
+            Whole::Binary(bytes) => ws::Message::Binary(bytes),
+        };
+        shell::send_upstream(self, message, ctx);
+    }
+
+    /// Ends the relay: `to_app` goes to the app, `to_upstream` upstream (`None`: that side is
+    /// already gone).
+    fn end(
+        &mut self,
+        to_app: Option<Option<CloseReason>>,
+        to_upstream: Option<Option<CloseReason>>,
+        ctx: &mut Context<Self>,
+    ) {
+        if let Some(reason) = to_app {
+            self.app.close(reason);
+        }
+        if let Some(reason) = to_upstream {
+            shell::close_upstream(self, reason);
+        }
+        ctx.stop();
+    }
+}
+
+impl Shell for Relay {
+    fn core(&mut self) -> &mut SessionCore {
+        &mut self.core
+    }
+
+    fn upstream(&mut self) -> Option<&mut UpstreamSink> {
+        self.sink.as_mut()
+    }
+
+    fn dispatcher(&self) -> Dispatcher {
+        self.dispatcher.clone()
+    }
+
+    fn sync_timer(&mut self) -> &mut Option<SpawnHandle> {
+        &mut self.sync_timer
+    }
+}
+
+impl Actor for Relay {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        tracing::info!(character = %self.core.character(), upstream = %self.upstream, "relay opened");
+        self.core.connected(None);
+        shell::run_effects(self, ctx);
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        tracing::info!(character = %self.core.character(), "relay closed");
+        // Whatever ended it, neither side is left open.
+        self.app.close(None);
+        shell::close_upstream(self, None);
+        self.sink = None;
+        self.core.disconnected();
+    }
+}
+
+impl WriteHandler<ProtocolError> for Relay {
+    fn error(&mut self, err: ProtocolError, _: &mut Self::Context) -> Running {
+        tracing::warn!(character = %self.core.character(), error = %err, "relay: writing to the model failed");
+        self.app.close(Some(lost(&err.to_string())));
+        Running::Stop
+    }
+}
+
+/// The close the app gets when the model's side broke.
+fn lost(why: &str) -> CloseReason {
+    let mut description = format!("model session connection lost: {why}");
+    // A close reason must fit a control frame (123 bytes of text).
+    while description.len() > 123 {
+        description.pop();
+    }
+    CloseReason {
+        code: CloseCode::Other(UPSTREAM_LOST_CODE),
+        description: Some(description),
+    }
+}
+
+/// Frames from the model.
+impl StreamHandler<Result<Frame, ProtocolError>> for Relay {
+    fn handle(&mut self, frame: Result<Frame, ProtocolError>, ctx: &mut Self::Context) {
+        let whole = match frame {
+            Ok(Frame::Text(bytes)) => shell::text_of(bytes).map(|t| Some(Whole::Text(t))),
+            Ok(Frame::Binary(bytes)) => Ok(Some(Whole::Binary(bytes))),
+            Ok(Frame::Continuation(item)) => self.from_upstream.push(item),
+            Ok(Frame::Ping(payload)) => {
+                shell::send_upstream(self, ws::Message::Pong(payload), ctx);
+                Ok(None)
+            }
+            Ok(Frame::Pong(_)) => Ok(None),
+            Ok(Frame::Close(reason)) => {
+                tracing::debug!(character = %self.core.character(), ?reason, "relay: the model closed");
+                // The same code and reason to the app; the close is echoed to complete the
+                // handshake.
+                self.end(Some(reason.clone()), Some(reason), ctx);
+                return;
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        match whole {
+            Ok(Some(message)) => self.upstream_message(message, ctx),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(character = %self.core.character(), %error, "relay: the model's side broke");
+                self.end(Some(Some(lost(&error))), Some(None), ctx);
+            }
+        }
+    }
+
+    fn finished(&mut self, ctx: &mut Self::Context) {
+        if !self.app.is_closed() {
+            self.end(Some(Some(lost("closed without a close frame"))), None, ctx);
+        }
+    }
+}
+
+/// Frames from the app.
+impl StreamHandler<Result<Message, ProtocolError>> for Relay {
+    fn handle(&mut self, message: Result<Message, ProtocolError>, ctx: &mut Self::Context) {
+        let whole = match message {
+            Ok(Message::Text(text)) => Ok(Some(Whole::Text(text))),
+            Ok(Message::Binary(bytes)) => Ok(Some(Whole::Binary(bytes))),
+            Ok(Message::Continuation(item)) => self.from_app.push(item),
+            Ok(Message::Ping(payload)) => {
+                self.send_to_app(Message::Pong(payload), ctx);
+                Ok(None)
+            }
+            Ok(Message::Pong(_) | Message::Nop) => Ok(None),
+            Ok(Message::Close(reason)) => {
+                tracing::debug!(character = %self.core.character(), ?reason, "relay: the app closed");
+                self.end(Some(reason.clone()), Some(reason), ctx);
+                return;
+            }
+            Err(e) => Err(e.to_string()),
+        };
+        match whole {
+            Ok(Some(message)) => self.app_message(message, ctx),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(character = %self.core.character(), %error, "relay: the app's side broke");
+                let reason = CloseReason {
+                    code: CloseCode::Protocol,
+                    description: Some("the app's connection broke".into()),
+                };
+                self.end(Some(Some(reason.clone())), Some(Some(reason)), ctx);
+            }
+        }
+    }
+
+    fn finished(&mut self, ctx: &mut Self::Context) {
+        if !self.app.is_closed() {
+            let reason = CloseReason {
+                code: CloseCode::Away,
+                description: Some("the app's connection ended without a close frame".into()),
+            };
+            self.end(Some(None), Some(Some(reason)), ctx);
+        }
+    }
+}
+
+impl Handler<SyncTools> for Relay {
+    type Result = ResponseFuture<Result<(), String>>;
+
+    fn handle(&mut self, SyncTools(tools): SyncTools, ctx: &mut Self::Context) -> Self::Result {
+        shell::sync_tools(self, tools, ctx)
+    }
+}
+
+impl Handler<SessionStatus> for Relay {
+    type Result = MessageResult<SessionStatus>;
+
+    fn handle(&mut self, _: SessionStatus, _: &mut Self::Context) -> Self::Result {
+        MessageResult(shell::report(
+            &self.core,
+            ConnectionKind::Relay,
+            ConnectionState::Connected,
+            &self.since,
+            &self.upstream,
+        ))
+    }
+}
+
+impl Handler<CloseSession> for Relay {
+    type Result = ();
+
+    /// The character was removed or rebuilt: both sides are closed, going away.
+    fn handle(&mut self, _: CloseSession, ctx: &mut Self::Context) {
+        let reason = CloseReason {
+            code: CloseCode::Away,
+            description: Some("the character's sessions were closed by the server".into()),
+        };
+        self.end(Some(Some(reason.clone())), Some(Some(reason)), ctx);
+    }
+}

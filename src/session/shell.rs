@@ -1,0 +1,222 @@
+//! What the three session actors share around their [`SessionCore`]: the upstream websocket
+//! (connecting, writing, reassembling fragmented messages), carrying out the core's effects
+//! (sending, the sync timer, running calls through the dispatcher), answering `SyncTools`, and
+//! the report `GET /api/sessions` shows for one connection.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::io::SinkWrite;
+use actix::prelude::*;
+use actix_http::ws::{CloseReason, Item};
+use awc::BoxedSocket;
+use awc::ws::{self, Codec};
+use bytes::{Bytes, BytesMut};
+use bytestring::ByteString;
+use futures_util::stream::SplitSink;
+use tokio::sync::oneshot;
+
+use super::core::{CLOSED_BEFORE_ACK, Effect, SessionCore, not_acknowledged};
+use super::{ConnectionKind, ConnectionReport, ConnectionState};
+use crate::dispatch::Dispatcher;
+use crate::domain::tool::SharedTool;
+
+/// Longest wait for a websocket handshake with the model.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Largest event accepted, whole or reassembled from fragments: `session.updated` echoes the
+/// whole configuration, tools included, which can run to megabytes with many large schemas.
+pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// The write half of an upstream websocket.
+pub type UpstreamSink =
+    SinkWrite<ws::Message, SplitSink<actix_codec::Framed<BoxedSocket, Codec>, ws::Message>>;
+
+/// An upstream websocket, connected.
+pub type UpstreamSocket = actix_codec::Framed<BoxedSocket, Codec>;
+
+/// Opens a websocket to `url` (HTTP/1.1, [`CONNECT_TIMEOUT`], frames up to
+/// [`MAX_EVENT_BYTES`]) with `authorization` as its `Authorization` header.
+pub async fn connect(url: &str, authorization: Option<&str>) -> Result<UpstreamSocket, String> {
+    let client = awc::Client::builder()
+        // Websockets need HTTP/1.1; TLS would otherwise offer h2 through ALPN.
+        .max_http_version(awc::http::Version::HTTP_11)
+        .timeout(CONNECT_TIMEOUT)
+        .finish();
+    let mut request = client.ws(url).max_frame_size(MAX_EVENT_BYTES);
+    if let Some(authorization) = authorization {
+        request = request.header(awc::http::header::AUTHORIZATION, authorization);
+    }
+    match request.connect().await {
+        Ok((_, framed)) => Ok(framed),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// `Bearer <key>`.
+pub fn bearer(key: &str) -> String {
+    format!("Bearer {key}")
+}
+
+/// An actor that holds a [`SessionCore`] and an upstream websocket.
+pub trait Shell: Actor<Context = Context<Self>> {
+    fn core(&mut self) -> &mut SessionCore;
+    fn upstream(&mut self) -> Option<&mut UpstreamSink>;
+    fn dispatcher(&self) -> Dispatcher;
+    /// The sync timer now armed, if any.
+    fn sync_timer(&mut self) -> &mut Option<SpawnHandle>;
+}
+
+/// Carries out every effect the core asked for.
+pub fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
+    for effect in act.core().take_effects() {
+        match effect {
+            Effect::Upstream(text) => send_upstream(act, ws::Message::Text(text.into()), ctx),
+            Effect::ArmSyncTimer(version) => {
+                if let Some(timer) = act.sync_timer().take() {
+                    ctx.cancel_future(timer);
+                }
+                let timeout = act.core().sync_timeout();
+                let timer = ctx.run_later(timeout, move |act, ctx| {
+                    *act.sync_timer() = None;
+                    act.core().sync_timer_fired(version);
+                    run_effects(act, ctx);
+                });
+                *act.sync_timer() = Some(timer);
+            }
+            Effect::Run(run) => {
+                // The receive loop never waits on a call: it runs beside it and answers later.
+                let dispatcher = act.dispatcher();
+                let (connection, response_id) = (run.connection, run.response_id);
+                ctx.spawn(
+                    async move { dispatcher.dispatch(&run.tool, run.call).await }
+                        .into_actor(act)
+                        .map(move |result, act, ctx| {
+                            act.core().answered(connection, response_id, &result);
+                            run_effects(act, ctx);
+                        }),
+                );
+            }
+        }
+    }
+}
+
+/// Writes one message upstream; a closed sink stops the actor.
+pub fn send_upstream<A: Shell>(act: &mut A, message: ws::Message, ctx: &mut Context<A>) {
+    let Some(sink) = act.upstream() else {
+        return;
+    };
+    if sink.write(message).is_err() {
+        tracing::warn!(character = %act.core().character(), "model session closed while sending");
+        ctx.stop();
+    }
+}
+
+/// Closes the upstream websocket with `reason` (the write half ends after the close frame).
+pub fn close_upstream<A: Shell>(act: &mut A, reason: Option<CloseReason>) {
+    if let Some(sink) = act.upstream() {
+        let _ = sink.write(ws::Message::Close(reason));
+        sink.close();
+    }
+}
+
+/// Hands a new tool list to the core; the future settles when the session acknowledged it (or
+/// at once when it is not connected: the list goes out on connect).
+pub fn sync_tools<A: Shell>(
+    act: &mut A,
+    tools: Arc<[SharedTool]>,
+    ctx: &mut Context<A>,
+) -> ResponseFuture<Result<(), String>> {
+    let (tx, rx) = oneshot::channel();
+    if let Some(waiter) = act.core().tools_changed(tools, Some(tx)) {
+        let _ = waiter.send(Ok(()));
+    }
+    run_effects(act, ctx);
+    let timeout = act.core().sync_timeout();
+    Box::pin(async move {
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(_)) => Err(CLOSED_BEFORE_ACK.into()),
+            Err(_) => Err(not_acknowledged(timeout)),
+        }
+    })
+}
+
+/// The report of one connection.
+pub fn report(
+    core: &SessionCore,
+    kind: ConnectionKind,
+    state: ConnectionState,
+    since: &str,
+    upstream: &str,
+) -> ConnectionReport {
+    ConnectionReport {
+        kind,
+        since: since.to_owned(),
+        upstream: Some(upstream.to_owned()),
+        state,
+        last_sync: core.last_sync().cloned(),
+        acknowledged_tools: core.acknowledged_tools(),
+        calls_answered: core.calls_answered(),
+        clashes: core.clashes().to_vec(),
+    }
+}
+
+/// One whole message, after reassembly.
+#[derive(Debug)]
+pub enum Whole {
+    Text(ByteString),
+    Binary(Bytes),
+}
+
+/// Reassembles messages sent in continuation frames, up to [`MAX_EVENT_BYTES`] in all.
+#[derive(Debug, Default)]
+pub struct Reassembly {
+    partial: Option<(bool, BytesMut)>,
+}
+
+impl Reassembly {
+    /// Takes one fragment; returns the message it completes, if it does.
+    pub fn push(&mut self, item: Item) -> Result<Option<Whole>, String> {
+        let (part, last) = match item {
+            Item::FirstText(part) => {
+                self.partial = Some((true, BytesMut::new()));
+                (part, false)
+            }
+            Item::FirstBinary(part) => {
+                self.partial = Some((false, BytesMut::new()));
+                (part, false)
+            }
+            Item::Continue(part) => (part, false),
+            Item::Last(part) => (part, true),
+        };
+        let Some((is_text, buffer)) = &mut self.partial else {
+            return Err("a continuation frame without a first frame".into());
+        };
+        if buffer.len() + part.len() > MAX_EVENT_BYTES {
+            self.partial = None;
+            return Err(format!(
+                "a fragmented message is larger than {MAX_EVENT_BYTES} bytes"
+            ));
+        }
+        buffer.extend_from_slice(&part);
+        if !last {
+            return Ok(None);
+        }
+        let is_text = *is_text;
+        let (_, buffer) = self.partial.take().expect("a message is being reassembled");
+        let bytes = buffer.freeze();
+        if is_text {
+            ByteString::try_from(bytes)
+                .map(|t| Some(Whole::Text(t)))
+                .map_err(|_| "a text message is not valid UTF-8".into())
+        } else {
+            Ok(Some(Whole::Binary(bytes)))
+        }
+    }
+}
+
+/// A text frame's payload as text, if it is valid UTF-8.
+pub fn text_of(bytes: Bytes) -> Result<ByteString, String> {
+    ByteString::try_from(bytes).map_err(|_| "a text message is not valid UTF-8".into())
+}
