@@ -80,7 +80,7 @@ pub struct AddSession(pub SessionHandle);
 /// Join the live call at `url` (an attachment); answers once the first tool update settled.
 #[derive(Message, Debug)]
 #[rtype(result = "Joined")]
-pub struct AttachCall {
+pub struct JoinCall {
     pub url: String,
     pub api_key: Option<String>,
 }
@@ -88,7 +88,7 @@ pub struct AttachCall {
 /// Leave the call at `url`; answers whether an attachment to it was open.
 #[derive(Message, Debug)]
 #[rtype(result = "bool")]
-pub struct DetachCall {
+pub struct LeaveCall {
     pub url: String,
 }
 
@@ -357,10 +357,10 @@ impl Handler<AddSession> for SessionManager {
     }
 }
 
-impl Handler<AttachCall> for SessionManager {
+impl Handler<JoinCall> for SessionManager {
     type Result = ResponseFuture<Joined>;
 
-    fn handle(&mut self, msg: AttachCall, _: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, msg: JoinCall, _: &mut Self::Context) -> Self::Result {
         if self
             .open_sessions()
             .iter()
@@ -395,10 +395,10 @@ impl Handler<AttachCall> for SessionManager {
     }
 }
 
-impl Handler<DetachCall> for SessionManager {
+impl Handler<LeaveCall> for SessionManager {
     type Result = bool;
 
-    fn handle(&mut self, msg: DetachCall, _: &mut Self::Context) -> bool {
+    fn handle(&mut self, msg: LeaveCall, _: &mut Self::Context) -> bool {
         let before = self.open_sessions().len();
         self.sessions.retain(|s| {
             let this = s.kind == ConnectionKind::Attach && s.upstream.as_deref() == Some(&msg.url);

@@ -18,16 +18,17 @@ use tokio::sync::oneshot;
 
 use super::directory::{Directory, Ledger};
 use super::manager::{
-    ApplyChange, Change, ChangeOutcome, InjectPanic, ManagerGone, ReportSession, SessionManager,
-    Watcher,
+    AddSession, ApplyChange, Change, ChangeOutcome, InjectPanic, JoinCall, LeaveCall, ManagerGone,
+    ReportSession, SessionManager, Watcher,
 };
 use crate::config::{CharacterSettings, DispatchSettings};
 use crate::dispatch::Dispatcher;
 use crate::domain::callback_url::CallbackOrigin;
 use crate::domain::registry::ToolRegistry;
 use crate::domain::tool::{SharedTool, ToolSpec};
-use crate::session::SessionReport;
+use crate::session::attach::Joined;
 use crate::session::settings::SessionSettings;
+use crate::session::{SessionHandle, SessionReport};
 
 /// How long the router waits for a manager that has no live session to sync. Managers answer
 /// at once unless they wait on a session, so this only catches a stuck or overloaded actor.
@@ -144,6 +145,50 @@ pub struct ShareDirectory;
 #[rtype(result = "Vec<String>")]
 pub struct ListCharacters;
 
+/// The character an app's relay serves and how its model is reached: `character`, or (for
+/// `None`) the only character that has a session.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<RelayTarget, RouterError>")]
+pub struct ResolveRelay {
+    pub character: Option<String>,
+}
+
+/// Make `session` one of `role`'s active sessions (a relay, or an application's in-process
+/// session): from now on every change to the character's tools is sent to it and waits for
+/// it. It gets the current tool list at once, before this is answered. It stays until it
+/// stops.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<(), RouterError>")]
+pub struct JoinSession {
+    pub role: String,
+    pub session: SessionHandle,
+}
+
+/// Join the live call at `url` for `role`; see [`Joined`].
+#[derive(Message, Debug)]
+#[rtype(result = "Result<Joined, RouterError>")]
+pub struct AttachCall {
+    pub role: String,
+    pub url: String,
+    /// Sent as `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+}
+
+/// Leave the live call at `url` that `role` joined; `true` if it had.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<bool, RouterError>")]
+pub struct DetachCall {
+    pub role: String,
+    pub url: String,
+}
+
+/// Where a relay goes.
+#[derive(Debug, Clone)]
+pub struct RelayTarget {
+    pub character: String,
+    pub settings: SessionSettings,
+}
+
 /// Per-character outcome of a change.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ChangeReport {
@@ -182,12 +227,29 @@ pub enum RouterError {
     DuplicateCharacter(String),
     #[error("session of character {character}: {reason}")]
     InvalidSession { character: String, reason: String },
+    #[error("character {0} has no [character.session]: a relay needs its model's URL")]
+    NoSession(String),
+    #[error("{}", character_required_text(.0))]
+    CharacterRequired(Vec<String>),
+    #[error("the session manager of {0} is not running; retry")]
+    ManagerUnavailable(String),
     #[error("{}", not_registered_text(name, role.as_deref(), available))]
     ToolNotFound {
         name: String,
         role: Option<String>,
         available: Vec<String>,
     },
+}
+
+fn character_required_text(with_sessions: &[String]) -> String {
+    if with_sessions.is_empty() {
+        "no character has a [character.session]: a relay needs its model's URL".to_owned()
+    } else {
+        format!(
+            "more than one character has a session ({}): name one with ?character=NAME",
+            with_sessions.join(", ")
+        )
+    }
 }
 
 fn not_registered_text(name: &str, role: Option<&str>, available: &[String]) -> String {
@@ -618,6 +680,106 @@ impl Handler<ListCharacters> for Router {
 
     fn handle(&mut self, _: ListCharacters, _: &mut Self::Context) -> Self::Result {
         self.characters.iter().map(|c| c.name.clone()).collect()
+    }
+}
+
+impl Handler<ResolveRelay> for Router {
+    type Result = Result<RelayTarget, RouterError>;
+
+    fn handle(&mut self, msg: ResolveRelay, _: &mut Self::Context) -> Self::Result {
+        let character = match msg.character.filter(|c| !c.is_empty()) {
+            Some(name) => {
+                let i = self
+                    .position(&name)
+                    .ok_or_else(|| RouterError::UnknownRole(name.clone()))?;
+                &self.characters[i]
+            }
+            None => {
+                let with: Vec<&Character> = self
+                    .characters
+                    .iter()
+                    .filter(|c| c.session.is_some())
+                    .collect();
+                match with.as_slice() {
+                    [only] => *only,
+                    _ => {
+                        return Err(RouterError::CharacterRequired(
+                            with.iter().map(|c| c.name.clone()).collect(),
+                        ));
+                    }
+                }
+            }
+        };
+        let settings = character
+            .session
+            .clone()
+            .ok_or_else(|| RouterError::NoSession(character.name.clone()))?;
+        Ok(RelayTarget {
+            character: character.name.clone(),
+            settings,
+        })
+    }
+}
+
+impl Handler<JoinSession> for Router {
+    type Result = ResponseFuture<Result<(), RouterError>>;
+
+    fn handle(&mut self, msg: JoinSession, _: &mut Self::Context) -> Self::Result {
+        let Some(i) = self.position(&msg.role) else {
+            return Box::pin(async move { Err(RouterError::UnknownRole(msg.role)) });
+        };
+        let added = self.characters[i]
+            .manager
+            .send(AddSession(msg.session))
+            .timeout(MANAGER_REPLY_TIMEOUT);
+        Box::pin(async move {
+            added
+                .await
+                .map_err(|_| RouterError::ManagerUnavailable(msg.role))
+        })
+    }
+}
+
+impl Handler<AttachCall> for Router {
+    type Result = ResponseFuture<Result<Joined, RouterError>>;
+
+    fn handle(&mut self, msg: AttachCall, _: &mut Self::Context) -> Self::Result {
+        let Some(i) = self.position(&msg.role) else {
+            return Box::pin(async move { Err(RouterError::UnknownRole(msg.role)) });
+        };
+        let character = &self.characters[i];
+        // The websocket handshake, then the first tool update.
+        let wait = crate::session::shell::CONNECT_TIMEOUT + character.reply_timeout();
+        let joined = character
+            .manager
+            .send(JoinCall {
+                url: msg.url,
+                api_key: msg.api_key,
+            })
+            .timeout(wait);
+        Box::pin(async move {
+            joined
+                .await
+                .map_err(|_| RouterError::ManagerUnavailable(msg.role))
+        })
+    }
+}
+
+impl Handler<DetachCall> for Router {
+    type Result = ResponseFuture<Result<bool, RouterError>>;
+
+    fn handle(&mut self, msg: DetachCall, _: &mut Self::Context) -> Self::Result {
+        let Some(i) = self.position(&msg.role) else {
+            return Box::pin(async move { Err(RouterError::UnknownRole(msg.role)) });
+        };
+        let left = self.characters[i]
+            .manager
+            .send(LeaveCall { url: msg.url })
+            .timeout(MANAGER_REPLY_TIMEOUT);
+        Box::pin(async move {
+            left.await
+                .map_err(|_| RouterError::ManagerUnavailable(msg.role))
+        })
     }
 }
 

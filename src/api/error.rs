@@ -102,6 +102,12 @@ pub enum ApiError {
     /// 503: the router did not answer; a change may or may not have been applied.
     #[error("{0}")]
     Unavailable(String),
+    /// 400: a request to the relay that is not a websocket handshake.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 502: the model (or the call) could not be reached.
+    #[error("{0}")]
+    BadGateway(String),
 }
 
 impl From<RouterError> for ApiError {
@@ -110,10 +116,18 @@ impl From<RouterError> for ApiError {
             RouterError::UnknownRole(_) | RouterError::ToolNotFound { .. } => {
                 ApiError::NotFound(e.to_string())
             }
-            // Character lifecycle errors have no HTTP route today.
-            RouterError::DuplicateCharacter(_) | RouterError::InvalidSession { .. } => {
-                ApiError::Unavailable(e.to_string())
+            // The relay's query names the character (or must).
+            RouterError::NoSession(_) | RouterError::CharacterRequired(_) => {
+                ApiError::Validation(vec![FieldError {
+                    loc: vec!["query".into(), "character".into()],
+                    msg: e.to_string(),
+                    kind: "value_error",
+                }])
             }
+            // Character lifecycle errors have no HTTP route today.
+            RouterError::DuplicateCharacter(_)
+            | RouterError::InvalidSession { .. }
+            | RouterError::ManagerUnavailable(_) => ApiError::Unavailable(e.to_string()),
         }
     }
 }
@@ -128,6 +142,8 @@ impl ResponseError for ApiError {
             ApiError::PayloadTooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
         }
     }
 

@@ -9,6 +9,7 @@ pub mod error;
 pub mod guard;
 mod invoke;
 pub mod openapi;
+pub mod realtime;
 pub mod requests;
 mod sessions;
 mod tools;
@@ -48,6 +49,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.configure(tools::configure)
         .configure(invoke::configure)
         .configure(sessions::configure)
+        .configure(realtime::configure)
         .configure(openapi::configure);
 }
 

@@ -14,12 +14,14 @@ use utoipa::{OpenApi, ToSchema};
 
 use super::error::{ApiError, ErrorBody, FieldError, ValidationErrorBody};
 use super::invoke::{self, InvokeResponse};
-use super::sessions::{self, SessionsResponse};
+use super::sessions::{self, AttachResponse, DetachResponse, SessionsResponse};
 use super::tools::{
     self, ClearResponse, ListResponse, RegisterResponse, ToolView, UnregisterResponse,
 };
 use crate::actors::router::RoleFailure;
-use crate::session::{ConnectionState, SessionReport, SyncOutcome};
+use crate::session::{
+    ConnectionKind, ConnectionReport, ConnectionState, SessionReport, SyncOutcome,
+};
 
 /// Where the document is served.
 pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
@@ -39,6 +41,8 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         tools::list,
         invoke::invoke,
         sessions::list_sessions,
+        sessions::attach,
+        sessions::detach,
         openapi_document,
     ),
     components(schemas(
@@ -54,8 +58,14 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         InvokeResponse,
         SessionsResponse,
         SessionReport,
+        ConnectionReport,
+        ConnectionKind,
         SyncOutcome,
         ConnectionState,
+        AttachBody,
+        AttachResponse,
+        DetachBody,
+        DetachResponse,
         RoleFailure,
         ErrorBody,
         ValidationErrorBody,
@@ -63,7 +73,7 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
     )),
     tags(
         (name = "tools", description = "Register, remove, list and invoke remote tools"),
-        (name = "sessions", description = "The characters' live model sessions"),
+        (name = "sessions", description = "The characters' live model sessions: the server's own, apps' relays (`GET /v1/realtime`, a websocket, not in this document), attached calls, in-process ones"),
         (name = "meta", description = "This document"),
     )
 )]
@@ -138,6 +148,42 @@ pub struct RegisterBody {
     timeout_seconds: Option<f64>,
 }
 
+/// `POST /api/sessions/attach`. Unknown fields are ignored.
+#[allow(dead_code)]
+#[derive(ToSchema)]
+#[schema(example = json!({
+    "role": "Mio",
+    "url": "wss://api.openai.com/v1/realtime?call_id=rtc_123",
+    "api_key_env": null
+}))]
+pub struct AttachBody {
+    /// The character whose tools the call gets.
+    #[schema(min_length = 1)]
+    role: String,
+    /// The call's websocket: `wss://`, or `ws://` on loopback only.
+    #[schema(
+        format = "uri",
+        example = "wss://api.openai.com/v1/realtime?call_id=rtc_123"
+    )]
+    url: String,
+    /// Name of an environment variable of the server holding the API key, sent as
+    /// `Authorization: Bearer <key>`; a variable that is not set is a 422.
+    #[schema(nullable)]
+    api_key_env: Option<String>,
+}
+
+/// `POST /api/sessions/detach`. Unknown fields are ignored.
+#[allow(dead_code)]
+#[derive(ToSchema)]
+#[schema(example = json!({"role": "Mio", "url": "wss://api.openai.com/v1/realtime?call_id=rtc_123"}))]
+pub struct DetachBody {
+    #[schema(min_length = 1)]
+    role: String,
+    /// The URL the call was attached with.
+    #[schema(min_length = 1)]
+    url: String,
+}
+
 /// `POST /api/tools/unregister`. Unknown fields are ignored.
 #[allow(dead_code)]
 #[derive(ToSchema)]
@@ -186,7 +232,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::api::requests::{ClearRequest, InvokeRequest, RegisterRequest, UnregisterRequest};
+    use crate::api::requests::{
+        AttachRequest, ClearRequest, DetachRequest, InvokeRequest, RegisterRequest,
+        UnregisterRequest,
+    };
 
     type Parse = fn(&Map<String, Value>) -> Result<(), Vec<FieldError>>;
 
@@ -201,6 +250,8 @@ mod tests {
             ("UnregisterBody", |b| UnregisterRequest::parse(b).map(drop)),
             ("ClearBody", |b| ClearRequest::parse(b).map(drop)),
             ("InvokeBody", |b| InvokeRequest::parse(b).map(drop)),
+            ("AttachBody", |b| AttachRequest::parse(b).map(drop)),
+            ("DetachBody", |b| DetachRequest::parse(b).map(drop)),
         ]
     }
 

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 
 use super::error::FieldError;
 use crate::domain::callback_url::{ACCEPTED_FORMS, CallbackUrl};
+use crate::domain::loopback::{is_loopback_host, is_loopback_v6};
 use crate::domain::tool::{DEFAULT_SOURCE, DEFAULT_TIMEOUT, ToolSpec, empty_parameters};
 
 /// Longest tool name, in characters (the spec's rule; OpenAI's function names share it).
@@ -46,6 +47,22 @@ pub struct InvokeRequest {
     pub arguments: Map<String, Value>,
     pub role: Option<String>,
     pub call_id: Option<String>,
+}
+
+/// `POST /api/sessions/attach`.
+#[derive(Debug)]
+pub struct AttachRequest {
+    pub role: String,
+    pub url: String,
+    /// The key read from the variable `api_key_env` names.
+    pub api_key: Option<String>,
+}
+
+/// `POST /api/sessions/detach`.
+#[derive(Debug)]
+pub struct DetachRequest {
+    pub role: String,
+    pub url: String,
 }
 
 type Checked<T> = Result<T, Vec<FieldError>>;
@@ -121,6 +138,34 @@ impl InvokeRequest {
             arguments: arguments.unwrap_or_default(),
             role,
             call_id,
+        })
+    }
+}
+
+impl AttachRequest {
+    pub fn parse(body: &Map<String, Value>) -> Checked<Self> {
+        let mut f = Fields::new(body);
+        let role = f.required_non_empty_string("role");
+        let url = f.call_url("url");
+        let api_key = f.api_key("api_key_env");
+        f.finish()?;
+        Ok(Self {
+            role: role.unwrap_or_default(),
+            url: url.unwrap_or_default(),
+            api_key: api_key.flatten(),
+        })
+    }
+}
+
+impl DetachRequest {
+    pub fn parse(body: &Map<String, Value>) -> Checked<Self> {
+        let mut f = Fields::new(body);
+        let role = f.required_non_empty_string("role");
+        let url = f.required_non_empty_string("url");
+        f.finish()?;
+        Ok(Self {
+            role: role.unwrap_or_default(),
+            url: url.unwrap_or_default(),
         })
     }
 }
@@ -283,6 +328,75 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// The websocket URL of a live call: `wss://` anywhere, or `ws://` on loopback only (an
+    /// unencrypted connection carries the conversation and the API key).
+    fn call_url(&mut self, field: &str) -> Option<String> {
+        let written = self.string(field, None)?;
+        let fail = |why: &str| {
+            format!(
+                "{why}: the call's URL must be wss://, or ws:// on loopback (localhost, 127.x.x.x or [::1]), e.g. wss://api.openai.com/v1/realtime?call_id=rtc_123"
+            )
+        };
+        let url = match url::Url::parse(&written) {
+            Ok(url) => url,
+            Err(e) => {
+                self.fail(
+                    field,
+                    "value_error",
+                    fail(&format!("{written:?} is not a URL ({e})")),
+                );
+                return None;
+            }
+        };
+        let loopback = match url.host() {
+            Some(url::Host::Domain(name)) => is_loopback_host(name),
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => is_loopback_v6(&ip),
+            None => false,
+        };
+        match url.scheme() {
+            "wss" if url.host().is_some() => Some(written),
+            "ws" if loopback => Some(written),
+            "ws" => {
+                self.fail(
+                    field,
+                    "value_error",
+                    fail(&format!(
+                        "{written:?} is ws:// to a host that is not loopback"
+                    )),
+                );
+                None
+            }
+            _ => {
+                self.fail(
+                    field,
+                    "value_error",
+                    fail(&format!("{written:?} is not a websocket URL")),
+                );
+                None
+            }
+        }
+    }
+
+    /// `api_key_env`: null, or the name of a set environment variable; `Some(key)` reads it.
+    fn api_key(&mut self, field: &str) -> Option<Option<String>> {
+        let name = self.nullable_string(field)?;
+        let Some(name) = name.filter(|n| !n.is_empty()) else {
+            return Some(None);
+        };
+        match std::env::var(&name) {
+            Ok(key) => Some(Some(key)),
+            Err(_) => {
+                self.fail(
+                    field,
+                    "value_error",
+                    format!("environment variable {name} is not set on the server"),
+                );
+                None
+            }
+        }
+    }
+
     /// `timeout_seconds`: a number, > 0 and <= 300.
     fn timeout(&mut self, field: &str) -> Option<Duration> {
         let seconds = match self.body.get(field) {
@@ -423,6 +537,41 @@ mod tests {
         assert_eq!(e[0].kind, "missing");
         let e = ClearRequest::parse(&body(json!({"source": ""}))).unwrap_err();
         assert_eq!(e[0].kind, "string_too_short");
+    }
+
+    #[test]
+    fn attach_fields() {
+        let ok = AttachRequest::parse(&body(json!({
+            "role": "Mio", "url": "wss://api.example/v1/realtime?call_id=rtc_1", "api_key_env": null
+        })))
+        .unwrap();
+        assert_eq!((ok.role.as_str(), ok.api_key), ("Mio", None));
+        assert!(
+            AttachRequest::parse(&body(
+                json!({"role": "Mio", "url": "ws://[::1]:9/v1/realtime"})
+            ))
+            .is_ok()
+        );
+        let e = AttachRequest::parse(&body(json!({
+            "url": "ws://10.0.0.2/v1/realtime", "api_key_env": "RUNTIME_TOOLS_TEST_NEVER_SET"
+        })))
+        .unwrap_err();
+        assert_eq!(
+            failing_fields(&e),
+            ["body.role", "body.url", "body.api_key_env"]
+        );
+        assert!(
+            e[1].msg.contains("is ws:// to a host that is not loopback"),
+            "{}",
+            e[1].msg
+        );
+        assert_eq!(
+            e[2].msg,
+            "environment variable RUNTIME_TOOLS_TEST_NEVER_SET is not set on the server"
+        );
+        let e =
+            AttachRequest::parse(&body(json!({"role": "Mio", "url": "https://x/"}))).unwrap_err();
+        assert!(e[0].msg.contains("is not a websocket URL"), "{}", e[0].msg);
     }
 
     #[test]

@@ -1,20 +1,27 @@
-//! `GET /api/sessions`: each character's model-session state and last sync.
+//! `GET /api/sessions` (each character's sessions and their connections), and
+//! `POST /api/sessions/attach` / `POST /api/sessions/detach` (joining a live call the app started
+//! elsewhere, and leaving it).
 
 use actix_web::{HttpResponse, web};
 use indexmap::IndexMap;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use super::error::{ApiError, ErrorBody};
+use super::body::JsonObject;
+use super::error::{ApiError, BodyRouteErrors, ErrorBody};
+use super::openapi::{AttachBody, DetachBody};
+use super::requests::{AttachRequest, DetachRequest};
 use super::{AppState, ask_router};
-use crate::actors::router::ListSessions;
+use crate::actors::router::{AttachCall, DetachCall, ListSessions};
 use crate::session::SessionReport;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(super::resource("/api/sessions").route(web::get().to(list_sessions)));
+    cfg.service(super::resource("/api/sessions").route(web::get().to(list_sessions)))
+        .service(super::resource("/api/sessions/attach").route(web::post().to(attach)))
+        .service(super::resource("/api/sessions/detach").route(web::post().to(detach)));
 }
-
-/// Each character's live model session: connection state, last sync, acknowledged tools.
+/// Each character's sessions: the summary (state, last sync, acknowledged tools) and every
+/// connection (the server's own, relays, attachments, in-process ones).
 #[utoipa::path(
     get,
     path = "/api/sessions",
@@ -40,4 +47,108 @@ pub struct SessionsResponse {
     pub ok: bool,
     /// `{role: session, ...}`, roles in configuration order (`state: "none"` without a session).
     pub sessions_by_role: IndexMap<String, SessionReport>,
+}
+
+/// Join a live call the app started elsewhere (WebRTC or SIP) for a character: a second
+/// websocket to the call's session, whose tools get the character's registered tools merged in
+/// (the call's own tools are kept) and whose calls of registered tools the server answers.
+///
+/// Returns once the call took the tools (or refused them, or did not answer in time). The
+/// attachment ends when the call ends, or on detach.
+#[utoipa::path(
+    post,
+    path = "/api/sessions/attach",
+    tag = "sessions",
+    request_body = AttachBody,
+    responses(
+        (status = 200, description = "Attached; `ok` is false (with `error`) when the call did not take the tools", body = AttachResponse),
+        BodyRouteErrors,
+        (status = 404, description = "`role` names no character", body = ErrorBody),
+        (status = 502, description = "The call's websocket could not be opened", body = ErrorBody),
+        (status = 503, description = "The router or the character's session manager did not answer", body = ErrorBody),
+    )
+)]
+async fn attach(
+    state: web::Data<AppState>,
+    JsonObject(body): JsonObject,
+) -> Result<HttpResponse, ApiError> {
+    let request = AttachRequest::parse(&body).map_err(ApiError::Validation)?;
+    let joined = ask_router(
+        &state,
+        AttachCall {
+            role: request.role.clone(),
+            url: request.url.clone(),
+            api_key: request.api_key,
+        },
+    )
+    .await??;
+    let synced = joined.map_err(|e| {
+        ApiError::BadGateway(format!("could not join the call at {}: {e}", request.url))
+    })?;
+    Ok(HttpResponse::Ok().json(AttachResponse {
+        ok: synced.is_ok(),
+        role: request.role,
+        url: request.url,
+        error: synced.err(),
+    }))
+}
+
+/// The answer to an attach.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AttachResponse {
+    /// Whether the call took the character's tools.
+    pub ok: bool,
+    pub role: String,
+    /// The call's URL, as given.
+    pub url: String,
+    /// Why the call did not take the tools, present only when `ok` is false. The attachment
+    /// stays open: the next change is sent to it again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false)]
+    pub error: Option<String>,
+}
+
+/// Leave a call joined with attach.
+#[utoipa::path(
+    post,
+    path = "/api/sessions/detach",
+    tag = "sessions",
+    request_body = DetachBody,
+    responses(
+        (status = 200, description = "Done; `detached` says whether the character was attached to that call", body = DetachResponse),
+        BodyRouteErrors,
+        (status = 404, description = "`role` names no character", body = ErrorBody),
+        (status = 503, description = "The router or the character's session manager did not answer", body = ErrorBody),
+    )
+)]
+async fn detach(
+    state: web::Data<AppState>,
+    JsonObject(body): JsonObject,
+) -> Result<HttpResponse, ApiError> {
+    let request = DetachRequest::parse(&body).map_err(ApiError::Validation)?;
+    let detached = ask_router(
+        &state,
+        DetachCall {
+            role: request.role.clone(),
+            url: request.url.clone(),
+        },
+    )
+    .await??;
+    Ok(HttpResponse::Ok().json(DetachResponse {
+        ok: true,
+        role: request.role,
+        url: request.url,
+        detached,
+    }))
+}
+
+/// The answer to a detach.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DetachResponse {
+    /// Always `true`: leaving a call the character is not in is not an error.
+    pub ok: bool,
+    pub role: String,
+    pub url: String,
+    /// Whether the character was attached to that call (and now is not).
+    pub detached: bool,
 }

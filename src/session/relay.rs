@@ -9,14 +9,19 @@
 //! sent. Pings are answered on each side. Either side closing closes the other with the same
 //! code and reason; an app that stops reading is closed past [`MAX_APP_QUEUE_BYTES`].
 
+use std::sync::Arc;
+
 use actix::io::{SinkWrite, WriteHandler};
 use actix::prelude::*;
 use actix_http::ws::{CloseCode, CloseReason, Message, ProtocolError};
 use awc::ws::{self, Frame};
 use futures_util::stream::StreamExt;
 
-use super::core::{SessionCore, rfc3339_now};
-use super::outbox::{AppOutbox, MAX_APP_QUEUE_BYTES, NOT_READING_CODE, not_reading_reason};
+use super::core::{SessionCore, Transport, rfc3339_now};
+use super::outbox::{
+    AppOutbox, MAX_APP_QUEUE_BYTES, NOT_READING_CODE, OutboxBody, not_reading_reason,
+};
+use super::settings::SessionSettings;
 use super::shell::{self, Reassembly, Shell, UpstreamSink, UpstreamSocket, Whole};
 use super::{CloseSession, ConnectionKind, ConnectionState, SessionStatus, SyncTools};
 use crate::dispatch::Dispatcher;
@@ -27,6 +32,73 @@ pub const UPSTREAM_LOST_CODE: u16 = 1014;
 
 /// The app's stream of frames, as actix-ws decodes them.
 pub type AppStream = actix_ws::MessageStream;
+
+/// What an app asked for in the relay's query string.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RelayQuery {
+    /// `character`, when given (not empty).
+    pub character: Option<String>,
+    /// Every other parameter (e.g. `model`), in order: they go upstream.
+    pub upstream: Vec<(String, String)>,
+}
+
+impl RelayQuery {
+    pub fn parse(query: &str) -> Self {
+        let mut parsed = Self::default();
+        for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
+            if key == "character" {
+                if parsed.character.is_none() && !value.is_empty() {
+                    parsed.character = Some(value.into_owned());
+                }
+            } else {
+                parsed.upstream.push((key.into_owned(), value.into_owned()));
+            }
+        }
+        parsed
+    }
+}
+
+/// `base` with the app's parameters: one that `base` already has is replaced, the others are
+/// added, so an app may choose e.g. its `model`.
+pub fn upstream_url(base: &str, parameters: &[(String, String)]) -> Result<String, String> {
+    let mut url = url::Url::parse(base).map_err(|e| format!("{base:?} is not a URL: {e}"))?;
+    if parameters.is_empty() {
+        return Ok(url.into());
+    }
+    let kept: Vec<(String, String)> = url
+        .query_pairs()
+        .filter(|(k, _)| !parameters.iter().any(|(p, _)| p == k))
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    url.query_pairs_mut()
+        .clear()
+        .extend_pairs(kept.iter().chain(parameters));
+    Ok(url.into())
+}
+
+/// A connected upstream websocket and where it goes.
+pub struct Upstream {
+    pub url: String,
+    socket: UpstreamSocket,
+}
+
+/// Opens the model's side of a relay: the character's URL with the app's parameters, and its
+/// configured key or, when it has none, the app's own `Authorization`.
+pub async fn connect_upstream(
+    settings: &SessionSettings,
+    query: &RelayQuery,
+    app_authorization: Option<String>,
+) -> Result<Upstream, String> {
+    let url = upstream_url(&settings.url, &query.upstream)?;
+    let authorization = match settings.api_key().map_err(|e| format!("{e:#}"))? {
+        Some(key) => Some(shell::bearer(&key)),
+        None => app_authorization,
+    };
+    let socket = shell::connect(&url, authorization.as_deref())
+        .await
+        .map_err(|e| format!("could not connect to the model at {url}: {e}"))?;
+    Ok(Upstream { url, socket })
+}
 
 pub struct Relay {
     core: SessionCore,
@@ -42,17 +114,20 @@ pub struct Relay {
 }
 
 impl Relay {
-    /// Starts relaying between the app (`app_stream` in, `app` out) and the connected
-    /// `socket`, for the character and settings `core` was made with.
-    pub fn start(
-        core: SessionCore,
-        upstream: String,
-        socket: UpstreamSocket,
+    /// Starts relaying between the app (`app_stream` in; the returned body, the websocket
+    /// response's, out) and `upstream`. It starts with no tools: joining the character's
+    /// sessions brings the current list.
+    pub fn open(
+        character: String,
+        settings: &SessionSettings,
+        upstream: Upstream,
         app_stream: AppStream,
-        app: AppOutbox,
         dispatcher: Dispatcher,
-    ) -> Addr<Self> {
-        Relay::create(|ctx| {
+    ) -> (Addr<Self>, OutboxBody) {
+        let core = SessionCore::new(character, Transport::Relay, settings, Arc::from([]));
+        let (app, body) = AppOutbox::new();
+        let Upstream { url, socket } = upstream;
+        let relay = Relay::create(|ctx| {
             // Frames are handled in arrival order, each side's in its own stream; an unbounded
             // mailbox never parks the manager that sends tool lists.
             ctx.set_mailbox_capacity(0);
@@ -61,7 +136,7 @@ impl Relay {
             ctx.add_stream(app_stream);
             Relay {
                 core,
-                upstream,
+                upstream: url,
                 dispatcher,
                 since: rfc3339_now(),
                 sink: Some(SinkWrite::new(sink, ctx)),
@@ -70,7 +145,8 @@ impl Relay {
                 from_app: Reassembly::default(),
                 sync_timer: None,
             }
-        })
+        });
+        (relay, body)
     }
 
     fn send_to_app(&mut self, message: Message, ctx: &mut Context<Self>) {
@@ -299,5 +375,29 @@ impl Handler<CloseSession> for Relay {
             description: Some("the character's sessions were closed by the server".into()),
         };
         self.end(Some(Some(reason.clone())), Some(Some(reason)), ctx);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_apps_parameters_go_upstream_and_character_stays_here() {
+        let query = RelayQuery::parse("model=gpt-realtime-mini&character=Mio&x=a%20b");
+        assert_eq!(query.character.as_deref(), Some("Mio"));
+        assert_eq!(
+            upstream_url(
+                "wss://api.example/v1/realtime?model=gpt-realtime&k=1",
+                &query.upstream
+            )
+            .unwrap(),
+            "wss://api.example/v1/realtime?k=1&model=gpt-realtime-mini&x=a+b"
+        );
+        assert_eq!(
+            upstream_url("ws://127.0.0.1:9/v1/realtime?model=m", &[]).unwrap(),
+            "ws://127.0.0.1:9/v1/realtime?model=m"
+        );
+        assert_eq!(RelayQuery::parse("character=").character, None);
     }
 }
