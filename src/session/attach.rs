@@ -38,6 +38,8 @@ pub struct Attachment {
     sync_timer: Option<SpawnHandle>,
     /// Who waits for the join, until it is settled.
     joined: Option<oneshot::Sender<Joined>>,
+    /// A close frame was sent: the call's answer ends the attachment.
+    closing: bool,
 }
 
 impl Attachment {
@@ -62,6 +64,7 @@ impl Attachment {
             fragments: Reassembly::default(),
             sync_timer: None,
             joined: Some(joined),
+            closing: false,
         };
         let addr = Attachment::create(|ctx| {
             ctx.set_mailbox_capacity(0);
@@ -129,7 +132,6 @@ impl Actor for Attachment {
 
     fn stopped(&mut self, _: &mut Self::Context) {
         tracing::info!(character = %self.core.character(), url = %self.url, "attachment ended");
-        shell::close_upstream(self, None);
         self.sink = None;
         self.core.disconnected();
     }
@@ -154,8 +156,12 @@ impl StreamHandler<Result<Frame, WsProtocolError>> for Attachment {
             Ok(Frame::Binary(_) | Frame::Pong(_)) => Ok(None),
             Ok(Frame::Close(reason)) => {
                 tracing::debug!(character = %self.core.character(), ?reason, "the call ended");
-                shell::close_upstream(self, reason);
-                ctx.stop();
+                if self.closing {
+                    ctx.stop();
+                } else {
+                    self.closing = true;
+                    shell::close_upstream(self, reason, ctx);
+                }
                 return;
             }
             Err(e) => {
@@ -207,7 +213,9 @@ impl Handler<CloseSession> for Attachment {
     type Result = ();
 
     fn handle(&mut self, _: CloseSession, ctx: &mut Self::Context) {
-        shell::close_upstream(self, Some(ws::CloseCode::Normal.into()));
-        ctx.stop();
+        if !self.closing {
+            self.closing = true;
+            shell::close_upstream(self, Some(ws::CloseCode::Normal.into()), ctx);
+        }
     }
 }

@@ -237,7 +237,6 @@ impl Handler<CloseSession> for RealtimeSession {
 
     fn handle(&mut self, _: CloseSession, ctx: &mut Self::Context) {
         self.closing = true;
-        shell::close_upstream(self, Some(ws::CloseCode::Normal.into()));
-        ctx.stop();
+        shell::close_upstream(self, Some(ws::CloseCode::Normal.into()), ctx);
     }
 }

@@ -289,15 +289,25 @@ impl SessionCore {
         }
     }
 
-    /// The character's tools changed. Returns the waiter when the session is not connected:
-    /// the list goes out on (re)connect, so the change succeeds at once.
+    /// The character's tools changed. Returns the waiter when there is nothing to wait for: the
+    /// session is not connected (the list goes out on connect, so the change succeeds at once),
+    /// or it already has this very list.
     pub fn tools_changed(
         &mut self,
         tools: Arc<[SharedTool]>,
         waiter: Option<Waiter>,
     ) -> Option<Waiter> {
+        let unchanged = same_tools(&self.registered, &tools);
         self.registered = tools;
         if !self.connected {
+            return waiter;
+        }
+        // The list the session has (or is getting) already: e.g. the one a relay starts with,
+        // sent again as it joins its character's sessions. After a failed update it goes again.
+        if unchanged
+            && self.sync.in_flight().is_none()
+            && self.last_sync.as_ref().is_none_or(|s| s.ok)
+        {
             return waiter;
         }
         if self.sync.changed(waiter).is_some() && self.ready {
@@ -671,6 +681,11 @@ impl SessionCore {
             protocol::response_create(&event_id).to_string(),
         ));
     }
+}
+
+/// The same tool definitions (the very same registrations), in the same order.
+fn same_tools(a: &[SharedTool], b: &[SharedTool]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(a, b)| Arc::ptr_eq(a, b))
 }
 
 /// Whether an acknowledgement echoing `echoed` answers an update that carried `expected`

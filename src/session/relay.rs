@@ -111,6 +111,8 @@ pub struct Relay {
     from_upstream: Reassembly,
     from_app: Reassembly,
     sync_timer: Option<SpawnHandle>,
+    /// Closing: frames still arriving are dropped.
+    ending: bool,
 }
 
 impl Relay {
@@ -144,6 +146,7 @@ impl Relay {
                 from_upstream: Reassembly::default(),
                 from_app: Reassembly::default(),
                 sync_timer: None,
+                ending: false,
             }
         });
         (relay, body)
@@ -157,8 +160,7 @@ impl Relay {
             };
             tracing::warn!(character = %self.core.character(), limit = MAX_APP_QUEUE_BYTES, "closing a relay whose app stopped reading");
             self.app.abort(reason.clone());
-            shell::close_upstream(self, Some(reason));
-            ctx.stop();
+            self.end(None, Some(Some(reason)), ctx);
         }
     }
 
@@ -193,13 +195,17 @@ impl Relay {
         to_upstream: Option<Option<CloseReason>>,
         ctx: &mut Context<Self>,
     ) {
+        if self.ending {
+            return;
+        }
+        self.ending = true;
         if let Some(reason) = to_app {
             self.app.close(reason);
         }
-        if let Some(reason) = to_upstream {
-            shell::close_upstream(self, reason);
+        match to_upstream {
+            Some(reason) => shell::close_upstream(self, reason, ctx),
+            None => ctx.stop(),
         }
-        ctx.stop();
     }
 }
 
@@ -232,9 +238,8 @@ impl Actor for Relay {
 
     fn stopped(&mut self, _: &mut Self::Context) {
         tracing::info!(character = %self.core.character(), "relay closed");
-        // Whatever ended it, neither side is left open.
+        // Whatever ended it, the app's side is not left open; the model's closes with the sink.
         self.app.close(None);
-        shell::close_upstream(self, None);
         self.sink = None;
         self.core.disconnected();
     }
@@ -264,6 +269,13 @@ fn lost(why: &str) -> CloseReason {
 /// Frames from the model.
 impl StreamHandler<Result<Frame, ProtocolError>> for Relay {
     fn handle(&mut self, frame: Result<Frame, ProtocolError>, ctx: &mut Self::Context) {
+        if self.ending {
+            // Waiting for the model to answer our close: its close ends the relay.
+            if matches!(frame, Ok(Frame::Close(_)) | Err(_)) {
+                ctx.stop();
+            }
+            return;
+        }
         let whole = match frame {
             Ok(Frame::Text(bytes)) => shell::text_of(bytes).map(|t| Some(Whole::Text(t))),
             Ok(Frame::Binary(bytes)) => Ok(Some(Whole::Binary(bytes))),
@@ -276,7 +288,7 @@ impl StreamHandler<Result<Frame, ProtocolError>> for Relay {
             Ok(Frame::Close(reason)) => {
                 tracing::debug!(character = %self.core.character(), ?reason, "relay: the model closed");
                 // The same code and reason to the app; the close is echoed to complete the
-                // handshake.
+                // handshake, and the model ends the connection.
                 self.end(Some(reason.clone()), Some(reason), ctx);
                 return;
             }
@@ -293,7 +305,9 @@ impl StreamHandler<Result<Frame, ProtocolError>> for Relay {
     }
 
     fn finished(&mut self, ctx: &mut Self::Context) {
-        if !self.app.is_closed() {
+        if self.ending {
+            ctx.stop();
+        } else {
             self.end(Some(Some(lost("closed without a close frame"))), None, ctx);
         }
     }
@@ -302,6 +316,9 @@ impl StreamHandler<Result<Frame, ProtocolError>> for Relay {
 /// Frames from the app.
 impl StreamHandler<Result<Message, ProtocolError>> for Relay {
     fn handle(&mut self, message: Result<Message, ProtocolError>, ctx: &mut Self::Context) {
+        if self.ending {
+            return;
+        }
         let whole = match message {
             Ok(Message::Text(text)) => Ok(Some(Whole::Text(text))),
             Ok(Message::Binary(bytes)) => Ok(Some(Whole::Binary(bytes))),
@@ -314,6 +331,12 @@ impl StreamHandler<Result<Message, ProtocolError>> for Relay {
             Ok(Message::Close(reason)) => {
                 tracing::debug!(character = %self.core.character(), ?reason, "relay: the app closed");
                 self.end(Some(reason.clone()), Some(reason), ctx);
+                return;
+            }
+            // The app's connection ended under it (the app exited): as a stream that ended.
+            Err(ProtocolError::Io(e)) => {
+                tracing::debug!(character = %self.core.character(), error = %e, "relay: the app's connection ended");
+                StreamHandler::<Result<Message, ProtocolError>>::finished(self, ctx);
                 return;
             }
             Err(e) => Err(e.to_string()),
@@ -333,13 +356,11 @@ impl StreamHandler<Result<Message, ProtocolError>> for Relay {
     }
 
     fn finished(&mut self, ctx: &mut Self::Context) {
-        if !self.app.is_closed() {
-            let reason = CloseReason {
-                code: CloseCode::Away,
-                description: Some("the app's connection ended without a close frame".into()),
-            };
-            self.end(Some(None), Some(Some(reason)), ctx);
-        }
+        let reason = CloseReason {
+            code: CloseCode::Away,
+            description: Some("the app's connection ended without a close frame".into()),
+        };
+        self.end(Some(None), Some(Some(reason)), ctx);
     }
 }
 

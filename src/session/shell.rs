@@ -112,11 +112,22 @@ pub fn send_upstream<A: Shell>(act: &mut A, message: ws::Message, ctx: &mut Cont
     }
 }
 
-/// Closes the upstream websocket with `reason` (the write half ends after the close frame).
-pub fn close_upstream<A: Shell>(act: &mut A, reason: Option<CloseReason>) {
-    if let Some(sink) = act.upstream() {
-        let _ = sink.write(ws::Message::Close(reason));
-        sink.close();
+/// How long a closing actor waits for its close frame to leave before it drops the connection.
+pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
+
+/// Sends the upstream websocket a close frame with `reason`; the actor stops when the model
+/// answers it and ends the connection (its stream finishes), or after [`CLOSE_GRACE`]. Stopping
+/// at once would drop the frame unsent, and a client that shuts its side down right after the
+/// frame leaves the server reading an end of stream instead of the close (RFC 6455 §7.1.1: the
+/// server closes the TCP connection).
+pub fn close_upstream<A: Shell>(act: &mut A, reason: Option<CloseReason>, ctx: &mut Context<A>) {
+    let written = act
+        .upstream()
+        .is_some_and(|sink| sink.write(ws::Message::Close(reason)).is_ok());
+    if written {
+        ctx.run_later(CLOSE_GRACE, |_, ctx| ctx.stop());
+    } else {
+        ctx.stop();
     }
 }
 

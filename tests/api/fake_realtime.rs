@@ -1,8 +1,10 @@
 //! A protocol-faithful fake of an OpenAI-Realtime-style server: actix-web + actix-ws on port 0.
 //!
-//! It greets each connection with `session.created`, records every client event, answers
-//! `session.update` according to its [`AckMode`], and lets a test push server events, drop the
-//! connection, and wait (with a deadline) for the events it expects.
+//! It greets each connection with `session.created` (listing the tools a test gave it, as a live
+//! call's session would), records every client event (and each text frame exactly as sent, each
+//! binary frame, each close), answers `session.update` according to its [`AckMode`], and lets a
+//! test push server events and binary frames, close or drop the connection, and wait (with a
+//! deadline) for what it expects.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,6 +35,16 @@ pub enum AckMode {
 struct Shared {
     /// Client events, in arrival order, over every connection.
     events: Vec<Value>,
+    /// Every text frame exactly as it arrived, in order.
+    texts: Vec<String>,
+    /// Every binary frame, in order.
+    binaries: Vec<Vec<u8>>,
+    /// The close frames clients sent: `(code, reason)`.
+    closes: Vec<(u16, String)>,
+    /// Path and query of each handshake.
+    targets: Vec<String>,
+    /// The tools `session.created` lists.
+    created_tools: Vec<Value>,
     /// Authorization headers seen at each handshake.
     authorizations: Vec<Option<String>>,
     connections: usize,
@@ -111,6 +123,70 @@ impl FakeRealtime {
         self.shared.lock().unwrap().authorizations.clone()
     }
 
+    pub fn texts(&self) -> Vec<String> {
+        self.shared.lock().unwrap().texts.clone()
+    }
+
+    pub fn binaries(&self) -> Vec<Vec<u8>> {
+        self.shared.lock().unwrap().binaries.clone()
+    }
+
+    pub fn closes(&self) -> Vec<(u16, String)> {
+        self.shared.lock().unwrap().closes.clone()
+    }
+
+    /// Path and query of each handshake, in order.
+    pub fn targets(&self) -> Vec<String> {
+        self.shared.lock().unwrap().targets.clone()
+    }
+
+    /// The tools `session.created` lists from now on (a call's session has the app's).
+    pub fn set_created_tools(&self, tools: Vec<Value>) {
+        self.shared.lock().unwrap().created_tools = tools;
+    }
+
+    /// Waits until `done` holds over the fake's records; returns its value.
+    pub async fn wait_until<T>(
+        &self,
+        what: &str,
+        mut done: impl FnMut(&FakeRealtime) -> Option<T>,
+    ) -> T {
+        let mut rx = self.changed.subscribe();
+        let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
+        loop {
+            if let Some(found) = done(self) {
+                return found;
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                _ => panic!(
+                    "timed out waiting for {what}; events so far: {:#?}",
+                    self.events()
+                ),
+            }
+        }
+    }
+
+    /// Sends a binary frame to the connected client.
+    pub async fn push_binary(&self, bytes: Vec<u8>) {
+        let session = self.shared.lock().unwrap().session.clone();
+        let mut session = session.expect("a client is connected");
+        session.binary(bytes).await.expect("binary sent");
+    }
+
+    /// Closes the current connection with a close frame carrying `code` and `reason`.
+    pub async fn close_with(&self, code: u16, reason: &str) {
+        let session = self.shared.lock().unwrap().session.take();
+        if let Some(session) = session {
+            let _ = session
+                .close(Some(actix_ws::CloseReason {
+                    code: actix_ws::CloseCode::from(code),
+                    description: Some(reason.to_owned()),
+                }))
+                .await;
+        }
+    }
+
     fn notify(&self) {
         self.changed.send_modify(|n| *n += 1);
     }
@@ -178,6 +254,15 @@ impl FakeRealtime {
         session.text(event.to_string()).await.expect("event sent");
     }
 
+    /// Sends a server event if a client is still connected; false once it is gone.
+    pub async fn try_push(&self, event: Value) -> bool {
+        let session = self.shared.lock().unwrap().session.clone();
+        match session {
+            Some(mut session) => session.text(event.to_string()).await.is_ok(),
+            None => false,
+        }
+    }
+
     /// Sends a text frame as it is (not necessarily JSON) to the connected client.
     pub async fn push_text(&self, text: &str) {
         let session = self.shared.lock().unwrap().session.clone();
@@ -224,6 +309,7 @@ async fn handshake(
     {
         let mut shared = fake.shared.lock().unwrap();
         shared.connections += 1;
+        shared.targets.push(req.uri().to_string());
         shared.authorizations.push(
             req.headers()
                 .get("authorization")
@@ -233,12 +319,28 @@ async fn handshake(
     }
     fake.notify();
     actix_web::rt::spawn(async move {
-        let created = json!({"type": "session.created", "event_id": "srv_0", "session": {"type": "realtime", "id": "sess_fake"}});
+        let tools = fake.shared.lock().unwrap().created_tools.clone();
+        let created = json!({"type": "session.created", "event_id": "srv_0", "session": {"type": "realtime", "id": "sess_fake", "tools": tools}});
         let _ = session.text(created.to_string()).await;
         while let Some(Ok(message)) = stream.next().await {
-            let actix_ws::Message::Text(text) = message else {
-                continue;
+            let text = match message {
+                actix_ws::Message::Text(text) => text,
+                actix_ws::Message::Binary(bytes) => {
+                    fake.shared.lock().unwrap().binaries.push(bytes.to_vec());
+                    fake.notify();
+                    continue;
+                }
+                actix_ws::Message::Close(reason) => {
+                    let (code, reason) = reason
+                        .map(|r| (u16::from(r.code), r.description.unwrap_or_default()))
+                        .unwrap_or((1005, String::new()));
+                    fake.shared.lock().unwrap().closes.push((code, reason));
+                    fake.notify();
+                    break;
+                }
+                _ => continue,
             };
+            fake.shared.lock().unwrap().texts.push(text.to_string());
             let event: Value =
                 serde_json::from_str(&text).unwrap_or(Value::String(text.to_string()));
             // The mode in force when the event is recorded decides the answer: a test that

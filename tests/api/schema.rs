@@ -9,19 +9,19 @@ use serde_json::Value;
 
 static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 
-fn repo_file(path: &str) -> PathBuf {
+pub fn repo_file(path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
 }
 
 /// The virtualenv's python, created and provisioned on first use.
-fn python() -> Result<PathBuf, String> {
+pub fn python() -> Result<PathBuf, String> {
     PYTHON
         .get_or_init(|| {
             let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("test-venv");
             let python = venv.join("bin/python");
             let ready = |p: &PathBuf| {
                 Command::new(p)
-                    .args(["-c", "import openai.types.realtime"])
+                    .args(["-c", "import openai.types.realtime, websockets"])
                     .status()
                     .is_ok_and(|s| s.success())
             };
