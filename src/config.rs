@@ -236,6 +236,29 @@ mod tests {
     }
 
     #[test]
+    fn session_mode_is_client_unless_relay_is_asked_for() {
+        use crate::session::settings::SessionMode;
+        let session = |extra: &str| {
+            format!(
+                "[[character]]\nname = \"Mio\"\n[character.session]\nkind = \"openai-realtime\"\n\
+                 url = \"ws://127.0.0.1:9/v1/realtime\"\n{extra}"
+            )
+        };
+        let mode = |extra: &str| {
+            Settings::from_toml(&session(extra)).unwrap().characters[0]
+                .session
+                .as_ref()
+                .unwrap()
+                .mode
+        };
+        assert_eq!(mode(""), SessionMode::Client);
+        assert_eq!(mode("mode = \"client\"\n"), SessionMode::Client);
+        assert_eq!(mode("mode = \"relay\"\n"), SessionMode::Relay);
+        let e = error_of(&session("mode = \"proxy\"\n"));
+        assert!(e.contains("mode") && e.contains("proxy"), "{e}");
+    }
+
+    #[test]
     fn from_file_names_the_file() {
         let dir = std::env::temp_dir().join(format!("rt-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

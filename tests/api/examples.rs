@@ -1,6 +1,8 @@
 //! The examples under `examples/` work, so they cannot rot: the Python plugin registers its tool,
 //! answers a call, registers again after the server restarts and clears its tools on SIGTERM;
-//! the Rust in-process plugin's `run` registers an actor tool and calls it over HTTP.
+//! the Rust in-process plugin's `run` registers an actor tool and calls it over HTTP; the
+//! in-process session's `run` joins a character, takes its tools and has its model call one; the
+//! Python realtime app talks to the fake model through the relay with the official SDK.
 //!
 //! The configuration file of `examples/` and the one shown in the README load, too.
 //!
@@ -12,25 +14,37 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use runtime_tools::config::Settings;
+use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::settings::{SessionMode, SessionSettings};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::helpers::{TestApp, settings, spawn_app, spawn_app_with};
+use crate::callback_server::{CallbackServer, Reply};
+use crate::fake_realtime::{AckMode, FakeRealtime};
+use crate::helpers::{TestApp, settings, spawn_app, spawn_app_with, tool_body};
+use crate::schema::python;
 
 #[allow(dead_code)]
 #[path = "../../examples/inprocess_plugin.rs"]
 mod inprocess_plugin;
+
+#[allow(dead_code)]
+#[path = "../../examples/inprocess_session.rs"]
+mod inprocess_session;
 
 /// Longest wait for the plugin to start, register, notice a restart or stop (a loaded machine).
 const DEADLINE: Duration = Duration::from_secs(60);
 
 const WEATHER_PLUGIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/weather_plugin.py");
 
+const REALTIME_APP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/realtime_app.py");
+
 const EXAMPLE_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/runtime-tools.toml");
 
 const README: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
 
-/// `examples/weather_plugin.py` as a child process; killed if a test fails before stopping it.
+/// An example run as a child process (`examples/weather_plugin.py`,
+/// `examples/realtime_app.py`); killed if a test fails before stopping it.
 struct WeatherPlugin {
     /// `None` once it has been waited for.
     child: Option<std::process::Child>,
@@ -42,9 +56,21 @@ struct WeatherPlugin {
 
 impl WeatherPlugin {
     fn start(server: &str) -> Self {
-        let mut child = Command::new("python3")
-            .arg(WEATHER_PLUGIN)
-            .args(["--server", server, "--port", "0", "--poll-interval", "0.1"])
+        let mut command = Command::new("python3");
+        command.arg(WEATHER_PLUGIN).args([
+            "--server",
+            server,
+            "--port",
+            "0",
+            "--poll-interval",
+            "0.1",
+        ]);
+        Self::run(command)
+    }
+
+    /// Runs `command` with its stdout followed line by line.
+    fn run(mut command: Command) -> Self {
+        let mut child = command
             .env("PYTHONUNBUFFERED", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -241,6 +267,136 @@ async fn inprocess_plugin_example_calls_its_actor_tool_over_http() {
                "output": {"celsius": 28.0, "fahrenheit": 28.0 * 9.0 / 5.0 + 32.0, "calls_answered": 1},
                "is_error": false})
     );
+}
+
+#[actix_web::test]
+async fn inprocess_session_example_takes_the_tools_and_its_model_calls_one() {
+    let outcome = inprocess_session::run().await.expect("the example runs");
+    // The join's list (empty), then the registration's.
+    assert_eq!(outcome["updates"], 2);
+    assert_eq!(outcome["answer"], r#"{"fahrenheit":82.4}"#);
+    let connections = &outcome["connections"];
+    assert_eq!(
+        connections.as_array().map(Vec::len),
+        Some(1),
+        "{connections}"
+    );
+    assert_eq!(connections[0]["kind"], "embedded");
+    assert_eq!(connections[0]["acknowledged_tools"], 1);
+    assert_eq!(connections[0]["calls_answered"], 1);
+    assert_eq!(connections[0]["last_sync"]["ok"], true);
+}
+
+#[actix_web::test]
+async fn realtime_app_example_talks_through_the_relay() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let weather = CallbackServer::with("/cb", Reply::output(json!({"temperature_c": 28})));
+    let mut config = settings(&["Mio"]);
+    let mut session = SessionSettings::new(&fake.url, Dialect::Openai);
+    session.mode = SessionMode::Relay;
+    config.characters[0].session = Some(session);
+    let app = spawn_app_with(config).await;
+    let (status, _) = app
+        .register(&tool_body(
+            "get_weather",
+            &weather.url("/cb"),
+            "plugin:weather",
+        ))
+        .await;
+    assert_eq!(status, 200);
+
+    let mut command = Command::new(python().expect("the test virtualenv is ready"));
+    command.arg(REALTIME_APP).args([
+        "--server",
+        &format!("ws://{}/v1", app.addr),
+        "--character",
+        "Mio",
+    ]);
+    let mut example = WeatherPlugin::run(command);
+    assert_eq!(
+        example.expect_line("session tools: ").await,
+        "session tools: app_clock, get_weather"
+    );
+    // The question, then the request for a response, from the app.
+    fake.wait_for("the app's response.create", |events| {
+        events
+            .iter()
+            .any(|e| e["type"] == "response.create" && e.get("event_id").is_none())
+            .then_some(())
+    })
+    .await;
+    let asked = fake.events_of("conversation.item.create");
+    assert_eq!(
+        asked[0]["item"]["content"],
+        json!([{"type": "input_text", "text": "What is the weather in Tokyo?"}])
+    );
+
+    // The model calls the registered tool: the server answers it, the app only reports it.
+    for event in model_call("r1", "c1", "get_weather") {
+        fake.push(event).await;
+    }
+    assert_eq!(
+        example.expect_line("the model calls ").await,
+        "the model calls get_weather; the server answers it"
+    );
+    fake.wait_for("the server's answer", |events| {
+        events
+            .iter()
+            .any(|e| {
+                e["item"]["call_id"] == "c1" && e["item"]["output"] == "{\"temperature_c\":28}"
+            })
+            .then_some(())
+    })
+    .await;
+    // Then the app's own tool: the app answers it.
+    for event in model_call("r2", "c2", "app_clock") {
+        fake.push(event).await;
+    }
+    assert_eq!(
+        example.expect_line("answering ").await,
+        "answering app_clock myself"
+    );
+    fake.wait_for("the app's answer", |events| {
+        events
+            .iter()
+            .any(|e| e["item"]["call_id"] == "c2" && e["item"]["type"] == "function_call_output")
+            .then_some(())
+    })
+    .await;
+    // And the model's words end the run.
+    fake.push(
+        json!({"type": "response.output_text.delta", "event_id": "srv_t", "response_id": "r3",
+                     "item_id": "i3", "output_index": 0, "content_index": 0,
+                     "delta": "Sunny and 28 °C in Tokyo."}),
+    )
+    .await;
+    fake.push(json!({"type": "response.done", "event_id": "srv_d3",
+                     "response": {"id": "r3", "status": "completed", "output": []}}))
+        .await;
+    assert_eq!(
+        example.expect_line("model: ").await,
+        "model: Sunny and 28 °C in Tokyo."
+    );
+    assert_eq!(example.expect_line("done").await, "done");
+    assert_eq!(example.wait_exit().await, Some(0));
+    assert_eq!(
+        weather.received().len(),
+        1,
+        "only the registered tool reached its callback"
+    );
+}
+
+/// A function call of the model and the end of its response.
+fn model_call(response_id: &str, call_id: &str, name: &str) -> [Value; 2] {
+    [
+        json!({"type": "response.function_call_arguments.done", "event_id": format!("srv_{call_id}"),
+               "response_id": response_id, "item_id": format!("item_{call_id}"), "output_index": 0,
+               "call_id": call_id, "name": name, "arguments": "{\"city\": \"Tokyo\"}"}),
+        json!({"type": "response.done", "event_id": format!("srv_done_{response_id}"),
+               "response": {"id": response_id, "status": "completed", "output": [
+                   {"type": "function_call", "id": format!("item_{call_id}"), "call_id": call_id,
+                    "name": name, "arguments": "{\"city\": \"Tokyo\"}", "status": "completed"}]}}),
+    ]
 }
 
 /// What a configuration names: `(character, session URL)` in order, and the dispatch limit.

@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod attach;
 mod auto_removal;
 mod callback_server;
 mod callback_urls;

@@ -25,6 +25,8 @@ const SERVER_ROUTES: &[(&str, &str)] = &[
     ("get", "/api/tools"),
     ("post", "/api/tools/invoke"),
     ("get", "/api/sessions"),
+    ("post", "/api/sessions/attach"),
+    ("post", "/api/sessions/detach"),
     ("get", OPENAPI),
 ];
 
@@ -304,6 +306,27 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     run("get", "/api/sessions", foreign, Body::None).await;
     run("post", "/api/sessions", None, Body::Json(json!({}))).await;
 
+    // Attach to a call (the fake, with a call id) and detach, and every error.
+    let call_url = format!("{}&call_id=rtc_doc", fake.url);
+    let attach = json!({"role": "Lanlan", "url": call_url});
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_url = format!(
+        "ws://127.0.0.1:{}/v1/realtime",
+        dead.local_addr().unwrap().port()
+    );
+    drop(dead);
+    for path in ["/api/sessions/attach", "/api/sessions/detach"] {
+        run("post", path, None, Body::Json(attach.clone())).await;
+        run("post", path, foreign, Body::Json(attach.clone())).await;
+        let nobody = json!({"role": "Nobody", "url": call_url});
+        run("post", path, None, Body::Json(nobody)).await;
+        run("get", path, None, Body::None).await;
+        run("post", path, None, too_large()).await;
+        run("post", path, None, Body::Json(json!({"role": 1}))).await;
+    }
+    let dead = json!({"role": "Lanlan", "url": dead_url});
+    run("post", "/api/sessions/attach", None, Body::Json(dead)).await;
+
     let call_body =
         json!({"name": "get_weather", "arguments": {"city": "Kyoto"}, "call_id": "call_1"});
     run("post", "/api/tools/invoke", None, Body::Json(call_body)).await;
@@ -378,6 +401,9 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
             "/api/tools/register" => register("late"),
             "/api/tools/unregister" => Body::Json(json!({"name": "late"})),
             "/api/tools/clear" => Body::Json(json!({"source": "plugin:demo"})),
+            "/api/sessions/attach" | "/api/sessions/detach" => {
+                Body::Json(json!({"role": "Lanlan", "url": "ws://127.0.0.1:9/v1/realtime"}))
+            }
             _ => Body::None,
         };
         run(method, path, None, body).await;
@@ -411,6 +437,14 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     assert_eq!(
         sessions.body["sessions_by_role"]["Mio"]["state"],
         json!("connected")
+    );
+    assert_eq!(
+        find("post", "/api/sessions/attach", 200).unwrap().body,
+        json!({"ok": true, "role": "Lanlan", "url": call_url})
+    );
+    assert_eq!(
+        find("post", "/api/sessions/detach", 200).unwrap().body,
+        json!({"ok": true, "role": "Lanlan", "url": call_url, "detached": true})
     );
     assert_eq!(
         find("get", "/api/sessions", 503).unwrap().body,

@@ -475,9 +475,20 @@ async fn sessions_route_reports_state_and_last_sync() {
         mio["last_sync"]["at"].as_str().unwrap().ends_with('Z'),
         "{mio}"
     );
+    let client = &mio["connections"][0];
+    assert_eq!(
+        (
+            client["kind"].clone(),
+            client["upstream"].clone(),
+            client["state"].clone()
+        ),
+        (json!("client"), json!(fake.url), json!("connected"))
+    );
+    assert_eq!(client["last_sync"], mio["last_sync"]);
+    assert_eq!(mio["connections"].as_array().unwrap().len(), 1);
     assert_eq!(
         body["sessions_by_role"]["Lanlan"],
-        json!({"state": "none", "last_sync": null, "acknowledged_tools": 0})
+        json!({"state": "none", "last_sync": null, "acknowledged_tools": 0, "connections": []})
     );
     let key = std::env::var("HOME").unwrap();
     assert_eq!(fake.authorizations(), [Some(format!("Bearer {key}"))]);

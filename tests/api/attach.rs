@@ -1,0 +1,261 @@
+//! Attaching to a live call (`POST /api/sessions/attach` / `detach`), against the fake realtime
+//! peer acting as the call's session (a URL with `call_id`, whose `session.created` lists the
+//! app's own tools): the call keeps its tools and gets the registered ones, the server answers
+//! only the calls of registered tools, follows the app's own tool changes, and the attachment
+//! ends with the call or on detach.
+
+use serde_json::{Value, json};
+
+use crate::callback_server::{CallbackServer, Reply};
+use crate::fake_realtime::{AckMode, EVENT_DEADLINE, FakeRealtime};
+use crate::helpers::{TestApp, spawn_app, tool_body};
+use crate::schema::validate_client_events;
+
+fn app_tool(name: &str) -> Value {
+    json!({"type": "function", "name": name, "description": "The app's own.",
+           "parameters": {"type": "object", "properties": {}}})
+}
+
+fn call(response_id: &str, call_id: &str, name: &str) -> [Value; 2] {
+    [
+        json!({"type": "response.function_call_arguments.done", "event_id": format!("srv_{call_id}"),
+               "response_id": response_id, "item_id": format!("item_{call_id}"), "output_index": 0,
+               "call_id": call_id, "name": name, "arguments": "{}"}),
+        json!({"type": "response.done", "event_id": format!("srv_done_{response_id}"),
+               "response": {"id": response_id, "status": "completed", "output": [
+                   {"type": "function_call", "id": format!("item_{call_id}"), "call_id": call_id,
+                    "name": name, "arguments": "{}", "status": "completed"}]}}),
+    ]
+}
+
+async fn push_call(fake: &FakeRealtime, response_id: &str, call_id: &str, name: &str) {
+    for event in call(response_id, call_id, name) {
+        fake.push(event).await;
+    }
+}
+
+/// Mio's connections in the sessions listing.
+async fn connections(app: &TestApp) -> Value {
+    let (status, body) = app.get("/api/sessions").await;
+    assert_eq!(status, 200);
+    body["sessions_by_role"]["Mio"]["connections"].clone()
+}
+
+#[actix_web::test]
+async fn an_attachment_keeps_the_calls_tools_and_answers_only_registered_calls() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    fake.set_created_tools(vec![app_tool("app_clock")]);
+    let weather = CallbackServer::with("/cb", Reply::output(json!({"temperature_c": 28})));
+    let app = spawn_app(&["Mio", "Lanlan"]).await;
+    let (status, _) = app
+        .register(&tool_body("get_weather", &weather.url("/cb"), "plugin:w"))
+        .await;
+    assert_eq!(status, 200);
+
+    let url = format!("{}&call_id=rtc_1", fake.url);
+    let attach = json!({"role": "Mio", "url": url, "api_key_env": "HOME"});
+    let (status, body) = app.post("/api/sessions/attach", &attach).await;
+    assert_eq!(
+        (status, body),
+        (200, json!({"ok": true, "role": "Mio", "url": url}))
+    );
+    assert_eq!(fake.targets(), ["/v1/realtime?model=fake&call_id=rtc_1"]);
+    let key = std::env::var("HOME").unwrap();
+    assert_eq!(fake.authorizations(), [Some(format!("Bearer {key}"))]);
+    // The call's own tool is kept, first; the registered one joins it.
+    let update = fake.nth_update(1).await;
+    assert_eq!(
+        update["session"],
+        json!({"type": "realtime", "tool_choice": "auto", "tools": [app_tool("app_clock"), {
+            "type": "function", "name": "get_weather", "description": "get_weather tool",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]})
+    );
+
+    // A registered tool's call is answered; the app's own is not, and its response is the
+    // app's to continue.
+    push_call(&fake, "r1", "c1", "get_weather").await;
+    push_call(&fake, "r2", "c2", "app_clock").await;
+    push_call(&fake, "r3", "c3", "get_weather").await;
+    let events = fake
+        .wait_for("the answer to c3", |events| {
+            events
+                .iter()
+                .any(|e| e["item"]["call_id"] == "c3")
+                .then(|| events.to_vec())
+        })
+        .await;
+    let answered: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "conversation.item.create")
+        .map(|e| &e["item"]["call_id"])
+        .collect();
+    assert_eq!(answered, [&json!("c1"), &json!("c3")]);
+    let last = fake
+        .wait_for("the second response.create", |events| {
+            let creates = events
+                .iter()
+                .filter(|e| e["type"] == "response.create")
+                .count();
+            (creates == 2).then_some(())
+        })
+        .await;
+    let () = last;
+    assert_eq!(weather.received().len(), 2);
+
+    // The app changes the call's tools over its own connection, leaving ours out: they are put
+    // back, with the app's new tool kept.
+    fake.push(
+        json!({"type": "session.updated", "event_id": "srv_app", "session": {
+        "type": "realtime", "tools": [app_tool("app_timer")]}}),
+    )
+    .await;
+    fake.update_with_tools(&["app_timer", "get_weather"]).await;
+
+    // A registration while attached goes into the call too, the app's tool kept.
+    let (status, body) = app
+        .register(&tool_body("lookup", &weather.url("/cb"), "plugin:w"))
+        .await;
+    assert_eq!(
+        (status, &body["affected_roles"]),
+        (200, &json!(["Mio", "Lanlan"])),
+        "{body}"
+    );
+    fake.update_with_tools(&["app_timer", "get_weather", "lookup"])
+        .await;
+
+    let listed = connections(&app).await;
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+    assert_eq!(listed[0]["kind"], "attach");
+    assert_eq!(listed[0]["upstream"], json!(url));
+    assert_eq!(listed[0]["state"], "connected");
+    assert_eq!(listed[0]["calls_answered"], 2);
+    assert_eq!(listed[0]["acknowledged_tools"], 2);
+    assert_eq!(listed[0]["clashes"], json!([]));
+
+    // Attaching again to the same call opens nothing new.
+    let (status, _) = app.post("/api/sessions/attach", &attach).await;
+    assert_eq!(status, 200);
+    assert_eq!(fake.connections(), 1);
+
+    let detach = json!({"role": "Mio", "url": url});
+    let (status, body) = app.post("/api/sessions/detach", &detach).await;
+    assert_eq!(
+        (status, body),
+        (
+            200,
+            json!({"ok": true, "role": "Mio", "url": url, "detached": true})
+        )
+    );
+    fake.wait_until("the attachment's close", |f| {
+        (!f.closes().is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(fake.closes(), [(1000, String::new())]);
+    let (status, body) = app.post("/api/sessions/detach", &detach).await;
+    assert_eq!(
+        (status, body),
+        (
+            200,
+            json!({"ok": true, "role": "Mio", "url": url, "detached": false})
+        )
+    );
+
+    let report = validate_client_events(fake.events()).await;
+    assert!(report.is_ok(), "{report:?}");
+}
+
+#[actix_web::test]
+async fn an_attachment_ends_with_the_call_and_bad_attaches_are_refused() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let app = spawn_app(&["Mio"]).await;
+    let url = format!("{}&call_id=rtc_2", fake.url);
+    let (status, body) = app
+        .post("/api/sessions/attach", &json!({"role": "Mio", "url": url}))
+        .await;
+    // Nothing registered: nothing to send, and the call's tools are left alone.
+    assert_eq!(
+        (status, body),
+        (200, json!({"ok": true, "role": "Mio", "url": url}))
+    );
+    assert_eq!(connections(&app).await.as_array().unwrap().len(), 1);
+    fake.close_with(1000, "call ended").await;
+    let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
+    while connections(&app).await != json!([]) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the attachment outlived its call"
+        );
+        actix_web::rt::task::yield_now().await;
+    }
+    assert!(fake.events_of("session.update").is_empty());
+
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_url = format!(
+        "ws://127.0.0.1:{}/v1/realtime?call_id=rtc_3",
+        dead.local_addr().unwrap().port()
+    );
+    drop(dead);
+    let (status, body) = app
+        .post(
+            "/api/sessions/attach",
+            &json!({"role": "Mio", "url": dead_url}),
+        )
+        .await;
+    assert_eq!(status, 502, "{body}");
+    let detail = body["detail"].as_str().unwrap();
+    assert!(
+        detail.starts_with(&format!("could not join the call at {dead_url}: ")),
+        "{detail}"
+    );
+
+    let (status, body) = app
+        .post(
+            "/api/sessions/attach",
+            &json!({"role": "Nobody", "url": url}),
+        )
+        .await;
+    assert_eq!(
+        (status, body),
+        (404, json!({"ok": false, "detail": "unknown role: Nobody"}))
+    );
+    let (status, body) = app
+        .post(
+            "/api/sessions/attach",
+            &json!({"role": "", "url": "ws://10.0.0.1/v1/realtime", "api_key_env": "RUNTIME_TOOLS_TEST_NEVER_SET"}),
+        )
+        .await;
+    assert_eq!(status, 422);
+    let failing: Vec<&Value> = body["detail"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| &e["loc"][1])
+        .collect();
+    assert_eq!(failing, ["role", "url", "api_key_env"]);
+    assert_eq!(
+        body["detail"][1]["msg"],
+        "\"ws://10.0.0.1/v1/realtime\" is ws:// to a host that is not loopback: the call's URL \
+         must be wss://, or ws:// on loopback (localhost, 127.x.x.x or [::1]), e.g. \
+         wss://api.openai.com/v1/realtime?call_id=rtc_123"
+    );
+    let (status, body) = app
+        .post(
+            "/api/sessions/detach",
+            &json!({"role": "Nobody", "url": url}),
+        )
+        .await;
+    assert_eq!(
+        (status, body),
+        (404, json!({"ok": false, "detail": "unknown role: Nobody"}))
+    );
+    let (status, body) = app
+        .post("/api/sessions/detach", &json!({"role": "Mio"}))
+        .await;
+    assert_eq!(
+        (status, body),
+        (
+            422,
+            json!({"ok": false, "detail": [{"loc": ["body", "url"], "msg": "Field required", "type": "missing"}]})
+        )
+    );
+}
