@@ -309,6 +309,27 @@ struct EventKind<'a> {
     kind: Cow<'a, str>,
 }
 
+/// The `type` of an event whose first member it is, read without scanning the rest: audio
+/// deltas and appends carry kilobytes of base64 after it, and nearly every event is written
+/// type first. `None` when the event does not start that way (or the type has an escape): the
+/// caller then parses the whole event.
+fn leading_type(text: &str) -> Option<&str> {
+    let rest = text.trim_start().strip_prefix('{')?.trim_start();
+    let rest = rest.strip_prefix("\"type\"")?.trim_start();
+    let rest = rest.strip_prefix(':')?.trim_start();
+    let rest = rest.strip_prefix('"')?;
+    let end = rest.find(['"', '\\'])?;
+    (rest.as_bytes()[end] == b'"').then(|| &rest[..end])
+}
+
+/// The event's `type`: the quick look, else a parse of the whole event.
+fn event_type(text: &str) -> Option<Cow<'_, str>> {
+    if let Some(kind) = leading_type(text) {
+        return Some(Cow::Borrowed(kind));
+    }
+    serde_json::from_str::<EventKind>(text).ok().map(|k| k.kind)
+}
+
 /// Just the tools of a `session.created` / `session.updated`, each kept as written; every other
 /// field is skipped unparsed.
 #[derive(Deserialize)]
@@ -353,7 +374,7 @@ fn echoed_tools(text: &str) -> Option<Vec<ForeignTool>> {
 pub fn parse_server_event(text: &str) -> Result<ServerEvent, EventError> {
     // Anything the quick look cannot read goes through the full parse below, which reports it.
     if text.trim_start().starts_with('{')
-        && let Ok(EventKind { kind }) = serde_json::from_str::<EventKind>(text)
+        && let Some(kind) = event_type(text)
     {
         match &*kind {
             "error" | "response.function_call_arguments.done" | "response.done" => {}
@@ -472,8 +493,7 @@ pub struct AppUpdate {
 /// unchanged.
 pub fn app_session_update(dialect: Dialect, tools: &[SharedTool], text: &str) -> Option<AppUpdate> {
     // The cheap look first: audio appends are most of what an app sends.
-    let kind = serde_json::from_str::<EventKind>(text).ok()?;
-    if kind.kind != "session.update" {
+    if event_type(text)? != "session.update" {
         return None;
     }
     let Ok(Value::Object(mut event)) = serde_json::from_str::<Value>(text) else {
@@ -756,6 +776,27 @@ mod tests {
         .unwrap();
         assert_eq!(update.rewritten, None);
         assert_eq!(update.names, None);
+    }
+
+    #[test]
+    fn the_type_is_read_without_the_rest_when_it_comes_first() {
+        assert_eq!(leading_type(r#"{"type":"a.b","x":1}"#), Some("a.b"));
+        assert_eq!(leading_type(" {\n \"type\" : \"a\" }"), Some("a"));
+        assert_eq!(leading_type(r#"{"event_id":"e","type":"a"}"#), None);
+        assert_eq!(
+            leading_type(r#"{"type":"a\u002eb"}"#),
+            None,
+            "escapes take the long way"
+        );
+        assert_eq!(
+            event_type(r#"{"event_id":"e","type":"a"}"#).as_deref(),
+            Some("a")
+        );
+        assert_eq!(event_type(r#"{"type":"a\u002eb"}"#).as_deref(), Some("a.b"));
+        assert_eq!(
+            parse_server_event(r#"{"event_id":"e","type":"session.updated","session":{}}"#),
+            Ok(ServerEvent::SessionUpdated { tools: None })
+        );
     }
 
     #[test]

@@ -1,0 +1,298 @@
+//! Relay benchmark: what the relay (`GET /v1/realtime`) adds to each event it forwards, with
+//! many characters streaming audio at once.
+//!
+//! An echo model (actix-web + actix-ws, one worker, in this process) answers every
+//! `input_audio_buffer.append` with a `response.output_audio.delta` carrying the same audio. 64
+//! apps (awc websockets, in this process) each stream audio-sized appends at a fixed cadence and
+//! time each round trip: first straight to the echo model (the floor), then through the server
+//! (the release binary, a child process, one relaying character per app). A round trip through
+//! the relay forwards two events (the append up, the delta down), so the added latency per
+//! forwarded event is half the difference of the round trips. The server's CPU time (utime +
+//! stime from `/proc`, 100 ticks a second) over the relayed run, divided by the events it
+//! forwarded, is its CPU per event. Every app checks that every echo came back, in order, with
+//! its audio byte for byte: a lost, reordered or altered event fails the run.
+//!
+//! Figures and method: docs/benchmarks.md. Run: `cargo bench --bench relay` (options:
+//! `-- --apps N --events N --interval-ms N --audio-bytes N`).
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
+use base64::Engine;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::Value;
+
+/// Apps streaming at once (the issue's 64 characters).
+const APPS: usize = 64;
+/// Appends each app sends.
+const EVENTS: usize = 500;
+/// Time between two appends of one app: 5 times real time for 100 ms chunks. The apps' cadences
+/// are spread over the interval.
+const INTERVAL: Duration = Duration::from_millis(20);
+/// Raw audio per append: 100 ms of 24 kHz, 16-bit mono (6 400 characters in base64).
+const AUDIO_BYTES: usize = 4800;
+/// Longest a run may take before it is declared stuck.
+const RUN_DEADLINE: Duration = Duration::from_secs(120);
+/// Kernel clock ticks per second of `/proc/<pid>/stat` (USER_HZ, 100 on Linux).
+const TICKS_PER_SECOND: f64 = 100.0;
+
+struct Options {
+    apps: usize,
+    events: usize,
+    interval: Duration,
+    audio_bytes: usize,
+}
+
+fn options() -> Options {
+    let mut o = Options {
+        apps: APPS,
+        events: EVENTS,
+        interval: INTERVAL,
+        audio_bytes: AUDIO_BYTES,
+    };
+    let args: Vec<String> = std::env::args().collect();
+    let mut i = 1;
+    while i < args.len() {
+        let value = || args.get(i + 1).and_then(|v| v.parse::<u64>().ok());
+        match args[i].as_str() {
+            "--apps" => o.apps = value().expect("--apps N") as usize,
+            "--events" => o.events = value().expect("--events N") as usize,
+            "--interval-ms" => {
+                o.interval = Duration::from_millis(value().expect("--interval-ms N"))
+            }
+            "--audio-bytes" => o.audio_bytes = value().expect("--audio-bytes N") as usize,
+            // `cargo bench` passes `--bench`; anything else is not ours.
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        i += 2;
+    }
+    o
+}
+
+/// The echo model: each append comes back as an audio delta with the same audio.
+async fn echo(req: HttpRequest, body: web::Payload) -> actix_web::Result<HttpResponse> {
+    let (response, mut session, stream) = actix_ws::handle(&req, body)?;
+    let mut stream = stream.max_frame_size(16 << 20);
+    actix_web::rt::spawn(async move {
+        while let Some(Ok(message)) = stream.next().await {
+            if let actix_ws::Message::Text(text) = message
+                && text.starts_with(APPEND_PREFIX)
+            {
+                let delta = format!("{DELTA_PREFIX}{}", &text[APPEND_PREFIX.len()..]);
+                if session.text(delta).await.is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    Ok(response)
+}
+
+const APPEND_PREFIX: &str = r#"{"type":"input_audio_buffer.append","#;
+const DELTA_PREFIX: &str = r#"{"type":"response.output_audio.delta","response_id":"r","item_id":"i","output_index":0,"content_index":0,"#;
+
+/// One app's run: round-trip times in microseconds, in order. App `index` starts its cadence
+/// `index / apps` of an interval after the first, as independent apps would: not all at once.
+async fn app(
+    index: usize,
+    url: String,
+    o: Arc<Options>,
+    audio: Arc<String>,
+) -> Result<Vec<f64>, String> {
+    let (_, framed) = awc::Client::builder()
+        .max_http_version(awc::http::Version::HTTP_11)
+        .timeout(Duration::from_secs(30))
+        .finish()
+        .ws(url.as_str())
+        .max_frame_size(16 << 20)
+        .connect()
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    let (mut sink, mut stream) = framed.split();
+    let sent: Arc<Mutex<Vec<Instant>>> = Arc::new(Mutex::new(Vec::with_capacity(o.events)));
+    let reader = {
+        let (sent, audio, events) = (sent.clone(), audio.clone(), o.events);
+        actix_web::rt::spawn(async move {
+            let mut rtts = Vec::with_capacity(events);
+            while rtts.len() < events {
+                let frame = match stream.next().await {
+                    Some(Ok(frame)) => frame,
+                    Some(Err(e)) => return Err(format!("read: {e}")),
+                    None => return Err(format!("closed after {} echoes", rtts.len())),
+                };
+                let awc::ws::Frame::Text(bytes) = frame else {
+                    continue;
+                };
+                let now = Instant::now();
+                let event: Value = serde_json::from_slice(&bytes).map_err(|e| e.to_string())?;
+                if event["type"] != "response.output_audio.delta" {
+                    continue; // the model's greeting, if any
+                }
+                let seq: usize = event["event_id"]
+                    .as_str()
+                    .and_then(|id| id.strip_prefix("a_"))
+                    .and_then(|n| n.parse().ok())
+                    .ok_or("an echo without its sequence number")?;
+                if seq != rtts.len() {
+                    return Err(format!("echo {seq} arrived where {} was due", rtts.len()));
+                }
+                if event["audio"].as_str() != Some(audio.as_str()) {
+                    return Err(format!("echo {seq} did not carry the audio byte for byte"));
+                }
+                let at = sent.lock().unwrap()[seq];
+                rtts.push((now - at).as_secs_f64() * 1e6);
+            }
+            Ok(rtts)
+        })
+    };
+    let offset = o.interval.mul_f64(index as f64 / o.apps as f64);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + offset, o.interval);
+    for seq in 0..o.events {
+        tick.tick().await;
+        let append = format!(r#"{APPEND_PREFIX}"event_id":"a_{seq}","audio":"{audio}"}}"#);
+        sent.lock().unwrap().push(Instant::now());
+        sink.send(awc::ws::Message::Text(append.into()))
+            .await
+            .map_err(|e| format!("send: {e}"))?;
+    }
+    let rtts = reader.await.map_err(|e| e.to_string())??;
+    let _ = sink.send(awc::ws::Message::Close(None)).await;
+    Ok(rtts)
+}
+
+/// Every app's round trips, or the first failure.
+async fn run(urls: Vec<String>, o: Arc<Options>, audio: Arc<String>) -> Vec<f64> {
+    let apps: Vec<_> = urls
+        .into_iter()
+        .enumerate()
+        .map(|(i, url)| actix_web::rt::spawn(app(i, url, o.clone(), audio.clone())))
+        .collect();
+    let mut all = Vec::new();
+    for app in apps {
+        match tokio::time::timeout(RUN_DEADLINE, app).await {
+            Ok(Ok(Ok(rtts))) => all.extend(rtts),
+            Ok(Ok(Err(e))) => panic!("an app failed: {e}"),
+            Ok(Err(e)) => panic!("an app panicked: {e}"),
+            Err(_) => panic!("an app did not finish within {RUN_DEADLINE:?}"),
+        }
+    }
+    all
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+/// utime + stime of `pid`, in seconds.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
+    ticks / TICKS_PER_SECOND
+}
+
+/// The release server with one relaying character per app, all to the echo model.
+fn start_server(apps: usize, model: &str) -> (Child, String) {
+    let mut config = String::from("bind = \"127.0.0.1:0\"\n");
+    for i in 0..apps {
+        config.push_str(&format!(
+            "[[character]]\nname = \"c{i}\"\n[character.session]\nkind = \"openai-realtime\"\n\
+             url = \"{model}\"\nmode = \"relay\"\n"
+        ));
+    }
+    let path = std::env::temp_dir().join(format!("relay-bench-{}.toml", std::process::id()));
+    std::fs::write(&path, config).expect("config written");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_runtime-tools"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the server starts");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let address = loop {
+        let line = lines
+            .next()
+            .expect("the server prints its address")
+            .expect("a line");
+        if let Some(address) = line.strip_prefix("listening on http://") {
+            break address.trim().to_owned();
+        }
+    };
+    // Keep reading so the server never blocks on a full pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    (child, address)
+}
+
+fn summary(label: &str, rtts: &mut [f64]) -> (f64, f64) {
+    rtts.sort_by(f64::total_cmp);
+    let (p50, p99) = (percentile(rtts, 0.5), percentile(rtts, 0.99));
+    println!(
+        "{label:>8}: {} round trips, p50 {p50:.1} us, p99 {p99:.1} us",
+        rtts.len()
+    );
+    (p50, p99)
+}
+
+fn main() {
+    let o = Arc::new(options());
+    let audio = Arc::new(
+        base64::engine::general_purpose::STANDARD.encode(
+            (0..o.audio_bytes)
+                .map(|i| (i * 31 % 251) as u8)
+                .collect::<Vec<u8>>(),
+        ),
+    );
+    actix_web::rt::System::new().block_on(async move {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let model = format!("ws://{}/v1/realtime", listener.local_addr().unwrap());
+        let server = HttpServer::new(|| App::new().route("/v1/realtime", web::get().to(echo)))
+            .workers(1)
+            .listen(listener)
+            .unwrap()
+            .run();
+        actix_web::rt::spawn(server);
+
+        println!(
+            "{} apps, {} appends each every {} ms, {} audio bytes ({} base64 characters)",
+            o.apps,
+            o.events,
+            o.interval.as_millis(),
+            o.audio_bytes,
+            audio.len()
+        );
+        let direct = run(vec![model.clone(); o.apps], o.clone(), audio.clone()).await;
+        let (mut child, address) = start_server(o.apps, &model);
+        let urls: Vec<String> = (0..o.apps)
+            .map(|i| format!("ws://{address}/v1/realtime?character=c{i}"))
+            .collect();
+        let before = cpu_seconds(child.id());
+        let relayed = run(urls, o.clone(), audio.clone()).await;
+        let cpu = cpu_seconds(child.id()) - before;
+        let _ = child.kill();
+        let _ = child.wait();
+
+        let (mut direct, mut relayed) = (direct, relayed);
+        let (d50, d99) = summary("direct", &mut direct);
+        let (r50, r99) = summary("relayed", &mut relayed);
+        let forwarded = 2 * relayed.len();
+        println!(
+            "added per forwarded event: p50 {:.1} us, p99 {:.1} us; server CPU {:.2} s for {forwarded} events: {:.1} us per event; no event lost, reordered or altered",
+            (r50 - d50) / 2.0,
+            (r99 - d99) / 2.0,
+            cpu,
+            cpu * 1e6 / forwarded as f64
+        );
+    });
+}
