@@ -122,3 +122,21 @@ pub fn empty_parameters() -> Map<String, Value> {
 
 /// A shared, immutable tool definition.
 pub type SharedTool = Arc<ToolSpec>;
+
+/// Remote tools of these names (empty description and schema, `plugin:w`), for unit tests.
+#[cfg(test)]
+pub fn test_tools(names: &[&str]) -> Vec<SharedTool> {
+    names
+        .iter()
+        .map(|n| {
+            Arc::new(ToolSpec::remote(
+                *n,
+                "",
+                empty_parameters(),
+                "plugin:w",
+                CallbackUrl::parse("http://127.0.0.1:9/cb").expect("a loopback URL"),
+                Duration::from_secs(5),
+            ))
+        })
+        .collect()
+}

@@ -15,10 +15,10 @@ use futures_util::stream::StreamExt;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
-use super::core::{CLOSED_BEFORE_ACK, SessionCore, Transport, rfc3339_now};
+use super::core::{CLOSED_BEFORE_ACK, SessionCore, Transport};
 use super::settings::SessionSettings;
-use super::shell::{self, Reassembly, Shell, UpstreamSink, Whole};
-use super::{CloseSession, ConnectionKind, ConnectionState, SessionStatus, SyncTools};
+use super::shell::{self, Link, Shell, Whole};
+use super::{CloseSession, ConnectionKind, SessionStatus, SyncTools};
 use crate::dispatch::Dispatcher;
 use crate::domain::tool::SharedTool;
 
@@ -27,15 +27,8 @@ use crate::domain::tool::SharedTool;
 pub type Joined = Result<Result<(), String>, String>;
 
 pub struct Attachment {
-    core: SessionCore,
-    url: String,
+    link: Link,
     authorization: Option<String>,
-    dispatcher: Dispatcher,
-    state: ConnectionState,
-    since: String,
-    sink: Option<UpstreamSink>,
-    fragments: Reassembly,
-    sync_timer: Option<SpawnHandle>,
     /// Who waits for the join, until it is settled.
     joined: Option<oneshot::Sender<Joined>>,
     /// A close frame was sent: the call's answer ends the attachment.
@@ -53,16 +46,10 @@ impl Attachment {
         tools: Arc<[SharedTool]>,
     ) -> (Addr<Self>, oneshot::Receiver<Joined>) {
         let (joined, outcome) = oneshot::channel();
+        let core = SessionCore::new(character, Transport::Attach, settings, tools);
         let attachment = Attachment {
-            core: SessionCore::new(character, Transport::Attach, settings, tools),
-            url,
+            link: Link::new(core, ConnectionKind::Attach, url, dispatcher),
             authorization: api_key.as_deref().map(shell::bearer),
-            dispatcher,
-            state: ConnectionState::Connecting,
-            since: rfc3339_now(),
-            sink: None,
-            fragments: Reassembly::default(),
-            sync_timer: None,
             joined: Some(joined),
             closing: false,
         };
@@ -75,20 +62,8 @@ impl Attachment {
 }
 
 impl Shell for Attachment {
-    fn core(&mut self) -> &mut SessionCore {
-        &mut self.core
-    }
-
-    fn upstream(&mut self) -> Option<&mut UpstreamSink> {
-        self.sink.as_mut()
-    }
-
-    fn dispatcher(&self) -> Dispatcher {
-        self.dispatcher.clone()
-    }
-
-    fn sync_timer(&mut self) -> &mut Option<SpawnHandle> {
-        &mut self.sync_timer
+    fn link(&mut self) -> &mut Link {
+        &mut self.link
     }
 }
 
@@ -96,7 +71,7 @@ impl Actor for Attachment {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        let url = self.url.clone();
+        let url = self.link.url.clone();
         let authorization = self.authorization.clone();
         ctx.spawn(
             async move { shell::connect(&url, authorization.as_deref()).await }
@@ -105,12 +80,10 @@ impl Actor for Attachment {
                     Ok(framed) => {
                         let (sink, stream) = framed.split();
                         ctx.add_stream(stream);
-                        act.sink = Some(SinkWrite::new(sink, ctx));
-                        act.state = ConnectionState::Connected;
-                        act.since = rfc3339_now();
-                        tracing::info!(character = %act.core.character(), url = %act.url, "attached to a call");
+                        act.link.connected(SinkWrite::new(sink, ctx));
+                        tracing::info!(character = %act.link.core.character(), url = %act.link.url, "attached to a call");
                         let (first, settled) = oneshot::channel();
-                        act.core.connected(Some(first));
+                        act.link.core.connected(Some(first));
                         shell::run_effects(act, ctx);
                         if let Some(joined) = act.joined.take() {
                             actix::spawn(async move {
@@ -131,15 +104,15 @@ impl Actor for Attachment {
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
-        tracing::info!(character = %self.core.character(), url = %self.url, "attachment ended");
-        self.sink = None;
-        self.core.disconnected();
+        tracing::info!(character = %self.link.core.character(), url = %self.link.url, "attachment ended");
+        self.link.sink = None;
+        self.link.core.disconnected();
     }
 }
 
 impl WriteHandler<WsProtocolError> for Attachment {
     fn error(&mut self, err: WsProtocolError, _: &mut Self::Context) -> Running {
-        tracing::warn!(character = %self.core.character(), error = %err, "attachment write failed");
+        tracing::warn!(character = %self.link.core.character(), error = %err, "attachment write failed");
         Running::Stop
     }
 }
@@ -148,14 +121,14 @@ impl StreamHandler<Result<Frame, WsProtocolError>> for Attachment {
     fn handle(&mut self, frame: Result<Frame, WsProtocolError>, ctx: &mut Self::Context) {
         let whole = match frame {
             Ok(Frame::Text(bytes)) => shell::text_of(bytes).map(|t| Some(Whole::Text(t))),
-            Ok(Frame::Continuation(item)) => self.fragments.push(item),
+            Ok(Frame::Continuation(item)) => self.link.fragments.push(item),
             Ok(Frame::Ping(payload)) => {
                 shell::send_upstream(self, ws::Message::Pong(payload), ctx);
                 Ok(None)
             }
             Ok(Frame::Binary(_) | Frame::Pong(_)) => Ok(None),
             Ok(Frame::Close(reason)) => {
-                tracing::debug!(character = %self.core.character(), ?reason, "the call ended");
+                tracing::debug!(character = %self.link.core.character(), ?reason, "the call ended");
                 if self.closing {
                     ctx.stop();
                 } else {
@@ -165,19 +138,19 @@ impl StreamHandler<Result<Frame, WsProtocolError>> for Attachment {
                 return;
             }
             Err(e) => {
-                tracing::warn!(character = %self.core.character(), error = %e, "attachment protocol error");
+                tracing::warn!(character = %self.link.core.character(), error = %e, "attachment protocol error");
                 ctx.stop();
                 return;
             }
         };
         match whole {
             Ok(Some(Whole::Text(text))) => {
-                self.core.from_upstream(&text);
+                self.link.core.from_upstream(&text);
                 shell::run_effects(self, ctx);
             }
             Ok(_) => {}
             Err(error) => {
-                tracing::warn!(character = %self.core.character(), %error, "ignoring a malformed message from the call");
+                tracing::warn!(character = %self.link.core.character(), %error, "ignoring a malformed message from the call");
             }
         }
     }
@@ -199,13 +172,7 @@ impl Handler<SessionStatus> for Attachment {
     type Result = MessageResult<SessionStatus>;
 
     fn handle(&mut self, _: SessionStatus, _: &mut Self::Context) -> Self::Result {
-        MessageResult(shell::report(
-            &self.core,
-            ConnectionKind::Attach,
-            self.state,
-            &self.since,
-            &self.url,
-        ))
+        MessageResult(self.link.report())
     }
 }
 

@@ -17,7 +17,7 @@ use futures_util::stream::StreamExt;
 
 use super::core::{SessionCore, Transport, rfc3339_now};
 use super::settings::SessionSettings;
-use super::shell::{self, Reassembly, Shell, UpstreamSink, Whole};
+use super::shell::{self, Link, Reassembly, Shell, Whole};
 use super::{CloseSession, ConnectionKind, ConnectionState, SessionStatus, SyncTools};
 use crate::dispatch::Dispatcher;
 use crate::domain::tool::SharedTool;
@@ -29,19 +29,11 @@ pub const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 pub struct RealtimeSession {
-    core: SessionCore,
-    url: String,
+    link: Link,
     api_key: Option<String>,
-    dispatcher: Dispatcher,
-    state: ConnectionState,
-    /// When the current connection was made (or the first attempt, before that).
-    since: String,
     /// Failed connection attempts in a row (drives the backoff).
     attempt: u32,
     closing: bool,
-    sink: Option<UpstreamSink>,
-    fragments: Reassembly,
-    sync_timer: Option<SpawnHandle>,
 }
 
 impl RealtimeSession {
@@ -53,18 +45,12 @@ impl RealtimeSession {
         dispatcher: Dispatcher,
         tools: Arc<[SharedTool]>,
     ) -> Addr<Self> {
+        let core = SessionCore::new(character, Transport::Client, &settings, tools);
         let session = RealtimeSession {
-            core: SessionCore::new(character, Transport::Client, &settings, tools),
-            url: settings.url,
+            link: Link::new(core, ConnectionKind::Client, settings.url, dispatcher),
             api_key,
-            dispatcher,
-            state: ConnectionState::Connecting,
-            since: rfc3339_now(),
             attempt: 0,
             closing: false,
-            sink: None,
-            fragments: Reassembly::default(),
-            sync_timer: None,
         };
         Supervisor::start(|ctx: &mut Context<Self>| {
             ctx.set_mailbox_capacity(0);
@@ -73,8 +59,9 @@ impl RealtimeSession {
     }
 
     fn connect(&mut self, ctx: &mut Context<Self>) {
-        self.state = ConnectionState::Connecting;
-        let url = self.url.clone();
+        self.link.state = ConnectionState::Connecting;
+        self.link.since = rfc3339_now();
+        let url = self.link.url.clone();
         let authorization = self.api_key.as_deref().map(shell::bearer);
         ctx.spawn(
             async move { shell::connect(&url, authorization.as_deref()).await }
@@ -83,16 +70,14 @@ impl RealtimeSession {
                     Ok(framed) => {
                         let (sink, stream) = framed.split();
                         ctx.add_stream(stream);
-                        act.sink = Some(actix::io::SinkWrite::new(sink, ctx));
-                        tracing::info!(character = %act.core.character(), "model session connected");
-                        act.state = ConnectionState::Connected;
-                        act.since = rfc3339_now();
+                        act.link.connected(actix::io::SinkWrite::new(sink, ctx));
+                        tracing::info!(character = %act.link.core.character(), "model session connected");
                         act.attempt = 0;
-                        act.core.connected(None);
+                        act.link.core.connected(None);
                         shell::run_effects(act, ctx);
                     }
                     Err(error) => {
-                        tracing::warn!(character = %act.core.character(), url = %act.url, %error, "model session connection failed");
+                        tracing::warn!(character = %act.link.core.character(), url = %act.link.url, %error, "model session connection failed");
                         ctx.stop();
                     }
                 }),
@@ -101,7 +86,7 @@ impl RealtimeSession {
 
     fn on_whole(&mut self, message: Whole, ctx: &mut Context<Self>) {
         if let Whole::Text(text) = message {
-            self.core.from_upstream(&text);
+            self.link.core.from_upstream(&text);
             shell::run_effects(self, ctx);
         }
     }
@@ -113,20 +98,8 @@ impl RealtimeSession {
 }
 
 impl Shell for RealtimeSession {
-    fn core(&mut self) -> &mut SessionCore {
-        &mut self.core
-    }
-
-    fn upstream(&mut self) -> Option<&mut UpstreamSink> {
-        self.sink.as_mut()
-    }
-
-    fn dispatcher(&self) -> Dispatcher {
-        self.dispatcher.clone()
-    }
-
-    fn sync_timer(&mut self) -> &mut Option<SpawnHandle> {
-        &mut self.sync_timer
+    fn link(&mut self) -> &mut Link {
+        &mut self.link
     }
 }
 
@@ -140,22 +113,22 @@ impl Actor for RealtimeSession {
         if self.attempt == 0 {
             self.connect(ctx);
         } else {
-            self.state = ConnectionState::Backoff;
+            self.link.state = ConnectionState::Backoff;
             ctx.run_later(self.backoff(), |act, ctx| act.connect(ctx));
         }
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
         if self.closing {
-            tracing::debug!(character = %self.core.character(), "model session closed");
-        } else if self.state == ConnectionState::Connected {
-            tracing::warn!(character = %self.core.character(), "model session disconnected");
+            tracing::debug!(character = %self.link.core.character(), "model session closed");
+        } else if self.link.state == ConnectionState::Connected {
+            tracing::warn!(character = %self.link.core.character(), "model session disconnected");
         }
-        self.sink = None;
-        self.fragments = Reassembly::default();
-        self.sync_timer = None;
-        self.state = ConnectionState::Backoff;
-        self.core.disconnected();
+        self.link.sink = None;
+        self.link.fragments = Reassembly::default();
+        self.link.sync_timer = None;
+        self.link.state = ConnectionState::Backoff;
+        self.link.core.disconnected();
     }
 }
 
@@ -167,7 +140,7 @@ impl Supervised for RealtimeSession {
 
 impl WriteHandler<WsProtocolError> for RealtimeSession {
     fn error(&mut self, err: WsProtocolError, _: &mut Self::Context) -> Running {
-        tracing::warn!(character = %self.core.character(), error = %err, "model session write failed");
+        tracing::warn!(character = %self.link.core.character(), error = %err, "model session write failed");
         Running::Stop
     }
 }
@@ -177,20 +150,20 @@ impl StreamHandler<Result<Frame, WsProtocolError>> for RealtimeSession {
         let frame = match frame {
             Ok(frame) => frame,
             Err(e) => {
-                tracing::warn!(character = %self.core.character(), error = %e, "model session protocol error");
+                tracing::warn!(character = %self.link.core.character(), error = %e, "model session protocol error");
                 ctx.stop();
                 return;
             }
         };
         let whole = match frame {
             Frame::Text(bytes) => shell::text_of(bytes).map(|t| Some(Whole::Text(t))),
-            Frame::Continuation(item) => self.fragments.push(item),
+            Frame::Continuation(item) => self.link.fragments.push(item),
             Frame::Ping(payload) => {
                 shell::send_upstream(self, ws::Message::Pong(payload), ctx);
                 Ok(None)
             }
             Frame::Close(reason) => {
-                tracing::info!(character = %self.core.character(), reason = ?reason, "model session closed by the server");
+                tracing::info!(character = %self.link.core.character(), reason = ?reason, "model session closed by the server");
                 ctx.stop();
                 Ok(None)
             }
@@ -200,7 +173,7 @@ impl StreamHandler<Result<Frame, WsProtocolError>> for RealtimeSession {
             Ok(Some(message)) => self.on_whole(message, ctx),
             Ok(None) => {}
             Err(error) => {
-                tracing::warn!(character = %self.core.character(), %error, "ignoring a malformed message from the model session");
+                tracing::warn!(character = %self.link.core.character(), %error, "ignoring a malformed message from the model session");
             }
         }
     }
@@ -222,13 +195,7 @@ impl Handler<SessionStatus> for RealtimeSession {
     type Result = MessageResult<SessionStatus>;
 
     fn handle(&mut self, _: SessionStatus, _: &mut Self::Context) -> Self::Result {
-        MessageResult(shell::report(
-            &self.core,
-            ConnectionKind::Client,
-            self.state,
-            &self.since,
-            &self.url,
-        ))
+        MessageResult(self.link.report())
     }
 }
 

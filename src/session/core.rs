@@ -714,23 +714,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::domain::callback_url::CallbackUrl;
-    use crate::domain::tool::{ToolSpec, empty_parameters};
+    use crate::domain::tool::test_tools;
 
     fn tools(names: &[&str]) -> Arc<[SharedTool]> {
-        names
-            .iter()
-            .map(|n| {
-                Arc::new(ToolSpec::remote(
-                    *n,
-                    "",
-                    empty_parameters(),
-                    "plugin:w",
-                    CallbackUrl::parse("http://127.0.0.1:9/cb").unwrap(),
-                    Duration::from_secs(5),
-                ))
-            })
-            .collect()
+        test_tools(names).into()
     }
 
     fn core(transport: Transport, registered: &[&str]) -> SessionCore {

@@ -586,7 +586,7 @@ mod tests {
 
     use super::*;
     use crate::domain::callback_url::CallbackUrl;
-    use crate::domain::tool::{ToolSpec, empty_parameters};
+    use crate::domain::tool::{ToolSpec, empty_parameters, test_tools};
 
     fn tools() -> Vec<SharedTool> {
         vec![Arc::new(ToolSpec::remote(
@@ -700,28 +700,12 @@ mod tests {
         );
     }
 
-    fn registered(names: &[&str]) -> Vec<SharedTool> {
-        names
-            .iter()
-            .map(|n| {
-                Arc::new(ToolSpec::remote(
-                    *n,
-                    "",
-                    empty_parameters(),
-                    "plugin:w",
-                    CallbackUrl::parse("http://127.0.0.1:9/cb").unwrap(),
-                    Duration::from_secs(5),
-                ))
-            })
-            .collect()
-    }
-
     #[test]
     fn an_apps_update_gets_the_registered_tools_merged() {
         let text = r#"{"type":"session.update","event_id":"app_1","session":{"type":"realtime","instructions":"be brief","tools":[{"type":"function","name":"get_weather","parameters":{}},{"type":"function","name":"own","parameters":{}}]}}"#;
         let update = app_session_update(
             Dialect::Openai,
-            &registered(&["get_weather", "lookup"]),
+            &test_tools(&["get_weather", "lookup"]),
             text,
         )
         .unwrap();
@@ -748,7 +732,7 @@ mod tests {
 
         let qwen = app_session_update(
             Dialect::Qwen,
-            &registered(&["lookup"]),
+            &test_tools(&["lookup"]),
             r#"{"type":"session.update","session":{"tools":[]}}"#,
         )
         .unwrap();
@@ -758,7 +742,7 @@ mod tests {
 
     #[test]
     fn other_app_events_and_updates_without_tools_pass_as_written() {
-        let tools = registered(&["lookup"]);
+        let tools = test_tools(&["lookup"]);
         assert!(
             app_session_update(
                 Dialect::Openai,

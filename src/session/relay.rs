@@ -17,13 +17,13 @@ use actix_http::ws::{CloseCode, CloseReason, Message, ProtocolError};
 use awc::ws::{self, Frame};
 use futures_util::stream::StreamExt;
 
-use super::core::{SessionCore, Transport, rfc3339_now};
+use super::core::{SessionCore, Transport};
 use super::outbox::{
     AppOutbox, MAX_APP_QUEUE_BYTES, NOT_READING_CODE, OutboxBody, not_reading_reason,
 };
 use super::settings::SessionSettings;
-use super::shell::{self, Reassembly, Shell, UpstreamSink, UpstreamSocket, Whole};
-use super::{CloseSession, ConnectionKind, ConnectionState, SessionStatus, SyncTools};
+use super::shell::{self, Link, Reassembly, Shell, UpstreamSocket, Whole};
+use super::{CloseSession, ConnectionKind, SessionStatus, SyncTools};
 use crate::dispatch::Dispatcher;
 
 /// The close code sent to the app when the model's connection ended without a close frame or
@@ -101,16 +101,10 @@ pub async fn connect_upstream(
 }
 
 pub struct Relay {
-    core: SessionCore,
-    /// The model endpoint, for the report.
-    upstream: String,
-    dispatcher: Dispatcher,
-    since: String,
-    sink: Option<UpstreamSink>,
+    link: Link,
     app: AppOutbox,
-    from_upstream: Reassembly,
+    /// A message from the app arriving in fragments.
     from_app: Reassembly,
-    sync_timer: Option<SpawnHandle>,
     /// Closing: frames still arriving are dropped.
     ending: bool,
 }
@@ -136,16 +130,12 @@ impl Relay {
             let (sink, stream) = socket.split();
             ctx.add_stream(stream);
             ctx.add_stream(app_stream);
+            let mut link = Link::new(core, ConnectionKind::Relay, url, dispatcher);
+            link.connected(SinkWrite::new(sink, ctx));
             Relay {
-                core,
-                upstream: url,
-                dispatcher,
-                since: rfc3339_now(),
-                sink: Some(SinkWrite::new(sink, ctx)),
+                link,
                 app,
-                from_upstream: Reassembly::default(),
                 from_app: Reassembly::default(),
-                sync_timer: None,
                 ending: false,
             }
         });
@@ -158,7 +148,7 @@ impl Relay {
                 code: CloseCode::Other(NOT_READING_CODE),
                 description: Some(not_reading_reason()),
             };
-            tracing::warn!(character = %self.core.character(), limit = MAX_APP_QUEUE_BYTES, "closing a relay whose app stopped reading");
+            tracing::warn!(character = %self.link.core.character(), limit = MAX_APP_QUEUE_BYTES, "closing a relay whose app stopped reading");
             self.app.abort(reason.clone());
             self.end(None, Some(Some(reason)), ctx);
         }
@@ -167,7 +157,7 @@ impl Relay {
     fn upstream_message(&mut self, message: Whole, ctx: &mut Context<Self>) {
         match message {
             Whole::Text(text) => {
-                if self.core.from_upstream(&text) {
+                if self.link.core.from_upstream(&text) {
                     self.send_to_app(Message::Text(text), ctx);
                 }
                 shell::run_effects(self, ctx);
@@ -178,7 +168,7 @@ impl Relay {
 
     fn app_message(&mut self, message: Whole, ctx: &mut Context<Self>) {
         let message = match message {
-            Whole::Text(text) => match self.core.from_app(&text) {
+            Whole::Text(text) => match self.link.core.from_app(&text) {
                 Some(merged) => ws::Message::Text(merged.into()),
                 None => ws::Message::Text(text),
             },
@@ -210,20 +200,8 @@ impl Relay {
 }
 
 impl Shell for Relay {
-    fn core(&mut self) -> &mut SessionCore {
-        &mut self.core
-    }
-
-    fn upstream(&mut self) -> Option<&mut UpstreamSink> {
-        self.sink.as_mut()
-    }
-
-    fn dispatcher(&self) -> Dispatcher {
-        self.dispatcher.clone()
-    }
-
-    fn sync_timer(&mut self) -> &mut Option<SpawnHandle> {
-        &mut self.sync_timer
+    fn link(&mut self) -> &mut Link {
+        &mut self.link
     }
 }
 
@@ -231,23 +209,23 @@ impl Actor for Relay {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        tracing::info!(character = %self.core.character(), upstream = %self.upstream, "relay opened");
-        self.core.connected(None);
+        tracing::info!(character = %self.link.core.character(), upstream = %self.link.url, "relay opened");
+        self.link.core.connected(None);
         shell::run_effects(self, ctx);
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
-        tracing::info!(character = %self.core.character(), "relay closed");
+        tracing::info!(character = %self.link.core.character(), "relay closed");
         // Whatever ended it, the app's side is not left open; the model's closes with the sink.
         self.app.close(None);
-        self.sink = None;
-        self.core.disconnected();
+        self.link.sink = None;
+        self.link.core.disconnected();
     }
 }
 
 impl WriteHandler<ProtocolError> for Relay {
     fn error(&mut self, err: ProtocolError, _: &mut Self::Context) -> Running {
-        tracing::warn!(character = %self.core.character(), error = %err, "relay: writing to the model failed");
+        tracing::warn!(character = %self.link.core.character(), error = %err, "relay: writing to the model failed");
         self.app.close(Some(lost(&err.to_string())));
         Running::Stop
     }
@@ -279,14 +257,14 @@ impl StreamHandler<Result<Frame, ProtocolError>> for Relay {
         let whole = match frame {
             Ok(Frame::Text(bytes)) => shell::text_of(bytes).map(|t| Some(Whole::Text(t))),
             Ok(Frame::Binary(bytes)) => Ok(Some(Whole::Binary(bytes))),
-            Ok(Frame::Continuation(item)) => self.from_upstream.push(item),
+            Ok(Frame::Continuation(item)) => self.link.fragments.push(item),
             Ok(Frame::Ping(payload)) => {
                 shell::send_upstream(self, ws::Message::Pong(payload), ctx);
                 Ok(None)
             }
             Ok(Frame::Pong(_)) => Ok(None),
             Ok(Frame::Close(reason)) => {
-                tracing::debug!(character = %self.core.character(), ?reason, "relay: the model closed");
+                tracing::debug!(character = %self.link.core.character(), ?reason, "relay: the model closed");
                 // The same code and reason to the app; the close is echoed to complete the
                 // handshake, and the model ends the connection.
                 self.end(Some(reason.clone()), Some(reason), ctx);
@@ -298,7 +276,7 @@ impl StreamHandler<Result<Frame, ProtocolError>> for Relay {
             Ok(Some(message)) => self.upstream_message(message, ctx),
             Ok(None) => {}
             Err(error) => {
-                tracing::warn!(character = %self.core.character(), %error, "relay: the model's side broke");
+                tracing::warn!(character = %self.link.core.character(), %error, "relay: the model's side broke");
                 self.end(Some(Some(lost(&error))), Some(None), ctx);
             }
         }
@@ -329,13 +307,13 @@ impl StreamHandler<Result<Message, ProtocolError>> for Relay {
             }
             Ok(Message::Pong(_) | Message::Nop) => Ok(None),
             Ok(Message::Close(reason)) => {
-                tracing::debug!(character = %self.core.character(), ?reason, "relay: the app closed");
+                tracing::debug!(character = %self.link.core.character(), ?reason, "relay: the app closed");
                 self.end(Some(reason.clone()), Some(reason), ctx);
                 return;
             }
             // The app's connection ended under it (the app exited): as a stream that ended.
             Err(ProtocolError::Io(e)) => {
-                tracing::debug!(character = %self.core.character(), error = %e, "relay: the app's connection ended");
+                tracing::debug!(character = %self.link.core.character(), error = %e, "relay: the app's connection ended");
                 StreamHandler::<Result<Message, ProtocolError>>::finished(self, ctx);
                 return;
             }
@@ -345,7 +323,7 @@ impl StreamHandler<Result<Message, ProtocolError>> for Relay {
             Ok(Some(message)) => self.app_message(message, ctx),
             Ok(None) => {}
             Err(error) => {
-                tracing::warn!(character = %self.core.character(), %error, "relay: the app's side broke");
+                tracing::warn!(character = %self.link.core.character(), %error, "relay: the app's side broke");
                 let reason = CloseReason {
                     code: CloseCode::Protocol,
                     description: Some("the app's connection broke".into()),
@@ -376,13 +354,7 @@ impl Handler<SessionStatus> for Relay {
     type Result = MessageResult<SessionStatus>;
 
     fn handle(&mut self, _: SessionStatus, _: &mut Self::Context) -> Self::Result {
-        MessageResult(shell::report(
-            &self.core,
-            ConnectionKind::Relay,
-            ConnectionState::Connected,
-            &self.since,
-            &self.upstream,
-        ))
+        MessageResult(self.link.report())
     }
 }
 

@@ -16,7 +16,7 @@ use bytestring::ByteString;
 use futures_util::stream::SplitSink;
 use tokio::sync::oneshot;
 
-use super::core::{CLOSED_BEFORE_ACK, Effect, SessionCore, not_acknowledged};
+use super::core::{CLOSED_BEFORE_ACK, Effect, SessionCore, not_acknowledged, rfc3339_now};
 use super::{ConnectionKind, ConnectionReport, ConnectionState};
 use crate::dispatch::Dispatcher;
 use crate::domain::tool::SharedTool;
@@ -58,41 +58,97 @@ pub fn bearer(key: &str) -> String {
     format!("Bearer {key}")
 }
 
-/// An actor that holds a [`SessionCore`] and an upstream websocket.
-pub trait Shell: Actor<Context = Context<Self>> {
-    fn core(&mut self) -> &mut SessionCore;
-    fn upstream(&mut self) -> Option<&mut UpstreamSink>;
-    fn dispatcher(&self) -> Dispatcher;
+/// What every session actor holds: its [`SessionCore`], its upstream websocket, and what its
+/// report shows.
+pub struct Link {
+    pub core: SessionCore,
+    pub kind: ConnectionKind,
+    /// The model endpoint (an attachment's: the call's URL).
+    pub url: String,
+    pub state: ConnectionState,
+    /// When it connected (the client: its current connection or attempt).
+    pub since: String,
+    pub sink: Option<UpstreamSink>,
+    /// A message from upstream arriving in fragments.
+    pub fragments: Reassembly,
     /// The sync timer now armed, if any.
-    fn sync_timer(&mut self) -> &mut Option<SpawnHandle>;
+    pub sync_timer: Option<SpawnHandle>,
+    pub dispatcher: Dispatcher,
+}
+
+impl Link {
+    pub fn new(
+        core: SessionCore,
+        kind: ConnectionKind,
+        url: String,
+        dispatcher: Dispatcher,
+    ) -> Self {
+        Self {
+            core,
+            kind,
+            url,
+            state: ConnectionState::Connecting,
+            since: rfc3339_now(),
+            sink: None,
+            fragments: Reassembly::default(),
+            sync_timer: None,
+            dispatcher,
+        }
+    }
+
+    /// The connection is up, writing through `sink`.
+    pub fn connected(&mut self, sink: UpstreamSink) {
+        self.sink = Some(sink);
+        self.state = ConnectionState::Connected;
+        self.since = rfc3339_now();
+    }
+
+    /// The report of this connection, for `GET /api/sessions`.
+    pub fn report(&self) -> ConnectionReport {
+        ConnectionReport {
+            kind: self.kind,
+            since: self.since.clone(),
+            upstream: Some(self.url.clone()),
+            state: self.state,
+            last_sync: self.core.last_sync().cloned(),
+            acknowledged_tools: self.core.acknowledged_tools(),
+            calls_answered: self.core.calls_answered(),
+            clashes: self.core.clashes().to_vec(),
+        }
+    }
+}
+
+/// An actor that holds a [`Link`].
+pub trait Shell: Actor<Context = Context<Self>> {
+    fn link(&mut self) -> &mut Link;
 }
 
 /// Carries out every effect the core asked for.
 pub fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
-    for effect in act.core().take_effects() {
+    for effect in act.link().core.take_effects() {
         match effect {
             Effect::Upstream(text) => send_upstream(act, ws::Message::Text(text.into()), ctx),
             Effect::ArmSyncTimer(version) => {
-                if let Some(timer) = act.sync_timer().take() {
+                if let Some(timer) = act.link().sync_timer.take() {
                     ctx.cancel_future(timer);
                 }
-                let timeout = act.core().sync_timeout();
+                let timeout = act.link().core.sync_timeout();
                 let timer = ctx.run_later(timeout, move |act, ctx| {
-                    *act.sync_timer() = None;
-                    act.core().sync_timer_fired(version);
+                    act.link().sync_timer = None;
+                    act.link().core.sync_timer_fired(version);
                     run_effects(act, ctx);
                 });
-                *act.sync_timer() = Some(timer);
+                act.link().sync_timer = Some(timer);
             }
             Effect::Run(run) => {
                 // The receive loop never waits on a call: it runs beside it and answers later.
-                let dispatcher = act.dispatcher();
+                let dispatcher = act.link().dispatcher.clone();
                 let (connection, response_id) = (run.connection, run.response_id);
                 ctx.spawn(
                     async move { dispatcher.dispatch(&run.tool, run.call).await }
                         .into_actor(act)
                         .map(move |result, act, ctx| {
-                            act.core().answered(connection, response_id, &result);
+                            act.link().core.answered(connection, response_id, &result);
                             run_effects(act, ctx);
                         }),
                 );
@@ -103,11 +159,12 @@ pub fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
 
 /// Writes one message upstream; a closed sink stops the actor.
 pub fn send_upstream<A: Shell>(act: &mut A, message: ws::Message, ctx: &mut Context<A>) {
-    let Some(sink) = act.upstream() else {
+    let link = act.link();
+    let Some(sink) = &mut link.sink else {
         return;
     };
     if sink.write(message).is_err() {
-        tracing::warn!(character = %act.core().character(), "model session closed while sending");
+        tracing::warn!(character = %link.core.character(), "model session closed while sending");
         ctx.stop();
     }
 }
@@ -122,7 +179,9 @@ pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// server closes the TCP connection).
 pub fn close_upstream<A: Shell>(act: &mut A, reason: Option<CloseReason>, ctx: &mut Context<A>) {
     let written = act
-        .upstream()
+        .link()
+        .sink
+        .as_mut()
         .is_some_and(|sink| sink.write(ws::Message::Close(reason)).is_ok());
     if written {
         ctx.run_later(CLOSE_GRACE, |_, ctx| ctx.stop());
@@ -139,11 +198,11 @@ pub fn sync_tools<A: Shell>(
     ctx: &mut Context<A>,
 ) -> ResponseFuture<Result<(), String>> {
     let (tx, rx) = oneshot::channel();
-    if let Some(waiter) = act.core().tools_changed(tools, Some(tx)) {
+    if let Some(waiter) = act.link().core.tools_changed(tools, Some(tx)) {
         let _ = waiter.send(Ok(()));
     }
     run_effects(act, ctx);
-    let timeout = act.core().sync_timeout();
+    let timeout = act.link().core.sync_timeout();
     Box::pin(async move {
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(outcome)) => outcome,
@@ -151,26 +210,6 @@ pub fn sync_tools<A: Shell>(
             Err(_) => Err(not_acknowledged(timeout)),
         }
     })
-}
-
-/// The report of one connection.
-pub fn report(
-    core: &SessionCore,
-    kind: ConnectionKind,
-    state: ConnectionState,
-    since: &str,
-    upstream: &str,
-) -> ConnectionReport {
-    ConnectionReport {
-        kind,
-        since: since.to_owned(),
-        upstream: Some(upstream.to_owned()),
-        state,
-        last_sync: core.last_sync().cloned(),
-        acknowledged_tools: core.acknowledged_tools(),
-        calls_answered: core.calls_answered(),
-        clashes: core.clashes().to_vec(),
-    }
 }
 
 /// One whole message, after reassembly.

@@ -16,24 +16,6 @@ fn app_tool(name: &str) -> Value {
            "parameters": {"type": "object", "properties": {}}})
 }
 
-fn call(response_id: &str, call_id: &str, name: &str) -> [Value; 2] {
-    [
-        json!({"type": "response.function_call_arguments.done", "event_id": format!("srv_{call_id}"),
-               "response_id": response_id, "item_id": format!("item_{call_id}"), "output_index": 0,
-               "call_id": call_id, "name": name, "arguments": "{}"}),
-        json!({"type": "response.done", "event_id": format!("srv_done_{response_id}"),
-               "response": {"id": response_id, "status": "completed", "output": [
-                   {"type": "function_call", "id": format!("item_{call_id}"), "call_id": call_id,
-                    "name": name, "arguments": "{}", "status": "completed"}]}}),
-    ]
-}
-
-async fn push_call(fake: &FakeRealtime, response_id: &str, call_id: &str, name: &str) {
-    for event in call(response_id, call_id, name) {
-        fake.push(event).await;
-    }
-}
-
 /// Mio's connections in the sessions listing.
 async fn connections(app: &TestApp) -> Value {
     let (status, body) = app.get("/api/sessions").await;
@@ -73,9 +55,9 @@ async fn an_attachment_keeps_the_calls_tools_and_answers_only_registered_calls()
 
     // A registered tool's call is answered; the app's own is not, and its response is the
     // app's to continue.
-    push_call(&fake, "r1", "c1", "get_weather").await;
-    push_call(&fake, "r2", "c2", "app_clock").await;
-    push_call(&fake, "r3", "c3", "get_weather").await;
+    fake.push_call("r1", "c1", "get_weather").await;
+    fake.push_call("r2", "c2", "app_clock").await;
+    fake.push_call("r3", "c3", "get_weather").await;
     let events = fake
         .wait_for("the answer to c3", |events| {
             events

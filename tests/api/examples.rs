@@ -9,7 +9,6 @@
 //! The Python plugin runs as a child process; the test follows its progress lines on stdout,
 //! waiting on each with a deadline, never sleeping.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -17,11 +16,10 @@ use runtime_tools::config::Settings;
 use runtime_tools::session::protocol::Dialect;
 use runtime_tools::session::settings::{SessionMode, SessionSettings};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 use crate::callback_server::{CallbackServer, Reply};
 use crate::fake_realtime::{AckMode, FakeRealtime};
-use crate::helpers::{TestApp, settings, spawn_app, spawn_app_with, tool_body};
+use crate::helpers::{Lines, TestApp, settings, spawn_app, spawn_app_with, tool_body};
 use crate::schema::python;
 
 #[allow(dead_code)]
@@ -48,8 +46,8 @@ const README: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
 struct WeatherPlugin {
     /// `None` once it has been waited for.
     child: Option<std::process::Child>,
-    /// Its stdout, line by line (read on a thread, so waiting never blocks the actors).
-    lines: mpsc::UnboundedReceiver<String>,
+    /// Its stdout, line by line.
+    lines: Lines,
     /// Every line so far, for failure messages.
     seen: Vec<String>,
 }
@@ -76,17 +74,8 @@ impl WeatherPlugin {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("python3 runs examples/weather_plugin.py");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+            .expect("the example starts");
+        let lines = Lines::follow(child.stdout.take().expect("piped stdout"));
         Self {
             child: Some(child),
             lines,
@@ -96,26 +85,25 @@ impl WeatherPlugin {
 
     /// Waits for the next line that starts with `prefix`; returns it.
     async fn expect_line(&mut self, prefix: &str) -> String {
-        let waited = tokio::time::timeout(DEADLINE, async {
-            while let Some(line) = self.lines.recv().await {
-                self.seen.push(line.clone());
-                if line.starts_with(prefix) {
-                    return Some(line);
+        let deadline = tokio::time::Instant::now() + DEADLINE;
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match self.lines.next(left).await {
+                Ok(Some(line)) => {
+                    self.seen.push(line.clone());
+                    if line.starts_with(prefix) {
+                        return line;
+                    }
                 }
+                Ok(None) => panic!(
+                    "the example exited before {prefix:?}; its output: {:#?}",
+                    self.seen
+                ),
+                Err(()) => panic!(
+                    "no {prefix:?} line within {DEADLINE:?}; output: {:#?}",
+                    self.seen
+                ),
             }
-            None
-        })
-        .await;
-        match waited {
-            Ok(Some(line)) => line,
-            Ok(None) => panic!(
-                "plugin exited before {prefix:?}; its output: {:#?}",
-                self.seen
-            ),
-            Err(_) => panic!(
-                "no {prefix:?} line within {DEADLINE:?}; output: {:#?}",
-                self.seen
-            ),
         }
     }
 
@@ -332,9 +320,7 @@ async fn realtime_app_example_talks_through_the_relay() {
     );
 
     // The model calls the registered tool: the server answers it, the app only reports it.
-    for event in model_call("r1", "c1", "get_weather") {
-        fake.push(event).await;
-    }
+    fake.push_call("r1", "c1", "get_weather").await;
     assert_eq!(
         example.expect_line("the model calls ").await,
         "the model calls get_weather; the server answers it"
@@ -349,9 +335,7 @@ async fn realtime_app_example_talks_through_the_relay() {
     })
     .await;
     // Then the app's own tool: the app answers it.
-    for event in model_call("r2", "c2", "app_clock") {
-        fake.push(event).await;
-    }
+    fake.push_call("r2", "c2", "app_clock").await;
     assert_eq!(
         example.expect_line("answering ").await,
         "answering app_clock myself"
@@ -384,19 +368,6 @@ async fn realtime_app_example_talks_through_the_relay() {
         1,
         "only the registered tool reached its callback"
     );
-}
-
-/// A function call of the model and the end of its response.
-fn model_call(response_id: &str, call_id: &str, name: &str) -> [Value; 2] {
-    [
-        json!({"type": "response.function_call_arguments.done", "event_id": format!("srv_{call_id}"),
-               "response_id": response_id, "item_id": format!("item_{call_id}"), "output_index": 0,
-               "call_id": call_id, "name": name, "arguments": "{\"city\": \"Tokyo\"}"}),
-        json!({"type": "response.done", "event_id": format!("srv_done_{response_id}"),
-               "response": {"id": response_id, "status": "completed", "output": [
-                   {"type": "function_call", "id": format!("item_{call_id}"), "call_id": call_id,
-                    "name": name, "arguments": "{\"city\": \"Tokyo\"}", "status": "completed"}]}}),
-    ]
 }
 
 /// What a configuration names: `(character, session URL)` in order, and the dispatch limit.

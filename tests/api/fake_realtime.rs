@@ -193,20 +193,7 @@ impl FakeRealtime {
 
     /// Waits until `done` holds over the recorded events; returns its value.
     pub async fn wait_for<T>(&self, what: &str, mut done: impl FnMut(&[Value]) -> Option<T>) -> T {
-        let mut rx = self.changed.subscribe();
-        let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
-        loop {
-            if let Some(found) = done(&self.events()) {
-                return found;
-            }
-            match tokio::time::timeout_at(deadline, rx.changed()).await {
-                Ok(Ok(())) => {}
-                _ => panic!(
-                    "timed out waiting for {what}; events so far: {:#?}",
-                    self.events()
-                ),
-            }
-        }
+        self.wait_until(what, |fake| done(&fake.events())).await
     }
 
     /// Waits for the `n`-th `session.update` (1-based) and returns it.
@@ -252,6 +239,25 @@ impl FakeRealtime {
         let session = self.shared.lock().unwrap().session.clone();
         let mut session = session.expect("a client is connected");
         session.text(event.to_string()).await.expect("event sent");
+    }
+
+    /// The model calls `name` (arguments `{"city": "Tokyo"}`) in response `response_id`, and
+    /// the response ends: `response.function_call_arguments.done`, then `response.done` listing
+    /// the call.
+    pub async fn push_call(&self, response_id: &str, call_id: &str, name: &str) {
+        let arguments = r#"{"city": "Tokyo"}"#;
+        self.push(json!({"type": "response.function_call_arguments.done",
+            "event_id": format!("srv_{call_id}"), "response_id": response_id,
+            "item_id": format!("item_{call_id}"), "output_index": 0, "call_id": call_id,
+            "name": name, "arguments": arguments}))
+            .await;
+        self.push(
+            json!({"type": "response.done", "event_id": format!("srv_done_{response_id}"),
+            "response": {"id": response_id, "status": "completed", "output": [
+                {"type": "function_call", "id": format!("item_{call_id}"), "call_id": call_id,
+                 "name": name, "arguments": arguments, "status": "completed"}]}}),
+        )
+        .await;
     }
 
     /// Sends a server event if a client is still connected; false once it is gone.

@@ -7,6 +7,8 @@ use std::time::Duration;
 use actix::Addr;
 use runtime_tools::actors::router::Router;
 use runtime_tools::config::{CharacterSettings, Settings};
+use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::settings::SessionSettings;
 use runtime_tools::startup::Application;
 use serde_json::Value;
 
@@ -37,6 +39,50 @@ pub fn settings(characters: &[&str]) -> Settings {
 /// Starts the real server (through the same seam `main` uses) with these characters.
 pub async fn spawn_app(characters: &[&str]) -> TestApp {
     spawn_app_with(settings(characters)).await
+}
+
+/// A server whose first character, `Mio`, has a session at `url` (`others` beside it, without),
+/// its settings adjusted by `tweak`.
+pub async fn app_with_session(
+    url: &str,
+    others: &[&str],
+    dialect: Dialect,
+    tweak: impl FnOnce(&mut SessionSettings),
+) -> TestApp {
+    let mut names = vec!["Mio"];
+    names.extend_from_slice(others);
+    let mut settings = settings(&names);
+    let mut session = SessionSettings::new(url, dialect);
+    tweak(&mut session);
+    settings.characters[0].session = Some(session);
+    spawn_app_with(settings).await
+}
+
+/// A child process's stdout, line by line, read on a thread of its own so that waiting for a
+/// line never blocks the actors.
+pub struct Lines(tokio::sync::mpsc::UnboundedReceiver<String>);
+
+impl Lines {
+    pub fn follow(stdout: std::process::ChildStdout) -> Self {
+        use std::io::BufRead;
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self(rx)
+    }
+
+    /// The next line: `Ok(None)` when the process closed its stdout, `Err` past `deadline`.
+    pub async fn next(&mut self, deadline: Duration) -> Result<Option<String>, ()> {
+        tokio::time::timeout(deadline, self.0.recv())
+            .await
+            .map_err(drop)
+    }
 }
 
 pub async fn spawn_app_with(settings: Settings) -> TestApp {

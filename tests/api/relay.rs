@@ -19,7 +19,9 @@ use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply};
 use crate::fake_realtime::{AckMode, FakeRealtime, update_tool_names};
-use crate::helpers::{TestApp, raw_exchange_async, settings, spawn_app_with, tool_body};
+use crate::helpers::{
+    TestApp, app_with_session, raw_exchange_async, settings, spawn_app_with, tool_body,
+};
 use crate::schema::validate_client_events;
 use crate::sdk_app::SdkApp;
 
@@ -31,14 +33,11 @@ async fn relay_app(
     dialect: Dialect,
     tweak: impl FnOnce(&mut SessionSettings),
 ) -> TestApp {
-    let mut names = vec!["Mio"];
-    names.extend_from_slice(others);
-    let mut settings = settings(&names);
-    let mut session = SessionSettings::new(&fake.url, dialect);
-    session.mode = SessionMode::Relay;
-    tweak(&mut session);
-    settings.characters[0].session = Some(session);
-    spawn_app_with(settings).await
+    app_with_session(&fake.url, others, dialect, |session| {
+        session.mode = SessionMode::Relay;
+        tweak(session)
+    })
+    .await
 }
 
 /// The relay's base URL for the SDK's `websocket_base_url`.
@@ -48,19 +47,6 @@ fn base(app: &TestApp) -> String {
 
 fn callback() -> CallbackServer {
     CallbackServer::with("/cb", Reply::output(json!({"temperature_c": 28})))
-}
-
-fn call_event(response_id: &str, call_id: &str, name: &str) -> Value {
-    json!({"type": "response.function_call_arguments.done", "event_id": format!("srv_{call_id}"),
-           "response_id": response_id, "item_id": format!("item_{call_id}"), "output_index": 0,
-           "call_id": call_id, "name": name, "arguments": "{\"city\": \"Tokyo\"}"})
-}
-
-fn response_done(response_id: &str, call_id: &str, name: &str) -> Value {
-    json!({"type": "response.done", "event_id": format!("srv_done_{response_id}"),
-           "response": {"id": response_id, "status": "completed", "output": [
-               {"type": "function_call", "id": format!("item_{call_id}"), "call_id": call_id,
-                "name": name, "arguments": "{\"city\": \"Tokyo\"}", "status": "completed"}]}})
 }
 
 /// The app's own tool, in the GA shape.
@@ -190,10 +176,7 @@ async fn the_sdk_app_talks_through_the_relay_and_the_server_does_only_its_part()
     );
 
     // A call of a registered tool: the server runs it and answers; the app sees the call.
-    fake.push(call_event("resp_1", "call_1", "get_weather"))
-        .await;
-    fake.push(response_done("resp_1", "call_1", "get_weather"))
-        .await;
+    fake.push_call("resp_1", "call_1", "get_weather").await;
     assert_eq!(
         sdk.recv_event().await["type"],
         "response.function_call_arguments.done"
@@ -213,9 +196,7 @@ async fn the_sdk_app_talks_through_the_relay_and_the_server_does_only_its_part()
     assert_eq!(weather.received().len(), 1);
 
     // A call of the app's own tool: only the app answers it.
-    fake.push(call_event("resp_2", "call_2", "app_clock")).await;
-    fake.push(response_done("resp_2", "call_2", "app_clock"))
-        .await;
+    fake.push_call("resp_2", "call_2", "app_clock").await;
     let call = sdk.recv_event().await;
     assert_eq!(call["call_id"], "call_2");
     assert_eq!(sdk.recv_event().await["type"], "response.done");
@@ -417,8 +398,7 @@ async fn qwen_and_glm_relays_merge_tools_in_their_shapes() {
             "{dialect:?}"
         );
 
-        fake.push(call_event("r1", "c1", "get_weather")).await;
-        fake.push(response_done("r1", "c1", "get_weather")).await;
+        fake.push_call("r1", "c1", "get_weather").await;
         fake.wait_for("the answer", |events| {
             events
                 .iter()

@@ -2,15 +2,14 @@
 //! SDK's realtime client, run with the test virtualenv's interpreter and driven one JSON command
 //! at a time over stdin / stdout (each answer awaited with a deadline).
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::Duration;
 
+use crate::helpers::Lines;
+use crate::schema::{python, repo_file};
 use base64::Engine;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
-
-use crate::schema::{python, repo_file};
 
 /// Longest wait for one answer of the app (a loaded machine; the first connect imports the SDK).
 pub const ANSWER_DEADLINE: Duration = Duration::from_secs(60);
@@ -18,7 +17,7 @@ pub const ANSWER_DEADLINE: Duration = Duration::from_secs(60);
 pub struct SdkApp {
     child: Child,
     stdin: ChildStdin,
-    answers: mpsc::UnboundedReceiver<String>,
+    answers: Lines,
 }
 
 impl SdkApp {
@@ -33,16 +32,7 @@ impl SdkApp {
             .spawn()
             .expect("tests/realtime_app.py starts");
         let stdin = child.stdin.take().expect("piped stdin");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, answers) = mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let answers = Lines::follow(child.stdout.take().expect("piped stdout"));
         Self {
             child,
             stdin,
@@ -54,7 +44,7 @@ impl SdkApp {
     pub async fn ask(&mut self, command: Value) -> Value {
         writeln!(self.stdin, "{command}").expect("the app reads its commands");
         self.stdin.flush().expect("command sent");
-        match tokio::time::timeout(ANSWER_DEADLINE, self.answers.recv()).await {
+        match self.answers.next(ANSWER_DEADLINE).await {
             Ok(Some(line)) => serde_json::from_str(&line)
                 .unwrap_or_else(|e| panic!("the app answered {line:?} ({e}) to {command}")),
             Ok(None) => panic!("the app exited before answering {command}"),

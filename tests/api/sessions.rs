@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply};
 use crate::fake_realtime::{AckMode, EVENT_DEADLINE, FakeRealtime, update_tool_names};
-use crate::helpers::{TestApp, settings, spawn_app_with, tool_body};
+use crate::helpers::{TestApp, tool_body};
 use crate::schema::validate_client_events;
 
 async fn app_with_session(
@@ -19,13 +19,7 @@ async fn app_with_session(
     dialect: Dialect,
     tweak: impl FnOnce(&mut SessionSettings),
 ) -> TestApp {
-    let mut names = vec!["Mio"];
-    names.extend_from_slice(others);
-    let mut settings = settings(&names);
-    let mut session = SessionSettings::new(&fake.url, dialect);
-    tweak(&mut session);
-    settings.characters[0].session = Some(session);
-    spawn_app_with(settings).await
+    crate::helpers::app_with_session(&fake.url, others, dialect, tweak).await
 }
 
 /// A callback server for the tools the model calls: `/ok/get_weather` answers an output,
