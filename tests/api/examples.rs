@@ -397,11 +397,23 @@ fn the_example_configuration_and_the_readmes_copy_load() {
     assert_eq!(example.bind, "127.0.0.1:48911".parse().unwrap());
 
     let readme = std::fs::read_to_string(README).expect("README.md is readable");
-    let block = readme
+    let blocks: Vec<&str> = readme
         .split("```toml\n")
-        .nth(1)
-        .and_then(|rest| rest.split("```").next())
-        .expect("the README shows a TOML configuration");
-    let shown = Settings::from_toml(block).expect("the README's configuration loads");
+        .skip(1)
+        .filter_map(|rest| rest.split("```").next())
+        .collect();
+    assert_eq!(blocks.len(), 2, "the walk-through's relay.toml and the full configuration");
+    // The walk-through's relay configuration: Mio relays to OpenAI with the server's key.
+    let relay = Settings::from_toml(blocks[0]).expect("the README's relay.toml loads");
+    let mio = relay.characters[0].session.as_ref().expect("Mio has a session");
+    assert_eq!(
+        (mio.mode, mio.url.as_str(), mio.api_key_env.as_deref()),
+        (
+            SessionMode::Relay,
+            "wss://api.openai.com/v1/realtime",
+            Some("OPENAI_API_KEY")
+        )
+    );
+    let shown = Settings::from_toml(blocks[1]).expect("the README's configuration loads");
     assert_eq!(shown, example);
 }
