@@ -402,10 +402,17 @@ fn the_example_configuration_and_the_readmes_copy_load() {
         .skip(1)
         .filter_map(|rest| rest.split("```").next())
         .collect();
-    assert_eq!(blocks.len(), 2, "the walk-through's relay.toml and the full configuration");
+    assert_eq!(
+        blocks.len(),
+        2,
+        "the walk-through's relay.toml and the full configuration"
+    );
     // The walk-through's relay configuration: Mio relays to OpenAI with the server's key.
     let relay = Settings::from_toml(blocks[0]).expect("the README's relay.toml loads");
-    let mio = relay.characters[0].session.as_ref().expect("Mio has a session");
+    let mio = relay.characters[0]
+        .session
+        .as_ref()
+        .expect("Mio has a session");
     assert_eq!(
         (mio.mode, mio.url.as_str(), mio.api_key_env.as_deref()),
         (

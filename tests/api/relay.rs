@@ -280,6 +280,31 @@ async fn the_models_close_reaches_the_app_with_its_code_and_reason() {
     assert_eq!(mio["state"], "none");
 }
 
+#[actix_web::test]
+async fn removing_the_character_closes_its_relays() {
+    use runtime_tools::actors::router::RemoveCharacter;
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let app = relay_app(&fake, &["Lanlan"], Dialect::Openai, |_| {}).await;
+    let mut sdk = SdkApp::start();
+    sdk.connect_ok(&base(&app), json!({"character": "Mio"}))
+        .await;
+    fake.wait_connections(1).await;
+    let removed = app
+        .router
+        .send(RemoveCharacter { name: "Mio".into() })
+        .await
+        .unwrap();
+    assert_eq!(removed, Ok(()));
+    let reason = "the character's sessions were closed by the server";
+    let (code, got, _) = sdk.wait_close().await;
+    assert_eq!((code, got), (json!(1001), json!(reason)));
+    fake.wait_until("the close upstream", |f| {
+        (!f.closes().is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(fake.closes(), [(1001, reason.to_owned())]);
+}
+
 /// Waits (on the listing, with a deadline) until Mio has no connection; returns its report.
 async fn loop_until_no_connections(app: &TestApp) -> Value {
     let deadline = tokio::time::Instant::now() + crate::fake_realtime::EVENT_DEADLINE;
