@@ -116,11 +116,40 @@ struct Pending {
     origin: Origin,
     event_id: Option<String>,
     /// The tool names it carries, when it sets `tools`.
-    names: Option<Vec<String>>,
+    names: Option<Names>,
     /// How many registered tools it carries.
     registered: usize,
     /// Timed out: its waiters have failed; a late acknowledgement is swallowed.
     abandoned: bool,
+}
+
+/// The tool names an update carries: the session's own, then the registered ones (kept as the
+/// shared tools, so that sending an update copies no name).
+#[derive(Debug)]
+struct Names {
+    own: Vec<String>,
+    registered: Arc<[SharedTool]>,
+}
+
+impl Names {
+    fn iter(&self) -> impl Iterator<Item = &str> {
+        self.own
+            .iter()
+            .map(String::as_str)
+            .chain(self.registered.iter().map(|t| t.name.as_str()))
+    }
+
+    /// The same names as `echoed`, in any order (a provider may list them in its own).
+    fn same_as(&self, echoed: &[String]) -> bool {
+        if self.own.len() + self.registered.len() != echoed.len() {
+            return false;
+        }
+        let mut mine: Vec<&str> = self.iter().collect();
+        let mut theirs: Vec<&str> = echoed.iter().map(String::as_str).collect();
+        mine.sort_unstable();
+        theirs.sort_unstable();
+        mine == theirs
+    }
 }
 
 /// The protocol state of one session connection.
@@ -322,25 +351,30 @@ impl SessionCore {
             return;
         };
         let event_id = self.event_id("sync");
-        let (kept, clashes) = protocol::without_clashes(&self.registered, &self.own_tools);
-        self.note_clashes(clashes);
+        let kept: Arc<[SharedTool]> = if self.own_tools.is_empty() {
+            self.registered.clone()
+        } else {
+            let (kept, clashes) = protocol::without_clashes(&self.registered, &self.own_tools);
+            self.note_clashes(clashes);
+            kept.into()
+        };
         let keep = Keep {
             tools: &self.own_tools,
             settings: Some(&self.own_settings),
         };
         let text = protocol::merged_update_text(self.dialect, &kept, keep, &event_id);
-        let names: Vec<String> = self
-            .own_tools
-            .iter()
-            .map(|t| t.name.clone())
-            .chain(kept.iter().map(|t| t.name.clone()))
-            .collect();
-        self.ours_in_session = kept.iter().map(|t| t.name.clone()).collect();
+        if self.transport == Transport::Attach {
+            self.ours_in_session = kept.iter().map(|t| t.name.clone()).collect();
+        }
+        let names = Names {
+            own: self.own_tools.iter().map(|t| t.name.clone()).collect(),
+            registered: kept,
+        };
         self.pending.push_back(Pending {
             origin: Origin::Server,
             event_id: Some(event_id),
+            registered: names.registered.len(),
             names: Some(names),
-            registered: kept.len(),
             abandoned: false,
         });
         self.effects.push(Effect::Upstream(text));
@@ -459,7 +493,10 @@ impl SessionCore {
         self.pending.push_back(Pending {
             origin: Origin::App,
             event_id: update.event_id,
-            names: update.names,
+            names: update.names.map(|own| Names {
+                own,
+                registered: Arc::from([]),
+            }),
             registered,
             abandoned: false,
         });
@@ -502,7 +539,7 @@ impl SessionCore {
             .map(|tools| tools.iter().map(|t| t.name.clone()).collect());
         // An update that timed out may still be answered late; past it, its answer never came.
         while let Some(front) = self.pending.front().filter(|p| p.abandoned) {
-            let late = matching(front.names.as_deref(), names.as_deref());
+            let late = matching(front.names.as_ref(), names.as_deref());
             self.pending.pop_front();
             if late {
                 tracing::debug!(character = %self.character, "late acknowledgement of a timed-out tool update");
@@ -510,8 +547,8 @@ impl SessionCore {
             }
         }
         let awaited = self.pending.front().is_some_and(|front| {
-            match (front.names.as_deref(), names.as_deref()) {
-                (Some(expected), Some(echoed)) if !same_names(expected, echoed) => {
+            match (&front.names, names.as_deref()) {
+                (Some(expected), Some(echoed)) if !expected.same_as(echoed) => {
                     // Not what the front update carries: for an attachment, someone else's
                     // update; otherwise the front's answer, unless it repeats the previous one.
                     self.transport != Transport::Attach
@@ -522,7 +559,8 @@ impl SessionCore {
         });
         if awaited {
             let front = self.pending.pop_front().expect("the front was just seen");
-            self.acknowledged = names.or(front.names);
+            self.acknowledged =
+                names.or_else(|| front.names.map(|n| n.iter().map(str::to_owned).collect()));
             return match front.origin {
                 Origin::App => true,
                 Origin::Server => {
@@ -690,23 +728,11 @@ fn same_tools(a: &[SharedTool], b: &[SharedTool]) -> bool {
 
 /// Whether an acknowledgement echoing `echoed` answers an update that carried `expected`
 /// (either unknown counts as a match).
-fn matching(expected: Option<&[String]>, echoed: Option<&[String]>) -> bool {
+fn matching(expected: Option<&Names>, echoed: Option<&[String]>) -> bool {
     match (expected, echoed) {
-        (Some(expected), Some(echoed)) => same_names(expected, echoed),
+        (Some(expected), Some(echoed)) => expected.same_as(echoed),
         _ => true,
     }
-}
-
-/// The same tool names, in any order (a provider may list them in its own).
-fn same_names(a: &[String], b: &[String]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut a: Vec<&String> = a.iter().collect();
-    let mut b: Vec<&String> = b.iter().collect();
-    a.sort_unstable();
-    b.sort_unstable();
-    a == b
 }
 
 #[cfg(test)]
