@@ -26,6 +26,7 @@ use crate::session::attach::{Attachment, Joined};
 use crate::session::core::not_acknowledged;
 use crate::session::protocol::Dialect;
 use crate::session::settings::{DEFAULT_SYNC_TIMEOUT, SessionMode, SessionSettings};
+use crate::session::shell::CONNECT_TIMEOUT;
 use crate::session::{
     CloseSession, ConnectionKind, ConnectionReport, ConnectionState, RealtimeSession,
     SessionHandle, SessionReport, SessionStatus, SyncTools,
@@ -387,10 +388,18 @@ impl Handler<JoinCall> for SessionManager {
             Some(msg.url),
             &attachment,
         ));
+        // The handshake, then the call's description and the first update: bounded, so the
+        // request answers; an update still pending then is reported, and may still succeed.
+        let wait = CONNECT_TIMEOUT + settings.sync_timeout;
         Box::pin(async move {
-            joined
-                .await
-                .unwrap_or_else(|_| Err("the attachment ended before it connected".to_owned()))
+            match tokio::time::timeout(wait, joined).await {
+                Ok(Ok(joined)) => joined,
+                Ok(Err(_)) => Err("the attachment ended before it connected".to_owned()),
+                Err(_) => Ok(Err(format!(
+                    "the call did not take the tools within {} s",
+                    wait.as_secs_f64()
+                ))),
+            }
         })
     }
 }

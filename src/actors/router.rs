@@ -748,7 +748,7 @@ impl Handler<AttachCall> for Router {
             return Box::pin(async move { Err(RouterError::UnknownRole(msg.role)) });
         };
         let character = &self.characters[i];
-        // The websocket handshake, then the first tool update.
+        // The manager bounds the handshake and the first tool update to this, less the margin.
         let wait = crate::session::shell::CONNECT_TIMEOUT + character.reply_timeout();
         let joined = character
             .manager

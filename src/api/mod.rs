@@ -23,17 +23,21 @@ use crate::actors::directory::Directory;
 use crate::actors::router::{MANAGER_REPLY_TIMEOUT, Router};
 use crate::dispatch::Dispatcher;
 use crate::session::settings::MAX_SYNC_TIMEOUT;
+use crate::session::shell::CONNECT_TIMEOUT;
 use error::ApiError;
 
 /// How long a handler waits for the router: longer than the router's own wait for any manager
-/// (a session's sync timeout is at most [`MAX_SYNC_TIMEOUT`]), so the router's per-character
-/// report, not this backstop, is what a slow character produces.
+/// (a session's sync timeout is at most [`MAX_SYNC_TIMEOUT`], after the websocket handshake of
+/// an attachment, at most [`CONNECT_TIMEOUT`]), so the router's per-character report, not this
+/// backstop, is what a slow character produces.
 pub const ROUTER_REPLY_TIMEOUT: Duration = Duration::from_secs(
-    if MANAGER_REPLY_TIMEOUT.as_secs() > MAX_SYNC_TIMEOUT.as_secs() {
-        MANAGER_REPLY_TIMEOUT.as_secs()
-    } else {
-        MAX_SYNC_TIMEOUT.as_secs()
-    } + 5,
+    CONNECT_TIMEOUT.as_secs()
+        + if MANAGER_REPLY_TIMEOUT.as_secs() > MAX_SYNC_TIMEOUT.as_secs() {
+            MANAGER_REPLY_TIMEOUT.as_secs()
+        } else {
+            MAX_SYNC_TIMEOUT.as_secs()
+        }
+        + 5,
 );
 
 /// What every handler shares.

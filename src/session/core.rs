@@ -448,7 +448,8 @@ impl SessionCore {
         match protocol::parse_server_event(text) {
             Ok(ServerEvent::SessionCreated { tools }) => {
                 if self.transport == Transport::Attach {
-                    self.learn(text, tools);
+                    // A session that lists no tools as it starts has none.
+                    self.learn(text, Some(tools.unwrap_or_default()));
                 }
                 true
             }

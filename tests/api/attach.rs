@@ -147,6 +147,61 @@ async fn an_attachment_keeps_the_calls_tools_and_answers_only_registered_calls()
 }
 
 #[actix_web::test]
+async fn an_attach_the_call_does_not_take_says_why_and_stays() {
+    use runtime_tools::session::protocol::Dialect;
+    use runtime_tools::session::settings::SessionMode;
+    // Mio's settings apply to its attachments: a short sync timeout; relay mode, so the server
+    // keeps no connection of its own to the fake.
+    let fake = FakeRealtime::start(AckMode::Error("tools are locked".into())).await;
+    let app = crate::helpers::app_with_session(&fake.url, &[], Dialect::Openai, |s| {
+        s.mode = SessionMode::Relay;
+        s.sync_timeout = std::time::Duration::from_millis(500);
+    })
+    .await;
+    let (status, _) = app
+        .register(&tool_body(
+            "get_weather",
+            "http://127.0.0.1:9/cb",
+            "plugin:w",
+        ))
+        .await;
+    assert_eq!(status, 200);
+    let url = format!("{}&call_id=rtc_4", fake.url);
+    let (status, body) = app
+        .post("/api/sessions/attach", &json!({"role": "Mio", "url": url}))
+        .await;
+    assert_eq!(
+        (status, body),
+        (
+            200,
+            json!({"ok": false, "role": "Mio", "url": url,
+                   "error": "model session refused the tool update: tools are locked (invalid_value)"})
+        )
+    );
+    assert_eq!(connections(&app).await[0]["kind"], "attach", "it stays");
+
+    // A call whose session never says which tools it has gets nothing sent.
+    fake.set_silent();
+    let url = format!("{}&call_id=rtc_5", fake.url);
+    let (status, body) = app
+        .post("/api/sessions/attach", &json!({"role": "Mio", "url": url}))
+        .await;
+    assert_eq!(
+        (status, body),
+        (
+            200,
+            json!({"ok": false, "role": "Mio", "url": url,
+                   "error": "the call's session did not say which tools it has (no session.created or session.updated within 0.5 s); the tools were not sent, so the app's are kept"})
+        )
+    );
+    assert_eq!(
+        fake.events_of("session.update").len(),
+        1,
+        "only the first call's"
+    );
+}
+
+#[actix_web::test]
 async fn an_attachment_ends_with_the_call_and_bad_attaches_are_refused() {
     let fake = FakeRealtime::start(AckMode::Immediate).await;
     let app = spawn_app(&["Mio"]).await;

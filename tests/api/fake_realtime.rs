@@ -45,6 +45,8 @@ struct Shared {
     targets: Vec<String>,
     /// The tools `session.created` lists.
     created_tools: Vec<Value>,
+    /// No `session.created` for new connections.
+    silent: bool,
     /// Authorization headers seen at each handshake.
     authorizations: Vec<Option<String>>,
     connections: usize,
@@ -143,6 +145,11 @@ impl FakeRealtime {
     /// The tools `session.created` lists from now on (a call's session has the app's).
     pub fn set_created_tools(&self, tools: Vec<Value>) {
         self.shared.lock().unwrap().created_tools = tools;
+    }
+
+    /// New connections get no `session.created`.
+    pub fn set_silent(&self) {
+        self.shared.lock().unwrap().silent = true;
     }
 
     /// Waits until `done` holds over the fake's records; returns its value.
@@ -325,9 +332,14 @@ async fn handshake(
     }
     fake.notify();
     actix_web::rt::spawn(async move {
-        let tools = fake.shared.lock().unwrap().created_tools.clone();
-        let created = json!({"type": "session.created", "event_id": "srv_0", "session": {"type": "realtime", "id": "sess_fake", "tools": tools}});
-        let _ = session.text(created.to_string()).await;
+        let (tools, silent) = {
+            let shared = fake.shared.lock().unwrap();
+            (shared.created_tools.clone(), shared.silent)
+        };
+        if !silent {
+            let created = json!({"type": "session.created", "event_id": "srv_0", "session": {"type": "realtime", "id": "sess_fake", "tools": tools}});
+            let _ = session.text(created.to_string()).await;
+        }
         while let Some(Ok(message)) = stream.next().await {
             let text = match message {
                 actix_ws::Message::Text(text) => text,
