@@ -267,11 +267,17 @@ async fn the_sdk_app_talks_through_the_relay_and_the_server_does_only_its_part()
 #[actix_web::test]
 async fn the_models_close_reaches_the_app_with_its_code_and_reason() {
     let fake = FakeRealtime::start(AckMode::Immediate).await;
-    let app = relay_app(&fake, &[], Dialect::Openai, |_| {}).await;
+    let app = relay_app(&fake, &[], Dialect::Openai, |s| {
+        s.api_key_env = Some("HOME".into())
+    })
+    .await;
     let mut sdk = SdkApp::start();
     // `character` may be left out: Mio is the only character with a session.
     sdk.connect_ok(&base(&app), json!({})).await;
     fake.wait_connections(1).await;
+    // The character's configured key goes up, not the app's.
+    let key = std::env::var("HOME").unwrap();
+    assert_eq!(fake.authorizations(), [Some(format!("Bearer {key}"))]);
     fake.close_with(4001, "session expired").await;
     let (code, reason, _) = sdk.wait_close().await;
     assert_eq!((code, reason), (json!(4001), json!("session expired")));
