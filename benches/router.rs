@@ -28,6 +28,7 @@ use runtime_tools::config::{CharacterSettings, DispatchSettings};
 use runtime_tools::domain::call::{ToolCall, ToolOutcome};
 use runtime_tools::domain::callback_url::CallbackUrl;
 use runtime_tools::domain::tool::{SharedTool, ToolSpec};
+use runtime_tools::events::{EventHub, EventSettings};
 use runtime_tools::session::ConnectionState;
 use runtime_tools::session::protocol::Dialect;
 use runtime_tools::session::settings::SessionSettings;
@@ -86,8 +87,13 @@ fn characters(n: usize) -> Vec<CharacterSettings> {
         .collect()
 }
 
+/// An event hub nobody subscribes to: publishing is part of every change, as in the server.
+fn events() -> EventHub {
+    EventHub::new(&EventSettings::default())
+}
+
 fn launch(sys: &SystemRunner, n: usize) -> Addr<Router> {
-    sys.block_on(async { Router::launch(characters(n), &DispatchSettings::default()).0 })
+    sys.block_on(async { Router::launch(characters(n), &DispatchSettings::default(), events()).0 })
 }
 
 /// Times `iters` runs of `step` inside the long-lived system.
@@ -282,8 +288,8 @@ impl Handler<CallLocalTool> for Echo {
 
 fn dispatch(c: &mut Criterion, sys: &SystemRunner) {
     let callback = start_callback_server(sys);
-    let (router, dispatcher) =
-        sys.block_on(async { Router::launch(characters(1), &DispatchSettings::default()) });
+    let (router, dispatcher) = sys
+        .block_on(async { Router::launch(characters(1), &DispatchSettings::default(), events()) });
     let remote: SharedTool = std::sync::Arc::new(remote_tool("tool_000", &callback));
     sys.block_on(register(&router, remote_tool("tool_000", &callback), None));
     let local: SharedTool = sys.block_on(async {
@@ -411,7 +417,7 @@ fn session_router(sys: &SystemRunner, url: &str) -> Addr<Router> {
     sys.block_on(async {
         let mut character = CharacterSettings::new("role0");
         character.session = Some(SessionSettings::new(url, Dialect::Openai));
-        let router = Router::launch(vec![character], &DispatchSettings::default()).0;
+        let router = Router::launch(vec![character], &DispatchSettings::default(), events()).0;
         let deadline = Instant::now() + SESSION_CONNECT_DEADLINE;
         loop {
             let sessions = router.send(ListSessions).await.expect("router answers");

@@ -8,6 +8,7 @@ use std::path::Path;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
+use crate::events::EventSettings;
 use crate::session::settings::{FileSession, SessionSettings};
 
 /// Where the server listens unless told otherwise: loopback only, a fixed port plugins know.
@@ -28,6 +29,8 @@ pub struct Settings {
     pub characters: Vec<CharacterSettings>,
     /// HTTP worker threads; `None` is one per CPU.
     pub workers: Option<usize>,
+    /// The event stream's tunables (not in the file: the defaults suit every deployment).
+    pub events: EventSettings,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +64,7 @@ impl Default for Settings {
             dispatch: DispatchSettings::default(),
             characters: vec![CharacterSettings::new(DEFAULT_CHARACTER)],
             workers: None,
+            events: EventSettings::default(),
         }
     }
 }

@@ -17,6 +17,7 @@ use crate::actors::router::{Router, ShareDirectory};
 use crate::api::{self, AppState};
 use crate::config::Settings;
 use crate::dispatch::Dispatcher;
+use crate::events::EventHub;
 
 /// Pending connections the kernel queues for us: enough for bursts of plugin start-ups and
 /// benchmark clients.
@@ -32,6 +33,7 @@ pub struct Application {
     local_addr: SocketAddr,
     router: Addr<Router>,
     dispatcher: Dispatcher,
+    events: EventHub,
 }
 
 impl Application {
@@ -54,7 +56,12 @@ impl Application {
                     .with_context(|| format!("character {:?}", c.name))?;
             }
         }
-        let (router, dispatcher) = Router::launch(settings.characters.clone(), &settings.dispatch);
+        let events = EventHub::new(&settings.events);
+        let (router, dispatcher) = Router::launch(
+            settings.characters.clone(),
+            &settings.dispatch,
+            events.clone(),
+        );
         let directory = router
             .send(ShareDirectory)
             .await
@@ -63,6 +70,8 @@ impl Application {
             router: router.clone(),
             dispatcher: dispatcher.clone(),
             directory,
+            events: events.clone(),
+            keep_alive: settings.events.keep_alive,
         });
 
         let mut server = HttpServer::new(move || {
@@ -86,6 +95,7 @@ impl Application {
             local_addr,
             router,
             dispatcher,
+            events,
         })
     }
 
@@ -102,6 +112,11 @@ impl Application {
     /// The dispatcher, for in-process callers that run tool calls themselves.
     pub fn dispatcher(&self) -> Dispatcher {
         self.dispatcher.clone()
+    }
+
+    /// The event hub, for in-process subscribers of the change events.
+    pub fn events(&self) -> EventHub {
+        self.events.clone()
     }
 
     /// A handle that stops the server (gracefully when asked to).

@@ -16,6 +16,7 @@ use crate::dispatch::Dispatcher;
 use crate::domain::callback_url::CallbackOrigin;
 use crate::domain::registry::ToolRegistry;
 use crate::domain::tool::SharedTool;
+use crate::events::EventHub;
 use crate::session::settings::SessionSettings;
 use crate::session::{CloseSession, RealtimeSession, SessionReport, SessionStatus, SyncTools};
 
@@ -70,6 +71,8 @@ pub struct InjectPanic;
 pub struct SessionLink {
     pub settings: SessionSettings,
     pub dispatcher: Dispatcher,
+    /// Where the session announces its state and the calls it answers.
+    pub events: EventHub,
 }
 
 /// Sent by a manager as it goes away, so its owner can bring back one that died unexpectedly.
@@ -110,7 +113,14 @@ impl SessionManager {
                 None
             });
             let current: Arc<[SharedTool]> = tools.tools().cloned().collect();
-            RealtimeSession::launch(character.clone(), link.settings, api_key, link.dispatcher, current)
+            RealtimeSession::launch(
+                character.clone(),
+                link.settings,
+                api_key,
+                link.dispatcher,
+                link.events,
+                current,
+            )
         });
         SessionManager::create(|ctx| {
             // An unbounded mailbox never parks the router, so messages to one manager are queued

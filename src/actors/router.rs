@@ -26,6 +26,7 @@ use crate::dispatch::Dispatcher;
 use crate::domain::callback_url::CallbackOrigin;
 use crate::domain::registry::ToolRegistry;
 use crate::domain::tool::{SharedTool, ToolSpec};
+use crate::events::{ChangeOp, EventHub, ToolsChanged};
 use crate::session::SessionReport;
 use crate::session::settings::SessionSettings;
 
@@ -230,6 +231,8 @@ pub struct Router {
     /// starts from, and what listings and lookups read.
     directory: Directory,
     dispatcher: Dispatcher,
+    /// Where each change request is announced (`tools.changed`), and what sessions announce on.
+    events: EventHub,
     /// This router, as managers' watcher.
     me: Recipient<ManagerGone>,
     next_generation: u64,
@@ -237,10 +240,12 @@ pub struct Router {
 
 impl Router {
     /// Starts the router, one manager (and session) per character, and the dispatcher that
-    /// runs tool calls and reports dead plugin origins back to this router.
+    /// runs tool calls and reports dead plugin origins back to this router. Changes, sessions and
+    /// their calls are announced on `events`.
     pub fn launch(
         characters: Vec<CharacterSettings>,
         dispatch: &DispatchSettings,
+        events: EventHub,
     ) -> (Addr<Self>, Dispatcher) {
         let mut shared = None;
         let router = Router::create(|ctx| {
@@ -253,6 +258,7 @@ impl Router {
                 characters: Vec::with_capacity(characters.len()),
                 directory: Directory::new(),
                 dispatcher,
+                events,
                 me: ctx.address().recipient(),
                 next_generation: 0,
             };
@@ -292,6 +298,7 @@ impl Router {
         let link = session.map(|settings| SessionLink {
             settings,
             dispatcher: self.dispatcher.clone(),
+            events: self.events.clone(),
         });
         self.next_generation += 1;
         let watcher = Watcher {
@@ -411,9 +418,17 @@ impl Handler<RegisterTool> for Router {
         let name = msg.tool.name.clone();
         let source = msg.tool.source.clone();
         let report = self.fan_out(targets, Change::Register(std::sync::Arc::new(msg.tool)));
+        let events = self.events.clone();
         Box::pin(async move {
             let report = report.await;
             log_change("register", &name, &source, &report);
+            announce(
+                &events,
+                ChangeOp::Register,
+                Some(&name),
+                Some(&source),
+                &report,
+            );
             Ok(report)
         })
     }
@@ -428,9 +443,17 @@ impl Handler<UnregisterTool> for Router {
             Err(e) => return Box::pin(async move { Err(e) }),
         };
         let report = self.fan_out(targets, Change::Unregister(msg.name.clone()));
+        let events = self.events.clone();
         Box::pin(async move {
             let report = report.await;
             log_change("unregister", &msg.name, "", &report);
+            announce(
+                &events,
+                ChangeOp::Unregister,
+                Some(&msg.name),
+                None,
+                &report,
+            );
             Ok(report)
         })
     }
@@ -445,9 +468,11 @@ impl Handler<ClearSource> for Router {
             Err(e) => return Box::pin(async move { Err(e) }),
         };
         let report = self.fan_out(targets, Change::ClearSource(msg.source.clone()));
+        let events = self.events.clone();
         Box::pin(async move {
             let report = report.await;
             log_change("clear", "", &msg.source, &report);
+            announce(&events, ChangeOp::Clear, None, Some(&msg.source), &report);
             Ok(report)
         })
     }
@@ -465,14 +490,22 @@ impl Handler<RemoveDeadOrigin> for Router {
                 origin: msg.origin.clone(),
             },
         );
+        let events = self.events.clone();
         Box::pin(async move {
             let report = report.await;
             // Concurrent calls to a dead plugin can each reach the threshold; only the removal
-            // that found tools to remove is worth a warning.
+            // that found tools to remove is worth a warning (and an event).
             if report.removed == 0 {
                 tracing::debug!(source = %msg.source, origin = %msg.origin, "dead plugin origin already removed");
                 return report;
             }
+            announce(
+                &events,
+                ChangeOp::AutoRemoved,
+                None,
+                Some(&msg.source),
+                &report,
+            );
             tracing::warn!(
                 source = %msg.source,
                 origin = %msg.origin,
@@ -671,6 +704,29 @@ async fn gather(replies: &mut [(String, Reply)], deadline: tokio::time::Instant,
         Poll::Ready(())
     })
     .await
+}
+
+/// The `tools.changed` event of one change request, for the roles its report names.
+fn announce(
+    events: &EventHub,
+    op: ChangeOp,
+    name: Option<&str>,
+    source: Option<&str>,
+    report: &ChangeReport,
+) {
+    let failed: Vec<&str> = report
+        .failed_roles
+        .iter()
+        .map(|f| f.role.as_str())
+        .collect();
+    let change = ToolsChanged {
+        op,
+        name,
+        source,
+        affected_roles: &report.affected_roles,
+        failed_roles: &report.failed_roles,
+    };
+    events.tools_changed(&change, &failed);
 }
 
 /// One info line per change request; never the tool's arguments or payloads.

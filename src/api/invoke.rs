@@ -11,6 +11,7 @@ use super::error::{ApiError, BodyRouteErrors, ErrorBody};
 use super::openapi::InvokeBody;
 use super::requests::InvokeRequest;
 use crate::domain::call::ToolCall;
+use crate::events::{Caller, ToolCallFinished};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/invoke").route(web::post().to(invoke)));
@@ -40,7 +41,17 @@ async fn invoke(
         .resolve(request.role.as_deref(), &request.name)?;
     let call_id = request.call_id.unwrap_or_else(new_call_id);
     let call = ToolCall::from_arguments(call_id, request.name, request.arguments);
+    let started = std::time::Instant::now();
     let result = state.dispatcher.dispatch(&resolved.tool, call).await;
+    state.events.tool_call(&ToolCallFinished {
+        role: &resolved.role,
+        tool: &result.name,
+        source: Some(&resolved.tool.source),
+        call_id: &result.call_id,
+        caller: Caller::Invoke,
+        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        is_error: result.is_error,
+    });
     Ok(HttpResponse::Ok().json(InvokeResponse {
         ok: true,
         name: result.name,

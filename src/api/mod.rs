@@ -6,6 +6,7 @@
 
 pub mod body;
 pub mod error;
+mod events;
 pub mod guard;
 mod invoke;
 pub mod openapi;
@@ -21,6 +22,7 @@ use actix_web::{HttpResponse, web};
 use crate::actors::directory::Directory;
 use crate::actors::router::{MANAGER_REPLY_TIMEOUT, Router};
 use crate::dispatch::Dispatcher;
+use crate::events::EventHub;
 use crate::session::settings::MAX_SYNC_TIMEOUT;
 use error::ApiError;
 
@@ -41,6 +43,10 @@ pub struct AppState {
     pub dispatcher: Dispatcher,
     /// The router's ledgers, read directly by the invoke route.
     pub directory: Directory,
+    /// The change events: subscribed to by `GET /api/events`, published to by invoke.
+    pub events: EventHub,
+    /// Interval of the keep-alive comment on an idle event stream.
+    pub keep_alive: Duration,
 }
 
 /// The whole route tree.
@@ -48,6 +54,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.configure(tools::configure)
         .configure(invoke::configure)
         .configure(sessions::configure)
+        .configure(events::configure)
         .configure(openapi::configure);
 }
 
@@ -56,6 +63,19 @@ fn resource(path: &str) -> actix_web::Resource {
     web::resource(path).default_service(web::to(|| async {
         Err::<HttpResponse, _>(ApiError::MethodNotAllowed)
     }))
+}
+
+/// How the `GET` routes read their query string: one that serde cannot read (e.g. `role` twice)
+/// gets a JSON 422 like every other malformed request, not actix's plain-text 400.
+fn query_config() -> web::QueryConfig {
+    web::QueryConfig::default().error_handler(|e, _| {
+        ApiError::Validation(vec![error::FieldError {
+            loc: vec!["query".into()],
+            msg: format!("query string could not be read: {e}"),
+            kind: "query_invalid",
+        }])
+        .into()
+    })
 }
 
 /// The answer for paths that do not exist.

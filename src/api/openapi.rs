@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 use utoipa::{OpenApi, ToSchema};
 
 use super::error::{ApiError, ErrorBody, FieldError, ValidationErrorBody};
+use super::events;
 use super::invoke::{self, InvokeResponse};
 use super::sessions::{self, SessionsResponse};
 use super::tools::{
@@ -39,6 +40,7 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         tools::list,
         invoke::invoke,
         sessions::list_sessions,
+        events::events,
         openapi_document,
     ),
     components(schemas(
@@ -64,6 +66,7 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
     tags(
         (name = "tools", description = "Register, remove, list and invoke remote tools"),
         (name = "sessions", description = "The characters' live model sessions"),
+        (name = "events", description = "Change events, as Server-Sent Events"),
         (name = "meta", description = "This document"),
     )
 )]

@@ -41,6 +41,12 @@ pub type ToolOutcome = Result<Value, String>;
 /// plugins write an actor; kept as a trait here so the domain does not depend on the actor system.
 pub trait LocalHandler: Send + Sync {
     fn call(&self, call: ToolCall) -> BoxFuture<'static, ToolOutcome>;
+
+    /// The longest a call may take, when the handler bounds its calls itself (an MCP server's
+    /// tool does); listings show it.
+    fn timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// A shared handle on an in-process tool's handler.

@@ -99,6 +99,16 @@ impl ToolSpec {
         }
     }
 
+    /// The longest a call may take, when the tool sets its own bound: a remote tool's timeout,
+    /// or what an in-process handler declares (`None`: the dispatcher's bound for in-process
+    /// tools applies).
+    pub fn timeout(&self) -> Option<Duration> {
+        match &self.handler {
+            ToolHandler::Remote(r) => Some(r.timeout),
+            ToolHandler::Local(handler) => handler.0.timeout(),
+        }
+    }
+
     pub fn callback_origin(&self) -> Option<&CallbackOrigin> {
         match &self.handler {
             ToolHandler::Remote(r) => Some(r.callback_url.origin()),
