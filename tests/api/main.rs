@@ -10,6 +10,8 @@ mod cli;
 mod concurrency;
 mod demo;
 mod dispatch;
+mod event_stream;
+mod events;
 mod examples;
 mod fake_realtime;
 mod faults;
