@@ -122,20 +122,24 @@ async fn hello_then_every_kind_of_event_with_its_exact_data() {
         json!({"role": "Lanlan", "tool": "get_weather", "source": "plugin:w",
                "call_id": "call_hand", "caller": "invoke", "is_error": false}),
     );
-    fake.push(json!({"type": "response.function_call_arguments.done", "event_id": "e1",
+    fake.push(
+        json!({"type": "response.function_call_arguments.done", "event_id": "e1",
                      "response_id": "r1", "item_id": "i1", "output_index": 0,
-                     "call_id": "call_model", "name": "get_weather", "arguments": "{}"}))
-        .await;
+                     "call_id": "call_model", "name": "get_weather", "arguments": "{}"}),
+    )
+    .await;
     assert_call(
         &events.next_event().await,
         json!({"role": "Mio", "tool": "get_weather", "source": "plugin:w",
                "call_id": "call_model", "caller": "model", "is_error": false}),
     );
     // A model call of a tool the character does not have has no source and is an error.
-    fake.push(json!({"type": "response.function_call_arguments.done", "event_id": "e2",
+    fake.push(
+        json!({"type": "response.function_call_arguments.done", "event_id": "e2",
                      "response_id": "r2", "item_id": "i2", "output_index": 0,
-                     "call_id": "call_ghost", "name": "ghost", "arguments": "{}"}))
-        .await;
+                     "call_id": "call_ghost", "name": "ghost", "arguments": "{}"}),
+    )
+    .await;
     assert_call(
         &events.next_event().await,
         json!({"role": "Mio", "tool": "ghost", "source": null,
@@ -158,7 +162,10 @@ async fn hello_then_every_kind_of_event_with_its_exact_data() {
         .post("/api/tools/clear", &json!({"source": "plugin:w"}))
         .await;
     assert_eq!(status, 200);
-    assert_eq!(events.expect("session.state").await.data["acknowledged_tools"], json!(0));
+    assert_eq!(
+        events.expect("session.state").await.data["acknowledged_tools"],
+        json!(0)
+    );
     assert_eq!(
         events.expect("tools.changed").await.data,
         changed("clear", json!(null), json!("plugin:w"), &["Mio"])
@@ -167,7 +174,9 @@ async fn hello_then_every_kind_of_event_with_its_exact_data() {
     // A dead plugin's tools removed automatically: three failed calls, then the removal.
     let dead = tool_body("gone", "http://127.0.0.1:9/cb", "plugin:dead");
     assert_eq!(app.register(&dead).await.0, 200);
-    events.wait_for("tools.changed", |d| d["name"] == "gone").await;
+    events
+        .wait_for("tools.changed", |d| d["name"] == "gone")
+        .await;
     for i in 0..3 {
         let call = json!({"name": "gone", "role": "Lanlan", "call_id": format!("c{i}")});
         assert_eq!(app.post("/api/tools/invoke", &call).await.0, 200);
@@ -256,7 +265,10 @@ async fn the_role_filter_keeps_that_roles_events() {
         open(&app, "?role=Nobody", None).await.err(),
         Some((404, json!({"ok": false, "detail": "unknown role: Nobody"})))
     );
-    let (status, body) = open(&app, "?role=Mio&role=Lanlan", None).await.err().unwrap();
+    let (status, body) = open(&app, "?role=Mio&role=Lanlan", None)
+        .await
+        .err()
+        .unwrap();
     assert_eq!(status, 422);
     assert_eq!(body["detail"][0]["type"], json!("query_invalid"));
 }
@@ -290,7 +302,10 @@ async fn last_event_id_resumes_exactly_after_it() {
     assert_eq!(hello.id, 2, "hello carries the resumption point");
     for id in 3..=5 {
         let e = resumed.expect("tools.changed").await;
-        assert_eq!((e.id, e.data["name"].clone()), (id, json!(format!("t{}", id - 1))));
+        assert_eq!(
+            (e.id, e.data["name"].clone()),
+            (id, json!(format!("t{}", id - 1)))
+        );
     }
     // Then live events, numbered on.
     register_many(&app, 1).await;
@@ -299,7 +314,11 @@ async fn last_event_id_resumes_exactly_after_it() {
     let mut current = open(&app, "", Some("6")).await.expect("stream opens");
     assert_eq!(current.expect("hello").await.id, 6);
     let mut fresh = stream(&app, "").await;
-    assert_eq!(fresh.expect("hello").await.id, 6, "hello names the newest id");
+    assert_eq!(
+        fresh.expect("hello").await.id,
+        6,
+        "hello names the newest id"
+    );
     register_many(&app, 1).await;
     assert_eq!(current.next_event().await.id, 7, "nothing replayed twice");
     assert_eq!(fresh.next_event().await.id, 7);
@@ -404,7 +423,10 @@ async fn a_stuck_subscriber_is_dropped_and_slows_nobody() {
         assert_eq!((status, &body["affected_roles"]), (200, &json!(["Lanlan"])));
         // The reader keeps up and misses nothing.
         let e = reader.expect("tools.changed").await;
-        assert_eq!((e.id, e.data["name"].clone()), (i + 1, json!(format!("t{i}"))));
+        assert_eq!(
+            (e.id, e.data["name"].clone()),
+            (i + 1, json!(format!("t{i}")))
+        );
     }
 
     // The stuck subscriber's stream ended: what it finally reads stops short of the last event.
@@ -414,7 +436,9 @@ async fn a_stuck_subscriber_is_dropped_and_slows_nobody() {
             .set_read_timeout(Some(crate::helpers::HTTP_DEADLINE))
             .unwrap();
         let mut all = Vec::new();
-        stuck.read_to_end(&mut all).expect("the dropped stream ends");
+        stuck
+            .read_to_end(&mut all)
+            .expect("the dropped stream ends");
         String::from_utf8_lossy(&all).into_owned()
     })
     .await
@@ -444,7 +468,9 @@ async fn the_stream_is_behind_the_same_guard_as_every_route() {
         ))
     );
     assert_eq!(
-        open_with(&app, "", None, &[("Origin", "https://evil.example")]).await.err(),
+        open_with(&app, "", None, &[("Origin", "https://evil.example")])
+            .await
+            .err(),
         Some((
             403,
             json!({"ok": false, "detail": "Origin \"https://evil.example\" is not a loopback page: browsers may call this API only from http://localhost or http://127.0.0.1 pages"})
