@@ -1,5 +1,7 @@
 //! The examples under `examples/` work, so they cannot rot: the Python plugin registers its tool,
-//! answers a call, registers again after the server restarts and clears its tools on SIGTERM;
+//! answers a call, registers again when the event stream shows a restarted server or a change
+//! that removed its tool, falls back to polling a server without the stream, and clears its tools
+//! on SIGTERM;
 //! the Rust in-process plugin's `run` registers an actor tool and calls it over HTTP.
 //!
 //! The configuration file of `examples/` and the one shown in the README load, too.
@@ -42,9 +44,15 @@ struct WeatherPlugin {
 
 impl WeatherPlugin {
     fn start(server: &str) -> Self {
+        Self::start_polling_every(server, "0.1")
+    }
+
+    /// Starts the plugin; `poll_interval` (seconds) is how often it polls while the event stream
+    /// is unavailable.
+    fn start_polling_every(server: &str, poll_interval: &str) -> Self {
         let mut child = Command::new("python3")
             .arg(WEATHER_PLUGIN)
-            .args(["--server", server, "--port", "0", "--poll-interval", "0.1"])
+            .args(["--server", server, "--port", "0", "--poll-interval", poll_interval])
             .env("PYTHONUNBUFFERED", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -200,7 +208,8 @@ async fn weather_plugin_registers_again_after_the_server_restarts() {
     plugin.expect_line("registered ").await;
 
     // Stop the server; the plugin notices, then a new server on the same address starts empty.
-    first.handle.stop(true).await;
+    first.handle.stop(false).await;
+    plugin.expect_line("event stream lost").await;
     plugin
         .expect_line(&format!("server {} unreachable", first.base))
         .await;
@@ -209,8 +218,9 @@ async fn weather_plugin_registers_again_after_the_server_restarts() {
         ..settings(&["Lanlan"])
     })
     .await;
+    // The stream's greeting names a new instance: that, not polling, brings the tool back.
     plugin
-        .expect_line("get_weather is missing from the server")
+        .expect_line("the server restarted (instance ")
         .await;
     assert_eq!(
         plugin.expect_line("registered ").await,
@@ -230,6 +240,98 @@ async fn weather_plugin_registers_again_after_the_server_restarts() {
         second.listing(None).await,
         json!({"ok": true, "tools_by_role": {"Lanlan": []}})
     );
+}
+
+#[actix_web::test]
+async fn weather_plugin_registers_again_when_an_event_shows_its_tool_removed() {
+    let app = spawn_app(&["Lanlan"]).await;
+    // Polling once an hour: only the event stream can bring the tool back within the deadline.
+    let mut plugin = WeatherPlugin::start_polling_every(&app.base, "3600");
+    plugin.expect_line("registered ").await;
+    let (status, body) = app
+        .post("/api/tools/clear", &json!({"source": "plugin:weather"}))
+        .await;
+    assert_eq!((status, &body["removed"]), (200, &json!(1)));
+    plugin
+        .expect_line("get_weather is missing from the server; registering again")
+        .await;
+    assert_eq!(
+        plugin.expect_line("registered ").await,
+        "registered get_weather (affected_roles: Lanlan)"
+    );
+    assert_eq!(app.tool_names(None).await, json!({"Lanlan": ["get_weather"]}));
+    plugin.signal("TERM");
+    assert_eq!(plugin.wait_exit().await, Some(0));
+}
+
+/// A server without the event stream (an older version): forwards every request to `app`, except
+/// `GET /api/events`, which is not found.
+async fn server_without_events(app: &TestApp) -> (String, actix_web::dev::ServerHandle) {
+    use actix_web::{HttpRequest, HttpResponse, web};
+
+    let upstream = app.base.clone();
+    let server = actix_web::HttpServer::new(move || {
+        let upstream = upstream.clone();
+        actix_web::App::new().default_service(web::to(
+            move |request: HttpRequest, body: web::Bytes| {
+                let upstream = upstream.clone();
+                async move {
+                    if request.path() == "/api/events" {
+                        return HttpResponse::NotFound()
+                            .json(json!({"ok": false, "detail": "Not Found"}));
+                    }
+                    let client = awc::Client::default();
+                    let mut forwarded = client
+                        .request(request.method().clone(), format!("{upstream}{}", request.uri()))
+                        .insert_header(("content-type", "application/json"))
+                        .send_body(body)
+                        .await
+                        .expect("upstream answers");
+                    let answer = forwarded.body().await.expect("upstream body");
+                    HttpResponse::build(forwarded.status())
+                        .content_type("application/json")
+                        .body(answer)
+                }
+            },
+        ))
+    })
+    .workers(1)
+    .bind("127.0.0.1:0")
+    .expect("proxy binds");
+    let address = format!("http://{}", server.addrs()[0]);
+    let server = server.run();
+    let handle = server.handle();
+    actix_web::rt::spawn(server);
+    (address, handle)
+}
+
+#[actix_web::test]
+async fn weather_plugin_polls_a_server_without_the_event_stream() {
+    let app = spawn_app(&["Lanlan"]).await;
+    let (old_server, handle) = server_without_events(&app).await;
+    let mut plugin = WeatherPlugin::start(&old_server);
+    assert_eq!(
+        plugin.expect_line("event stream unavailable").await,
+        "event stream unavailable (HTTP 404); polling every 0.1 s"
+    );
+    assert_eq!(
+        plugin.expect_line("registered ").await,
+        "registered get_weather (affected_roles: Lanlan)"
+    );
+    // Polling notices a removal too.
+    let (status, _) = app
+        .post("/api/tools/clear", &json!({"source": "plugin:weather"}))
+        .await;
+    assert_eq!(status, 200);
+    plugin
+        .expect_line("get_weather is missing from the server; registering again")
+        .await;
+    plugin.expect_line("registered ").await;
+    assert_eq!(app.tool_names(None).await, json!({"Lanlan": ["get_weather"]}));
+    plugin.signal("TERM");
+    plugin.expect_line("cleared 1 tool(s)").await;
+    assert_eq!(plugin.wait_exit().await, Some(0));
+    handle.stop(false).await;
 }
 
 #[actix_web::test]
