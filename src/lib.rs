@@ -14,6 +14,7 @@ pub mod demo;
 pub mod dispatch;
 pub mod domain;
 pub mod events;
+pub mod mcp;
 pub mod session;
 pub mod startup;
 pub mod telemetry;

@@ -9,22 +9,17 @@
 //! The Python plugin runs as a child process; the test follows its progress lines on stdout,
 //! waiting on each with a deadline, never sleeping.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use runtime_tools::config::Settings;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
+use crate::child::LineChild;
 use crate::helpers::{TestApp, settings, spawn_app, spawn_app_with};
 
 #[allow(dead_code)]
 #[path = "../../examples/inprocess_plugin.rs"]
 mod inprocess_plugin;
-
-/// Longest wait for the plugin to start, register, notice a restart or stop (a loaded machine).
-const DEADLINE: Duration = Duration::from_secs(60);
 
 const WEATHER_PLUGIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/weather_plugin.py");
 
@@ -32,105 +27,30 @@ const EXAMPLE_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/runt
 
 const README: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
 
-/// `examples/weather_plugin.py` as a child process; killed if a test fails before stopping it.
-struct WeatherPlugin {
-    /// `None` once it has been waited for.
-    child: Option<std::process::Child>,
-    /// Its stdout, line by line (read on a thread, so waiting never blocks the actors).
-    lines: mpsc::UnboundedReceiver<String>,
-    /// Every line so far, for failure messages.
-    seen: Vec<String>,
-}
+/// `examples/weather_plugin.py` as a child process.
+struct WeatherPlugin;
 
 impl WeatherPlugin {
-    fn start(server: &str) -> Self {
+    fn start(server: &str) -> LineChild {
         Self::start_polling_every(server, "0.1")
     }
 
     /// Starts the plugin; `poll_interval` (seconds) is how often it polls while the event stream
     /// is unavailable.
-    fn start_polling_every(server: &str, poll_interval: &str) -> Self {
-        let mut child = Command::new("python3")
-            .arg(WEATHER_PLUGIN)
-            .args(["--server", server, "--port", "0", "--poll-interval", poll_interval])
-            .env("PYTHONUNBUFFERED", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python3 runs examples/weather_plugin.py");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Self {
-            child: Some(child),
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Waits for the next line that starts with `prefix`; returns it.
-    async fn expect_line(&mut self, prefix: &str) -> String {
-        let waited = tokio::time::timeout(DEADLINE, async {
-            while let Some(line) = self.lines.recv().await {
-                self.seen.push(line.clone());
-                if line.starts_with(prefix) {
-                    return Some(line);
-                }
-            }
-            None
-        })
-        .await;
-        match waited {
-            Ok(Some(line)) => line,
-            Ok(None) => panic!(
-                "plugin exited before {prefix:?}; its output: {:#?}",
-                self.seen
-            ),
-            Err(_) => panic!(
-                "no {prefix:?} line within {DEADLINE:?}; output: {:#?}",
-                self.seen
-            ),
-        }
-    }
-
-    fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().expect("plugin running").id();
-        let status = Command::new("kill")
-            .args([format!("-{signal}"), pid.to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill -{signal} failed");
-    }
-
-    /// Waits (off the actors' thread) for the plugin to exit; returns its exit code.
-    async fn wait_exit(mut self) -> Option<i32> {
-        let mut child = self.child.take().expect("plugin running");
-        let status = tokio::time::timeout(
-            DEADLINE,
-            actix_web::rt::task::spawn_blocking(move || child.wait()),
+    fn start_polling_every(server: &str, poll_interval: &str) -> LineChild {
+        LineChild::spawn(
+            Command::new("python3")
+                .arg(WEATHER_PLUGIN)
+                .args([
+                    "--server",
+                    server,
+                    "--port",
+                    "0",
+                    "--poll-interval",
+                    poll_interval,
+                ])
+                .env("PYTHONUNBUFFERED", "1"),
         )
-        .await
-        .expect("plugin exits in time")
-        .expect("wait task")
-        .expect("plugin waited for");
-        status.code()
-    }
-}
-
-impl Drop for WeatherPlugin {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 
@@ -219,9 +139,7 @@ async fn weather_plugin_registers_again_after_the_server_restarts() {
     })
     .await;
     // The stream's greeting names a new instance: that, not polling, brings the tool back.
-    plugin
-        .expect_line("the server restarted (instance ")
-        .await;
+    plugin.expect_line("the server restarted (instance ").await;
     assert_eq!(
         plugin.expect_line("registered ").await,
         "registered get_weather (affected_roles: Lanlan)"
@@ -259,7 +177,10 @@ async fn weather_plugin_registers_again_when_an_event_shows_its_tool_removed() {
         plugin.expect_line("registered ").await,
         "registered get_weather (affected_roles: Lanlan)"
     );
-    assert_eq!(app.tool_names(None).await, json!({"Lanlan": ["get_weather"]}));
+    assert_eq!(
+        app.tool_names(None).await,
+        json!({"Lanlan": ["get_weather"]})
+    );
     plugin.signal("TERM");
     assert_eq!(plugin.wait_exit().await, Some(0));
 }
@@ -282,7 +203,10 @@ async fn server_without_events(app: &TestApp) -> (String, actix_web::dev::Server
                     }
                     let client = awc::Client::default();
                     let mut forwarded = client
-                        .request(request.method().clone(), format!("{upstream}{}", request.uri()))
+                        .request(
+                            request.method().clone(),
+                            format!("{upstream}{}", request.uri()),
+                        )
                         .insert_header(("content-type", "application/json"))
                         .send_body(body)
                         .await
@@ -327,7 +251,10 @@ async fn weather_plugin_polls_a_server_without_the_event_stream() {
         .expect_line("get_weather is missing from the server; registering again")
         .await;
     plugin.expect_line("registered ").await;
-    assert_eq!(app.tool_names(None).await, json!({"Lanlan": ["get_weather"]}));
+    assert_eq!(
+        app.tool_names(None).await,
+        json!({"Lanlan": ["get_weather"]})
+    );
     plugin.signal("TERM");
     plugin.expect_line("cleared 1 tool(s)").await;
     assert_eq!(plugin.wait_exit().await, Some(0));

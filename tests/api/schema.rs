@@ -1,56 +1,11 @@
 //! Checks client events against the official OpenAI Realtime GA schema, using the `openai`
 //! Python package (pinned in tests/requirements.txt) in a virtualenv the tests make themselves.
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
 
 use serde_json::Value;
 
-static PYTHON: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-
-fn repo_file(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(path)
-}
-
-/// The virtualenv's python, created and provisioned on first use.
-fn python() -> Result<PathBuf, String> {
-    PYTHON
-        .get_or_init(|| {
-            let venv = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("test-venv");
-            let python = venv.join("bin/python");
-            let ready = |p: &PathBuf| {
-                Command::new(p)
-                    .args(["-c", "import openai.types.realtime"])
-                    .status()
-                    .is_ok_and(|s| s.success())
-            };
-            if ready(&python) {
-                return Ok(python);
-            }
-            let run = |cmd: &mut Command| -> Result<(), String> {
-                let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-                if out.status.success() {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "{cmd:?} failed: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    ))
-                }
-            };
-            run(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
-            run(Command::new(venv.join("bin/pip"))
-                .args(["install", "--quiet", "--disable-pip-version-check", "-r"])
-                .arg(repo_file("tests/requirements.txt")))?;
-            if ready(&python) {
-                Ok(python)
-            } else {
-                Err("openai package did not import after install".into())
-            }
-        })
-        .clone()
-}
+use crate::python::{python, repo_file};
 
 /// Validates `events` (one client event each); `Err` carries the validator's explanation.
 pub async fn validate_client_events(events: Vec<Value>) -> Result<String, String> {
