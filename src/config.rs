@@ -9,6 +9,7 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 
 use crate::events::EventSettings;
+use crate::mcp::settings::{FileMcpServer, McpServerSettings, servers_from_file};
 use crate::session::settings::{FileSession, SessionSettings};
 
 /// Where the server listens unless told otherwise: loopback only, a fixed port plugins know.
@@ -31,6 +32,8 @@ pub struct Settings {
     pub workers: Option<usize>,
     /// The event stream's tunables (not in the file: the defaults suit every deployment).
     pub events: EventSettings,
+    /// MCP servers whose tools the characters get, in configuration order.
+    pub mcp_servers: Vec<McpServerSettings>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,6 +68,7 @@ impl Default for Settings {
             characters: vec![CharacterSettings::new(DEFAULT_CHARACTER)],
             workers: None,
             events: EventSettings::default(),
+            mcp_servers: Vec::new(),
         }
     }
 }
@@ -86,6 +90,8 @@ struct FileConfig {
     dispatch: FileDispatch,
     #[serde(default)]
     character: Vec<FileCharacter>,
+    #[serde(default)]
+    mcp_server: Vec<FileMcpServer>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -138,7 +144,12 @@ impl Settings {
                 settings.characters[i].session = Some(session);
             }
         }
+        settings.mcp_servers = servers_from_file(file.mcp_server, &settings.character_names())?;
         Ok(settings)
+    }
+
+    fn character_names(&self) -> Vec<&str> {
+        self.characters.iter().map(|c| c.name.as_str()).collect()
     }
 
     /// Replaces the character list (the `--character` options).
@@ -146,6 +157,17 @@ impl Settings {
         self.characters.clear();
         for name in names {
             self.add_character(name).context("option --character")?;
+        }
+        let names = self.character_names();
+        for server in &self.mcp_servers {
+            for role in server.roles.iter().flatten() {
+                if !names.contains(&role.as_str()) {
+                    bail!(
+                        "option --character: MCP server {:?} gives its tools to {role:?}, which is                          no longer a character",
+                        server.name
+                    );
+                }
+            }
         }
         Ok(())
     }

@@ -18,6 +18,8 @@ use crate::api::{self, AppState};
 use crate::config::Settings;
 use crate::dispatch::Dispatcher;
 use crate::events::EventHub;
+use crate::mcp::client::McpClient;
+use crate::mcp::status::McpBoard;
 
 /// Pending connections the kernel queues for us: enough for bursts of plugin start-ups and
 /// benchmark clients.
@@ -34,6 +36,8 @@ pub struct Application {
     router: Addr<Router>,
     dispatcher: Dispatcher,
     events: EventHub,
+    /// Kept for as long as the server runs: an actor with no address left would stop.
+    _mcp_clients: Vec<Addr<McpClient>>,
 }
 
 impl Application {
@@ -62,6 +66,14 @@ impl Application {
             &settings.dispatch,
             events.clone(),
         );
+        // One supervised client per MCP server: each registers its server's tools through the
+        // router as soon as it has listed them.
+        let mcp = McpBoard::new(&settings.mcp_servers);
+        let mcp_clients = settings
+            .mcp_servers
+            .iter()
+            .map(|s| McpClient::launch(s.clone(), router.clone(), mcp.clone()))
+            .collect();
         let directory = router
             .send(ShareDirectory)
             .await
@@ -72,6 +84,7 @@ impl Application {
             directory,
             events: events.clone(),
             keep_alive: settings.events.keep_alive,
+            mcp,
         });
 
         let mut server = HttpServer::new(move || {
@@ -96,6 +109,7 @@ impl Application {
             router,
             dispatcher,
             events,
+            _mcp_clients: mcp_clients,
         })
     }
 

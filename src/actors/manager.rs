@@ -31,6 +31,11 @@ pub enum Change {
         source: String,
         origin: CallbackOrigin,
     },
+    /// The tools of `source` become `tools` (an MCP server's listing).
+    ReplaceSource {
+        source: String,
+        tools: Arc<[SharedTool]>,
+    },
 }
 
 /// What a change did to one character.
@@ -211,6 +216,10 @@ impl Handler<ApplyChange> for SessionManager {
             Change::RemoveOrigin { source, origin } => {
                 let removed = self.registry.remove_origin(&source, &origin);
                 (removed > 0, removed)
+            }
+            Change::ReplaceSource { source, tools } => {
+                let removed = self.registry.replace_source(&source, &tools);
+                (removed > 0 || !tools.is_empty(), removed)
             }
         };
         let outcome = move |sync| ChangeOutcome {

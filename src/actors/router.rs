@@ -73,6 +73,17 @@ pub struct RemoveDeadOrigin {
     pub failures: u32,
 }
 
+/// Make `tools` the tools of `source` for `roles` (`None`: every character that exists now), as
+/// one change per character, announced as `tools.changed` with op `mcp`. An MCP server's client
+/// sends it after each listing, and with no tools (and `roles: None`) when the server goes away.
+#[derive(Message, Debug)]
+#[rtype(result = "ChangeReport")]
+pub struct ReplaceSource {
+    pub source: String,
+    pub tools: Vec<ToolSpec>,
+    pub roles: Option<Vec<String>>,
+}
+
 /// The tools of one character or of every character, in configuration order.
 #[derive(Message, Debug)]
 #[rtype(result = "Result<Vec<RoleTools>, RouterError>")]
@@ -345,9 +356,15 @@ impl Router {
                     Change::Unregister(name) => usize::from(ledger.remove(name).is_some()),
                     Change::ClearSource(source) => ledger.remove_source(source),
                     Change::RemoveOrigin { source, origin } => ledger.remove_origin(source, origin),
+                    Change::ReplaceSource { source, tools } => ledger.replace_source(source, tools),
                 };
                 removed += dropped;
-                if matches!(change, Change::Register(_)) || dropped > 0 {
+                let adds = match &change {
+                    Change::Register(_) => true,
+                    Change::ReplaceSource { tools, .. } => !tools.is_empty(),
+                    _ => false,
+                };
+                if adds || dropped > 0 {
                     changed_targets.push(i);
                 }
             }
@@ -515,6 +532,47 @@ impl Handler<RemoveDeadOrigin> for Router {
                 failed_roles = ?report.failed_roles,
                 "removed the tools of a dead plugin callback origin"
             );
+            report
+        })
+    }
+}
+
+impl Handler<ReplaceSource> for Router {
+    type Result = ResponseFuture<ChangeReport>;
+
+    fn handle(&mut self, msg: ReplaceSource, _: &mut Self::Context) -> Self::Result {
+        let mut unknown = Vec::new();
+        let targets = match &msg.roles {
+            None => (0..self.characters.len()).collect(),
+            Some(roles) => roles
+                .iter()
+                .filter_map(|role| {
+                    let found = self.position(role);
+                    if found.is_none() {
+                        unknown.push(RoleFailure {
+                            role: role.clone(),
+                            error: RouterError::UnknownRole(role.clone()).to_string(),
+                        });
+                    }
+                    found
+                })
+                .collect(),
+        };
+        let tools: std::sync::Arc<[SharedTool]> =
+            msg.tools.into_iter().map(std::sync::Arc::new).collect();
+        let report = self.fan_out(
+            targets,
+            Change::ReplaceSource {
+                source: msg.source.clone(),
+                tools,
+            },
+        );
+        let events = self.events.clone();
+        Box::pin(async move {
+            let mut report = report.await;
+            report.failed_roles.extend(unknown);
+            log_change("mcp", "", &msg.source, &report);
+            announce(&events, ChangeOp::Mcp, None, Some(&msg.source), &report);
             report
         })
     }

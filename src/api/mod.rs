@@ -9,6 +9,7 @@ pub mod error;
 mod events;
 pub mod guard;
 mod invoke;
+mod mcp;
 pub mod openapi;
 pub mod requests;
 mod sessions;
@@ -23,6 +24,7 @@ use crate::actors::directory::Directory;
 use crate::actors::router::{MANAGER_REPLY_TIMEOUT, Router};
 use crate::dispatch::Dispatcher;
 use crate::events::EventHub;
+use crate::mcp::status::McpBoard;
 use crate::session::settings::MAX_SYNC_TIMEOUT;
 use error::ApiError;
 
@@ -47,6 +49,8 @@ pub struct AppState {
     pub events: EventHub,
     /// Interval of the keep-alive comment on an idle event stream.
     pub keep_alive: Duration,
+    /// Each MCP server's state, read by `GET /api/mcp`.
+    pub mcp: McpBoard,
 }
 
 /// The whole route tree.
@@ -55,6 +59,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .configure(invoke::configure)
         .configure(sessions::configure)
         .configure(events::configure)
+        .configure(mcp::configure)
         .configure(openapi::configure);
 }
 

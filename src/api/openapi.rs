@@ -14,12 +14,15 @@ use utoipa::{OpenApi, ToSchema};
 
 use super::error::{ApiError, ErrorBody, FieldError, ValidationErrorBody};
 use super::events;
+use super::mcp::{self, McpResponse};
 use super::invoke::{self, InvokeResponse};
 use super::sessions::{self, SessionsResponse};
 use super::tools::{
     self, ClearResponse, ListResponse, RegisterResponse, ToolView, UnregisterResponse,
 };
 use crate::actors::router::RoleFailure;
+use crate::mcp::mapping::Skipped;
+use crate::mcp::status::{McpServerReport, McpState};
 use crate::session::{ConnectionState, SessionReport, SyncOutcome};
 
 /// Where the document is served.
@@ -41,6 +44,7 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         invoke::invoke,
         sessions::list_sessions,
         events::events,
+        mcp::list_mcp_servers,
         openapi_document,
     ),
     components(schemas(
@@ -58,6 +62,10 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         SessionReport,
         SyncOutcome,
         ConnectionState,
+        McpResponse,
+        McpServerReport,
+        McpState,
+        Skipped,
         RoleFailure,
         ErrorBody,
         ValidationErrorBody,
@@ -67,6 +75,7 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         (name = "tools", description = "Register, remove, list and invoke remote tools"),
         (name = "sessions", description = "The characters' live model sessions"),
         (name = "events", description = "Change events, as Server-Sent Events"),
+        (name = "mcp", description = "The MCP servers whose tools the characters get"),
         (name = "meta", description = "This document"),
     )
 )]

@@ -26,6 +26,7 @@ const SERVER_ROUTES: &[(&str, &str)] = &[
     ("post", "/api/tools/invoke"),
     ("get", "/api/sessions"),
     ("get", EVENTS),
+    ("get", "/api/mcp"),
     ("get", OPENAPI),
 ];
 
@@ -400,6 +401,10 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         Body::None,
     )
     .await;
+    // The MCP servers (none configured here).
+    run("get", "/api/mcp", None, Body::None).await;
+    run("get", "/api/mcp", foreign, Body::None).await;
+    run("post", "/api/mcp", None, Body::Json(json!({}))).await;
     // The full listing.
     run("get", "/api/tools?detail=full", None, Body::None).await;
     run("get", "/api/tools?detail=everything", None, Body::None).await;
@@ -417,7 +422,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         .expect("router stopped");
     for (method, path) in SERVER_ROUTES
         .iter()
-        .filter(|(_, p)| *p != OPENAPI && *p != "/api/tools/invoke")
+        .filter(|(_, p)| ![OPENAPI, "/api/tools/invoke", "/api/mcp"].contains(p))
     {
         let body = match *path {
             "/api/tools/register" => register("late"),
