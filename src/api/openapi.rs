@@ -14,8 +14,8 @@ use utoipa::{OpenApi, ToSchema};
 
 use super::error::{ApiError, ErrorBody, FieldError, ValidationErrorBody};
 use super::events;
-use super::mcp::{self, McpResponse};
 use super::invoke::{self, InvokeResponse};
+use super::mcp::{self, McpResponse};
 use super::sessions::{self, SessionsResponse};
 use super::tools::{
     self, ClearResponse, ListResponse, RegisterResponse, ToolView, UnregisterResponse,

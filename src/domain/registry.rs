@@ -47,9 +47,8 @@ impl ToolRegistry {
     /// them, then inserts each (replacing a tool of the same name, whatever its source). Returns
     /// how many were removed.
     pub fn replace_source(&mut self, source: &str, tools: &[SharedTool]) -> usize {
-        let removed = self.remove_where(|t| {
-            t.source == source && !tools.iter().any(|new| new.name == t.name)
-        });
+        let removed = self
+            .remove_where(|t| t.source == source && !tools.iter().any(|new| new.name == t.name));
         for tool in tools {
             self.insert(tool.clone());
         }
@@ -156,7 +155,10 @@ mod tests {
         );
         assert_eq!(removed, 1);
         assert_eq!(names(&r), ["p", "b", "c"]);
-        assert_eq!(r.get("b").unwrap().callback_url(), Some("http://127.0.0.1:2/b"));
+        assert_eq!(
+            r.get("b").unwrap().callback_url(),
+            Some("http://127.0.0.1:2/b")
+        );
         assert_eq!(r.replace_source("mcp:x", &[]), 2);
         assert_eq!(names(&r), ["p"]);
     }

@@ -19,9 +19,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
-use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientInfo, Implementation, Tool,
-};
+use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientInfo, Implementation, Tool};
 use rmcp::service::{NotificationContext, RunningService, RunningServiceCancellationToken};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -86,7 +84,11 @@ pub struct McpClient {
 
 impl McpClient {
     /// Starts the supervised client of one MCP server.
-    pub fn launch(settings: McpServerSettings, router: Addr<Router>, board: McpBoard) -> Addr<Self> {
+    pub fn launch(
+        settings: McpServerSettings,
+        router: Addr<Router>,
+        board: McpBoard,
+    ) -> Addr<Self> {
         let client = McpClient {
             settings: Arc::new(settings),
             router,
@@ -255,10 +257,15 @@ impl Handler<ToolListChanged> for McpClient {
     type Result = ();
 
     fn handle(&mut self, msg: ToolListChanged, ctx: &mut Self::Context) {
-        let Some(peer) = self.peer.clone().filter(|_| msg.connection == self.connection) else {
+        let Some(peer) = self
+            .peer
+            .clone()
+            .filter(|_| msg.connection == self.connection)
+        else {
             return;
         };
-        let listing = async move { tokio::time::timeout(LIST_TIMEOUT, peer.list_all_tools()).await };
+        let listing =
+            async move { tokio::time::timeout(LIST_TIMEOUT, peer.list_all_tools()).await };
         ctx.wait(listing.into_actor(self).map(|listed, act, ctx| match listed {
             Ok(Ok(tools)) => act.apply(tools, ctx),
             Ok(Err(e)) => {

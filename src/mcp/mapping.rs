@@ -149,7 +149,10 @@ mod tests {
             definition(&tool(&long)).unwrap_err().reason,
             "the name is longer than 64 characters"
         );
-        assert!(definition(&tool(&"é".repeat(64))).is_ok(), "characters, not bytes");
+        assert!(
+            definition(&tool(&"é".repeat(64))).is_ok(),
+            "characters, not bytes"
+        );
         assert_eq!(
             definition(&tool("a\u{7}")).unwrap_err().reason,
             "the name contains control characters"

@@ -110,7 +110,10 @@ impl FileMcpServer {
                     bail!("keys `args` / `env`: only for a `command`, not a `url`");
                 }
                 let parsed = CallbackUrl::parse(&url).map_err(|e| {
-                    anyhow::anyhow!("key `url`: {url:?}: {}", e.to_string().replace("callback_url", "url"))
+                    anyhow::anyhow!(
+                        "key `url`: {url:?}: {}",
+                        e.to_string().replace("callback_url", "url")
+                    )
                 })?;
                 if parsed.url().scheme() != "http" {
                     bail!(
@@ -227,20 +230,46 @@ mod tests {
             ("name = \"\"\ncommand = \"x\"", "mcp_server[0]`: key `name`"),
             ("name = \"a b\"\ncommand = \"x\"", "key `name`"),
             ("name = \"a\"", "keys `command` / `url`"),
-            ("name = \"a\"\ncommand = \"x\"\nurl = \"http://127.0.0.1/\"", "give one, not both"),
-            ("name = \"a\"\nurl = \"http://example.com/mcp\"", "key `url`: \"http://example.com/mcp\": url host \"example.com\" is not loopback"),
-            ("name = \"a\"\nurl = \"https://127.0.0.1/mcp\"", "only http://"),
-            ("name = \"a\"\nurl = \"http://127.0.0.1/\"\nargs = []", "keys `args` / `env`"),
-            ("name = \"a\"\ncommand = \"x\"\nroles = [\"Nobody\"]", "key `roles`: \"Nobody\" is not a configured character"),
-            ("name = \"a\"\ncommand = \"x\"\ntimeout_seconds = 0", "key `timeout_seconds`"),
-            ("name = \"a\"\ncommand = \"x\"\ntimeout_seconds = 301", "at most 300"),
+            (
+                "name = \"a\"\ncommand = \"x\"\nurl = \"http://127.0.0.1/\"",
+                "give one, not both",
+            ),
+            (
+                "name = \"a\"\nurl = \"http://example.com/mcp\"",
+                "key `url`: \"http://example.com/mcp\": url host \"example.com\" is not loopback",
+            ),
+            (
+                "name = \"a\"\nurl = \"https://127.0.0.1/mcp\"",
+                "only http://",
+            ),
+            (
+                "name = \"a\"\nurl = \"http://127.0.0.1/\"\nargs = []",
+                "keys `args` / `env`",
+            ),
+            (
+                "name = \"a\"\ncommand = \"x\"\nroles = [\"Nobody\"]",
+                "key `roles`: \"Nobody\" is not a configured character",
+            ),
+            (
+                "name = \"a\"\ncommand = \"x\"\ntimeout_seconds = 0",
+                "key `timeout_seconds`",
+            ),
+            (
+                "name = \"a\"\ncommand = \"x\"\ntimeout_seconds = 301",
+                "at most 300",
+            ),
             ("name = \"a\"\ncommand = \"x\"\ncolour = 1", "colour"),
         ];
         for (body, expected) in cases {
             let e = error(&format!("[[mcp_server]]\n{body}\n"));
             assert!(e.contains(expected), "{body:?}: {e}");
         }
-        let e = error("[[mcp_server]]\nname = \"a\"\ncommand = \"x\"\n[[mcp_server]]\nname = \"a\"\ncommand = \"y\"\n");
-        assert!(e.contains("mcp_server[1]") && e.contains("duplicate"), "{e}");
+        let e = error(
+            "[[mcp_server]]\nname = \"a\"\ncommand = \"x\"\n[[mcp_server]]\nname = \"a\"\ncommand = \"y\"\n",
+        );
+        assert!(
+            e.contains("mcp_server[1]") && e.contains("duplicate"),
+            "{e}"
+        );
     }
 }

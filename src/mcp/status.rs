@@ -84,6 +84,9 @@ impl McpBoard {
 
     /// Every report, in configuration order.
     pub fn reports(&self) -> IndexMap<String, McpServerReport> {
-        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }

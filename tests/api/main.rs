@@ -23,6 +23,8 @@ mod lifecycle;
 mod listing;
 mod local_tools;
 mod mcp_serve;
+mod mcp_servers;
+mod node;
 mod openapi;
 mod panics;
 mod properties;
