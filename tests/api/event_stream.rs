@@ -114,15 +114,21 @@ impl EventReader {
         }
     }
 
-    /// The next event, skipping comments.
+    /// The next event, skipping comments; within [`FRAME_DEADLINE`] in all (keep-alive comments
+    /// do not extend it).
     pub async fn next_event(&mut self) -> Received {
-        loop {
-            match self.next_frame().await {
-                Some(Frame::Event(event)) => return event,
-                Some(Frame::Comment(_)) => continue,
-                None => panic!("the event stream ended"),
+        let waited = tokio::time::timeout(FRAME_DEADLINE, async {
+            loop {
+                match self.next_frame().await {
+                    Some(Frame::Event(event)) => return event,
+                    Some(Frame::Comment(_)) => continue,
+                    None => panic!("the event stream ended"),
+                }
             }
-        }
+        });
+        waited
+            .await
+            .unwrap_or_else(|_| panic!("no event within {FRAME_DEADLINE:?}"))
     }
 
     /// The next event, which must be of `kind`.
@@ -132,14 +138,23 @@ impl EventReader {
         event
     }
 
-    /// Skips events until one of `kind` whose data satisfies `matches`; returns it.
+    /// Skips events until one of `kind` whose data satisfies `matches`, within
+    /// [`FRAME_DEADLINE`] in all; returns it.
     pub async fn wait_for(&mut self, kind: &str, matches: impl Fn(&Value) -> bool) -> Received {
-        loop {
-            let event = self.next_event().await;
-            if event.event == kind && matches(&event.data) {
-                return event;
+        let mut skipped = Vec::new();
+        let waited = tokio::time::timeout(FRAME_DEADLINE, async {
+            loop {
+                let event = self.next_event().await;
+                if event.event == kind && matches(&event.data) {
+                    return event;
+                }
+                skipped.push(event);
             }
-        }
+        })
+        .await;
+        waited.unwrap_or_else(|_| {
+            panic!("no matching {kind} event within {FRAME_DEADLINE:?}; skipped: {skipped:#?}")
+        })
     }
 }
 
