@@ -228,6 +228,8 @@ struct Inner {
 }
 
 struct State {
+    /// Set by [`EventHub::close`]: the server is stopping.
+    closed: bool,
     /// The id of the last event published (0 before the first).
     newest: u64,
     ring: VecDeque<Arc<Event>>,
@@ -263,6 +265,7 @@ impl EventHub {
                 started_at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
                 subscriber_buffer: settings.subscriber_buffer.max(1),
                 state: Mutex::new(State {
+                    closed: false,
                     newest: 0,
                     ring: VecDeque::with_capacity(RING_CAPACITY),
                     subscribers: Vec::new(),
@@ -376,8 +379,18 @@ impl EventHub {
             }
         }
         let (tx, events) = mpsc::channel(self.inner.subscriber_buffer);
-        state.subscribers.push(Subscriber { role, tx });
+        if !state.closed {
+            state.subscribers.push(Subscriber { role, tx });
+        }
         Subscription { opening, events }
+    }
+
+    /// Ends every stream (after what it already holds) and every later one after its opening:
+    /// the server is stopping, and a graceful stop waits for open responses to finish.
+    pub fn close(&self) {
+        let mut state = self.state();
+        state.closed = true;
+        state.subscribers.clear();
     }
 }
 
@@ -597,6 +610,19 @@ mod tests {
         assert_eq!(received(&mut stuck), [1, 2, 3, 4]);
         assert!(stuck.events.is_closed());
         assert_eq!(hub.state().subscribers.len(), 1);
+    }
+
+    #[test]
+    fn closing_ends_every_stream_now_and_later() {
+        let hub = hub(4);
+        let mut before = hub.subscribe(None, None);
+        publish_call(&hub, "A", "c");
+        hub.close();
+        assert_eq!(received(&mut before), [1]);
+        assert!(before.events.is_closed());
+        let after = hub.subscribe(None, None);
+        assert_eq!(after.opening.len(), 1, "hello");
+        assert!(after.events.is_closed());
     }
 
     #[test]

@@ -100,9 +100,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // otherwise kill the process (the signal's default action) instead of stopping it.
         let stop_signal = stop_signal().context("cannot listen for SIGINT / SIGTERM")?;
         let handle = app.handle();
+        let events = app.events();
         actix_web::rt::spawn(async move {
             let signal = stop_signal.await;
             tracing::info!("{signal} received; stopping gracefully");
+            // Event streams end now, so the graceful stop does not wait for their clients.
+            events.close();
             handle.stop(true).await;
         });
 

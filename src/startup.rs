@@ -128,7 +128,8 @@ impl Application {
         self.dispatcher.clone()
     }
 
-    /// The event hub, for in-process subscribers of the change events.
+    /// The event hub: [`EventHub::close`] it before a graceful stop, which otherwise waits for
+    /// the open event streams (they never end by themselves).
     pub fn events(&self) -> EventHub {
         self.events.clone()
     }
