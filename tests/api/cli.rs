@@ -305,7 +305,11 @@ fn sigterm_ends_open_event_streams_cleanly_and_exits_0() {
     // The stream ends with its last chunk (a graceful stop would otherwise wait for it).
     while !String::from_utf8_lossy(&seen).ends_with("\r\n0\r\n\r\n") {
         let n = stream.read(&mut buf).expect("stream read");
-        assert!(n > 0, "closed without ending the stream: {:?}", String::from_utf8_lossy(&seen));
+        assert!(
+            n > 0,
+            "closed without ending the stream: {:?}",
+            String::from_utf8_lossy(&seen)
+        );
         seen.extend_from_slice(&buf[..n]);
     }
     assert_clean_exit(&mut child);
