@@ -63,6 +63,7 @@ impl Application {
             router: router.clone(),
             dispatcher: dispatcher.clone(),
             directory,
+            local_addr,
         });
 
         let mut server = HttpServer::new(move || {

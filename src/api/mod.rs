@@ -41,6 +41,8 @@ pub struct AppState {
     pub dispatcher: Dispatcher,
     /// The router's ledgers, read directly by the invoke route.
     pub directory: Directory,
+    /// The address the server listens on: register refuses callbacks that point here.
+    pub local_addr: std::net::SocketAddr,
 }
 
 /// The whole route tree.

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 use utoipa::{OpenApi, ToSchema};
 
 use super::error::{ApiError, ErrorBody, FieldError, ValidationErrorBody};
-use super::invoke::{self, InvokeResponse};
+use super::invoke::{self, InvokeImage, InvokeResponse};
 use super::sessions::{self, SessionsResponse};
 use super::tools::{
     self, ClearResponse, ListResponse, RegisterResponse, ToolView, UnregisterResponse,
@@ -52,6 +52,7 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         ListResponse,
         ToolView,
         InvokeResponse,
+        InvokeImage,
         SessionsResponse,
         SessionReport,
         SyncOutcome,
@@ -197,10 +198,14 @@ mod tests {
     /// Each request-body schema with the parser of the body it documents.
     fn bodies() -> Vec<(&'static str, Parse)> {
         vec![
-            ("RegisterBody", |b| RegisterRequest::parse(b).map(drop)),
+            ("RegisterBody", |b| {
+                RegisterRequest::parse(b, "127.0.0.1:48911".parse().unwrap()).map(drop)
+            }),
             ("UnregisterBody", |b| UnregisterRequest::parse(b).map(drop)),
             ("ClearBody", |b| ClearRequest::parse(b).map(drop)),
-            ("InvokeBody", |b| InvokeRequest::parse(b).map(drop)),
+            ("InvokeBody", |b| {
+                InvokeRequest::parse(b, &serde_json::to_vec(b).unwrap()).map(drop)
+            }),
         ]
     }
 

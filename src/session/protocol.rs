@@ -10,6 +10,8 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
+use crate::domain::call::ToolResult;
+use crate::domain::images::ToolImage;
 use crate::domain::tool::SharedTool;
 
 /// Which flavour of the OpenAI Realtime protocol the endpoint speaks.
@@ -22,6 +24,57 @@ pub enum Dialect {
     Qwen,
     /// GLM realtime: flat tools, explicit server VAD.
     Glm,
+}
+
+impl Dialect {
+    /// Whether the session takes images in the conversation (`input_image` content).
+    pub fn takes_images(self) -> bool {
+        matches!(self, Dialect::Openai)
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Dialect::Openai => "openai",
+            Dialect::Qwen => "qwen",
+            Dialect::Glm => "glm",
+        }
+    }
+}
+
+/// Drops the images of a result for a session that takes none; returns what the model is told
+/// instead, so it never answers as if it had seen them.
+pub fn images_not_taken(dialect: Dialect, images: &mut Vec<ToolImage>) -> Option<String> {
+    let dropped = std::mem::take(images).len();
+    (dropped > 0).then(|| {
+        format!(
+            "{dropped} image(s) not shown: this model session ({} dialect) takes no images",
+            dialect.name()
+        )
+    })
+}
+
+/// The user message that shows the model a call's images, sent right after the call's output:
+/// for each image a line naming the call and what to look for, then the image as a `data:` URL.
+pub fn image_message(result: &ToolResult, event_id: &str) -> String {
+    let mut content = Vec::with_capacity(result.images.len() * 2);
+    for image in &result.images {
+        let mut caption = format!(
+            "Image from tool {} (call_id {})",
+            result.name, result.call_id
+        );
+        if !image.vision_prompt.is_empty() {
+            caption.push_str(": ");
+            caption.push_str(&image.vision_prompt);
+        }
+        content.push(json!({"type": "input_text", "text": caption}));
+        content.push(json!({"type": "input_image", "image_url": image.data_url()}));
+    }
+    json!({
+        "type": "conversation.item.create",
+        "event_id": event_id,
+        "item": {"type": "message", "role": "user", "content": content},
+    })
+    .to_string()
 }
 
 /// `session.update` carrying the full tool list, shaped for `dialect`.
