@@ -183,7 +183,7 @@ async fn a_chunked_body_cut_off_mid_chunk_is_an_error() {
     let result = raw_answer(raw.as_bytes()).await;
     assert_eq!(
         error_text(&result),
-        "remote tool callback closed the connection in the middle of its answer (14 bytes received)"
+        "remote tool callback closed the connection in the middle of its answer (15 bytes received)"
     );
     assert_eq!(result["output"], Value::Null);
 }

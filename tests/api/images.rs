@@ -213,7 +213,7 @@ async fn a_realtime_model_sees_the_image_after_the_output_and_before_the_next_re
     assert_eq!(turn.len(), 3, "{turn:?}");
     assert_eq!(
         turn[0]["item"],
-        json!({"type": "function_call_output", "call_id": "c1", "output": "{\"gauge\": \"visible\"}"})
+        json!({"type": "function_call_output", "call_id": "c1", "output": "{\"gauge\":\"visible\"}"})
     );
     assert_eq!(
         turn[1]["item"],
