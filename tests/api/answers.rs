@@ -231,3 +231,68 @@ async fn an_error_nested_deeper_than_the_parser_limit_stays_an_error() {
         )
     );
 }
+
+#[actix_web::test]
+async fn a_realtime_model_reads_the_error_with_its_output_and_its_numbers_exactly() {
+    use runtime_tools::session::protocol::Dialect;
+    use runtime_tools::session::settings::SessionSettings;
+
+    use crate::fake_realtime::{AckMode, FakeRealtime};
+
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let mut settings = crate::helpers::settings(&["Mio"]);
+    settings.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
+    let app = crate::helpers::spawn_app_with(settings).await;
+    fake.nth_update(1).await;
+    let server = CallbackServer::start();
+    server.route(
+        "/boom",
+        Reply::text(
+            200,
+            "application/json",
+            r#"{"output": {"error": "ValueError: boom"}, "is_error": true, "error": "ValueError"}"#,
+        ),
+    );
+    server.route(
+        "/big",
+        Reply::text(200, "application/json", r#"{"output": {"n": 123456789012345678901234567890}}"#),
+    );
+    for name in ["boom", "big"] {
+        register(&app, tool_body(name, &server.url(&format!("/{name}")), "plugin:t")).await;
+    }
+    let arguments = r#"{"id": 98765432109876543210987654321}"#;
+    for (call_id, name) in [("c1", "boom"), ("c2", "big")] {
+        fake.push(json!({"type": "response.function_call_arguments.done", "response_id": "r1",
+            "item_id": format!("i_{call_id}"), "output_index": 0, "call_id": call_id,
+            "name": name, "arguments": arguments}))
+        .await;
+    }
+    let outputs = fake
+        .wait_for("both answers", |events| {
+            let outputs: Vec<(String, String)> = events
+                .iter()
+                .filter(|e| e["item"]["type"] == "function_call_output")
+                .map(|e| {
+                    (
+                        e["item"]["call_id"].as_str().unwrap().to_owned(),
+                        e["item"]["output"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect();
+            (outputs.len() == 2).then_some(outputs)
+        })
+        .await;
+    let text = |id: &str| outputs.iter().find(|(c, _)| c == id).unwrap().1.clone();
+    assert_eq!(
+        text("c1"),
+        r#"{"error":"ValueError","output":{"error": "ValueError: boom"},"is_error":true}"#
+    );
+    assert_eq!(text("c2"), r#"{"n": 123456789012345678901234567890}"#);
+    for request in server.wait_for_requests(2).await {
+        let body = String::from_utf8(request.body.clone()).unwrap();
+        assert!(
+            body.contains(&format!(r#""arguments":{arguments},"#)),
+            "{body}"
+        );
+    }
+}
