@@ -377,10 +377,13 @@ mod tests {
 
     #[test]
     fn register_defaults() {
-        let r = RegisterRequest::parse(&body(json!({
-            "name": "get_weather",
-            "callback_url": "http://127.0.0.1:9333/cb"
-        })), server())
+        let r = RegisterRequest::parse(
+            &body(json!({
+                "name": "get_weather",
+                "callback_url": "http://127.0.0.1:9333/cb"
+            })),
+            server(),
+        )
         .unwrap();
         assert_eq!(r.tool.description, "");
         assert_eq!(r.tool.source, "external");
@@ -397,15 +400,18 @@ mod tests {
 
     #[test]
     fn register_collects_every_failure() {
-        let errors = RegisterRequest::parse(&body(json!({
-            "name": null,
-            "description": 5,
-            "parameters": [],
-            "callback_url": "http://8.8.8.8/cb",
-            "role": 3,
-            "source": "",
-            "timeout_seconds": 300.5
-        })), server())
+        let errors = RegisterRequest::parse(
+            &body(json!({
+                "name": null,
+                "description": 5,
+                "parameters": [],
+                "callback_url": "http://8.8.8.8/cb",
+                "role": 3,
+                "source": "",
+                "timeout_seconds": 300.5
+            })),
+            server(),
+        )
         .unwrap_err();
         assert_eq!(
             failing_fields(&errors),
@@ -426,9 +432,10 @@ mod tests {
         let ok = "名".repeat(64);
         let long = "名".repeat(65);
         let parse = |n: &str| {
-            RegisterRequest::parse(&body(
-                json!({"name": n, "callback_url": "http://localhost/cb"}),
-            ), server())
+            RegisterRequest::parse(
+                &body(json!({"name": n, "callback_url": "http://localhost/cb"})),
+                server(),
+            )
         };
         assert!(parse(&ok).is_ok());
         let errors = parse(&long).unwrap_err();
@@ -443,9 +450,12 @@ mod tests {
     #[test]
     fn timeout_bounds() {
         let parse = |t: Value| {
-            RegisterRequest::parse(&body(
-                json!({"name": "n", "callback_url": "http://localhost/cb", "timeout_seconds": t}),
-            ), server())
+            RegisterRequest::parse(
+                &body(
+                    json!({"name": "n", "callback_url": "http://localhost/cb", "timeout_seconds": t}),
+                ),
+                server(),
+            )
         };
         assert!(parse(json!(300)).is_ok());
         assert!(parse(json!(0.01)).is_ok());

@@ -204,7 +204,8 @@ impl ToolAnswer {
                     || (object.contains_key("output") && object.contains_key("images")) =>
             {
                 let text = serde_json::to_string(&object).unwrap_or_default();
-                read_json_body(&text, Envelope::Callback).unwrap_or_else(|| Self::output(text_of(text)))
+                read_json_body(&text, Envelope::Callback)
+                    .unwrap_or_else(|| Self::output(text_of(text)))
             }
             Ok(value) => Self::output(text_of(value.to_string())),
         }
@@ -326,8 +327,9 @@ pub fn map_callback_response(status: u16, body: &[u8]) -> ToolAnswer {
         ));
     }
     match std::str::from_utf8(body) {
-        Ok(text) => read_json_body(text, Envelope::Callback)
-            .unwrap_or_else(|| ToolAnswer::output(text_of(Value::String(text.to_owned()).to_string()))),
+        Ok(text) => read_json_body(text, Envelope::Callback).unwrap_or_else(|| {
+            ToolAnswer::output(text_of(Value::String(text.to_owned()).to_string()))
+        }),
         Err(_) => ToolAnswer::output(text_of(
             Value::String(String::from_utf8_lossy(body).into_owned()).to_string(),
         )),
@@ -354,7 +356,9 @@ fn read_json_body(text: &str, rule: Envelope) -> Option<ToolAnswer> {
     if !is_envelope {
         return Some(ToolAnswer::output(text_of(trimmed.to_owned())));
     }
-    let is_error = object.get("is_error").is_some_and(|raw| is_truthy_text(raw));
+    let is_error = object
+        .get("is_error")
+        .is_some_and(|raw| is_truthy_text(raw));
     // Images nested too deep to parse are no list of images: they are reported as such.
     let images = object
         .get("images")
@@ -478,14 +482,17 @@ mod tests {
         assert_eq!(answer.error, None);
         assert_eq!(answer.output.get(), r#"{"temperature_c": 28}"#);
         assert_eq!(
-            map_callback_response(200, br#"{"output": null}"#).output.get(),
+            map_callback_response(200, br#"{"output": null}"#)
+                .output
+                .get(),
             "null"
         );
     }
 
     #[test]
     fn outputs_keep_their_numbers() {
-        let body = br#"{"output": {"n": 123456789012345678901234567890, "x": 1.000000000000000000001}}"#;
+        let body =
+            br#"{"output": {"n": 123456789012345678901234567890, "x": 1.000000000000000000001}}"#;
         assert_eq!(
             map_callback_response(200, body).output.get(),
             r#"{"n": 123456789012345678901234567890, "x": 1.000000000000000000001}"#
@@ -603,7 +610,8 @@ mod tests {
 
     #[test]
     fn local_envelopes_are_read_like_callback_answers() {
-        let error = ToolAnswer::from_local(Ok(json!({"is_error": true, "error": "E", "output": 1})));
+        let error =
+            ToolAnswer::from_local(Ok(json!({"is_error": true, "error": "E", "output": 1})));
         assert_eq!(error.error.as_deref(), Some("E"));
         assert_eq!(error.output.get(), "1");
         let images = ToolAnswer::from_local(Ok(json!({"output": "o", "images": []})));
@@ -633,7 +641,10 @@ mod tests {
             Vec::new(),
         );
         object.add_image_warnings(vec!["w".into()]);
-        assert_eq!(object.output.get(), r#"{"n":1e400,"_image_warnings":["w"]}"#);
+        assert_eq!(
+            object.output.get(),
+            r#"{"n":1e400,"_image_warnings":["w"]}"#
+        );
     }
 
     #[test]

@@ -69,7 +69,10 @@ impl ToolImage {
 /// one dropped or changed.
 pub fn accept_images(images: &Value) -> (Vec<ToolImage>, Vec<String>) {
     let Value::Array(entries) = images else {
-        return (Vec::new(), vec!["tool images must be a list; ignored".into()]);
+        return (
+            Vec::new(),
+            vec!["tool images must be a list; ignored".into()],
+        );
     };
     let mut accepted = Vec::new();
     let mut warnings = Vec::new();
@@ -124,7 +127,11 @@ fn accept_image(
         Some(Value::String(m)) if m.trim().is_empty() => detected,
         Some(Value::String(declared)) => match normal_mime(declared) {
             Some(mime) if mime == detected => mime,
-            Some(_) => return Err(format!("is declared {declared:?} but its bytes are {detected}")),
+            Some(_) => {
+                return Err(format!(
+                    "is declared {declared:?} but its bytes are {detected}"
+                ));
+            }
             None => return Err(format!("has unsupported mime {declared:?}")),
         },
         Some(other) => return Err(format!("has unsupported mime {other}")),
@@ -147,7 +154,10 @@ fn accept_image(
         warnings.push(format!(
             "image #{index} vision_prompt is too long ({prompt_chars} > {MAX_VISION_PROMPT_CHARS} characters); truncated"
         ));
-        vision_prompt = vision_prompt.chars().take(MAX_VISION_PROMPT_CHARS).collect();
+        vision_prompt = vision_prompt
+            .chars()
+            .take(MAX_VISION_PROMPT_CHARS)
+            .collect();
     }
     if data.len() <= DELIVERY_MAX_BASE64_CHARS {
         return Ok(ToolImage {
@@ -307,7 +317,11 @@ pub(crate) mod tests {
         );
         assert_eq!(images[0].data_b64, STANDARD.encode(&png));
         assert_eq!(images[0].vision_prompt, "look");
-        assert!(images[0].data_url().starts_with("data:image/png;base64,iVBOR"));
+        assert!(
+            images[0]
+                .data_url()
+                .starts_with("data:image/png;base64,iVBOR")
+        );
     }
 
     #[test]
@@ -348,7 +362,10 @@ pub(crate) mod tests {
         );
         assert_eq!(warnings[1], "image #1 is neither PNG nor JPEG; dropped");
         let (_, warnings) = accept_images(&json!([{"data_b64": STANDARD.encode(&cut)}]));
-        assert!(warnings[0].starts_with("image #0 could not be decoded"), "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("image #0 could not be decoded"),
+            "{warnings:?}"
+        );
         let (_, warnings) = accept_images(&json!("x"));
         assert_eq!(warnings, ["tool images must be a list; ignored"]);
         let (_, warnings) = accept_images(&json!([1]));
@@ -358,7 +375,11 @@ pub(crate) mod tests {
     #[test]
     fn at_most_two_per_result() {
         let png = picture(4, 4, ImageFormat::Png, false);
-        let three = json!([entry(&png, json!(null)), entry(&png, json!(null)), entry(&png, json!(null))]);
+        let three = json!([
+            entry(&png, json!(null)),
+            entry(&png, json!(null)),
+            entry(&png, json!(null))
+        ]);
         let (images, warnings) = accept_images(&three);
         assert_eq!(images.len(), 2);
         assert_eq!(warnings, ["a tool may return at most 2 images; 1 dropped"]);
@@ -425,7 +446,9 @@ pub(crate) mod tests {
         let mut second = vec![image(2 << 20), image(10)];
         assert_eq!(
             budget.take(&mut second).as_deref(),
-            Some("1 image(s) omitted: a model turn takes at most 2 images and 4194304 base64 characters")
+            Some(
+                "1 image(s) omitted: a model turn takes at most 2 images and 4194304 base64 characters"
+            )
         );
         assert_eq!(second, [image(10)]);
         let mut third = vec![image(1)];

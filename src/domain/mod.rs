@@ -4,8 +4,8 @@
 
 pub mod call;
 pub mod callback_url;
-pub mod images;
 pub mod failures;
+pub mod images;
 pub mod loopback;
 pub mod registry;
 pub mod tool;

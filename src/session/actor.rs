@@ -390,7 +390,12 @@ impl RealtimeSession {
 
     /// Answers a call: its output, then (when the model takes images and the turn has room)
     /// one user message with its images; images that cannot go are named in the output.
-    fn answer(&mut self, response_id: Option<String>, mut result: ToolResult, ctx: &mut Context<Self>) {
+    fn answer(
+        &mut self,
+        response_id: Option<String>,
+        mut result: ToolResult,
+        ctx: &mut Context<Self>,
+    ) {
         let warning = if self.settings.dialect.takes_images() {
             self.calls
                 .image_budget(response_id.as_deref())

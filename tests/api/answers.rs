@@ -12,7 +12,11 @@ use crate::helpers::{TestApp, spawn_app, tool_body};
 async fn weather(reply: Reply) -> (TestApp, CallbackServer) {
     let app = spawn_app(&["Lanlan"]).await;
     let server = CallbackServer::with("/cb", reply);
-    register(&app, tool_body("weather", &server.url("/cb"), "plugin:weather")).await;
+    register(
+        &app,
+        tool_body("weather", &server.url("/cb"), "plugin:weather"),
+    )
+    .await;
     (app, server)
 }
 
@@ -110,7 +114,8 @@ async fn an_error_answer_with_extra_keys_gives_its_output_and_error() {
 
 #[actix_web::test]
 async fn numbers_reach_the_callback_and_come_back_exactly_as_written() {
-    let output = r#"{"big": 123456789012345678901234567890, "tiny": 1.0000000000000000000001e-400}"#;
+    let output =
+        r#"{"big": 123456789012345678901234567890, "tiny": 1.0000000000000000000001e-400}"#;
     let (app, server) = weather(Reply::text(
         200,
         "application/json",
@@ -255,16 +260,26 @@ async fn a_realtime_model_reads_the_error_with_its_output_and_its_numbers_exactl
     );
     server.route(
         "/big",
-        Reply::text(200, "application/json", r#"{"output": {"n": 123456789012345678901234567890}}"#),
+        Reply::text(
+            200,
+            "application/json",
+            r#"{"output": {"n": 123456789012345678901234567890}}"#,
+        ),
     );
     for name in ["boom", "big"] {
-        register(&app, tool_body(name, &server.url(&format!("/{name}")), "plugin:t")).await;
+        register(
+            &app,
+            tool_body(name, &server.url(&format!("/{name}")), "plugin:t"),
+        )
+        .await;
     }
     let arguments = r#"{"id": 98765432109876543210987654321}"#;
     for (call_id, name) in [("c1", "boom"), ("c2", "big")] {
-        fake.push(json!({"type": "response.function_call_arguments.done", "response_id": "r1",
+        fake.push(
+            json!({"type": "response.function_call_arguments.done", "response_id": "r1",
             "item_id": format!("i_{call_id}"), "output_index": 0, "call_id": call_id,
-            "name": name, "arguments": arguments}))
+            "name": name, "arguments": arguments}),
+        )
         .await;
     }
     let outputs = fake

@@ -49,7 +49,11 @@ fn small_png() -> String {
 async fn app_with_tool(answer: Value) -> (TestApp, CallbackServer) {
     let app = spawn_app(&["Lanlan"]).await;
     let server = CallbackServer::with("/cb", Reply::json(answer));
-    register(&app, tool_body("camera", &server.url("/cb"), "plugin:camera")).await;
+    register(
+        &app,
+        tool_body("camera", &server.url("/cb"), "plugin:camera"),
+    )
+    .await;
     (app, server)
 }
 
@@ -101,7 +105,8 @@ async fn a_large_image_is_reencoded_to_jpeg_and_said_so() {
         "images": [{"data_b64": big, "mime": "image/png"}]}))
     .await;
     let result = invoke_ok(&app.0, "camera", json!({})).await;
-    let warning = "image #0 was re-encoded to JPEG 600x400 to fit the 512000-character delivery limit";
+    let warning =
+        "image #0 was re-encoded to JPEG 600x400 to fit the 512000-character delivery limit";
     assert_eq!(
         result["output"],
         json!({"shot": true, "_image_warnings": [warning]})
@@ -111,7 +116,9 @@ async fn a_large_image_is_reencoded_to_jpeg_and_said_so() {
         (&image["mime"], &image["width"], &image["height"]),
         (&json!("image/jpeg"), &json!(600), &json!(400))
     );
-    let bytes = STANDARD.decode(image["data_b64"].as_str().unwrap()).unwrap();
+    let bytes = STANDARD
+        .decode(image["data_b64"].as_str().unwrap())
+        .unwrap();
     assert!(bytes.len() * 4 / 3 <= 512_000);
     let decoded = image::load_from_memory_with_format(&bytes, ImageFormat::Jpeg).unwrap();
     assert_eq!((decoded.width(), decoded.height()), (600, 400));
@@ -156,13 +163,21 @@ async fn an_in_process_tool_returns_images_the_same_way() {
     );
 }
 
-async fn app_with_session(fake: &FakeRealtime, dialect: Dialect, callback: &CallbackServer) -> TestApp {
+async fn app_with_session(
+    fake: &FakeRealtime,
+    dialect: Dialect,
+    callback: &CallbackServer,
+) -> TestApp {
     let mut settings = settings(&["Mio"]);
     settings.characters[0].session = Some(SessionSettings::new(&fake.url, dialect));
     let app = spawn_app_with(settings).await;
     fake.nth_update(1).await;
     for tool in ["camera", "camera2"] {
-        register(&app, tool_body(tool, &callback.url(&format!("/{tool}")), "plugin:cam")).await;
+        register(
+            &app,
+            tool_body(tool, &callback.url(&format!("/{tool}")), "plugin:cam"),
+        )
+        .await;
     }
     app
 }
@@ -239,7 +254,8 @@ async fn a_model_turn_takes_at_most_two_images_over_all_its_calls() {
     let _app = app_with_session(&fake, Dialect::Openai, &callback).await;
     fake.push(call("r1", "c1", "camera")).await;
     fake.push(call("r1", "c2", "camera2")).await;
-    fake.push(done("r1", &[("c1", "camera"), ("c2", "camera2")])).await;
+    fake.push(done("r1", &[("c1", "camera"), ("c2", "camera2")]))
+        .await;
     let events = events_until_response_create(&fake).await;
     let messages: Vec<&Value> = events
         .iter()
@@ -259,7 +275,10 @@ async fn a_model_turn_takes_at_most_two_images_over_all_its_calls() {
         .map(|e| serde_json::from_str(e["item"]["output"].as_str().unwrap()).unwrap())
         .collect();
     assert_eq!(outputs.len(), 2);
-    let warned: Vec<&Value> = outputs.iter().filter(|o| o.get("_image_warnings").is_some()).collect();
+    let warned: Vec<&Value> = outputs
+        .iter()
+        .filter(|o| o.get("_image_warnings").is_some())
+        .collect();
     assert_eq!(
         warned,
         [&json!({"n": 2, "_image_warnings": [

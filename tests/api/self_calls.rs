@@ -69,9 +69,21 @@ async fn an_invoke_that_arrives_through_a_tool_callback_is_a_tool_error() {
 async fn two_servers_whose_tools_call_each_other_stop_after_one_hop() {
     let a = spawn_app(&["Lanlan"]).await;
     let b = spawn_app(&["Lanlan"]).await;
-    register(&a, tool_body("echo", &b.url("/api/tools/invoke"), "plugin:b")).await;
-    register(&b, tool_body("echo", &a.url("/api/tools/invoke"), "plugin:a")).await;
-    let (status, body) = invoke(&a, json!({"name": "echo", "arguments": {}, "call_id": "c7"})).await;
+    register(
+        &a,
+        tool_body("echo", &b.url("/api/tools/invoke"), "plugin:b"),
+    )
+    .await;
+    register(
+        &b,
+        tool_body("echo", &a.url("/api/tools/invoke"), "plugin:a"),
+    )
+    .await;
+    let (status, body) = invoke(
+        &a,
+        json!({"name": "echo", "arguments": {}, "call_id": "c7"}),
+    )
+    .await;
     assert_eq!(status, 200);
     // B refused the call from A's callback; A's caller gets B's refusal.
     assert_eq!(
@@ -129,7 +141,9 @@ async fn a_callback_exchange_ends_when_the_invoke_client_goes_away() {
     let held = CallbackServer::with("/cb", Reply::HoldOpen);
     register(&app, tool_body("held", &held.url("/cb"), "plugin:held")).await;
     let body = json!({"name": "held", "arguments": {}}).to_string();
-    let mut client = actix_web::rt::net::TcpStream::connect(app.addr).await.unwrap();
+    let mut client = actix_web::rt::net::TcpStream::connect(app.addr)
+        .await
+        .unwrap();
     client
         .write_all(
             format!(
