@@ -273,26 +273,16 @@ impl TurnBudget {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
+mod tests {
     use image::{ImageBuffer, Rgb};
     use serde_json::json;
 
     use super::*;
 
-    /// A `width`x`height` image as PNG or JPEG bytes; `noisy` fills it with pseudo-random
-    /// pixels, which compress badly.
-    pub fn picture(width: u32, height: u32, format: ImageFormat, noisy: bool) -> Vec<u8> {
-        let mut seed = 0x2545_f491_u32;
+    /// A `width`x`height` gradient as PNG or JPEG bytes.
+    fn picture(width: u32, height: u32, format: ImageFormat) -> Vec<u8> {
         let image = ImageBuffer::from_fn(width, height, |x, y| {
-            if noisy {
-                seed ^= seed << 13;
-                seed ^= seed >> 17;
-                seed ^= seed << 5;
-                let [r, g, b, _] = seed.to_le_bytes();
-                Rgb([r, g, b])
-            } else {
-                Rgb([(x % 256) as u8, (y % 256) as u8, 128])
-            }
+            Rgb([(x % 256) as u8, (y % 256) as u8, 128])
         });
         let mut bytes = Vec::new();
         DynamicImage::ImageRgb8(image)
@@ -307,7 +297,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_good_png_passes_as_it_is() {
-        let png = picture(64, 32, ImageFormat::Png, false);
+        let png = picture(64, 32, ImageFormat::Png);
         let (images, warnings) = accept_images(&json!([entry(&png, json!("image/png"))]));
         assert_eq!(warnings, Vec::<String>::new());
         assert_eq!(images.len(), 1);
@@ -326,7 +316,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_missing_type_takes_the_detected_one_and_a_wrong_one_drops() {
-        let jpeg = picture(16, 16, ImageFormat::Jpeg, false);
+        let jpeg = picture(16, 16, ImageFormat::Jpeg);
         let (images, _) = accept_images(&json!([entry(&jpeg, json!(null))]));
         assert_eq!(images[0].mime, "image/jpeg");
         let (images, warnings) = accept_images(&json!([
@@ -345,7 +335,7 @@ pub(crate) mod tests {
 
     #[test]
     fn each_bad_image_is_named() {
-        let png = picture(8, 8, ImageFormat::Png, false);
+        let png = picture(8, 8, ImageFormat::Png);
         let mut cut = png.clone();
         cut.truncate(png.len() - 20);
         let (images, warnings) = accept_images(&json!([
@@ -374,7 +364,7 @@ pub(crate) mod tests {
 
     #[test]
     fn at_most_two_per_result() {
-        let png = picture(4, 4, ImageFormat::Png, false);
+        let png = picture(4, 4, ImageFormat::Png);
         let three = json!([
             entry(&png, json!(null)),
             entry(&png, json!(null)),
@@ -387,7 +377,7 @@ pub(crate) mod tests {
 
     #[test]
     fn a_long_prompt_is_cut() {
-        let png = picture(4, 4, ImageFormat::Png, false);
+        let png = picture(4, 4, ImageFormat::Png);
         let mut e = entry(&png, json!(null));
         e["vision_prompt"] = json!("é".repeat(2500));
         let (images, warnings) = accept_images(&json!([e]));
@@ -399,24 +389,8 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn a_large_image_is_reencoded_down_to_the_delivery_limit() {
-        let png = picture(600, 400, ImageFormat::Png, true);
-        let b64 = STANDARD.encode(&png);
-        assert!(b64.len() > DELIVERY_MAX_BASE64_CHARS && b64.len() <= MAX_IMAGE_BASE64_CHARS);
-        let (images, warnings) = accept_images(&json!([{"data_b64": b64, "mime": "image/png"}]));
-        assert_eq!(
-            warnings,
-            ["image #0 was re-encoded to JPEG 600x400 to fit the 512000-character delivery limit"]
-        );
-        assert_eq!(images[0].mime, "image/jpeg");
-        assert!(images[0].data_b64.len() <= DELIVERY_MAX_BASE64_CHARS);
-        let jpeg = STANDARD.decode(&images[0].data_b64).unwrap();
-        assert!(jpeg.starts_with(JPEG_MAGIC));
-    }
-
-    #[test]
     fn too_many_pixels_or_too_much_text_drop() {
-        let huge = picture(4000, 2200, ImageFormat::Png, false);
+        let huge = picture(4000, 2200, ImageFormat::Png);
         let (images, warnings) = accept_images(&json!([entry(&huge, json!(null))]));
         assert!(images.is_empty());
         assert_eq!(

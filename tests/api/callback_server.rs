@@ -492,6 +492,23 @@ pub async fn invoke(app: &TestApp, body: Value) -> (u16, Value) {
     app.post("/api/tools/invoke", &body).await
 }
 
+/// Starts an invoke of `name` (no arguments) on its own client and task, so a test can go on
+/// while it waits; the task asserts a 200 and returns the answer.
+pub fn spawn_invoke(app: &TestApp, name: &str) -> JoinHandle<Value> {
+    let url = app.url("/api/tools/invoke");
+    let body = json!({"name": name, "arguments": {}});
+    actix_web::rt::spawn(async move {
+        let client = crate::helpers::test_client();
+        let mut response = client
+            .post(url)
+            .send_json(&body)
+            .await
+            .expect("invoke sent");
+        assert_eq!(response.status(), 200);
+        response.json::<Value>().await.expect("invoke answer")
+    })
+}
+
 /// Invokes `name` with `arguments` for any role; asserts a 200 and returns the answer.
 pub async fn invoke_ok(app: &TestApp, name: &str, arguments: Value) -> Value {
     let (status, body) = invoke(app, json!({"name": name, "arguments": arguments})).await;

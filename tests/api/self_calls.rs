@@ -7,7 +7,9 @@ use futures_util::future::join_all;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
-use crate::callback_server::{CallbackServer, Reply, error_text, invoke, invoke_ok, register};
+use crate::callback_server::{
+    CallbackServer, Reply, error_text, invoke, invoke_ok, register, spawn_invoke,
+};
 use crate::helpers::{TestApp, settings, spawn_app, spawn_app_with, tool_body};
 
 /// What a refused invoke's `error` says.
@@ -104,20 +106,7 @@ async fn calls_past_the_in_flight_limit_get_a_tool_error() {
     let app = app_with_in_flight_limit(2).await;
     let server = CallbackServer::with("/cb", Reply::after_gate(Reply::output(json!("done"))));
     register(&app, tool_body("slow", &server.url("/cb"), "plugin:slow")).await;
-    let held: Vec<_> = (0..2)
-        .map(|_| {
-            let base = app.base.clone();
-            actix_web::rt::spawn(async move {
-                let client = crate::helpers::test_client();
-                let mut response = client
-                    .post(format!("{base}/api/tools/invoke"))
-                    .send_json(&json!({"name": "slow"}))
-                    .await
-                    .expect("invoke sent");
-                response.json::<Value>().await.expect("invoke answer")
-            })
-        })
-        .collect();
+    let held: Vec<_> = (0..2).map(|_| spawn_invoke(&app, "slow")).collect();
     server.wait_for_requests(2).await;
     let refused = invoke_ok(&app, "slow", json!({})).await;
     assert_eq!(
