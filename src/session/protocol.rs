@@ -428,6 +428,40 @@ mod tests {
     }
 
     #[test]
+    fn images_go_in_one_user_message_after_the_output() {
+        use crate::domain::call::ToolCall;
+        let image = |prompt: &str| ToolImage {
+            mime: "image/png",
+            width: 1,
+            height: 1,
+            data_b64: "iVBO".into(),
+            vision_prompt: prompt.into(),
+        };
+        let call = ToolCall::from_raw("c9".into(), "cam".into(), "{}".into());
+        let mut result = call.error("x".into());
+        result.images = vec![image("look"), image("")];
+        let event: Value = serde_json::from_str(&image_message(&result, "e1")).unwrap();
+        assert_eq!(
+            event,
+            json!({"type": "conversation.item.create", "event_id": "e1", "item": {
+            "type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "Image from tool cam (call_id c9): look"},
+                {"type": "input_image", "image_url": "data:image/png;base64,iVBO"},
+                {"type": "input_text", "text": "Image from tool cam (call_id c9)"},
+                {"type": "input_image", "image_url": "data:image/png;base64,iVBO"},
+            ]}})
+        );
+        let mut images = result.images.clone();
+        assert_eq!(
+            images_not_taken(Dialect::Glm, &mut images).as_deref(),
+            Some("2 image(s) not shown: this model session (glm dialect) takes no images")
+        );
+        assert!(images.is_empty());
+        assert_eq!(images_not_taken(Dialect::Qwen, &mut images), None);
+        assert!(Dialect::Openai.takes_images() && !Dialect::Qwen.takes_images());
+    }
+
+    #[test]
     fn glm_shape() {
         let update = session_update(Dialect::Glm, &tools(), "e");
         assert_eq!(update["session"]["tools"][0]["name"], "get_weather");
