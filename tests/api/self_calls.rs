@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
 use crate::callback_server::{
-    CallbackServer, Reply, error_text, invoke, invoke_ok, register, spawn_invoke,
+    CallbackServer, Reply, error_text, invoke, invoke_ok, register, spawn_invoke, tool_with_timeout,
 };
 use crate::helpers::{TestApp, settings, spawn_app, spawn_app_with, tool_body};
 
@@ -128,7 +128,13 @@ async fn calls_past_the_in_flight_limit_get_a_tool_error() {
 async fn a_callback_exchange_ends_when_the_invoke_client_goes_away() {
     let app = app_with_in_flight_limit(1).await;
     let held = CallbackServer::with("/cb", Reply::HoldOpen);
-    register(&app, tool_body("held", &held.url("/cb"), "plugin:held")).await;
+    // The longest timeout there is: only a cancellation closes the connection within the
+    // test's deadline.
+    register(
+        &app,
+        tool_with_timeout("held", &held.url("/cb"), "plugin:held", 300.0),
+    )
+    .await;
     let body = json!({"name": "held", "arguments": {}}).to_string();
     let mut client = actix_web::rt::net::TcpStream::connect(app.addr)
         .await
