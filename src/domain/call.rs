@@ -20,15 +20,11 @@ use super::images::ToolImage;
 /// How many characters of an HTTP error body a tool error quotes.
 pub const ERROR_BODY_QUOTE_CHARS: usize = 200;
 
-/// How deep JSON may nest before the parser refuses it (serde_json's fixed recursion limit, which
-/// keeps a hostile document from exhausting the stack).
-pub const JSON_DEPTH_LIMIT: usize = 128;
-
 /// JSON text kept exactly as it was written.
 pub type JsonText = Box<RawValue>;
 
 /// The JSON text `null`.
-pub fn null_text() -> JsonText {
+fn null_text() -> JsonText {
     RawValue::NULL.to_owned()
 }
 
@@ -204,8 +200,7 @@ impl ToolAnswer {
                     || (object.contains_key("output") && object.contains_key("images")) =>
             {
                 let text = serde_json::to_string(&object).unwrap_or_default();
-                read_json_body(&text, Envelope::Callback)
-                    .unwrap_or_else(|| Self::output(text_of(text)))
+                read_json_body(&text).unwrap_or_else(|| Self::output(text_of(text)))
             }
             Ok(value) => Self::output(text_of(value.to_string())),
         }
@@ -305,13 +300,6 @@ fn read_arguments(raw: &str) -> (Map<String, Value>, JsonText) {
     }
 }
 
-/// Which objects are a tool envelope rather than the tool's own data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Envelope {
-    /// A callback's answer: an object with `output` or `is_error`.
-    Callback,
-}
-
 /// Maps a completed callback exchange to the tool's answer.
 pub fn map_callback_response(status: u16, body: &[u8]) -> ToolAnswer {
     if (300..400).contains(&status) {
@@ -327,7 +315,7 @@ pub fn map_callback_response(status: u16, body: &[u8]) -> ToolAnswer {
         ));
     }
     match std::str::from_utf8(body) {
-        Ok(text) => read_json_body(text, Envelope::Callback).unwrap_or_else(|| {
+        Ok(text) => read_json_body(text).unwrap_or_else(|| {
             ToolAnswer::output(text_of(Value::String(text.to_owned()).to_string()))
         }),
         Err(_) => ToolAnswer::output(text_of(
@@ -336,24 +324,24 @@ pub fn map_callback_response(status: u16, body: &[u8]) -> ToolAnswer {
     }
 }
 
-/// Reads a JSON body: an envelope gives its parts, any other JSON value is the output whole.
+/// Reads a JSON body: an envelope (an object with `output` or `is_error`) gives its parts, any
+/// other JSON value is the output whole.
 /// `None` when the text is not JSON.
 ///
 /// Only the envelope's top level is parsed into values; `output` (and a whole non-envelope
 /// body) stays exact text, read by serde_json's skipping parser, which has no depth limit and
-/// does not recurse: an answer nested deeper than [`JSON_DEPTH_LIMIT`] is read in full like any
+/// does not recurse: an answer nested deeper than serde_json's 128-level limit for values (which
+/// keeps a hostile document from exhausting the stack) is read in full like any
 /// other, its `is_error` honoured.
-fn read_json_body(text: &str, rule: Envelope) -> Option<ToolAnswer> {
+fn read_json_body(text: &str) -> Option<ToolAnswer> {
     let trimmed = text.trim();
     if !trimmed.starts_with('{') {
         let value = serde_json::from_str::<JsonText>(trimmed).ok()?;
         return Some(ToolAnswer::output(value));
     }
     let object = serde_json::from_str::<IndexMap<String, &RawValue>>(trimmed).ok()?;
-    let is_envelope = match rule {
-        Envelope::Callback => object.contains_key("output") || object.contains_key("is_error"),
-    };
-    if !is_envelope {
+    // A callback's envelope has `output` or `is_error`; any other object is the tool's data.
+    if !object.contains_key("output") && !object.contains_key("is_error") {
         return Some(ToolAnswer::output(text_of(trimmed.to_owned())));
     }
     let is_error = object
