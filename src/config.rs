@@ -22,6 +22,12 @@ pub const DEFAULT_CHARACTER: &str = "Lanlan";
 /// sensible tool output while bounding what a misbehaving plugin can make us buffer.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 
+/// Callback exchanges in flight at once, by default. Each holds a socket (an invoke holds two:
+/// its client's and the callback's), so 4096 stays well inside the 20 000-descriptor limits of
+/// common service setups while leaving room for thousands of slow tools at once; past it a call
+/// is refused with a tool error instead of the process running out of descriptors.
+pub const DEFAULT_MAX_CALLBACKS_IN_FLIGHT: usize = 4096;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     pub bind: SocketAddr,
@@ -39,6 +45,8 @@ pub struct Settings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DispatchSettings {
     pub max_response_bytes: usize,
+    /// Callback exchanges in flight at once, over the whole server.
+    pub max_callbacks_in_flight: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +85,7 @@ impl Default for DispatchSettings {
     fn default() -> Self {
         Self {
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_callbacks_in_flight: DEFAULT_MAX_CALLBACKS_IN_FLIGHT,
         }
     }
 }
@@ -98,6 +107,7 @@ struct FileConfig {
 #[serde(deny_unknown_fields)]
 struct FileDispatch {
     max_response_bytes: Option<i64>,
+    max_callbacks_in_flight: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -131,6 +141,13 @@ impl Settings {
             }
             settings.dispatch.max_response_bytes =
                 usize::try_from(max).context("key `dispatch.max_response_bytes`: too large")?;
+        }
+        if let Some(max) = file.dispatch.max_callbacks_in_flight {
+            if max <= 0 {
+                bail!("key `dispatch.max_callbacks_in_flight`: must be at least 1, got {max}");
+            }
+            settings.dispatch.max_callbacks_in_flight = usize::try_from(max)
+                .context("key `dispatch.max_callbacks_in_flight`: too large")?;
         }
         settings.characters = Vec::with_capacity(file.character.len());
         for (i, c) in file.character.into_iter().enumerate() {
@@ -211,6 +228,7 @@ mod tests {
             bind = "127.0.0.1:0"
             [dispatch]
             max_response_bytes = 1024
+            max_callbacks_in_flight = 16
             [[character]]
             name = "Lanlan"
             [[character]]
@@ -220,6 +238,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.bind, "127.0.0.1:0".parse().unwrap());
         assert_eq!(s.dispatch.max_response_bytes, 1024);
+        assert_eq!(s.dispatch.max_callbacks_in_flight, 16);
         let names: Vec<_> = s.characters.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["Lanlan", "Mio"]);
     }
@@ -229,6 +248,10 @@ mod tests {
         let s = Settings::from_toml("[[character]]\nname = \"A\"\n").unwrap();
         assert_eq!(s.bind, DEFAULT_BIND.parse().unwrap());
         assert_eq!(s.dispatch.max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES);
+        assert_eq!(
+            s.dispatch.max_callbacks_in_flight,
+            DEFAULT_MAX_CALLBACKS_IN_FLIGHT
+        );
     }
 
     fn error_of(text: &str) -> String {
@@ -259,6 +282,9 @@ mod tests {
             error_of("[dispatch]\nmax_response_bytes = \"big\"").contains("max_response_bytes")
         );
         assert!(error_of("[[character]]\nname = \"\"").contains("character[0].name"));
+        assert!(
+            error_of("[dispatch]\nmax_callbacks_in_flight = 0").contains("max_callbacks_in_flight")
+        );
     }
 
     #[test]

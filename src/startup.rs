@@ -85,6 +85,7 @@ impl Application {
             events: events.clone(),
             keep_alive: settings.events.keep_alive,
             mcp,
+            local_addr,
         });
 
         let mut server = HttpServer::new(move || {
@@ -95,6 +96,10 @@ impl Application {
                 .default_service(web::to(api::not_found))
         })
         .client_request_timeout(REQUEST_HEAD_TIMEOUT)
+        // A client that closes its connection has gone away: the request's handler is dropped
+        // at once, which ends an invoke's callback exchange instead of letting it run to its
+        // timeout for nobody (HTTP clients do not half-close after a request).
+        .h1_allow_half_closed(false)
         // Whoever runs the application decides how it stops (`main` turns SIGINT and SIGTERM
         // into a graceful stop through `handle()`); actix's own handlers would treat SIGINT
         // as a forced stop and race it.

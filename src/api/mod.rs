@@ -51,6 +51,8 @@ pub struct AppState {
     pub keep_alive: Duration,
     /// Each MCP server's state, read by `GET /api/mcp`.
     pub mcp: McpBoard,
+    /// The address the server listens on: register refuses callbacks that point here.
+    pub local_addr: std::net::SocketAddr,
 }
 
 /// The whole route tree.

@@ -14,7 +14,7 @@ use utoipa::{OpenApi, ToSchema};
 
 use super::error::{ApiError, ErrorBody, FieldError, ValidationErrorBody};
 use super::events;
-use super::invoke::{self, InvokeResponse};
+use super::invoke::{self, InvokeImage, InvokeResponse};
 use super::mcp::{self, McpResponse};
 use super::sessions::{self, SessionsResponse};
 use super::tools::{
@@ -58,6 +58,7 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         ListResponse,
         ToolView,
         InvokeResponse,
+        InvokeImage,
         SessionsResponse,
         SessionReport,
         SyncOutcome,
@@ -209,10 +210,14 @@ mod tests {
     /// Each request-body schema with the parser of the body it documents.
     fn bodies() -> Vec<(&'static str, Parse)> {
         vec![
-            ("RegisterBody", |b| RegisterRequest::parse(b).map(drop)),
+            ("RegisterBody", |b| {
+                RegisterRequest::parse(b, "127.0.0.1:48911".parse().unwrap()).map(drop)
+            }),
             ("UnregisterBody", |b| UnregisterRequest::parse(b).map(drop)),
             ("ClearBody", |b| ClearRequest::parse(b).map(drop)),
-            ("InvokeBody", |b| InvokeRequest::parse(b).map(drop)),
+            ("InvokeBody", |b| {
+                InvokeRequest::parse(b, &serde_json::to_vec(b).unwrap()).map(drop)
+            }),
         ]
     }
 

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::domain::call::{LocalToolHandler, ToolOutcome};
 use crate::domain::tool::ToolSpec;
@@ -64,10 +64,15 @@ pub fn tool_spec(definition: &Definition, source: &str, handler: LocalToolHandle
 }
 
 /// A `tools/call` result as the call's outcome: `isError` is an error with the content's text;
-/// otherwise `structuredContent` is the output when there is one, else the content as text (an
-/// image or anything else but text is described in words).
+/// otherwise `structuredContent` is the output when there is one, else the content as text.
+/// Images go to the image channel (the in-process envelope `{"output", "images"}`), where they
+/// are checked and delivered like a callback's; anything else but text is described in words.
 pub fn outcome(result: CallToolResult) -> ToolOutcome {
-    let text = content_text(&result.content);
+    let (images, rest): (Vec<&ContentBlock>, Vec<&ContentBlock>) = result
+        .content
+        .iter()
+        .partition(|block| matches!(block, ContentBlock::Image(_)));
+    let text = rest.into_iter().map(describe).collect::<Vec<_>>().join("\n");
     if result.is_error == Some(true) {
         return Err(if text.is_empty() {
             "MCP tool reported an error without a message".to_owned()
@@ -75,16 +80,23 @@ pub fn outcome(result: CallToolResult) -> ToolOutcome {
             text
         });
     }
-    match result.structured_content {
-        Some(structured) => Ok(structured),
-        None => Ok(Value::String(text)),
+    let output = match result.structured_content {
+        Some(structured) => structured,
+        None => Value::String(text),
+    };
+    if images.is_empty() {
+        return Ok(output);
     }
-}
-
-/// The content blocks as one text: text as it is, anything else described, one per line.
-fn content_text(content: &[ContentBlock]) -> String {
-    let parts: Vec<String> = content.iter().map(describe).collect();
-    parts.join("\n")
+    let images: Vec<Value> = images
+        .into_iter()
+        .filter_map(|block| match block {
+            ContentBlock::Image(image) => {
+                Some(json!({"data_b64": image.data, "mime": image.mime_type}))
+            }
+            _ => None,
+        })
+        .collect();
+    Ok(json!({"output": output, "images": images}))
 }
 
 fn describe(block: &ContentBlock) -> String {
@@ -181,7 +193,7 @@ mod tests {
         ]);
         assert_eq!(
             outcome(image),
-            Ok(json!("here:\n[image: image/png, 8 bytes of base64]"))
+            Ok(json!({"output": "here:", "images": [{"data_b64": "aGVsbG8=", "mime": "image/png"}]}))
         );
     }
 }

@@ -18,10 +18,11 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{Peer, RoleServer, ServerHandler, ServiceExt};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use sse_stream::SseStream;
 
-use crate::domain::call::ToolResult;
+use crate::domain::call::{JsonText, ToolResult};
 
 /// The server `runtime-tools mcp` talks to unless told otherwise: the default bind address.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:48911";
@@ -148,12 +149,13 @@ impl Api {
                 .send()
                 .await?;
             let status = response.status().as_u16();
-            Ok::<_, reqwest::Error>((status, response.json::<Value>().await?))
+            Ok::<_, reqwest::Error>((status, response.text().await?))
         };
         match answer.await {
-            Ok((200, body)) => call_result(body),
+            Ok((200, body)) => call_result(&body),
             Ok((status, body)) => {
                 tracing::debug!(status, tool = name, "invoke refused");
+                let body = serde_json::from_str(&body).unwrap_or(Value::String(body));
                 error_result(name, error_detail(&body))
             }
             Err(e) => error_result(name, self.unreachable(e)),
@@ -199,20 +201,27 @@ fn listed_tools(listing: &Value) -> Vec<Tool> {
     tools
 }
 
-/// The invoke answer as an MCP result: the text the model would get, plus the output as
-/// `structuredContent` when it is a JSON object.
-fn call_result(body: Value) -> CallToolResult {
+/// The invoke answer (its exact text) as an MCP result: the text the model would get, the
+/// output as `structuredContent` when it is a JSON object, and each delivered image as image
+/// content.
+fn call_result(body: &str) -> CallToolResult {
     #[derive(Deserialize)]
     struct Invoked {
         name: String,
         call_id: String,
-        #[serde(default)]
-        output: Value,
+        output: Option<JsonText>,
         #[serde(default)]
         is_error: bool,
         error: Option<String>,
+        #[serde(default)]
+        images: Vec<InvokedImage>,
     }
-    let invoked: Invoked = match serde_json::from_value(body.clone()) {
+    #[derive(Deserialize)]
+    struct InvokedImage {
+        mime: String,
+        data_b64: String,
+    }
+    let invoked: Invoked = match serde_json::from_str(body) {
         Ok(invoked) => invoked,
         Err(e) => {
             return CallToolResult::error(vec![ContentBlock::text(format!(
@@ -223,17 +232,25 @@ fn call_result(body: Value) -> CallToolResult {
     let result = ToolResult {
         call_id: invoked.call_id,
         name: invoked.name,
-        output: invoked.output,
+        output: invoked.output.unwrap_or_else(|| RawValue::NULL.to_owned()),
         is_error: invoked.is_error,
         error: invoked.error,
+        images: Vec::new(),
+        image_warnings: Vec::new(),
     };
-    let text = ContentBlock::text(result.model_text());
+    let mut content = vec![ContentBlock::text(result.model_text())];
+    content.extend(
+        invoked
+            .images
+            .into_iter()
+            .map(|image| ContentBlock::image(image.data_b64, image.mime)),
+    );
     if result.is_error {
-        return CallToolResult::error(vec![text]);
+        return CallToolResult::error(content);
     }
-    let mut success = CallToolResult::success(vec![text]);
-    if result.output.is_object() {
-        success.structured_content = Some(result.output);
+    let mut success = CallToolResult::success(content);
+    if let Ok(Value::Object(structured)) = serde_json::from_str::<Value>(result.output.get()) {
+        success.structured_content = Some(Value::Object(structured));
     }
     success
 }
@@ -243,9 +260,11 @@ fn error_result(name: &str, error: String) -> CallToolResult {
     let result = ToolResult {
         call_id: String::new(),
         name: name.to_owned(),
-        output: Value::Null,
+        output: RawValue::NULL.to_owned(),
         is_error: true,
         error: Some(error),
+        images: Vec::new(),
+        image_warnings: Vec::new(),
     };
     CallToolResult::error(vec![ContentBlock::text(result.model_text())])
 }
@@ -390,20 +409,23 @@ mod tests {
     #[test]
     fn results_carry_the_models_text() {
         let ok = call_result(
-            json!({"ok": true, "name": "t", "call_id": "c", "output": {"a": 1}, "is_error": false}),
+            r#"{"ok": true, "name": "t", "call_id": "c", "output": {"a": 1, "big": 123456789012345678901234567890}, "is_error": false}"#,
         );
         assert_eq!(ok.is_error, Some(false));
-        assert_eq!(ok.content[0].as_text().unwrap().text, r#"{"a":1}"#);
-        assert_eq!(ok.structured_content, Some(json!({"a": 1})));
+        assert_eq!(
+            ok.content[0].as_text().unwrap().text,
+            r#"{"a": 1, "big": 123456789012345678901234567890}"#
+        );
+        assert!(ok.structured_content.is_some());
 
         let text = call_result(
-            json!({"ok": true, "name": "t", "call_id": "c", "output": "hi", "is_error": false}),
+            r#"{"ok": true, "name": "t", "call_id": "c", "output": "hi", "is_error": false}"#,
         );
         assert_eq!(text.content[0].as_text().unwrap().text, r#""hi""#);
         assert_eq!(text.structured_content, None);
 
         let failed = call_result(
-            json!({"ok": true, "name": "t", "call_id": "c", "output": null, "is_error": true, "error": "boom"}),
+            r#"{"ok": true, "name": "t", "call_id": "c", "output": null, "is_error": true, "error": "boom"}"#,
         );
         assert_eq!(failed.is_error, Some(true));
         assert_eq!(

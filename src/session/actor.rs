@@ -24,7 +24,7 @@ use super::protocol::{self, FunctionCall, ServerEvent};
 use super::settings::SessionSettings;
 use super::sync::SyncState;
 use crate::dispatch::Dispatcher;
-use crate::domain::call::ToolCall;
+use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::tool::SharedTool;
 use crate::events::{Caller, EventHub, ToolCallFinished};
 
@@ -380,8 +380,8 @@ impl RealtimeSession {
                 self.limiter.window().as_secs_f64()
             );
             tracing::warn!(character = %self.character, tool = %tool_call.name, "runaway guard refused a tool call");
-            let result = tool_call.result(Err(error));
-            self.answer(response_id, &result, None, started, ctx);
+            let result = tool_call.error(error);
+            self.answer(response_id, result, None, started, ctx);
             return;
         }
         let Some(tool) = self
@@ -400,8 +400,8 @@ impl RealtimeSession {
                 "tool '{}' is not registered; available tools: {names}",
                 tool_call.name
             );
-            let result = tool_call.result(Err(error));
-            self.answer(response_id, &result, None, started, ctx);
+            let result = tool_call.error(error);
+            self.answer(response_id, result, None, started, ctx);
             return;
         };
         let dispatcher = self.dispatcher.clone();
@@ -412,17 +412,19 @@ impl RealtimeSession {
             }
             .into_actor(self)
             .map(move |(tool, result), act, ctx| {
-                act.answer(response_id, &result, Some(&tool.source), started, ctx)
+                act.answer(response_id, result, Some(&tool.source), started, ctx)
             }),
         );
     }
 
-    /// Sends a call's result to the model and announces the call (`source` is `None` for a
-    /// tool the character does not have).
+    /// Answers a call: its output, then (when the model takes images and the turn has room)
+    /// one user message with its images; images that cannot go are named in the output. The
+    /// call is announced on the event stream (`source` is `None` for a tool the character does
+    /// not have).
     fn answer(
         &mut self,
         response_id: Option<String>,
-        result: &crate::domain::call::ToolResult,
+        mut result: ToolResult,
         source: Option<&str>,
         started: Instant,
         ctx: &mut Context<Self>,
@@ -436,10 +438,23 @@ impl RealtimeSession {
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
             is_error: result.is_error,
         });
+        let warning = if self.settings.dialect.takes_images() {
+            self.calls
+                .image_budget(response_id.as_deref())
+                .take(&mut result.images)
+        } else {
+            protocol::images_not_taken(self.settings.dialect, &mut result.images)
+        };
+        result.add_image_warnings(warning.into_iter().collect());
         let event_id = self.event_id("call");
         let event =
             protocol::function_call_output(&result.call_id, &result.model_text(), &event_id);
         self.send(&event, ctx);
+        if !result.images.is_empty() {
+            let event_id = self.event_id("images");
+            let event = protocol::image_message(&result, &event_id);
+            self.send_text(event, ctx);
+        }
         if self.calls.answered(response_id.as_deref(), &result.call_id) {
             self.request_response(ctx);
         }

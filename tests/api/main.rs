@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod answers;
 mod auto_removal;
 mod callback_server;
 mod callback_urls;
@@ -18,6 +19,7 @@ mod fake_realtime;
 mod faults;
 mod guard;
 mod hostile_input;
+mod images;
 mod invoke;
 mod lifecycle;
 mod listing;
@@ -31,6 +33,7 @@ mod properties;
 mod python;
 mod roles;
 mod schema;
+mod self_calls;
 mod sessions;
 mod smoke;
 mod stress;

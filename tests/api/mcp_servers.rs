@@ -213,14 +213,20 @@ async fn check_everything(app: &TestApp, events: &mut EventReader, source: &str)
             "MCP error -32602: Input validation error: Invalid arguments for tool get-sum: Invalid input: expected number, received string at a"
         )
     );
-    // An image, described for the model in words (with its type and size).
+    // An image goes through the image channel: checked, decoded and delivered as an image; the
+    // text around it stays the output.
     let image = invoke(app, "get-tiny-image", json!({})).await;
     assert_eq!(
         image["output"],
-        json!(
-            "Here's the image you requested:\n[image: image/png, 5380 bytes of base64]\nThe image above is the MCP logo."
-        )
+        json!("Here's the image you requested:\nThe image above is the MCP logo."),
+        "{image}"
     );
+    let images = image["images"].as_array().expect("images delivered");
+    assert_eq!(images.len(), 1, "{image}");
+    assert_eq!(images[0]["mime"], json!("image/png"));
+    assert_eq!(images[0]["data_b64"].as_str().map(str::len), Some(5380));
+    assert!(images[0]["width"].as_u64() > Some(0), "{image}");
+    assert!(image.get("image_warnings").is_none(), "{image}");
     let structured = invoke(
         app,
         "get-structured-content",
