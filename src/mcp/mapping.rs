@@ -72,7 +72,11 @@ pub fn outcome(result: CallToolResult) -> ToolOutcome {
         .content
         .iter()
         .partition(|block| matches!(block, ContentBlock::Image(_)));
-    let text = rest.into_iter().map(describe).collect::<Vec<_>>().join("\n");
+    let text = rest
+        .into_iter()
+        .map(describe)
+        .collect::<Vec<_>>()
+        .join("\n");
     if result.is_error == Some(true) {
         return Err(if text.is_empty() {
             "MCP tool reported an error without a message".to_owned()
@@ -193,7 +197,9 @@ mod tests {
         ]);
         assert_eq!(
             outcome(image),
-            Ok(json!({"output": "here:", "images": [{"data_b64": "aGVsbG8=", "mime": "image/png"}]}))
+            Ok(
+                json!({"output": "here:", "images": [{"data_b64": "aGVsbG8=", "mime": "image/png"}]})
+            )
         );
     }
 }
