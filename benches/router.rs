@@ -25,6 +25,7 @@ use runtime_tools::actors::router::{
     ClearSource, ListSessions, ListTools, RegisterTool, ResolveTool, Router, UnregisterTool,
 };
 use runtime_tools::config::{CharacterSettings, DispatchSettings};
+use runtime_tools::domain::arguments::Parameters;
 use runtime_tools::domain::call::{ToolCall, ToolOutcome};
 use runtime_tools::domain::callback_url::CallbackUrl;
 use runtime_tools::domain::tool::{SharedTool, ToolSpec};
@@ -47,6 +48,7 @@ const SESSION_TOOLS: [usize; 3] = [1, 26, 100];
 /// Longest wait for the fake model peer to be connected before the session group starts.
 const SESSION_CONNECT_DEADLINE: Duration = Duration::from_secs(20);
 
+/// The parameters of the HTTP harness's tool (`tool_body` of benches/http/run.sh).
 fn schema() -> Map<String, Value> {
     let Value::Object(schema) = json!({
         "type": "object",
@@ -61,12 +63,16 @@ fn schema() -> Map<String, Value> {
     schema
 }
 
+fn parameters(schema: Map<String, Value>) -> Parameters {
+    Parameters::new(schema).expect("a valid schema")
+}
+
 /// The register body of the HTTP harness, as a domain value.
 fn remote_tool(name: &str, callback: &str) -> ToolSpec {
     ToolSpec::remote(
         name,
         "Benchmark tool: get the current weather for a city.",
-        schema(),
+        parameters(schema()),
         "plugin:bench",
         CallbackUrl::parse(&format!("{callback}/tools/{name}")).expect("a loopback callback URL"),
         Duration::from_secs(30),
@@ -290,7 +296,7 @@ fn dispatch(c: &mut Criterion, sys: &SystemRunner) {
         std::sync::Arc::new(ToolSpec::local(
             "tool_000",
             "Benchmark tool: answers at once.",
-            schema(),
+            parameters(schema()),
             "inproc:bench",
             local_handler(Echo.start().recipient()),
         ))

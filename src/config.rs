@@ -33,6 +33,9 @@ pub struct Settings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DispatchSettings {
     pub max_response_bytes: usize,
+    /// Check every call's arguments against the tool's schema before calling it (the
+    /// default); `false` passes them through unchecked.
+    pub validate_arguments: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,6 +72,7 @@ impl Default for DispatchSettings {
     fn default() -> Self {
         Self {
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            validate_arguments: true,
         }
     }
 }
@@ -88,6 +92,7 @@ struct FileConfig {
 #[serde(deny_unknown_fields)]
 struct FileDispatch {
     max_response_bytes: Option<i64>,
+    validate_arguments: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -121,6 +126,9 @@ impl Settings {
             }
             settings.dispatch.max_response_bytes =
                 usize::try_from(max).context("key `dispatch.max_response_bytes`: too large")?;
+        }
+        if let Some(validate) = file.dispatch.validate_arguments {
+            settings.dispatch.validate_arguments = validate;
         }
         settings.characters = Vec::with_capacity(file.character.len());
         for (i, c) in file.character.into_iter().enumerate() {
@@ -185,6 +193,7 @@ mod tests {
             bind = "127.0.0.1:0"
             [dispatch]
             max_response_bytes = 1024
+            validate_arguments = false
             [[character]]
             name = "Lanlan"
             [[character]]
@@ -194,6 +203,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.bind, "127.0.0.1:0".parse().unwrap());
         assert_eq!(s.dispatch.max_response_bytes, 1024);
+        assert!(!s.dispatch.validate_arguments);
         let names: Vec<_> = s.characters.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["Lanlan", "Mio"]);
     }
@@ -203,6 +213,7 @@ mod tests {
         let s = Settings::from_toml("[[character]]\nname = \"A\"\n").unwrap();
         assert_eq!(s.bind, DEFAULT_BIND.parse().unwrap());
         assert_eq!(s.dispatch.max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES);
+        assert!(s.dispatch.validate_arguments);
     }
 
     fn error_of(text: &str) -> String {
@@ -232,6 +243,7 @@ mod tests {
         assert!(
             error_of("[dispatch]\nmax_response_bytes = \"big\"").contains("max_response_bytes")
         );
+        assert!(error_of("[dispatch]\nvalidate_arguments = 1").contains("validate_arguments"));
         assert!(error_of("[[character]]\nname = \"\"").contains("character[0].name"));
     }
 

@@ -67,6 +67,9 @@ pub struct Dispatcher {
 
 struct Inner {
     max_response_bytes: usize,
+    /// Check arguments against the tool's schema before any call (`[dispatch]
+    /// validate_arguments`).
+    validate_arguments: bool,
     failures: Mutex<FailureTracker>,
     removals: Recipient<RemoveDeadOrigin>,
 }
@@ -77,6 +80,7 @@ impl Dispatcher {
         Self {
             inner: Arc::new(Inner {
                 max_response_bytes: settings.max_response_bytes,
+                validate_arguments: settings.validate_arguments,
                 failures: Mutex::new(FailureTracker::new()),
                 removals,
             }),
@@ -85,6 +89,14 @@ impl Dispatcher {
 
     /// Runs `call` against `tool`. Never fails: every problem becomes an error result.
     pub async fn dispatch(&self, tool: &SharedTool, call: ToolCall) -> ToolResult {
+        // Arguments that do not match the schema never reach the tool: the model gets the
+        // reason to fix them, and nothing counts towards the tool's auto-removal.
+        if self.inner.validate_arguments
+            && let Err(refused) = tool.parameters.check(&call.raw_arguments)
+        {
+            tracing::debug!(tool = %call.name, call_id = %call.call_id, "arguments do not match the tool's parameters; not called");
+            return call.result(Err(refused.message(&tool.name)));
+        }
         let outcome = match &tool.handler {
             ToolHandler::Remote(endpoint) => self.call_remote(tool, endpoint, &call).await,
             ToolHandler::Local(handler) => {
