@@ -19,6 +19,11 @@ use serde_json::{Map, Value};
 /// items) cannot flood the model's context.
 pub const MAX_LISTED_VIOLATIONS: usize = 10;
 
+/// Violations of one call put in order before the first [`MAX_LISTED_VIOLATIONS`] are listed;
+/// any beyond are only counted. Bounds the work a pathological argument (a huge array of wrong
+/// items) can cause, far above what a model's call has.
+pub const MAX_SORTED_VIOLATIONS: usize = 1000;
+
 /// Problems of one schema listed in a 422: the same bound, for the same reason (a plugin author
 /// fixes a schema from the first few problems, then registers again).
 pub const MAX_LISTED_SCHEMA_PROBLEMS: usize = 10;
@@ -71,8 +76,8 @@ pub enum ArgumentError {
     NotJson { reason: String },
     /// The argument text is JSON, but not an object; `found` is what it is ("an array").
     NotAnObject { found: &'static str },
-    /// The arguments break the schema: the first violations, each with its JSON pointer and
-    /// what was expected, and how many more there are.
+    /// The arguments break the schema: the first violations in the order of their JSON
+    /// pointers, each saying what was expected, and how many more there are.
     Mismatch {
         violations: Vec<String>,
         unlisted: usize,
@@ -141,16 +146,22 @@ impl Parameters {
             return Ok(());
         }
         let mut violations = Vec::new();
-        let mut unlisted = 0;
+        let mut uncollected = 0;
         for error in self.validator.iter_errors(&arguments) {
             for violation in describe(&error, "the arguments") {
-                if violations.len() < MAX_LISTED_VIOLATIONS {
+                if violations.len() < MAX_SORTED_VIOLATIONS {
                     violations.push(violation);
                 } else {
-                    unlisted += 1;
+                    uncollected += 1;
                 }
             }
         }
+        // Each violation starts with its JSON pointer, so sorting the texts lists them in the
+        // order of the arguments (a parent before its children), whatever order the validator
+        // checked the keywords in.
+        violations.sort();
+        let unlisted = violations.len().saturating_sub(MAX_LISTED_VIOLATIONS) + uncollected;
+        violations.truncate(MAX_LISTED_VIOLATIONS);
         Err(ArgumentError::Mismatch {
             violations,
             unlisted,

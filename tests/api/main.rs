@@ -3,6 +3,7 @@
 
 mod helpers;
 
+mod arguments;
 mod auto_removal;
 mod callback_server;
 mod callback_urls;
