@@ -432,10 +432,7 @@ fn list_options(options: &Value) -> String {
         .map(|o| quote(o, MAX_QUOTED_CHARS))
         .collect();
     if options.len() > MAX_LISTED_OPTIONS {
-        listed.push(format!(
-            "or {} more",
-            options.len() - MAX_LISTED_OPTIONS
-        ));
+        listed.push(format!("or {} more", options.len() - MAX_LISTED_OPTIONS));
     }
     listed.join(", ")
 }
@@ -580,7 +577,10 @@ mod tests {
              /unit must be one of \"c\", \"f\" (got \"kelvin\"). Call get_weather again with \
              arguments that match."
         );
-        assert_eq!(weather().check(r#"{"location": "Tokyo", "unit": "c"}"#), Ok(()));
+        assert_eq!(
+            weather().check(r#"{"location": "Tokyo", "unit": "c"}"#),
+            Ok(())
+        );
     }
 
     #[test]
@@ -644,7 +644,10 @@ mod tests {
             }
         }));
         let cases = [
-            (json!({"count": "5"}), "/count must be an integer (got \"5\")"),
+            (
+                json!({"count": "5"}),
+                "/count must be an integer (got \"5\")",
+            ),
             (json!({"count": 0}), "/count must be at least 1 (got 0)"),
             (json!({"count": 11}), "/count must be at most 10 (got 11)"),
             (json!({"ratio": 0}), "/ratio must be greater than 0 (got 0)"),
@@ -666,8 +669,14 @@ mod tests {
                 json!({"when": "tomorrow"}),
                 "/when must be in the \"date\" format (got \"tomorrow\")",
             ),
-            (json!({"mode": "slow"}), "/mode must be \"fast\" (got \"slow\")"),
-            (json!({"tags": []}), "/tags must have at least 1 item (got 0)"),
+            (
+                json!({"mode": "slow"}),
+                "/mode must be \"fast\" (got \"slow\")",
+            ),
+            (
+                json!({"tags": []}),
+                "/tags must have at least 1 item (got 0)",
+            ),
             (
                 json!({"tags": [1, 2, 3]}),
                 "/tags must have at most 2 items (got 3)",
@@ -685,7 +694,10 @@ mod tests {
                 "/opts/b is not allowed (unknown property); /opts/c~1d is not allowed (unknown \
                  property)",
             ),
-            (json!({"opts": {"a": "yes"}}), "/opts/a must be a boolean (got \"yes\")"),
+            (
+                json!({"opts": {"a": "yes"}}),
+                "/opts/a must be a boolean (got \"yes\")",
+            ),
             (json!({"nothing": 1}), "/nothing is not allowed"),
         ];
         for (arguments, expected) in cases {

@@ -119,9 +119,8 @@ impl ToolSpec {
 /// The parameters of a registration that gives none: `{"type": "object", "properties": {}}`,
 /// compiled once per process.
 pub fn empty_parameters() -> Parameters {
-    static EMPTY: LazyLock<Parameters> = LazyLock::new(|| {
-        Parameters::new(Map::new()).expect("the empty object schema is valid")
-    });
+    static EMPTY: LazyLock<Parameters> =
+        LazyLock::new(|| Parameters::new(Map::new()).expect("the empty object schema is valid"));
     EMPTY.clone()
 }
 

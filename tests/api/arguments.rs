@@ -2,7 +2,8 @@
 //! (422 naming the schema path and the problem), the object shape the model is shown, every kind
 //! of argument violation answered with the fix-it text (through the invoke route and through a
 //! live model session) without calling the plugin, the `[dispatch] validate_arguments` off
-//! switch, auto-removal untouched by refused calls, and in-process tools checked alike.
+//! switch, auto-removal untouched by refused calls, and in-process tools checked alike. The
+//! reference Python implementation of JSON Schema judges the same schemas and arguments.
 
 use actix::prelude::*;
 use runtime_tools::actors::local_tool::{CallLocalTool, local_handler};
@@ -19,6 +20,7 @@ use crate::callback_server::{
 };
 use crate::fake_realtime::{AckMode, FakeRealtime};
 use crate::helpers::{TestApp, settings, spawn_app, spawn_app_with, tool_body};
+use crate::schema::json_schema_verdicts;
 use crate::sessions::call_event;
 
 /// The tool every call test uses: one property per kind of constraint.
@@ -150,6 +152,13 @@ fn violation_cases() -> Vec<(Value, &'static str)> {
     ]
 }
 
+/// Arguments that use every property of the booking schema, validly.
+fn valid_booking() -> Value {
+    json!({"city": "Tokyo", "unit": "c", "guests": 2, "ratio": 0.5, "step": 10, "code": "ABC",
+           "date": "2026-12-01", "mode": "fast", "tags": ["a"], "note": null, "at": 3,
+           "options": {"quiet": true}})
+}
+
 /// The tool error the model reads for `violations` of `book_table`.
 fn mismatch(violations: &str) -> String {
     format!(
@@ -227,10 +236,9 @@ fn schema_refused(messages: &[&str]) -> Value {
     json!({"ok": false, "detail": detail})
 }
 
-#[actix_web::test]
-async fn schemas_that_are_not_valid_object_schemas_are_refused_with_path_and_problem() {
-    let app = spawn_app(&["Lanlan"]).await;
-    let cases = [
+/// Schemas the register route refuses, and the message of each problem.
+fn refused_schemas() -> Vec<(Value, Vec<&'static str>)> {
+    vec![
         (
             json!({"type": "array", "items": {"type": "string"}}),
             vec![
@@ -296,8 +304,13 @@ async fn schemas_that_are_not_valid_object_schemas_are_refused_with_path_and_pro
                  http://127.0.0.1:9/unit.json); only references inside the schema are followed",
             ],
         ),
-    ];
-    for (parameters, messages) in cases {
+    ]
+}
+
+#[actix_web::test]
+async fn schemas_that_are_not_valid_object_schemas_are_refused_with_path_and_problem() {
+    let app = spawn_app(&["Lanlan"]).await;
+    for (parameters, messages) in refused_schemas() {
         let mut body = tool_body("refused", "http://127.0.0.1:9/cb", "plugin:x");
         body["parameters"] = parameters.clone();
         let (status, answer) = app.register(&body).await;
@@ -337,7 +350,10 @@ async fn the_model_is_shown_an_object_schema_whatever_was_left_out() {
     let app = app_with(Some(&fake), true).await;
     for (name, parameters) in [
         ("empty", json!({})),
-        ("untyped", json!({"properties": {"q": {"type": "string"}}, "required": ["q"]})),
+        (
+            "untyped",
+            json!({"properties": {"q": {"type": "string"}}, "required": ["q"]}),
+        ),
         ("typed", json!({"type": "object"})),
     ] {
         let mut body = tool_body(name, "http://127.0.0.1:9/cb", "plugin:x");
@@ -375,6 +391,41 @@ async fn the_model_is_shown_an_object_schema_whatever_was_left_out() {
     assert_eq!(keys, ["type", "properties", "required"]);
 }
 
+#[actix_web::test]
+async fn the_reference_implementation_agrees_with_what_is_refused_and_accepted() {
+    // Schemas the meta-schema refuses (the top-level type rule and the no-fetch rule for `$ref`
+    // are this server's own, so those are left out), then schemas it accepts.
+    let mut requests: Vec<Value> = refused_schemas()
+        .into_iter()
+        .filter(|(_, messages)| {
+            messages
+                .iter()
+                .all(|m| m.starts_with("not a valid JSON Schema") && !m.contains("$ref"))
+        })
+        .map(|(schema, _)| json!({"schema": schema}))
+        .collect();
+    let refused = requests.len();
+    assert_eq!(refused, 4);
+    for schema in [
+        booking_schema(),
+        json!({}),
+        json!({"properties": {"q": {"type": "string"}}}),
+    ] {
+        requests.push(json!({"schema": schema}));
+    }
+    // Every refused call, then the valid one.
+    for (arguments, _) in violation_cases() {
+        requests.push(json!({"schema": booking_schema(), "instance": arguments}));
+    }
+    requests.push(json!({"schema": booking_schema(), "instance": valid_booking()}));
+
+    let mut expected = vec!["schema-invalid"; refused];
+    expected.extend(["valid"; 3]);
+    expected.extend(vec!["invalid"; violation_cases().len()]);
+    expected.push("valid");
+    assert_eq!(json_schema_verdicts(requests).await, expected);
+}
+
 // ---- calls through the invoke route ----------------------------------------------------------
 
 #[actix_web::test]
@@ -404,9 +455,7 @@ async fn invoke_reports_each_violation_as_the_model_would_see_it_without_calling
     assert_eq!(callback.received().len(), 0);
 
     // A call that matches reaches the callback unchanged.
-    let arguments = json!({"city": "Tokyo", "unit": "c", "guests": 2, "ratio": 0.5, "step": 10,
-                           "code": "ABC", "date": "2026-12-01", "mode": "fast", "tags": ["a"],
-                           "note": null, "at": 3, "options": {"quiet": true}});
+    let arguments = valid_booking();
     let (status, answer) = invoke(
         &app,
         json!({"name": "book_table", "arguments": arguments, "call_id": "call_ok"}),
@@ -440,8 +489,13 @@ async fn the_model_gets_the_fix_it_text_for_each_violation_and_the_plugin_nothin
     fake.update_with_tools(&["book_table"]).await;
 
     for (i, (arguments, violations)) in violation_cases().into_iter().enumerate() {
-        let answer = model_calls(&fake, &format!("c{i}"), "book_table", &arguments.to_string())
-            .await;
+        let answer = model_calls(
+            &fake,
+            &format!("c{i}"),
+            "book_table",
+            &arguments.to_string(),
+        )
+        .await;
         assert_eq!(answer, tool_error(&mismatch(violations)), "{arguments}");
     }
     let not_json = [
@@ -517,7 +571,10 @@ async fn with_validation_off_arguments_pass_through_as_before() {
     // From the model: whatever it wrote reaches the plugin, under the old arguments rule.
     let calls = [
         ("{\"unit\": \"kelvin\"}", json!({"unit": "kelvin"})),
-        ("{\"city\": \"Tokyo\"", json!({"_raw": "{\"city\": \"Tokyo\""})),
+        (
+            "{\"city\": \"Tokyo\"",
+            json!({"_raw": "{\"city\": \"Tokyo\""}),
+        ),
         ("[1, 2]", json!({"value": [1, 2]})),
         ("", json!({})),
     ];
@@ -560,7 +617,10 @@ async fn refused_calls_neither_count_towards_auto_removal_nor_reset_the_count() 
 
     for _ in 0..2 {
         let result = invoke_ok(&app, "book_table", valid.clone()).await;
-        assert!(error_text(&result).contains("could not connect"), "{result}");
+        assert!(
+            error_text(&result).contains("could not connect"),
+            "{result}"
+        );
     }
     // Refused calls never reach the dead origin: no failure counted, none forgotten.
     for _ in 0..3 {
@@ -570,10 +630,16 @@ async fn refused_calls_neither_count_towards_auto_removal_nor_reset_the_count() 
             mismatch("/city must be a string (got 1)")
         );
     }
-    assert_eq!(app.tool_names(None).await, json!({"Lanlan": ["book_table"]}));
+    assert_eq!(
+        app.tool_names(None).await,
+        json!({"Lanlan": ["book_table"]})
+    );
     // The third connection failure in a row removes the tool.
     let result = invoke_ok(&app, "book_table", valid).await;
-    assert!(error_text(&result).contains("could not connect"), "{result}");
+    assert!(
+        error_text(&result).contains("could not connect"),
+        "{result}"
+    );
     assert_eq!(app.tool_names(None).await, json!({"Lanlan": []}));
 }
 
