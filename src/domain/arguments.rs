@@ -10,6 +10,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use indexmap::IndexSet;
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::{ValidationError, Validator};
 use serde_json::{Map, Value};
@@ -28,8 +29,9 @@ pub const MAX_SORTED_VIOLATIONS: usize = 1000;
 /// fixes a schema from the first few problems, then registers again).
 pub const MAX_LISTED_SCHEMA_PROBLEMS: usize = 10;
 
-/// Characters of a value quoted back in a violation (`got "..."`): enough to recognise it, short
-/// enough that a long string argument does not repeat itself into the model's context.
+/// Characters of a value quoted in a violation (`got "..."`, an `enum` option): enough to
+/// recognise it, short enough that a long string argument does not repeat itself into the
+/// model's context.
 pub const MAX_QUOTED_CHARS: usize = 60;
 
 /// `enum` options listed in a violation; longer lists end with how many were left out.
@@ -96,11 +98,7 @@ impl Parameters {
         }
         let schema = Value::Object(for_the_model(schema));
         let meta = jsonschema::draft202012::meta::validator();
-        let mut problems = Problems::default();
-        for error in meta.iter_errors(&schema) {
-            problems.push(&error);
-        }
-        if let Some(problems) = problems.finish() {
+        if let Some(problems) = schema_problems(meta.iter_errors(&schema)) {
             return Err(SchemaError::Invalid { problems });
         }
         let validator = jsonschema::draft202012::options()
@@ -158,8 +156,9 @@ impl Parameters {
         }
         // Each violation starts with its JSON pointer, so sorting the texts lists them in the
         // order of the arguments (a parent before its children), whatever order the validator
-        // checked the keywords in.
+        // checked the keywords in; a violation reached along two paths of the schema is one.
         violations.sort();
+        violations.dedup();
         let unlisted = violations.len().saturating_sub(MAX_LISTED_VIOLATIONS) + uncollected;
         violations.truncate(MAX_LISTED_VIOLATIONS);
         Err(ArgumentError::Mismatch {
@@ -223,32 +222,22 @@ fn for_the_model(schema: Map<String, Value>) -> Map<String, Value> {
     out
 }
 
-/// The problems of a schema, as listed in a 422.
-#[derive(Default)]
-struct Problems {
-    listed: Vec<String>,
-    unlisted: usize,
-}
-
-impl Problems {
-    fn push(&mut self, error: &ValidationError<'_>) {
-        if self.listed.len() < MAX_LISTED_SCHEMA_PROBLEMS {
-            self.listed.push(schema_problem(error));
-        } else {
-            self.unlisted += 1;
-        }
+/// The distinct problems of a schema, as listed in a 422 (the meta-schema can report one problem
+/// along several of its own paths); `None` when there are none.
+fn schema_problems<'a>(errors: impl Iterator<Item = ValidationError<'a>>) -> Option<Vec<String>> {
+    let distinct: IndexSet<String> = errors.map(|e| schema_problem(&e)).collect();
+    if distinct.is_empty() {
+        return None;
     }
-
-    fn finish(mut self) -> Option<Vec<String>> {
-        if self.listed.is_empty() {
-            return None;
-        }
-        if self.unlisted > 0 {
-            self.listed
-                .push(format!("and {} more problems", self.unlisted));
-        }
-        Some(self.listed)
+    let unlisted = distinct.len().saturating_sub(MAX_LISTED_SCHEMA_PROBLEMS);
+    let mut listed: Vec<String> = distinct
+        .into_iter()
+        .take(MAX_LISTED_SCHEMA_PROBLEMS)
+        .collect();
+    if unlisted > 0 {
+        listed.push(format!("and {unlisted} more problems"));
     }
+    Some(listed)
 }
 
 /// One problem of a schema, located by its JSON pointer in the schema (a meta-schema violation
@@ -271,7 +260,7 @@ fn schema_problem(error: &ValidationError<'_>) -> String {
 fn describe(error: &ValidationError<'_>, root: &str) -> Vec<String> {
     let at = error.instance_path().as_str();
     let here = if at.is_empty() { root } else { at };
-    let got = || quote(error.instance(), MAX_QUOTED_CHARS);
+    let got = || quote_back(error.instance());
     let one = |text: String| vec![text];
     match error.kind() {
         ValidationErrorKind::Required { property } => one(format!(
@@ -290,7 +279,7 @@ fn describe(error: &ValidationError<'_>, root: &str) -> Vec<String> {
         )),
         ValidationErrorKind::Constant { expected_value } => one(format!(
             "{here} must be {} (got {})",
-            quote(expected_value, MAX_QUOTED_CHARS),
+            quote(expected_value),
             got()
         )),
         ValidationErrorKind::Minimum { limit } => {
@@ -379,10 +368,9 @@ fn describe(error: &ValidationError<'_>, root: &str) -> Vec<String> {
         ValidationErrorKind::OneOfMultipleValid { .. } => one(format!(
             "{here} must match exactly one of its allowed forms, but matches more than one"
         )),
-        ValidationErrorKind::Not { schema } => one(format!(
-            "{here} must not match {}",
-            quote(schema, MAX_QUOTED_CHARS)
-        )),
+        ValidationErrorKind::Not { schema } => {
+            one(format!("{here} must not match {}", quote(schema)))
+        }
         ValidationErrorKind::FalseSchema => one(format!("{here} is not allowed")),
         // Anything rarer (content encodings, property names, a regular expression that gave up)
         // keeps the validator's own words, still located.
@@ -424,13 +412,9 @@ fn alternatives(context: &[Vec<ValidationError<'static>>], root: &str) -> String
 /// `"c", "f"`: the options of an `enum`, as JSON.
 fn list_options(options: &Value) -> String {
     let Value::Array(options) = options else {
-        return quote(options, MAX_QUOTED_CHARS);
+        return quote(options);
     };
-    let mut listed: Vec<String> = options
-        .iter()
-        .take(MAX_LISTED_OPTIONS)
-        .map(|o| quote(o, MAX_QUOTED_CHARS))
-        .collect();
+    let mut listed: Vec<String> = options.iter().take(MAX_LISTED_OPTIONS).map(quote).collect();
     if options.len() > MAX_LISTED_OPTIONS {
         listed.push(format!("or {} more", options.len() - MAX_LISTED_OPTIONS));
     }
@@ -474,18 +458,21 @@ fn kind_of(value: &Value) -> &'static str {
     }
 }
 
-/// A value quoted back: its JSON text, cut at `max` characters; arrays and objects by kind
-/// only (their text could be long, and the pointer already says where they are).
-fn quote(value: &Value, max: usize) -> String {
+/// A value of the schema quoted: its JSON text, cut at [`MAX_QUOTED_CHARS`] characters.
+fn quote(value: &Value) -> String {
+    let text = value.to_string();
+    match text.char_indices().nth(MAX_QUOTED_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+/// A value of the arguments quoted back: like [`quote`], but arrays and objects are named only
+/// (their text could be long, and the pointer already says where they are).
+fn quote_back(value: &Value) -> String {
     match value {
         Value::Array(_) | Value::Object(_) => kind_of(value).to_owned(),
-        _ => {
-            let text = value.to_string();
-            match text.char_indices().nth(max) {
-                Some((cut, _)) => format!("{}…", &text[..cut]),
-                None => text,
-            }
-        }
+        _ => quote(value),
     }
 }
 
@@ -707,6 +694,72 @@ mod tests {
                 "{arguments}"
             );
         }
+    }
+
+    #[test]
+    fn rarer_keywords_have_their_words_and_the_rest_the_validators() {
+        let p = parameters(json!({
+            "properties": {
+                "opts": {"type": "object", "minProperties": 1, "maxProperties": 2},
+                "list": {"type": "array", "contains": {"type": "integer"}},
+                "name": {"not": {"const": "admin"}},
+                "pick": {"oneOf": [{"type": "integer"}, {"minimum": 0}]},
+                "keys": {"type": "object", "propertyNames": {"maxLength": 2}}
+            }
+        }));
+        let cases = [
+            (
+                json!({"opts": {}}),
+                "/opts must have at least 1 property (got 0)",
+            ),
+            (
+                json!({"opts": {"a": 1, "b": 2, "c": 3}}),
+                "/opts must have at most 2 properties (got 3)",
+            ),
+            (
+                json!({"list": ["a"]}),
+                "/list must contain at least one item that matches its schema",
+            ),
+            (
+                json!({"name": "admin"}),
+                "/name must not match {\"const\":\"admin\"}",
+            ),
+            (
+                json!({"pick": 3}),
+                "/pick must match exactly one of its allowed forms, but matches more than one",
+            ),
+            (
+                json!({"keys": {"abc": 1}}),
+                "/keys: \"abc\" is longer than 2 characters",
+            ),
+        ];
+        for (arguments, expected) in cases {
+            assert_eq!(
+                violations(&p, &arguments.to_string()),
+                expected,
+                "{arguments}"
+            );
+        }
+    }
+
+    #[test]
+    fn unknown_formats_are_ignored_and_drafts_are_2020_12() {
+        let p = parameters(json!({"properties": {"c": {"type": "string", "format": "colour"}}}));
+        assert_eq!(p.check(r#"{"c": "anything"}"#), Ok(()));
+        // Draft 7's array form of `items` is not draft 2020-12, whatever `$schema` says.
+        let SchemaError::Invalid { problems } = schema_error(json!({
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "properties": {"pair": {"type": "array", "items": [{"type": "string"}]}}
+        })) else {
+            panic!("a draft 7 tuple is refused")
+        };
+        assert_eq!(
+            problems,
+            [
+                "not a valid JSON Schema (draft 2020-12): /properties/pair/items must be a boolean \
+              or an object (got an array)"
+            ]
+        );
     }
 
     #[test]
