@@ -97,10 +97,9 @@ impl Parameters {
             });
         }
         let schema = Value::Object(for_the_model(schema));
-        let meta = jsonschema::draft202012::meta::validator();
-        if let Some(problems) = schema_problems(meta.iter_errors(&schema)) {
-            return Err(SchemaError::Invalid { problems });
-        }
+        // Building checks the schema against the draft 2020-12 meta-schema first and stops at
+        // the first problem; only then is the schema checked again for every problem, so a
+        // valid schema (nearly every registration) is checked once.
         let validator = jsonschema::draft202012::options()
             // `format` is only an annotation in 2020-12 unless asked for; a tool that names a
             // format wants it (a date that is not a date is a mistake the model can fix).
@@ -108,8 +107,11 @@ impl Parameters {
             // Registrations are local and must never reach out: no remote or file `$ref`.
             .offline()
             .build(&schema)
-            .map_err(|error| SchemaError::Invalid {
-                problems: vec![schema_problem(&error)],
+            .map_err(|error| {
+                let meta = jsonschema::draft202012::meta::validator();
+                let problems = schema_problems(meta.iter_errors(&schema))
+                    .unwrap_or_else(|| vec![schema_problem(&error)]);
+                SchemaError::Invalid { problems }
             })?;
         let Value::Object(schema) = schema else {
             unreachable!("built from a map")
