@@ -10,8 +10,8 @@
 //! - `dispatch`: a remote tool against a loopback callback server started here, next to a bare
 //!   awc POST of the same body to the same server (the floor), and an in-process local tool;
 //! - `arguments`: checking a call's argument text against the benchmark tool's schema and a large
-//!   one (30 properties, nested objects), valid and not, and compiling each schema (what a
-//!   registration adds);
+//!   one (30 properties, nested objects), valid and not; compiling each schema, and taking one
+//!   already in use (what a registration adds);
 //! - `session`: register to one character with and without a live session whose (fake) model
 //!   peer acknowledges every `session.update` at once.
 //!
@@ -460,18 +460,35 @@ fn arguments(c: &mut Criterion) {
             })
         });
     }
+    // A schema no tool uses yet is compiled: each iteration's schema differs (its
+    // `description`), so none is found among the schemas in use.
     for (label, schema) in [
         ("compile_bench_tool", schema()),
         ("compile_large", large_schema()),
     ] {
+        let mut fresh = 0u64;
         group.bench_function(label, |b| {
             b.iter_batched(
-                || schema.clone(),
+                || {
+                    fresh += 1;
+                    let mut schema = schema.clone();
+                    schema.insert("description".into(), json!(format!("schema {fresh}")));
+                    schema
+                },
                 |schema| Parameters::new(schema).expect("a valid schema"),
                 criterion::BatchSize::SmallInput,
             )
         });
     }
+    // A schema some tool already uses (a plugin registering again) is shared, not compiled.
+    let _in_use = parameters(schema());
+    group.bench_function("in_use_bench_tool", |b| {
+        b.iter_batched(
+            schema,
+            |schema| Parameters::new(schema).expect("a valid schema"),
+            criterion::BatchSize::SmallInput,
+        )
+    });
     group.finish();
 }
 

@@ -7,8 +7,9 @@
 //! register route and in-process plugins build it with [`Parameters::new`]; the dispatcher calls
 //! [`Parameters::check`] before every call. Plain code, no actor or HTTP types.
 
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 
 use indexmap::IndexSet;
 use jsonschema::error::{TypeKind, ValidationErrorKind};
@@ -46,7 +47,7 @@ pub const MAX_VIOLATIONS_PER_ALTERNATIVE: usize = 3;
 
 /// A tool's parameters schema: what the model sees, and the compiled check of its arguments.
 ///
-/// Cheap to clone: the validator is shared.
+/// Cheap to clone: the validator is shared, with every tool whose schema is the same.
 #[derive(Clone)]
 pub struct Parameters {
     /// The schema as the model sees it: the registered one, with `"type": "object"` and
@@ -97,29 +98,11 @@ impl Parameters {
             });
         }
         let schema = Value::Object(for_the_model(schema));
-        // Building checks the schema against the draft 2020-12 meta-schema first and stops at
-        // the first problem; only then is the schema checked again for every problem, so a
-        // valid schema (nearly every registration) is checked once.
-        let validator = jsonschema::draft202012::options()
-            // `format` is only an annotation in 2020-12 unless asked for; a tool that names a
-            // format wants it (a date that is not a date is a mistake the model can fix).
-            .should_validate_formats(true)
-            // Registrations are local and must never reach out: no remote or file `$ref`.
-            .offline()
-            .build(&schema)
-            .map_err(|error| {
-                let meta = jsonschema::draft202012::meta::validator();
-                let problems = schema_problems(meta.iter_errors(&schema))
-                    .unwrap_or_else(|| vec![schema_problem(&error)]);
-                SchemaError::Invalid { problems }
-            })?;
+        let validator = COMPILED.get_or_compile(&schema)?;
         let Value::Object(schema) = schema else {
             unreachable!("built from a map")
         };
-        Ok(Self {
-            schema,
-            validator: Arc::new(validator),
-        })
+        Ok(Self { schema, validator })
     }
 
     /// The schema as the model sees it.
@@ -206,6 +189,73 @@ impl ArgumentError {
                 )
             }
         }
+    }
+}
+
+/// Checks `schema` against the draft 2020-12 meta-schema and compiles it.
+fn compile(schema: &Value) -> Result<Validator, SchemaError> {
+    // Building checks the schema against the meta-schema first and stops at the first problem;
+    // only then is the schema checked again for every problem, so a valid schema (nearly every
+    // registration) is checked once.
+    jsonschema::draft202012::options()
+        // `format` is only an annotation in 2020-12 unless asked for; a tool that names a format
+        // wants it (a date that is not a date is a mistake the model can fix).
+        .should_validate_formats(true)
+        // Registrations are local and must never reach out: no remote or file `$ref`.
+        .offline()
+        .build(schema)
+        .map_err(|error| {
+            let meta = jsonschema::draft202012::meta::validator();
+            let problems = schema_problems(meta.iter_errors(schema))
+                .unwrap_or_else(|| vec![schema_problem(&error)]);
+            SchemaError::Invalid { problems }
+        })
+}
+
+/// Entries the compiled-schema table holds before it first drops those no tool uses any more.
+/// Past it, the table is pruned each time it doubles, so it stays within twice the schemas in
+/// use (plus this), at an amortised constant cost per registration.
+pub const COMPILED_PRUNE_AT: usize = 64;
+
+/// The validators of the schemas tools use now, by the schema's JSON text. Plugins register the
+/// same schema again and again (after a restart, for each of their roles, while they watch the
+/// listing), and compiling one allocates a whole tree that some other thread later frees; a
+/// schema already in use is compiled once and shared. Holds only weak references: a validator
+/// lives as long as a tool that uses it.
+static COMPILED: LazyLock<CompiledSchemas> = LazyLock::new(CompiledSchemas::default);
+
+#[derive(Default)]
+struct CompiledSchemas {
+    table: Mutex<CompiledTable>,
+}
+
+#[derive(Default)]
+struct CompiledTable {
+    validators: HashMap<String, Weak<Validator>>,
+    prune_at: usize,
+}
+
+impl CompiledSchemas {
+    fn get_or_compile(&self, schema: &Value) -> Result<Arc<Validator>, SchemaError> {
+        let key = schema.to_string();
+        if let Some(validator) = self.table().validators.get(&key).and_then(Weak::upgrade) {
+            return Ok(validator);
+        }
+        // Compiled outside the lock: two threads compiling the same new schema at once both
+        // succeed, and the table keeps one of them.
+        let validator = Arc::new(compile(schema)?);
+        let mut table = self.table();
+        table.validators.insert(key, Arc::downgrade(&validator));
+        if table.validators.len() > table.prune_at.max(COMPILED_PRUNE_AT) {
+            table.validators.retain(|_, v| v.strong_count() > 0);
+            table.prune_at = 2 * table.validators.len();
+        }
+        Ok(validator)
+    }
+
+    fn table(&self) -> MutexGuard<'_, CompiledTable> {
+        // The table holds no invariant a panicking holder could break halfway.
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -803,6 +853,39 @@ mod tests {
         assert_eq!(listed.len(), MAX_LISTED_VIOLATIONS + 1, "{text}");
         assert_eq!(listed[0], "/k00 is not allowed (unknown property)");
         assert_eq!(listed[MAX_LISTED_VIOLATIONS], "and 3 more");
+    }
+
+    #[test]
+    fn a_schema_in_use_is_compiled_once_and_forgotten_with_its_last_tool() {
+        let schema = json!({"properties": {"shared_once": {"type": "string"}}});
+        let a = parameters(schema.clone());
+        let b = parameters(schema.clone());
+        assert!(Arc::ptr_eq(&a.validator, &b.validator));
+        let other = parameters(json!({"properties": {"shared_once": {"type": "integer"}}}));
+        assert!(!Arc::ptr_eq(&a.validator, &other.validator));
+        let key = Value::Object(a.schema().clone()).to_string();
+        drop((a, b));
+        let entry = COMPILED.table().validators.get(&key).cloned();
+        // Pruning by another test may have dropped the dead entry already.
+        assert!(entry.is_none_or(|weak| weak.strong_count() == 0));
+    }
+
+    #[test]
+    fn the_table_of_compiled_schemas_drops_what_no_tool_uses() {
+        for i in 0..3 * COMPILED_PRUNE_AT {
+            parameters(json!({"properties": {format!("pruned_{i}"): {"type": "string"}}}));
+        }
+        let table = COMPILED.table();
+        let dead = table
+            .validators
+            .iter()
+            .filter(|(key, v)| key.contains("pruned_") && v.strong_count() == 0)
+            .count();
+        assert!(
+            dead <= table.prune_at.max(COMPILED_PRUNE_AT),
+            "{dead} dead entries"
+        );
+        assert!(table.validators.len() < 3 * COMPILED_PRUNE_AT);
     }
 
     #[test]
