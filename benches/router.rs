@@ -460,6 +460,12 @@ fn arguments(c: &mut Criterion) {
             })
         });
     }
+    // What parsing the large arguments alone costs: the check parses the argument text into a
+    // JSON tree before validating it.
+    let large_text = large_arguments().to_string();
+    group.bench_function("parse_large", |b| {
+        b.iter(|| serde_json::from_str::<Value>(std::hint::black_box(&large_text)).expect("JSON"))
+    });
     // A schema no tool uses yet is compiled: each iteration's schema differs (its
     // `description`), so none is found among the schemas in use.
     for (label, schema) in [
