@@ -608,6 +608,17 @@ mod tests {
             .to_owned()
     }
 
+    /// Each case's arguments are refused with exactly its violations.
+    fn assert_violations(p: &Parameters, cases: &[(Value, &str)]) {
+        for (arguments, expected) in cases {
+            assert_eq!(
+                violations(p, &arguments.to_string()),
+                *expected,
+                "{arguments}"
+            );
+        }
+    }
+
     #[test]
     fn the_models_text_for_the_weather_example() {
         assert_eq!(
@@ -739,13 +750,7 @@ mod tests {
             ),
             (json!({"nothing": 1}), "/nothing is not allowed"),
         ];
-        for (arguments, expected) in cases {
-            assert_eq!(
-                violations(&p, &arguments.to_string()),
-                expected,
-                "{arguments}"
-            );
-        }
+        assert_violations(&p, &cases);
     }
 
     #[test]
@@ -785,13 +790,7 @@ mod tests {
                 "/keys: \"abc\" is longer than 2 characters",
             ),
         ];
-        for (arguments, expected) in cases {
-            assert_eq!(
-                violations(&p, &arguments.to_string()),
-                expected,
-                "{arguments}"
-            );
-        }
+        assert_violations(&p, &cases);
     }
 
     #[test]
