@@ -47,6 +47,9 @@ pub struct DispatchSettings {
     pub max_response_bytes: usize,
     /// Callback exchanges in flight at once, over the whole server.
     pub max_callbacks_in_flight: usize,
+    /// Check every call's arguments against the tool's schema before calling it (the
+    /// default); `false` passes them through unchecked.
+    pub validate_arguments: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +89,7 @@ impl Default for DispatchSettings {
         Self {
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
             max_callbacks_in_flight: DEFAULT_MAX_CALLBACKS_IN_FLIGHT,
+            validate_arguments: true,
         }
     }
 }
@@ -108,6 +112,7 @@ struct FileConfig {
 struct FileDispatch {
     max_response_bytes: Option<i64>,
     max_callbacks_in_flight: Option<i64>,
+    validate_arguments: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -148,6 +153,9 @@ impl Settings {
             }
             settings.dispatch.max_callbacks_in_flight = usize::try_from(max)
                 .context("key `dispatch.max_callbacks_in_flight`: too large")?;
+        }
+        if let Some(validate) = file.dispatch.validate_arguments {
+            settings.dispatch.validate_arguments = validate;
         }
         settings.characters = Vec::with_capacity(file.character.len());
         for (i, c) in file.character.into_iter().enumerate() {
@@ -229,6 +237,7 @@ mod tests {
             [dispatch]
             max_response_bytes = 1024
             max_callbacks_in_flight = 16
+            validate_arguments = false
             [[character]]
             name = "Lanlan"
             [[character]]
@@ -239,6 +248,7 @@ mod tests {
         assert_eq!(s.bind, "127.0.0.1:0".parse().unwrap());
         assert_eq!(s.dispatch.max_response_bytes, 1024);
         assert_eq!(s.dispatch.max_callbacks_in_flight, 16);
+        assert!(!s.dispatch.validate_arguments);
         let names: Vec<_> = s.characters.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["Lanlan", "Mio"]);
     }
@@ -252,6 +262,7 @@ mod tests {
             s.dispatch.max_callbacks_in_flight,
             DEFAULT_MAX_CALLBACKS_IN_FLIGHT
         );
+        assert!(s.dispatch.validate_arguments);
     }
 
     fn error_of(text: &str) -> String {
@@ -281,6 +292,7 @@ mod tests {
         assert!(
             error_of("[dispatch]\nmax_response_bytes = \"big\"").contains("max_response_bytes")
         );
+        assert!(error_of("[dispatch]\nvalidate_arguments = 1").contains("validate_arguments"));
         assert!(error_of("[[character]]\nname = \"\"").contains("character[0].name"));
         assert!(
             error_of("[dispatch]\nmax_callbacks_in_flight = 0").contains("max_callbacks_in_flight")

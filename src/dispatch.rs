@@ -90,6 +90,9 @@ struct Inner {
     max_response_bytes: usize,
     max_in_flight: usize,
     in_flight: AtomicUsize,
+    /// Check arguments against the tool's schema before any call (`[dispatch]
+    /// validate_arguments`).
+    validate_arguments: bool,
     failures: Mutex<FailureTracker>,
     removals: Recipient<RemoveDeadOrigin>,
 }
@@ -102,6 +105,7 @@ impl Dispatcher {
                 max_response_bytes: settings.max_response_bytes,
                 max_in_flight: settings.max_callbacks_in_flight,
                 in_flight: AtomicUsize::new(0),
+                validate_arguments: settings.validate_arguments,
                 failures: Mutex::new(FailureTracker::new()),
                 removals,
             }),
@@ -111,6 +115,14 @@ impl Dispatcher {
     /// Runs `call` against `tool`. Never fails: every problem becomes an error result.
     /// Dropping the future cancels the call (an open callback exchange is closed).
     pub async fn dispatch(&self, tool: &SharedTool, call: ToolCall) -> ToolResult {
+        // Arguments that do not match the schema never reach the tool: the model gets the
+        // reason to fix them, and nothing counts towards the tool's auto-removal.
+        if self.inner.validate_arguments
+            && let Err(refused) = tool.parameters.check(&call.raw_arguments)
+        {
+            tracing::debug!(tool = %call.name, call_id = %call.call_id, "arguments do not match the tool's parameters; not called");
+            return call.error(refused.message(&tool.name));
+        }
         let answer = match &tool.handler {
             ToolHandler::Remote(endpoint) => self.call_remote(tool, endpoint, &call).await,
             ToolHandler::Local(handler) => {

@@ -26,7 +26,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     tag = "tools",
     request_body = InvokeBody,
     responses(
-        (status = 200, description = "The call ran; tool-level failures (and a call that arrives through a tool callback) are `is_error: true`", body = InvokeResponse),
+        (status = 200, description = "The call ran, or its arguments did not match the tool's schema; tool-level failures (and a call that arrives through a tool callback) are `is_error: true`", body = InvokeResponse),
         BodyRouteErrors,
         (status = 404, description = "`role` names no character, or no such tool is registered", body = ErrorBody),
     )

@@ -133,7 +133,9 @@ pub struct RegisterBody {
     /// Shown to the model.
     #[schema(default = "", nullable = false)]
     description: Option<String>,
-    /// JSON Schema object of the tool's arguments (default: an empty object schema).
+    /// JSON Schema (draft 2020-12) of the tool's arguments, describing an object: top-level
+    /// `type` absent or `"object"` (default: an empty object schema). An invalid schema is a 422
+    /// naming each problem's JSON pointer; every call's arguments are checked against it.
     #[schema(value_type = Option<Object>, nullable = false)]
     parameters: Option<Map<String, Value>>,
     /// `http` or `https` on `localhost`, `127.x.x.x`, `[::1]` or `[::ffff:127.x.x.x]`; anything
@@ -183,7 +185,8 @@ pub struct ClearBody {
 pub struct InvokeBody {
     #[schema(min_length = 1, max_length = 64)]
     name: String,
-    /// The call's arguments (default `{}`).
+    /// The call's arguments (default `{}`). Arguments that do not match the tool's schema are
+    /// answered as the model would be: 200, `is_error: true`, the text saying what to fix.
     #[schema(value_type = Option<Object>, nullable = false)]
     arguments: Option<Map<String, Value>>,
     /// The character whose registration to use; null or `""`: the first that has the tool.

@@ -12,6 +12,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::error::FieldError;
+use crate::domain::arguments::{Parameters, SchemaError};
 use crate::domain::call::JsonText;
 use crate::domain::callback_url::{ACCEPTED_FORMS, CallbackUrl};
 use crate::domain::tool::{DEFAULT_SOURCE, DEFAULT_TIMEOUT, ToolSpec, empty_parameters};
@@ -64,7 +65,7 @@ impl RegisterRequest {
         let mut f = Fields::new(body);
         let name = f.name("name");
         let description = f.string_or("description", "");
-        let parameters = f.object_or("parameters", empty_parameters);
+        let parameters = f.parameters("parameters");
         let callback_url = f.callback_url("callback_url", server);
         let role = f.role();
         let source = f.non_empty_string_or("source", DEFAULT_SOURCE);
@@ -299,6 +300,28 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// `parameters`: a JSON Schema (draft 2020-12) describing an object, compiled once here.
+    /// Every problem of the schema is its own error at this field.
+    fn parameters(&mut self, field: &str) -> Option<Parameters> {
+        if !self.body.contains_key(field) {
+            return Some(empty_parameters());
+        }
+        let schema = self.object_or(field, Map::new)?;
+        match Parameters::new(schema) {
+            Ok(parameters) => Some(parameters),
+            Err(SchemaError::Invalid { problems }) => {
+                for problem in problems {
+                    self.fail(field, "value_error", format!("Value error, {problem}"));
+                }
+                None
+            }
+            Err(e @ SchemaError::NotAnObject { .. }) => {
+                self.fail(field, "value_error", format!("Value error, {e}"));
+                None
+            }
+        }
+    }
+
     fn callback_url(&mut self, field: &str, server: SocketAddr) -> Option<CallbackUrl> {
         let written = self.string(field, None)?;
         match CallbackUrl::parse(&written) {
@@ -388,7 +411,7 @@ mod tests {
         assert_eq!(r.tool.description, "");
         assert_eq!(r.tool.source, "external");
         assert_eq!(
-            Value::Object(r.tool.parameters.clone()),
+            Value::Object(r.tool.parameters.schema().clone()),
             json!({"type": "object", "properties": {}})
         );
         assert_eq!(r.role, None);

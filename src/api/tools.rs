@@ -289,7 +289,7 @@ impl Serialize for ToolsByRole<'_> {
                     source: &t.source,
                     callback_url: t.callback_url(),
                     is_remote: t.is_remote(),
-                    parameters: self.full.then_some(&t.parameters),
+                    parameters: self.full.then_some(t.parameters.schema()),
                     timeout_seconds: self
                         .full
                         .then(|| t.timeout().unwrap_or(LOCAL_TOOL_TIMEOUT).as_secs_f64()),

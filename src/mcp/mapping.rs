@@ -6,18 +6,38 @@ use std::time::Duration;
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use serde_json::{Value, json};
 
+use crate::domain::arguments::Parameters;
 use crate::domain::call::{LocalToolHandler, ToolOutcome};
 use crate::domain::tool::ToolSpec;
 
 /// Longest tool name this server accepts (the name rule of a registration).
 pub const MAX_TOOL_NAME_CHARS: usize = 64;
 
-/// What the model sees of an MCP tool, to tell whether a new listing changed anything.
-#[derive(Debug, Clone, PartialEq)]
+/// What the model sees of an MCP tool (its schema checked and compiled), compared to tell
+/// whether a new listing changed anything.
+#[derive(Clone)]
 pub struct Definition {
     pub name: String,
     pub description: String,
-    pub parameters: serde_json::Map<String, Value>,
+    pub parameters: Parameters,
+}
+
+impl PartialEq for Definition {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+            && self.description == other.description
+            && self.parameters.schema() == other.parameters.schema()
+    }
+}
+
+impl std::fmt::Debug for Definition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Definition")
+            .field("name", &self.name)
+            .field("description", &self.description)
+            .field("parameters", self.parameters.schema())
+            .finish()
+    }
 }
 
 /// A tool of the listing that could not be registered, and why.
@@ -27,7 +47,8 @@ pub struct Skipped {
     pub reason: String,
 }
 
-/// The model-facing definition of an MCP tool, or why it breaks this server's name rule.
+/// The model-facing definition of an MCP tool, or why it cannot be one: a name that breaks this
+/// server's name rule, or an `inputSchema` a registration would refuse.
 pub fn definition(tool: &Tool) -> Result<Definition, Skipped> {
     let name = tool.name.to_string();
     let chars = name.chars().count();
@@ -45,10 +66,17 @@ pub fn definition(tool: &Tool) -> Result<Definition, Skipped> {
     if let Some(reason) = problem {
         return Err(Skipped { name, reason });
     }
+    let parameters = match Parameters::new((*tool.input_schema).clone()) {
+        Ok(parameters) => parameters,
+        Err(e) => {
+            let reason = format!("its inputSchema cannot be used: {e}");
+            return Err(Skipped { name, reason });
+        }
+    };
     Ok(Definition {
         name,
         description: tool.description.as_deref().unwrap_or_default().to_owned(),
-        parameters: (*tool.input_schema).clone(),
+        parameters,
     })
 }
 
@@ -157,7 +185,7 @@ mod tests {
         let ok = definition(&tool("get_current_time")).unwrap();
         assert_eq!(ok.description, "Tell the time.");
         assert_eq!(
-            Value::Object(ok.parameters),
+            Value::Object(ok.parameters.schema().clone()),
             json!({"type": "object", "properties": {"tz": {"type": "string"}}})
         );
         let long = "x".repeat(65);
@@ -172,6 +200,23 @@ mod tests {
         assert_eq!(
             definition(&tool("a\u{7}")).unwrap_err().reason,
             "the name contains control characters"
+        );
+    }
+
+    #[test]
+    fn a_schema_a_registration_would_refuse_is_skipped() {
+        let Value::Object(schema) = json!({"type": "string"}) else {
+            unreachable!()
+        };
+        let odd = Tool::new("odd".to_owned(), "Takes a string.", Arc::new(schema));
+        let skipped = definition(&odd).unwrap_err();
+        assert_eq!(skipped.name, "odd");
+        assert!(
+            skipped.reason.starts_with(
+                "its inputSchema cannot be used: parameters must describe a JSON object"
+            ),
+            "{}",
+            skipped.reason
         );
     }
 

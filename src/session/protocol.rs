@@ -162,7 +162,7 @@ impl<'a> FunctionBody<'a> {
         Self {
             name: &tool.name,
             description: &tool.description,
-            parameters: &tool.parameters,
+            parameters: tool.parameters.schema(),
         }
     }
 }

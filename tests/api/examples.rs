@@ -99,6 +99,22 @@ async fn weather_plugin_registers_answers_and_clears_on_sigterm() {
                    "is_error": false})
         )
     );
+    // Arguments that miss the schema's required location never reach the plugin (the README's
+    // walk-through shows this call).
+    assert_eq!(
+        app.post(
+            "/api/tools/invoke",
+            &json!({"name": "get_weather", "arguments": {"city": "Shanghai"}, "call_id": "call_2"}),
+        )
+        .await,
+        (
+            200,
+            json!({"ok": true, "name": "get_weather", "call_id": "call_2", "output": null,
+                   "is_error": true,
+                   "error": "arguments for get_weather do not match its parameters: /location is \
+                             required. Call get_weather again with arguments that match."})
+        )
+    );
     assert_eq!(
         invoke_weather(&app, "Atlantis", "call_2").await,
         (
@@ -297,6 +313,7 @@ fn the_example_configuration_and_the_readmes_copy_load() {
     );
     assert_eq!(outline(&example), expected);
     assert_eq!(example.bind, "127.0.0.1:48911".parse().unwrap());
+    assert!(example.dispatch.validate_arguments);
 
     let readme = std::fs::read_to_string(README).expect("README.md is readable");
     let block = readme

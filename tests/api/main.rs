@@ -4,6 +4,7 @@
 mod helpers;
 
 mod answers;
+mod arguments;
 mod auto_removal;
 mod callback_server;
 mod callback_urls;

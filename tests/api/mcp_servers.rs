@@ -207,10 +207,12 @@ async fn check_everything(app: &TestApp, events: &mut EventReader, source: &str)
         json!({"ok": true, "name": "get-sum", "call_id": "call_mcp",
                "output": "The sum of 2 and 3 is 5.", "is_error": false})
     );
+    // Arguments that break the tool's inputSchema are refused here, before the MCP server sees
+    // them, with the text that tells the model what to fix.
     assert_eq!(
         invoke(app, "get-sum", json!({"a": "two", "b": 3})).await["error"],
         json!(
-            "MCP error -32602: Input validation error: Invalid arguments for tool get-sum: Invalid input: expected number, received string at a"
+            "arguments for get-sum do not match its parameters: /a must be a number (got \"two\"). Call get-sum again with arguments that match."
         )
     );
     // An image goes through the image channel: checked, decoded and delivered as an image; the
