@@ -307,7 +307,7 @@ fn dispatch(c: &mut Criterion, sys: &SystemRunner) {
             validate_arguments: false,
             ..DispatchSettings::default()
         };
-        Router::launch(characters(1), &settings).1
+        Router::launch(characters(1), &settings, events()).1
     });
     let local: SharedTool = sys.block_on(async {
         std::sync::Arc::new(ToolSpec::local(
