@@ -4,6 +4,7 @@
 mod helpers;
 
 mod auto_removal;
+mod browser;
 mod callback_server;
 mod callback_urls;
 mod child;
@@ -18,6 +19,7 @@ mod fake_realtime;
 mod faults;
 mod guard;
 mod hostile_input;
+mod inspector;
 mod invoke;
 mod lifecycle;
 mod listing;
