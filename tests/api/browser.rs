@@ -41,7 +41,7 @@ const QUIET_SWITCHES: [&str; 9] = [
     "--disable-dev-shm-usage",
 ];
 
-/// The window every test starts in: the size the page is designed for.
+/// The viewport every test starts with: the size the page is designed for.
 pub const WINDOW: (u32, u32) = (1280, 800);
 
 pub struct Browser {
@@ -106,11 +106,33 @@ impl Browser {
         .await
         .expect("the browser starts in time")
         .expect("a WebDriver session");
-        Some(Browser {
+        let browser = Browser {
             client,
             driver,
             profile,
-        })
+        };
+        browser.set_viewport(WINDOW.0, WINDOW.1).await;
+        Some(browser)
+    }
+
+    /// Sizes the window so that the page itself (not counting the browser's own frame) gets
+    /// `width` x `height`.
+    pub async fn set_viewport(&self, width: u32, height: u32) {
+        self.client
+            .set_window_size(width, height)
+            .await
+            .expect("window resized");
+        let frame = self
+            .eval(
+                "return [outerWidth - innerWidth, outerHeight - innerHeight];",
+                vec![],
+            )
+            .await;
+        let extra = |i: usize| frame[i].as_u64().expect("a frame size") as u32;
+        self.client
+            .set_window_size(width + extra(0), height + extra(1))
+            .await
+            .expect("window resized");
     }
 
     /// Opens `url` and waits for the page's stream status to say it is live.

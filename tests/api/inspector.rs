@@ -5,7 +5,9 @@
 //! a deadline.
 
 use fantoccini::key::Key;
+use indexmap::IndexMap;
 use runtime_tools::config::Settings;
+use runtime_tools::mcp::settings::{McpServerSettings, McpTransport};
 use runtime_tools::session::protocol::Dialect;
 use runtime_tools::session::settings::SessionSettings;
 use serde_json::{Value, json};
@@ -15,6 +17,7 @@ use crate::callback_server::{CallbackServer, ClosedPort, Reply, register};
 use crate::examples::WeatherPlugin;
 use crate::fake_realtime::{AckMode, FakeRealtime};
 use crate::helpers::{TestApp, raw_head, settings, spawn_app, spawn_app_with, tool_body};
+use crate::local_tools::register_dice;
 
 /// The page's files and their content types.
 const ASSETS: [(&str, &str); 4] = [
@@ -45,6 +48,11 @@ async fn the_page_and_its_assets_are_served_with_their_types_and_a_strict_policy
         assert_eq!(
             response.header("x-content-type-options"),
             Some("nosniff"),
+            "{path}"
+        );
+        assert_eq!(
+            response.header("referrer-policy"),
+            Some("no-referrer"),
             "{path}"
         );
         bodies.push(String::from_utf8(response.body).expect("UTF-8"));
@@ -490,6 +498,8 @@ async fn plugin_text_is_shown_as_text_and_odd_schemas_get_the_raw_json_editor() 
         .await;
     stops.clear().await.unwrap();
     stops.send_keys(r#"["Lyon"]"#).await.unwrap();
+    let city = browser.wait_css(&format!("{plan} input[name='city']")).await;
+    city.clear().await.unwrap();
     let toggle = browser
         .wait_css(&format!("{plan} button[aria-pressed='false']"))
         .await;
@@ -499,7 +509,7 @@ async fn plugin_text_is_shown_as_text_and_odd_schemas_get_the_raw_json_editor() 
         .await;
     assert_eq!(
         raw.prop("value").await.unwrap().unwrap(),
-        serde_json::to_string_pretty(&json!({"city": "Paris", "days": 2, "stops": ["Lyon"]}))
+        serde_json::to_string_pretty(&json!({"city": "", "days": 2, "stops": ["Lyon"]}))
             .unwrap()
     );
     raw.clear().await.unwrap();
@@ -513,7 +523,6 @@ async fn plugin_text_is_shown_as_text_and_odd_schemas_get_the_raw_json_editor() 
         .wait_css(&format!("{plan} fieldset:not([disabled]) input[name='days']"))
         .await;
     assert_eq!(days.prop("value").await.unwrap().as_deref(), Some("4"));
-    let city = browser.wait_css(&format!("{plan} input[name='city']")).await;
     assert_eq!(city.prop("value").await.unwrap().as_deref(), Some(""));
     browser.close().await;
 }
@@ -685,8 +694,10 @@ async fn two_columns_when_wide_one_when_narrow_and_readable_in_light_and_dark() 
     );
     assert_eq!(wide["overflow"], json!(false), "{wide}");
     // A narrow window: one column, the feed below the characters, nothing wider than the window.
-    light.client.set_window_size(400, 800).await.unwrap();
+    light.set_viewport(400, 800).await;
     let narrow = light.eval(LAYOUT, vec![]).await;
+    // (A browser window has a minimum width, 500 for headless Chromium.)
+    assert!(narrow["width"].as_f64() <= Some(500.0), "{narrow}");
     assert_eq!(narrow["characters"][0], narrow["feed"][0], "{narrow}");
     assert!(
         narrow["feed"][2].as_f64() >= narrow["characters"][3].as_f64(),
@@ -791,11 +802,11 @@ async fn screenshot() {
     let mut settings = settings(&["Lanlan", "Mio"]);
     settings.characters[1].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
     let app = spawn_app_with(settings).await;
+    browser.open(&app.url("/")).await;
     let mut plugin = WeatherPlugin::start(&app.base);
     plugin.expect_line("registered ").await;
     let trip = CallbackServer::with("/plan", Reply::output(json!({"nights": 3})));
     register(&app, trip_tool(&trip.url("/plan"))).await;
-    browser.open(&app.url("/")).await;
     let weather = card("Lanlan", "get_weather");
     open_try_it(&browser, &weather).await;
     fill(&browser, &weather, "location", "Shanghai").await;
@@ -803,6 +814,7 @@ async fn screenshot() {
     browser
         .wait_css("section[data-role='Mio'] .state[data-state='connected']")
         .await;
+    browser.wait_css(&card("Lanlan", "plan_trip")).await;
     // The focus ring is not part of the picture.
     browser
         .eval("document.activeElement.blur(); window.scrollTo(0, 0); return null;", vec![])
@@ -811,4 +823,124 @@ async fn screenshot() {
     let path = crate::python::repo_file("docs/inspector.png");
     std::fs::write(&path, png).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     browser.close().await;
+}
+
+#[actix_web::test]
+async fn each_tool_says_where_it_runs_and_each_kind_of_field_reads_its_type() {
+    let test = "each_tool_says_where_it_runs_and_each_kind_of_field_reads_its_type";
+    let Some(browser) = Browser::start(test, &[]).await else {
+        return;
+    };
+    let time = actix_web::rt::task::spawn_blocking(crate::python::python)
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("the test venv: {e}"));
+    let time = time.with_file_name("mcp-server-time");
+    let app = spawn_app_with(Settings {
+        mcp_servers: vec![McpServerSettings {
+            name: "time".to_owned(),
+            transport: McpTransport::Stdio {
+                command: time.to_string_lossy().into_owned(),
+                args: vec!["--local-timezone".to_owned(), "UTC".to_owned()],
+                env: IndexMap::new(),
+            },
+            roles: None,
+            timeout: std::time::Duration::from_secs(30),
+        }],
+        ..settings(&["Lanlan"])
+    })
+    .await;
+    register_dice(&app, "roll", None).await;
+    let callback = CallbackServer::with("/flags", Reply::output(json!("set")));
+    register(
+        &app,
+        json!({
+            "name": "flags",
+            "parameters": {"type": "object", "properties": {
+                "verbose": {"type": "boolean"},
+                "level": {"type": "integer", "default": 2, "maximum": 9},
+                "kind": {"const": "x"},
+                "note": {"type": ["string", "null"]}
+            }, "required": ["verbose", "kind"]},
+            "callback_url": callback.url("/flags"),
+            "source": "plugin:flags",
+            "timeout_seconds": 0.5
+        }),
+    )
+    .await;
+    register(
+        &app,
+        json!({"name": "listy", "parameters": {"type": "array"},
+               "callback_url": callback.url("/listy"), "source": "external"}),
+    )
+    .await;
+    browser.open(&app.url("/")).await;
+
+    let runs = |tool: &str| {
+        format!("{}//dl[contains(@class,'meta')]/div[2]", xpath_card("Lanlan", tool))
+    };
+    let mcp = browser.wait_xpath(&runs("get_current_time")).await;
+    assert_eq!(mcp.text().await.unwrap().replace('\n', " "), "runs on MCP server time");
+    let local = browser.wait_xpath(&runs("roll")).await;
+    assert_eq!(local.text().await.unwrap().replace('\n', " "), "runs in-process");
+    let remote = browser.wait_xpath(&runs("flags")).await;
+    assert_eq!(
+        remote.text().await.unwrap().replace('\n', " "),
+        format!("callback {}", callback.url("/flags"))
+    );
+    let timeout = browser
+        .wait_xpath(&format!("{}//dl[contains(@class,'meta')]/div[3]", xpath_card("Lanlan", "flags")))
+        .await;
+    assert_eq!(timeout.text().await.unwrap().replace('\n', " "), "timeout 0.5 s");
+
+    // A required boolean is a checkbox; a default fills its field; a const is a choice of one;
+    // a nullable string is a text field.
+    let flags = card("Lanlan", "flags");
+    open_try_it(&browser, &flags).await;
+    let verbose = browser
+        .wait_css(&format!("{flags} input[name='verbose'][type='checkbox']"))
+        .await;
+    let level = browser
+        .wait_css(&format!("{flags} input[name='level'][max='9']"))
+        .await;
+    assert_eq!(level.prop("value").await.unwrap().as_deref(), Some("2"));
+    browser
+        .wait_css(&format!("{flags} select[name='kind'][required]"))
+        .await;
+    browser
+        .wait_css(&format!("{flags} input[name='note'][type='text']"))
+        .await;
+    verbose.click().await.unwrap();
+    let (result, _) = call(&browser, &flags, None).await;
+    assert!(result.starts_with("ok call_"), "{result}");
+    assert_eq!(
+        callback.received()[0].json()["arguments"],
+        json!({"verbose": true, "level": 2, "kind": "x"})
+    );
+
+    // The in-process tool runs from its form too.
+    let roll = card("Lanlan", "roll");
+    open_try_it(&browser, &roll).await;
+    fill(&browser, &roll, "sides", "20").await;
+    call(&browser, &roll, None).await;
+    assert!(
+        shown_output(&browser, &roll)
+            .await
+            .starts_with("{\n  \"rolled\": 20,"),
+    );
+
+    // A schema that is not an object of properties gets the raw JSON editor, saying why.
+    let listy = card("Lanlan", "listy");
+    open_try_it(&browser, &listy).await;
+    let hint = browser.wait_css(&format!("{listy} .raw .hint")).await;
+    assert_eq!(
+        hint.text().await.unwrap(),
+        "Raw JSON only: the parameters schema's type is \"array\", not \"object\"."
+    );
+    browser.close().await;
+}
+
+/// The XPath of a tool's card in a character's section.
+fn xpath_card(role: &str, tool: &str) -> String {
+    format!("//section[@data-role='{role}']//li[@data-tool='{tool}']")
 }

@@ -49,7 +49,7 @@ fn dice_schema() -> Map<String, Value> {
 }
 
 /// Registers a fresh `Dice` actor as `name` for `role` through the router.
-async fn register_dice(app: &TestApp, name: &str, role: Option<&str>) -> ChangeReport {
+pub async fn register_dice(app: &TestApp, name: &str, role: Option<&str>) -> ChangeReport {
     let dice = Dice { calls: 0 }.start();
     let tool = ToolSpec::local(
         name,

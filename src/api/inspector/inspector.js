@@ -209,7 +209,9 @@ function definitionList(className, pairs) {
     const dd = element("dd");
     if (value instanceof Node) dd.append(value);
     else dd.textContent = value;
-    dl.append(element("dt", null, term), dd);
+    const pair = element("div");
+    pair.append(element("dt", null, term), dd);
+    dl.append(pair);
   }
   return dl;
 }
@@ -480,7 +482,10 @@ const handlers = {
   "session.state": (data) => {
     const facts = [`${data.role}: ${data.state}`];
     if (data.last_sync) facts.push(`last sync ${formatValue("last_sync", data.last_sync)}`);
-    if (typeof data.acknowledged_tools === "number") facts.push(`${data.acknowledged_tools} tools acknowledged`);
+    const acknowledged = data.acknowledged_tools;
+    if (typeof acknowledged === "number") {
+      facts.push(`${acknowledged} tool${acknowledged === 1 ? "" : "s"} acknowledged`);
+    }
     addFeed("session.state", facts.join(" · "));
     refreshSessions();
   },
