@@ -165,7 +165,9 @@ impl Browser {
                     Ok(body) => body.text().await.unwrap_or_default(),
                     Err(_) => String::new(),
                 };
-                panic!("no {what} on the page within {PAGE_DEADLINE:?} ({e}); the page says:\n{text}")
+                panic!(
+                    "no {what} on the page within {PAGE_DEADLINE:?} ({e}); the page says:\n{text}"
+                )
             }
         }
     }

@@ -38,7 +38,11 @@ async fn the_page_and_its_assets_are_served_with_their_types_and_a_strict_policy
     for (path, content_type) in ASSETS {
         let response = app.raw(raw_head("GET", path, &[("Host", &host)])).await;
         assert_eq!(response.status, 200, "{path}");
-        assert_eq!(response.header("content-type"), Some(content_type), "{path}");
+        assert_eq!(
+            response.header("content-type"),
+            Some(content_type),
+            "{path}"
+        );
         assert_eq!(response.header("cache-control"), Some("no-cache"), "{path}");
         assert_eq!(
             response.header("content-security-policy"),
@@ -62,7 +66,10 @@ async fn the_page_and_its_assets_are_served_with_their_types_and_a_strict_policy
     assert!(html.contains(r#"<link rel="stylesheet" href="/inspector.css">"#));
     assert!(html.contains(r#"<script type="module" src="/inspector.js"></script>"#));
     assert_eq!(html.matches("<script").count(), 1, "{html}");
-    assert!(!html.contains("<style") && !html.contains(" style="), "{html}");
+    assert!(
+        !html.contains("<style") && !html.contains(" style="),
+        "{html}"
+    );
     assert!(bodies[2].contains(r#"from "./schema-form.js";"#));
     for (body, (path, _)) in bodies.iter().zip(ASSETS) {
         assert!(
@@ -290,8 +297,10 @@ async fn the_page_shows_characters_tools_calls_and_removals_as_they_happen() {
     assert!(result.starts_with("ok call_"), "{result}");
     assert_eq!(
         shown_output(&browser, &plan).await,
-        serde_json::to_string_pretty(&json!({"itinerary": ["Paris", "Lyon"], "nights": 3, "note": null}))
-            .unwrap()
+        serde_json::to_string_pretty(
+            &json!({"itinerary": ["Paris", "Lyon"], "nights": 3, "note": null})
+        )
+        .unwrap()
     );
     // The callback got exactly what was typed, each value of its schema's type; the optional
     // field left empty was left out.
@@ -344,7 +353,10 @@ async fn the_page_shows_characters_tools_calls_and_removals_as_they_happen() {
     let removal = browser
         .wait_xpath(&feed_line("tools.changed", "plugin:weather"))
         .await;
-    assert_eq!(removal.attr("data-flag").await.unwrap().as_deref(), Some("auto-removed"));
+    assert_eq!(
+        removal.attr("data-flag").await.unwrap().as_deref(),
+        Some("auto-removed")
+    );
     let removal_text = removal.text().await.unwrap();
     assert!(
         removal_text.ends_with(
@@ -361,7 +373,10 @@ async fn the_page_shows_characters_tools_calls_and_removals_as_they_happen() {
         .await;
     browser.wait_css(&plan).await;
     browser
-        .wait_xpath(&feed_line("tool.call", "Lanlan · get_weather · called by invoke"))
+        .wait_xpath(&feed_line(
+            "tool.call",
+            "Lanlan · get_weather · called by invoke",
+        ))
         .await;
     let failed_call = browser
         .wait_xpath("//ol[@id='feed']/li[@data-kind='tool.call'][@data-flag='error']")
@@ -424,7 +439,10 @@ async fn plugin_text_is_shown_as_text_and_odd_schemas_get_the_raw_json_editor() 
             .find_all(fantoccini::Locator::Css(&format!("{odd} {markup}")))
             .await
             .unwrap();
-        assert!(found.is_empty(), "a <{markup}> element was made from plugin text");
+        assert!(
+            found.is_empty(),
+            "a <{markup}> element was made from plugin text"
+        );
     }
 
     // oneOf cannot be laid out as fields: the form is the raw JSON editor, and says why.
@@ -437,14 +455,18 @@ async fn plugin_text_is_shown_as_text_and_odd_schemas_get_the_raw_json_editor() 
     assert!(
         browser
             .client
-            .find_all(fantoccini::Locator::Css(&format!("{odd} button[aria-pressed]")))
+            .find_all(fantoccini::Locator::Css(&format!(
+                "{odd} button[aria-pressed]"
+            )))
             .await
             .unwrap()
             .is_empty()
     );
     let raw = browser.wait_css(&format!("{odd} .raw textarea")).await;
     raw.clear().await.unwrap();
-    raw.send_keys(r#"{"mode": "fast", "n": [1, 2.5]}"#).await.unwrap();
+    raw.send_keys(r#"{"mode": "fast", "n": [1, 2.5]}"#)
+        .await
+        .unwrap();
     let (result, _) = call(&browser, &odd, None).await;
     assert!(result.starts_with("ok call_"), "{result}");
     assert_eq!(shown_output(&browser, &odd).await, "\"fine\"");
@@ -472,7 +494,9 @@ async fn plugin_text_is_shown_as_text_and_odd_schemas_get_the_raw_json_editor() 
         .await
         .unwrap();
     let problem = browser
-        .wait_css(&format!("{plan} .result[data-outcome='problem'] .error-text"))
+        .wait_css(&format!(
+            "{plan} .result[data-outcome='problem'] .error-text"
+        ))
         .await;
     assert!(
         problem
@@ -498,7 +522,9 @@ async fn plugin_text_is_shown_as_text_and_odd_schemas_get_the_raw_json_editor() 
         .await;
     stops.clear().await.unwrap();
     stops.send_keys(r#"["Lyon"]"#).await.unwrap();
-    let city = browser.wait_css(&format!("{plan} input[name='city']")).await;
+    let city = browser
+        .wait_css(&format!("{plan} input[name='city']"))
+        .await;
     city.clear().await.unwrap();
     let toggle = browser
         .wait_css(&format!("{plan} button[aria-pressed='false']"))
@@ -509,18 +535,22 @@ async fn plugin_text_is_shown_as_text_and_odd_schemas_get_the_raw_json_editor() 
         .await;
     assert_eq!(
         raw.prop("value").await.unwrap().unwrap(),
-        serde_json::to_string_pretty(&json!({"city": "", "days": 2, "stops": ["Lyon"]}))
-            .unwrap()
+        serde_json::to_string_pretty(&json!({"city": "", "days": 2, "stops": ["Lyon"]})).unwrap()
     );
     raw.clear().await.unwrap();
     raw.send_keys(r#"{"days": 4}"#).await.unwrap();
     let (result, _) = call(&browser, &plan, None).await;
     assert!(result.starts_with("ok call_"), "{result}");
-    assert_eq!(callback.received()[1].json()["arguments"], json!({"days": 4}));
+    assert_eq!(
+        callback.received()[1].json()["arguments"],
+        json!({"days": 4})
+    );
     // And back: the form shows what the JSON said.
     toggle.click().await.unwrap();
     let days = browser
-        .wait_css(&format!("{plan} fieldset:not([disabled]) input[name='days']"))
+        .wait_css(&format!(
+            "{plan} fieldset:not([disabled]) input[name='days']"
+        ))
         .await;
     assert_eq!(days.prop("value").await.unwrap().as_deref(), Some("4"));
     assert_eq!(city.prop("value").await.unwrap().as_deref(), Some(""));
@@ -534,7 +564,11 @@ async fn a_restarted_server_is_noticed_and_its_state_read_again() {
         return;
     };
     let first = spawn_app(&["Lanlan"]).await;
-    register(&first, tool_body("before", "http://127.0.0.1:9/cb", "external")).await;
+    register(
+        &first,
+        tool_body("before", "http://127.0.0.1:9/cb", "external"),
+    )
+    .await;
     browser.open(&first.url("/")).await;
     browser.wait_css(&card("Lanlan", "before")).await;
     browser
@@ -552,7 +586,11 @@ async fn a_restarted_server_is_noticed_and_its_state_read_again() {
         ..settings(&["Lanlan", "Mio"])
     })
     .await;
-    register(&second, tool_body("after", "http://127.0.0.1:9/cb", "external")).await;
+    register(
+        &second,
+        tool_body("after", "http://127.0.0.1:9/cb", "external"),
+    )
+    .await;
     browser
         .wait_xpath(&feed_line("hello", "the server restarted"))
         .await;
@@ -560,9 +598,7 @@ async fn a_restarted_server_is_noticed_and_its_state_read_again() {
     browser
         .wait_xpath("//section[@data-role='Lanlan'][.//li[@data-tool='after']][not(.//li[@data-tool='before'])]")
         .await;
-    browser
-        .wait_css("#stream-status[data-state='live']")
-        .await;
+    browser.wait_css("#stream-status[data-state='live']").await;
     browser.close().await;
 }
 
@@ -575,7 +611,12 @@ fn luminance(css: &str) -> f64 {
     let channels: Vec<f64> = inner
         .split(',')
         .take(3)
-        .map(|c| c.trim().parse::<f64>().unwrap_or_else(|_| panic!("colour {css}")) / 255.0)
+        .map(|c| {
+            c.trim()
+                .parse::<f64>()
+                .unwrap_or_else(|_| panic!("colour {css}"))
+                / 255.0
+        })
         .map(|c| {
             if c <= 0.03928 {
                 c / 12.92
@@ -639,7 +680,10 @@ async fn assert_readable(browser: &Browser) -> String {
         );
     }
     browser
-        .eval("return getComputedStyle(document.body).backgroundColor;", vec![])
+        .eval(
+            "return getComputedStyle(document.body).backgroundColor;",
+            vec![],
+        )
         .await
         .as_str()
         .unwrap()
@@ -679,7 +723,10 @@ async fn two_columns_when_wide_one_when_narrow_and_readable_in_light_and_dark() 
     page_with_a_failed_call(&light, &app, &dead).await;
     assert_eq!(
         light
-            .eval("return matchMedia('(prefers-color-scheme: dark)').matches;", vec![])
+            .eval(
+                "return matchMedia('(prefers-color-scheme: dark)').matches;",
+                vec![]
+            )
             .await,
         json!(false)
     );
@@ -712,8 +759,11 @@ async fn two_columns_when_wide_one_when_narrow_and_readable_in_light_and_dark() 
     };
     page_with_a_failed_call(&dark, &app, &dead).await;
     assert_eq!(
-        dark.eval("return matchMedia('(prefers-color-scheme: dark)').matches;", vec![])
-            .await,
+        dark.eval(
+            "return matchMedia('(prefers-color-scheme: dark)').matches;",
+            vec![]
+        )
+        .await,
         json!(true)
     );
     assert_eq!(assert_readable(&dark).await, "rgb(13, 17, 23)");
@@ -728,7 +778,11 @@ async fn a_tool_can_be_tried_from_the_keyboard_alone_with_the_focus_in_view() {
     };
     let app = spawn_app(&["Lanlan"]).await;
     let callback = CallbackServer::with("/cb", Reply::output(json!({"temperature_c": 21})));
-    register(&app, tool_body("get_weather", &callback.url("/cb"), "external")).await;
+    register(
+        &app,
+        tool_body("get_weather", &callback.url("/cb"), "external"),
+    )
+    .await;
     browser.open(&app.url("/")).await;
     let weather = card("Lanlan", "get_weather");
     browser.wait_css(&weather).await;
@@ -754,29 +808,43 @@ async fn a_tool_can_be_tried_from_the_keyboard_alone_with_the_focus_in_view() {
         }
         assert!(path.len() < 10, "never reached \"Try it\": {path:?}");
     }
-    assert_eq!(path, ["Skip to the live events", "Parameters schema", "Try it"]);
+    assert_eq!(
+        path,
+        ["Skip to the live events", "Parameters schema", "Try it"]
+    );
     // Enter opens it; Tab passes "Edit as JSON" and reaches the field; Enter there sends it.
     press(&browser, &Key::Enter.to_string()).await;
     press(&browser, &Key::Tab.to_string()).await;
     assert_eq!(
-        browser.eval("return document.activeElement.textContent;", vec![]).await,
+        browser
+            .eval("return document.activeElement.textContent;", vec![])
+            .await,
         json!("Edit as JSON")
     );
     press(&browser, &Key::Tab.to_string()).await;
     assert_eq!(
-        browser.eval("return document.activeElement.name;", vec![]).await,
+        browser
+            .eval("return document.activeElement.name;", vec![])
+            .await,
         json!("city")
     );
     press(&browser, &format!("Oslo{}", Key::Enter)).await;
     let (result, _) = call_result(&browser, &weather).await;
     assert!(result.starts_with("ok call_"), "{result}");
-    assert_eq!(callback.received()[0].json()["arguments"], json!({"city": "Oslo"}));
+    assert_eq!(
+        callback.received()[0].json()["arguments"],
+        json!({"city": "Oslo"})
+    );
     browser.close().await;
 }
 
 /// Types `keys` into whatever has the focus.
 async fn press(browser: &Browser, keys: &str) {
-    let focused = browser.client.active_element().await.expect("a focused element");
+    let focused = browser
+        .client
+        .active_element()
+        .await
+        .expect("a focused element");
     focused.send_keys(keys).await.expect("keys sent");
 }
 
@@ -817,7 +885,10 @@ async fn screenshot() {
     browser.wait_css(&card("Lanlan", "plan_trip")).await;
     // The focus ring is not part of the picture.
     browser
-        .eval("document.activeElement.blur(); window.scrollTo(0, 0); return null;", vec![])
+        .eval(
+            "document.activeElement.blur(); window.scrollTo(0, 0); return null;",
+            vec![],
+        )
         .await;
     let png = browser.client.screenshot().await.expect("screenshot");
     let path = crate::python::repo_file("docs/inspector.png");
@@ -877,21 +948,36 @@ async fn each_tool_says_where_it_runs_and_each_kind_of_field_reads_its_type() {
     browser.open(&app.url("/")).await;
 
     let runs = |tool: &str| {
-        format!("{}//dl[contains(@class,'meta')]/div[2]", xpath_card("Lanlan", tool))
+        format!(
+            "{}//dl[contains(@class,'meta')]/div[2]",
+            xpath_card("Lanlan", tool)
+        )
     };
     let mcp = browser.wait_xpath(&runs("get_current_time")).await;
-    assert_eq!(mcp.text().await.unwrap().replace('\n', " "), "runs on MCP server time");
+    assert_eq!(
+        mcp.text().await.unwrap().replace('\n', " "),
+        "runs on MCP server time"
+    );
     let local = browser.wait_xpath(&runs("roll")).await;
-    assert_eq!(local.text().await.unwrap().replace('\n', " "), "runs in-process");
+    assert_eq!(
+        local.text().await.unwrap().replace('\n', " "),
+        "runs in-process"
+    );
     let remote = browser.wait_xpath(&runs("flags")).await;
     assert_eq!(
         remote.text().await.unwrap().replace('\n', " "),
         format!("callback {}", callback.url("/flags"))
     );
     let timeout = browser
-        .wait_xpath(&format!("{}//dl[contains(@class,'meta')]/div[3]", xpath_card("Lanlan", "flags")))
+        .wait_xpath(&format!(
+            "{}//dl[contains(@class,'meta')]/div[3]",
+            xpath_card("Lanlan", "flags")
+        ))
         .await;
-    assert_eq!(timeout.text().await.unwrap().replace('\n', " "), "timeout 0.5 s");
+    assert_eq!(
+        timeout.text().await.unwrap().replace('\n', " "),
+        "timeout 0.5 s"
+    );
 
     // A required boolean is a checkbox; a default fills its field; a const is a choice of one;
     // a nullable string is a text field.

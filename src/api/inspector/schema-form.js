@@ -190,7 +190,7 @@ function field(name, schema, required) {
     row.append(hint);
   }
   if (isPlainObject(schema) && "default" in schema) write(schema.default);
-  return { name, row, input, read, write };
+  return { name, row, read, write };
 }
 
 /**
