@@ -222,6 +222,23 @@ async fn the_page_shows_characters_tools_calls_and_removals_as_they_happen() {
     ] {
         assert!(text.contains(shown), "{shown:?} not in {text:?}");
     }
+    // The parameters schema, on demand.
+    browser
+        .wait_css(&format!("{weather} details.schema > summary"))
+        .await
+        .click()
+        .await
+        .expect("summary clicked");
+    let schema = browser
+        .wait_css(&format!("{weather} details.schema[open] pre"))
+        .await;
+    assert_eq!(
+        schema.text().await.unwrap(),
+        serde_json::to_string_pretty(&json!({"type": "object",
+            "properties": {"location": {"type": "string", "description": "a city name"}},
+            "required": ["location"]}))
+        .unwrap()
+    );
     browser.wait_css(&card("Mio", "get_weather")).await;
     // Lanlan has no session; Mio's is connected and acknowledged the plugin's tool.
     browser
