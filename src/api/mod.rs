@@ -2,12 +2,14 @@
 //!
 //! Every route runs behind the loopback guard; each route module exposes `configure`, and
 //! [`configure`] composes the whole tree. Handlers parse, send one message with a timeout, and
-//! map the reply; [`error`] is the one place errors become status codes.
+//! map the reply; [`error`] is the one place errors become status codes. The inspector page
+//! (`GET /` and its assets) is served from here too, as embedded files.
 
 pub mod body;
 pub mod error;
 mod events;
 pub mod guard;
+mod inspector;
 mod invoke;
 mod mcp;
 pub mod openapi;
@@ -62,7 +64,8 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .configure(sessions::configure)
         .configure(events::configure)
         .configure(mcp::configure)
-        .configure(openapi::configure);
+        .configure(openapi::configure)
+        .configure(inspector::configure);
 }
 
 /// A resource whose other methods answer 405 with a JSON body.

@@ -28,10 +28,10 @@ const EXAMPLE_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/runt
 const README: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
 
 /// `examples/weather_plugin.py` as a child process.
-struct WeatherPlugin;
+pub struct WeatherPlugin;
 
 impl WeatherPlugin {
-    fn start(server: &str) -> LineChild {
+    pub fn start(server: &str) -> LineChild {
         Self::start_polling_every(server, "0.1")
     }
 

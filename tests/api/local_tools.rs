@@ -50,7 +50,7 @@ fn dice_schema() -> Parameters {
 }
 
 /// Registers a fresh `Dice` actor as `name` for `role` through the router.
-async fn register_dice(app: &TestApp, name: &str, role: Option<&str>) -> ChangeReport {
+pub async fn register_dice(app: &TestApp, name: &str, role: Option<&str>) -> ChangeReport {
     let dice = Dice { calls: 0 }.start();
     let tool = ToolSpec::local(
         name,
