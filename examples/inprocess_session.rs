@@ -2,7 +2,8 @@
 //! actor that handles `SyncTools` (each new tool list, to be acknowledged), `SessionStatus` and
 //! `CloseSession` joins the character with `JoinSession`; from then on every registration waits
 //! for it, as for any session. When its model calls a tool, it runs the call with the
-//! dispatcher directly.
+//! dispatcher directly. It announces its own state on the server's event hub
+//! (`GET /api/events`, `session.state`), as the server's sessions do.
 //!
 //! ```text
 //! cargo run --release --example inprocess_session
@@ -10,8 +11,8 @@
 //!
 //! Here the "model" is scripted: it takes the tool lists and, once `convert_temperature` is
 //! there, calls it. It builds the server on a free port, joins `Lanlan`, registers an in-process
-//! tool through the router, makes the call, reads `GET /api/sessions`, prints each step and
-//! exits 0. The test suite runs [`run`] (`tests/api/examples.rs`).
+//! tool through the router, makes the call, reads `GET /api/sessions` and the `session.state`
+//! events it announced, prints each step and exits 0. The test suite runs [`run`] (`tests/api/examples.rs`).
 
 use std::sync::Arc;
 
@@ -21,8 +22,10 @@ use runtime_tools::actors::local_tool::{CallLocalTool, local_handler};
 use runtime_tools::actors::router::{JoinSession, RegisterTool};
 use runtime_tools::config::{CharacterSettings, Settings};
 use runtime_tools::dispatch::Dispatcher;
+use runtime_tools::domain::arguments::Parameters;
 use runtime_tools::domain::call::{ToolCall, ToolOutcome};
 use runtime_tools::domain::tool::{SharedTool, ToolSpec};
+use runtime_tools::events::{EventHub, EventKind};
 use runtime_tools::session::core::rfc3339_now;
 use runtime_tools::session::{
     CloseSession, ConnectionKind, ConnectionReport, ConnectionState, SessionHandle, SessionStatus,
@@ -34,12 +37,31 @@ use serde_json::{Map, Value, json};
 /// The application's own model session. A real one would send each tool list to its model
 /// and answer `SyncTools` when the model acknowledged it.
 struct ScriptedModel {
+    character: String,
     since: String,
     tools: Arc<[SharedTool]>,
     updates: u64,
     last_sync: Option<SyncOutcome>,
     calls_answered: u64,
     dispatcher: Dispatcher,
+    /// Where it announces its state, as `session.state`.
+    events: EventHub,
+}
+
+impl ScriptedModel {
+    /// Its entry in `GET /api/sessions` (and its `session.state` events).
+    fn report(&self) -> ConnectionReport {
+        ConnectionReport {
+            kind: ConnectionKind::Embedded,
+            since: self.since.clone(),
+            upstream: None,
+            state: ConnectionState::Connected,
+            last_sync: self.last_sync.clone(),
+            acknowledged_tools: self.tools.len(),
+            calls_answered: self.calls_answered,
+            clashes: Vec::new(),
+        }
+    }
 }
 
 impl Actor for ScriptedModel {
@@ -54,6 +76,7 @@ impl Handler<SyncTools> for ScriptedModel {
         self.tools = tools;
         self.updates += 1;
         self.last_sync = Some(SyncOutcome::now(&Ok(())));
+        self.events.session_state(&self.character, &self.report());
         Ok(())
     }
 }
@@ -62,16 +85,7 @@ impl Handler<SessionStatus> for ScriptedModel {
     type Result = MessageResult<SessionStatus>;
 
     fn handle(&mut self, _: SessionStatus, _: &mut Self::Context) -> Self::Result {
-        MessageResult(ConnectionReport {
-            kind: ConnectionKind::Embedded,
-            since: self.since.clone(),
-            upstream: None,
-            state: ConnectionState::Connected,
-            last_sync: self.last_sync.clone(),
-            acknowledged_tools: self.tools.len(),
-            calls_answered: self.calls_answered,
-            clashes: Vec::new(),
-        })
+        MessageResult(self.report())
     }
 }
 
@@ -147,8 +161,8 @@ fn parameters() -> Map<String, Value> {
 }
 
 /// Starts a server, joins an in-process session to `Lanlan`, registers a tool (which waits for
-/// that session), lets the session's model call it, and reads the sessions listing. Returns
-/// `{"updates", "answer", "connections"}`.
+/// that session), lets the session's model call it, and reads the sessions listing and the
+/// events. Returns `{"updates", "answer", "connections", "announced"}`.
 pub async fn run() -> anyhow::Result<Value> {
     let settings = Settings {
         bind: "127.0.0.1:0".parse()?,
@@ -159,13 +173,17 @@ pub async fn run() -> anyhow::Result<Value> {
     let base = format!("http://{}", app.local_addr());
     let router = app.router();
     let handle = app.handle();
+    // Lanlan's events from now on (what `GET /api/events?role=Lanlan` streams).
+    let mut events = app.events().subscribe(Some("Lanlan".into()), None);
     let model = ScriptedModel {
+        character: "Lanlan".into(),
         since: rfc3339_now(),
         tools: Arc::from([]),
         updates: 0,
         last_sync: None,
         calls_answered: 0,
         dispatcher: app.dispatcher(),
+        events: app.events(),
     }
     .start();
     actix_web::rt::spawn(app.run_until_stopped());
@@ -185,7 +203,7 @@ pub async fn run() -> anyhow::Result<Value> {
     let tool = ToolSpec::local(
         "convert_temperature",
         "Convert a temperature from Celsius to Fahrenheit.",
-        parameters(),
+        Parameters::new(parameters()).context("the tool's parameters")?,
         "inproc:units",
         local_handler(TemperatureConverter.start().recipient()),
     );
@@ -219,12 +237,21 @@ pub async fn run() -> anyhow::Result<Value> {
     let connections = sessions["sessions_by_role"]["Lanlan"]["connections"].clone();
     println!("GET /api/sessions -> Lanlan's connections: {connections}");
 
+    let mut announced = 0;
+    while let Ok(event) = events.events.try_recv() {
+        announced += u64::from(event.kind == EventKind::SessionState);
+    }
+    println!("the session announced its state {announced} times");
+
     handle.stop(true).await;
     if report.affected_roles != ["Lanlan"] {
         bail!("the registration did not reach Lanlan: {report:?}");
     }
     let updates = model.send(Updates).await?;
-    Ok(json!({"updates": updates, "answer": answer, "connections": connections}))
+    Ok(
+        json!({"updates": updates, "answer": answer, "connections": connections,
+              "announced": announced}),
+    )
 }
 
 /// How many tool lists the session took.

@@ -17,6 +17,9 @@ use crate::actors::router::{Router, ShareDirectory};
 use crate::api::{self, AppState};
 use crate::config::Settings;
 use crate::dispatch::Dispatcher;
+use crate::events::EventHub;
+use crate::mcp::client::McpClient;
+use crate::mcp::status::McpBoard;
 
 /// Pending connections the kernel queues for us: enough for bursts of plugin start-ups and
 /// benchmark clients.
@@ -32,6 +35,9 @@ pub struct Application {
     local_addr: SocketAddr,
     router: Addr<Router>,
     dispatcher: Dispatcher,
+    events: EventHub,
+    /// Kept for as long as the server runs: an actor with no address left would stop.
+    _mcp_clients: Vec<Addr<McpClient>>,
 }
 
 impl Application {
@@ -54,7 +60,20 @@ impl Application {
                     .with_context(|| format!("character {:?}", c.name))?;
             }
         }
-        let (router, dispatcher) = Router::launch(settings.characters.clone(), &settings.dispatch);
+        let events = EventHub::new(&settings.events);
+        let (router, dispatcher) = Router::launch(
+            settings.characters.clone(),
+            &settings.dispatch,
+            events.clone(),
+        );
+        // One supervised client per MCP server: each registers its server's tools through the
+        // router as soon as it has listed them.
+        let mcp = McpBoard::new(&settings.mcp_servers);
+        let mcp_clients = settings
+            .mcp_servers
+            .iter()
+            .map(|s| McpClient::launch(s.clone(), router.clone(), mcp.clone()))
+            .collect();
         let directory = router
             .send(ShareDirectory)
             .await
@@ -63,6 +82,10 @@ impl Application {
             router: router.clone(),
             dispatcher: dispatcher.clone(),
             directory,
+            events: events.clone(),
+            keep_alive: settings.events.keep_alive,
+            mcp,
+            local_addr,
         });
 
         let mut server = HttpServer::new(move || {
@@ -73,6 +96,10 @@ impl Application {
                 .default_service(web::to(api::not_found))
         })
         .client_request_timeout(REQUEST_HEAD_TIMEOUT)
+        // A client that closes its connection has gone away: the request's handler is dropped
+        // at once, which ends an invoke's callback exchange instead of letting it run to its
+        // timeout for nobody (HTTP clients do not half-close after a request).
+        .h1_allow_half_closed(false)
         // Whoever runs the application decides how it stops (`main` turns SIGINT and SIGTERM
         // into a graceful stop through `handle()`); actix's own handlers would treat SIGINT
         // as a forced stop and race it.
@@ -86,6 +113,8 @@ impl Application {
             local_addr,
             router,
             dispatcher,
+            events,
+            _mcp_clients: mcp_clients,
         })
     }
 
@@ -102,6 +131,12 @@ impl Application {
     /// The dispatcher, for in-process callers that run tool calls themselves.
     pub fn dispatcher(&self) -> Dispatcher {
         self.dispatcher.clone()
+    }
+
+    /// The event hub: [`EventHub::close`] it before a graceful stop, which otherwise waits for
+    /// the open event streams (they never end by themselves).
+    pub fn events(&self) -> EventHub {
+        self.events.clone()
     }
 
     /// A handle that stops the server (gracefully when asked to).

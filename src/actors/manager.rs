@@ -22,6 +22,7 @@ use crate::dispatch::Dispatcher;
 use crate::domain::callback_url::CallbackOrigin;
 use crate::domain::registry::ToolRegistry;
 use crate::domain::tool::SharedTool;
+use crate::events::EventHub;
 use crate::session::attach::{Attachment, Joined};
 use crate::session::core::not_acknowledged;
 use crate::session::protocol::Dialect;
@@ -42,6 +43,11 @@ pub enum Change {
     RemoveOrigin {
         source: String,
         origin: CallbackOrigin,
+    },
+    /// The tools of `source` become `tools` (an MCP server's listing).
+    ReplaceSource {
+        source: String,
+        tools: Arc<[SharedTool]>,
     },
 }
 
@@ -122,6 +128,8 @@ pub struct SessionManager {
     settings: Option<SessionSettings>,
     /// What its sessions run calls with.
     dispatcher: Dispatcher,
+    /// Where its sessions announce their state and the calls they answer.
+    events: EventHub,
     /// The active sessions; closed ones are dropped before each use.
     sessions: Vec<SessionHandle>,
     watcher: Option<Watcher>,
@@ -129,12 +137,14 @@ pub struct SessionManager {
 
 impl SessionManager {
     /// Starts a manager for `character` holding `tools` (empty, or a rebuild's replay), and its
-    /// model session when `session` says how to reach one.
+    /// own model session when `settings` say how to reach one in client mode. Its sessions
+    /// announce their state and the calls they answer on `events`.
     pub fn launch(
         character: String,
         tools: ToolRegistry,
         settings: Option<SessionSettings>,
         dispatcher: Dispatcher,
+        events: EventHub,
         watcher: Option<Watcher>,
     ) -> Addr<Self> {
         let mut sessions = Vec::new();
@@ -149,6 +159,7 @@ impl SessionManager {
                 settings.clone(),
                 api_key,
                 dispatcher.clone(),
+                events.clone(),
                 current,
             );
             sessions.push(SessionHandle::new(
@@ -166,6 +177,7 @@ impl SessionManager {
                 registry: tools,
                 settings,
                 dispatcher,
+                events,
                 sessions,
                 watcher,
             }
@@ -294,7 +306,7 @@ impl Handler<ReportSession> for SessionManager {
                         kind,
                         since: String::new(),
                         upstream,
-                        state: ConnectionState::None,
+                        state: ConnectionState::Closed,
                         last_sync: None,
                         acknowledged_tools: 0,
                         calls_answered: 0,
@@ -327,6 +339,10 @@ impl Handler<ApplyChange> for SessionManager {
             Change::RemoveOrigin { source, origin } => {
                 let removed = self.registry.remove_origin(&source, &origin);
                 (removed > 0, removed)
+            }
+            Change::ReplaceSource { source, tools } => {
+                let removed = self.registry.replace_source(&source, &tools);
+                (removed > 0 || !tools.is_empty(), removed)
             }
         };
         let outcome = move |sync| ChangeOutcome {
@@ -381,6 +397,7 @@ impl Handler<JoinCall> for SessionManager {
             msg.url.clone(),
             msg.api_key,
             self.dispatcher.clone(),
+            self.events.clone(),
             self.current_tools(),
         );
         self.sessions.push(SessionHandle::new(

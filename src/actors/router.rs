@@ -26,6 +26,7 @@ use crate::dispatch::Dispatcher;
 use crate::domain::callback_url::CallbackOrigin;
 use crate::domain::registry::ToolRegistry;
 use crate::domain::tool::{SharedTool, ToolSpec};
+use crate::events::{ChangeOp, EventHub, ToolsChanged};
 use crate::session::attach::Joined;
 use crate::session::settings::SessionSettings;
 use crate::session::{SessionHandle, SessionReport};
@@ -71,6 +72,17 @@ pub struct RemoveDeadOrigin {
     pub origin: CallbackOrigin,
     /// Consecutive connection failures that led here, for the log.
     pub failures: u32,
+}
+
+/// Make `tools` the tools of `source` for `roles` (`None`: every character that exists now), as
+/// one change per character, announced as `tools.changed` with op `mcp`. An MCP server's client
+/// sends it after each listing, and with no tools (and `roles: None`) when the server goes away.
+#[derive(Message, Debug)]
+#[rtype(result = "ChangeReport")]
+pub struct ReplaceSource {
+    pub source: String,
+    pub tools: Vec<ToolSpec>,
+    pub roles: Option<Vec<String>>,
 }
 
 /// The tools of one character or of every character, in configuration order.
@@ -292,6 +304,8 @@ pub struct Router {
     /// starts from, and what listings and lookups read.
     directory: Directory,
     dispatcher: Dispatcher,
+    /// Where each change request is announced (`tools.changed`), and what sessions announce on.
+    events: EventHub,
     /// This router, as managers' watcher.
     me: Recipient<ManagerGone>,
     next_generation: u64,
@@ -299,10 +313,12 @@ pub struct Router {
 
 impl Router {
     /// Starts the router, one manager (and session) per character, and the dispatcher that
-    /// runs tool calls and reports dead plugin origins back to this router.
+    /// runs tool calls and reports dead plugin origins back to this router. Changes, sessions and
+    /// their calls are announced on `events`.
     pub fn launch(
         characters: Vec<CharacterSettings>,
         dispatch: &DispatchSettings,
+        events: EventHub,
     ) -> (Addr<Self>, Dispatcher) {
         let mut shared = None;
         let router = Router::create(|ctx| {
@@ -315,6 +331,7 @@ impl Router {
                 characters: Vec::with_capacity(characters.len()),
                 directory: Directory::new(),
                 dispatcher,
+                events,
                 me: ctx.address().recipient(),
                 next_generation: 0,
             };
@@ -361,6 +378,7 @@ impl Router {
             tools,
             session,
             self.dispatcher.clone(),
+            self.events.clone(),
             Some(watcher),
         );
         (manager, self.next_generation)
@@ -402,9 +420,15 @@ impl Router {
                     Change::Unregister(name) => usize::from(ledger.remove(name).is_some()),
                     Change::ClearSource(source) => ledger.remove_source(source),
                     Change::RemoveOrigin { source, origin } => ledger.remove_origin(source, origin),
+                    Change::ReplaceSource { source, tools } => ledger.replace_source(source, tools),
                 };
                 removed += dropped;
-                if matches!(change, Change::Register(_)) || dropped > 0 {
+                let adds = match &change {
+                    Change::Register(_) => true,
+                    Change::ReplaceSource { tools, .. } => !tools.is_empty(),
+                    _ => false,
+                };
+                if adds || dropped > 0 {
                     changed_targets.push(i);
                 }
             }
@@ -475,9 +499,17 @@ impl Handler<RegisterTool> for Router {
         let name = msg.tool.name.clone();
         let source = msg.tool.source.clone();
         let report = self.fan_out(targets, Change::Register(std::sync::Arc::new(msg.tool)));
+        let events = self.events.clone();
         Box::pin(async move {
             let report = report.await;
             log_change("register", &name, &source, &report);
+            announce(
+                &events,
+                ChangeOp::Register,
+                Some(&name),
+                Some(&source),
+                &report,
+            );
             Ok(report)
         })
     }
@@ -492,9 +524,17 @@ impl Handler<UnregisterTool> for Router {
             Err(e) => return Box::pin(async move { Err(e) }),
         };
         let report = self.fan_out(targets, Change::Unregister(msg.name.clone()));
+        let events = self.events.clone();
         Box::pin(async move {
             let report = report.await;
             log_change("unregister", &msg.name, "", &report);
+            announce(
+                &events,
+                ChangeOp::Unregister,
+                Some(&msg.name),
+                None,
+                &report,
+            );
             Ok(report)
         })
     }
@@ -509,9 +549,11 @@ impl Handler<ClearSource> for Router {
             Err(e) => return Box::pin(async move { Err(e) }),
         };
         let report = self.fan_out(targets, Change::ClearSource(msg.source.clone()));
+        let events = self.events.clone();
         Box::pin(async move {
             let report = report.await;
             log_change("clear", "", &msg.source, &report);
+            announce(&events, ChangeOp::Clear, None, Some(&msg.source), &report);
             Ok(report)
         })
     }
@@ -529,14 +571,22 @@ impl Handler<RemoveDeadOrigin> for Router {
                 origin: msg.origin.clone(),
             },
         );
+        let events = self.events.clone();
         Box::pin(async move {
             let report = report.await;
             // Concurrent calls to a dead plugin can each reach the threshold; only the removal
-            // that found tools to remove is worth a warning.
+            // that found tools to remove is worth a warning (and an event).
             if report.removed == 0 {
                 tracing::debug!(source = %msg.source, origin = %msg.origin, "dead plugin origin already removed");
                 return report;
             }
+            announce(
+                &events,
+                ChangeOp::AutoRemoved,
+                None,
+                Some(&msg.source),
+                &report,
+            );
             tracing::warn!(
                 source = %msg.source,
                 origin = %msg.origin,
@@ -546,6 +596,47 @@ impl Handler<RemoveDeadOrigin> for Router {
                 failed_roles = ?report.failed_roles,
                 "removed the tools of a dead plugin callback origin"
             );
+            report
+        })
+    }
+}
+
+impl Handler<ReplaceSource> for Router {
+    type Result = ResponseFuture<ChangeReport>;
+
+    fn handle(&mut self, msg: ReplaceSource, _: &mut Self::Context) -> Self::Result {
+        let mut unknown = Vec::new();
+        let targets = match &msg.roles {
+            None => (0..self.characters.len()).collect(),
+            Some(roles) => roles
+                .iter()
+                .filter_map(|role| {
+                    let found = self.position(role);
+                    if found.is_none() {
+                        unknown.push(RoleFailure {
+                            role: role.clone(),
+                            error: RouterError::UnknownRole(role.clone()).to_string(),
+                        });
+                    }
+                    found
+                })
+                .collect(),
+        };
+        let tools: std::sync::Arc<[SharedTool]> =
+            msg.tools.into_iter().map(std::sync::Arc::new).collect();
+        let report = self.fan_out(
+            targets,
+            Change::ReplaceSource {
+                source: msg.source.clone(),
+                tools,
+            },
+        );
+        let events = self.events.clone();
+        Box::pin(async move {
+            let mut report = report.await;
+            report.failed_roles.extend(unknown);
+            log_change("mcp", "", &msg.source, &report);
+            announce(&events, ChangeOp::Mcp, None, Some(&msg.source), &report);
             report
         })
     }
@@ -835,6 +926,29 @@ async fn gather(replies: &mut [(String, Reply)], deadline: tokio::time::Instant,
         Poll::Ready(())
     })
     .await
+}
+
+/// The `tools.changed` event of one change request, for the roles its report names.
+fn announce(
+    events: &EventHub,
+    op: ChangeOp,
+    name: Option<&str>,
+    source: Option<&str>,
+    report: &ChangeReport,
+) {
+    let failed: Vec<&str> = report
+        .failed_roles
+        .iter()
+        .map(|f| f.role.as_str())
+        .collect();
+    let change = ToolsChanged {
+        op,
+        name,
+        source,
+        affected_roles: &report.affected_roles,
+        failed_roles: &report.failed_roles,
+    };
+    events.tools_changed(&change, &failed);
 }
 
 /// One info line per change request; never the tool's arguments or payloads.

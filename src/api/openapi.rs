@@ -13,12 +13,16 @@ use serde_json::{Map, Value};
 use utoipa::{OpenApi, ToSchema};
 
 use super::error::{ApiError, ErrorBody, FieldError, ValidationErrorBody};
-use super::invoke::{self, InvokeResponse};
+use super::events;
+use super::invoke::{self, InvokeImage, InvokeResponse};
+use super::mcp::{self, McpResponse};
 use super::sessions::{self, AttachResponse, DetachResponse, SessionsResponse};
 use super::tools::{
     self, ClearResponse, ListResponse, RegisterResponse, ToolView, UnregisterResponse,
 };
 use crate::actors::router::RoleFailure;
+use crate::mcp::mapping::Skipped;
+use crate::mcp::status::{McpServerReport, McpState};
 use crate::session::{
     ConnectionKind, ConnectionReport, ConnectionState, SessionReport, SyncOutcome,
 };
@@ -43,6 +47,8 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         sessions::list_sessions,
         sessions::attach,
         sessions::detach,
+        events::events,
+        mcp::list_mcp_servers,
         openapi_document,
     ),
     components(schemas(
@@ -56,6 +62,7 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         ListResponse,
         ToolView,
         InvokeResponse,
+        InvokeImage,
         SessionsResponse,
         SessionReport,
         ConnectionReport,
@@ -66,6 +73,10 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         AttachResponse,
         DetachBody,
         DetachResponse,
+        McpResponse,
+        McpServerReport,
+        McpState,
+        Skipped,
         RoleFailure,
         ErrorBody,
         ValidationErrorBody,
@@ -74,6 +85,8 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
     tags(
         (name = "tools", description = "Register, remove, list and invoke remote tools"),
         (name = "sessions", description = "The characters' live model sessions: the server's own, apps' relays (`GET /v1/realtime`, a websocket, not in this document), attached calls, in-process ones"),
+        (name = "events", description = "Change events, as Server-Sent Events"),
+        (name = "mcp", description = "The MCP servers whose tools the characters get"),
         (name = "meta", description = "This document"),
     )
 )]
@@ -130,7 +143,9 @@ pub struct RegisterBody {
     /// Shown to the model.
     #[schema(default = "", nullable = false)]
     description: Option<String>,
-    /// JSON Schema object of the tool's arguments (default: an empty object schema).
+    /// JSON Schema (draft 2020-12) of the tool's arguments, describing an object: top-level
+    /// `type` absent or `"object"` (default: an empty object schema). An invalid schema is a 422
+    /// naming each problem's JSON pointer; every call's arguments are checked against it.
     #[schema(value_type = Option<Object>, nullable = false)]
     parameters: Option<Map<String, Value>>,
     /// `http` or `https` on `localhost`, `127.x.x.x`, `[::1]` or `[::ffff:127.x.x.x]`; anything
@@ -216,7 +231,8 @@ pub struct ClearBody {
 pub struct InvokeBody {
     #[schema(min_length = 1, max_length = 64)]
     name: String,
-    /// The call's arguments (default `{}`).
+    /// The call's arguments (default `{}`). Arguments that do not match the tool's schema are
+    /// answered as the model would be: 200, `is_error: true`, the text saying what to fix.
     #[schema(value_type = Option<Object>, nullable = false)]
     arguments: Option<Map<String, Value>>,
     /// The character whose registration to use; null or `""`: the first that has the tool.
@@ -246,10 +262,14 @@ mod tests {
     /// Each request-body schema with the parser of the body it documents.
     fn bodies() -> Vec<(&'static str, Parse)> {
         vec![
-            ("RegisterBody", |b| RegisterRequest::parse(b).map(drop)),
+            ("RegisterBody", |b| {
+                RegisterRequest::parse(b, "127.0.0.1:48911".parse().unwrap()).map(drop)
+            }),
             ("UnregisterBody", |b| UnregisterRequest::parse(b).map(drop)),
             ("ClearBody", |b| ClearRequest::parse(b).map(drop)),
-            ("InvokeBody", |b| InvokeRequest::parse(b).map(drop)),
+            ("InvokeBody", |b| {
+                InvokeRequest::parse(b, &serde_json::to_vec(b).unwrap()).map(drop)
+            }),
             ("AttachBody", |b| AttachRequest::parse(b).map(drop)),
             ("DetachBody", |b| DetachRequest::parse(b).map(drop)),
         ]

@@ -58,6 +58,7 @@ async fn open_relay(
         upstream,
         app_stream.max_frame_size(MAX_EVENT_BYTES),
         state.dispatcher.clone(),
+        state.events.clone(),
     );
     let joined = ask_router(
         &state,

@@ -43,6 +43,18 @@ impl ToolRegistry {
         self.remove_where(|t| t.is_served_by(source, origin))
     }
 
+    /// Makes `tools` the tools of `source`: removes those of `source` whose name is not among
+    /// them, then inserts each (replacing a tool of the same name, whatever its source). Returns
+    /// how many were removed.
+    pub fn replace_source(&mut self, source: &str, tools: &[SharedTool]) -> usize {
+        let removed = self
+            .remove_where(|t| t.source == source && !tools.iter().any(|new| new.name == t.name));
+        for tool in tools {
+            self.insert(tool.clone());
+        }
+        removed
+    }
+
     fn remove_where(&mut self, doomed: impl Fn(&SharedTool) -> bool) -> usize {
         let before = self.tools.len();
         self.tools.retain(|_, t| !doomed(t));
@@ -126,6 +138,29 @@ mod tests {
         assert_eq!(r.remove_source("plugin:x"), 2);
         assert_eq!(r.remove_source("plugin:x"), 0);
         assert_eq!(names(&r), ["b"]);
+    }
+
+    #[test]
+    fn replace_source_keeps_places_drops_the_missing_and_spares_other_sources() {
+        let mut r = ToolRegistry::new();
+        r.insert(tool("a", "mcp:x", "http://127.0.0.1:1/a"));
+        r.insert(tool("p", "plugin:y", "http://127.0.0.1:1/p"));
+        r.insert(tool("b", "mcp:x", "http://127.0.0.1:1/b"));
+        let removed = r.replace_source(
+            "mcp:x",
+            &[
+                tool("b", "mcp:x", "http://127.0.0.1:2/b"),
+                tool("c", "mcp:x", "http://127.0.0.1:2/c"),
+            ],
+        );
+        assert_eq!(removed, 1);
+        assert_eq!(names(&r), ["p", "b", "c"]);
+        assert_eq!(
+            r.get("b").unwrap().callback_url(),
+            Some("http://127.0.0.1:2/b")
+        );
+        assert_eq!(r.replace_source("mcp:x", &[]), 2);
+        assert_eq!(names(&r), ["p"]);
     }
 
     #[test]

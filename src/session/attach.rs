@@ -18,9 +18,10 @@ use tokio::sync::oneshot;
 use super::core::{CLOSED_BEFORE_ACK, SessionCore, Transport};
 use super::settings::SessionSettings;
 use super::shell::{self, Link, Shell, Whole};
-use super::{CloseSession, ConnectionKind, SessionStatus, SyncTools};
+use super::{CloseSession, ConnectionState, SessionStatus, SyncTools};
 use crate::dispatch::Dispatcher;
 use crate::domain::tool::SharedTool;
+use crate::events::EventHub;
 
 /// How joining a call went: `Err` when the websocket could not be opened, otherwise the outcome
 /// of the first tool update (`Err` says why the call did not take the tools).
@@ -36,19 +37,21 @@ pub struct Attachment {
 }
 
 impl Attachment {
-    /// Joins the call at `url` for `character`; the receiver hears how it went.
+    /// Joins the call at `url` for `character`; the receiver hears how it went. Its state and
+    /// the calls it answers are announced on `events`.
     pub fn launch(
         character: String,
         settings: &SessionSettings,
         url: String,
         api_key: Option<String>,
         dispatcher: Dispatcher,
+        events: EventHub,
         tools: Arc<[SharedTool]>,
     ) -> (Addr<Self>, oneshot::Receiver<Joined>) {
         let (joined, outcome) = oneshot::channel();
-        let core = SessionCore::new(character, Transport::Attach, settings, tools);
+        let core = SessionCore::new(character, Transport::Attach, url, settings, events, tools);
         let attachment = Attachment {
-            link: Link::new(core, ConnectionKind::Attach, url, dispatcher),
+            link: Link::new(core, dispatcher),
             authorization: api_key.as_deref().map(shell::bearer),
             joined: Some(joined),
             closing: false,
@@ -71,7 +74,9 @@ impl Actor for Attachment {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        let url = self.link.url.clone();
+        // It starts out connecting: say so, as every later state is said.
+        self.link.core.announce();
+        let url = self.link.core.upstream().to_owned();
         let authorization = self.authorization.clone();
         ctx.spawn(
             async move { shell::connect(&url, authorization.as_deref()).await }
@@ -80,10 +85,9 @@ impl Actor for Attachment {
                     Ok(framed) => {
                         let (sink, stream) = framed.split();
                         ctx.add_stream(stream);
-                        act.link.connected(SinkWrite::new(sink, ctx));
-                        tracing::info!(character = %act.link.core.character(), url = %act.link.url, "attached to a call");
+                        tracing::info!(character = %act.link.core.character(), url = %act.link.core.upstream(), "attached to a call");
                         let (first, settled) = oneshot::channel();
-                        act.link.core.connected(Some(first));
+                        act.link.connected(SinkWrite::new(sink, ctx), Some(first));
                         shell::run_effects(act, ctx);
                         if let Some(joined) = act.joined.take() {
                             actix::spawn(async move {
@@ -104,8 +108,9 @@ impl Actor for Attachment {
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
-        tracing::info!(character = %self.link.core.character(), url = %self.link.url, "attachment ended");
+        tracing::info!(character = %self.link.core.character(), url = %self.link.core.upstream(), "attachment ended");
         self.link.sink = None;
+        self.link.core.set_state(ConnectionState::Closed);
         self.link.core.disconnected();
     }
 }
@@ -172,7 +177,7 @@ impl Handler<SessionStatus> for Attachment {
     type Result = MessageResult<SessionStatus>;
 
     fn handle(&mut self, _: SessionStatus, _: &mut Self::Context) -> Self::Result {
-        MessageResult(self.link.report())
+        MessageResult(self.link.core.report())
     }
 }
 

@@ -1,13 +1,18 @@
 //! Bookkeeping for the model's function calls: which calls each response made and which are
-//! answered (so exactly one `response.create` follows the last answer), and the runaway guard.
+//! answered (so exactly one `response.create` follows the last answer), the images each model
+//! turn still takes, and the runaway guard.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
+
+use crate::domain::images::TurnBudget;
 
 /// Calls of the responses still open.
 #[derive(Debug, Default)]
 pub struct ResponseCalls {
     responses: HashMap<String, OpenResponse>,
+    /// The budget of a call that belongs to no known response: a turn of its own.
+    lone: TurnBudget,
 }
 
 #[derive(Debug, Default)]
@@ -17,6 +22,7 @@ struct OpenResponse {
     done: bool,
     /// It also called tools the app answers: the app asks for the next response.
     foreign: bool,
+    images: TurnBudget,
 }
 
 impl ResponseCalls {
@@ -78,6 +84,17 @@ impl ResponseCalls {
             .remove(response_id)
             .expect("a complete response is open");
         !open.calls.is_empty() && !open.foreign
+    }
+
+    /// The images the turn of `response_id` still takes (shared by every call of the response).
+    pub fn image_budget(&mut self, response_id: Option<&str>) -> &mut TurnBudget {
+        match response_id {
+            Some(r) => &mut self.responses.entry(r.to_owned()).or_default().images,
+            None => {
+                self.lone = TurnBudget::default();
+                &mut self.lone
+            }
+        }
     }
 
     /// Forgets everything (a new connection starts a new conversation state).

@@ -15,12 +15,13 @@ use awc::error::WsProtocolError;
 use awc::ws::{self, Frame};
 use futures_util::stream::StreamExt;
 
-use super::core::{SessionCore, Transport, rfc3339_now};
+use super::core::{SessionCore, Transport};
 use super::settings::SessionSettings;
 use super::shell::{self, Link, Reassembly, Shell, Whole};
-use super::{CloseSession, ConnectionKind, ConnectionState, SessionStatus, SyncTools};
+use super::{CloseSession, ConnectionState, SessionStatus, SyncTools};
 use crate::dispatch::Dispatcher;
 use crate::domain::tool::SharedTool;
+use crate::events::EventHub;
 
 /// First reconnect delay; doubled per failed attempt up to [`MAX_BACKOFF`].
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
@@ -37,17 +38,26 @@ pub struct RealtimeSession {
 }
 
 impl RealtimeSession {
-    /// Starts the supervised session for `character` with its current `tools`.
+    /// Starts the supervised session for `character` with its current `tools`; its state and
+    /// the calls it answers are announced on `events`.
     pub fn launch(
         character: String,
         settings: SessionSettings,
         api_key: Option<String>,
         dispatcher: Dispatcher,
+        events: EventHub,
         tools: Arc<[SharedTool]>,
     ) -> Addr<Self> {
-        let core = SessionCore::new(character, Transport::Client, &settings, tools);
+        let core = SessionCore::new(
+            character,
+            Transport::Client,
+            settings.url.clone(),
+            &settings,
+            events,
+            tools,
+        );
         let session = RealtimeSession {
-            link: Link::new(core, ConnectionKind::Client, settings.url, dispatcher),
+            link: Link::new(core, dispatcher),
             api_key,
             attempt: 0,
             closing: false,
@@ -59,9 +69,8 @@ impl RealtimeSession {
     }
 
     fn connect(&mut self, ctx: &mut Context<Self>) {
-        self.link.state = ConnectionState::Connecting;
-        self.link.since = rfc3339_now();
-        let url = self.link.url.clone();
+        self.link.core.set_state(ConnectionState::Connecting);
+        let url = self.link.core.upstream().to_owned();
         let authorization = self.api_key.as_deref().map(shell::bearer);
         ctx.spawn(
             async move { shell::connect(&url, authorization.as_deref()).await }
@@ -70,14 +79,14 @@ impl RealtimeSession {
                     Ok(framed) => {
                         let (sink, stream) = framed.split();
                         ctx.add_stream(stream);
-                        act.link.connected(actix::io::SinkWrite::new(sink, ctx));
                         tracing::info!(character = %act.link.core.character(), "model session connected");
                         act.attempt = 0;
-                        act.link.core.connected(None);
+                        act.link
+                            .connected(actix::io::SinkWrite::new(sink, ctx), None);
                         shell::run_effects(act, ctx);
                     }
                     Err(error) => {
-                        tracing::warn!(character = %act.link.core.character(), url = %act.link.url, %error, "model session connection failed");
+                        tracing::warn!(character = %act.link.core.character(), url = %act.link.core.upstream(), %error, "model session connection failed");
                         ctx.stop();
                     }
                 }),
@@ -111,9 +120,11 @@ impl Actor for RealtimeSession {
             return;
         }
         if self.attempt == 0 {
+            // A new session starts out connecting: say so, as every later state is said.
+            self.link.core.announce();
             self.connect(ctx);
         } else {
-            self.link.state = ConnectionState::Backoff;
+            self.link.core.set_state(ConnectionState::Backoff);
             ctx.run_later(self.backoff(), |act, ctx| act.connect(ctx));
         }
     }
@@ -121,13 +132,16 @@ impl Actor for RealtimeSession {
     fn stopped(&mut self, _: &mut Self::Context) {
         if self.closing {
             tracing::debug!(character = %self.link.core.character(), "model session closed");
-        } else if self.link.state == ConnectionState::Connected {
+        } else if self.link.core.state() == ConnectionState::Connected {
             tracing::warn!(character = %self.link.core.character(), "model session disconnected");
         }
         self.link.sink = None;
         self.link.fragments = Reassembly::default();
         self.link.sync_timer = None;
-        self.link.state = ConnectionState::Backoff;
+        // Closed for good (the character was removed or rebuilt): nothing to announce.
+        if !self.closing {
+            self.link.core.set_state(ConnectionState::Backoff);
+        }
         self.link.core.disconnected();
     }
 }
@@ -195,7 +209,7 @@ impl Handler<SessionStatus> for RealtimeSession {
     type Result = MessageResult<SessionStatus>;
 
     fn handle(&mut self, _: SessionStatus, _: &mut Self::Context) -> Self::Result {
-        MessageResult(self.link.report())
+        MessageResult(self.link.core.report())
     }
 }
 

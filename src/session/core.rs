@@ -8,8 +8,10 @@
 //! they were sent, since the two can interleave on one connection — the open responses and their
 //! calls (exactly one `response.create` after the last answer), the runaway guard, and the tools
 //! the session has of its own (the app's), which are kept in every update and never answered by
-//! the server. Plain code: the actor that holds it feeds it events and carries out the
-//! [`Effect`]s it asks for.
+//! the server. It answers each call with its exact output and the images the model takes, and
+//! announces the connection's state, each settled sync (`session.state`) and each answered call
+//! (`tool.call`) on the event hub. Plain code: the actor that holds it feeds it events and
+//! carries out the [`Effect`]s it asks for.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -23,8 +25,10 @@ use super::calls::{CallLimiter, ResponseCalls};
 use super::protocol::{self, Dialect, ForeignTool, FunctionCall, Keep, ServerEvent};
 use super::settings::SessionSettings;
 use super::sync::SyncState;
+use super::{ConnectionKind, ConnectionReport, ConnectionState};
 use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::tool::SharedTool;
+use crate::events::{Caller, EventHub, ToolCallFinished};
 
 /// Which connection the core serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -38,6 +42,16 @@ pub enum Transport {
     Attach,
 }
 
+impl From<Transport> for ConnectionKind {
+    fn from(transport: Transport) -> Self {
+        match transport {
+            Transport::Client => ConnectionKind::Client,
+            Transport::Relay => ConnectionKind::Relay,
+            Transport::Attach => ConnectionKind::Attach,
+        }
+    }
+}
+
 /// Who waits for one tool update to settle.
 pub type Waiter = oneshot::Sender<Result<(), String>>;
 
@@ -49,18 +63,27 @@ pub enum Effect {
     /// Start (or restart) the sync timer of the update in flight; when it fires, call
     /// [`SessionCore::sync_timer_fired`] with this version.
     ArmSyncTimer(u64),
-    /// Run this call of a registered tool, then hand the result to [`SessionCore::answered`].
+    /// Run this call of a registered tool, then hand the result and the ticket to
+    /// [`SessionCore::answered`].
     Run(Run),
 }
 
 /// One call of a registered tool to run.
 #[derive(Debug)]
 pub struct Run {
-    pub tool: SharedTool,
     pub call: ToolCall,
+    pub ticket: Ticket,
+}
+
+/// What the core needs back with a call's result.
+#[derive(Debug)]
+pub struct Ticket {
+    pub tool: SharedTool,
     pub response_id: Option<String>,
     /// The connection the call came on: an answer that outlives it is not sent on the next.
     pub connection: u64,
+    /// When the model's call arrived (the `tool.call` event's duration).
+    pub started: Instant,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -157,6 +180,13 @@ impl Names {
 pub struct SessionCore {
     character: String,
     transport: Transport,
+    /// The model endpoint (an attachment's: the call's URL).
+    upstream: String,
+    /// Where the connection's state and the calls it answers are announced.
+    events: EventHub,
+    state: ConnectionState,
+    /// When it connected (the client: its current connection or attempt).
+    since: String,
     dialect: Dialect,
     sync_timeout: Duration,
     /// The character's tools, newest list.
@@ -190,15 +220,22 @@ pub struct SessionCore {
 }
 
 impl SessionCore {
+    /// The core of a connection to `upstream`; it starts out `connecting`.
     pub fn new(
         character: String,
         transport: Transport,
+        upstream: String,
         settings: &SessionSettings,
+        events: EventHub,
         tools: Arc<[SharedTool]>,
     ) -> Self {
         Self {
             character,
             transport,
+            upstream,
+            events,
+            state: ConnectionState::Connecting,
+            since: rfc3339_now(),
             dialect: settings.dialect,
             sync_timeout: settings.sync_timeout,
             registered: tools,
@@ -241,6 +278,46 @@ impl SessionCore {
         self.connected
     }
 
+    /// The model endpoint (an attachment's: the call's URL).
+    pub fn upstream(&self) -> &str {
+        &self.upstream
+    }
+
+    pub fn state(&self) -> ConnectionState {
+        self.state
+    }
+
+    /// Moves to `state`, announcing it when it is a change; a new attempt to connect starts a
+    /// new `since`.
+    pub fn set_state(&mut self, state: ConnectionState) {
+        if state == ConnectionState::Connecting {
+            self.since = rfc3339_now();
+        }
+        if self.state != state {
+            self.state = state;
+            self.announce();
+        }
+    }
+
+    /// Announces the connection's report as `session.state`.
+    pub fn announce(&self) {
+        self.events.session_state(&self.character, &self.report());
+    }
+
+    /// This connection's entry in `GET /api/sessions` (and its `session.state` event).
+    pub fn report(&self) -> ConnectionReport {
+        ConnectionReport {
+            kind: self.transport.into(),
+            since: self.since.clone(),
+            upstream: Some(self.upstream.clone()),
+            state: self.state,
+            last_sync: self.last_sync.clone(),
+            acknowledged_tools: self.acknowledged_tools,
+            calls_answered: self.calls_answered,
+            clashes: self.clashes.clone(),
+        }
+    }
+
     /// The effects asked for since the last call, in order.
     pub fn take_effects(&mut self) -> Vec<Effect> {
         std::mem::take(&mut self.effects)
@@ -277,6 +354,8 @@ impl SessionCore {
     pub fn connected(&mut self, waiter: Option<Waiter>) {
         self.connection += 1;
         self.connected = true;
+        self.since = rfc3339_now();
+        self.set_state(ConnectionState::Connected);
         self.limiter.reset();
         self.calls.clear();
         self.pending.clear();
@@ -434,6 +513,9 @@ impl SessionCore {
             }
         }
         self.last_sync = Some(SyncOutcome::now(&outcome));
+        // Announced before anyone waiting hears the outcome, so the change's own event
+        // (`tools.changed`, after every session settled) always follows it.
+        self.announce();
         for waiter in settled.waiters {
             let _ = waiter.send(outcome.clone());
         }
@@ -644,16 +726,17 @@ impl SessionCore {
             return;
         }
         let response_id = call.response_id;
+        let started = Instant::now();
         let tool_call = ToolCall::from_raw(call.call_id, call.name, call.arguments);
-        if !self.limiter.admit(Instant::now()) {
+        if !self.limiter.admit(started) {
             let error = format!(
                 "tool call limit reached: more than {} calls within {} s; the call was not run",
                 self.limiter.max(),
                 self.limiter.window().as_secs_f64()
             );
             tracing::warn!(character = %self.character, tool = %tool_call.name, "runaway guard refused a tool call");
-            let result = tool_call.result(Err(error));
-            self.answer(response_id, &result);
+            let result = tool_call.error(error);
+            self.answer(response_id, result, None, started);
             return;
         }
         let Some(tool) = self
@@ -677,37 +760,80 @@ impl SessionCore {
                 "tool '{}' is not registered; available tools: {names}",
                 tool_call.name
             );
-            let result = tool_call.result(Err(error));
-            self.answer(response_id, &result);
+            let result = tool_call.error(error);
+            self.answer(response_id, result, None, started);
             return;
         };
         self.effects.push(Effect::Run(Run {
-            tool,
             call: tool_call,
-            response_id,
-            connection: self.connection,
+            ticket: Ticket {
+                tool,
+                response_id,
+                connection: self.connection,
+                started,
+            },
         }));
     }
 
     /// A call the core asked to run finished.
-    pub fn answered(
-        &mut self,
-        run_connection: u64,
-        response_id: Option<String>,
-        result: &ToolResult,
-    ) {
-        if run_connection != self.connection || !self.connected {
+    pub fn answered(&mut self, ticket: Ticket, result: ToolResult) {
+        let Ticket {
+            tool,
+            response_id,
+            connection,
+            started,
+        } = ticket;
+        if connection != self.connection || !self.connected {
+            self.announce_call(&result, Some(&tool.source), started);
             tracing::debug!(character = %self.character, call_id = %result.call_id, "dropping the answer to a call of a connection that has ended");
             return;
         }
-        self.answer(response_id, result);
+        self.answer(response_id, result, Some(&tool.source), started);
     }
 
-    fn answer(&mut self, response_id: Option<String>, result: &ToolResult) {
+    /// Announces a finished call of the model's (`source` is `None` for a tool the character
+    /// does not have, or a call the runaway guard refused).
+    fn announce_call(&self, result: &ToolResult, source: Option<&str>, started: Instant) {
+        self.events.tool_call(&ToolCallFinished {
+            role: &self.character,
+            tool: &result.name,
+            source,
+            call_id: &result.call_id,
+            caller: Caller::Model,
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            is_error: result.is_error,
+        });
+    }
+
+    /// Answers a call: its exact output, then (when the model takes images and the turn has
+    /// room) one user message with its images; images that cannot go are named in the output.
+    /// The call is announced as `tool.call`.
+    fn answer(
+        &mut self,
+        response_id: Option<String>,
+        mut result: ToolResult,
+        source: Option<&str>,
+        started: Instant,
+    ) {
+        self.announce_call(&result, source, started);
+        let warning = if self.dialect.takes_images() {
+            self.calls
+                .image_budget(response_id.as_deref())
+                .take(&mut result.images)
+        } else {
+            protocol::images_not_taken(self.dialect, &mut result.images)
+        };
+        result.add_image_warnings(warning.into_iter().collect());
         let event_id = self.event_id("call");
         let event =
             protocol::function_call_output(&result.call_id, &result.model_text(), &event_id);
         self.effects.push(Effect::Upstream(event.to_string()));
+        if !result.images.is_empty() {
+            let event_id = self.event_id("images");
+            self.effects.push(Effect::Upstream(protocol::image_message(
+                &result, &event_id,
+            )));
+        }
         self.calls_answered += 1;
         if self.calls.answered(response_id.as_deref(), &result.call_id) {
             self.request_response();
@@ -741,15 +867,87 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::domain::call::ToolAnswer;
+    use crate::domain::images::ToolImage;
     use crate::domain::tool::test_tools;
+    use crate::events::{EventSettings, Subscription};
+
+    const URL: &str = "ws://127.0.0.1:9/v1/realtime";
 
     fn tools(names: &[&str]) -> Arc<[SharedTool]> {
         test_tools(names).into()
     }
 
     fn core(transport: Transport, registered: &[&str]) -> SessionCore {
-        let settings = SessionSettings::new("ws://127.0.0.1:9/v1/realtime", Dialect::Openai);
-        SessionCore::new("Mio".into(), transport, &settings, tools(registered))
+        core_on(transport, registered, Dialect::Openai, &hub())
+    }
+
+    fn hub() -> EventHub {
+        EventHub::new(&EventSettings::default())
+    }
+
+    fn core_on(
+        transport: Transport,
+        registered: &[&str],
+        dialect: Dialect,
+        events: &EventHub,
+    ) -> SessionCore {
+        let settings = SessionSettings::new(URL, dialect);
+        SessionCore::new(
+            "Mio".into(),
+            transport,
+            URL.into(),
+            &settings,
+            events.clone(),
+            tools(registered),
+        )
+    }
+
+    /// The events published since the last look: (kind, data).
+    fn published(subscription: &mut Subscription) -> Vec<(String, Value)> {
+        let mut events = Vec::new();
+        while let Ok(event) = subscription.events.try_recv() {
+            let frame = std::str::from_utf8(event.frame()).unwrap();
+            let line = |prefix: &str| {
+                frame
+                    .lines()
+                    .find_map(|l| l.strip_prefix(prefix))
+                    .unwrap()
+                    .trim()
+                    .to_owned()
+            };
+            let data = serde_json::from_str(&line("data:")).unwrap();
+            events.push((line("event:"), data));
+        }
+        events
+    }
+
+    /// A successful output of `text` (exact JSON) with `images`.
+    fn output(call: &ToolCall, text: &str, images: Vec<ToolImage>) -> ToolResult {
+        let answer = ToolAnswer {
+            output: serde_json::value::RawValue::from_string(text.into()).unwrap(),
+            error: None,
+            images: None,
+        };
+        call.result(answer, images)
+    }
+
+    fn image(prompt: &str) -> ToolImage {
+        ToolImage {
+            mime: "image/png",
+            width: 1,
+            height: 1,
+            data_b64: "iVBO".into(),
+            vision_prompt: prompt.into(),
+        }
+    }
+
+    /// The one call of a registered tool the core asked to run.
+    fn the_run(core: &mut SessionCore) -> Run {
+        match core.take_effects().pop() {
+            Some(Effect::Run(run)) => run,
+            other => panic!("expected a call to run, got {other:?}"),
+        }
     }
 
     /// The events sent upstream since the last look, as JSON.
@@ -860,14 +1058,12 @@ mod tests {
         assert!(relay.from_upstream(&call("c1", "own")));
         assert!(relay.take_effects().is_empty(), "the app's call is not run");
         assert!(relay.from_upstream(&call("c2", "get_weather")));
-        let Some(Effect::Run(run)) = relay.take_effects().pop() else {
-            panic!("the registered tool's call runs")
-        };
+        let run = the_run(&mut relay);
         assert_eq!(run.call.call_id, "c2");
         let done = json!({"type": "response.done", "response": {"id": "r1", "output": []}});
         relay.from_upstream(&done.to_string());
-        let result = run.call.result(Ok(json!(1)));
-        relay.answered(run.connection, run.response_id, &result);
+        let result = output(&run.call, "1", Vec::new());
+        relay.answered(run.ticket, result);
         let answers = sent(&mut relay);
         assert_eq!(
             answers.len(),
@@ -926,5 +1122,100 @@ mod tests {
         assert!(rx.try_recv().is_err(), "the late answer settles nothing");
         client.from_upstream(&updated(&["a", "b", "c"]));
         assert_eq!(rx.try_recv().unwrap(), Ok(()));
+    }
+
+    #[test]
+    fn answers_carry_exact_output_and_images_on_every_kind_and_are_announced() {
+        for transport in [Transport::Client, Transport::Relay, Transport::Attach] {
+            let events = hub();
+            let mut subscription = events.subscribe(None, None);
+            let mut session = core_on(transport, &["cam"], Dialect::Openai, &events);
+            session.connected(None);
+            if transport == Transport::Attach {
+                session.from_upstream(
+                    &json!({"type": "session.created", "session": {"tools": []}}).to_string(),
+                );
+            }
+            sent(&mut session);
+            let connected = published(&mut subscription);
+            assert_eq!(connected[0].0, "session.state", "{transport:?}");
+            assert_eq!(connected[0].1["state"], "connected", "{transport:?}");
+            assert_eq!(
+                connected[0].1["kind"],
+                json!(transport),
+                "the event names the kind of connection"
+            );
+            session.from_upstream(
+                &json!({"type": "response.function_call_arguments.done", "response_id": "r1",
+                        "call_id": "c1", "name": "cam", "arguments": "{}"})
+                .to_string(),
+            );
+            let run = the_run(&mut session);
+            let result = output(&run.call, r#"{"n": 1.50}"#, vec![image("look")]);
+            session.answered(run.ticket, result);
+            let answers = sent(&mut session);
+            assert_eq!(
+                answers[0]["item"],
+                json!({"type": "function_call_output", "call_id": "c1", "output": r#"{"n": 1.50}"#}),
+                "{transport:?}: the exact output text"
+            );
+            assert_eq!(answers[1]["item"]["role"], "user", "{transport:?}");
+            assert_eq!(
+                answers[1]["item"]["content"][1]["image_url"], "data:image/png;base64,iVBO",
+                "{transport:?}: the image follows the output"
+            );
+            let calls = published(&mut subscription);
+            assert_eq!(calls.len(), 1, "{transport:?}: {calls:?}");
+            let (kind, mut data) = calls.into_iter().next().unwrap();
+            assert_eq!(kind, "tool.call");
+            assert!(data["duration_ms"].as_f64().unwrap() >= 0.0);
+            data.as_object_mut().unwrap().remove("duration_ms");
+            assert_eq!(
+                data,
+                json!({"role": "Mio", "tool": "cam", "source": "plugin:w", "call_id": "c1",
+                       "caller": "model", "is_error": false}),
+                "{transport:?}: no arguments, no output"
+            );
+        }
+    }
+
+    #[test]
+    fn a_session_that_takes_no_images_is_told_what_it_missed() {
+        let mut relay = core_on(Transport::Relay, &["cam"], Dialect::Glm, &hub());
+        relay.connected(None);
+        sent(&mut relay);
+        relay.from_upstream(
+            &json!({"type": "response.function_call_arguments.done", "response_id": "r1",
+                    "call_id": "c1", "name": "cam", "arguments": "{}"})
+            .to_string(),
+        );
+        let run = the_run(&mut relay);
+        let result = output(&run.call, "7", vec![image("")]);
+        relay.answered(run.ticket, result);
+        let answers = sent(&mut relay);
+        assert_eq!(answers.len(), 1, "no image message: {answers:?}");
+        assert_eq!(
+            answers[0]["item"]["output"],
+            r#"{"result":7,"_image_warnings":["1 image(s) not shown: this model session (glm dialect) takes no images"]}"#
+        );
+    }
+
+    #[test]
+    fn a_settled_sync_is_announced_with_the_connections_report() {
+        let events = hub();
+        let mut subscription = events.subscribe(None, None);
+        let mut relay = core_on(Transport::Relay, &[], Dialect::Openai, &events);
+        relay.connected(None);
+        published(&mut subscription);
+        let (w, mut rx) = waiter();
+        assert!(relay.tools_changed(tools(&["a"]), Some(w)).is_none());
+        sent(&mut relay);
+        relay.from_upstream(&updated(&["a"]));
+        assert_eq!(rx.try_recv().unwrap(), Ok(()));
+        let state = published(&mut subscription);
+        assert_eq!(state.len(), 1, "{state:?}");
+        assert_eq!(state[0].1["kind"], "relay");
+        assert_eq!(state[0].1["last_sync"]["ok"], true);
+        assert_eq!(state[0].1["acknowledged_tools"], 1);
     }
 }

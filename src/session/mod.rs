@@ -1,6 +1,7 @@
 //! Live model sessions. One protocol core ([`core::SessionCore`]: acknowledged tool sync, the
-//! open responses and their calls, the runaway guard, the session's own tools) serves three
-//! kinds of connection, each a thin actor:
+//! open responses and their calls answered with their exact output and images, the runaway
+//! guard, the session's own tools, the connection's state and its `session.state` / `tool.call`
+//! events) serves three kinds of connection, each a thin actor:
 //!
 //! - [`RealtimeSession`] (`client.rs`): the server's own websocket to the model, supervised and
 //!   reconnected with backoff (`mode = "client"`: headless use and the demo);
@@ -64,6 +65,9 @@ pub enum ConnectionState {
     Connected,
     /// Waiting before the next connection attempt.
     Backoff,
+    /// Ended for good: a relay or an attachment that closed. Only its last `session.state`
+    /// event says so; the listing no longer shows it.
+    Closed,
 }
 
 /// Which kind of connection an active session is.
@@ -129,8 +133,9 @@ impl SessionReport {
     }
 
     /// Sums up a character's connections; `client` is its own connection's report, if it has
-    /// one (it is also listed in `connections`).
-    pub fn of(connections: Vec<ConnectionReport>) -> Self {
+    /// one (it is also listed in `connections`). Connections that closed meanwhile are left out.
+    pub fn of(mut connections: Vec<ConnectionReport>) -> Self {
+        connections.retain(|c| c.state != ConnectionState::Closed);
         let client = connections
             .iter()
             .find(|c| c.kind == ConnectionKind::Client);
@@ -208,5 +213,53 @@ impl std::fmt::Debug for SessionHandle {
             .field("kind", &self.kind)
             .field("upstream", &self.upstream)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn connection(
+        kind: ConnectionKind,
+        state: ConnectionState,
+        at: &str,
+        tools: usize,
+    ) -> ConnectionReport {
+        ConnectionReport {
+            kind,
+            since: at.into(),
+            upstream: Some("ws://127.0.0.1:9/v1/realtime".into()),
+            state,
+            last_sync: Some(SyncOutcome {
+                ok: true,
+                error: None,
+                at: at.into(),
+            }),
+            acknowledged_tools: tools,
+            calls_answered: 0,
+            clashes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_summary_follows_the_client_or_the_latest_sync_and_drops_closed_connections() {
+        let (early, late) = ("2026-01-01T00:00:00.000Z", "2026-01-01T00:00:01.000Z");
+        let relay = connection(ConnectionKind::Relay, ConnectionState::Connected, late, 2);
+        let closed = connection(ConnectionKind::Attach, ConnectionState::Closed, late, 3);
+        let client = connection(ConnectionKind::Client, ConnectionState::Backoff, early, 1);
+
+        let with_client = SessionReport::of(vec![relay.clone(), client.clone()]);
+        assert_eq!(with_client.state, ConnectionState::Backoff);
+        assert_eq!(with_client.last_sync.unwrap().at, early);
+        assert_eq!(with_client.acknowledged_tools, 1);
+        assert_eq!(with_client.connections, [relay.clone(), client]);
+
+        let relays_only = SessionReport::of(vec![relay.clone(), closed.clone()]);
+        assert_eq!(relays_only.state, ConnectionState::Connected);
+        assert_eq!(relays_only.acknowledged_tools, 2);
+        assert_eq!(relays_only.connections, [relay]);
+
+        assert_eq!(SessionReport::of(vec![closed]), SessionReport::none());
     }
 }

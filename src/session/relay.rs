@@ -23,8 +23,9 @@ use super::outbox::{
 };
 use super::settings::SessionSettings;
 use super::shell::{self, Link, Reassembly, Shell, UpstreamSocket, Whole};
-use super::{CloseSession, ConnectionKind, SessionStatus, SyncTools};
+use super::{CloseSession, ConnectionState, SessionStatus, SyncTools};
 use crate::dispatch::Dispatcher;
+use crate::events::EventHub;
 
 /// The close code sent to the app when the model's connection ended without a close frame or
 /// broke (1014, bad gateway).
@@ -112,17 +113,26 @@ pub struct Relay {
 impl Relay {
     /// Starts relaying between the app (`app_stream` in; the returned body, the websocket
     /// response's, out) and `upstream`. It starts with no tools: joining the character's
-    /// sessions brings the current list.
+    /// sessions brings the current list. Its state and the calls it answers are announced on
+    /// `events`.
     pub fn open(
         character: String,
         settings: &SessionSettings,
         upstream: Upstream,
         app_stream: AppStream,
         dispatcher: Dispatcher,
+        events: EventHub,
     ) -> (Addr<Self>, OutboxBody) {
-        let core = SessionCore::new(character, Transport::Relay, settings, Arc::from([]));
-        let (app, body) = AppOutbox::new();
         let Upstream { url, socket } = upstream;
+        let core = SessionCore::new(
+            character,
+            Transport::Relay,
+            url,
+            settings,
+            events,
+            Arc::from([]),
+        );
+        let (app, body) = AppOutbox::new();
         let relay = Relay::create(|ctx| {
             // Frames are handled in arrival order, each side's in its own stream; an unbounded
             // mailbox never parks the manager that sends tool lists.
@@ -130,8 +140,8 @@ impl Relay {
             let (sink, stream) = socket.split();
             ctx.add_stream(stream);
             ctx.add_stream(app_stream);
-            let mut link = Link::new(core, ConnectionKind::Relay, url, dispatcher);
-            link.connected(SinkWrite::new(sink, ctx));
+            let mut link = Link::new(core, dispatcher);
+            link.sink = Some(SinkWrite::new(sink, ctx));
             Relay {
                 link,
                 app,
@@ -209,7 +219,7 @@ impl Actor for Relay {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        tracing::info!(character = %self.link.core.character(), upstream = %self.link.url, "relay opened");
+        tracing::info!(character = %self.link.core.character(), upstream = %self.link.core.upstream(), "relay opened");
         self.link.core.connected(None);
         shell::run_effects(self, ctx);
     }
@@ -219,6 +229,7 @@ impl Actor for Relay {
         // Whatever ended it, the app's side is not left open; the model's closes with the sink.
         self.app.close(None);
         self.link.sink = None;
+        self.link.core.set_state(ConnectionState::Closed);
         self.link.core.disconnected();
     }
 }
@@ -354,7 +365,7 @@ impl Handler<SessionStatus> for Relay {
     type Result = MessageResult<SessionStatus>;
 
     fn handle(&mut self, _: SessionStatus, _: &mut Self::Context) -> Self::Result {
-        MessageResult(self.link.report())
+        MessageResult(self.link.core.report())
     }
 }
 

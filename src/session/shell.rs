@@ -1,7 +1,6 @@
 //! What the three session actors share around their [`SessionCore`]: the upstream websocket
 //! (connecting, writing, reassembling fragmented messages), carrying out the core's effects
-//! (sending, the sync timer, running calls through the dispatcher), answering `SyncTools`, and
-//! the report `GET /api/sessions` shows for one connection.
+//! (sending, the sync timer, running calls through the dispatcher), and answering `SyncTools`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,8 +15,7 @@ use bytestring::ByteString;
 use futures_util::stream::SplitSink;
 use tokio::sync::oneshot;
 
-use super::core::{CLOSED_BEFORE_ACK, Effect, SessionCore, not_acknowledged, rfc3339_now};
-use super::{ConnectionKind, ConnectionReport, ConnectionState};
+use super::core::{CLOSED_BEFORE_ACK, Effect, SessionCore, not_acknowledged};
 use crate::dispatch::Dispatcher;
 use crate::domain::tool::SharedTool;
 
@@ -58,16 +56,10 @@ pub fn bearer(key: &str) -> String {
     format!("Bearer {key}")
 }
 
-/// What every session actor holds: its [`SessionCore`], its upstream websocket, and what its
-/// report shows.
+/// What every session actor holds: its [`SessionCore`] (which also keeps the connection's state
+/// and report) and its upstream websocket.
 pub struct Link {
     pub core: SessionCore,
-    pub kind: ConnectionKind,
-    /// The model endpoint (an attachment's: the call's URL).
-    pub url: String,
-    pub state: ConnectionState,
-    /// When it connected (the client: its current connection or attempt).
-    pub since: String,
     pub sink: Option<UpstreamSink>,
     /// A message from upstream arriving in fragments.
     pub fragments: Reassembly,
@@ -77,18 +69,9 @@ pub struct Link {
 }
 
 impl Link {
-    pub fn new(
-        core: SessionCore,
-        kind: ConnectionKind,
-        url: String,
-        dispatcher: Dispatcher,
-    ) -> Self {
+    pub fn new(core: SessionCore, dispatcher: Dispatcher) -> Self {
         Self {
             core,
-            kind,
-            url,
-            state: ConnectionState::Connecting,
-            since: rfc3339_now(),
             sink: None,
             fragments: Reassembly::default(),
             sync_timer: None,
@@ -96,25 +79,11 @@ impl Link {
         }
     }
 
-    /// The connection is up, writing through `sink`.
-    pub fn connected(&mut self, sink: UpstreamSink) {
+    /// The connection is up, writing through `sink`; `waiter` hears how the core's first
+    /// update went (see [`SessionCore::connected`]).
+    pub fn connected(&mut self, sink: UpstreamSink, waiter: Option<super::core::Waiter>) {
         self.sink = Some(sink);
-        self.state = ConnectionState::Connected;
-        self.since = rfc3339_now();
-    }
-
-    /// The report of this connection, for `GET /api/sessions`.
-    pub fn report(&self) -> ConnectionReport {
-        ConnectionReport {
-            kind: self.kind,
-            since: self.since.clone(),
-            upstream: Some(self.url.clone()),
-            state: self.state,
-            last_sync: self.core.last_sync().cloned(),
-            acknowledged_tools: self.core.acknowledged_tools(),
-            calls_answered: self.core.calls_answered(),
-            clashes: self.core.clashes().to_vec(),
-        }
+        self.core.connected(waiter);
     }
 }
 
@@ -143,12 +112,13 @@ pub fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
             Effect::Run(run) => {
                 // The receive loop never waits on a call: it runs beside it and answers later.
                 let dispatcher = act.link().dispatcher.clone();
-                let (connection, response_id) = (run.connection, run.response_id);
+                let tool = run.ticket.tool.clone();
+                let ticket = run.ticket;
                 ctx.spawn(
-                    async move { dispatcher.dispatch(&run.tool, run.call).await }
+                    async move { dispatcher.dispatch(&tool, run.call).await }
                         .into_actor(act)
                         .map(move |result, act, ctx| {
-                            act.link().core.answered(connection, response_id, &result);
+                            act.link().core.answered(ticket, result);
                             run_effects(act, ctx);
                         }),
                 );

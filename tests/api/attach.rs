@@ -2,11 +2,14 @@
 //! peer acting as the call's session (a URL with `call_id`, whose `session.created` lists the
 //! app's own tools): the call keeps its tools and gets the registered ones, the server answers
 //! only the calls of registered tools, follows the app's own tool changes, and the attachment
-//! ends with the call or on detach.
+//! ends with the call or on detach. Its state and the calls it answers are announced on the
+//! event stream.
 
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply};
+use crate::event_stream::{EventReader, open};
+use crate::events::{assert_call, assert_state, state};
 use crate::fake_realtime::{AckMode, EVENT_DEADLINE, FakeRealtime};
 use crate::helpers::{TestApp, spawn_app, tool_body};
 use crate::schema::validate_client_events;
@@ -33,6 +36,8 @@ async fn an_attachment_keeps_the_calls_tools_and_answers_only_registered_calls()
         .register(&tool_body("get_weather", &weather.url("/cb"), "plugin:w"))
         .await;
     assert_eq!(status, 200);
+    let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
+    stream.expect("hello").await;
 
     let url = format!("{}&call_id=rtc_1", fake.url);
     let attach = json!({"role": "Mio", "url": url, "api_key_env": "HOME"});
@@ -72,6 +77,7 @@ async fn an_attachment_keeps_the_calls_tools_and_answers_only_registered_calls()
         .map(|e| &e["item"]["call_id"])
         .collect();
     assert_eq!(answered, [&json!("c1"), &json!("c3")]);
+    announced_joining_and_calls(&mut stream, &url).await;
     let last = fake
         .wait_for("the second response.create", |events| {
             let creates = events
@@ -104,6 +110,13 @@ async fn an_attachment_keeps_the_calls_tools_and_answers_only_registered_calls()
     );
     fake.update_with_tools(&["app_timer", "get_weather", "lookup"])
         .await;
+    // Its acknowledgement is announced before the change.
+    let synced = stream
+        .wait_for("session.state", |d| d["acknowledged_tools"] == 2)
+        .await;
+    assert_eq!(synced.data["last_sync"]["ok"], true, "{synced:?}");
+    let change = stream.expect("tools.changed").await;
+    assert_eq!(change.data["name"], "lookup");
 
     let listed = connections(&app).await;
     assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
@@ -133,6 +146,13 @@ async fn an_attachment_keeps_the_calls_tools_and_answers_only_registered_calls()
     })
     .await;
     assert_eq!(fake.closes(), [(1000, String::new())]);
+    let closed = stream
+        .wait_for("session.state", |d| d["state"] == "closed")
+        .await;
+    assert_eq!(
+        (&closed.data["kind"], &closed.data["calls_answered"]),
+        (&json!("attach"), &json!(2))
+    );
     let (status, body) = app.post("/api/sessions/detach", &detach).await;
     assert_eq!(
         (status, body),
@@ -144,6 +164,34 @@ async fn an_attachment_keeps_the_calls_tools_and_answers_only_registered_calls()
 
     let report = validate_client_events(fake.events()).await;
     assert!(report.is_ok(), "{report:?}");
+}
+
+/// The attachment's first events: connecting, connected, its first sync, then one `tool.call`
+/// for each registered tool's call (`c1`, `c3`; none for the app's `c2`).
+async fn announced_joining_and_calls(events: &mut EventReader, url: &str) {
+    assert_state(
+        &events.expect("session.state").await,
+        state("Mio", "attach", url, "connecting"),
+    );
+    assert_state(
+        &events.expect("session.state").await,
+        state("Mio", "attach", url, "connected"),
+    );
+    let synced = events.expect("session.state").await;
+    assert_eq!(synced.data["last_sync"]["ok"], true, "{synced:?}");
+    assert_eq!(synced.data["acknowledged_tools"], 1, "{synced:?}");
+    let mut calls = [
+        events.expect("tool.call").await,
+        events.expect("tool.call").await,
+    ];
+    calls.sort_by_key(|c| c.data["call_id"].as_str().map(str::to_owned));
+    for (call, id) in calls.iter().zip(["c1", "c3"]) {
+        assert_call(
+            call,
+            json!({"role": "Mio", "tool": "get_weather", "source": "plugin:w", "call_id": id,
+                   "caller": "model", "is_error": false}),
+        );
+    }
 }
 
 #[actix_web::test]

@@ -1,16 +1,16 @@
 //! The examples under `examples/` work, so they cannot rot: the Python plugin registers its tool,
-//! answers a call, registers again after the server restarts and clears its tools on SIGTERM;
-//! the Rust in-process plugin's `run` registers an actor tool and calls it over HTTP; the
-//! in-process session's `run` joins a character, takes its tools and has its model call one; the
-//! Python realtime app talks to the fake model through the relay with the official SDK.
+//! answers a call, registers again when the event stream shows a restarted server or a change
+//! that removed its tool, falls back to polling a server without the stream, and clears its tools
+//! on SIGTERM; the Rust in-process plugin's `run` registers an actor tool and calls it over
+//! HTTP; the in-process session's `run` joins a character, takes its tools and has its model call
+//! one; the Python realtime app talks to the fake model through the relay with the official SDK.
 //!
-//! The configuration file of `examples/` and the one shown in the README load, too.
+//! The configuration file of `examples/` and the ones shown in the README load, too.
 //!
-//! The Python plugin runs as a child process; the test follows its progress lines on stdout,
+//! The Python examples run as child processes; the test follows their progress lines on stdout,
 //! waiting on each with a deadline, never sleeping.
 
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use runtime_tools::config::Settings;
 use runtime_tools::session::protocol::Dialect;
@@ -18,9 +18,10 @@ use runtime_tools::session::settings::{SessionMode, SessionSettings};
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply};
+use crate::child::LineChild;
 use crate::fake_realtime::{AckMode, FakeRealtime};
-use crate::helpers::{Lines, TestApp, settings, spawn_app, spawn_app_with, tool_body};
-use crate::schema::python;
+use crate::helpers::{TestApp, settings, spawn_app, spawn_app_with, tool_body};
+use crate::python::venv_python;
 
 #[allow(dead_code)]
 #[path = "../../examples/inprocess_plugin.rs"]
@@ -30,9 +31,6 @@ mod inprocess_plugin;
 #[path = "../../examples/inprocess_session.rs"]
 mod inprocess_session;
 
-/// Longest wait for the plugin to start, register, notice a restart or stop (a loaded machine).
-const DEADLINE: Duration = Duration::from_secs(60);
-
 const WEATHER_PLUGIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/weather_plugin.py");
 
 const REALTIME_APP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/realtime_app.py");
@@ -41,102 +39,30 @@ const EXAMPLE_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/runt
 
 const README: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
 
-/// An example run as a child process (`examples/weather_plugin.py`,
-/// `examples/realtime_app.py`); killed if a test fails before stopping it.
-struct WeatherPlugin {
-    /// `None` once it has been waited for.
-    child: Option<std::process::Child>,
-    /// Its stdout, line by line.
-    lines: Lines,
-    /// Every line so far, for failure messages.
-    seen: Vec<String>,
-}
+/// `examples/weather_plugin.py` as a child process.
+pub struct WeatherPlugin;
 
 impl WeatherPlugin {
-    fn start(server: &str) -> Self {
-        let mut command = Command::new("python3");
-        command.arg(WEATHER_PLUGIN).args([
-            "--server",
-            server,
-            "--port",
-            "0",
-            "--poll-interval",
-            "0.1",
-        ]);
-        Self::run(command)
+    pub fn start(server: &str) -> LineChild {
+        Self::start_polling_every(server, "0.1")
     }
 
-    /// Runs `command` with its stdout followed line by line.
-    fn run(mut command: Command) -> Self {
-        let mut child = command
-            .env("PYTHONUNBUFFERED", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("the example starts");
-        let lines = Lines::follow(child.stdout.take().expect("piped stdout"));
-        Self {
-            child: Some(child),
-            lines,
-            seen: Vec::new(),
-        }
-    }
-
-    /// Waits for the next line that starts with `prefix`; returns it.
-    async fn expect_line(&mut self, prefix: &str) -> String {
-        let deadline = tokio::time::Instant::now() + DEADLINE;
-        loop {
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match self.lines.next(left).await {
-                Ok(Some(line)) => {
-                    self.seen.push(line.clone());
-                    if line.starts_with(prefix) {
-                        return line;
-                    }
-                }
-                Ok(None) => panic!(
-                    "the example exited before {prefix:?}; its output: {:#?}",
-                    self.seen
-                ),
-                Err(()) => panic!(
-                    "no {prefix:?} line within {DEADLINE:?}; output: {:#?}",
-                    self.seen
-                ),
-            }
-        }
-    }
-
-    fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().expect("plugin running").id();
-        let status = Command::new("kill")
-            .args([format!("-{signal}"), pid.to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill -{signal} failed");
-    }
-
-    /// Waits (off the actors' thread) for the plugin to exit; returns its exit code.
-    async fn wait_exit(mut self) -> Option<i32> {
-        let mut child = self.child.take().expect("plugin running");
-        let status = tokio::time::timeout(
-            DEADLINE,
-            actix_web::rt::task::spawn_blocking(move || child.wait()),
+    /// Starts the plugin; `poll_interval` (seconds) is how often it polls while the event stream
+    /// is unavailable.
+    fn start_polling_every(server: &str, poll_interval: &str) -> LineChild {
+        LineChild::spawn(
+            Command::new("python3")
+                .arg(WEATHER_PLUGIN)
+                .args([
+                    "--server",
+                    server,
+                    "--port",
+                    "0",
+                    "--poll-interval",
+                    poll_interval,
+                ])
+                .env("PYTHONUNBUFFERED", "1"),
         )
-        .await
-        .expect("plugin exits in time")
-        .expect("wait task")
-        .expect("plugin waited for");
-        status.code()
-    }
-}
-
-impl Drop for WeatherPlugin {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 
@@ -185,6 +111,22 @@ async fn weather_plugin_registers_answers_and_clears_on_sigterm() {
                    "is_error": false})
         )
     );
+    // Arguments that miss the schema's required location never reach the plugin (the README's
+    // walk-through shows this call).
+    assert_eq!(
+        app.post(
+            "/api/tools/invoke",
+            &json!({"name": "get_weather", "arguments": {"city": "Shanghai"}, "call_id": "call_2"}),
+        )
+        .await,
+        (
+            200,
+            json!({"ok": true, "name": "get_weather", "call_id": "call_2", "output": null,
+                   "is_error": true,
+                   "error": "arguments for get_weather do not match its parameters: /location is \
+                             required. Call get_weather again with arguments that match."})
+        )
+    );
     assert_eq!(
         invoke_weather(&app, "Atlantis", "call_2").await,
         (
@@ -214,7 +156,8 @@ async fn weather_plugin_registers_again_after_the_server_restarts() {
     plugin.expect_line("registered ").await;
 
     // Stop the server; the plugin notices, then a new server on the same address starts empty.
-    first.handle.stop(true).await;
+    first.handle.stop(false).await;
+    plugin.expect_line("event stream lost").await;
     plugin
         .expect_line(&format!("server {} unreachable", first.base))
         .await;
@@ -223,9 +166,8 @@ async fn weather_plugin_registers_again_after_the_server_restarts() {
         ..settings(&["Lanlan"])
     })
     .await;
-    plugin
-        .expect_line("get_weather is missing from the server")
-        .await;
+    // The stream's greeting names a new instance: that, not polling, brings the tool back.
+    plugin.expect_line("the server restarted (instance ").await;
     assert_eq!(
         plugin.expect_line("registered ").await,
         "registered get_weather (affected_roles: Lanlan)"
@@ -247,6 +189,107 @@ async fn weather_plugin_registers_again_after_the_server_restarts() {
 }
 
 #[actix_web::test]
+async fn weather_plugin_registers_again_when_an_event_shows_its_tool_removed() {
+    let app = spawn_app(&["Lanlan"]).await;
+    // Polling once an hour: only the event stream can bring the tool back within the deadline.
+    let mut plugin = WeatherPlugin::start_polling_every(&app.base, "3600");
+    plugin.expect_line("registered ").await;
+    let (status, body) = app
+        .post("/api/tools/clear", &json!({"source": "plugin:weather"}))
+        .await;
+    assert_eq!((status, &body["removed"]), (200, &json!(1)));
+    plugin
+        .expect_line("get_weather is missing from the server; registering again")
+        .await;
+    assert_eq!(
+        plugin.expect_line("registered ").await,
+        "registered get_weather (affected_roles: Lanlan)"
+    );
+    assert_eq!(
+        app.tool_names(None).await,
+        json!({"Lanlan": ["get_weather"]})
+    );
+    plugin.signal("TERM");
+    assert_eq!(plugin.wait_exit().await, Some(0));
+}
+
+/// A server without the event stream (an older version): forwards every request to `app`, except
+/// `GET /api/events`, which is not found.
+async fn server_without_events(app: &TestApp) -> (String, actix_web::dev::ServerHandle) {
+    use actix_web::{HttpRequest, HttpResponse, web};
+
+    let upstream = app.base.clone();
+    let server = actix_web::HttpServer::new(move || {
+        let upstream = upstream.clone();
+        actix_web::App::new().default_service(web::to(
+            move |request: HttpRequest, body: web::Bytes| {
+                let upstream = upstream.clone();
+                async move {
+                    if request.path() == "/api/events" {
+                        return HttpResponse::NotFound()
+                            .json(json!({"ok": false, "detail": "Not Found"}));
+                    }
+                    let client = awc::Client::default();
+                    let mut forwarded = client
+                        .request(
+                            request.method().clone(),
+                            format!("{upstream}{}", request.uri()),
+                        )
+                        .insert_header(("content-type", "application/json"))
+                        .send_body(body)
+                        .await
+                        .expect("upstream answers");
+                    let answer = forwarded.body().await.expect("upstream body");
+                    HttpResponse::build(forwarded.status())
+                        .content_type("application/json")
+                        .body(answer)
+                }
+            },
+        ))
+    })
+    .workers(1)
+    .bind("127.0.0.1:0")
+    .expect("proxy binds");
+    let address = format!("http://{}", server.addrs()[0]);
+    let server = server.run();
+    let handle = server.handle();
+    actix_web::rt::spawn(server);
+    (address, handle)
+}
+
+#[actix_web::test]
+async fn weather_plugin_polls_a_server_without_the_event_stream() {
+    let app = spawn_app(&["Lanlan"]).await;
+    let (old_server, handle) = server_without_events(&app).await;
+    let mut plugin = WeatherPlugin::start(&old_server);
+    assert_eq!(
+        plugin.expect_line("event stream unavailable").await,
+        "event stream unavailable (HTTP 404); polling every 0.1 s"
+    );
+    assert_eq!(
+        plugin.expect_line("registered ").await,
+        "registered get_weather (affected_roles: Lanlan)"
+    );
+    // Polling notices a removal too.
+    let (status, _) = app
+        .post("/api/tools/clear", &json!({"source": "plugin:weather"}))
+        .await;
+    assert_eq!(status, 200);
+    plugin
+        .expect_line("get_weather is missing from the server; registering again")
+        .await;
+    plugin.expect_line("registered ").await;
+    assert_eq!(
+        app.tool_names(None).await,
+        json!({"Lanlan": ["get_weather"]})
+    );
+    plugin.signal("TERM");
+    plugin.expect_line("cleared 1 tool(s)").await;
+    assert_eq!(plugin.wait_exit().await, Some(0));
+    handle.stop(false).await;
+}
+
+#[actix_web::test]
 async fn inprocess_plugin_example_calls_its_actor_tool_over_http() {
     let answer = inprocess_plugin::run().await.expect("the example runs");
     assert_eq!(
@@ -260,8 +303,9 @@ async fn inprocess_plugin_example_calls_its_actor_tool_over_http() {
 #[actix_web::test]
 async fn inprocess_session_example_takes_the_tools_and_its_model_calls_one() {
     let outcome = inprocess_session::run().await.expect("the example runs");
-    // The join's list (empty), then the registration's.
+    // The join's list (empty), then the registration's; each announced as `session.state`.
     assert_eq!(outcome["updates"], 2);
+    assert_eq!(outcome["announced"], 2);
     assert_eq!(outcome["answer"], r#"{"fahrenheit":82.4}"#);
     let connections = &outcome["connections"];
     assert_eq!(
@@ -293,14 +337,17 @@ async fn realtime_app_example_talks_through_the_relay() {
         .await;
     assert_eq!(status, 200);
 
-    let mut command = Command::new(python().expect("the test virtualenv is ready"));
-    command.arg(REALTIME_APP).args([
-        "--server",
-        &format!("ws://{}/v1", app.addr),
-        "--character",
-        "Mio",
-    ]);
-    let mut example = WeatherPlugin::run(command);
+    let mut example = LineChild::spawn(
+        Command::new(venv_python().await)
+            .arg(REALTIME_APP)
+            .args([
+                "--server",
+                &format!("ws://{}/v1", app.addr),
+                "--character",
+                "Mio",
+            ])
+            .env("PYTHONUNBUFFERED", "1"),
+    );
     assert_eq!(
         example.expect_line("session tools: ").await,
         "session tools: app_clock, get_weather"
@@ -395,6 +442,7 @@ fn the_example_configuration_and_the_readmes_copy_load() {
     );
     assert_eq!(outline(&example), expected);
     assert_eq!(example.bind, "127.0.0.1:48911".parse().unwrap());
+    assert!(example.dispatch.validate_arguments);
 
     let readme = std::fs::read_to_string(README).expect("README.md is readable");
     let blocks: Vec<&str> = readme

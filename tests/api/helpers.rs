@@ -58,33 +58,6 @@ pub async fn app_with_session(
     spawn_app_with(settings).await
 }
 
-/// A child process's stdout, line by line, read on a thread of its own so that waiting for a
-/// line never blocks the actors.
-pub struct Lines(tokio::sync::mpsc::UnboundedReceiver<String>);
-
-impl Lines {
-    pub fn follow(stdout: std::process::ChildStdout) -> Self {
-        use std::io::BufRead;
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Self(rx)
-    }
-
-    /// The next line: `Ok(None)` when the process closed its stdout, `Err` past `deadline`.
-    pub async fn next(&mut self, deadline: Duration) -> Result<Option<String>, ()> {
-        tokio::time::timeout(deadline, self.0.recv())
-            .await
-            .map_err(drop)
-    }
-}
-
 pub async fn spawn_app_with(settings: Settings) -> TestApp {
     let app = Application::build(settings).await.expect("server builds");
     let addr = app.local_addr();

@@ -6,8 +6,9 @@
 //! registered tools are answered by the server while the app sees them, calls of the app's own
 //! tools only by the app; closes propagate with their code and reason both ways; an app that
 //! stops reading is closed with a reason, not buffered; the three dialects; the errors before
-//! the upgrade; a relay is an active session whose failures fail the character; and every event
-//! the server itself sends validates against the SDK's GA schema.
+//! the upgrade; a relay is an active session whose failures fail the character; its state and
+//! the calls it answers are announced on the event stream; and every event the server itself
+//! sends validates against the SDK's GA schema.
 
 use std::rc::Rc;
 use std::time::Duration;
@@ -18,6 +19,8 @@ use runtime_tools::session::settings::{SessionMode, SessionSettings};
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply};
+use crate::event_stream::open;
+use crate::events::{assert_call, assert_state, state};
 use crate::fake_realtime::{AckMode, FakeRealtime, update_tool_names};
 use crate::helpers::{
     TestApp, app_with_session, raw_exchange_async, settings, spawn_app_with, tool_body,
@@ -85,9 +88,27 @@ async fn the_sdk_app_talks_through_the_relay_and_the_server_does_only_its_part()
         assert_eq!(status, 200);
     }
 
-    let mut sdk = SdkApp::start();
+    let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
+    stream.expect("hello").await;
+
+    let mut sdk = SdkApp::start().await;
     sdk.connect_ok(&base(&app), json!({"character": "Mio"}))
         .await;
+    let upstream = fake.url.replace("model=fake", "model=gpt-realtime");
+    // The relay announces itself connected, then its first sync.
+    assert_state(
+        &stream.expect("session.state").await,
+        state("Mio", "relay", &upstream, "connected"),
+    );
+    let synced = stream.expect("session.state").await;
+    assert_eq!(
+        (
+            &synced.data["last_sync"]["ok"],
+            &synced.data["acknowledged_tools"]
+        ),
+        (&json!(true), &json!(2)),
+        "{synced:?}"
+    );
     // The character stays here; the app's other parameters go up; the app's key goes up, as
     // the character has none configured.
     assert_eq!(fake.targets(), ["/v1/realtime?model=gpt-realtime"]);
@@ -194,6 +215,13 @@ async fn the_sdk_app_talks_through_the_relay_and_the_server_does_only_its_part()
     })
     .await;
     assert_eq!(weather.received().len(), 1);
+    assert_call(
+        &stream
+            .wait_for("tool.call", |d| d["call_id"] == "call_1")
+            .await,
+        json!({"role": "Mio", "tool": "get_weather", "source": "plugin:w", "call_id": "call_1",
+               "caller": "model", "is_error": false}),
+    );
 
     // A call of the app's own tool: only the app answers it.
     fake.push_call("resp_2", "call_2", "app_clock").await;
@@ -237,10 +265,7 @@ async fn the_sdk_app_talks_through_the_relay_and_the_server_does_only_its_part()
     assert_eq!(mio["state"], "connected");
     let relay = &mio["connections"][0];
     assert_eq!(relay["kind"], "relay");
-    assert_eq!(
-        relay["upstream"],
-        fake.url.replace("model=fake", "model=gpt-realtime")
-    );
+    assert_eq!(relay["upstream"], json!(upstream));
     assert_eq!(relay["calls_answered"], 1);
     assert_eq!(relay["clashes"], json!(["app_clock"]));
     assert_eq!(relay["acknowledged_tools"], 2);
@@ -254,6 +279,20 @@ async fn the_sdk_app_talks_through_the_relay_and_the_server_does_only_its_part()
     })
     .await;
     assert_eq!(fake.closes(), [(4000, "the user hung up".to_owned())]);
+    // The relay's last event says it closed; no call of the app's own tool was announced.
+    let mut skipped = Vec::new();
+    let closed = loop {
+        let event = stream.next_event().await;
+        if event.event == "session.state" && event.data["state"] == "closed" {
+            break event;
+        }
+        skipped.push(event);
+    };
+    assert_eq!(closed.data["calls_answered"], 1, "{closed:?}");
+    assert!(
+        !skipped.iter().any(|e| e.event == "tool.call"),
+        "{skipped:#?}"
+    );
 
     // Every event the server itself sent, and the app's update as the server rewrote it, are
     // GA client events.
@@ -271,7 +310,7 @@ async fn the_models_close_reaches_the_app_with_its_code_and_reason() {
         s.api_key_env = Some("HOME".into())
     })
     .await;
-    let mut sdk = SdkApp::start();
+    let mut sdk = SdkApp::start().await;
     // `character` may be left out: Mio is the only character with a session.
     sdk.connect_ok(&base(&app), json!({})).await;
     fake.wait_connections(1).await;
@@ -291,7 +330,7 @@ async fn removing_the_character_closes_its_relays() {
     use runtime_tools::actors::router::RemoveCharacter;
     let fake = FakeRealtime::start(AckMode::Immediate).await;
     let app = relay_app(&fake, &["Lanlan"], Dialect::Openai, |_| {}).await;
-    let mut sdk = SdkApp::start();
+    let mut sdk = SdkApp::start().await;
     sdk.connect_ok(&base(&app), json!({"character": "Mio"}))
         .await;
     fake.wait_connections(1).await;
@@ -333,7 +372,7 @@ async fn loop_until_no_connections(app: &TestApp) -> Value {
 async fn an_app_that_stops_reading_is_closed_not_buffered() {
     let fake = FakeRealtime::start(AckMode::Immediate).await;
     let app = relay_app(&fake, &[], Dialect::Openai, |_| {}).await;
-    let mut sdk = SdkApp::start();
+    let mut sdk = SdkApp::start().await;
     sdk.connect_ok(&base(&app), json!({"character": "Mio"}))
         .await;
     fake.wait_connections(1).await;
@@ -378,7 +417,7 @@ async fn qwen_and_glm_relays_merge_tools_in_their_shapes() {
         let fake = FakeRealtime::start(AckMode::Immediate).await;
         let weather = callback();
         let app = relay_app(&fake, &[], dialect, |_| {}).await;
-        let mut sdk = SdkApp::start();
+        let mut sdk = SdkApp::start().await;
         sdk.connect_ok(&base(&app), json!({"character": "Mio"}))
             .await;
         fake.wait_connections(1).await;
@@ -448,7 +487,7 @@ async fn every_relay_is_an_active_session_and_any_failure_fails_the_character() 
         s.sync_timeout = Duration::from_millis(500)
     })
     .await;
-    let (mut one, mut two) = (SdkApp::start(), SdkApp::start());
+    let (mut one, mut two) = (SdkApp::start().await, SdkApp::start().await);
     one.connect_ok(&base(&app), json!({"character": "Mio"}))
         .await;
     two.connect_ok(&base(&app), json!({"character": "Mio"}))
@@ -498,7 +537,7 @@ async fn relay_requests_that_cannot_be_served_get_clear_answers() {
     let app = spawn_app_with(config).await;
 
     // The SDK surfaces the refused handshake's status.
-    let mut sdk = SdkApp::start();
+    let mut sdk = SdkApp::start().await;
     let refused = sdk
         .connect(&base(&app), json!({"character": "Nobody"}))
         .await;

@@ -1,54 +1,37 @@
 //! The realtime app of the relay tests: `tests/realtime_app.py`, the official OpenAI Python
 //! SDK's realtime client, run with the test virtualenv's interpreter and driven one JSON command
-//! at a time over stdin / stdout (each answer awaited with a deadline).
+//! at a time over stdin / stdout (each answer awaited with a deadline: a loaded machine; the
+//! first connect imports the SDK).
 
-use std::io::Write;
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
-use crate::helpers::Lines;
-use crate::schema::{python, repo_file};
+use crate::child::{DEADLINE, LineChild};
+use crate::python::{repo_file, venv_python};
 use base64::Engine;
 use serde_json::{Value, json};
 
-/// Longest wait for one answer of the app (a loaded machine; the first connect imports the SDK).
-pub const ANSWER_DEADLINE: Duration = Duration::from_secs(60);
-
 pub struct SdkApp {
-    child: Child,
-    stdin: ChildStdin,
-    answers: Lines,
+    app: LineChild,
 }
 
 impl SdkApp {
-    pub fn start() -> Self {
-        let python = python().expect("the test virtualenv (tests/requirements.txt) is ready");
-        let mut child = Command::new(python)
-            .arg(repo_file("tests/realtime_app.py"))
-            .env("PYTHONUNBUFFERED", "1")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("tests/realtime_app.py starts");
-        let stdin = child.stdin.take().expect("piped stdin");
-        let answers = Lines::follow(child.stdout.take().expect("piped stdout"));
-        Self {
-            child,
-            stdin,
-            answers,
-        }
+    pub async fn start() -> Self {
+        let app = LineChild::spawn_talking(
+            Command::new(venv_python().await)
+                .arg(repo_file("tests/realtime_app.py"))
+                .env("PYTHONUNBUFFERED", "1"),
+        );
+        Self { app }
     }
 
     /// Sends one command and waits for its answer.
     pub async fn ask(&mut self, command: Value) -> Value {
-        writeln!(self.stdin, "{command}").expect("the app reads its commands");
-        self.stdin.flush().expect("command sent");
-        match self.answers.next(ANSWER_DEADLINE).await {
+        self.app.send_line(&command.to_string());
+        match self.app.next_line().await {
             Ok(Some(line)) => serde_json::from_str(&line)
                 .unwrap_or_else(|e| panic!("the app answered {line:?} ({e}) to {command}")),
             Ok(None) => panic!("the app exited before answering {command}"),
-            Err(_) => panic!("the app did not answer {command} within {ANSWER_DEADLINE:?}"),
+            Err(_) => panic!("the app did not answer {command} within {DEADLINE:?}"),
         }
     }
 
@@ -121,12 +104,5 @@ impl SdkApp {
             .ask(json!({"cmd": "close", "code": code, "reason": reason}))
             .await;
         assert_eq!(answer, json!({"ok": true}), "close");
-    }
-}
-
-impl Drop for SdkApp {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }

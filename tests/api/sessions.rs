@@ -48,7 +48,8 @@ async fn register(app: &TestApp, name: &str) -> (u16, Value) {
         .await
 }
 
-fn call_event(response_id: &str, call_id: &str, name: &str, arguments: &str) -> Value {
+/// A `response.function_call_arguments.done` the model sends for one call.
+pub fn call_event(response_id: &str, call_id: &str, name: &str, arguments: &str) -> Value {
     json!({"type": "response.function_call_arguments.done", "event_id": format!("srv_{call_id}"),
            "response_id": response_id, "item_id": format!("item_{call_id}"), "output_index": 0,
            "call_id": call_id, "name": name, "arguments": arguments})
