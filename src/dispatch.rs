@@ -9,10 +9,9 @@
 use std::fmt;
 use std::io;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use actix::Recipient;
 use actix_web::error::ParseError;
 use actix_web::http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
 use actix_web::rt::net::TcpStream;
@@ -20,10 +19,9 @@ use actix_web::web::Bytes;
 use awc::error::{ConnectError, PayloadError, SendRequestError};
 use url::{Host, Url};
 
-use crate::actors::router::RemoveDeadOrigin;
 use crate::config::DispatchSettings;
 use crate::domain::call::{ToolCall, ToolOutcome, ToolResult, map_callback_response};
-use crate::domain::failures::{FailureTracker, Liveness};
+use crate::domain::failures::{DeadOrigin, DeadOriginRemover, Liveness, SharedFailures};
 use crate::domain::tool::{RemoteEndpoint, SharedTool, ToolHandler};
 
 /// Connections to callbacks kept per thread. Above the concurrency any realistic client uses,
@@ -67,17 +65,22 @@ pub struct Dispatcher {
 
 struct Inner {
     max_response_bytes: usize,
-    failures: Mutex<FailureTracker>,
-    removals: Recipient<RemoveDeadOrigin>,
+    failures: SharedFailures,
+    removals: Arc<dyn DeadOriginRemover>,
 }
 
 impl Dispatcher {
-    /// `removals` receives the dead-origin reports (the router).
-    pub fn new(settings: &DispatchSettings, removals: Recipient<RemoveDeadOrigin>) -> Self {
+    /// `failures` are the counts it keeps (shared with whoever forgets pairs that are gone);
+    /// `removals` removes the tools of the origins it finds dead (the router).
+    pub fn new(
+        settings: &DispatchSettings,
+        failures: SharedFailures,
+        removals: Arc<dyn DeadOriginRemover>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 max_response_bytes: settings.max_response_bytes,
-                failures: Mutex::new(FailureTracker::new()),
+                failures,
                 removals,
             }),
         }
@@ -184,23 +187,20 @@ impl Dispatcher {
         let Some(origin) = tool.callback_origin() else {
             return;
         };
-        let reached = {
-            let mut failures = self
-                .inner
-                .failures
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            failures.record(&tool.source, origin, liveness)
-        };
+        let reached = self
+            .inner
+            .failures
+            .lock()
+            .record(&tool.source, origin, liveness);
         if let Some(failures) = reached {
             // The call that removes the tools returns once they are gone (sessions synced), so
             // anything its caller does next — a listing, another invoke — sees the removal.
-            let removal = self.inner.removals.send(RemoveDeadOrigin {
+            let removal = self.inner.removals.remove(DeadOrigin {
                 source: tool.source.clone(),
                 origin: origin.clone(),
                 failures,
             });
-            if removal.await.is_err() {
+            if !removal.await {
                 tracing::warn!(source = %tool.source, origin = %origin, "could not remove the tools of a dead plugin origin: the router has stopped");
             }
         }

@@ -1,57 +1,44 @@
-//! `SessionManager`: one actor per character. It owns that character's [`ToolRegistry`] and is
-//! the one place a change to it is made and pushed to the character's live model session.
+//! `SessionManager`: one actor per character. It owns that character's tools — it is the only
+//! writer of the character's [`ToolCell`], through its [`ToolWriter`] — and pushes every change
+//! to the character's live model session.
 //!
-//! Only the [`Router`](super::router::Router) talks to managers. Handlers change the registry
+//! Only the [`Router`](super::router::Router) talks to managers. Handlers apply a change
 //! synchronously, in mailbox order (so changes to one character apply in the order they arrive),
-//! and never await: waiting for the session's acknowledgement happens in the returned future.
+//! publish the new snapshot before answering, and never await: waiting for the session's
+//! acknowledgement happens in a spawned future.
 
 use std::sync::Arc;
 
 use actix::prelude::*;
-use futures_util::FutureExt;
-use futures_util::future::{BoxFuture, ready};
 use tokio::sync::oneshot;
 
 use crate::dispatch::Dispatcher;
-use crate::domain::callback_url::CallbackOrigin;
-use crate::domain::registry::ToolRegistry;
+use crate::domain::registry::Change;
+use crate::domain::snapshot::{ToolCell, ToolWriter};
 use crate::domain::tool::SharedTool;
 use crate::session::settings::SessionSettings;
 use crate::session::{CloseSession, RealtimeSession, SessionReport, SessionStatus, SyncTools};
 
-/// A change to one character's tools.
-#[derive(Debug, Clone)]
-pub enum Change {
-    Register(SharedTool),
-    Unregister(String),
-    ClearSource(String),
-    /// Auto-removal of a dead plugin origin.
-    RemoveOrigin {
-        source: String,
-        origin: CallbackOrigin,
-    },
+/// Apply change number `number` to this character's tools, publish the result and sync the
+/// session; the outcome (sync included) goes to `reply`. A reply channel instead of a response
+/// future lets the router send to hundreds of managers with no task, timer or allocation per
+/// manager beyond the channel, and wait for them all against one deadline.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct ApplyChange {
+    /// The router numbers each character's changes from 1, in the order it sends them.
+    pub number: u64,
+    pub change: Arc<Change>,
+    pub reply: oneshot::Sender<ChangeOutcome>,
 }
 
 /// What a change did to one character.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChangeOutcome {
-    /// Tools removed (or replaced-and-gone for none: a register reports 0).
+    /// Tools removed.
     pub removed: usize,
-    /// Whether the registry changed at all.
-    pub changed: bool,
-    /// The session sync: `Err` says why the live session did not take the new list.
+    /// `Err` says why the change did not reach the live session (or the character at all).
     pub sync: Result<(), String>,
-}
-
-/// Apply one change to this character's registry and sync its session; the outcome (sync
-/// included) goes to `reply`. A reply channel instead of a response future lets the router send
-/// to hundreds of managers with no task, timer or allocation per manager beyond the channel,
-/// and wait for them all against one deadline.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct ApplyChange {
-    pub change: Change,
-    pub reply: oneshot::Sender<ChangeOutcome>,
 }
 
 /// The character's model-session state.
@@ -90,27 +77,36 @@ pub struct Watcher {
 
 pub struct SessionManager {
     character: String,
-    registry: ToolRegistry,
+    tools: ToolWriter,
     session: Option<Addr<RealtimeSession>>,
     watcher: Option<Watcher>,
 }
 
 impl SessionManager {
-    /// Starts a manager for `character` holding `tools` (empty, or a rebuild's replay), and its
-    /// model session when `session` says how to reach one.
-    pub fn launch(
+    /// Starts a manager for `character` that takes over `cell`: it starts from the snapshot
+    /// there plus the numbered `replay` changes the snapshot lacks (a restart's or rebuild's),
+    /// published before this returns; then its model session, when `session` says how to reach
+    /// one.
+    pub fn launch<'a>(
         character: String,
-        tools: ToolRegistry,
+        cell: ToolCell,
+        replay: impl IntoIterator<Item = (u64, &'a Arc<Change>)>,
         session: Option<SessionLink>,
         watcher: Option<Watcher>,
     ) -> Addr<Self> {
+        let tools = ToolWriter::resume(cell, replay);
         let session = session.map(|link| {
             let api_key = link.settings.api_key().unwrap_or_else(|e| {
                 tracing::warn!(character = %character, error = %format!("{e:#}"), "connecting without an API key");
                 None
             });
-            let current: Arc<[SharedTool]> = tools.tools().cloned().collect();
-            RealtimeSession::launch(character.clone(), link.settings, api_key, link.dispatcher, current)
+            RealtimeSession::launch(
+                character.clone(),
+                link.settings,
+                api_key,
+                link.dispatcher,
+                tool_list(&tools),
+            )
         });
         SessionManager::create(|ctx| {
             // An unbounded mailbox never parks the router, so messages to one manager are queued
@@ -118,38 +114,24 @@ impl SessionManager {
             ctx.set_mailbox_capacity(0);
             SessionManager {
                 character,
-                registry: tools,
+                tools,
                 session,
                 watcher,
             }
         })
     }
+}
 
-    /// The one place every registry change goes through: pushes the current tool list to the
-    /// character's live model session and waits for its acknowledgement. A character with no
-    /// session succeeds at once.
-    ///
-    /// `None`: nothing to wait for (no session). `Some`: resolves when the session settles.
-    fn publish(&mut self) -> Option<BoxFuture<'static, Result<(), String>>> {
-        let session = self.session.as_ref()?;
-        let tools: Arc<[SharedTool]> = self.registry.tools().cloned().collect();
-        let reply = session.send(SyncTools(tools));
-        Some(
-            async move {
-                reply
-                    .await
-                    .unwrap_or_else(|_| Err("model session actor is not running".to_owned()))
-            }
-            .boxed(),
-        )
-    }
+/// The current tools as the session takes them.
+fn tool_list(tools: &ToolWriter) -> Arc<[SharedTool]> {
+    tools.current().tools().cloned().collect()
 }
 
 impl Actor for SessionManager {
     type Context = Context<Self>;
 
     fn started(&mut self, _: &mut Self::Context) {
-        tracing::debug!(character = %self.character, tools = self.registry.len(), "session manager started");
+        tracing::debug!(character = %self.character, tools = self.tools.current().registry().len(), "session manager started");
     }
 }
 
@@ -174,7 +156,7 @@ impl Handler<ReportSession> for SessionManager {
 
     fn handle(&mut self, _: ReportSession, _: &mut Self::Context) -> Self::Result {
         let Some(session) = &self.session else {
-            return Box::pin(ready(SessionReport::none()));
+            return Box::pin(std::future::ready(SessionReport::none()));
         };
         let reply = session.send(SessionStatus);
         Box::pin(async move { reply.await.unwrap_or_else(|_| SessionReport::none()) })
@@ -185,38 +167,35 @@ impl Handler<ApplyChange> for SessionManager {
     type Result = ();
 
     fn handle(&mut self, msg: ApplyChange, _: &mut Self::Context) {
-        let (changed, removed) = match msg.change {
-            Change::Register(tool) => {
-                self.registry.insert(tool);
-                (true, 0)
-            }
-            Change::Unregister(name) => {
-                let removed = usize::from(self.registry.remove(&name).is_some());
-                (removed > 0, removed)
-            }
-            Change::ClearSource(source) => {
-                let removed = self.registry.remove_source(&source);
-                (removed > 0, removed)
-            }
-            Change::RemoveOrigin { source, origin } => {
-                let removed = self.registry.remove_origin(&source, &origin);
-                (removed > 0, removed)
-            }
-        };
-        let outcome = move |sync| ChangeOutcome {
-            removed,
-            changed,
-            sync,
-        };
-        match changed.then(|| self.publish()).flatten() {
-            // The receiver may be gone (the router stopped waiting): nothing to tell then.
-            None => drop(msg.reply.send(outcome(Ok(())))),
-            Some(sync) => {
-                actix::spawn(async move {
-                    let _ = msg.reply.send(outcome(sync.await));
+        // The receiver may be gone (the router stopped waiting): nothing to tell then.
+        let effect = match self.tools.apply(msg.number, &msg.change) {
+            Ok(effect) => effect,
+            Err(superseded) => {
+                // A newer manager of this character took over its tools, this change included.
+                let _ = msg.reply.send(ChangeOutcome {
+                    removed: 0,
+                    sync: Err(superseded.to_string()),
                 });
+                return;
             }
-        }
+        };
+        let removed = effect.removed;
+        let session = self.session.as_ref().filter(|_| effect.changed);
+        let Some(session) = session else {
+            let _ = msg.reply.send(ChangeOutcome {
+                removed,
+                sync: Ok(()),
+            });
+            return;
+        };
+        // The one place a change leaves for the session: the whole current list, acknowledged.
+        let sync = session.send(SyncTools(tool_list(&self.tools)));
+        actix::spawn(async move {
+            let sync = sync
+                .await
+                .unwrap_or_else(|_| Err("model session actor is not running".to_owned()));
+            let _ = msg.reply.send(ChangeOutcome { removed, sync });
+        });
     }
 }
 

@@ -107,7 +107,7 @@ pub enum ApiError {
 impl From<RouterError> for ApiError {
     fn from(e: RouterError) -> Self {
         match e {
-            RouterError::UnknownRole(_) | RouterError::ToolNotFound { .. } => {
+            RouterError::UnknownRole(_) | RouterError::ToolNotFound(_) => {
                 ApiError::NotFound(e.to_string())
             }
             // Character lifecycle errors have no HTTP route today.

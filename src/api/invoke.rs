@@ -2,13 +2,12 @@
 
 use actix_web::{HttpResponse, web};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::AppState;
 use super::body::JsonObject;
 use super::error::{ApiError, BodyRouteErrors, ErrorBody};
-use super::openapi::InvokeBody;
 use super::requests::InvokeRequest;
 use crate::domain::call::ToolCall;
 
@@ -34,7 +33,8 @@ async fn invoke(
     JsonObject(body): JsonObject,
 ) -> Result<HttpResponse, ApiError> {
     let request = InvokeRequest::parse(&body).map_err(ApiError::Validation)?;
-    // Resolved on this worker's thread from the shared ledgers: no round trip to the router.
+    // Resolved on this worker's thread from the published snapshots: no round trip to the
+    // router.
     let resolved = state
         .directory
         .resolve(request.role.as_deref(), &request.name)?;
@@ -70,4 +70,25 @@ pub struct InvokeResponse {
 /// A fresh call id in the style models use.
 fn new_call_id() -> String {
     format!("call_{}", uuid::Uuid::new_v4().simple())
+}
+
+// The request body, for the OpenAPI document only: the handler reads it field by field
+// (`super::requests`), so this is never constructed.
+
+/// `POST /api/tools/invoke`. Unknown fields are ignored.
+#[allow(dead_code)]
+#[derive(ToSchema)]
+#[schema(example = json!({"name": "get_weather", "arguments": {"location": "Shanghai"}, "role": null}))]
+pub struct InvokeBody {
+    #[schema(min_length = 1, max_length = 64)]
+    name: String,
+    /// The call's arguments (default `{}`).
+    #[schema(value_type = Option<Object>, nullable = false)]
+    arguments: Option<Map<String, Value>>,
+    /// The character whose registration to use; null or `""`: the first that has the tool.
+    #[schema(nullable)]
+    role: Option<String>,
+    /// The call id the callback receives (default: a fresh `call_...`).
+    #[schema(nullable)]
+    call_id: Option<String>,
 }

@@ -18,8 +18,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use actix_web::{HttpResponse, web};
 
-use crate::actors::directory::Directory;
-use crate::actors::router::{MANAGER_REPLY_TIMEOUT, Router};
+use crate::actors::router::{Directory, MANAGER_REPLY_TIMEOUT, Router};
 use crate::dispatch::Dispatcher;
 use crate::session::settings::MAX_SYNC_TIMEOUT;
 use error::ApiError;
@@ -39,7 +38,7 @@ pub const ROUTER_REPLY_TIMEOUT: Duration = Duration::from_secs(
 pub struct AppState {
     pub router: Addr<Router>,
     pub dispatcher: Dispatcher,
-    /// The router's ledgers, read directly by the invoke route.
+    /// Every character's published tools, read directly by the listing and the invoke route.
     pub directory: Directory,
 }
 

@@ -3,20 +3,21 @@
 //! The document is derived (by `utoipa`) from the handlers' `#[utoipa::path]` attributes and from
 //! the very types the handlers serialise (`RegisterResponse`, `ErrorBody`, ...), so a changed
 //! response shape changes the document with it. Request bodies are read field by field in
-//! [`super::requests`] (a 422 must name every failing field), so their schemas are the
-//! documentation-only structs below; the unit tests here check them against that parser.
+//! [`super::requests`] (a 422 must name every failing field), so their schemas are
+//! documentation-only structs next to each handler; the unit tests here check them against that
+//! parser. This module reads the handlers' types; no handler reads it.
 
 use std::sync::LazyLock;
 
 use actix_web::{HttpResponse, web};
-use serde_json::{Map, Value};
-use utoipa::{OpenApi, ToSchema};
+use utoipa::OpenApi;
 
 use super::error::{ApiError, ErrorBody, FieldError, ValidationErrorBody};
-use super::invoke::{self, InvokeResponse};
+use super::invoke::{self, InvokeBody, InvokeResponse};
 use super::sessions::{self, SessionsResponse};
 use super::tools::{
-    self, ClearResponse, ListResponse, RegisterResponse, ToolView, UnregisterResponse,
+    self, ClearBody, ClearResponse, ListResponse, RegisterBody, RegisterResponse, ToolView,
+    UnregisterBody, UnregisterResponse,
 };
 use crate::actors::router::RoleFailure;
 use crate::session::{ConnectionState, SessionReport, SyncOutcome};
@@ -97,93 +98,9 @@ async fn openapi_document() -> Result<HttpResponse, ApiError> {
         .body(DOCUMENT.as_str()))
 }
 
-// The request bodies, for the document only: the handlers read them by hand (see the module
-// header), so these are never constructed.
-
-/// `POST /api/tools/register`. Unknown fields are ignored.
-#[allow(dead_code)]
-#[derive(ToSchema)]
-#[schema(example = json!({
-    "name": "get_weather",
-    "description": "Get weather for a location.",
-    "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]},
-    "callback_url": "http://127.0.0.1:9333/tools/get_weather",
-    "role": null,
-    "source": "plugin:weather",
-    "timeout_seconds": 30
-}))]
-pub struct RegisterBody {
-    /// The tool's name: 1 to 64 characters, no control characters. Replaces a tool of the
-    /// same name.
-    #[schema(min_length = 1, max_length = 64)]
-    name: String,
-    /// Shown to the model.
-    #[schema(default = "", nullable = false)]
-    description: Option<String>,
-    /// JSON Schema object of the tool's arguments (default: an empty object schema).
-    #[schema(value_type = Option<Object>, nullable = false)]
-    parameters: Option<Map<String, Value>>,
-    /// `http` or `https` on `localhost`, `127.x.x.x`, `[::1]` or `[::ffff:127.x.x.x]`; anything
-    /// else is a 422.
-    #[schema(format = "uri", example = "http://127.0.0.1:9333/tools/get_weather")]
-    callback_url: String,
-    /// One existing character; null or `""` means every current character.
-    #[schema(nullable)]
-    role: Option<String>,
-    /// Lifecycle tag `clear` uses; plugins should use `plugin:<id>`.
-    #[schema(min_length = 1, default = "external", nullable = false)]
-    source: Option<String>,
-    /// Greater than 0 and at most 300.
-    #[schema(exclusive_minimum = 0, maximum = 300, default = 30, nullable = false)]
-    timeout_seconds: Option<f64>,
-}
-
-/// `POST /api/tools/unregister`. Unknown fields are ignored.
-#[allow(dead_code)]
-#[derive(ToSchema)]
-#[schema(example = json!({"name": "get_weather", "role": null}))]
-pub struct UnregisterBody {
-    #[schema(min_length = 1, max_length = 64)]
-    name: String,
-    /// One existing character; null or `""` means every current character.
-    #[schema(nullable)]
-    role: Option<String>,
-}
-
-/// `POST /api/tools/clear`. Unknown fields are ignored.
-#[allow(dead_code)]
-#[derive(ToSchema)]
-#[schema(example = json!({"source": "plugin:weather", "role": null}))]
-pub struct ClearBody {
-    /// Every tool registered with this `source` is removed.
-    #[schema(min_length = 1)]
-    source: String,
-    /// One existing character; null or `""` means every current character.
-    #[schema(nullable)]
-    role: Option<String>,
-}
-
-/// `POST /api/tools/invoke`. Unknown fields are ignored.
-#[allow(dead_code)]
-#[derive(ToSchema)]
-#[schema(example = json!({"name": "get_weather", "arguments": {"location": "Shanghai"}, "role": null}))]
-pub struct InvokeBody {
-    #[schema(min_length = 1, max_length = 64)]
-    name: String,
-    /// The call's arguments (default `{}`).
-    #[schema(value_type = Option<Object>, nullable = false)]
-    arguments: Option<Map<String, Value>>,
-    /// The character whose registration to use; null or `""`: the first that has the tool.
-    #[schema(nullable)]
-    role: Option<String>,
-    /// The call id the callback receives (default: a fresh `call_...`).
-    #[schema(nullable)]
-    call_id: Option<String>,
-}
-
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Map, Value, json};
 
     use super::*;
     use crate::api::requests::{ClearRequest, InvokeRequest, RegisterRequest, UnregisterRequest};

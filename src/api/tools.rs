@@ -1,20 +1,19 @@
 //! The four routes of the contract: register, unregister, clear and list.
 //!
-//! Each handler parses the body into a domain type, sends one message to the router and maps the
-//! reply. No business logic lives here.
+//! Each change handler parses the body into a domain type, sends one message to the router and
+//! maps the reply; the listing reads the published snapshots directly. No business logic lives
+//! here.
 
 use actix_web::{HttpResponse, web};
 use serde::{Deserialize, Serialize, Serializer};
+use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::body::JsonObject;
 use super::error::{ApiError, BodyRouteErrors, ErrorBody, FieldError, ValidationErrorBody};
-use super::openapi::{ClearBody, RegisterBody, UnregisterBody};
 use super::requests::{ClearRequest, RegisterRequest, UnregisterRequest};
 use super::{AppState, ask_router};
-use crate::actors::router::{
-    ClearSource, ListTools, RegisterTool, RoleFailure, RoleTools, UnregisterTool,
-};
+use crate::actors::router::{ClearSource, RegisterTool, RoleFailure, RoleTools, UnregisterTool};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/register").route(web::post().to(register)))
@@ -211,20 +210,14 @@ struct ListQuery {
         (status = 404, description = "`role` names no character", body = ErrorBody),
         (status = 405, description = "Only GET is allowed", body = ErrorBody),
         (status = 422, description = "The query string could not be read (e.g. `role` twice)", body = ValidationErrorBody),
-        (status = 503, description = "The router did not answer", body = ErrorBody),
     )
 )]
 async fn list(
     state: web::Data<AppState>,
     query: web::Query<ListQuery>,
 ) -> Result<HttpResponse, ApiError> {
-    let roles = ask_router(
-        &state,
-        ListTools {
-            role: query.into_inner().role,
-        },
-    )
-    .await??;
+    // Read on this worker's thread from the published snapshots: no round trip to the router.
+    let roles = state.directory.list(query.into_inner().role.as_deref())?;
     let body = serde_json::to_vec(&ListResponse {
         ok: true,
         tools_by_role: ToolsByRole(&roles),
@@ -268,7 +261,7 @@ impl Serialize for ToolsByRole<'_> {
         for role in self.0 {
             let views: Vec<ToolView<'_>> = role
                 .tools
-                .iter()
+                .tools()
                 .map(|t| ToolView {
                     name: &t.name,
                     description: &t.description,
@@ -281,4 +274,70 @@ impl Serialize for ToolsByRole<'_> {
         }
         map.end()
     }
+}
+
+// The request bodies, for the OpenAPI document only: the handlers read them field by field
+// (`super::requests`), so these are never constructed.
+
+/// `POST /api/tools/register`. Unknown fields are ignored.
+#[allow(dead_code)]
+#[derive(ToSchema)]
+#[schema(example = json!({
+    "name": "get_weather",
+    "description": "Get weather for a location.",
+    "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]},
+    "callback_url": "http://127.0.0.1:9333/tools/get_weather",
+    "role": null,
+    "source": "plugin:weather",
+    "timeout_seconds": 30
+}))]
+pub struct RegisterBody {
+    /// The tool's name: 1 to 64 characters, no control characters. Replaces a tool of the
+    /// same name.
+    #[schema(min_length = 1, max_length = 64)]
+    name: String,
+    /// Shown to the model.
+    #[schema(default = "", nullable = false)]
+    description: Option<String>,
+    /// JSON Schema object of the tool's arguments (default: an empty object schema).
+    #[schema(value_type = Option<Object>, nullable = false)]
+    parameters: Option<Map<String, Value>>,
+    /// `http` or `https` on `localhost`, `127.x.x.x`, `[::1]` or `[::ffff:127.x.x.x]`; anything
+    /// else is a 422.
+    #[schema(format = "uri", example = "http://127.0.0.1:9333/tools/get_weather")]
+    callback_url: String,
+    /// One existing character; null or `""` means every current character.
+    #[schema(nullable)]
+    role: Option<String>,
+    /// Lifecycle tag `clear` uses; plugins should use `plugin:<id>`.
+    #[schema(min_length = 1, default = "external", nullable = false)]
+    source: Option<String>,
+    /// Greater than 0 and at most 300.
+    #[schema(exclusive_minimum = 0, maximum = 300, default = 30, nullable = false)]
+    timeout_seconds: Option<f64>,
+}
+
+/// `POST /api/tools/unregister`. Unknown fields are ignored.
+#[allow(dead_code)]
+#[derive(ToSchema)]
+#[schema(example = json!({"name": "get_weather", "role": null}))]
+pub struct UnregisterBody {
+    #[schema(min_length = 1, max_length = 64)]
+    name: String,
+    /// One existing character; null or `""` means every current character.
+    #[schema(nullable)]
+    role: Option<String>,
+}
+
+/// `POST /api/tools/clear`. Unknown fields are ignored.
+#[allow(dead_code)]
+#[derive(ToSchema)]
+#[schema(example = json!({"source": "plugin:weather", "role": null}))]
+pub struct ClearBody {
+    /// Every tool registered with this `source` is removed.
+    #[schema(min_length = 1)]
+    source: String,
+    /// One existing character; null or `""` means every current character.
+    #[schema(nullable)]
+    role: Option<String>,
 }

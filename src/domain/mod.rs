@@ -1,5 +1,5 @@
-//! Plain domain logic: tools, registries, the callback-URL rule, call results and failure
-//! counting. Nothing here imports the actor system or the web framework; the actors and the HTTP
+//! Plain domain logic: tools, registries and their published snapshots, the callback-URL rule,
+//! call results and failure counting. Nothing here imports the actor system or the web framework; the actors and the HTTP
 //! layer hold these types and do the messaging.
 
 pub mod call;
@@ -7,4 +7,5 @@ pub mod callback_url;
 pub mod failures;
 pub mod loopback;
 pub mod registry;
+pub mod snapshot;
 pub mod tool;

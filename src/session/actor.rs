@@ -25,6 +25,7 @@ use super::settings::SessionSettings;
 use super::sync::SyncState;
 use crate::dispatch::Dispatcher;
 use crate::domain::call::ToolCall;
+use crate::domain::registry::not_registered_text;
 use crate::domain::tool::SharedTool;
 
 /// First reconnect delay; doubled per failed attempt up to [`MAX_BACKOFF`].
@@ -36,9 +37,22 @@ pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Longest wait for the websocket handshake.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Largest server event accepted: `session.updated` echoes the whole configuration, tools
-/// included, which can run to megabytes with many large schemas.
+/// Largest server event accepted, whether it comes in one frame or in fragments:
+/// `session.updated` echoes the whole configuration, tools included, which can run to megabytes
+/// with many large schemas.
 pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// Why a change did not reach a session whose connection ended while it waited.
+const CLOSED_BEFORE_ACKNOWLEDGING: &str =
+    "model session closed before acknowledging the tool update";
+
+/// Why a change did not reach a session that did not acknowledge it within `timeout`.
+fn not_acknowledged_text(timeout: Duration) -> String {
+    format!(
+        "model session did not acknowledge the tool update (no session.updated within {} s)",
+        timeout.as_secs_f64()
+    )
+}
 
 /// Push a character's current tool list into its session and wait for the acknowledgement.
 /// Answers at once when the session is not connected (the list goes out on reconnect).
@@ -225,10 +239,7 @@ impl RealtimeSession {
         let version = self.sync.in_flight();
         self.sync_timer = Some(ctx.run_later(self.settings.sync_timeout, move |act, ctx| {
             if act.sync.in_flight() == version {
-                let error = format!(
-                    "model session did not acknowledge the tool update (no session.updated within {} s)",
-                    act.settings.sync_timeout.as_secs_f64()
-                );
+                let error = not_acknowledged_text(act.settings.sync_timeout);
                 act.settle(Err(error), ctx);
             }
         }));
@@ -366,16 +377,8 @@ impl RealtimeSession {
             .find(|t| t.name == tool_call.name)
             .cloned()
         else {
-            let available: Vec<&str> = self.tools.iter().map(|t| t.name.as_str()).collect();
-            let names = if available.is_empty() {
-                "none".to_owned()
-            } else {
-                available.join(", ")
-            };
-            let error = format!(
-                "tool '{}' is not registered; available tools: {names}",
-                tool_call.name
-            );
+            let available = self.tools.iter().map(|t| t.name.as_str());
+            let error = not_registered_text(&tool_call.name, None, available);
             let result = tool_call.result(Err(error));
             self.answer(response_id, &result, ctx);
             return;
@@ -441,9 +444,7 @@ impl Actor for RealtimeSession {
         self.sync_timer = None;
         self.state = ConnectionState::Backoff;
         for waiter in self.sync.disconnected() {
-            let _ = waiter.send(Err(
-                "model session closed before acknowledging the tool update".to_owned(),
-            ));
+            let _ = waiter.send(Err(CLOSED_BEFORE_ACKNOWLEDGING.to_owned()));
         }
     }
 }
@@ -494,21 +495,35 @@ impl StreamHandler<Result<Frame, WsProtocolError>> for RealtimeSession {
 
 impl RealtimeSession {
     fn on_continuation(&mut self, item: actix_http::ws::Item, ctx: &mut Context<Self>) {
-        match item {
-            actix_http::ws::Item::FirstText(part) => self.partial = Some(BytesMut::from(&part[..])),
-            actix_http::ws::Item::FirstBinary(_) => self.partial = None,
-            actix_http::ws::Item::Continue(part) => {
-                if let Some(buffer) = &mut self.partial {
-                    buffer.extend_from_slice(&part);
-                }
+        use actix_http::ws::Item;
+
+        let (part, last) = match item {
+            Item::FirstText(part) => {
+                self.partial = Some(BytesMut::new());
+                (part, false)
             }
-            actix_http::ws::Item::Last(part) => {
-                if let Some(mut buffer) = self.partial.take() {
-                    buffer.extend_from_slice(&part);
-                    let text: Bytes = buffer.freeze();
-                    self.on_text(&text, ctx);
-                }
+            Item::FirstBinary(_) => {
+                self.partial = None;
+                return;
             }
+            Item::Continue(part) => (part, false),
+            Item::Last(part) => (part, true),
+        };
+        let Some(buffer) = &mut self.partial else {
+            return;
+        };
+        // The whole message is bounded like a single frame: a peer that keeps sending
+        // fragments is breaking the protocol, not handing us memory to keep.
+        if buffer.len() + part.len() > MAX_EVENT_BYTES {
+            tracing::warn!(character = %self.character, limit = MAX_EVENT_BYTES, "model session sent a fragmented message over the size limit; reconnecting");
+            self.partial = None;
+            ctx.stop();
+            return;
+        }
+        buffer.extend_from_slice(&part);
+        if last && let Some(buffer) = self.partial.take() {
+            let text: Bytes = buffer.freeze();
+            self.on_text(&text, ctx);
         }
     }
 }
@@ -530,13 +545,8 @@ impl Handler<SyncTools> for RealtimeSession {
         Box::pin(async move {
             match tokio::time::timeout(timeout, rx).await {
                 Ok(Ok(outcome)) => outcome,
-                Ok(Err(_)) => {
-                    Err("model session closed before acknowledging the tool update".into())
-                }
-                Err(_) => Err(format!(
-                    "model session did not acknowledge the tool update (no session.updated within {} s)",
-                    timeout.as_secs_f64()
-                )),
+                Ok(Err(_)) => Err(CLOSED_BEFORE_ACKNOWLEDGING.to_owned()),
+                Err(_) => Err(not_acknowledged_text(timeout)),
             }
         })
     }

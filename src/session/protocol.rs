@@ -24,15 +24,10 @@ pub enum Dialect {
     Glm,
 }
 
-/// `session.update` carrying the full tool list, shaped for `dialect`.
-pub fn session_update(dialect: Dialect, tools: &[SharedTool], event_id: &str) -> Value {
-    serde_json::to_value(SessionUpdate::new(dialect, tools, event_id))
-        .expect("a session update always serialises")
-}
-
-/// [`session_update`] as the text sent on the wire, serialised straight from the shared tools.
-/// Every sync carries the whole list, and building a JSON tree of it first (copying each
-/// schema) was most of a sync's cost with many tools.
+/// `session.update` carrying the full tool list, shaped for `dialect`, as the text sent on the
+/// wire, serialised straight from the shared tools. Every sync carries the whole list, and
+/// building a JSON tree of it first (copying each schema) was most of a sync's cost with many
+/// tools.
 pub fn session_update_text(dialect: Dialect, tools: &[SharedTool], event_id: &str) -> String {
     serde_json::to_string(&SessionUpdate::new(dialect, tools, event_id))
         .expect("a session update always serialises")
@@ -333,6 +328,10 @@ mod tests {
     use super::*;
     use crate::domain::callback_url::CallbackUrl;
     use crate::domain::tool::{ToolSpec, empty_parameters};
+
+    fn session_update(dialect: Dialect, tools: &[SharedTool], event_id: &str) -> Value {
+        serde_json::from_str(&session_update_text(dialect, tools, event_id)).unwrap()
+    }
 
     fn tools() -> Vec<SharedTool> {
         vec![Arc::new(ToolSpec::remote(
