@@ -68,6 +68,9 @@ impl Application {
         let mut server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
+                // The guard wraps everything, CORS included: a foreign page gets a 403 even for a
+                // preflight.
+                .wrap(api::guard::cors())
                 .wrap(middleware::from_fn(api::guard::loopback_only))
                 .configure(api::configure)
                 .default_service(web::to(api::not_found))

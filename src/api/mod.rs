@@ -50,6 +50,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .configure(openapi::configure);
 }
 
+/// The route of a read: GET, and HEAD answered as GET without the body (actix-http drops the
+/// body of an answer to HEAD and keeps its `Content-Length`).
+fn read_route() -> actix_web::Route {
+    web::route().guard(actix_web::guard::Any(actix_web::guard::Get()).or(actix_web::guard::Head()))
+}
+
 /// A resource whose other methods answer 405 with a JSON body.
 fn resource(path: &str) -> actix_web::Resource {
     web::resource(path).default_service(web::to(|| async {

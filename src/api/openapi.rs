@@ -78,7 +78,7 @@ static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
 });
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(super::resource(OPENAPI_PATH).route(web::get().to(openapi_document)));
+    cfg.service(super::resource(OPENAPI_PATH).route(super::read_route().to(openapi_document)));
 }
 
 /// This document.
@@ -206,5 +206,9 @@ mod tests {
             Some(DEFAULT_TIMEOUT.as_secs_f64())
         );
         assert_eq!(register["source"]["default"], json!(DEFAULT_SOURCE));
+        assert_eq!(
+            register["callback_url"]["maxLength"],
+            json!(crate::domain::callback_url::MAX_CALLBACK_URL_BYTES)
+        );
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 
 use super::error::FieldError;
-use crate::domain::callback_url::{ACCEPTED_FORMS, CallbackUrl};
+use crate::domain::callback_url::{ACCEPTED_FORMS, CallbackUrl, CallbackUrlError};
 use crate::domain::tool::{DEFAULT_SOURCE, DEFAULT_TIMEOUT, ToolSpec, empty_parameters};
 
 /// Longest tool name, in characters (the spec's rule; OpenAI's function names share it).
@@ -272,6 +272,10 @@ impl<'a> Fields<'a> {
         let written = self.string(field, None)?;
         match CallbackUrl::parse(&written) {
             Ok(url) => Some(url),
+            Err(e @ CallbackUrlError::TooLong(_)) => {
+                self.fail(field, "string_too_long", e.to_string());
+                None
+            }
             Err(e) => {
                 self.fail(
                     field,

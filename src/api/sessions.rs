@@ -11,7 +11,7 @@ use crate::actors::router::ListSessions;
 use crate::session::SessionReport;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(super::resource("/api/sessions").route(web::get().to(list_sessions)));
+    cfg.service(super::resource("/api/sessions").route(super::read_route().to(list_sessions)));
 }
 
 /// Each character's live model session: connection state, last sync, acknowledged tools.

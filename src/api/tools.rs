@@ -31,7 +31,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
                     }])
                     .into()
                 }))
-                .route(web::get().to(list)),
+                .route(super::read_route().to(list)),
         );
 }
 
@@ -302,9 +302,13 @@ pub struct RegisterBody {
     /// JSON Schema object of the tool's arguments (default: an empty object schema).
     #[schema(value_type = Option<Object>, nullable = false)]
     parameters: Option<Map<String, Value>>,
-    /// `http` or `https` on `localhost`, `127.x.x.x`, `[::1]` or `[::ffff:127.x.x.x]`; anything
-    /// else is a 422.
-    #[schema(format = "uri", example = "http://127.0.0.1:9333/tools/get_weather")]
+    /// `http` or `https` on `localhost`, `127.x.x.x`, `[::1]` or `[::ffff:127.x.x.x]`, at most
+    /// 2048 bytes; anything else is a 422.
+    #[schema(
+        format = "uri",
+        max_length = 2048,
+        example = "http://127.0.0.1:9333/tools/get_weather"
+    )]
     callback_url: String,
     /// One existing character; null or `""` means every current character.
     #[schema(nullable)]
