@@ -3,8 +3,11 @@
 //! and nothing else does.
 
 use runtime_tools::actors::router::RebuildCharacter;
+use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::settings::SessionSettings;
 use serde_json::{Value, json};
 
+use crate::fake_realtime::{AckMode, FakeRealtime, update_tool_names};
 use crate::callback_server::{
     CallbackServer, ClosedPort, Reply, error_text, invoke, invoke_ok, register, tool_with_timeout,
 };
@@ -229,14 +232,17 @@ async fn a_rebuilt_manager_does_not_get_removed_tools_back() {
         json!({"Lanlan": ["live"], "Mio": ["live"]})
     );
 
+    // Rebuilt with a live session, the manager pushes what it really holds: not the dead tool.
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
     app.router
         .send(RebuildCharacter {
             name: "Lanlan".into(),
-            session: None,
+            session: Some(SessionSettings::new(&fake.url, Dialect::Openai)),
         })
         .await
         .expect("router answers")
         .expect("rebuilt");
+    assert_eq!(update_tool_names(&fake.nth_update(1).await), ["live"]);
     assert_eq!(
         names(&app).await,
         json!({"Lanlan": ["live"], "Mio": ["live"]})
