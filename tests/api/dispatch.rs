@@ -181,7 +181,7 @@ async fn a_body_that_is_not_json_is_the_output_as_text() {
 }
 
 #[actix_web::test]
-async fn a_slow_callback_times_out_within_its_timeout_plus_one_second() {
+async fn a_slow_callback_times_out_at_its_timeout() {
     let app = spawn_app(&["Lanlan"]).await;
     let server = CallbackServer::with(
         "/cb",
@@ -200,8 +200,10 @@ async fn a_slow_callback_times_out_within_its_timeout_plus_one_second() {
         elapsed >= Duration::from_millis(1500),
         "answered before the timeout: {elapsed:?}"
     );
+    // Generous, as every timing bound here: a loaded 2-core machine may be seconds late; a
+    // timeout that did not fire would take the callback's 30 s.
     assert!(
-        elapsed < Duration::from_millis(2500),
+        elapsed < Duration::from_millis(1500) + Duration::from_secs(5),
         "the timeout took too long: {elapsed:?}"
     );
     assert_eq!(server.received().len(), 1);
