@@ -4,6 +4,7 @@
 mod helpers;
 
 mod auto_removal;
+mod bounds;
 mod callback_server;
 mod callback_urls;
 mod cli;
