@@ -13,6 +13,6 @@ pub mod settings;
 pub mod sync;
 
 pub use actor::{
-    CloseSession, ConnectionState, RealtimeSession, SessionReport, SessionStatus, SyncOutcome,
-    SyncTools,
+    CloseSession, ConnectionState, MAX_EVENT_BYTES, RealtimeSession, SessionReport, SessionStatus,
+    SyncOutcome, SyncTools,
 };

@@ -253,3 +253,53 @@ async fn a_rebuilt_manager_does_not_get_removed_tools_back() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["output"], json!("alive"));
 }
+
+#[actix_web::test]
+async fn a_count_is_forgotten_once_its_tools_are_gone() {
+    let app = spawn_app(&["Lanlan", "Mio"]).await;
+    let dead = ClosedPort::new();
+    for removal in [
+        json!({"path": "/api/tools/unregister", "body": {"name": "t"}}),
+        json!({"path": "/api/tools/clear", "body": {"source": "plugin:x"}}),
+    ] {
+        register(&app, tool_body("t", &dead.url("/t"), "plugin:x")).await;
+        fails_to_connect(&app, "t").await;
+        fails_to_connect(&app, "t").await;
+        let (status, answer) = app
+            .post(removal["path"].as_str().unwrap(), &removal["body"])
+            .await;
+        assert_eq!(
+            (status, &answer["affected_roles"]),
+            (200, &json!(["Lanlan", "Mio"])),
+            "{answer}"
+        );
+
+        // Registered again at the same origin, it starts from zero: two failures keep it.
+        register(&app, tool_body("t", &dead.url("/t"), "plugin:x")).await;
+        fails_to_connect(&app, "t").await;
+        fails_to_connect(&app, "t").await;
+        assert_eq!(
+            names(&app).await,
+            json!({"Lanlan": ["t"], "Mio": ["t"]}),
+            "after {removal}"
+        );
+        fails_to_connect(&app, "t").await;
+        assert_eq!(names(&app).await, json!({"Lanlan": [], "Mio": []}));
+    }
+}
+
+#[actix_web::test]
+async fn a_count_is_kept_while_a_character_still_holds_a_tool_of_its_origin() {
+    let app = spawn_app(&["Lanlan", "Mio"]).await;
+    let dead = ClosedPort::new();
+    register(&app, tool_body("t", &dead.url("/t"), "plugin:x")).await;
+    fails_to_connect(&app, "t").await;
+    fails_to_connect(&app, "t").await;
+    // Gone from Lanlan only: Mio still holds the origin, so the count stands.
+    let (status, _) = app
+        .post("/api/tools/unregister", &json!({"name": "t", "role": "Lanlan"}))
+        .await;
+    assert_eq!(status, 200);
+    fails_to_connect(&app, "t").await;
+    assert_eq!(names(&app).await, json!({"Lanlan": [], "Mio": []}));
+}

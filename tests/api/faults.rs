@@ -453,3 +453,52 @@ async fn a_peer_that_never_answers_fails_the_sync_after_its_timeout() {
     fake.update_with_tools(&["unanswered", "answered"]).await;
     let _ = invoke(&app, json!({"name": "answered"})).await;
 }
+
+#[actix_web::test]
+async fn a_fragmented_message_is_assembled_up_to_the_limit_and_refused_past_it() {
+    use runtime_tools::session::MAX_EVENT_BYTES;
+
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let app = app_with_session(&fake, Duration::from_secs(5)).await;
+    fake.nth_update(1).await;
+    // A function call in three fragments, padded to just under the limit: assembled, answered.
+    let call = json!({"type": "response.function_call_arguments.done", "response_id": "r1",
+                      "call_id": "c1", "name": "nope", "arguments": "{}", "padding": ""})
+    .to_string();
+    let pad = MAX_EVENT_BYTES - call.len();
+    let text = call.replace(r#""padding":"""#, &format!(r#""padding":"{}""#, "x".repeat(pad)));
+    assert_eq!(text.len(), MAX_EVENT_BYTES);
+    let bytes = text.into_bytes();
+    let third = bytes.len() / 3;
+    fake.push_fragments(vec![
+        bytes[..third].to_vec(),
+        bytes[third..2 * third].to_vec(),
+        bytes[2 * third..].to_vec(),
+    ])
+    .await;
+    let answer = fake
+        .wait_for("the answer to the fragmented call", |events| {
+            events
+                .iter()
+                .find(|e| e["item"]["call_id"] == "c1")
+                .map(|e| e["item"]["output"].clone())
+        })
+        .await;
+    assert_eq!(
+        answer,
+        json!(r#"{"error":"tool 'nope' is not registered; available tools: none","is_error":true}"#)
+    );
+    assert_eq!(fake.connections(), 1);
+
+    // One byte more than the limit, in 1 MiB fragments: the session drops the connection (a
+    // protocol error) and reconnects, instead of buffering whatever the peer sends.
+    let mib = 1024 * 1024;
+    let mut parts: Vec<Vec<u8>> = (0..MAX_EVENT_BYTES / mib).map(|_| vec![b' '; mib]).collect();
+    parts.push(b"{".to_vec());
+    fake.push_fragments(parts).await;
+    fake.wait_connections(2).await;
+    // The new connection works: it gets the tool list and takes changes.
+    fake.nth_update(2).await;
+    let (status, body) = app.register(&weather("after")).await;
+    assert_eq!((status, body["affected_roles"].clone()), (200, json!(["Mio"])));
+}
