@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
@@ -15,6 +16,15 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:48911";
 
 /// The one character of the embedded default configuration.
 pub const DEFAULT_CHARACTER: &str = "Lanlan";
+
+/// How long a graceful stop (SIGTERM, SIGINT) lets running tool calls finish before they are
+/// answered with a tool error: long enough for the usual tool, short enough for a supervisor's
+/// stop timeout (systemd's default is 90 s, Docker's 10 s after which it kills: 8 s leaves the
+/// answers time to go out).
+pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(8);
+
+/// Longest configurable grace period: a tool's own timeout is at most 300 s.
+pub const MAX_STOP_GRACE: Duration = Duration::from_secs(300);
 
 /// Largest callback response body accepted by default (after decompression): 4 MiB holds any
 /// sensible tool output while bounding what a misbehaving plugin can make us buffer.
@@ -28,6 +38,8 @@ pub struct Settings {
     pub characters: Vec<CharacterSettings>,
     /// HTTP worker threads; `None` is one per CPU.
     pub workers: Option<usize>,
+    /// How long a graceful stop lets running calls finish (see [`DEFAULT_STOP_GRACE`]).
+    pub stop_grace: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,6 +73,7 @@ impl Default for Settings {
             dispatch: DispatchSettings::default(),
             characters: vec![CharacterSettings::new(DEFAULT_CHARACTER)],
             workers: None,
+            stop_grace: DEFAULT_STOP_GRACE,
         }
     }
 }
@@ -78,6 +91,7 @@ impl Default for DispatchSettings {
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     bind: Option<String>,
+    stop_grace_seconds: Option<f64>,
     #[serde(default)]
     dispatch: FileDispatch,
     #[serde(default)]
@@ -112,6 +126,15 @@ impl Settings {
         let mut settings = Settings::default();
         if let Some(bind) = file.bind {
             settings.bind = parse_bind(&bind).context("key `bind`")?;
+        }
+        if let Some(grace) = file.stop_grace_seconds {
+            if !(grace > 0.0 && grace <= MAX_STOP_GRACE.as_secs_f64()) {
+                bail!(
+                    "key `stop_grace_seconds`: must be greater than 0 and at most {}, got {grace}",
+                    MAX_STOP_GRACE.as_secs()
+                );
+            }
+            settings.stop_grace = Duration::from_secs_f64(grace);
         }
         if let Some(max) = file.dispatch.max_response_bytes {
             if max <= 0 {
@@ -183,6 +206,7 @@ mod tests {
         let s = Settings::from_toml(
             r#"
             bind = "127.0.0.1:0"
+            stop_grace_seconds = 2.5
             [dispatch]
             max_response_bytes = 1024
             [[character]]
@@ -194,6 +218,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.bind, "127.0.0.1:0".parse().unwrap());
         assert_eq!(s.dispatch.max_response_bytes, 1024);
+        assert_eq!(s.stop_grace, Duration::from_millis(2500));
         let names: Vec<_> = s.characters.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["Lanlan", "Mio"]);
     }
@@ -233,6 +258,8 @@ mod tests {
             error_of("[dispatch]\nmax_response_bytes = \"big\"").contains("max_response_bytes")
         );
         assert!(error_of("[[character]]\nname = \"\"").contains("character[0].name"));
+        assert!(error_of("stop_grace_seconds = 0").contains("`stop_grace_seconds`"));
+        assert!(error_of("stop_grace_seconds = 301").contains("at most 300"));
     }
 
     #[test]

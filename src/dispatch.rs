@@ -10,6 +10,7 @@ use std::fmt;
 use std::io;
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actix_web::error::ParseError;
@@ -17,6 +18,8 @@ use actix_web::http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
 use actix_web::rt::net::TcpStream;
 use actix_web::web::Bytes;
 use awc::error::{ConnectError, PayloadError, SendRequestError};
+use futures_util::future::{Either, select};
+use tokio::sync::{Notify, watch};
 use url::{Host, Url};
 
 use crate::config::DispatchSettings;
@@ -67,6 +70,29 @@ struct Inner {
     max_response_bytes: usize,
     failures: SharedFailures,
     removals: Arc<dyn DeadOriginRemover>,
+    /// `Some(grace)` once calls are abandoned (the server is stopping).
+    abandoned: watch::Sender<Option<Duration>>,
+    /// Calls running now, and a wake-up for whoever waits for none.
+    in_flight: AtomicUsize,
+    idle: Notify,
+}
+
+/// One running call, counted while it lives.
+struct InFlight<'a>(&'a Inner);
+
+impl<'a> InFlight<'a> {
+    fn enter(inner: &'a Inner) -> Self {
+        inner.in_flight.fetch_add(1, Ordering::AcqRel);
+        Self(inner)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 impl Dispatcher {
@@ -82,29 +108,65 @@ impl Dispatcher {
                 max_response_bytes: settings.max_response_bytes,
                 failures,
                 removals,
+                abandoned: watch::Sender::new(None),
+                in_flight: AtomicUsize::new(0),
+                idle: Notify::new(),
             }),
         }
     }
 
     /// Runs `call` against `tool`. Never fails: every problem becomes an error result.
     pub async fn dispatch(&self, tool: &SharedTool, call: ToolCall) -> ToolResult {
-        let outcome = match &tool.handler {
-            ToolHandler::Remote(endpoint) => self.call_remote(tool, endpoint, &call).await,
-            ToolHandler::Local(handler) => {
-                match tokio::time::timeout(LOCAL_TOOL_TIMEOUT, handler.0.call(call.clone())).await {
-                    Ok(outcome) => outcome,
-                    Err(_) => Err(format!(
-                        "in-process tool '{}' timed out after {} s",
-                        tool.name,
-                        LOCAL_TOOL_TIMEOUT.as_secs()
-                    )),
+        let _running = InFlight::enter(&self.inner);
+        let mut abandoned = self.inner.abandoned.subscribe();
+        let work = std::pin::pin!(async {
+            match &tool.handler {
+                ToolHandler::Remote(endpoint) => self.call_remote(tool, endpoint, &call).await,
+                ToolHandler::Local(handler) => {
+                    let run = handler.0.call(call.clone());
+                    match tokio::time::timeout(LOCAL_TOOL_TIMEOUT, run).await {
+                        Ok(outcome) => outcome,
+                        Err(_) => Err(format!(
+                            "in-process tool '{}' timed out after {} s",
+                            tool.name,
+                            LOCAL_TOOL_TIMEOUT.as_secs()
+                        )),
+                    }
                 }
+            }
+        });
+        let stopping = std::pin::pin!(abandoned.wait_for(Option::is_some));
+        let outcome = match select(work, stopping).await {
+            Either::Left((outcome, _)) => outcome,
+            Either::Right((grace, _)) => {
+                let grace = grace.ok().and_then(|g| *g).unwrap_or_default();
+                Err(format!(
+                    "the server is stopping: the call did not finish within the {} s grace period",
+                    format_seconds(grace)
+                ))
             }
         };
         let result = call.result(outcome);
         // Arguments and results may carry the user's conversation: they are never logged.
         tracing::debug!(tool = %result.name, call_id = %result.call_id, is_error = result.is_error, "tool call finished");
         result
+    }
+
+    /// Ends every call still running, and every later one, with a tool error saying the server
+    /// is stopping: the end of a graceful stop's `grace` period.
+    pub fn abandon_calls(&self, grace: Duration) {
+        self.inner.abandoned.send_replace(Some(grace));
+    }
+
+    /// Resolves once no call is running.
+    pub async fn idle(&self) {
+        loop {
+            let notified = self.inner.idle.notified();
+            if self.inner.in_flight.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
     }
 
     async fn call_remote(

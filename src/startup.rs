@@ -27,11 +27,49 @@ const LISTEN_BACKLOG: i32 = 1024;
 /// [`crate::api::body::BODY_READ_TIMEOUT`].
 pub const REQUEST_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Time the HTTP server gives the answers of abandoned calls to go out after the grace period,
+/// before it closes the connections still open: answering is immediate, a second is plenty.
+pub const ANSWER_MARGIN: Duration = Duration::from_secs(1);
+
 pub struct Application {
     server: Server,
     local_addr: SocketAddr,
     router: Addr<Router>,
     dispatcher: Dispatcher,
+    stop_grace: Duration,
+}
+
+/// Stops a running [`Application`] gracefully; cheap to clone.
+#[derive(Clone)]
+pub struct Stopper {
+    server: actix_web::dev::ServerHandle,
+    dispatcher: Dispatcher,
+    grace: Duration,
+}
+
+impl Stopper {
+    /// Stops accepting connections and lets running calls — invokes and the model sessions'
+    /// calls alike — finish for the grace period; those still running then are answered with a
+    /// tool error saying the server is stopping. Resolves once the server has stopped and no
+    /// call is running.
+    pub async fn stop(&self) {
+        // No new connection from now on, but the open ones are still served. The server itself
+        // is stopped only once no call runs: actix-server 2.6 can drop a request still running
+        // when its graceful stop closes the workers' connection channel.
+        self.server.pause().await;
+        if tokio::time::timeout(self.grace, self.dispatcher.idle())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                grace_seconds = self.grace.as_secs_f64(),
+                "calls still running at the end of the grace period are answered with an error"
+            );
+            self.dispatcher.abandon_calls(self.grace);
+            self.dispatcher.idle().await;
+        }
+        self.server.stop(true).await;
+    }
 }
 
 impl Application {
@@ -76,6 +114,9 @@ impl Application {
                 .default_service(web::to(api::not_found))
         })
         .client_request_timeout(REQUEST_HEAD_TIMEOUT)
+        // The backstop of a graceful stop: calls are answered at the end of the grace period,
+        // so only a connection that will not take its answer is still open after this.
+        .shutdown_timeout((settings.stop_grace + ANSWER_MARGIN).as_secs().max(1))
         // Whoever runs the application decides how it stops (`main` turns SIGINT and SIGTERM
         // into a graceful stop through `handle()`); actix's own handlers would treat SIGINT
         // as a forced stop and race it.
@@ -89,7 +130,17 @@ impl Application {
             local_addr,
             router,
             dispatcher,
+            stop_grace: settings.stop_grace,
         })
+    }
+
+    /// What stops this application gracefully (what `main` calls on SIGTERM and SIGINT).
+    pub fn stopper(&self) -> Stopper {
+        Stopper {
+            server: self.server.handle(),
+            dispatcher: self.dispatcher.clone(),
+            grace: self.stop_grace,
+        }
     }
 
     /// The address actually bound (the real port when port 0 was asked for).

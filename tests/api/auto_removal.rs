@@ -7,10 +7,10 @@ use runtime_tools::session::protocol::Dialect;
 use runtime_tools::session::settings::SessionSettings;
 use serde_json::{Value, json};
 
-use crate::fake_realtime::{AckMode, FakeRealtime, update_tool_names};
 use crate::callback_server::{
     CallbackServer, ClosedPort, Reply, error_text, invoke, invoke_ok, register, tool_with_timeout,
 };
+use crate::fake_realtime::{AckMode, FakeRealtime, update_tool_names};
 use crate::helpers::{TestApp, settings, spawn_app, spawn_app_with, tool_body};
 
 /// A register body for a tool in one role.
@@ -297,7 +297,10 @@ async fn a_count_is_kept_while_a_character_still_holds_a_tool_of_its_origin() {
     fails_to_connect(&app, "t").await;
     // Gone from Lanlan only: Mio still holds the origin, so the count stands.
     let (status, _) = app
-        .post("/api/tools/unregister", &json!({"name": "t", "role": "Lanlan"}))
+        .post(
+            "/api/tools/unregister",
+            &json!({"name": "t", "role": "Lanlan"}),
+        )
         .await;
     assert_eq!(status, 200);
     fails_to_connect(&app, "t").await;

@@ -79,7 +79,11 @@ async fn every_copy_of_origin_and_host_is_checked() {
             .raw(raw_head(
                 "GET",
                 "/api/tools",
-                &[("Host", host.as_str()), ("Origin", first), ("Origin", second)],
+                &[
+                    ("Host", host.as_str()),
+                    ("Origin", first),
+                    ("Origin", second),
+                ],
             ))
             .await;
         assert_eq!(
@@ -165,18 +169,22 @@ async fn head_answers_the_read_routes_as_get_without_a_body() {
     assert_eq!(status, 200);
     let host = app.host();
     for path in ["/api/tools", "/api/sessions", "/api/tools/openapi.json"] {
-        let get = app.raw(raw_head("GET", path, &[("Host", host.as_str())])).await;
+        let get = app
+            .raw(raw_head("GET", path, &[("Host", host.as_str())]))
+            .await;
         assert_eq!(get.status, 200, "{path}");
         let request = raw_head("HEAD", path, &[("Host", host.as_str())]);
         let addr = app.addr;
-        let (head, body) = actix_web::rt::task::spawn_blocking(move || {
-            exchange_to_close(addr, &request)
-        })
-        .await
-        .unwrap();
+        let (head, body) =
+            actix_web::rt::task::spawn_blocking(move || exchange_to_close(addr, &request))
+                .await
+                .unwrap();
         assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{path}: {head}");
         let length = format!("content-length: {}\r\n", get.body.len());
-        assert!(head.to_ascii_lowercase().contains(&length), "{path}: {head}");
+        assert!(
+            head.to_ascii_lowercase().contains(&length),
+            "{path}: {head}"
+        );
         assert_eq!(body, b"", "{path}: HEAD answered with a body");
     }
     // The write routes still refuse it.
@@ -186,7 +194,10 @@ async fn head_answers_the_read_routes_as_get_without_a_body() {
         actix_web::rt::task::spawn_blocking(move || exchange_to_close(addr, &request))
             .await
             .unwrap();
-    assert!(head.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"), "{head}");
+    assert!(
+        head.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),
+        "{head}"
+    );
     assert_eq!(body, b"");
 }
 
@@ -217,7 +228,10 @@ async fn a_page_on_another_loopback_port_gets_cors_answers() {
     let methods = header(&preflight, "access-control-allow-methods").unwrap_or_default();
     assert!(methods.contains("POST"), "{methods}");
     let allowed = header(&preflight, "access-control-allow-headers").unwrap_or_default();
-    assert!(allowed.to_ascii_lowercase().contains("content-type"), "{allowed}");
+    assert!(
+        allowed.to_ascii_lowercase().contains("content-type"),
+        "{allowed}"
+    );
     assert!(
         header(&preflight, "vary").is_some_and(|v| v.contains("Origin")),
         "{:?}",

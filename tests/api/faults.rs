@@ -466,7 +466,10 @@ async fn a_fragmented_message_is_assembled_up_to_the_limit_and_refused_past_it()
                       "call_id": "c1", "name": "nope", "arguments": "{}", "padding": ""})
     .to_string();
     let pad = MAX_EVENT_BYTES - call.len();
-    let text = call.replace(r#""padding":"""#, &format!(r#""padding":"{}""#, "x".repeat(pad)));
+    let text = call.replace(
+        r#""padding":"""#,
+        &format!(r#""padding":"{}""#, "x".repeat(pad)),
+    );
     assert_eq!(text.len(), MAX_EVENT_BYTES);
     let bytes = text.into_bytes();
     let third = bytes.len() / 3;
@@ -486,19 +489,26 @@ async fn a_fragmented_message_is_assembled_up_to_the_limit_and_refused_past_it()
         .await;
     assert_eq!(
         answer,
-        json!(r#"{"error":"tool 'nope' is not registered; available tools: none","is_error":true}"#)
+        json!(
+            r#"{"error":"tool 'nope' is not registered; available tools: none","is_error":true}"#
+        )
     );
     assert_eq!(fake.connections(), 1);
 
     // One byte more than the limit, in 1 MiB fragments: the session drops the connection (a
     // protocol error) and reconnects, instead of buffering whatever the peer sends.
     let mib = 1024 * 1024;
-    let mut parts: Vec<Vec<u8>> = (0..MAX_EVENT_BYTES / mib).map(|_| vec![b' '; mib]).collect();
+    let mut parts: Vec<Vec<u8>> = (0..MAX_EVENT_BYTES / mib)
+        .map(|_| vec![b' '; mib])
+        .collect();
     parts.push(b"{".to_vec());
     fake.push_fragments(parts).await;
     fake.wait_connections(2).await;
     // The new connection works: it gets the tool list and takes changes.
     fake.nth_update(2).await;
     let (status, body) = app.register(&weather("after")).await;
-    assert_eq!((status, body["affected_roles"].clone()), (200, json!(["Mio"])));
+    assert_eq!(
+        (status, body["affected_roles"].clone()),
+        (200, json!(["Mio"]))
+    );
 }

@@ -19,6 +19,8 @@ pub struct TestApp {
     pub router: Addr<Router>,
     pub client: awc::Client,
     pub handle: actix_web::dev::ServerHandle,
+    /// Stops the server as `main` does on SIGTERM.
+    pub stopper: runtime_tools::startup::Stopper,
 }
 
 /// Settings for a test server on 127.0.0.1:0 with these characters.
@@ -44,6 +46,7 @@ pub async fn spawn_app_with(settings: Settings) -> TestApp {
     let addr = app.local_addr();
     let router = app.router();
     let handle = app.handle();
+    let stopper = app.stopper();
     actix_web::rt::spawn(app.run_until_stopped());
     TestApp {
         addr,
@@ -51,6 +54,7 @@ pub async fn spawn_app_with(settings: Settings) -> TestApp {
         router,
         client: test_client(),
         handle,
+        stopper,
     }
 }
 

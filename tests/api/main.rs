@@ -27,6 +27,7 @@ mod roles;
 mod schema;
 mod sessions;
 mod smoke;
+mod stopping;
 mod stress;
 mod validation;
 mod who_gets_in;

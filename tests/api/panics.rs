@@ -175,24 +175,49 @@ async fn changes_queued_to_a_dead_manager_are_applied_in_order_after_the_restart
         )
     };
     let role = || Some("Mio".to_owned());
-    let r1 = app.router.send(RegisterTool { tool: tool("x"), role: role() });
-    let r2 = app.router.send(RegisterTool { tool: tool("y"), role: role() });
-    let r3 = app.router.send(UnregisterTool { name: "x".into(), role: role() });
-    let r4 = app.router.send(RegisterTool { tool: tool("z"), role: role() });
-    let r5 = app.router.send(RegisterTool { tool: tool("x"), role: role() });
+    let r1 = app.router.send(RegisterTool {
+        tool: tool("x"),
+        role: role(),
+    });
+    let r2 = app.router.send(RegisterTool {
+        tool: tool("y"),
+        role: role(),
+    });
+    let r3 = app.router.send(UnregisterTool {
+        name: "x".into(),
+        role: role(),
+    });
+    let r4 = app.router.send(RegisterTool {
+        tool: tool("z"),
+        role: role(),
+    });
+    let r5 = app.router.send(RegisterTool {
+        tool: tool("x"),
+        role: role(),
+    });
     inject.await.unwrap().unwrap();
     for report in [r1.await, r2.await, r3.await, r4.await, r5.await] {
         let report = report.unwrap().unwrap();
-        assert_eq!(report.failed_roles.len() + report.affected_roles.len(), 1, "{report:?}");
+        assert_eq!(
+            report.failed_roles.len() + report.affected_roles.len(),
+            1,
+            "{report:?}"
+        );
     }
     assert_eq!(app.tool_names(None).await, json!({"Mio": ["y", "z", "x"]}));
     fake.wait_connections(2).await;
     fake.update_with_tools(&["y", "z", "x"]).await;
     // A later change lands after the replayed ones.
     let (status, body) = app
-        .post("/api/tools/unregister", &json!({"name": "y", "role": "Mio"}))
+        .post(
+            "/api/tools/unregister",
+            &json!({"name": "y", "role": "Mio"}),
+        )
         .await;
-    assert_eq!((status, body["affected_roles"].clone()), (200, json!(["Mio"])));
+    assert_eq!(
+        (status, body["affected_roles"].clone()),
+        (200, json!(["Mio"]))
+    );
     fake.update_with_tools(&["z", "x"]).await;
     assert_eq!(app.tool_names(None).await, json!({"Mio": ["z", "x"]}));
 }

@@ -64,7 +64,10 @@ pub async fn validate_client_events(
     let python = match actix_web::rt::task::spawn_blocking(python).await {
         Ok(Ok(python)) => python,
         Ok(Err(setup)) => {
-            cannot_run(test, &format!("the schema validator could not be set up: {setup}"));
+            cannot_run(
+                test,
+                &format!("the schema validator could not be set up: {setup}"),
+            );
             return None;
         }
         Err(e) => panic!("validator set-up thread: {e}"),

@@ -8,9 +8,7 @@ use std::sync::mpsc;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{
-    HTTP_DEADLINE, cannot_run, settings, spawn_app, spawn_app_with, tool_body,
-};
+use crate::helpers::{HTTP_DEADLINE, cannot_run, settings, spawn_app, spawn_app_with, tool_body};
 
 fn forbidden(detail: &str) -> Value {
     json!({"ok": false, "detail": detail})
