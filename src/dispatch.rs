@@ -327,7 +327,10 @@ async fn send_failure(endpoint: &RemoteEndpoint, error: SendRequestError) -> Cal
 /// tells a dead plugin, whose failure counts towards removal, from a live one that misbehaved.
 async fn connection_lost(endpoint: &RemoteEndpoint, what: impl fmt::Display) -> CallFailure {
     match probe(endpoint.callback_url.url()).await {
-        Ok(()) => CallFailure::reachable(format!("remote tool callback {what}")),
+        Ok(()) => CallFailure::reachable(format!(
+            "remote tool callback {} {what}",
+            endpoint.callback_url.origin()
+        )),
         Err(e) => CallFailure::connect_failed(
             endpoint,
             format!("the callback {what}, and a new connection failed: {e}"),

@@ -270,14 +270,28 @@ async fn a_plugin_killed_with_50_calls_in_flight_fails_each_call_and_the_server_
     child.0.kill().expect("plugin killed");
     child.0.wait().expect("plugin reaped");
 
+    // Each call names the callback's origin and what broke: a connection error when a new
+    // connection failed too, or (when the dying process still accepted the probe) the close.
+    let refused = format!(
+        "could not connect to remote tool callback http://127.0.0.1:{port}: the callback "
+    );
+    let closed = format!("remote tool callback http://127.0.0.1:{port} ");
     for call in calls {
         let result = call.await.unwrap();
         let text = error_text(&result);
-        assert!(
-            text.contains("closed the connection without answering")
-                || text.contains("connection failed"),
-            "{text}"
-        );
+        let what = [
+            "closed the connection without answering",
+            "connection failed while sending the call (",
+            "connection failed before answering (",
+        ];
+        let named = match text.strip_prefix(&refused) {
+            Some(rest) => what.iter().any(|w| rest.starts_with(w))
+                && rest.contains(", and a new connection failed: "),
+            None => text
+                .strip_prefix(&closed)
+                .is_some_and(|rest| what.iter().any(|w| rest.starts_with(w))),
+        };
+        assert!(named, "{text}");
     }
     // The server keeps serving: the dead plugin's tools go (auto-removal), the rest stay. The
     // 50 broken calls usually remove it; a broken call whose probe reached a new listener on
