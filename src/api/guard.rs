@@ -98,21 +98,20 @@ fn check_peer(peer: Option<SocketAddr>) -> Result<(), ApiError> {
 }
 
 fn check_host(host: &str) -> Result<(), ApiError> {
-    if is_loopback_host_header(host) {
-        Ok(())
-    } else {
-        Err(ApiError::Forbidden(format!(
-            "Host header {host:?} is not a loopback name or address"
-        )))
-    }
+    check_authority("Host header", host)
 }
 
 fn check_target_authority(authority: &str) -> Result<(), ApiError> {
-    if is_loopback_host_header(authority) {
+    check_authority("request target authority", authority)
+}
+
+/// `what` (a `Host` or what stands for it) must name loopback.
+fn check_authority(what: &str, value: &str) -> Result<(), ApiError> {
+    if is_loopback_host_header(value) {
         Ok(())
     } else {
         Err(ApiError::Forbidden(format!(
-            "request target authority {authority:?} is not a loopback name or address"
+            "{what} {value:?} is not a loopback name or address"
         )))
     }
 }

@@ -13,7 +13,9 @@ use super::body::JsonObject;
 use super::error::{ApiError, BodyRouteErrors, ErrorBody, FieldError, ValidationErrorBody};
 use super::requests::{ClearRequest, RegisterRequest, UnregisterRequest};
 use super::{AppState, ask_router};
-use crate::actors::router::{ClearSource, RegisterTool, RoleFailure, RoleTools, UnregisterTool};
+use crate::actors::router::{
+    ChangeReport, ClearSource, RegisterTool, RoleFailure, RoleTools, UnregisterTool,
+};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/register").route(web::post().to(register)))
@@ -122,12 +124,17 @@ async fn unregister(
     .await??;
     let removed = report.removed > 0;
     Ok(HttpResponse::Ok().json(UnregisterResponse {
-        ok: removed || report.failed_roles.is_empty(),
+        ok: removal_ok(&report),
         removed,
         name: request.name,
         affected_roles: report.affected_roles,
         failed_roles: report.failed_roles,
     }))
+}
+
+/// The `ok` of a removal: true unless some role failed and nothing was removed.
+fn removal_ok(report: &ChangeReport) -> bool {
+    report.removed > 0 || report.failed_roles.is_empty()
 }
 
 /// The answer to an unregistration.
@@ -170,7 +177,7 @@ async fn clear(
     )
     .await??;
     Ok(HttpResponse::Ok().json(ClearResponse {
-        ok: report.removed > 0 || report.failed_roles.is_empty(),
+        ok: removal_ok(&report),
         removed: report.removed,
         source: request.source,
         affected_roles: report.affected_roles,
