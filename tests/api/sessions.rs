@@ -365,8 +365,9 @@ async fn model_calls_reach_the_callback_and_are_answered() {
 
     // Every event this session sent validates against the official GA client-event schema.
     let test = "model_calls_reach_the_callback_and_are_answered";
-    if let Some(report) = validate_client_events(test, fake.events()).await {
-        let count = fake.events().len();
+    let events = fake.events();
+    let count = events.len();
+    if let Some(report) = validate_client_events(test, events).await {
         assert_eq!(report, Ok(format!("{count} client events valid\n")));
     }
 }
