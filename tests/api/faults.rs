@@ -272,9 +272,8 @@ async fn a_plugin_killed_with_50_calls_in_flight_fails_each_call_and_the_server_
 
     // Each call names the callback's origin and what broke: a connection error when a new
     // connection failed too, or (when the dying process still accepted the probe) the close.
-    let refused = format!(
-        "could not connect to remote tool callback http://127.0.0.1:{port}: the callback "
-    );
+    let refused =
+        format!("could not connect to remote tool callback http://127.0.0.1:{port}: the callback ");
     let closed = format!("remote tool callback http://127.0.0.1:{port} ");
     for call in calls {
         let result = call.await.unwrap();
@@ -285,8 +284,10 @@ async fn a_plugin_killed_with_50_calls_in_flight_fails_each_call_and_the_server_
             "connection failed before answering (",
         ];
         let named = match text.strip_prefix(&refused) {
-            Some(rest) => what.iter().any(|w| rest.starts_with(w))
-                && rest.contains(", and a new connection failed: "),
+            Some(rest) => {
+                what.iter().any(|w| rest.starts_with(w))
+                    && rest.contains(", and a new connection failed: ")
+            }
             None => text
                 .strip_prefix(&closed)
                 .is_some_and(|rest| what.iter().any(|w| rest.starts_with(w))),
