@@ -5,6 +5,7 @@ mod helpers;
 
 mod auto_removal;
 mod bounds;
+mod browser;
 mod callback_server;
 mod callback_urls;
 mod cli;
