@@ -9,6 +9,9 @@
 //! - `list`: `ListTools` over 1 and 8 characters holding 10, 100, 1000 tools each;
 //! - `dispatch`: a remote tool against a loopback callback server started here, next to a bare
 //!   awc POST of the same body to the same server (the floor), and an in-process local tool;
+//! - `arguments`: checking a call's argument text against the benchmark tool's schema and a large
+//!   one (30 properties, nested objects), valid and not; compiling each schema, and taking one
+//!   already in use (what a registration adds);
 //! - `session`: register to one character with and without a live session whose (fake) model
 //!   peer acknowledges every `session.update` at once.
 //!
@@ -25,9 +28,11 @@ use runtime_tools::actors::router::{
     ClearSource, ListSessions, ListTools, RegisterTool, ResolveTool, Router, UnregisterTool,
 };
 use runtime_tools::config::{CharacterSettings, DispatchSettings};
+use runtime_tools::domain::arguments::Parameters;
 use runtime_tools::domain::call::{ToolCall, ToolOutcome};
 use runtime_tools::domain::callback_url::CallbackUrl;
 use runtime_tools::domain::tool::{SharedTool, ToolSpec};
+use runtime_tools::events::{EventHub, EventSettings};
 use runtime_tools::session::ConnectionState;
 use runtime_tools::session::protocol::Dialect;
 use runtime_tools::session::settings::SessionSettings;
@@ -47,6 +52,7 @@ const SESSION_TOOLS: [usize; 3] = [1, 26, 100];
 /// Longest wait for the fake model peer to be connected before the session group starts.
 const SESSION_CONNECT_DEADLINE: Duration = Duration::from_secs(20);
 
+/// The parameters of the HTTP harness's tool (`tool_body` of benches/http/run.sh).
 fn schema() -> Map<String, Value> {
     let Value::Object(schema) = json!({
         "type": "object",
@@ -61,12 +67,16 @@ fn schema() -> Map<String, Value> {
     schema
 }
 
+fn parameters(schema: Map<String, Value>) -> Parameters {
+    Parameters::new(schema).expect("a valid schema")
+}
+
 /// The register body of the HTTP harness, as a domain value.
 fn remote_tool(name: &str, callback: &str) -> ToolSpec {
     ToolSpec::remote(
         name,
         "Benchmark tool: get the current weather for a city.",
-        schema(),
+        parameters(schema()),
         "plugin:bench",
         CallbackUrl::parse(&format!("{callback}/tools/{name}")).expect("a loopback callback URL"),
         Duration::from_secs(30),
@@ -86,8 +96,13 @@ fn characters(n: usize) -> Vec<CharacterSettings> {
         .collect()
 }
 
+/// An event hub nobody subscribes to: publishing is part of every change, as in the server.
+fn events() -> EventHub {
+    EventHub::new(&EventSettings::default())
+}
+
 fn launch(sys: &SystemRunner, n: usize) -> Addr<Router> {
-    sys.block_on(async { Router::launch(characters(n), &DispatchSettings::default()).0 })
+    sys.block_on(async { Router::launch(characters(n), &DispatchSettings::default(), events()).0 })
 }
 
 /// Times `iters` runs of `step` inside the long-lived system.
@@ -282,15 +297,23 @@ impl Handler<CallLocalTool> for Echo {
 
 fn dispatch(c: &mut Criterion, sys: &SystemRunner) {
     let callback = start_callback_server(sys);
-    let (router, dispatcher) =
-        sys.block_on(async { Router::launch(characters(1), &DispatchSettings::default()) });
+    let (router, dispatcher) = sys
+        .block_on(async { Router::launch(characters(1), &DispatchSettings::default(), events()) });
     let remote: SharedTool = std::sync::Arc::new(remote_tool("tool_000", &callback));
     sys.block_on(register(&router, remote_tool("tool_000", &callback), None));
+    // The same dispatch with the arguments check switched off, to show what the check costs.
+    let unchecked = sys.block_on(async {
+        let settings = DispatchSettings {
+            validate_arguments: false,
+            ..DispatchSettings::default()
+        };
+        Router::launch(characters(1), &settings, events()).1
+    });
     let local: SharedTool = sys.block_on(async {
         std::sync::Arc::new(ToolSpec::local(
             "tool_000",
             "Benchmark tool: answers at once.",
-            schema(),
+            parameters(schema()),
             "inproc:bench",
             local_handler(Echo.start().recipient()),
         ))
@@ -315,6 +338,17 @@ fn dispatch(c: &mut Criterion, sys: &SystemRunner) {
         b.iter_custom(|iters| {
             timed(sys, iters, |i| {
                 let (dispatcher, remote, call) = (&dispatcher, &remote, call(i));
+                async move {
+                    let result = dispatcher.dispatch(remote, call).await;
+                    assert!(!result.is_error, "{result:?}");
+                }
+            })
+        })
+    });
+    group.bench_function("remote_unchecked", |b| {
+        b.iter_custom(|iters| {
+            timed(sys, iters, |i| {
+                let (dispatcher, remote, call) = (&unchecked, &remote, call(i));
                 async move {
                     let result = dispatcher.dispatch(remote, call).await;
                     assert!(!result.is_error, "{result:?}");
@@ -351,6 +385,121 @@ fn dispatch(c: &mut Criterion, sys: &SystemRunner) {
                 }
             })
         })
+    });
+    group.finish();
+}
+
+/// A large parameters schema: 30 properties — 10 constrained strings, 10 bounded numbers and 10
+/// nested objects of three properties each — no unknown property allowed at either level.
+fn large_schema() -> Map<String, Value> {
+    let mut properties = Map::new();
+    for k in 0..10 {
+        properties.insert(
+            format!("text_{k}"),
+            json!({"type": "string", "minLength": 1, "maxLength": 64, "pattern": "^[A-Za-z ]+$"}),
+        );
+        properties.insert(
+            format!("number_{k}"),
+            json!({"type": "number", "minimum": 0, "maximum": 1000}),
+        );
+        properties.insert(
+            format!("nested_{k}"),
+            json!({"type": "object", "additionalProperties": false, "required": ["id", "kind"],
+                   "properties": {"id": {"type": "integer", "minimum": 1},
+                                  "kind": {"type": "string", "enum": ["a", "b", "c", "d"]},
+                                  "tags": {"type": "array", "items": {"type": "string"},
+                                           "maxItems": 8}}}),
+        );
+    }
+    let required: Vec<String> = properties.keys().cloned().collect();
+    let Value::Object(schema) = json!({
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": false
+    }) else {
+        unreachable!()
+    };
+    schema
+}
+
+/// Arguments that fill every property of [`large_schema`] validly.
+fn large_arguments() -> Value {
+    let mut arguments = Map::new();
+    for k in 0..10 {
+        arguments.insert(format!("text_{k}"), json!("Tokyo Station"));
+        arguments.insert(format!("number_{k}"), json!(k * 10));
+        arguments.insert(
+            format!("nested_{k}"),
+            json!({"id": k + 1, "kind": "b", "tags": ["x", "y"]}),
+        );
+    }
+    Value::Object(arguments)
+}
+
+fn arguments(c: &mut Criterion) {
+    let bench_tool = parameters(schema());
+    let large = parameters(large_schema());
+    let mut wrong_large = large_arguments();
+    wrong_large["number_3"] = json!(-1);
+    wrong_large["nested_5"]["kind"] = json!("z");
+    wrong_large["text_7"] = json!(7);
+    let cases = [
+        (
+            "bench_tool_valid",
+            &bench_tool,
+            json!({"city": "Tokyo", "unit": "c"}),
+        ),
+        ("bench_tool_invalid", &bench_tool, json!({"unit": "kelvin"})),
+        ("large_valid", &large, large_arguments()),
+        ("large_invalid", &large, wrong_large),
+    ];
+    let mut group = c.benchmark_group("arguments");
+    for (label, parameters, arguments) in cases {
+        let raw = arguments.to_string();
+        let valid = label.ends_with("_valid");
+        group.bench_function(label, |b| {
+            b.iter(|| {
+                let checked = parameters.check(std::hint::black_box(&raw));
+                assert_eq!(checked.is_ok(), valid);
+                checked
+            })
+        });
+    }
+    // What parsing the large arguments alone costs: the check parses the argument text into a
+    // JSON tree before validating it.
+    let large_text = large_arguments().to_string();
+    group.bench_function("parse_large", |b| {
+        b.iter(|| serde_json::from_str::<Value>(std::hint::black_box(&large_text)).expect("JSON"))
+    });
+    // A schema no tool uses yet is compiled: each iteration's schema differs (its
+    // `description`), so none is found among the schemas in use.
+    for (label, schema) in [
+        ("compile_bench_tool", schema()),
+        ("compile_large", large_schema()),
+    ] {
+        let mut fresh = 0u64;
+        group.bench_function(label, |b| {
+            b.iter_batched(
+                || {
+                    fresh += 1;
+                    let mut schema = schema.clone();
+                    schema.insert("description".into(), json!(format!("schema {fresh}")));
+                    schema
+                },
+                |schema| Parameters::new(schema).expect("a valid schema"),
+                criterion::BatchSize::SmallInput,
+            )
+        });
+    }
+    // A schema some tool already uses (a plugin registering again) is shared, not compiled.
+    let _in_use = parameters(schema());
+    group.bench_function("in_use_bench_tool", |b| {
+        b.iter_batched(
+            schema,
+            |schema| Parameters::new(schema).expect("a valid schema"),
+            criterion::BatchSize::SmallInput,
+        )
     });
     group.finish();
 }
@@ -411,7 +560,7 @@ fn session_router(sys: &SystemRunner, url: &str) -> Addr<Router> {
     sys.block_on(async {
         let mut character = CharacterSettings::new("role0");
         character.session = Some(SessionSettings::new(url, Dialect::Openai));
-        let router = Router::launch(vec![character], &DispatchSettings::default()).0;
+        let router = Router::launch(vec![character], &DispatchSettings::default(), events()).0;
         let deadline = Instant::now() + SESSION_CONNECT_DEADLINE;
         loop {
             let sessions = router.send(ListSessions).await.expect("router answers");
@@ -458,6 +607,7 @@ fn benches(c: &mut Criterion) {
     fan_out(c, &sys);
     list(c, &sys);
     dispatch(c, &sys);
+    arguments(c);
     session(c, &sys);
 }
 

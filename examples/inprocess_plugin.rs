@@ -15,6 +15,7 @@ use anyhow::{Context as _, bail};
 use runtime_tools::actors::local_tool::{CallLocalTool, local_handler};
 use runtime_tools::actors::router::RegisterTool;
 use runtime_tools::config::{CharacterSettings, Settings};
+use runtime_tools::domain::arguments::Parameters;
 use runtime_tools::domain::call::ToolOutcome;
 use runtime_tools::domain::tool::ToolSpec;
 use runtime_tools::startup::Application;
@@ -73,12 +74,14 @@ pub async fn run() -> anyhow::Result<Value> {
     actix_web::rt::spawn(app.run_until_stopped());
     println!("server listening on {base}");
 
-    // Register: the same router message the HTTP register route sends.
+    // Register: the same router message the HTTP register route sends. The schema is checked
+    // and compiled first, as the register route does; a bad one is an error here, not a panic.
+    let parameters = Parameters::new(parameters()).context("the tool's parameters")?;
     let converter = TemperatureConverter { calls: 0 }.start();
     let tool = ToolSpec::local(
         "convert_temperature",
         "Convert a temperature from Celsius to Fahrenheit.",
-        parameters(),
+        parameters,
         "inproc:units",
         local_handler(converter.recipient()),
     );

@@ -7,8 +7,11 @@ runtime-tools server:
 * at start it registers the tool (source "plugin:weather");
 * it answers each call per the callback contract: `{"output": ...}` on success,
   `{"error": "...", "is_error": true}` for a location it does not know;
-* it watches `GET /api/tools` and registers again whenever its tool is missing: registrations are
-  runtime state, so a restarted server has forgotten them;
+* it follows the server's event stream (`GET /api/events`): when the stream greets it with a new
+  server instance id (the server restarted and forgot every registration: they are runtime
+  state) it registers again, and when a change removes its tool it checks and registers again;
+* when the stream is unavailable (the server is down, or too old to have one) it falls back to
+  polling `GET /api/tools`, registering whenever its tool is missing, and tries the stream again;
 * on SIGINT / SIGTERM it clears its tools (`POST /api/tools/clear`) and exits 0.
 
 Run it beside a server started with `cargo run --release -- serve`:
@@ -23,8 +26,10 @@ Tool arguments come from the user's conversation: this plugin never logs them.
 """
 
 import argparse
+import http.client
 import json
 import os
+import queue
 import signal
 import sys
 import threading
@@ -50,6 +55,10 @@ HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 # How long one request to the server may take before the plugin gives up on it (and retries on
 # the next poll). Changes wait for live model sessions to acknowledge, which can take seconds.
 SERVER_TIMEOUT_SECONDS = 30
+
+# How long the event stream may stay silent before the plugin takes it for dead: the server sends
+# a keep-alive comment every 15 s, so four missed in a row mean the connection is gone.
+STREAM_SILENCE_SECONDS = 60
 
 
 def say(text):
@@ -171,13 +180,16 @@ class Plugin:
         )
 
     def ensure_registered(self):
-        """One watch step: register when the tool is missing. Never raises for a server problem."""
+        """One watch step: register when the tool is missing. Returns whether it had to; never
+        raises for a server problem."""
+        registered = False
         try:
             present = self.is_registered()
             if not present:
                 if self.reachable is not None:
-                    say(f"{TOOL_NAME} is missing from the server (did it restart?); registering again")
+                    say(f"{TOOL_NAME} is missing from the server; registering again")
                 self.register()
+                registered = True
             self.reachable = True
             self.last_problem = None
         except ServerError as e:
@@ -195,6 +207,16 @@ class Plugin:
             if self.reachable is not False:
                 say(f"server {self.server} unreachable ({e}); retrying")
             self.reachable = False
+        return registered
+
+    def open_events(self):
+        """Opens the event stream; returns the response, or raises ServerError / OSError."""
+        path = "/api/events" if self.role is None else "/api/events?role=" + urllib.parse.quote(self.role)
+        req = urllib.request.Request(self.server + path, headers={"Accept": "text/event-stream"})
+        try:
+            return HTTP.open(req, timeout=STREAM_SILENCE_SECONDS)
+        except urllib.error.HTTPError as e:
+            raise ServerError(e.code, e.read().decode(errors="replace")) from None
 
     def clear(self):
         try:
@@ -203,6 +225,85 @@ class Plugin:
         except (OSError, ServerError) as e:
             # A stopped server has no registrations to clear.
             say(f"could not clear {SOURCE}: {e}")
+
+
+def read_events(stream, inbox):
+    """Reads Server-Sent Events off `stream` into `inbox` as ("event", name, data) items, then
+    ("lost", reason) when the stream ends. Runs on its own thread: the read blocks."""
+    name, data = None, []
+    try:
+        for raw in stream:
+            line = raw.decode("utf-8").rstrip("\r\n")
+            if not line:
+                if name is not None:
+                    inbox.put(("event", name, json.loads("\n".join(data))))
+                name, data = None, []
+            elif line.startswith(":"):
+                continue  # a keep-alive comment
+            else:
+                field, _, value = line.partition(":")
+                value = value[1:] if value.startswith(" ") else value
+                if field == "event":
+                    name = value
+                elif field == "data":
+                    data.append(value)
+        inbox.put(("lost", "the server closed the stream"))
+    except (OSError, ValueError, http.client.HTTPException) as e:
+        inbox.put(("lost", str(e) or type(e).__name__))
+
+
+def concerns_us(change):
+    """Whether a `tools.changed` event may have removed our tool."""
+    return change.get("op") != "register" and (
+        change.get("name") == TOOL_NAME or change.get("source") == SOURCE
+    )
+
+
+def watch(plugin, poll_interval, inbox, stop):
+    """Keeps the tool registered until `stop` is set: follows the event stream while it is
+    available, polls `GET /api/tools` while it is not."""
+    instance = None
+    stream_missing = False
+    while not stop.is_set():
+        stream = None
+        if not stream_missing:
+            try:
+                stream = plugin.open_events()
+            except ServerError as e:
+                # An older server without the stream: poll, and try the stream again only once
+                # the server has visibly restarted (our tool went missing).
+                say(f"event stream unavailable (HTTP {e.status}); polling every {poll_interval:g} s")
+                stream_missing = True
+            except OSError:
+                pass  # the server is down: polling below says so
+        if stream is None:
+            if plugin.ensure_registered() and stream_missing:
+                stream_missing = False
+            try:
+                item = inbox.get(timeout=poll_interval)
+            except queue.Empty:
+                continue
+            if item[0] == "stop":
+                return
+            continue
+        threading.Thread(target=read_events, args=(stream, inbox), daemon=True).start()
+        while True:
+            item = inbox.get()
+            if item[0] == "stop":
+                # The reader thread is a daemon: it ends with the process.
+                return
+            if item[0] == "lost":
+                say(f"event stream lost ({item[1]}); polling every {poll_interval:g} s until it is back")
+                break
+            _, name, data = item
+            if name == "hello":
+                if instance is not None and data["instance_id"] != instance:
+                    say(f"the server restarted (instance {data['instance_id']}); registering again")
+                    plugin.reachable = None
+                instance = data["instance_id"]
+                plugin.ensure_registered()
+            elif name == "reset" or (name == "tools.changed" and concerns_us(data)):
+                plugin.ensure_registered()
 
 
 def main():
@@ -216,7 +317,8 @@ def main():
                         help="register for this character only (default: every character)")
     parser.add_argument("--poll-interval", type=float,
                         default=float(env("WEATHER_PLUGIN_POLL_SECONDS", "2")),
-                        help="seconds between checks of GET /api/tools (default: %(default)s)")
+                        help="while the event stream is unavailable: seconds between checks of "
+                             "GET /api/tools (default: %(default)s)")
     args = parser.parse_args()
 
     try:
@@ -231,14 +333,18 @@ def main():
     say(f"callback listening on {callback_url}")
 
     stop = threading.Event()
+    inbox = queue.Queue()
+
+    def on_signal(*_):
+        stop.set()
+        inbox.put(("stop",))
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda *_: stop.set())
+        signal.signal(signum, on_signal)
 
     plugin = Plugin(args.server, callback_url, args.role)
     try:
-        while not stop.is_set():
-            plugin.ensure_registered()
-            stop.wait(args.poll_interval)
+        watch(plugin, args.poll_interval, inbox, stop)
     finally:
         plugin.clear()
         callbacks.shutdown()

@@ -9,6 +9,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
+use crate::events::EventSettings;
+use crate::mcp::settings::{FileMcpServer, McpServerSettings, servers_from_file};
 use crate::session::settings::{FileSession, SessionSettings};
 
 /// Where the server listens unless told otherwise: loopback only, a fixed port plugins know.
@@ -30,6 +32,12 @@ pub const MAX_STOP_GRACE: Duration = Duration::from_secs(300);
 /// sensible tool output while bounding what a misbehaving plugin can make us buffer.
 pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
 
+/// Callback exchanges in flight at once, by default. Each holds a socket (an invoke holds two:
+/// its client's and the callback's), so 4096 stays well inside the 20 000-descriptor limits of
+/// common service setups while leaving room for thousands of slow tools at once; past it a call
+/// is refused with a tool error instead of the process running out of descriptors.
+pub const DEFAULT_MAX_CALLBACKS_IN_FLIGHT: usize = 4096;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     pub bind: SocketAddr,
@@ -40,11 +48,20 @@ pub struct Settings {
     pub workers: Option<usize>,
     /// How long a graceful stop lets running calls finish (see [`DEFAULT_STOP_GRACE`]).
     pub stop_grace: Duration,
+    /// The event stream's tunables (not in the file: the defaults suit every deployment).
+    pub events: EventSettings,
+    /// MCP servers whose tools the characters get, in configuration order.
+    pub mcp_servers: Vec<McpServerSettings>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DispatchSettings {
     pub max_response_bytes: usize,
+    /// Callback exchanges in flight at once, over the whole server.
+    pub max_callbacks_in_flight: usize,
+    /// Check every call's arguments against the tool's schema before calling it (the
+    /// default); `false` passes them through unchecked.
+    pub validate_arguments: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,6 +91,8 @@ impl Default for Settings {
             characters: vec![CharacterSettings::new(DEFAULT_CHARACTER)],
             workers: None,
             stop_grace: DEFAULT_STOP_GRACE,
+            events: EventSettings::default(),
+            mcp_servers: Vec::new(),
         }
     }
 }
@@ -82,6 +101,8 @@ impl Default for DispatchSettings {
     fn default() -> Self {
         Self {
             max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_callbacks_in_flight: DEFAULT_MAX_CALLBACKS_IN_FLIGHT,
+            validate_arguments: true,
         }
     }
 }
@@ -96,12 +117,16 @@ struct FileConfig {
     dispatch: FileDispatch,
     #[serde(default)]
     character: Vec<FileCharacter>,
+    #[serde(default)]
+    mcp_server: Vec<FileMcpServer>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct FileDispatch {
     max_response_bytes: Option<i64>,
+    max_callbacks_in_flight: Option<i64>,
+    validate_arguments: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -145,6 +170,16 @@ impl Settings {
             settings.dispatch.max_response_bytes =
                 usize::try_from(max).context("key `dispatch.max_response_bytes`: too large")?;
         }
+        if let Some(max) = file.dispatch.max_callbacks_in_flight {
+            if max <= 0 {
+                bail!("key `dispatch.max_callbacks_in_flight`: must be at least 1, got {max}");
+            }
+            settings.dispatch.max_callbacks_in_flight = usize::try_from(max)
+                .context("key `dispatch.max_callbacks_in_flight`: too large")?;
+        }
+        if let Some(validate) = file.dispatch.validate_arguments {
+            settings.dispatch.validate_arguments = validate;
+        }
         settings.characters = Vec::with_capacity(file.character.len());
         for (i, c) in file.character.into_iter().enumerate() {
             settings
@@ -157,7 +192,12 @@ impl Settings {
                 settings.characters[i].session = Some(session);
             }
         }
+        settings.mcp_servers = servers_from_file(file.mcp_server, &settings.character_names())?;
         Ok(settings)
+    }
+
+    fn character_names(&self) -> Vec<&str> {
+        self.characters.iter().map(|c| c.name.as_str()).collect()
     }
 
     /// Replaces the character list (the `--character` options).
@@ -165,6 +205,18 @@ impl Settings {
         self.characters.clear();
         for name in names {
             self.add_character(name).context("option --character")?;
+        }
+        let names = self.character_names();
+        for server in &self.mcp_servers {
+            for role in server.roles.iter().flatten() {
+                if !names.contains(&role.as_str()) {
+                    bail!(
+                        "option --character: MCP server {:?} gives its tools to {role:?}, which is \
+                         no longer a character",
+                        server.name
+                    );
+                }
+            }
         }
         Ok(())
     }
@@ -209,6 +261,8 @@ mod tests {
             stop_grace_seconds = 2.5
             [dispatch]
             max_response_bytes = 1024
+            max_callbacks_in_flight = 16
+            validate_arguments = false
             [[character]]
             name = "Lanlan"
             [[character]]
@@ -219,6 +273,8 @@ mod tests {
         assert_eq!(s.bind, "127.0.0.1:0".parse().unwrap());
         assert_eq!(s.dispatch.max_response_bytes, 1024);
         assert_eq!(s.stop_grace, Duration::from_millis(2500));
+        assert_eq!(s.dispatch.max_callbacks_in_flight, 16);
+        assert!(!s.dispatch.validate_arguments);
         let names: Vec<_> = s.characters.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["Lanlan", "Mio"]);
     }
@@ -228,6 +284,11 @@ mod tests {
         let s = Settings::from_toml("[[character]]\nname = \"A\"\n").unwrap();
         assert_eq!(s.bind, DEFAULT_BIND.parse().unwrap());
         assert_eq!(s.dispatch.max_response_bytes, DEFAULT_MAX_RESPONSE_BYTES);
+        assert_eq!(
+            s.dispatch.max_callbacks_in_flight,
+            DEFAULT_MAX_CALLBACKS_IN_FLIGHT
+        );
+        assert!(s.dispatch.validate_arguments);
     }
 
     fn error_of(text: &str) -> String {
@@ -257,9 +318,13 @@ mod tests {
         assert!(
             error_of("[dispatch]\nmax_response_bytes = \"big\"").contains("max_response_bytes")
         );
+        assert!(error_of("[dispatch]\nvalidate_arguments = 1").contains("validate_arguments"));
         assert!(error_of("[[character]]\nname = \"\"").contains("character[0].name"));
         assert!(error_of("stop_grace_seconds = 0").contains("`stop_grace_seconds`"));
         assert!(error_of("stop_grace_seconds = 301").contains("at most 300"));
+        assert!(
+            error_of("[dispatch]\nmax_callbacks_in_flight = 0").contains("max_callbacks_in_flight")
+        );
     }
 
     #[test]

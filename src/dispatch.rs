@@ -2,33 +2,41 @@
 //! turns every outcome into a [`ToolResult`] the model can see.
 //!
 //! The HTTP handlers (the invoke route) and the model sessions call it. It is `Send` and cheap to
-//! clone; the `awc::Client` it uses is `!Send`, so each thread (HTTP worker or arbiter) owns its
-//! own client and keep-alive pool, created on first use. Connection failures of `plugin:` sources
-//! are counted here, and the third in a row asks the router to remove that origin's tools.
+//! clone. Callbacks go through hyper's HTTP/1.1 client, one keep-alive pool per thread (HTTP
+//! worker or arbiter) created on first use, so an exchange never leaves the thread that asked for
+//! it. Connection failures of `plugin:` sources are counted here, and the third in a row asks the
+//! router to remove that origin's tools. Images in a result are checked here too, off the async
+//! threads. When the server stops, calls still running at the end of the grace period are
+//! answered with a tool error saying so ([`Dispatcher::abandon_calls`]).
 
+use std::error::Error as _;
 use std::fmt;
-use std::io;
+use std::io::{self, Write};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use actix_web::error::ParseError;
-use actix_web::http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
 use actix_web::rt::net::TcpStream;
-use actix_web::web::Bytes;
-use awc::error::{ConnectError, PayloadError, SendRequestError};
+use bytes::Bytes;
 use futures_util::future::{Either, select};
+use http_body_util::{BodyExt, Full};
+use hyper::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
 use tokio::sync::{Notify, watch};
-use url::{Host, Url};
+use url::{Host, Position, Url};
 
 use crate::config::DispatchSettings;
-use crate::domain::call::{ToolCall, ToolOutcome, ToolResult, map_callback_response};
+use crate::domain::call::{ToolAnswer, ToolCall, ToolResult, map_callback_response};
 use crate::domain::failures::{DeadOrigin, DeadOriginRemover, Liveness, SharedFailures};
+use crate::domain::images::{ToolImage, accept_images};
 use crate::domain::tool::{RemoteEndpoint, SharedTool, ToolHandler};
 
-/// Connections to callbacks kept per thread. Above the concurrency any realistic client uses,
-/// so calls never queue behind each other for a connection.
+/// Idle connections to callbacks kept per thread and origin. Above the concurrency any realistic
+/// client uses, so calls never queue behind each other for a connection.
 pub const CALLBACK_CONNECTION_LIMIT: usize = 4096;
 
 /// Longest wait for a TCP connection to a callback. On loopback a listening plugin accepts at
@@ -43,22 +51,35 @@ pub const CALLBACK_KEEP_ALIVE: Duration = Duration::from_secs(4);
 /// Upper bound on an in-process tool's run: the largest timeout a remote tool may ask for.
 pub const LOCAL_TOOL_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// The header every callback request carries. The invoke route refuses a request that has it:
+/// a tool whose callback is an invoke route (this server's, or another's that calls back here)
+/// would otherwise call itself without end.
+pub const HOP_HEADER: &str = "x-runtime-tools-hop";
+
+type CallbackClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
 thread_local! {
-    static CLIENT: awc::Client = callback_client();
+    static CLIENT: CallbackClient = callback_client();
 }
 
-fn callback_client() -> awc::Client {
-    let connector = awc::Connector::new()
-        .limit(CALLBACK_CONNECTION_LIMIT)
-        .timeout(CONNECT_TIMEOUT)
-        .conn_keep_alive(CALLBACK_KEEP_ALIVE);
-    awc::Client::builder()
-        .connector(connector)
-        // A loopback callback must not bounce the user's data elsewhere.
-        .disable_redirects()
-        // The tool's own timeout bounds the whole exchange instead.
-        .disable_timeout()
-        .finish()
+fn callback_client() -> CallbackClient {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    // Calls are one small request each: waiting to fill a segment only adds latency.
+    http.set_nodelay(true);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
+        .expect("ring supports the default TLS versions")
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    // hyper never follows redirects: a loopback callback cannot bounce the user's data elsewhere.
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(CALLBACK_KEEP_ALIVE)
+        .pool_max_idle_per_host(CALLBACK_CONNECTION_LIMIT)
+        .pool_timer(TokioTimer::new())
+        .build(https)
 }
 
 #[derive(Clone)]
@@ -68,28 +89,33 @@ pub struct Dispatcher {
 
 struct Inner {
     max_response_bytes: usize,
+    max_in_flight: usize,
+    in_flight: AtomicUsize,
+    /// Check arguments against the tool's schema before any call (`[dispatch]
+    /// validate_arguments`).
+    validate_arguments: bool,
     failures: SharedFailures,
     removals: Arc<dyn DeadOriginRemover>,
     /// `Some(grace)` once calls are abandoned (the server is stopping).
     abandoned: watch::Sender<Option<Duration>>,
-    /// Calls running now, and a wake-up for whoever waits for none.
-    in_flight: AtomicUsize,
+    /// Calls running now (of every kind), and a wake-up for whoever waits for none.
+    running: AtomicUsize,
     idle: Notify,
 }
 
 /// One running call, counted while it lives.
-struct InFlight<'a>(&'a Inner);
+struct Running<'a>(&'a Inner);
 
-impl<'a> InFlight<'a> {
+impl<'a> Running<'a> {
     fn enter(inner: &'a Inner) -> Self {
-        inner.in_flight.fetch_add(1, Ordering::AcqRel);
+        inner.running.fetch_add(1, Ordering::AcqRel);
         Self(inner)
     }
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for Running<'_> {
     fn drop(&mut self) {
-        if self.0.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.0.idle.notify_waiters();
         }
     }
@@ -106,49 +132,52 @@ impl Dispatcher {
         Self {
             inner: Arc::new(Inner {
                 max_response_bytes: settings.max_response_bytes,
+                max_in_flight: settings.max_callbacks_in_flight,
+                in_flight: AtomicUsize::new(0),
+                validate_arguments: settings.validate_arguments,
                 failures,
                 removals,
                 abandoned: watch::Sender::new(None),
-                in_flight: AtomicUsize::new(0),
+                running: AtomicUsize::new(0),
                 idle: Notify::new(),
             }),
         }
     }
 
     /// Runs `call` against `tool`. Never fails: every problem becomes an error result.
+    /// Dropping the future cancels the call (an open callback exchange is closed); so does
+    /// [`Dispatcher::abandon_calls`], which answers it with a tool error.
     pub async fn dispatch(&self, tool: &SharedTool, call: ToolCall) -> ToolResult {
-        let _running = InFlight::enter(&self.inner);
+        // Arguments that do not match the schema never reach the tool: the model gets the
+        // reason to fix them, and nothing counts towards the tool's auto-removal.
+        if self.inner.validate_arguments
+            && let Err(refused) = tool.parameters.check(&call.raw_arguments)
+        {
+            tracing::debug!(tool = %call.name, call_id = %call.call_id, "arguments do not match the tool's parameters; not called");
+            return call.error(refused.message(&tool.name));
+        }
+        let _running = Running::enter(&self.inner);
         let mut abandoned = self.inner.abandoned.subscribe();
-        let work = std::pin::pin!(async {
-            match &tool.handler {
-                ToolHandler::Remote(endpoint) => self.call_remote(tool, endpoint, &call).await,
-                ToolHandler::Local(handler) => {
-                    let run = handler.0.call(call.clone());
-                    match tokio::time::timeout(LOCAL_TOOL_TIMEOUT, run).await {
-                        Ok(outcome) => outcome,
-                        Err(_) => Err(format!(
-                            "in-process tool '{}' timed out after {} s",
-                            tool.name,
-                            LOCAL_TOOL_TIMEOUT.as_secs()
-                        )),
-                    }
-                }
-            }
-        });
+        let work = std::pin::pin!(self.run(tool, &call));
         let stopping = std::pin::pin!(abandoned.wait_for(Option::is_some));
-        let outcome = match select(work, stopping).await {
-            Either::Left((outcome, _)) => outcome,
+        let answer = match select(work, stopping).await {
+            Either::Left((answer, _)) => answer,
             Either::Right((grace, _)) => {
                 let grace = grace.ok().and_then(|g| *g).unwrap_or_default();
-                Err(format!(
+                ToolAnswer::error(format!(
                     "the server is stopping: the call did not finish within the {} s grace period",
                     format_seconds(grace)
                 ))
             }
         };
-        let result = call.result(outcome);
+        let (images, warnings) = match &answer.images {
+            Some(raw) => check_images(raw.clone()).await,
+            None => (Vec::new(), Vec::new()),
+        };
+        let mut result = call.result(answer, images);
+        result.add_image_warnings(warnings);
         // Arguments and results may carry the user's conversation: they are never logged.
-        tracing::debug!(tool = %result.name, call_id = %result.call_id, is_error = result.is_error, "tool call finished");
+        tracing::debug!(tool = %result.name, call_id = %result.call_id, is_error = result.is_error, images = result.images.len(), "tool call finished");
         result
     }
 
@@ -162,10 +191,27 @@ impl Dispatcher {
     pub async fn idle(&self) {
         loop {
             let notified = self.inner.idle.notified();
-            if self.inner.in_flight.load(Ordering::Acquire) == 0 {
+            if self.inner.running.load(Ordering::Acquire) == 0 {
                 return;
             }
             notified.await;
+        }
+    }
+
+    /// The call itself: the callback exchange or the in-process handler.
+    async fn run(&self, tool: &SharedTool, call: &ToolCall) -> ToolAnswer {
+        match &tool.handler {
+            ToolHandler::Remote(endpoint) => self.call_remote(tool, endpoint, call).await,
+            ToolHandler::Local(handler) => {
+                match tokio::time::timeout(LOCAL_TOOL_TIMEOUT, handler.0.call(call.clone())).await {
+                    Ok(outcome) => ToolAnswer::from_local(outcome),
+                    Err(_) => ToolAnswer::error(format!(
+                        "in-process tool '{}' timed out after {} s",
+                        tool.name,
+                        LOCAL_TOOL_TIMEOUT.as_secs()
+                    )),
+                }
+            }
         }
     }
 
@@ -174,75 +220,75 @@ impl Dispatcher {
         tool: &SharedTool,
         endpoint: &RemoteEndpoint,
         call: &ToolCall,
-    ) -> ToolOutcome {
+    ) -> ToolAnswer {
+        let Some(_slot) = InFlight::enter(&self.inner) else {
+            return ToolAnswer::error(format!(
+                "too many tool callbacks in flight (dispatch.max_callbacks_in_flight = {}); \
+                 the call was not sent",
+                self.inner.max_in_flight
+            ));
+        };
         tracing::debug!(tool = %call.name, call_id = %call.call_id, argument_bytes = call.raw_arguments.len(), "calling remote tool");
-        let (liveness, outcome) =
+        let (liveness, answer) =
             match tokio::time::timeout(endpoint.timeout, self.exchange(endpoint, call)).await {
                 Ok(Ok((status, body))) => {
                     (Liveness::Reachable, map_callback_response(status, &body))
                 }
-                Ok(Err(failure)) => (failure.liveness, Err(failure.error)),
+                Ok(Err(failure)) => (failure.liveness, ToolAnswer::error(failure.error)),
                 // A connect that takes too long ends in the connector (`CONNECT_TIMEOUT`) and
                 // counts; reaching the tool's own deadline first means the callback went quiet
                 // (or the tool allows less time than a connect may take): a read timeout, which
                 // never counts.
                 Err(_) => (
                     Liveness::Reachable,
-                    Err(format!(
+                    ToolAnswer::error(format!(
                         "remote tool callback timed out after {} s",
                         format_seconds(endpoint.timeout)
                     )),
                 ),
             };
         self.record(tool, liveness).await;
-        outcome
+        answer
     }
 
-    /// One POST to the callback and its whole (capped) response body.
+    /// One POST to the callback and its whole (capped, decoded) response body.
     async fn exchange(
         &self,
         endpoint: &RemoteEndpoint,
         call: &ToolCall,
-    ) -> Result<(u16, Bytes), CallFailure> {
-        let client = CLIENT.with(awc::Client::clone);
-        let mut response = match client
-            .post(endpoint.callback_url.url().as_str())
-            .send_json(call)
-            .await
-        {
+    ) -> Result<(u16, Vec<u8>), CallFailure> {
+        let url = endpoint.callback_url.url();
+        // Serialising a call (strings and exact JSON text) cannot fail.
+        let body = serde_json::to_vec(call).unwrap_or_default();
+        let request = hyper::Request::post(&url[..Position::AfterQuery])
+            .header(CONTENT_TYPE, "application/json")
+            .header(HOP_HEADER, "1")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| CallFailure::reachable(format!("remote tool callback failed: {e}")))?;
+        let response = match CLIENT.with(|client| client.request(request)).await {
             Ok(response) => response,
             Err(e) => return Err(send_failure(endpoint, e).await),
         };
         let status = response.status().as_u16();
-        // awc ends a sized body quietly when the connection closes early; a body shorter than
-        // its `Content-Length` is a broken answer, not an output. (With a `Content-Encoding` the
-        // length counts the encoded bytes, so only identity bodies can be compared.)
-        let declared = match response.headers().get(CONTENT_ENCODING) {
-            Some(encoding) if encoding.as_bytes() != b"identity" => None,
-            _ => response
-                .headers()
-                .get(CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse::<usize>().ok()),
-        };
-        match response.body().limit(self.inner.max_response_bytes).await {
-            Ok(body) if declared.is_some_and(|n| n != body.len()) => {
-                Err(CallFailure::reachable(format!(
-                    "remote tool callback closed the connection in the middle of its answer \
-                     ({} of {} bytes received)",
-                    body.len(),
-                    declared.unwrap_or_default()
-                )))
+        let headers = response.headers();
+        let declared = headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        let mut sink = BodySink::new(
+            headers.get(CONTENT_ENCODING).map(|v| v.as_bytes()),
+            self.inner.max_response_bytes,
+        )?;
+        let mut body = response.into_body();
+        let mut received: u64 = 0;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| body_failure(&e, received, declared))?;
+            if let Ok(data) = frame.into_data() {
+                received += data.len() as u64;
+                sink.write(&data)?;
             }
-            Ok(body) => Ok((status, body)),
-            Err(PayloadError::Overflow) => Err(CallFailure::reachable(format!(
-                "remote tool callback response exceeded the {}-byte limit (dispatch.max_response_bytes)",
-                self.inner.max_response_bytes
-            ))),
-            Err(e) => Err(CallFailure::reachable(format!(
-                "remote tool callback response could not be read: {e}"
-            ))),
         }
+        Ok((status, sink.finish()?))
     }
 
     async fn record(&self, tool: &SharedTool, liveness: Liveness) {
@@ -267,6 +313,199 @@ impl Dispatcher {
             }
         }
     }
+}
+
+/// Checks a result's images on the blocking pool: decoding and re-encoding take milliseconds
+/// that must not stall the thread's other requests.
+async fn check_images(raw: serde_json::Value) -> (Vec<ToolImage>, Vec<String>) {
+    tokio::task::spawn_blocking(move || accept_images(&raw))
+        .await
+        .unwrap_or_else(|_| {
+            (
+                Vec::new(),
+                vec!["the images could not be checked (the check failed); dropped".into()],
+            )
+        })
+}
+
+/// One of the bounded callback exchanges in flight (`max_callbacks_in_flight`); the slot is
+/// given back on drop.
+struct InFlight<'a>(&'a Inner);
+
+impl<'a> InFlight<'a> {
+    fn enter(inner: &'a Inner) -> Option<Self> {
+        let previous = inner.in_flight.fetch_add(1, Ordering::AcqRel);
+        if previous >= inner.max_in_flight {
+            inner.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(Self(inner))
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Collects a response body up to the size cap, decoding an unasked-for `gzip` or `deflate`
+/// answer on the way (we never advertise compression: on loopback it only costs CPU).
+enum BodySink {
+    Plain(Capped),
+    Gzip(flate2::write::GzDecoder<Capped>),
+    Deflate(flate2::write::ZlibDecoder<Capped>),
+}
+
+/// A buffer that refuses to grow past the cap.
+struct Capped {
+    bytes: Vec<u8>,
+    cap: usize,
+}
+
+impl Write for Capped {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if self.bytes.len() + data.len() > self.cap {
+            return Err(io::Error::other(OverCap));
+        }
+        self.bytes.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct OverCap;
+
+impl fmt::Display for OverCap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("over the response size cap")
+    }
+}
+
+impl std::error::Error for OverCap {}
+
+impl BodySink {
+    fn new(encoding: Option<&[u8]>, cap: usize) -> Result<Self, CallFailure> {
+        let capped = Capped {
+            bytes: Vec::new(),
+            cap,
+        };
+        let encoding = encoding.map(|e| String::from_utf8_lossy(e).trim().to_ascii_lowercase());
+        Ok(match encoding.as_deref() {
+            None | Some("") | Some("identity") => BodySink::Plain(capped),
+            Some("gzip") | Some("x-gzip") => BodySink::Gzip(flate2::write::GzDecoder::new(capped)),
+            Some("deflate") => BodySink::Deflate(flate2::write::ZlibDecoder::new(capped)),
+            Some(other) => {
+                return Err(CallFailure::reachable(format!(
+                    "remote tool callback answered with Content-Encoding {other:?}, which is not \
+                     supported; send the answer uncompressed"
+                )));
+            }
+        })
+    }
+
+    fn write(&mut self, data: &[u8]) -> Result<(), CallFailure> {
+        let written = match self {
+            BodySink::Plain(c) => c.write_all(data),
+            BodySink::Gzip(d) => d.write_all(data),
+            BodySink::Deflate(d) => d.write_all(data),
+        };
+        written.map_err(|e| self.failure(&e))
+    }
+
+    fn finish(self) -> Result<Vec<u8>, CallFailure> {
+        let cap = self.cap();
+        let finished = match self {
+            BodySink::Plain(c) => Ok(c),
+            BodySink::Gzip(d) => d.finish(),
+            BodySink::Deflate(d) => d.finish(),
+        };
+        finished
+            .map(|c| c.bytes)
+            .map_err(|e| size_or_decode_failure(&e, cap))
+    }
+
+    fn cap(&self) -> usize {
+        match self {
+            BodySink::Plain(c) => c.cap,
+            BodySink::Gzip(d) => d.get_ref().cap,
+            BodySink::Deflate(d) => d.get_ref().cap,
+        }
+    }
+
+    fn failure(&self, e: &io::Error) -> CallFailure {
+        size_or_decode_failure(e, self.cap())
+    }
+}
+
+fn size_or_decode_failure(e: &io::Error, cap: usize) -> CallFailure {
+    if e.get_ref().is_some_and(|inner| inner.is::<OverCap>()) {
+        CallFailure::reachable(format!(
+            "remote tool callback response exceeded the {cap}-byte limit (dispatch.max_response_bytes)"
+        ))
+    } else {
+        CallFailure::reachable(format!(
+            "remote tool callback response could not be decompressed: {e}"
+        ))
+    }
+}
+
+/// A body that broke off after the head arrived.
+fn body_failure(e: &hyper::Error, received: u64, declared: Option<u64>) -> CallFailure {
+    let cut_short = e.is_incomplete_message()
+        || io_kind(e).is_some_and(|kind| {
+            matches!(
+                kind,
+                io::ErrorKind::UnexpectedEof
+                    | io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::ConnectionAborted
+                    | io::ErrorKind::BrokenPipe
+            )
+        });
+    if !cut_short {
+        return CallFailure::reachable(format!(
+            "remote tool callback response could not be read: {}",
+            error_chain(e)
+        ));
+    }
+    let got = match declared {
+        Some(total) => format!("{received} of {total} bytes received"),
+        None => format!("{received} bytes received"),
+    };
+    CallFailure::reachable(format!(
+        "remote tool callback closed the connection in the middle of its answer ({got})"
+    ))
+}
+
+/// The kind of the I/O error somewhere under `e`, if there is one.
+fn io_kind(e: &(dyn std::error::Error + 'static)) -> Option<io::ErrorKind> {
+    let mut source = Some(e);
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<io::Error>() {
+            return Some(io.kind());
+        }
+        source = error.source();
+    }
+    None
+}
+
+/// `e` and its sources, `: `-separated, as one line.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(error) = source {
+        let next = error.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        source = error.source();
+    }
+    text
 }
 
 /// Why an exchange produced no response to map, and what it says about the callback's origin.
@@ -295,36 +534,48 @@ impl CallFailure {
 }
 
 /// Classifies a request that got no response.
-async fn send_failure(endpoint: &RemoteEndpoint, error: SendRequestError) -> CallFailure {
-    match error {
-        // awc reports a connection that ended before the response head as `Disconnected`
-        // too: the connection had been made, so it is not a connection-level failure by itself.
-        SendRequestError::Connect(ConnectError::Disconnected) => {
+async fn send_failure(
+    endpoint: &RemoteEndpoint,
+    error: hyper_util::client::legacy::Error,
+) -> CallFailure {
+    if error.is_connect() {
+        let detail = error
+            .source()
+            .map(error_chain)
+            .unwrap_or_else(|| error.to_string());
+        return CallFailure::connect_failed(endpoint, detail);
+    }
+    let hyper = error
+        .source()
+        .and_then(|s| s.downcast_ref::<hyper::Error>());
+    match hyper {
+        Some(e) if e.is_parse() => CallFailure::reachable(format!(
+            "remote tool callback failed: its answer is not HTTP/1.1 ({})",
+            error_chain(e)
+        )),
+        // The connection was made and then ended before the response head: the plugin may have
+        // died since it was kept alive, or it closed on this call.
+        Some(e) if e.is_incomplete_message() || e.is_canceled() || e.is_closed() => {
             connection_lost(endpoint, "closed the connection without answering").await
         }
-        SendRequestError::Connect(e) => CallFailure::connect_failed(endpoint, e),
-        SendRequestError::Send(e) => {
+        Some(e) if io_kind(e).is_some() => {
             connection_lost(
                 endpoint,
-                format!("connection failed while sending the call ({e})"),
+                format!("connection failed before answering ({})", error_chain(e)),
             )
             .await
         }
-        SendRequestError::Response(ParseError::Io(e)) => {
-            connection_lost(
-                endpoint,
-                format!("connection failed before answering ({e})"),
-            )
-            .await
-        }
-        other => CallFailure::reachable(format!("remote tool callback failed: {other}")),
+        _ => CallFailure::reachable(format!(
+            "remote tool callback failed: {}",
+            error_chain(&error)
+        )),
     }
 }
 
 /// An exchange broke on a connection that had been made. It may have been a kept-alive
-/// connection whose plugin has since exited — awc only notices a closed idle connection if the
-/// close was seen before the call — so a fresh connection attempt (no request is sent on it)
-/// tells a dead plugin, whose failure counts towards removal, from a live one that misbehaved.
+/// connection whose plugin has since exited, so a fresh connection attempt (no request is sent
+/// on it) tells a dead plugin, whose failure counts towards removal, from a live one that
+/// misbehaved.
 async fn connection_lost(endpoint: &RemoteEndpoint, what: impl fmt::Display) -> CallFailure {
     match probe(endpoint.callback_url.url()).await {
         Ok(()) => CallFailure::reachable(format!(
@@ -373,5 +624,18 @@ mod tests {
         assert_eq!(format_seconds(Duration::from_secs(30)), "30");
         assert_eq!(format_seconds(Duration::from_millis(500)), "0.5");
         assert_eq!(format_seconds(Duration::from_millis(2250)), "2.25");
+    }
+
+    #[test]
+    fn the_body_sink_caps_plain_and_decoded_bodies() {
+        let mut plain = BodySink::new(None, 4).ok().unwrap();
+        plain.write(b"abcd").ok().unwrap();
+        assert!(plain.write(b"e").is_err());
+        let unknown = BodySink::new(Some(b"br"), 4).err().unwrap();
+        assert_eq!(
+            unknown.error,
+            "remote tool callback answered with Content-Encoding \"br\", which is not \
+             supported; send the answer uncompressed"
+        );
     }
 }

@@ -26,6 +26,19 @@ enum Command {
     /// Show the whole round trip on this machine: the server, an example plugin and a scripted
     /// model that calls the plugin's tool; prints each step, then stops everything.
     Demo,
+    /// Serve one character's tools to an MCP client (a desktop assistant, an IDE, the MCP
+    /// Inspector) over stdio, through a running server. Logs go to stderr.
+    Mcp(McpArgs),
+}
+
+#[derive(clap::Args)]
+struct McpArgs {
+    /// The runtime-tools server.
+    #[arg(long, value_name = "URL", env = "RUNTIME_TOOLS_URL", default_value = runtime_tools::mcp::serve::DEFAULT_SERVER)]
+    server: String,
+    /// The character whose tools to serve (default: every character's, as invoke resolves them).
+    #[arg(long, value_name = "NAME")]
+    role: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -50,9 +63,18 @@ fn main() -> anyhow::Result<()> {
     telemetry::init_with_default(match cli.command {
         Command::Demo => "warn",
         Command::Serve(_) => "info",
+        // The SDK logs every request at info: an MCP client shows stderr, keep it to ours.
+        Command::Mcp(_) => "warn,runtime_tools=info",
     });
     match cli.command {
         Command::Serve(args) => serve(args),
+        // Stdout carries the protocol: the log (on stderr) is the only other output.
+        Command::Mcp(args) => actix_web::rt::System::new().block_on(
+            runtime_tools::mcp::serve::run(runtime_tools::mcp::serve::ServeSettings {
+                server: args.server,
+                role: args.role,
+            }),
+        ),
         Command::Demo => actix_web::rt::System::new()
             .block_on(runtime_tools::demo::run(&mut std::io::stdout().lock())),
     }

@@ -17,6 +17,9 @@ use crate::actors::router::{Router, ShareDirectory};
 use crate::api::{self, AppState};
 use crate::config::Settings;
 use crate::dispatch::Dispatcher;
+use crate::events::EventHub;
+use crate::mcp::client::McpClient;
+use crate::mcp::status::McpBoard;
 
 /// Pending connections the kernel queues for us: enough for bursts of plugin start-ups and
 /// benchmark clients.
@@ -37,6 +40,9 @@ pub struct Application {
     router: Addr<Router>,
     dispatcher: Dispatcher,
     stop_grace: Duration,
+    events: EventHub,
+    /// Kept for as long as the server runs: an actor with no address left would stop.
+    _mcp_clients: Vec<Addr<McpClient>>,
 }
 
 /// Stops a running [`Application`] gracefully; cheap to clone.
@@ -44,15 +50,19 @@ pub struct Application {
 pub struct Stopper {
     server: actix_web::dev::ServerHandle,
     dispatcher: Dispatcher,
+    events: EventHub,
     grace: Duration,
 }
 
 impl Stopper {
-    /// Stops accepting connections and lets running calls — invokes and the model sessions'
-    /// calls alike — finish for the grace period; those still running then are answered with a
-    /// tool error saying the server is stopping. Resolves once the server has stopped and no
-    /// call is running.
+    /// Ends the open event streams, stops accepting connections and lets running calls —
+    /// invokes and the model sessions' calls alike — finish for the grace period; those still
+    /// running then are answered with a tool error saying the server is stopping. Resolves once
+    /// the server has stopped and no call is running.
     pub async fn stop(&self) {
+        // Event streams never end by themselves: ended now, the stop does not wait for their
+        // clients.
+        self.events.close();
         // No new connection from now on, but the open ones are still served. The server itself
         // is stopped only once no call runs: actix-server 2.6 can drop a request still running
         // when its graceful stop closes the workers' connection channel.
@@ -92,7 +102,20 @@ impl Application {
                     .with_context(|| format!("character {:?}", c.name))?;
             }
         }
-        let (router, dispatcher) = Router::launch(settings.characters.clone(), &settings.dispatch);
+        let events = EventHub::new(&settings.events);
+        let (router, dispatcher) = Router::launch(
+            settings.characters.clone(),
+            &settings.dispatch,
+            events.clone(),
+        );
+        // One supervised client per MCP server: each registers its server's tools through the
+        // router as soon as it has listed them.
+        let mcp = McpBoard::new(&settings.mcp_servers);
+        let mcp_clients = settings
+            .mcp_servers
+            .iter()
+            .map(|s| McpClient::launch(s.clone(), router.clone(), mcp.clone()))
+            .collect();
         let directory = router
             .send(ShareDirectory)
             .await
@@ -101,6 +124,10 @@ impl Application {
             router: router.clone(),
             dispatcher: dispatcher.clone(),
             directory,
+            events: events.clone(),
+            keep_alive: settings.events.keep_alive,
+            mcp,
+            local_addr,
         });
 
         let mut server = HttpServer::new(move || {
@@ -117,6 +144,10 @@ impl Application {
         // The backstop of a graceful stop: calls are answered at the end of the grace period,
         // so only a connection that will not take its answer is still open after this.
         .shutdown_timeout((settings.stop_grace + ANSWER_MARGIN).as_secs().max(1))
+        // A client that closes its connection has gone away: the request's handler is dropped
+        // at once, which ends an invoke's callback exchange instead of letting it run to its
+        // timeout for nobody (HTTP clients do not half-close after a request).
+        .h1_allow_half_closed(false)
         // Whoever runs the application decides how it stops (`main` turns SIGINT and SIGTERM
         // into a graceful stop through `handle()`); actix's own handlers would treat SIGINT
         // as a forced stop and race it.
@@ -131,6 +162,8 @@ impl Application {
             router,
             dispatcher,
             stop_grace: settings.stop_grace,
+            events,
+            _mcp_clients: mcp_clients,
         })
     }
 
@@ -139,6 +172,7 @@ impl Application {
         Stopper {
             server: self.server.handle(),
             dispatcher: self.dispatcher.clone(),
+            events: self.events.clone(),
             grace: self.stop_grace,
         }
     }
@@ -156,6 +190,13 @@ impl Application {
     /// The dispatcher, for in-process callers that run tool calls themselves.
     pub fn dispatcher(&self) -> Dispatcher {
         self.dispatcher.clone()
+    }
+
+    /// The event hub, for in-process code that publishes or subscribes. The [`Stopper`] closes
+    /// it; whoever stops the server through [`handle`](Application::handle) instead must
+    /// [`EventHub::close`] it first, or the graceful stop waits for the open event streams.
+    pub fn events(&self) -> EventHub {
+        self.events.clone()
     }
 
     /// A handle that stops the server (gracefully when asked to).

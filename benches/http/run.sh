@@ -15,6 +15,7 @@
 # The server logs at its default level (info) to a file unless RUST_LOG says otherwise.
 # env: RUNS=3 DURATION=10s CONNS=16 WARMUP=2s WRK_CHECK=1 LIST_TOOLS=26 PORT=48999
 #      GRID="1 8 64" (characters of the register suite)  SKIP_BUILD=1 (use the built binary)
+#      RUNTIME_TOOLS_BIN=PATH (measure that server binary instead, e.g. an older build to compare)
 # Every run prints `SCENARIO runN rps=… p50_ms=… p99_ms=… … cpu_us_per_req=…`; the summary at
 # the end gives each scenario's median and its ratio to the median floor of this invocation.
 set -euo pipefail
@@ -35,7 +36,7 @@ SERVER_PID=""
 
 if [ -z "${SKIP_BUILD:-}" ]; then cargo build --release --quiet; fi
 TARGET_DIR="$(cargo metadata --format-version 1 --no-deps | sed 's/.*"target_directory":"\([^"]*\)".*/\1/')"
-BIN="$TARGET_DIR/release/runtime-tools"
+BIN="${RUNTIME_TOOLS_BIN:-$TARGET_DIR/release/runtime-tools}"
 
 nginx_start() { nginx -p "$WORK/" -c "$HERE/nginx-callback.conf" -e "$WORK/error.log"; }
 nginx_stop() { [ -s "$WORK/nginx.pid" ] && nginx -p "$WORK/" -c "$HERE/nginx-callback.conf" -e "$WORK/error.log" -s quit || true; }

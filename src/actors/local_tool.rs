@@ -2,8 +2,9 @@
 //! as a tool through the router like any other.
 //!
 //! ```ignore
-//! let handler = LocalToolHandler::from_recipient(my_actor.start().recipient());
-//! let tool = ToolSpec::local("roll_dice", "Roll a die.", schema, "inproc:dice", handler);
+//! let handler = local_handler(my_actor.start().recipient());
+//! let parameters = Parameters::new(schema)?; // checked and compiled like a registration's
+//! let tool = ToolSpec::local("roll_dice", "Roll a die.", parameters, "inproc:dice", handler);
 //! router.send(RegisterTool { tool, role: None }).await?;
 //! ```
 

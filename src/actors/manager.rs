@@ -16,6 +16,7 @@ use crate::dispatch::Dispatcher;
 use crate::domain::registry::Change;
 use crate::domain::snapshot::{ToolCell, ToolWriter};
 use crate::domain::tool::SharedTool;
+use crate::events::EventHub;
 use crate::session::settings::SessionSettings;
 use crate::session::{CloseSession, RealtimeSession, SessionReport, SessionStatus, SyncTools};
 
@@ -57,6 +58,8 @@ pub struct InjectPanic;
 pub struct SessionLink {
     pub settings: SessionSettings,
     pub dispatcher: Dispatcher,
+    /// Where the session announces its state and the calls it answers.
+    pub events: EventHub,
 }
 
 /// Sent by a manager as it goes away, so its owner can bring back one that died unexpectedly.
@@ -105,6 +108,7 @@ impl SessionManager {
                 link.settings,
                 api_key,
                 link.dispatcher,
+                link.events,
                 tool_list(&tools),
             )
         });

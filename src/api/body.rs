@@ -1,4 +1,5 @@
-//! `JsonObject`: the request-body extractor of every POST route.
+//! `JsonObject`: the request-body extractor of every POST route (`JsonObjectText` keeps the text
+//! too, for the invoke route).
 //!
 //! It insists on `Content-Type: application/json`, reads at most [`MAX_BODY_BYTES`] (413 past
 //! that, whether or not a `Content-Length` was sent), requires the whole body within
@@ -28,37 +29,67 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct JsonObject(pub Map<String, Value>);
 
+/// A request body that is a JSON object, with the text it was parsed from (for a route that
+/// passes part of it on exactly as the client wrote it).
+#[derive(Debug)]
+pub struct JsonObjectText {
+    pub object: Map<String, Value>,
+    pub text: Vec<u8>,
+}
+
 impl FromRequest for JsonObject {
     type Error = ApiError;
     type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let checked = check_headers(req);
-        let mut payload = payload.take();
+        let body = read_body(req, payload);
+        Box::pin(async move { parse_object(&body.await?).map(JsonObject) })
+    }
+}
+
+impl FromRequest for JsonObjectText {
+    type Error = ApiError;
+    type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
+
+    fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
+        let body = read_body(req, payload);
         Box::pin(async move {
-            checked?;
-            let read = async {
-                let mut body = Vec::new();
-                while let Some(chunk) = payload.next().await {
-                    let chunk = chunk.map_err(|e| {
-                        ApiError::Validation(vec![FieldError::body(
-                            "",
-                            "body_incomplete",
-                            format!("request body could not be read: {e}"),
-                        )])
-                    })?;
-                    if body.len() + chunk.len() > MAX_BODY_BYTES {
-                        return Err(ApiError::PayloadTooLarge(MAX_BODY_BYTES));
-                    }
-                    body.extend_from_slice(&chunk);
-                }
-                Ok(body)
-            };
-            let body = actix_web::rt::time::timeout(BODY_READ_TIMEOUT, read)
-                .await
-                .map_err(|_| ApiError::RequestTimeout(BODY_READ_TIMEOUT.as_secs()))??;
-            parse_object(&body).map(JsonObject)
+            let text = body.await?;
+            let object = parse_object(&text)?;
+            Ok(JsonObjectText { object, text })
         })
+    }
+}
+
+/// The whole body, within the size and time limits, once the headers pass.
+fn read_body(
+    req: &HttpRequest,
+    payload: &mut Payload,
+) -> impl std::future::Future<Output = Result<Vec<u8>, ApiError>> + 'static {
+    let checked = check_headers(req);
+    let mut payload = payload.take();
+    async move {
+        checked?;
+        let read = async {
+            let mut body = Vec::new();
+            while let Some(chunk) = payload.next().await {
+                let chunk = chunk.map_err(|e| {
+                    ApiError::Validation(vec![FieldError::body(
+                        "",
+                        "body_incomplete",
+                        format!("request body could not be read: {e}"),
+                    )])
+                })?;
+                if body.len() + chunk.len() > MAX_BODY_BYTES {
+                    return Err(ApiError::PayloadTooLarge(MAX_BODY_BYTES));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(body)
+        };
+        actix_web::rt::time::timeout(BODY_READ_TIMEOUT, read)
+            .await
+            .map_err(|_| ApiError::RequestTimeout(BODY_READ_TIMEOUT.as_secs()))?
     }
 }
 

@@ -1,54 +1,76 @@
 //! `POST /api/tools/invoke`: runs the same dispatch a model's call triggers, by hand.
 
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::AppState;
-use super::body::JsonObject;
+use super::body::JsonObjectText;
 use super::error::{ApiError, BodyRouteErrors, ErrorBody};
 use super::requests::InvokeRequest;
-use crate::domain::call::ToolCall;
+use crate::dispatch::HOP_HEADER;
+use crate::domain::call::{JsonText, ToolCall, ToolResult};
+use crate::domain::images::ToolImage;
+use crate::events::{Caller, ToolCallFinished};
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/invoke").route(web::post().to(invoke)));
 }
 
 /// Run a registered tool by hand, exactly as a model's call would, and return the result the
-/// model would see.
+/// model would see. The arguments reach the callback exactly as written here.
 #[utoipa::path(
     post,
     path = "/api/tools/invoke",
     tag = "tools",
     request_body = InvokeBody,
     responses(
-        (status = 200, description = "The call ran; tool-level failures are `is_error: true`", body = InvokeResponse),
+        (status = 200, description = "The call ran, or its arguments did not match the tool's schema; tool-level failures (and a call that arrives through a tool callback) are `is_error: true`", body = InvokeResponse),
         BodyRouteErrors,
         (status = 404, description = "`role` names no character, or no such tool is registered", body = ErrorBody),
     )
 )]
 async fn invoke(
     state: web::Data<AppState>,
-    JsonObject(body): JsonObject,
+    http: HttpRequest,
+    body: JsonObjectText,
 ) -> Result<HttpResponse, ApiError> {
-    let request = InvokeRequest::parse(&body).map_err(ApiError::Validation)?;
+    let request = InvokeRequest::parse(&body.object, &body.text).map_err(ApiError::Validation)?;
+    let call_id = request.call_id.unwrap_or_else(new_call_id);
+    let call = ToolCall::from_text(
+        call_id,
+        request.name,
+        request.arguments_text,
+        request.arguments,
+    );
+    if http.headers().contains_key(HOP_HEADER) {
+        // A tool callback calling an invoke route: answering it by calling a tool again is how
+        // a server ends up calling itself (or two servers each other) without end.
+        let refused = call.error(format!(
+            "invoke refused: the request came from a tool callback ({HOP_HEADER} header); a \
+             tool's callback must not call the invoke route, or calls would loop without end"
+        ));
+        return Ok(HttpResponse::Ok().json(InvokeResponse::from(refused)));
+    }
     // Resolved on this worker's thread from the published snapshots: no round trip to the
     // router.
     let resolved = state
         .directory
-        .resolve(request.role.as_deref(), &request.name)?;
-    let call_id = request.call_id.unwrap_or_else(new_call_id);
-    let call = ToolCall::from_arguments(call_id, request.name, request.arguments);
+        .resolve(request.role.as_deref(), &call.name)?;
+    let started = std::time::Instant::now();
+    // If the client goes away, actix drops this future, which cancels the callback exchange.
     let result = state.dispatcher.dispatch(&resolved.tool, call).await;
-    Ok(HttpResponse::Ok().json(InvokeResponse {
-        ok: true,
-        name: result.name,
-        call_id: result.call_id,
-        output: result.output,
+    state.events.tool_call(&ToolCallFinished {
+        role: &resolved.role,
+        tool: &result.name,
+        source: Some(&resolved.tool.source),
+        call_id: &result.call_id,
+        caller: Caller::Invoke,
+        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
         is_error: result.is_error,
-        error: result.error,
-    }))
+    });
+    Ok(HttpResponse::Ok().json(InvokeResponse::from(result)))
 }
 
 /// The result of a call, as the model would get it.
@@ -57,14 +79,64 @@ pub struct InvokeResponse {
     pub ok: bool,
     pub name: String,
     pub call_id: String,
-    /// The tool's output (any JSON); `null` on a tool error.
+    /// The tool's output (any JSON, numbers exactly as the tool wrote them); on a tool error,
+    /// what the tool sent with its error, or `null`.
     #[schema(value_type = Value)]
-    pub output: Value,
+    pub output: JsonText,
     pub is_error: bool,
     /// Why the call failed, present only on a tool error.
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false, nullable = false)]
     pub error: Option<String>,
+    /// The images delivered with the output, present only when there are some.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(required = false)]
+    pub images: Vec<InvokeImage>,
+    /// What happened to images that were dropped or changed (also in `output._image_warnings`),
+    /// present only when there are some.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(required = false)]
+    pub image_warnings: Vec<String>,
+}
+
+/// One delivered image.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InvokeImage {
+    /// `image/png` or `image/jpeg`.
+    pub mime: &'static str,
+    pub width: u32,
+    pub height: u32,
+    /// The image, base64.
+    pub data_b64: String,
+    /// What the model is asked to look for (may be empty).
+    pub vision_prompt: String,
+}
+
+impl From<ToolImage> for InvokeImage {
+    fn from(image: ToolImage) -> Self {
+        Self {
+            mime: image.mime,
+            width: image.width,
+            height: image.height,
+            data_b64: image.data_b64,
+            vision_prompt: image.vision_prompt,
+        }
+    }
+}
+
+impl From<ToolResult> for InvokeResponse {
+    fn from(result: ToolResult) -> Self {
+        Self {
+            ok: true,
+            name: result.name,
+            call_id: result.call_id,
+            output: result.output,
+            is_error: result.is_error,
+            error: result.error,
+            images: result.images.into_iter().map(InvokeImage::from).collect(),
+            image_warnings: result.image_warnings,
+        }
+    }
 }
 
 /// A fresh call id in the style models use.
@@ -82,7 +154,8 @@ fn new_call_id() -> String {
 pub struct InvokeBody {
     #[schema(min_length = 1, max_length = 64)]
     name: String,
-    /// The call's arguments (default `{}`).
+    /// The call's arguments (default `{}`). Arguments that do not match the tool's schema are
+    /// answered as the model would be: 200, `is_error: true`, the text saying what to fix.
     #[schema(value_type = Option<Object>, nullable = false)]
     arguments: Option<Map<String, Value>>,
     /// The character whose registration to use; null or `""`: the first that has the tool.

@@ -2,12 +2,16 @@
 //!
 //! Every route runs behind the loopback guard; each route module exposes `configure`, and
 //! [`configure`] composes the whole tree. Handlers parse, send one message with a timeout, and
-//! map the reply; [`error`] is the one place errors become status codes.
+//! map the reply; [`error`] is the one place errors become status codes. The inspector page
+//! (`GET /` and its assets) is served from here too, as embedded files.
 
 pub mod body;
 pub mod error;
+mod events;
 pub mod guard;
+mod inspector;
 mod invoke;
+mod mcp;
 pub mod openapi;
 pub mod requests;
 mod sessions;
@@ -20,6 +24,8 @@ use actix_web::{HttpResponse, web};
 
 use crate::actors::router::{Directory, MANAGER_REPLY_TIMEOUT, Router};
 use crate::dispatch::Dispatcher;
+use crate::events::EventHub;
+use crate::mcp::status::McpBoard;
 use crate::session::settings::MAX_SYNC_TIMEOUT;
 use error::ApiError;
 
@@ -40,6 +46,14 @@ pub struct AppState {
     pub dispatcher: Dispatcher,
     /// Every character's published tools, read directly by the listing and the invoke route.
     pub directory: Directory,
+    /// The change events: subscribed to by `GET /api/events`, published to by invoke.
+    pub events: EventHub,
+    /// Interval of the keep-alive comment on an idle event stream.
+    pub keep_alive: Duration,
+    /// Each MCP server's state, read by `GET /api/mcp`.
+    pub mcp: McpBoard,
+    /// The address the server listens on: register refuses callbacks that point here.
+    pub local_addr: std::net::SocketAddr,
 }
 
 /// The whole route tree.
@@ -47,7 +61,10 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.configure(tools::configure)
         .configure(invoke::configure)
         .configure(sessions::configure)
-        .configure(openapi::configure);
+        .configure(events::configure)
+        .configure(mcp::configure)
+        .configure(openapi::configure)
+        .configure(inspector::configure);
 }
 
 /// The route of a read: GET, and HEAD answered as GET without the body (actix-http drops the
@@ -61,6 +78,19 @@ fn resource(path: &str) -> actix_web::Resource {
     web::resource(path).default_service(web::to(|| async {
         Err::<HttpResponse, _>(ApiError::MethodNotAllowed)
     }))
+}
+
+/// How the `GET` routes read their query string: one that serde cannot read (e.g. `role` twice)
+/// gets a JSON 422 like every other malformed request, not actix's plain-text 400.
+fn query_config() -> web::QueryConfig {
+    web::QueryConfig::default().error_handler(|e, _| {
+        ApiError::Validation(vec![error::FieldError {
+            loc: vec!["query".into()],
+            msg: format!("query string could not be read: {e}"),
+            kind: "query_invalid",
+        }])
+        .into()
+    })
 }
 
 /// The answer for paths that do not exist.

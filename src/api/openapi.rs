@@ -13,13 +13,17 @@ use actix_web::{HttpResponse, web};
 use utoipa::OpenApi;
 
 use super::error::{ApiError, ErrorBody, FieldError, ValidationErrorBody};
-use super::invoke::{self, InvokeBody, InvokeResponse};
+use super::events;
+use super::invoke::{self, InvokeBody, InvokeImage, InvokeResponse};
+use super::mcp::{self, McpResponse};
 use super::sessions::{self, SessionsResponse};
 use super::tools::{
     self, ClearBody, ClearResponse, ListResponse, RegisterBody, RegisterResponse, ToolView,
     UnregisterBody, UnregisterResponse,
 };
 use crate::actors::router::RoleFailure;
+use crate::mcp::mapping::Skipped;
+use crate::mcp::status::{McpServerReport, McpState};
 use crate::session::{ConnectionState, SessionReport, SyncOutcome};
 
 /// Where the document is served.
@@ -40,6 +44,8 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         tools::list,
         invoke::invoke,
         sessions::list_sessions,
+        events::events,
+        mcp::list_mcp_servers,
         openapi_document,
     ),
     components(schemas(
@@ -53,10 +59,15 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         ListResponse,
         ToolView,
         InvokeResponse,
+        InvokeImage,
         SessionsResponse,
         SessionReport,
         SyncOutcome,
         ConnectionState,
+        McpResponse,
+        McpServerReport,
+        McpState,
+        Skipped,
         RoleFailure,
         ErrorBody,
         ValidationErrorBody,
@@ -65,6 +76,8 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
     tags(
         (name = "tools", description = "Register, remove, list and invoke remote tools"),
         (name = "sessions", description = "The characters' live model sessions"),
+        (name = "events", description = "Change events, as Server-Sent Events"),
+        (name = "mcp", description = "The MCP servers whose tools the characters get"),
         (name = "meta", description = "This document"),
     )
 )]
@@ -89,7 +102,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     responses(
         (status = 200, description = "The OpenAPI 3.1 document of this API", body = Object, content_type = "application/json"),
         (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
-        (status = 405, description = "Only GET is allowed", body = ErrorBody),
+        (status = 405, description = "Only GET and HEAD are allowed", body = ErrorBody),
     )
 )]
 async fn openapi_document() -> Result<HttpResponse, ApiError> {
@@ -114,10 +127,14 @@ mod tests {
     /// Each request-body schema with the parser of the body it documents.
     fn bodies() -> Vec<(&'static str, Parse)> {
         vec![
-            ("RegisterBody", |b| RegisterRequest::parse(b).map(drop)),
+            ("RegisterBody", |b| {
+                RegisterRequest::parse(b, "127.0.0.1:48911".parse().unwrap()).map(drop)
+            }),
             ("UnregisterBody", |b| UnregisterRequest::parse(b).map(drop)),
             ("ClearBody", |b| ClearRequest::parse(b).map(drop)),
-            ("InvokeBody", |b| InvokeRequest::parse(b).map(drop)),
+            ("InvokeBody", |b| {
+                InvokeRequest::parse(b, &serde_json::to_vec(b).unwrap()).map(drop)
+            }),
         ]
     }
 

@@ -4,11 +4,16 @@
 //! from a JSON object by hand: every field is checked and every failure collected. Unknown fields
 //! are ignored. Plain code with no actor or HTTP types, tested by ordinary unit tests.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::error::FieldError;
+use crate::domain::arguments::{Parameters, SchemaError};
+use crate::domain::call::JsonText;
 use crate::domain::callback_url::{ACCEPTED_FORMS, CallbackUrl, CallbackUrlError};
 use crate::domain::tool::{DEFAULT_SOURCE, DEFAULT_TIMEOUT, ToolSpec, empty_parameters};
 
@@ -43,7 +48,10 @@ pub struct ClearRequest {
 #[derive(Debug)]
 pub struct InvokeRequest {
     pub name: String,
+    /// The arguments, parsed (for logic).
     pub arguments: Map<String, Value>,
+    /// The arguments object exactly as the client wrote it: what the callback receives.
+    pub arguments_text: JsonText,
     pub role: Option<String>,
     pub call_id: Option<String>,
 }
@@ -51,12 +59,14 @@ pub struct InvokeRequest {
 type Checked<T> = Result<T, Vec<FieldError>>;
 
 impl RegisterRequest {
-    pub fn parse(body: &Map<String, Value>) -> Checked<Self> {
+    /// `server` is the address this server listens on: a callback there would be the server
+    /// calling itself.
+    pub fn parse(body: &Map<String, Value>, server: SocketAddr) -> Checked<Self> {
         let mut f = Fields::new(body);
         let name = f.name("name");
         let description = f.string_or("description", "");
-        let parameters = f.object_or("parameters", empty_parameters);
-        let callback_url = f.callback_url("callback_url");
+        let parameters = f.parameters("parameters");
+        let callback_url = f.callback_url("callback_url", server);
         let role = f.role();
         let source = f.non_empty_string_or("source", DEFAULT_SOURCE);
         let timeout = f.timeout("timeout_seconds");
@@ -106,7 +116,8 @@ impl ClearRequest {
 }
 
 impl InvokeRequest {
-    pub fn parse(body: &Map<String, Value>) -> Checked<Self> {
+    /// `text` is the body `body` was parsed from: the arguments are taken from it as written.
+    pub fn parse(body: &Map<String, Value>, text: &[u8]) -> Checked<Self> {
         let mut f = Fields::new(body);
         let name = f.name("name");
         let arguments = f.object_or("arguments", Map::new);
@@ -116,12 +127,33 @@ impl InvokeRequest {
             .flatten()
             .filter(|c| !c.is_empty());
         f.finish()?;
+        let arguments = arguments.unwrap_or_default();
         Ok(Self {
             name: name.unwrap_or_default(),
-            arguments: arguments.unwrap_or_default(),
+            arguments_text: arguments_text(text, &arguments),
+            arguments,
             role,
             call_id,
         })
+    }
+}
+
+/// Just the `arguments` of an invoke body, as text.
+#[derive(Deserialize)]
+struct ArgumentsText<'a> {
+    #[serde(borrow)]
+    arguments: Option<&'a RawValue>,
+}
+
+/// The arguments object of an invoke body exactly as written (`{}` when absent).
+fn arguments_text(text: &[u8], parsed: &Map<String, Value>) -> JsonText {
+    match serde_json::from_slice::<ArgumentsText>(text) {
+        Ok(ArgumentsText {
+            arguments: Some(raw),
+        }) => raw.to_owned(),
+        // Absent (or, impossibly, unreadable after the body parsed): the parsed form's text.
+        _ => RawValue::from_string(serde_json::to_string(parsed).unwrap_or_else(|_| "{}".into()))
+            .unwrap_or_else(|_| RawValue::NULL.to_owned()),
     }
 }
 
@@ -268,9 +300,43 @@ impl<'a> Fields<'a> {
         }
     }
 
-    fn callback_url(&mut self, field: &str) -> Option<CallbackUrl> {
+    /// `parameters`: a JSON Schema (draft 2020-12) describing an object, compiled once here.
+    /// Every problem of the schema is its own error at this field.
+    fn parameters(&mut self, field: &str) -> Option<Parameters> {
+        if !self.body.contains_key(field) {
+            return Some(empty_parameters());
+        }
+        let schema = self.object_or(field, Map::new)?;
+        match Parameters::new(schema) {
+            Ok(parameters) => Some(parameters),
+            Err(SchemaError::Invalid { problems }) => {
+                for problem in problems {
+                    self.fail(field, "value_error", format!("Value error, {problem}"));
+                }
+                None
+            }
+            Err(e @ SchemaError::NotAnObject { .. }) => {
+                self.fail(field, "value_error", format!("Value error, {e}"));
+                None
+            }
+        }
+    }
+
+    fn callback_url(&mut self, field: &str, server: SocketAddr) -> Option<CallbackUrl> {
         let written = self.string(field, None)?;
         match CallbackUrl::parse(&written) {
+            Ok(url) if url.reaches(server) => {
+                self.fail(
+                    field,
+                    "value_error",
+                    format!(
+                        "Value error, callback_url points at this server itself ({server}): a \
+                         tool whose callback is this server would call itself without end; \
+                         use the plugin's own server"
+                    ),
+                );
+                None
+            }
             Ok(url) => Some(url),
             Err(e @ CallbackUrlError::TooLong(_)) => {
                 self.fail(field, "string_too_long", e.to_string());
@@ -327,21 +393,29 @@ mod tests {
         }
     }
 
+    /// The address the server of these tests listens on.
+    fn server() -> SocketAddr {
+        "127.0.0.1:48911".parse().unwrap()
+    }
+
     fn failing_fields(errors: &[FieldError]) -> Vec<String> {
         errors.iter().map(|e| e.loc.join(".")).collect()
     }
 
     #[test]
     fn register_defaults() {
-        let r = RegisterRequest::parse(&body(json!({
-            "name": "get_weather",
-            "callback_url": "http://127.0.0.1:9333/cb"
-        })))
+        let r = RegisterRequest::parse(
+            &body(json!({
+                "name": "get_weather",
+                "callback_url": "http://127.0.0.1:9333/cb"
+            })),
+            server(),
+        )
         .unwrap();
         assert_eq!(r.tool.description, "");
         assert_eq!(r.tool.source, "external");
         assert_eq!(
-            Value::Object(r.tool.parameters.clone()),
+            Value::Object(r.tool.parameters.schema().clone()),
             json!({"type": "object", "properties": {}})
         );
         assert_eq!(r.role, None);
@@ -353,15 +427,18 @@ mod tests {
 
     #[test]
     fn register_collects_every_failure() {
-        let errors = RegisterRequest::parse(&body(json!({
-            "name": null,
-            "description": 5,
-            "parameters": [],
-            "callback_url": "http://8.8.8.8/cb",
-            "role": 3,
-            "source": "",
-            "timeout_seconds": 300.5
-        })))
+        let errors = RegisterRequest::parse(
+            &body(json!({
+                "name": null,
+                "description": 5,
+                "parameters": [],
+                "callback_url": "http://8.8.8.8/cb",
+                "role": 3,
+                "source": "",
+                "timeout_seconds": 300.5
+            })),
+            server(),
+        )
         .unwrap_err();
         assert_eq!(
             failing_fields(&errors),
@@ -382,9 +459,10 @@ mod tests {
         let ok = "名".repeat(64);
         let long = "名".repeat(65);
         let parse = |n: &str| {
-            RegisterRequest::parse(&body(
-                json!({"name": n, "callback_url": "http://localhost/cb"}),
-            ))
+            RegisterRequest::parse(
+                &body(json!({"name": n, "callback_url": "http://localhost/cb"})),
+                server(),
+            )
         };
         assert!(parse(&ok).is_ok());
         let errors = parse(&long).unwrap_err();
@@ -399,9 +477,12 @@ mod tests {
     #[test]
     fn timeout_bounds() {
         let parse = |t: Value| {
-            RegisterRequest::parse(&body(
-                json!({"name": "n", "callback_url": "http://localhost/cb", "timeout_seconds": t}),
-            ))
+            RegisterRequest::parse(
+                &body(
+                    json!({"name": "n", "callback_url": "http://localhost/cb", "timeout_seconds": t}),
+                ),
+                server(),
+            )
         };
         assert!(parse(json!(300)).is_ok());
         assert!(parse(json!(0.01)).is_ok());
@@ -430,12 +511,55 @@ mod tests {
     }
 
     #[test]
+    fn invoke_arguments_keep_their_text() {
+        let text = br#"{"arguments": {"big": 123456789012345678901234567890,  "s": "\u00e9"}, "name": "t"}"#;
+        let r = InvokeRequest::parse(&crate::api::body::parse_object(text).unwrap(), text).unwrap();
+        assert_eq!(
+            r.arguments_text.get(),
+            r#"{"big": 123456789012345678901234567890,  "s": "\u00e9"}"#
+        );
+        assert_eq!(r.arguments["s"], json!("é"));
+    }
+
+    #[test]
+    fn a_callback_on_this_server_is_refused() {
+        let parse = |url: &str| {
+            RegisterRequest::parse(&body(json!({"name": "n", "callback_url": url})), server())
+        };
+        for url in [
+            "http://127.0.0.1:48911/api/tools/invoke",
+            "http://localhost:48911/x",
+        ] {
+            let errors = parse(url).unwrap_err();
+            assert_eq!(failing_fields(&errors), ["body.callback_url"], "{url}");
+            assert_eq!(
+                errors[0].msg,
+                "Value error, callback_url points at this server itself (127.0.0.1:48911): a \
+                 tool whose callback is this server would call itself without end; use the \
+                 plugin's own server"
+            );
+        }
+        for url in [
+            "http://127.0.0.1:48912/cb",
+            "http://127.0.0.2:48911/cb",
+            "http://[::1]:48911/cb",
+        ] {
+            assert!(parse(url).is_ok(), "{url}");
+        }
+    }
+
+    #[test]
     fn invoke_fields() {
-        let r = InvokeRequest::parse(&body(json!({"name": "t"}))).unwrap();
+        let text = br#"{"name": "t"}"#;
+        let r = InvokeRequest::parse(&crate::api::body::parse_object(text).unwrap(), text).unwrap();
         assert!(r.arguments.is_empty());
+        assert_eq!(r.arguments_text.get(), "{}");
         assert_eq!(r.call_id, None);
-        let e = InvokeRequest::parse(&body(json!({"name": "t", "arguments": "x", "call_id": 1})))
-            .unwrap_err();
+        let e = InvokeRequest::parse(
+            &body(json!({"name": "t", "arguments": "x", "call_id": 1})),
+            b"{}",
+        )
+        .unwrap_err();
         assert_eq!(failing_fields(&e), ["body.arguments", "body.call_id"]);
     }
 }

@@ -22,7 +22,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     responses(
         (status = 200, description = "Sessions by character, in configuration order", body = SessionsResponse),
         (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
-        (status = 405, description = "Only GET is allowed", body = ErrorBody),
+        (status = 405, description = "Only GET and HEAD are allowed", body = ErrorBody),
         (status = 503, description = "The router did not answer", body = ErrorBody),
     )
 )]

@@ -10,12 +10,13 @@ use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::body::JsonObject;
-use super::error::{ApiError, BodyRouteErrors, ErrorBody, FieldError, ValidationErrorBody};
+use super::error::{ApiError, BodyRouteErrors, ErrorBody, ValidationErrorBody};
 use super::requests::{ClearRequest, RegisterRequest, UnregisterRequest};
 use super::{AppState, ask_router};
 use crate::actors::router::{
     ChangeReport, ClearSource, RegisterTool, RoleFailure, RoleTools, UnregisterTool,
 };
+use crate::dispatch::LOCAL_TOOL_TIMEOUT;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/register").route(web::post().to(register)))
@@ -23,16 +24,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(super::resource("/api/tools/clear").route(web::post().to(clear)))
         .service(
             super::resource("/api/tools")
-                .app_data(web::QueryConfig::default().error_handler(|e, _| {
-                    // A query string serde cannot read (e.g. `role` twice) gets a JSON 422 like
-                    // every other malformed request, not actix's plain-text 400.
-                    ApiError::Validation(vec![FieldError {
-                        loc: vec!["query".into()],
-                        msg: format!("query string could not be read: {e}"),
-                        kind: "query_invalid",
-                    }])
-                    .into()
-                }))
+                .app_data(super::query_config())
                 .route(super::read_route().to(list)),
         );
 }
@@ -59,7 +51,7 @@ async fn register(
     state: web::Data<AppState>,
     JsonObject(body): JsonObject,
 ) -> Result<HttpResponse, ApiError> {
-    let request = RegisterRequest::parse(&body).map_err(ApiError::Validation)?;
+    let request = RegisterRequest::parse(&body, state.local_addr).map_err(ApiError::Validation)?;
     let name = request.tool.name.clone();
     let report = ask_router(
         &state,
@@ -203,6 +195,17 @@ pub struct ClearResponse {
 struct ListQuery {
     /// One character to list; every current character when absent.
     role: Option<String>,
+    /// `full` adds each tool's `parameters` and `timeout_seconds`.
+    #[param(inline)]
+    detail: Option<Detail>,
+}
+
+/// How much of each tool a listing shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+enum Detail {
+    /// Everything a caller needs to show or call the tool: its parameters schema and timeout too.
+    Full,
 }
 
 /// List the current registrations of every character, or of one.
@@ -215,7 +218,7 @@ struct ListQuery {
         (status = 200, description = "Tools by character, in configuration order", body = ListResponse),
         (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
         (status = 404, description = "`role` names no character", body = ErrorBody),
-        (status = 405, description = "Only GET is allowed", body = ErrorBody),
+        (status = 405, description = "Only GET and HEAD are allowed", body = ErrorBody),
         (status = 422, description = "The query string could not be read (e.g. `role` twice)", body = ValidationErrorBody),
     )
 )]
@@ -223,11 +226,15 @@ async fn list(
     state: web::Data<AppState>,
     query: web::Query<ListQuery>,
 ) -> Result<HttpResponse, ApiError> {
+    let ListQuery { role, detail } = query.into_inner();
     // Read on this worker's thread from the published snapshots: no round trip to the router.
-    let roles = state.directory.list(query.into_inner().role.as_deref())?;
+    let roles = state.directory.list(role.as_deref())?;
     let body = serde_json::to_vec(&ListResponse {
         ok: true,
-        tools_by_role: ToolsByRole(&roles),
+        tools_by_role: ToolsByRole {
+            roles: &roles,
+            full: detail == Some(Detail::Full),
+        },
     })
     .map_err(|e| ApiError::Unavailable(format!("listing could not be encoded: {e}")))?;
     Ok(HttpResponse::Ok()
@@ -245,7 +252,11 @@ pub struct ListResponse<'a> {
 }
 
 /// `{role: [tool, ...], ...}` in configuration order, serialised straight from the shared tools.
-struct ToolsByRole<'a>(&'a [RoleTools]);
+struct ToolsByRole<'a> {
+    roles: &'a [RoleTools],
+    /// `?detail=full`: with each tool's parameters and timeout.
+    full: bool,
+}
 
 /// One listed tool.
 #[derive(Serialize, ToSchema)]
@@ -259,13 +270,21 @@ pub struct ToolView<'a> {
     callback_url: Option<&'a str>,
     /// False for an in-process tool.
     is_remote: bool,
+    /// JSON Schema of the arguments; only with `?detail=full`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>, required = false, nullable = false)]
+    parameters: Option<&'a Map<String, Value>>,
+    /// The longest a call may take, in seconds; only with `?detail=full`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false)]
+    timeout_seconds: Option<f64>,
 }
 
 impl Serialize for ToolsByRole<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
-        let mut map = serializer.serialize_map(Some(self.0.len()))?;
-        for role in self.0 {
+        let mut map = serializer.serialize_map(Some(self.roles.len()))?;
+        for role in self.roles {
             let views: Vec<ToolView<'_>> = role
                 .tools
                 .tools()
@@ -275,6 +294,10 @@ impl Serialize for ToolsByRole<'_> {
                     source: &t.source,
                     callback_url: t.callback_url(),
                     is_remote: t.is_remote(),
+                    parameters: self.full.then_some(t.parameters.schema()),
+                    timeout_seconds: self
+                        .full
+                        .then(|| t.timeout().unwrap_or(LOCAL_TOOL_TIMEOUT).as_secs_f64()),
                 })
                 .collect();
             map.serialize_entry(&role.role, &views)?;
@@ -306,7 +329,9 @@ pub struct RegisterBody {
     /// Shown to the model.
     #[schema(default = "", nullable = false)]
     description: Option<String>,
-    /// JSON Schema object of the tool's arguments (default: an empty object schema).
+    /// JSON Schema (draft 2020-12) of the tool's arguments, describing an object: top-level
+    /// `type` absent or `"object"` (default: an empty object schema). An invalid schema is a 422
+    /// naming each problem's JSON pointer; every call's arguments are checked against it.
     #[schema(value_type = Option<Object>, nullable = false)]
     parameters: Option<Map<String, Value>>,
     /// `http` or `https` on `localhost`, `127.x.x.x`, `[::1]` or `[::ffff:127.x.x.x]`, at most

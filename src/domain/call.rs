@@ -1,46 +1,103 @@
 //! Tool calls and their results: the arguments rule, the callback-response mapping and the text
 //! the model receives. Plain functions; the dispatcher and the sessions use them.
+//!
+//! Arguments and outputs travel as their exact JSON text ([`JsonText`]): a number the model or a
+//! plugin wrote with more digits than an `f64` holds reaches the other side as written. Parsed
+//! [`Value`]s exist only where logic needs them (an `is_error` flag, images, argument checks).
 
 use std::fmt;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use serde::Serialize;
+use indexmap::IndexMap;
+use serde::ser::SerializeStruct;
+use serde::{Serialize, Serializer};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
+
+use super::images::ToolImage;
 
 /// How many characters of an HTTP error body a tool error quotes.
 pub const ERROR_BODY_QUOTE_CHARS: usize = 200;
 
-/// One call of a tool, as the model (or the invoke route) made it. Serialised, it is the body
-/// POSTed to a remote tool's callback, fields in the spec's order.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ToolCall {
-    pub name: String,
-    /// The arguments as a JSON object (see [`parse_arguments`]).
-    pub arguments: Map<String, Value>,
-    pub call_id: String,
-    /// The exact argument text the model produced.
-    pub raw_arguments: String,
+/// JSON text kept exactly as it was written.
+pub type JsonText = Box<RawValue>;
+
+/// The JSON text `null`.
+fn null_text() -> JsonText {
+    RawValue::NULL.to_owned()
 }
 
-/// What became of a call: always a value the model can be shown.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One call of a tool, as the model (or the invoke route) made it. Serialised, it is the body
+/// POSTed to a remote tool's callback: `{name, arguments, call_id, raw_arguments}`, where
+/// `arguments` is the exact JSON text of the arguments object.
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    pub name: String,
+    /// The arguments as a parsed JSON object, for logic (see [`parse_arguments`]). Numbers
+    /// beyond an `f64` are rounded here; the callback receives the exact text instead.
+    pub arguments: Map<String, Value>,
+    pub call_id: String,
+    /// The exact argument text the model (or the invoke route's client) produced.
+    pub raw_arguments: String,
+    /// The arguments object as the callback receives it, numbers exactly as written.
+    arguments_text: JsonText,
+}
+
+impl Serialize for ToolCall {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut body = serializer.serialize_struct("ToolCall", 4)?;
+        body.serialize_field("name", &self.name)?;
+        body.serialize_field("arguments", &self.arguments_text)?;
+        body.serialize_field("call_id", &self.call_id)?;
+        body.serialize_field("raw_arguments", &self.raw_arguments)?;
+        body.end()
+    }
+}
+
+/// What became of a call: always something the model can be shown.
+#[derive(Debug, Clone)]
 pub struct ToolResult {
     pub call_id: String,
     pub name: String,
-    pub output: Value,
+    /// The tool's output as exact JSON text (`null` when there is none). On a tool error it is
+    /// the readable half the tool sent next to its error, if any.
+    pub output: JsonText,
     pub is_error: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Images that passed every check, to show the model next to the output.
+    pub images: Vec<ToolImage>,
+    /// What happened to images that were dropped or changed (also in the output's
+    /// `_image_warnings`, so the model reads them).
+    pub image_warnings: Vec<String>,
 }
 
-/// The outcome of running a tool, before it is tied to its call.
+/// What a tool answered, before it is tied to its call.
+#[derive(Debug, Clone)]
+pub struct ToolAnswer {
+    /// Exact JSON text; `null` when the tool gave none.
+    pub output: JsonText,
+    /// The error text of a tool error.
+    pub error: Option<String>,
+    /// The `images` field of the answer, still to be checked.
+    pub images: Option<Value>,
+}
+
+/// The outcome of an in-process tool: `Ok(output)` or `Err(error text for the model)`. An output
+/// object that carries `is_error`, or both `output` and `images`, is read as an envelope, like a
+/// callback's answer, so an in-process tool can send images and an error with its output.
 pub type ToolOutcome = Result<Value, String>;
 
 /// An in-process tool's handler. Implemented for actor recipients in `local_tool`, so in-process
 /// plugins write an actor; kept as a trait here so the domain does not depend on the actor system.
 pub trait LocalHandler: Send + Sync {
     fn call(&self, call: ToolCall) -> BoxFuture<'static, ToolOutcome>;
+
+    /// The longest a call may take, when the handler bounds its calls itself (an MCP server's
+    /// tool does); listings show it.
+    fn timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
 }
 
 /// A shared handle on an in-process tool's handler.
@@ -54,13 +111,32 @@ impl fmt::Debug for LocalToolHandler {
 }
 
 impl ToolCall {
-    /// A call from the model's argument text, parsed as [`parse_arguments`] says.
+    /// A call from the model's argument text, read as [`parse_arguments`] says.
     pub fn from_raw(call_id: String, name: String, raw_arguments: String) -> Self {
+        let (arguments, arguments_text) = read_arguments(&raw_arguments);
         Self {
-            arguments: parse_arguments(&raw_arguments),
-            call_id,
             name,
+            arguments,
+            call_id,
             raw_arguments,
+            arguments_text,
+        }
+    }
+
+    /// A call whose arguments object is `text`, exactly as a client wrote it; `arguments` is its
+    /// parsed form.
+    pub fn from_text(
+        call_id: String,
+        name: String,
+        text: JsonText,
+        arguments: Map<String, Value>,
+    ) -> Self {
+        Self {
+            name,
+            arguments,
+            call_id,
+            raw_arguments: text.get().to_owned(),
+            arguments_text: text,
         }
     }
 
@@ -68,81 +144,248 @@ impl ToolCall {
     pub fn from_arguments(call_id: String, name: String, arguments: Map<String, Value>) -> Self {
         // Serialising a map of JSON values cannot fail.
         let raw_arguments = serde_json::to_string(&arguments).unwrap_or_default();
+        let arguments_text = text_of(raw_arguments.clone());
         Self {
-            call_id,
             name,
             arguments,
+            call_id,
             raw_arguments,
+            arguments_text,
         }
     }
 
-    /// Ties an outcome to this call.
-    pub fn result(&self, outcome: ToolOutcome) -> ToolResult {
-        let (output, error) = match outcome {
-            Ok(output) => (output, None),
-            Err(error) => (Value::Null, Some(error)),
-        };
+    /// The arguments object as the callback receives it.
+    pub fn arguments_text(&self) -> &RawValue {
+        &self.arguments_text
+    }
+
+    /// Ties an answer (and the images that passed their checks) to this call.
+    pub fn result(&self, answer: ToolAnswer, images: Vec<ToolImage>) -> ToolResult {
         ToolResult {
             call_id: self.call_id.clone(),
             name: self.name.clone(),
-            is_error: error.is_some(),
+            is_error: answer.error.is_some(),
+            output: answer.output,
+            error: answer.error,
+            images,
+            image_warnings: Vec::new(),
+        }
+    }
+
+    /// A tool error with no output.
+    pub fn error(&self, error: String) -> ToolResult {
+        self.result(ToolAnswer::error(error), Vec::new())
+    }
+}
+
+impl ToolAnswer {
+    /// A tool error with no output.
+    pub fn error(error: String) -> Self {
+        Self {
+            output: null_text(),
+            error: Some(error),
+            images: None,
+        }
+    }
+
+    /// A successful output of exact JSON text.
+    fn output(output: JsonText) -> Self {
+        Self {
             output,
-            error,
+            error: None,
+            images: None,
+        }
+    }
+
+    /// An in-process tool's outcome.
+    pub fn from_local(outcome: ToolOutcome) -> Self {
+        match outcome {
+            Err(error) => Self::error(error),
+            Ok(Value::Object(object))
+                if object.contains_key("is_error")
+                    || (object.contains_key("output") && object.contains_key("images")) =>
+            {
+                let text = serde_json::to_string(&object).unwrap_or_default();
+                read_json_body(&text).unwrap_or_else(|| Self::output(text_of(text)))
+            }
+            Ok(value) => Self::output(text_of(value.to_string())),
         }
     }
 }
 
 impl ToolResult {
-    /// The text the model receives: the JSON text of the output, or for an error a JSON object
-    /// text carrying the error, so the model always learns what went wrong.
+    /// The text the model receives: the output's exact JSON text, or for an error a JSON object
+    /// text carrying the error (and the output the tool sent with it), so the model always
+    /// learns what went wrong and reads whatever the tool explained.
     pub fn model_text(&self) -> String {
         match &self.error {
-            Some(error) => serde_json::json!({"error": error, "is_error": true}).to_string(),
-            None => self.output.to_string(),
+            Some(error) => {
+                let output = (self.output.get() != "null").then_some(&*self.output);
+                serde_json::to_string(&ErrorText {
+                    error,
+                    output,
+                    is_error: true,
+                })
+                .unwrap_or_default()
+            }
+            None => self.output.get().to_owned(),
         }
     }
+
+    /// Adds `warnings` to the output's `_image_warnings` (a list, kept if the tool already sent
+    /// one), turning an output that is not an object into `{"result": output}` first, so the
+    /// model knows which images it did not get.
+    pub fn add_image_warnings(&mut self, warnings: Vec<String>) {
+        if warnings.is_empty() {
+            return;
+        }
+        self.output = with_image_warnings(&self.output, &warnings);
+        self.image_warnings.extend(warnings);
+    }
+}
+
+#[derive(Serialize)]
+struct ErrorText<'a> {
+    error: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<&'a RawValue>,
+    is_error: bool,
+}
+
+/// `output` with `warnings` appended to its `_image_warnings` list.
+fn with_image_warnings(output: &RawValue, warnings: &[String]) -> JsonText {
+    const KEY: &str = "_image_warnings";
+    let mut object: IndexMap<String, JsonText> =
+        match serde_json::from_str::<IndexMap<String, JsonText>>(output.get()) {
+            Ok(object) if output.get().trim_start().starts_with('{') => object,
+            _ => IndexMap::from([("result".to_owned(), output.to_owned())]),
+        };
+    let mut list: Vec<Value> = object
+        .get(KEY)
+        .and_then(|existing| serde_json::from_str::<Vec<Value>>(existing.get()).ok())
+        .unwrap_or_default();
+    list.extend(warnings.iter().cloned().map(Value::String));
+    object.insert(KEY.to_owned(), text_of(Value::Array(list).to_string()));
+    text_of(serde_json::to_string(&object).unwrap_or_default())
+}
+
+/// Exact JSON text of text known to be JSON.
+fn text_of(json: String) -> JsonText {
+    RawValue::from_string(json).unwrap_or_else(|_| null_text())
 }
 
 /// The model's argument text as a JSON object: empty text is `{}`, a JSON value that is not an
 /// object is `{"value": it}`, and text that is not JSON is `{"_raw": text}`.
 pub fn parse_arguments(raw: &str) -> Map<String, Value> {
-    if raw.trim().is_empty() {
-        return Map::new();
+    read_arguments(raw).0
+}
+
+/// [`parse_arguments`], with the exact JSON text of the resulting object: the model's own text
+/// whenever it is an object.
+fn read_arguments(raw: &str) -> (Map<String, Value>, JsonText) {
+    let trimmed = raw.trim();
+    if trimmed.is_empty() {
+        return (Map::new(), text_of("{}".to_owned()));
     }
-    match serde_json::from_str::<Value>(raw) {
-        Ok(Value::Object(map)) => map,
-        Ok(other) => Map::from_iter([("value".to_owned(), other)]),
-        Err(_) => Map::from_iter([("_raw".to_owned(), Value::String(raw.to_owned()))]),
+    match serde_json::from_str::<Value>(trimmed) {
+        Ok(Value::Object(map)) => {
+            let text = RawValue::from_string(trimmed.to_owned()).unwrap_or_else(|_| {
+                text_of(serde_json::to_string(&map).unwrap_or_else(|_| "{}".into()))
+            });
+            (map, text)
+        }
+        Ok(other) => {
+            let text = text_of(format!("{{\"value\":{trimmed}}}"));
+            (Map::from_iter([("value".to_owned(), other)]), text)
+        }
+        Err(_) => {
+            let map = Map::from_iter([("_raw".to_owned(), Value::String(raw.to_owned()))]);
+            let text = text_of(serde_json::to_string(&map).unwrap_or_default());
+            (map, text)
+        }
     }
 }
 
-/// Maps a completed callback exchange to the tool's outcome.
-pub fn map_callback_response(status: u16, body: &[u8]) -> ToolOutcome {
+/// Maps a completed callback exchange to the tool's answer.
+pub fn map_callback_response(status: u16, body: &[u8]) -> ToolAnswer {
     if (300..400).contains(&status) {
-        return Err(format!(
+        return ToolAnswer::error(format!(
             "remote tool callback answered with a redirect (HTTP {status}); redirects are not followed"
         ));
     }
     if status >= 400 {
         let text = String::from_utf8_lossy(body);
         let quoted: String = text.chars().take(ERROR_BODY_QUOTE_CHARS).collect();
-        return Err(format!(
+        return ToolAnswer::error(format!(
             "remote tool callback returned HTTP {status}: {quoted}"
         ));
     }
-    match serde_json::from_slice::<Value>(body) {
-        Ok(Value::Object(mut object))
-            if object.contains_key("output") || object.contains_key("is_error") =>
-        {
-            if object.get("is_error").is_some_and(is_truthy) {
-                Err(error_text(object.remove("error")))
+    match std::str::from_utf8(body) {
+        Ok(text) => read_json_body(text).unwrap_or_else(|| {
+            ToolAnswer::output(text_of(Value::String(text.to_owned()).to_string()))
+        }),
+        Err(_) => ToolAnswer::output(text_of(
+            Value::String(String::from_utf8_lossy(body).into_owned()).to_string(),
+        )),
+    }
+}
+
+/// Reads a JSON body: an envelope (an object with `output` or `is_error`) gives its parts, any
+/// other JSON value is the output whole.
+/// `None` when the text is not JSON.
+///
+/// Only the envelope's top level is parsed into values; `output` (and a whole non-envelope
+/// body) stays exact text, read by serde_json's skipping parser, which has no depth limit and
+/// does not recurse: an answer nested deeper than serde_json's 128-level limit for values (which
+/// keeps a hostile document from exhausting the stack) is read in full like any
+/// other, its `is_error` honoured.
+fn read_json_body(text: &str) -> Option<ToolAnswer> {
+    let trimmed = text.trim();
+    if !trimmed.starts_with('{') {
+        let value = serde_json::from_str::<JsonText>(trimmed).ok()?;
+        return Some(ToolAnswer::output(value));
+    }
+    let object = serde_json::from_str::<IndexMap<String, &RawValue>>(trimmed).ok()?;
+    // A callback's envelope has `output` or `is_error`; any other object is the tool's data.
+    if !object.contains_key("output") && !object.contains_key("is_error") {
+        return Some(ToolAnswer::output(text_of(trimmed.to_owned())));
+    }
+    let is_error = object
+        .get("is_error")
+        .is_some_and(|raw| is_truthy_text(raw));
+    // Images nested too deep to parse are no list of images: they are reported as such.
+    let images = object
+        .get("images")
+        .map(|raw| serde_json::from_str::<Value>(raw.get()).unwrap_or(Value::Null));
+    let output = match object.get("output") {
+        Some(output) => (*output).to_owned(),
+        // No `output`: the envelope's other fields are the readable part, e.g. a plugin's
+        // `{"is_error": true, "error": "QUOTA", "reason": "..."}`.
+        None => {
+            let rest: IndexMap<&str, &RawValue> = object
+                .iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "is_error" | "error" | "images"))
+                .map(|(k, v)| (k.as_str(), *v))
+                .collect();
+            if rest.is_empty() {
+                null_text()
             } else {
-                Ok(object.remove("output").unwrap_or(Value::Null))
+                text_of(serde_json::to_string(&rest).unwrap_or_default())
             }
         }
-        Ok(value) => Ok(value),
-        Err(_) => Ok(Value::String(String::from_utf8_lossy(body).into_owned())),
-    }
+    };
+    let error = is_error.then(|| error_text(object.get("error").copied()));
+    Some(ToolAnswer {
+        output,
+        error,
+        images,
+    })
+}
+
+/// [`is_truthy`] of JSON text. Text too deep to parse into a value is a non-empty array or
+/// object, which is true.
+fn is_truthy_text(raw: &RawValue) -> bool {
+    serde_json::from_str::<Value>(raw.get()).map_or(true, |v| is_truthy(&v))
 }
 
 /// Python truthiness, which plugins written for the reference server rely on.
@@ -157,13 +400,17 @@ fn is_truthy(value: &Value) -> bool {
     }
 }
 
-fn error_text(error: Option<Value>) -> String {
-    match error {
-        Some(Value::String(text)) if !text.is_empty() => text,
-        None | Some(Value::Null) | Some(Value::String(_)) => {
-            "remote tool reported an error without a message".to_owned()
-        }
-        Some(other) => other.to_string(),
+/// The error text of an envelope: its `error` string, the exact JSON text of any other non-null
+/// value, or a stock text when there is none.
+fn error_text(error: Option<&RawValue>) -> String {
+    const NO_MESSAGE: &str = "remote tool reported an error without a message";
+    let Some(raw) = error else {
+        return NO_MESSAGE.to_owned();
+    };
+    match serde_json::from_str::<Option<String>>(raw.get()) {
+        Ok(Some(text)) if !text.is_empty() => text,
+        Ok(_) => NO_MESSAGE.to_owned(),
+        Err(_) => raw.get().to_owned(),
     }
 }
 
@@ -172,6 +419,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    fn output_of(answer: &ToolAnswer) -> Value {
+        serde_json::from_str(answer.output.get()).unwrap()
+    }
 
     #[test]
     fn arguments_rule() {
@@ -193,79 +444,201 @@ mod tests {
     }
 
     #[test]
+    fn the_callback_gets_the_arguments_exactly_as_written() {
+        let big = r#" {"big": 123456789012345678901234567890, "f": 0.10000000000000000001} "#;
+        let call = ToolCall::from_raw("c".into(), "t".into(), big.into());
+        assert_eq!(call.arguments_text().get(), big.trim());
+        assert_eq!(call.raw_arguments, big);
+        let body = serde_json::to_string(&call).unwrap();
+        assert_eq!(
+            body,
+            format!(
+                r#"{{"name":"t","arguments":{},"call_id":"c","raw_arguments":{}}}"#,
+                big.trim(),
+                serde_json::to_string(big).unwrap()
+            )
+        );
+        let value = ToolCall::from_raw("c".into(), "t".into(), "12345678901234567890123".into());
+        assert_eq!(
+            value.arguments_text().get(),
+            r#"{"value":12345678901234567890123}"#
+        );
+        let text = ToolCall::from_raw("c".into(), "t".into(), "{oops".into());
+        assert_eq!(text.arguments_text().get(), r#"{"_raw":"{oops"}"#);
+        let empty = ToolCall::from_raw("c".into(), "t".into(), "".into());
+        assert_eq!(empty.arguments_text().get(), "{}");
+    }
+
+    #[test]
     fn success_output() {
         let body = br#"{"output": {"temperature_c": 28}, "is_error": false}"#;
+        let answer = map_callback_response(200, body);
+        assert_eq!(answer.error, None);
+        assert_eq!(answer.output.get(), r#"{"temperature_c": 28}"#);
         assert_eq!(
-            map_callback_response(200, body),
-            Ok(json!({"temperature_c": 28}))
+            map_callback_response(200, br#"{"output": null}"#)
+                .output
+                .get(),
+            "null"
+        );
+    }
+
+    #[test]
+    fn outputs_keep_their_numbers() {
+        let body =
+            br#"{"output": {"n": 123456789012345678901234567890, "x": 1.000000000000000000001}}"#;
+        assert_eq!(
+            map_callback_response(200, body).output.get(),
+            r#"{"n": 123456789012345678901234567890, "x": 1.000000000000000000001}"#
         );
         assert_eq!(
-            map_callback_response(200, br#"{"output": null}"#),
-            Ok(Value::Null)
+            map_callback_response(200, b" 123456789012345678901234567890 ")
+                .output
+                .get(),
+            "123456789012345678901234567890"
         );
     }
 
     #[test]
     fn tool_level_error() {
         let body = br#"{"error": "location not found", "is_error": true}"#;
+        let answer = map_callback_response(200, body);
+        assert_eq!(answer.error.as_deref(), Some("location not found"));
+        assert_eq!(answer.output.get(), "null");
+    }
+
+    #[test]
+    fn an_error_keeps_its_output() {
+        let body = br#"{"output": {"error": "ValueError: boom"}, "is_error": true, "error": "ValueError"}"#;
+        let answer = map_callback_response(200, body);
+        assert_eq!(answer.error.as_deref(), Some("ValueError"));
+        assert_eq!(output_of(&answer), json!({"error": "ValueError: boom"}));
+        let call = ToolCall::from_raw("c".into(), "t".into(), "{}".into());
         assert_eq!(
-            map_callback_response(200, body),
-            Err("location not found".to_owned())
+            call.result(answer, Vec::new()).model_text(),
+            r#"{"error":"ValueError","output":{"error": "ValueError: boom"},"is_error":true}"#
         );
+        let unnamed = map_callback_response(200, br#"{"output": "why", "is_error": 1}"#);
+        assert_eq!(
+            unnamed.error.as_deref(),
+            Some("remote tool reported an error without a message")
+        );
+        assert_eq!(output_of(&unnamed), json!("why"));
+    }
+
+    #[test]
+    fn an_error_without_output_keeps_its_other_fields() {
+        let body = br#"{"is_error": true, "error": "QUOTA", "reason": "daily quota used up", "images": []}"#;
+        let answer = map_callback_response(200, body);
+        assert_eq!(answer.error.as_deref(), Some("QUOTA"));
+        assert_eq!(output_of(&answer), json!({"reason": "daily quota used up"}));
+        assert_eq!(answer.images, Some(json!([])));
     }
 
     #[test]
     fn business_dict_is_output_as_a_whole() {
         let body = br#"{"error": "x", "temp": 3}"#;
-        assert_eq!(
-            map_callback_response(200, body),
-            Ok(json!({"error": "x", "temp": 3}))
-        );
+        let answer = map_callback_response(200, body);
+        assert_eq!(answer.error, None);
+        assert_eq!(answer.output.get(), r#"{"error": "x", "temp": 3}"#);
     }
 
     #[test]
     fn non_object_json_and_text() {
-        assert_eq!(map_callback_response(200, b"[1,2]"), Ok(json!([1, 2])));
-        assert_eq!(map_callback_response(200, b"\"hi\""), Ok(json!("hi")));
+        assert_eq!(map_callback_response(200, b"[1,2]").output.get(), "[1,2]");
+        assert_eq!(map_callback_response(200, b"\"hi\"").output.get(), "\"hi\"");
         assert_eq!(
-            map_callback_response(200, b"plain text"),
-            Ok(json!("plain text"))
+            map_callback_response(200, b"plain text").output.get(),
+            "\"plain text\""
         );
+        assert_eq!(
+            map_callback_response(200, b"\xff\xfeoops").output.get(),
+            "\"\u{fffd}\u{fffd}oops\""
+        );
+    }
+
+    #[test]
+    fn json_deeper_than_the_depth_limit_is_read_in_full() {
+        let nested = format!("{}{}", "[".repeat(1_000_000), "]".repeat(1_000_000));
+        let deep = format!(r#"{{"is_error": true, "error": "deep", "output": {nested}}}"#);
+        let answer = map_callback_response(200, deep.as_bytes());
+        assert_eq!(answer.error.as_deref(), Some("deep"));
+        assert_eq!(answer.output.get(), nested);
+        let flag = format!(r#"{{"is_error": {nested}, "error": {nested}}}"#);
+        let answer = map_callback_response(200, flag.as_bytes());
+        assert_eq!(answer.error.as_deref(), Some(nested.as_str()));
+        let bare = map_callback_response(200, nested.as_bytes());
+        assert_eq!((bare.error, bare.output.get()), (None, nested.as_str()));
     }
 
     #[test]
     fn http_errors_quote_200_characters() {
         let body = "é".repeat(300);
-        let Err(text) = map_callback_response(503, body.as_bytes()) else {
-            panic!("503 must be an error")
-        };
+        let answer = map_callback_response(503, body.as_bytes());
         assert_eq!(
-            text,
-            format!(
+            answer.error,
+            Some(format!(
                 "remote tool callback returned HTTP 503: {}",
                 "é".repeat(200)
-            )
+            ))
         );
     }
 
     #[test]
     fn redirects_are_errors() {
-        let Err(text) = map_callback_response(302, b"") else {
-            panic!("302 must be an error")
-        };
-        assert!(text.contains("redirect"), "{text}");
+        let answer = map_callback_response(302, b"");
+        assert!(answer.error.unwrap().contains("redirect"));
     }
 
     #[test]
     fn model_text_carries_the_error() {
         let call = ToolCall::from_raw("c1".into(), "t".into(), "{}".into());
-        let result = call.result(Err("location not found".into()));
+        let result = call.error("location not found".into());
         assert_eq!(
-            serde_json::from_str::<Value>(&result.model_text()).unwrap(),
-            json!({"error": "location not found", "is_error": true})
+            result.model_text(),
+            r#"{"error":"location not found","is_error":true}"#
         );
-        let ok = call.result(Ok(json!({"t": 1})));
+        let ok = call.result(ToolAnswer::from_local(Ok(json!({"t": 1}))), Vec::new());
         assert_eq!(ok.model_text(), r#"{"t":1}"#);
+    }
+
+    #[test]
+    fn local_envelopes_are_read_like_callback_answers() {
+        let error =
+            ToolAnswer::from_local(Ok(json!({"is_error": true, "error": "E", "output": 1})));
+        assert_eq!(error.error.as_deref(), Some("E"));
+        assert_eq!(error.output.get(), "1");
+        let images = ToolAnswer::from_local(Ok(json!({"output": "o", "images": []})));
+        assert_eq!(images.output.get(), "\"o\"");
+        assert_eq!(images.images, Some(json!([])));
+        let data = ToolAnswer::from_local(Ok(json!({"output": "o", "n": 1})));
+        assert_eq!(data.output.get(), r#"{"output":"o","n":1}"#);
+    }
+
+    #[test]
+    fn image_warnings_go_into_the_output() {
+        let call = ToolCall::from_raw("c".into(), "t".into(), "{}".into());
+        let mut result = call.result(ToolAnswer::from_local(Ok(json!("plain"))), Vec::new());
+        result.add_image_warnings(vec!["image #0 dropped".into()]);
+        assert_eq!(
+            result.output.get(),
+            r#"{"result":"plain","_image_warnings":["image #0 dropped"]}"#
+        );
+        result.add_image_warnings(vec!["image #1 dropped".into()]);
+        assert_eq!(
+            result.output.get(),
+            r#"{"result":"plain","_image_warnings":["image #0 dropped","image #1 dropped"]}"#
+        );
+        assert_eq!(result.image_warnings.len(), 2);
+        let mut object = call.result(
+            map_callback_response(200, br#"{"output": {"n": 1e400}}"#),
+            Vec::new(),
+        );
+        object.add_image_warnings(vec!["w".into()]);
+        assert_eq!(
+            object.output.get(),
+            r#"{"n":1e400,"_image_warnings":["w"]}"#
+        );
     }
 
     #[test]
@@ -274,6 +647,7 @@ mod tests {
         args.insert("city".into(), json!("Tokyo"));
         let call = ToolCall::from_arguments("c".into(), "t".into(), args.clone());
         assert_eq!(call.raw_arguments, r#"{"city":"Tokyo"}"#);
+        assert_eq!(call.arguments_text().get(), r#"{"city":"Tokyo"}"#);
         assert_eq!(call.arguments, args);
     }
 }

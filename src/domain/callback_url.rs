@@ -7,6 +7,7 @@
 //! derive its [`CallbackOrigin`].
 
 use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 use url::Url;
 
@@ -126,6 +127,28 @@ impl CallbackUrl {
 
     pub fn origin(&self) -> &CallbackOrigin {
         &self.origin
+    }
+
+    /// Whether a request to this URL lands on a server listening on `bound`: the same port, and
+    /// a host that is the bound address (or, for a wildcard bind, any loopback host, since every
+    /// one of them reaches a wildcard listener). `localhost` is both loopback addresses.
+    pub fn reaches(&self, bound: SocketAddr) -> bool {
+        if self.parsed.port_or_known_default() != Some(bound.port()) {
+            return false;
+        }
+        if bound.ip().is_unspecified() {
+            return true;
+        }
+        let bound_ip = bound.ip().to_canonical();
+        match self.parsed.host() {
+            Some(url::Host::Domain(_)) => {
+                bound_ip == IpAddr::V4(Ipv4Addr::LOCALHOST)
+                    || bound_ip == IpAddr::V6(Ipv6Addr::LOCALHOST)
+            }
+            Some(url::Host::Ipv4(ip)) => bound_ip == IpAddr::V4(ip),
+            Some(url::Host::Ipv6(ip)) => bound_ip == IpAddr::V6(ip).to_canonical(),
+            None => false,
+        }
     }
 }
 
@@ -275,6 +298,32 @@ mod tests {
             CallbackUrl::parse(&over),
             Err(CallbackUrlError::TooLong(MAX_CALLBACK_URL_BYTES + 1))
         );
+    }
+
+    #[test]
+    fn which_urls_reach_a_server() {
+        let reaches = |url: &str, bound: &str| {
+            CallbackUrl::parse(url)
+                .unwrap()
+                .reaches(bound.parse().unwrap())
+        };
+        let bound = "127.0.0.1:9000";
+        assert!(reaches("http://127.0.0.1:9000/api/tools/invoke", bound));
+        assert!(reaches("http://LOCALHOST:9000/x", bound));
+        assert!(reaches("http://[::ffff:127.0.0.1]:9000/x", bound));
+        assert!(!reaches("http://127.0.0.1:9001/x", bound));
+        assert!(!reaches("http://127.0.0.2:9000/x", bound));
+        assert!(!reaches("http://[::1]:9000/x", bound));
+        assert!(!reaches("https://127.0.0.1/x", bound));
+        assert!(reaches("https://127.0.0.1/x", "127.0.0.1:443"));
+        assert!(reaches("http://[::1]:9000/x", "[::1]:9000"));
+        assert!(reaches("http://localhost:9000/x", "[::1]:9000"));
+        for wildcard in ["0.0.0.0:9000", "[::]:9000"] {
+            assert!(reaches("http://127.0.0.9:9000/x", wildcard));
+            assert!(reaches("http://[::1]:9000/x", wildcard));
+            assert!(!reaches("http://127.0.0.9:9001/x", wildcard));
+        }
+        assert!(!reaches("http://127.0.0.1:9000/x", "192.168.1.5:9000"));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 use std::borrow::Borrow;
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use indexmap::IndexSet;
 
@@ -28,6 +29,25 @@ pub enum Change {
         source: String,
         origin: CallbackOrigin,
     },
+    /// The tools of `source` become `tools` (an MCP server's listing; none when it goes away):
+    /// those of `source` not among them are removed, each of them is added or replaces the tool
+    /// of the same name in its place, whatever that tool's source.
+    ReplaceSource {
+        source: String,
+        tools: Arc<[SharedTool]>,
+    },
+}
+
+impl Change {
+    /// Whether the change adds tools, and so changes every registry it reaches (what it removes
+    /// aside).
+    pub fn adds(&self) -> bool {
+        match self {
+            Change::Register(_) => true,
+            Change::ReplaceSource { tools, .. } => !tools.is_empty(),
+            Change::Unregister(_) | Change::ClearSource(_) | Change::RemoveOrigin { .. } => false,
+        }
+    }
 }
 
 /// What applying a [`Change`] did.
@@ -79,20 +99,26 @@ impl ToolRegistry {
         let removed = match change {
             Change::Register(tool) => {
                 self.insert(tool.clone());
-                return Effect {
-                    removed: 0,
-                    changed: true,
-                };
+                0
             }
             Change::Unregister(name) => usize::from(self.tools.shift_remove(name.as_str())),
             Change::ClearSource(source) => self.remove_where(|t| t.source == *source),
             Change::RemoveOrigin { source, origin } => {
                 self.remove_where(|t| t.is_served_by(source, origin))
             }
+            Change::ReplaceSource { source, tools } => {
+                let removed = self.remove_where(|t| {
+                    t.source == *source && !tools.iter().any(|new| new.name == t.name)
+                });
+                for tool in tools.iter() {
+                    self.insert(tool.clone());
+                }
+                removed
+            }
         };
         Effect {
             removed,
-            changed: removed > 0,
+            changed: change.adds() || removed > 0,
         }
     }
 
@@ -245,6 +271,43 @@ mod tests {
         assert_eq!(
             not_registered_text("x", Some("Mio"), []),
             "tool 'x' is not registered for role Mio; available tools: none"
+        );
+    }
+
+    #[test]
+    fn replace_source_keeps_places_drops_the_missing_and_spares_other_sources() {
+        let mut r = ToolRegistry::new();
+        register(&mut r, "a", "mcp:x", "http://127.0.0.1:1/a");
+        register(&mut r, "p", "plugin:y", "http://127.0.0.1:1/p");
+        register(&mut r, "b", "mcp:x", "http://127.0.0.1:1/b");
+        let replace = |tools: Vec<SharedTool>| Change::ReplaceSource {
+            source: "mcp:x".into(),
+            tools: tools.into(),
+        };
+        let effect = r.apply(&replace(vec![
+            tool("b", "mcp:x", "http://127.0.0.1:2/b"),
+            tool("c", "mcp:x", "http://127.0.0.1:2/c"),
+        ]));
+        assert_eq!(
+            effect,
+            Effect {
+                removed: 1,
+                changed: true
+            }
+        );
+        assert_eq!(names(&r), ["p", "b", "c"]);
+        assert_eq!(
+            r.get("b").unwrap().callback_url(),
+            Some("http://127.0.0.1:2/b")
+        );
+        assert_eq!(r.apply(&replace(vec![])).removed, 2);
+        assert_eq!(names(&r), ["p"]);
+        assert_eq!(
+            r.apply(&replace(vec![])),
+            Effect {
+                removed: 0,
+                changed: false
+            }
         );
     }
 

@@ -3,11 +3,12 @@
 //! A [`ToolSpec`] is immutable once built and shared as `Arc<ToolSpec>`: one registration that
 //! applies to many characters is one allocation, whatever the number of characters.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde_json::Map;
 
+use super::arguments::Parameters;
 use super::call::LocalToolHandler;
 use super::callback_url::{CallbackOrigin, CallbackUrl};
 
@@ -25,8 +26,9 @@ pub const PLUGIN_SOURCE_PREFIX: &str = "plugin:";
 pub struct ToolSpec {
     pub name: String,
     pub description: String,
-    /// JSON Schema of the arguments (always a JSON object).
-    pub parameters: Map<String, Value>,
+    /// JSON Schema of the arguments (always an object schema), compiled: checked before every
+    /// call.
+    pub parameters: Parameters,
     /// Lifecycle tag used by `clear`.
     pub source: String,
     pub handler: ToolHandler,
@@ -53,7 +55,7 @@ impl ToolSpec {
     pub fn remote(
         name: impl Into<String>,
         description: impl Into<String>,
-        parameters: Map<String, Value>,
+        parameters: Parameters,
         source: impl Into<String>,
         callback_url: CallbackUrl,
         timeout: Duration,
@@ -70,11 +72,13 @@ impl ToolSpec {
         }
     }
 
-    /// An in-process tool handled by an actor.
+    /// An in-process tool handled by an actor. Its `parameters` are checked like a remote
+    /// tool's: build them with [`Parameters::new`], which refuses a schema the register route
+    /// would refuse.
     pub fn local(
         name: impl Into<String>,
         description: impl Into<String>,
-        parameters: Map<String, Value>,
+        parameters: Parameters,
         source: impl Into<String>,
         handler: LocalToolHandler,
     ) -> Self {
@@ -99,6 +103,16 @@ impl ToolSpec {
         }
     }
 
+    /// The longest a call may take, when the tool sets its own bound: a remote tool's timeout,
+    /// or what an in-process handler declares (`None`: the dispatcher's bound for in-process
+    /// tools applies).
+    pub fn timeout(&self) -> Option<Duration> {
+        match &self.handler {
+            ToolHandler::Remote(r) => Some(r.timeout),
+            ToolHandler::Local(handler) => handler.0.timeout(),
+        }
+    }
+
     pub fn callback_origin(&self) -> Option<&CallbackOrigin> {
         match &self.handler {
             ToolHandler::Remote(r) => Some(r.callback_url.origin()),
@@ -112,12 +126,12 @@ impl ToolSpec {
     }
 }
 
-/// The empty-object schema used when a registration gives no `parameters`.
-pub fn empty_parameters() -> Map<String, Value> {
-    let mut schema = Map::new();
-    schema.insert("type".into(), Value::String("object".into()));
-    schema.insert("properties".into(), Value::Object(Map::new()));
-    schema
+/// The parameters of a registration that gives none: `{"type": "object", "properties": {}}`,
+/// compiled once per process.
+pub fn empty_parameters() -> Parameters {
+    static EMPTY: LazyLock<Parameters> =
+        LazyLock::new(|| Parameters::new(Map::new()).expect("the empty object schema is valid"));
+    EMPTY.clone()
 }
 
 /// A shared, immutable tool definition.

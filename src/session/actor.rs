@@ -24,9 +24,10 @@ use super::protocol::{self, FunctionCall, ServerEvent};
 use super::settings::SessionSettings;
 use super::sync::SyncState;
 use crate::dispatch::Dispatcher;
-use crate::domain::call::ToolCall;
+use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::registry::not_registered_text;
 use crate::domain::tool::SharedTool;
+use crate::events::{Caller, EventHub, ToolCallFinished};
 
 /// First reconnect delay; doubled per failed attempt up to [`MAX_BACKOFF`].
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
@@ -118,6 +119,8 @@ pub struct RealtimeSession {
     settings: SessionSettings,
     api_key: Option<String>,
     dispatcher: Dispatcher,
+    /// Where state changes and answered calls are announced.
+    events: EventHub,
     /// The newest tool list; what a (re)connect sends and what calls are resolved against.
     tools: Arc<[SharedTool]>,
     state: ConnectionState,
@@ -148,6 +151,7 @@ impl RealtimeSession {
         settings: SessionSettings,
         api_key: Option<String>,
         dispatcher: Dispatcher,
+        events: EventHub,
         tools: Arc<[SharedTool]>,
     ) -> Addr<Self> {
         let limiter = CallLimiter::new(
@@ -159,6 +163,7 @@ impl RealtimeSession {
             settings,
             api_key,
             dispatcher,
+            events,
             tools,
             state: ConnectionState::Connecting,
             attempt: 0,
@@ -186,8 +191,25 @@ impl RealtimeSession {
         format!("rt_{kind}_{}", self.next_event)
     }
 
+    /// The state and last sync `GET /api/sessions` reports.
+    fn report(&self) -> SessionReport {
+        SessionReport {
+            state: self.state,
+            last_sync: self.last_sync.clone(),
+            acknowledged_tools: self.acknowledged_tools,
+        }
+    }
+
+    /// Moves to `state`, announcing it when it is a change.
+    fn set_state(&mut self, state: ConnectionState) {
+        if self.state != state {
+            self.state = state;
+            self.events.session_state(&self.character, &self.report());
+        }
+    }
+
     fn connect(&mut self, ctx: &mut Context<Self>) {
-        self.state = ConnectionState::Connecting;
+        self.set_state(ConnectionState::Connecting);
         let client = awc::Client::builder()
             // Websockets need HTTP/1.1; TLS would otherwise offer h2 through ALPN.
             .max_http_version(awc::http::Version::HTTP_11)
@@ -220,7 +242,7 @@ impl RealtimeSession {
 
     fn on_connected(&mut self, ctx: &mut Context<Self>) {
         tracing::info!(character = %self.character, tools = self.tools.len(), "model session connected");
-        self.state = ConnectionState::Connected;
+        self.set_state(ConnectionState::Connected);
         self.attempt = 0;
         self.limiter.reset();
         self.calls.clear();
@@ -271,6 +293,7 @@ impl RealtimeSession {
             error: outcome.clone().err(),
             at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
         });
+        self.events.session_state(&self.character, &self.report());
         for waiter in settled.waiters {
             let _ = waiter.send(outcome.clone());
         }
@@ -359,6 +382,7 @@ impl RealtimeSession {
             return;
         }
         let response_id = call.response_id;
+        let started = Instant::now();
         let tool_call = ToolCall::from_raw(call.call_id, call.name, call.arguments);
         if !self.limiter.admit(Instant::now()) {
             let error = format!(
@@ -367,8 +391,8 @@ impl RealtimeSession {
                 self.limiter.window().as_secs_f64()
             );
             tracing::warn!(character = %self.character, tool = %tool_call.name, "runaway guard refused a tool call");
-            let result = tool_call.result(Err(error));
-            self.answer(response_id, &result, ctx);
+            let result = tool_call.error(error);
+            self.answer(response_id, result, None, started, ctx);
             return;
         }
         let Some(tool) = self
@@ -379,28 +403,61 @@ impl RealtimeSession {
         else {
             let available = self.tools.iter().map(|t| t.name.as_str());
             let error = not_registered_text(&tool_call.name, None, available);
-            let result = tool_call.result(Err(error));
-            self.answer(response_id, &result, ctx);
+            let result = tool_call.error(error);
+            self.answer(response_id, result, None, started, ctx);
             return;
         };
         let dispatcher = self.dispatcher.clone();
         ctx.spawn(
-            async move { dispatcher.dispatch(&tool, tool_call).await }
-                .into_actor(self)
-                .map(move |result, act, ctx| act.answer(response_id, &result, ctx)),
+            async move {
+                let result = dispatcher.dispatch(&tool, tool_call).await;
+                (tool, result)
+            }
+            .into_actor(self)
+            .map(move |(tool, result), act, ctx| {
+                act.answer(response_id, result, Some(&tool.source), started, ctx)
+            }),
         );
     }
 
+    /// Answers a call: its output, then (when the model takes images and the turn has room)
+    /// one user message with its images; images that cannot go are named in the output. The
+    /// call is announced on the event stream (`source` is `None` for a tool the character does
+    /// not have).
     fn answer(
         &mut self,
         response_id: Option<String>,
-        result: &crate::domain::call::ToolResult,
+        mut result: ToolResult,
+        source: Option<&str>,
+        started: Instant,
         ctx: &mut Context<Self>,
     ) {
+        self.events.tool_call(&ToolCallFinished {
+            role: &self.character,
+            tool: &result.name,
+            source,
+            call_id: &result.call_id,
+            caller: Caller::Model,
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            is_error: result.is_error,
+        });
+        let warning = if self.settings.dialect.takes_images() {
+            self.calls
+                .image_budget(response_id.as_deref())
+                .take(&mut result.images)
+        } else {
+            protocol::images_not_taken(self.settings.dialect, &mut result.images)
+        };
+        result.add_image_warnings(warning.into_iter().collect());
         let event_id = self.event_id("call");
         let event =
             protocol::function_call_output(&result.call_id, &result.model_text(), &event_id);
         self.send(&event, ctx);
+        if !result.images.is_empty() {
+            let event_id = self.event_id("images");
+            let event = protocol::image_message(&result, &event_id);
+            self.send_text(event, ctx);
+        }
         if self.calls.answered(response_id.as_deref(), &result.call_id) {
             self.request_response(ctx);
         }
@@ -425,9 +482,11 @@ impl Actor for RealtimeSession {
             return;
         }
         if self.attempt == 0 {
+            // A new session starts out connecting: say so, as every later state is said.
+            self.events.session_state(&self.character, &self.report());
             self.connect(ctx);
         } else {
-            self.state = ConnectionState::Backoff;
+            self.set_state(ConnectionState::Backoff);
             ctx.run_later(self.backoff(), |act, ctx| act.connect(ctx));
         }
     }
@@ -442,7 +501,12 @@ impl Actor for RealtimeSession {
         self.partial = None;
         self.in_flight = None;
         self.sync_timer = None;
-        self.state = ConnectionState::Backoff;
+        if self.closing {
+            // Closed for good (the character was removed or rebuilt): nothing to announce.
+            self.state = ConnectionState::Backoff;
+        } else {
+            self.set_state(ConnectionState::Backoff);
+        }
         for waiter in self.sync.disconnected() {
             let _ = waiter.send(Err(CLOSED_BEFORE_ACKNOWLEDGING.to_owned()));
         }
@@ -556,11 +620,7 @@ impl Handler<SessionStatus> for RealtimeSession {
     type Result = MessageResult<SessionStatus>;
 
     fn handle(&mut self, _: SessionStatus, _: &mut Self::Context) -> Self::Result {
-        MessageResult(SessionReport {
-            state: self.state,
-            last_sync: self.last_sync.clone(),
-            acknowledged_tools: self.acknowledged_tools,
-        })
+        MessageResult(self.report())
     }
 }
 

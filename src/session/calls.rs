@@ -1,13 +1,18 @@
 //! Bookkeeping for the model's function calls: which calls each response made and which are
-//! answered (so exactly one `response.create` follows the last answer), and the runaway guard.
+//! answered (so exactly one `response.create` follows the last answer), the images each model
+//! turn still takes, and the runaway guard.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
+
+use crate::domain::images::TurnBudget;
 
 /// Calls of the responses still open.
 #[derive(Debug, Default)]
 pub struct ResponseCalls {
     responses: HashMap<String, OpenResponse>,
+    /// The budget of a call that belongs to no known response: a turn of its own.
+    lone: TurnBudget,
 }
 
 #[derive(Debug, Default)]
@@ -15,6 +20,7 @@ struct OpenResponse {
     calls: HashSet<String>,
     answered: HashSet<String>,
     done: bool,
+    images: TurnBudget,
 }
 
 impl ResponseCalls {
@@ -59,6 +65,17 @@ impl ResponseCalls {
             self.responses.remove(response_id);
         }
         complete
+    }
+
+    /// The images the turn of `response_id` still takes (shared by every call of the response).
+    pub fn image_budget(&mut self, response_id: Option<&str>) -> &mut TurnBudget {
+        match response_id {
+            Some(r) => &mut self.responses.entry(r.to_owned()).or_default().images,
+            None => {
+                self.lone = TurnBudget::default();
+                &mut self.lone
+            }
+        }
     }
 
     /// Forgets everything (a new connection starts a new conversation state).

@@ -10,6 +10,8 @@ use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
+use crate::domain::call::ToolResult;
+use crate::domain::images::ToolImage;
 use crate::domain::tool::SharedTool;
 
 /// Which flavour of the OpenAI Realtime protocol the endpoint speaks.
@@ -22,6 +24,57 @@ pub enum Dialect {
     Qwen,
     /// GLM realtime: flat tools, explicit server VAD.
     Glm,
+}
+
+impl Dialect {
+    /// Whether the session takes images in the conversation (`input_image` content).
+    pub fn takes_images(self) -> bool {
+        matches!(self, Dialect::Openai)
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Dialect::Openai => "openai",
+            Dialect::Qwen => "qwen",
+            Dialect::Glm => "glm",
+        }
+    }
+}
+
+/// Drops the images of a result for a session that takes none; returns what the model is told
+/// instead, so it never answers as if it had seen them.
+pub fn images_not_taken(dialect: Dialect, images: &mut Vec<ToolImage>) -> Option<String> {
+    let dropped = std::mem::take(images).len();
+    (dropped > 0).then(|| {
+        format!(
+            "{dropped} image(s) not shown: this model session ({} dialect) takes no images",
+            dialect.name()
+        )
+    })
+}
+
+/// The user message that shows the model a call's images, sent right after the call's output:
+/// for each image a line naming the call and what to look for, then the image as a `data:` URL.
+pub fn image_message(result: &ToolResult, event_id: &str) -> String {
+    let mut content = Vec::with_capacity(result.images.len() * 2);
+    for image in &result.images {
+        let mut caption = format!(
+            "Image from tool {} (call_id {})",
+            result.name, result.call_id
+        );
+        if !image.vision_prompt.is_empty() {
+            caption.push_str(": ");
+            caption.push_str(&image.vision_prompt);
+        }
+        content.push(json!({"type": "input_text", "text": caption}));
+        content.push(json!({"type": "input_image", "image_url": image.data_url()}));
+    }
+    json!({
+        "type": "conversation.item.create",
+        "event_id": event_id,
+        "item": {"type": "message", "role": "user", "content": content},
+    })
+    .to_string()
 }
 
 /// `session.update` carrying the full tool list, shaped for `dialect`, as the text sent on the
@@ -104,7 +157,7 @@ impl<'a> FunctionBody<'a> {
         Self {
             name: &tool.name,
             description: &tool.description,
-            parameters: &tool.parameters,
+            parameters: tool.parameters.schema(),
         }
     }
 }
@@ -371,6 +424,40 @@ mod tests {
         assert_eq!(update["session"]["enable_search"], false);
         let empty = session_update(Dialect::Qwen, &[], "e");
         assert_eq!(empty["session"], json!({"tools": []}));
+    }
+
+    #[test]
+    fn images_go_in_one_user_message_after_the_output() {
+        use crate::domain::call::ToolCall;
+        let image = |prompt: &str| ToolImage {
+            mime: "image/png",
+            width: 1,
+            height: 1,
+            data_b64: "iVBO".into(),
+            vision_prompt: prompt.into(),
+        };
+        let call = ToolCall::from_raw("c9".into(), "cam".into(), "{}".into());
+        let mut result = call.error("x".into());
+        result.images = vec![image("look"), image("")];
+        let event: Value = serde_json::from_str(&image_message(&result, "e1")).unwrap();
+        assert_eq!(
+            event,
+            json!({"type": "conversation.item.create", "event_id": "e1", "item": {
+            "type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "Image from tool cam (call_id c9): look"},
+                {"type": "input_image", "image_url": "data:image/png;base64,iVBO"},
+                {"type": "input_text", "text": "Image from tool cam (call_id c9)"},
+                {"type": "input_image", "image_url": "data:image/png;base64,iVBO"},
+            ]}})
+        );
+        let mut images = result.images.clone();
+        assert_eq!(
+            images_not_taken(Dialect::Glm, &mut images).as_deref(),
+            Some("2 image(s) not shown: this model session (glm dialect) takes no images")
+        );
+        assert!(images.is_empty());
+        assert_eq!(images_not_taken(Dialect::Qwen, &mut images), None);
+        assert!(Dialect::Openai.takes_images() && !Dialect::Qwen.takes_images());
     }
 
     #[test]

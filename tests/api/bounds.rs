@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use runtime_tools::domain::callback_url::MAX_CALLBACK_URL_BYTES;
 use serde_json::{Value, json};
 
-use crate::helpers::{HTTP_DEADLINE, raw_head, spawn_app, tool_body};
+use crate::helpers::{HTTP_DEADLINE, TestApp, raw_head, spawn_app, tool_body};
 
 fn forbidden(detail: String) -> Value {
     json!({"ok": false, "detail": detail})
@@ -160,6 +160,15 @@ fn exchange_to_close(addr: std::net::SocketAddr, request: &[u8]) -> (String, Vec
     )
 }
 
+/// `HEAD path` to `app`: the answer's head and whatever followed it before the server closed.
+async fn head_request(app: &TestApp, path: &str) -> (String, Vec<u8>) {
+    let request = raw_head("HEAD", path, &[("Host", app.host().as_str())]);
+    let addr = app.addr;
+    actix_web::rt::task::spawn_blocking(move || exchange_to_close(addr, &request))
+        .await
+        .unwrap()
+}
+
 #[actix_web::test]
 async fn head_answers_the_read_routes_as_get_without_a_body() {
     let app = spawn_app(&["Lanlan"]).await;
@@ -168,17 +177,19 @@ async fn head_answers_the_read_routes_as_get_without_a_body() {
         .await;
     assert_eq!(status, 200);
     let host = app.host();
-    for path in ["/api/tools", "/api/sessions", "/api/tools/openapi.json"] {
+    for path in [
+        "/api/tools",
+        "/api/sessions",
+        "/api/mcp",
+        "/api/tools/openapi.json",
+        "/",
+        "/inspector.js",
+    ] {
         let get = app
             .raw(raw_head("GET", path, &[("Host", host.as_str())]))
             .await;
         assert_eq!(get.status, 200, "{path}");
-        let request = raw_head("HEAD", path, &[("Host", host.as_str())]);
-        let addr = app.addr;
-        let (head, body) =
-            actix_web::rt::task::spawn_blocking(move || exchange_to_close(addr, &request))
-                .await
-                .unwrap();
+        let (head, body) = head_request(&app, path).await;
         assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{path}: {head}");
         let length = format!("content-length: {}\r\n", get.body.len());
         assert!(
@@ -187,18 +198,15 @@ async fn head_answers_the_read_routes_as_get_without_a_body() {
         );
         assert_eq!(body, b"", "{path}: HEAD answered with a body");
     }
-    // The write routes still refuse it.
-    let request = raw_head("HEAD", "/api/tools/register", &[("Host", host.as_str())]);
-    let addr = app.addr;
-    let (head, body) =
-        actix_web::rt::task::spawn_blocking(move || exchange_to_close(addr, &request))
-            .await
-            .unwrap();
-    assert!(
-        head.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),
-        "{head}"
-    );
-    assert_eq!(body, b"");
+    // The write routes still refuse it, and so does the event stream (it has no length).
+    for path in ["/api/tools/register", "/api/events"] {
+        let (head, body) = head_request(&app, path).await;
+        assert!(
+            head.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"),
+            "{path}: {head}"
+        );
+        assert_eq!(body, b"", "{path}");
+    }
 }
 
 #[actix_web::test]

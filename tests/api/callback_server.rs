@@ -52,6 +52,8 @@ pub enum Reply {
     Stall,
     /// Send these bytes as they are (not necessarily HTTP), then close the connection.
     Raw(Vec<u8>),
+    /// Never answer; wait for the caller to close the connection, and count that close.
+    HoldOpen,
 }
 
 impl Reply {
@@ -125,6 +127,8 @@ struct Shared {
     /// The number of requests received, for waiting on.
     count: watch::Sender<usize>,
     gate: watch::Sender<bool>,
+    /// Connections held open by [`Reply::HoldOpen`] that the caller has since closed.
+    closed: watch::Sender<usize>,
     connections: Cell<usize>,
     tasks: RefCell<Vec<JoinHandle<()>>>,
 }
@@ -152,6 +156,7 @@ impl CallbackServer {
             received: RefCell::new(Vec::new()),
             count: watch::channel(0).0,
             gate: watch::channel(false).0,
+            closed: watch::channel(0).0,
             connections: Cell::new(0),
             tasks: RefCell::new(Vec::new()),
         });
@@ -211,6 +216,18 @@ impl CallbackServer {
             self.shared.received.borrow().len()
         );
         self.received()
+    }
+
+    /// Waits until callers have closed `n` connections held by [`Reply::HoldOpen`] (panics after
+    /// the deadline).
+    pub async fn wait_for_closed(&self, n: usize) {
+        let mut closed = self.shared.closed.subscribe();
+        let seen = tokio::time::timeout(HTTP_DEADLINE, closed.wait_for(|c| *c >= n)).await;
+        assert!(
+            matches!(seen, Ok(Ok(_))),
+            "{} of {n} held connections were closed by the caller within {HTTP_DEADLINE:?}",
+            *self.shared.closed.borrow()
+        );
     }
 
     /// Lets every request waiting on the gate (and every later one) through.
@@ -358,6 +375,13 @@ async fn write_reply(stream: &mut TcpStream, reply: Reply, shared: &Shared) -> i
                 *then
             }
             Reply::Hang => std::future::pending().await,
+            Reply::HoldOpen => {
+                let mut byte = [0u8; 1];
+                // Reads until the caller closes (0 bytes) or resets the connection.
+                while matches!(stream.read(&mut byte).await, Ok(n) if n > 0) {}
+                shared.closed.send_modify(|c| *c += 1);
+                return Err(io::Error::other("the caller closed the connection"));
+            }
             Reply::Close => return Err(io::Error::other("closing without an answer")),
             Reply::Stall => {
                 stream
@@ -466,6 +490,23 @@ impl ClosedPort {
 /// `POST /api/tools/invoke`.
 pub async fn invoke(app: &TestApp, body: Value) -> (u16, Value) {
     app.post("/api/tools/invoke", &body).await
+}
+
+/// Starts an invoke of `name` (no arguments) on its own client and task, so a test can go on
+/// while it waits; the task asserts a 200 and returns the answer.
+pub fn spawn_invoke(app: &TestApp, name: &str) -> JoinHandle<Value> {
+    let url = app.url("/api/tools/invoke");
+    let body = json!({"name": name, "arguments": {}});
+    actix_web::rt::spawn(async move {
+        let client = crate::helpers::test_client();
+        let mut response = client
+            .post(url)
+            .send_json(&body)
+            .await
+            .expect("invoke sent");
+        assert_eq!(response.status(), 200);
+        response.json::<Value>().await.expect("invoke answer")
+    })
 }
 
 /// Invokes `name` with `arguments` for any role; asserts a 200 and returns the answer.

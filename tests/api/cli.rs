@@ -286,6 +286,36 @@ fn sigterm_with_an_idle_keep_alive_connection_still_exits_0() {
 }
 
 #[test]
+fn sigterm_ends_open_event_streams_cleanly_and_exits_0() {
+    use std::io::Write;
+
+    let mut child = Child::start(&["serve", "--bind", "127.0.0.1:0"]);
+    let addr = child.listening("127.0.0.1");
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    write!(stream, "GET /api/events HTTP/1.1\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("event: hello") {
+        let n = stream.read(&mut buf).expect("stream read");
+        assert!(n > 0, "connection closed early");
+        seen.extend_from_slice(&buf[..n]);
+    }
+    child.signal("TERM");
+    // The stream ends with its last chunk (a graceful stop would otherwise wait for it).
+    while !String::from_utf8_lossy(&seen).ends_with("\r\n0\r\n\r\n") {
+        let n = stream.read(&mut buf).expect("stream read");
+        assert!(
+            n > 0,
+            "closed without ending the stream: {:?}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    assert_clean_exit(&mut child);
+}
+
+#[test]
 fn the_default_character_is_lanlan() {
     let mut child = Child::start(&["serve", "--bind", "127.0.0.1:0"]);
     let addr = child.listening("127.0.0.1");

@@ -363,9 +363,18 @@ async fn the_limit_counts_the_body_after_decompression() {
 
 #[actix_web::test]
 async fn a_callback_that_closes_the_connection_without_answering_is_an_error() {
-    let result = result_of(Reply::Close).await;
-    let text = error_text(&result);
-    assert!(text.contains("closed the connection"), "{text}");
+    let app = spawn_app(&["Lanlan"]).await;
+    let server = CallbackServer::with("/cb", Reply::Close);
+    weather_on(&app, &server, 30.0).await;
+    let result = invoke_ok(&app, "weather", json!({"city": "Shanghai"})).await;
+    // The plugin still accepts connections (the probe succeeds): an error naming its origin.
+    assert_eq!(
+        error_text(&result),
+        format!(
+            "remote tool callback http://127.0.0.1:{} closed the connection without answering",
+            server.port()
+        )
+    );
 }
 
 #[actix_web::test]

@@ -1,5 +1,7 @@
 //! The examples under `examples/` work, so they cannot rot: the Python plugin registers its tool,
-//! answers a call, registers again after the server restarts and clears its tools on SIGTERM;
+//! answers a call, registers again when the event stream shows a restarted server or a change
+//! that removed its tool, falls back to polling a server without the stream, and clears its tools
+//! on SIGTERM;
 //! the Rust in-process plugin's `run` registers an actor tool and calls it over HTTP.
 //!
 //! The configuration file of `examples/` and the one shown in the README load, too.
@@ -7,22 +9,17 @@
 //! The Python plugin runs as a child process; the test follows its progress lines on stdout,
 //! waiting on each with a deadline, never sleeping.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::Command;
 
 use runtime_tools::config::Settings;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
+use crate::child::LineChild;
 use crate::helpers::{TestApp, settings, spawn_app, spawn_app_with};
 
 #[allow(dead_code)]
 #[path = "../../examples/inprocess_plugin.rs"]
 mod inprocess_plugin;
-
-/// Longest wait for the plugin to start, register, notice a restart or stop (a loaded machine).
-const DEADLINE: Duration = Duration::from_secs(60);
 
 const WEATHER_PLUGIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/weather_plugin.py");
 
@@ -30,99 +27,30 @@ const EXAMPLE_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/runt
 
 const README: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
 
-/// `examples/weather_plugin.py` as a child process; killed if a test fails before stopping it.
-struct WeatherPlugin {
-    /// `None` once it has been waited for.
-    child: Option<std::process::Child>,
-    /// Its stdout, line by line (read on a thread, so waiting never blocks the actors).
-    lines: mpsc::UnboundedReceiver<String>,
-    /// Every line so far, for failure messages.
-    seen: Vec<String>,
-}
+/// `examples/weather_plugin.py` as a child process.
+pub struct WeatherPlugin;
 
 impl WeatherPlugin {
-    fn start(server: &str) -> Self {
-        let mut child = Command::new("python3")
-            .arg(WEATHER_PLUGIN)
-            .args(["--server", server, "--port", "0", "--poll-interval", "0.1"])
-            .env("PYTHONUNBUFFERED", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("python3 runs examples/weather_plugin.py");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, lines) = mpsc::unbounded_channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Self {
-            child: Some(child),
-            lines,
-            seen: Vec::new(),
-        }
+    pub fn start(server: &str) -> LineChild {
+        Self::start_polling_every(server, "0.1")
     }
 
-    /// Waits for the next line that starts with `prefix`; returns it.
-    async fn expect_line(&mut self, prefix: &str) -> String {
-        let waited = tokio::time::timeout(DEADLINE, async {
-            while let Some(line) = self.lines.recv().await {
-                self.seen.push(line.clone());
-                if line.starts_with(prefix) {
-                    return Some(line);
-                }
-            }
-            None
-        })
-        .await;
-        match waited {
-            Ok(Some(line)) => line,
-            Ok(None) => panic!(
-                "plugin exited before {prefix:?}; its output: {:#?}",
-                self.seen
-            ),
-            Err(_) => panic!(
-                "no {prefix:?} line within {DEADLINE:?}; output: {:#?}",
-                self.seen
-            ),
-        }
-    }
-
-    fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().expect("plugin running").id();
-        let status = Command::new("kill")
-            .args([format!("-{signal}"), pid.to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill -{signal} failed");
-    }
-
-    /// Waits (off the actors' thread) for the plugin to exit; returns its exit code.
-    async fn wait_exit(mut self) -> Option<i32> {
-        let mut child = self.child.take().expect("plugin running");
-        let status = tokio::time::timeout(
-            DEADLINE,
-            actix_web::rt::task::spawn_blocking(move || child.wait()),
+    /// Starts the plugin; `poll_interval` (seconds) is how often it polls while the event stream
+    /// is unavailable.
+    fn start_polling_every(server: &str, poll_interval: &str) -> LineChild {
+        LineChild::spawn(
+            Command::new("python3")
+                .arg(WEATHER_PLUGIN)
+                .args([
+                    "--server",
+                    server,
+                    "--port",
+                    "0",
+                    "--poll-interval",
+                    poll_interval,
+                ])
+                .env("PYTHONUNBUFFERED", "1"),
         )
-        .await
-        .expect("plugin exits in time")
-        .expect("wait task")
-        .expect("plugin waited for");
-        status.code()
-    }
-}
-
-impl Drop for WeatherPlugin {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
     }
 }
 
@@ -171,6 +99,22 @@ async fn weather_plugin_registers_answers_and_clears_on_sigterm() {
                    "is_error": false})
         )
     );
+    // Arguments that miss the schema's required location never reach the plugin (the README's
+    // walk-through shows this call).
+    assert_eq!(
+        app.post(
+            "/api/tools/invoke",
+            &json!({"name": "get_weather", "arguments": {"city": "Shanghai"}, "call_id": "call_2"}),
+        )
+        .await,
+        (
+            200,
+            json!({"ok": true, "name": "get_weather", "call_id": "call_2", "output": null,
+                   "is_error": true,
+                   "error": "arguments for get_weather do not match its parameters: /location is \
+                             required. Call get_weather again with arguments that match."})
+        )
+    );
     assert_eq!(
         invoke_weather(&app, "Atlantis", "call_2").await,
         (
@@ -200,7 +144,8 @@ async fn weather_plugin_registers_again_after_the_server_restarts() {
     plugin.expect_line("registered ").await;
 
     // Stop the server; the plugin notices, then a new server on the same address starts empty.
-    first.handle.stop(true).await;
+    first.handle.stop(false).await;
+    plugin.expect_line("event stream lost").await;
     plugin
         .expect_line(&format!("server {} unreachable", first.base))
         .await;
@@ -209,9 +154,8 @@ async fn weather_plugin_registers_again_after_the_server_restarts() {
         ..settings(&["Lanlan"])
     })
     .await;
-    plugin
-        .expect_line("get_weather is missing from the server")
-        .await;
+    // The stream's greeting names a new instance: that, not polling, brings the tool back.
+    plugin.expect_line("the server restarted (instance ").await;
     assert_eq!(
         plugin.expect_line("registered ").await,
         "registered get_weather (affected_roles: Lanlan)"
@@ -230,6 +174,107 @@ async fn weather_plugin_registers_again_after_the_server_restarts() {
         second.listing(None).await,
         json!({"ok": true, "tools_by_role": {"Lanlan": []}})
     );
+}
+
+#[actix_web::test]
+async fn weather_plugin_registers_again_when_an_event_shows_its_tool_removed() {
+    let app = spawn_app(&["Lanlan"]).await;
+    // Polling once an hour: only the event stream can bring the tool back within the deadline.
+    let mut plugin = WeatherPlugin::start_polling_every(&app.base, "3600");
+    plugin.expect_line("registered ").await;
+    let (status, body) = app
+        .post("/api/tools/clear", &json!({"source": "plugin:weather"}))
+        .await;
+    assert_eq!((status, &body["removed"]), (200, &json!(1)));
+    plugin
+        .expect_line("get_weather is missing from the server; registering again")
+        .await;
+    assert_eq!(
+        plugin.expect_line("registered ").await,
+        "registered get_weather (affected_roles: Lanlan)"
+    );
+    assert_eq!(
+        app.tool_names(None).await,
+        json!({"Lanlan": ["get_weather"]})
+    );
+    plugin.signal("TERM");
+    assert_eq!(plugin.wait_exit().await, Some(0));
+}
+
+/// A server without the event stream (an older version): forwards every request to `app`, except
+/// `GET /api/events`, which is not found.
+async fn server_without_events(app: &TestApp) -> (String, actix_web::dev::ServerHandle) {
+    use actix_web::{HttpRequest, HttpResponse, web};
+
+    let upstream = app.base.clone();
+    let server = actix_web::HttpServer::new(move || {
+        let upstream = upstream.clone();
+        actix_web::App::new().default_service(web::to(
+            move |request: HttpRequest, body: web::Bytes| {
+                let upstream = upstream.clone();
+                async move {
+                    if request.path() == "/api/events" {
+                        return HttpResponse::NotFound()
+                            .json(json!({"ok": false, "detail": "Not Found"}));
+                    }
+                    let client = awc::Client::default();
+                    let mut forwarded = client
+                        .request(
+                            request.method().clone(),
+                            format!("{upstream}{}", request.uri()),
+                        )
+                        .insert_header(("content-type", "application/json"))
+                        .send_body(body)
+                        .await
+                        .expect("upstream answers");
+                    let answer = forwarded.body().await.expect("upstream body");
+                    HttpResponse::build(forwarded.status())
+                        .content_type("application/json")
+                        .body(answer)
+                }
+            },
+        ))
+    })
+    .workers(1)
+    .bind("127.0.0.1:0")
+    .expect("proxy binds");
+    let address = format!("http://{}", server.addrs()[0]);
+    let server = server.run();
+    let handle = server.handle();
+    actix_web::rt::spawn(server);
+    (address, handle)
+}
+
+#[actix_web::test]
+async fn weather_plugin_polls_a_server_without_the_event_stream() {
+    let app = spawn_app(&["Lanlan"]).await;
+    let (old_server, handle) = server_without_events(&app).await;
+    let mut plugin = WeatherPlugin::start(&old_server);
+    assert_eq!(
+        plugin.expect_line("event stream unavailable").await,
+        "event stream unavailable (HTTP 404); polling every 0.1 s"
+    );
+    assert_eq!(
+        plugin.expect_line("registered ").await,
+        "registered get_weather (affected_roles: Lanlan)"
+    );
+    // Polling notices a removal too.
+    let (status, _) = app
+        .post("/api/tools/clear", &json!({"source": "plugin:weather"}))
+        .await;
+    assert_eq!(status, 200);
+    plugin
+        .expect_line("get_weather is missing from the server; registering again")
+        .await;
+    plugin.expect_line("registered ").await;
+    assert_eq!(
+        app.tool_names(None).await,
+        json!({"Lanlan": ["get_weather"]})
+    );
+    plugin.signal("TERM");
+    plugin.expect_line("cleared 1 tool(s)").await;
+    assert_eq!(plugin.wait_exit().await, Some(0));
+    handle.stop(false).await;
 }
 
 #[actix_web::test]
@@ -268,6 +313,7 @@ fn the_example_configuration_and_the_readmes_copy_load() {
     );
     assert_eq!(outline(&example), expected);
     assert_eq!(example.bind, "127.0.0.1:48911".parse().unwrap());
+    assert!(example.dispatch.validate_arguments);
 
     let readme = std::fs::read_to_string(README).expect("README.md is readable");
     let block = readme

@@ -14,7 +14,7 @@ use runtime_tools::session::settings::SessionSettings;
 use serde_json::{Value, json};
 
 use crate::callback_server::{
-    CallbackServer, Reply, error_text, invoke, invoke_ok, register, tool_with_timeout,
+    CallbackServer, Reply, error_text, invoke, invoke_ok, register, spawn_invoke, tool_with_timeout,
 };
 use crate::fake_realtime::{AckMode, FakeRealtime, update_tool_names};
 use crate::helpers::{HTTP_DEADLINE, TestApp, settings, spawn_app, spawn_app_with, tool_body};
@@ -245,19 +245,7 @@ async fn a_plugin_killed_with_50_calls_in_flight_fails_each_call_and_the_server_
     )
     .await;
     let calls: Vec<_> = (0..IN_FLIGHT)
-        .map(|_| {
-            let base = app.base.clone();
-            actix_web::rt::spawn(async move {
-                let client = crate::helpers::test_client();
-                let mut response = client
-                    .post(format!("{base}/api/tools/invoke"))
-                    .send_json(&json!({"name": "doomed", "arguments": {}}))
-                    .await
-                    .expect("invoke sent");
-                assert_eq!(response.status(), 200);
-                response.json::<Value>().await.expect("invoke answer")
-            })
-        })
+        .map(|_| spawn_invoke(&app, "doomed"))
         .collect();
     // Every call has reached the plugin before it dies.
     let received = actix_web::rt::task::spawn_blocking(move || {

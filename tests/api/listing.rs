@@ -209,3 +209,78 @@ async fn callback_urls_are_shown_exactly_as_registered() {
         .collect();
     assert_eq!(shown, written);
 }
+
+/// An in-process tool for the full listing: it never runs.
+struct Idle;
+
+impl actix::Actor for Idle {
+    type Context = actix::Context<Self>;
+}
+
+impl actix::Handler<runtime_tools::actors::local_tool::CallLocalTool> for Idle {
+    type Result = runtime_tools::domain::call::ToolOutcome;
+
+    fn handle(
+        &mut self,
+        _: runtime_tools::actors::local_tool::CallLocalTool,
+        _: &mut Self::Context,
+    ) -> Self::Result {
+        Ok(json!(null))
+    }
+}
+
+#[actix_web::test]
+async fn detail_full_adds_parameters_and_timeout_and_nothing_else_changes() {
+    use actix::Actor;
+    use runtime_tools::actors::local_tool::local_handler;
+    use runtime_tools::actors::router::RegisterTool;
+    use runtime_tools::domain::tool::{ToolSpec, empty_parameters};
+
+    let app = spawn_app(&["Lanlan"]).await;
+    let mut remote = tool_body("get_weather", "http://127.0.0.1:9333/cb", "plugin:w");
+    remote["timeout_seconds"] = json!(12.5);
+    assert_eq!(app.register(&remote).await.0, 200);
+    let tool = ToolSpec::local(
+        "idle",
+        "Does nothing.",
+        empty_parameters(),
+        "inproc:idle",
+        local_handler(Idle.start().recipient()),
+    );
+    app.router
+        .send(RegisterTool { tool, role: None })
+        .await
+        .expect("router answers")
+        .expect("registered");
+
+    let summary = app.listing(None).await;
+    assert_eq!(
+        keys(&summary["tools_by_role"]["Lanlan"][0]),
+        ["name", "description", "source", "callback_url", "is_remote"]
+    );
+    let (status, full) = app.get("/api/tools?role=Lanlan&detail=full").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        full,
+        json!({"ok": true, "tools_by_role": {"Lanlan": [
+            {"name": "get_weather", "description": "get_weather tool", "source": "plugin:w",
+             "callback_url": "http://127.0.0.1:9333/cb", "is_remote": true,
+             "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
+             "timeout_seconds": 12.5},
+            {"name": "idle", "description": "Does nothing.", "source": "inproc:idle",
+             "callback_url": null, "is_remote": false,
+             "parameters": {"type": "object", "properties": {}},
+             "timeout_seconds": 300.0}
+        ]}})
+    );
+    let (status, body) = app.get("/api/tools?detail=some").await;
+    assert_eq!(status, 422);
+    assert_eq!(body["detail"][0]["type"], json!("query_invalid"));
+    assert!(
+        body["detail"][0]["msg"]
+            .as_str()
+            .unwrap()
+            .contains("unknown variant `some`, expected `full`"),
+        "{body}"
+    );
+}

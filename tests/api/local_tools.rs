@@ -5,9 +5,10 @@
 use actix::prelude::*;
 use runtime_tools::actors::local_tool::{CallLocalTool, local_handler};
 use runtime_tools::actors::router::{ChangeReport, RegisterTool};
+use runtime_tools::domain::arguments::Parameters;
 use runtime_tools::domain::call::ToolOutcome;
 use runtime_tools::domain::tool::ToolSpec;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, spawn_app, tool_body};
 
@@ -38,18 +39,18 @@ impl Handler<CallLocalTool> for Dice {
     }
 }
 
-fn dice_schema() -> Map<String, Value> {
+fn dice_schema() -> Parameters {
     let Value::Object(schema) = json!({
         "type": "object",
         "properties": {"sides": {"type": "integer"}}
     }) else {
         unreachable!()
     };
-    schema
+    Parameters::new(schema).expect("a valid schema")
 }
 
 /// Registers a fresh `Dice` actor as `name` for `role` through the router.
-async fn register_dice(app: &TestApp, name: &str, role: Option<&str>) -> ChangeReport {
+pub async fn register_dice(app: &TestApp, name: &str, role: Option<&str>) -> ChangeReport {
     let dice = Dice { calls: 0 }.start();
     let tool = ToolSpec::local(
         name,

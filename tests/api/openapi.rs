@@ -25,8 +25,13 @@ const SERVER_ROUTES: &[(&str, &str)] = &[
     ("get", "/api/tools"),
     ("post", "/api/tools/invoke"),
     ("get", "/api/sessions"),
+    ("get", EVENTS),
+    ("get", "/api/mcp"),
     ("get", OPENAPI),
 ];
+
+/// The event stream: endless, so only its first frame is read.
+const EVENTS: &str = "/api/events";
 
 /// Methods probed on every documented path: the ones it does not list must be 405.
 const METHODS: &[&str] = &["get", "post", "put", "patch", "delete"];
@@ -77,7 +82,16 @@ async fn call(
         }
     };
     let mut response = sent.unwrap_or_else(|e| panic!("{method} {path_and_query}: {e}"));
-    let bytes = response.body().limit(64 << 20).await.expect("body read");
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let bytes = if content_type.as_deref() == Some("text/event-stream") {
+        first_frame(&mut response).await
+    } else {
+        response.body().limit(64 << 20).await.expect("body read")
+    };
     Exchange {
         method: method.to_owned(),
         path: path_and_query
@@ -87,12 +101,22 @@ async fn call(
             .to_owned(),
         status: response.status().as_u16(),
         body: parse_json(&bytes),
-        content_type: response
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned),
+        content_type,
     }
+}
+
+/// The first frame of an event stream (up to its blank line); the rest is left unread.
+async fn first_frame<S>(response: &mut awc::ClientResponse<S>) -> actix_web::web::Bytes
+where
+    S: futures_util::Stream<Item = Result<actix_web::web::Bytes, awc::error::PayloadError>> + Unpin,
+{
+    use futures_util::StreamExt;
+    let mut frame = Vec::new();
+    while !frame.ends_with(b"\n\n") {
+        let chunk = response.next().await.expect("a frame").expect("frame read");
+        frame.extend_from_slice(&chunk);
+    }
+    frame.into()
 }
 
 async fn fetch_document(app: &TestApp) -> Value {
@@ -123,7 +147,12 @@ fn operations(doc: &Value) -> Vec<(String, String, Vec<u16>)> {
 /// standalone JSON Schema 2020-12 document (the components embedded so `$ref`s resolve).
 fn response_schema(doc: &Value, method: &str, path: &str, status: u16) -> Option<Value> {
     let response = &doc["paths"][path][method]["responses"][status.to_string()];
-    let schema = response["content"]["application/json"]["schema"].clone();
+    let content = response["content"].as_object()?;
+    let schema = match content.get("application/json") {
+        Some(json) => json["schema"].clone(),
+        // An event stream's body is text: the first frame is checked as a string.
+        None => content.get("text/event-stream")?["schema"].clone(),
+    };
     let Value::Object(mut schema) = schema else {
         return None;
     };
@@ -359,20 +388,41 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     )
     .await;
 
+    // The event stream: a subscription (its first frame is `hello`), and each refusal.
+    run("get", EVENTS, None, Body::None).await;
+    run("get", &format!("{EVENTS}?role=Mio"), None, Body::None).await;
+    run("get", EVENTS, foreign, Body::None).await;
+    run("get", &format!("{EVENTS}?role=Nobody"), None, Body::None).await;
+    run("post", EVENTS, None, Body::Json(json!({}))).await;
+    run(
+        "get",
+        &format!("{EVENTS}?role=Mio&role=Lanlan"),
+        None,
+        Body::None,
+    )
+    .await;
+    // The MCP servers (none configured here).
+    run("get", "/api/mcp", None, Body::None).await;
+    run("get", "/api/mcp", foreign, Body::None).await;
+    run("post", "/api/mcp", None, Body::Json(json!({}))).await;
+    // The full listing.
+    run("get", "/api/tools?detail=full", None, Body::None).await;
+    run("get", "/api/tools?detail=everything", None, Body::None).await;
+
     // The document itself.
     run("get", OPENAPI, foreign, Body::None).await;
     run("post", OPENAPI, None, Body::Json(json!({}))).await;
     run("get", OPENAPI, None, Body::None).await;
 
     // Last, with the router gone: every route that asks it answers 503 (invoke resolves tools
-    // from the shared ledgers without asking it).
+    // from the shared ledgers without asking it; the event stream asks it only to check a role).
     app.router
         .send(InjectRouterStop)
         .await
         .expect("router stopped");
     for (method, path) in SERVER_ROUTES
         .iter()
-        .filter(|(_, p)| *p != OPENAPI && *p != "/api/tools/invoke")
+        .filter(|(_, p)| ![OPENAPI, "/api/tools/invoke", "/api/mcp"].contains(p))
     {
         let body = match *path {
             "/api/tools/register" => register("late"),
@@ -380,7 +430,11 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
             "/api/tools/clear" => Body::Json(json!({"source": "plugin:demo"})),
             _ => Body::None,
         };
-        run(method, path, None, body).await;
+        let path = match *path {
+            EVENTS => format!("{EVENTS}?role=Mio"),
+            other => other.to_owned(),
+        };
+        run(method, &path, None, body).await;
     }
 
     for (path, upload) in stalled {
@@ -407,6 +461,9 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         invoked.body["output"],
         json!({"temperature_c": 28, "sky": ["clear"]})
     );
+    let subscribed = find("get", EVENTS, 200).unwrap();
+    let hello = subscribed.body.as_str().expect("the stream's first frame");
+    assert!(hello.starts_with("event: hello\ndata: {"), "{hello:?}");
     let sessions = find("get", "/api/sessions", 200).unwrap();
     assert_eq!(
         sessions.body["sessions_by_role"]["Mio"]["state"],
@@ -420,7 +477,13 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     // Every answer is documented for its route and matches the schema given for it...
     for exchange in &exchanges {
         check_against_document(&doc, exchange);
-        if exchange.status != 200 || exchange.path != OPENAPI {
+        if exchange.status == 200 && exchange.path == EVENTS {
+            assert_eq!(
+                exchange.content_type.as_deref(),
+                Some("text/event-stream"),
+                "{exchange:?}"
+            );
+        } else if exchange.status != 200 || exchange.path != OPENAPI {
             assert_eq!(
                 exchange.content_type.as_deref(),
                 Some("application/json"),

@@ -6,7 +6,7 @@ use runtime_tools::actors::local_tool::{CallLocalTool, local_handler};
 use std::time::Duration;
 
 use runtime_tools::actors::router::{
-    InjectManagerPanic, RegisterTool, RoleFailure, UnregisterTool,
+    InjectManagerPanic, RegisterTool, ReplaceSource, RoleFailure, UnregisterTool,
 };
 use runtime_tools::domain::call::ToolOutcome;
 use runtime_tools::domain::callback_url::CallbackUrl;
@@ -16,7 +16,29 @@ use runtime_tools::session::settings::SessionSettings;
 use serde_json::json;
 
 use crate::fake_realtime::{AckMode, FakeRealtime, update_tool_names};
-use crate::helpers::{settings, spawn_app, spawn_app_with, tool_body};
+use crate::helpers::{TestApp, settings, spawn_app, spawn_app_with, tool_body};
+
+/// A remote tool of `source` whose callback nobody answers (these tests never call it).
+fn remote_tool(name: &str, source: &str) -> ToolSpec {
+    ToolSpec::remote(
+        name,
+        format!("{name} tool"),
+        empty_parameters(),
+        source,
+        CallbackUrl::parse("http://127.0.0.1:9/t").unwrap(),
+        Duration::from_secs(30),
+    )
+}
+
+/// One character, Mio, with a live session that has taken its first (empty) tool list.
+async fn mio_with_session() -> (FakeRealtime, TestApp) {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let mut settings = settings(&["Mio"]);
+    settings.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
+    let app = spawn_app_with(settings).await;
+    fake.nth_update(1).await;
+    (fake, app)
+}
 
 /// An in-process tool that panics when asked to `explode`.
 struct Fragile;
@@ -155,25 +177,12 @@ async fn a_panicking_manager_is_reported_then_restarted_with_its_tools() {
 
 #[actix_web::test]
 async fn changes_queued_to_a_dead_manager_are_applied_in_order_after_the_restart() {
-    let fake = FakeRealtime::start(AckMode::Immediate).await;
-    let mut settings = settings(&["Mio"]);
-    settings.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
-    let app = spawn_app_with(settings).await;
-    fake.nth_update(1).await;
+    let (fake, app) = mio_with_session().await;
 
     // Five changes queued behind the panic, one of them undoing another: replayed out of order
     // they would leave a different list.
     let inject = app.router.send(InjectManagerPanic { role: "Mio".into() });
-    let tool = |name: &str| {
-        ToolSpec::remote(
-            name,
-            format!("{name} tool"),
-            empty_parameters(),
-            "plugin:w",
-            CallbackUrl::parse("http://127.0.0.1:9/t").unwrap(),
-            Duration::from_secs(30),
-        )
-    };
+    let tool = |name: &str| remote_tool(name, "plugin:w");
     let role = || Some("Mio".to_owned());
     let r1 = app.router.send(RegisterTool {
         tool: tool("x"),
@@ -220,4 +229,44 @@ async fn changes_queued_to_a_dead_manager_are_applied_in_order_after_the_restart
     );
     fake.update_with_tools(&["z", "x"]).await;
     assert_eq!(app.tool_names(None).await, json!({"Mio": ["z", "x"]}));
+}
+
+#[actix_web::test]
+async fn an_mcp_replacement_queued_to_a_dead_manager_is_replayed_in_order() {
+    let (fake, app) = mio_with_session().await;
+    let replace = |names: &[&str]| ReplaceSource {
+        source: "mcp:s".into(),
+        tools: names.iter().map(|n| remote_tool(n, "mcp:s")).collect(),
+        roles: Some(vec!["Mio".into()]),
+    };
+    let report = app
+        .router
+        .send(RegisterTool {
+            tool: remote_tool("p", "plugin:w"),
+            role: None,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(report.affected_roles, ["Mio"]);
+    let report = app.router.send(replace(&["m1", "m2"])).await.unwrap();
+    assert_eq!(report.affected_roles, ["Mio"]);
+    fake.update_with_tools(&["p", "m1", "m2"]).await;
+
+    // Two listings of the MCP server queued behind the panic: replayed out of order (or not at
+    // all) they would leave another list.
+    let inject = app.router.send(InjectManagerPanic { role: "Mio".into() });
+    let second = app.router.send(replace(&["m2", "m3"]));
+    let third = app.router.send(replace(&["m3"]));
+    inject.await.unwrap().unwrap();
+    for report in [second.await.unwrap(), third.await.unwrap()] {
+        assert_eq!(
+            report.failed_roles.len() + report.affected_roles.len(),
+            1,
+            "{report:?}"
+        );
+    }
+    assert_eq!(app.tool_names(None).await, json!({"Mio": ["p", "m3"]}));
+    fake.wait_connections(2).await;
+    fake.update_with_tools(&["p", "m3"]).await;
 }

@@ -273,7 +273,7 @@ proptest! {
 
 /// Every route's decoding of `body`: a request that keeps the rules, or failures at `body.*`.
 fn check_every_route(body: &Map<String, Value>) {
-    match RegisterRequest::parse(body) {
+    match RegisterRequest::parse(body, "127.0.0.1:48911".parse().unwrap()) {
         Ok(request) => {
             let name = &request.tool.name;
             let chars = name.chars().count();
@@ -295,7 +295,8 @@ fn check_every_route(body: &Map<String, Value>) {
     if let Err(errors) = ClearRequest::parse(body) {
         assert_field_errors(&errors, body);
     }
-    if let Err(errors) = InvokeRequest::parse(body) {
+    let text = serde_json::to_vec(body).unwrap();
+    if let Err(errors) = InvokeRequest::parse(body, &text) {
         assert_field_errors(&errors, body);
     }
 }

@@ -42,7 +42,8 @@ pub(super) enum Reply {
 
 /// What the gathering needs besides the targets.
 pub(super) struct Gathering {
-    /// Whether the change adds a tool (a register changes every target it reaches).
+    /// Whether the change adds tools ([`Change::adds`](crate::domain::registry::Change::adds): a
+    /// register, or a replacement that lists some, changes every target it reaches).
     pub adds: bool,
     /// The deadline of the whole request, and its length for the error text.
     pub deadline: tokio::time::Instant,

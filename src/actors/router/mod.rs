@@ -6,8 +6,9 @@
 //! yet. The managers own the tools; the router never changes them. Its files, one per
 //! responsibility:
 //!
-//! - [`routing`]: register / unregister / clear / dead-origin removal, numbered per character
-//!   and fanned out to the target managers;
+//! - [`routing`]: register / unregister / clear / dead-origin removal / an MCP source's
+//!   replacement, numbered per character and fanned out to the target managers, each request
+//!   announced as one `tools.changed` event once its answers are in;
 //! - [`gather`]: the managers' answers gathered against one deadline into `affected_roles` and
 //!   `failed_roles`;
 //! - [`lifecycle`]: adding, removing and rebuilding characters, and restarting a manager that
@@ -28,6 +29,7 @@ use crate::dispatch::Dispatcher;
 use crate::domain::failures::SharedFailures;
 use crate::domain::registry::Change;
 use crate::domain::snapshot::ToolCell;
+use crate::events::EventHub;
 use crate::session::settings::SessionSettings;
 
 mod directory;
@@ -41,7 +43,7 @@ pub use directory::{Directory, ResolvedTool, RoleTools};
 pub use faults::{InjectManagerPanic, InjectRouterStop};
 pub use lifecycle::{AddCharacter, RebuildCharacter, RemoveCharacter};
 pub use reads::{ListCharacters, ListSessions, ListTools, ResolveTool, ShareDirectory};
-pub use routing::{ClearSource, RegisterTool, RemoveDeadOrigin, UnregisterTool};
+pub use routing::{ClearSource, RegisterTool, RemoveDeadOrigin, ReplaceSource, UnregisterTool};
 
 /// How long the router waits for a manager that has no live session to sync. Managers answer
 /// at once unless they wait on a session, so this only catches a stuck or overloaded actor.
@@ -61,6 +63,13 @@ pub struct ChangeReport {
     /// Registry entries removed, summed over the characters whose manager answered
     /// (unregister, clear, auto-removal).
     pub removed: usize,
+}
+
+impl ChangeReport {
+    /// The characters of `failed_roles`, in order.
+    pub fn failed_role_names(&self) -> Vec<&str> {
+        self.failed_roles.iter().map(|f| f.role.as_str()).collect()
+    }
 }
 
 /// A character that could not take a change, and why.
@@ -129,6 +138,8 @@ pub struct Router {
     dispatcher: Dispatcher,
     /// The failure counts of the dispatcher, swept after changes that remove tools.
     failures: SharedFailures,
+    /// Where each change request is announced (`tools.changed`), and what sessions announce on.
+    events: EventHub,
     /// This router, as managers' watcher.
     me: Recipient<ManagerGone>,
     next_generation: u64,
@@ -136,10 +147,12 @@ pub struct Router {
 
 impl Router {
     /// Starts the router, one manager (and session) per character, and the dispatcher that
-    /// runs tool calls and reports dead plugin origins back to this router.
+    /// runs tool calls and reports dead plugin origins back to this router. Changes, sessions and
+    /// their calls are announced on `events`.
     pub fn launch(
         characters: Vec<CharacterSettings>,
         dispatch: &DispatchSettings,
+        events: EventHub,
     ) -> (Addr<Self>, Dispatcher) {
         let mut shared = None;
         let router = Router::create(|ctx| {
@@ -155,6 +168,7 @@ impl Router {
                 directory: Directory::default(),
                 dispatcher,
                 failures,
+                events,
                 me: ctx.address().recipient(),
                 next_generation: 0,
             };
@@ -191,6 +205,7 @@ impl Router {
         let link = session.clone().map(|settings| SessionLink {
             settings,
             dispatcher: self.dispatcher.clone(),
+            events: self.events.clone(),
         });
         self.next_generation += 1;
         let watcher = Watcher {

@@ -1,0 +1,539 @@
+// The inspector: every character with its model session and its tools, a "try it" form per
+// tool, and a live feed of the server's change events.
+//
+// It uses only the public HTTP API: GET /api/tools?detail=full and GET /api/sessions for the
+// state, GET /api/events (Server-Sent Events) for changes, POST /api/tools/invoke for calls.
+// Every string from the server is inserted with textContent: tool names, descriptions and
+// schemas come from plugins.
+
+import { ArgumentError, argumentsEditor, freshId, numberOf, parseExact } from "./schema-form.js";
+
+/** The feed keeps this many events; older ones are dropped from the page. */
+const FEED_LIMIT = 200;
+
+/** After the browser gives up on the event stream (an answer that is not a stream), wait this
+ * long before starting over. */
+const RESTART_DELAY_MS = 3000;
+
+const $ = (id) => document.getElementById(id);
+
+/** Characters by name: their section, session box, tool list and tools by name. */
+const characters = new Map();
+/** Each character's last session report (GET /api/sessions). */
+const sessions = new Map();
+/** The server instance the page last saw (`hello`), to tell a restart. */
+let instanceId = null;
+
+function element(tag, className, text) {
+  const node = document.createElement(tag);
+  if (className) node.className = className;
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+// ---- Talking to the API -------------------------------------------------------------------
+
+/** The text of an error answer: `detail` as text, or each message of a 422. */
+function detailText(body, status) {
+  const detail = body && body.detail;
+  if (typeof detail === "string") return detail;
+  if (Array.isArray(detail)) {
+    return detail.map((d) => `${(d.loc ?? []).join(".")}: ${d.msg}`).join("; ");
+  }
+  return `HTTP ${status}`;
+}
+
+/** Fetches JSON; resolves to [status, body]. With `exact`, numbers keep their digits (a tool's
+ * output, a schema) and read through numberOf. */
+async function fetchJson(path, options, exact) {
+  const response = await fetch(path, { ...options, headers: { accept: "application/json", ...options?.headers } });
+  const text = await response.text();
+  let body = null;
+  try {
+    body = exact ? parseExact(text) : JSON.parse(text);
+  } catch {
+    body = { detail: text };
+  }
+  return [response.status, body];
+}
+
+async function getJson(path, exact) {
+  const [status, body] = await fetchJson(path, {}, exact);
+  if (status !== 200) throw new Error(`GET ${path}: ${detailText(body, status)}`);
+  return body;
+}
+
+function showProblem(text) {
+  const problem = $("problem");
+  problem.textContent = text;
+  problem.hidden = !text;
+}
+
+/** A loader that never runs twice at once: a call while one runs makes it run once more after. */
+function coalesced(load) {
+  let running = false;
+  let again = false;
+  return async () => {
+    if (running) {
+      again = true;
+      return;
+    }
+    running = true;
+    try {
+      do {
+        again = false;
+        try {
+          await load();
+          showProblem("");
+        } catch (e) {
+          showProblem(`Could not read the server's state: ${e.message}`);
+        }
+      } while (again);
+    } finally {
+      running = false;
+    }
+  };
+}
+
+const refreshTools = coalesced(async () => {
+  const body = await getJson("/api/tools?detail=full", true);
+  renderCharacters(body.tools_by_role ?? {});
+});
+
+const refreshSessions = coalesced(async () => {
+  const body = await getJson("/api/sessions");
+  sessions.clear();
+  for (const [role, report] of Object.entries(body.sessions_by_role ?? {})) {
+    sessions.set(role, report);
+  }
+  for (const [role, character] of characters) renderSession(character.session, sessions.get(role));
+});
+
+/** Reads everything again: on (re)connecting, after a restart, after missed events. */
+function startOver() {
+  refreshTools();
+  refreshSessions();
+}
+
+// ---- Characters and tools -----------------------------------------------------------------
+
+/** Puts `nodes` into `parent` in this order, moving only what is out of place (a moved node
+ * would lose the keyboard focus). */
+function placeInOrder(parent, nodes) {
+  let cursor = parent.firstChild;
+  for (const node of nodes) {
+    if (node === cursor) {
+      cursor = cursor.nextSibling;
+    } else {
+      parent.insertBefore(node, cursor);
+    }
+  }
+  while (cursor) {
+    const next = cursor.nextSibling;
+    cursor.remove();
+    cursor = next;
+  }
+}
+
+function renderCharacters(toolsByRole) {
+  const seen = new Set();
+  const sections = [];
+  for (const [role, tools] of Object.entries(toolsByRole)) {
+    seen.add(role);
+    let character = characters.get(role);
+    if (!character) {
+      character = characterSection(role);
+      characters.set(role, character);
+      renderSession(character.session, sessions.get(role));
+    }
+    renderTools(character, Array.isArray(tools) ? tools : []);
+    sections.push(character.section);
+  }
+  for (const role of [...characters.keys()]) {
+    if (!seen.has(role)) characters.delete(role);
+  }
+  placeInOrder($("characters"), sections);
+  $("characters-empty").hidden = sections.length > 0;
+}
+
+function characterSection(role) {
+  const section = element("section", "character");
+  section.dataset.role = role;
+  const heading = element("h3", null, role);
+  heading.id = freshId("character");
+  section.setAttribute("aria-labelledby", heading.id);
+  const count = element("span", "count");
+  const head = element("div", "character-head");
+  head.append(heading, count);
+  const session = element("div", "session");
+  const list = element("ul", "tools");
+  const empty = element("p", "muted", "No tools registered.");
+  section.append(head, session, list, empty);
+  return { role, section, session, list, empty, count, tools: new Map() };
+}
+
+function renderTools(character, tools) {
+  const items = [];
+  const seen = new Set();
+  for (const tool of tools) {
+    const signature = JSON.stringify(tool);
+    let entry = character.tools.get(tool.name);
+    if (!entry || entry.signature !== signature) {
+      // A new or changed definition gets a new card (and a form for its current schema).
+      entry = { signature, item: toolCard(character.role, tool) };
+      character.tools.set(tool.name, entry);
+    }
+    seen.add(tool.name);
+    items.push(entry.item);
+  }
+  for (const name of [...character.tools.keys()]) {
+    if (!seen.has(name)) character.tools.delete(name);
+  }
+  placeInOrder(character.list, items);
+  character.empty.hidden = items.length > 0;
+  character.count.textContent = `${items.length} tool${items.length === 1 ? "" : "s"}`;
+}
+
+/** Where a tool runs: its callback URL, an MCP server, or inside the server's process. */
+function runsAt(tool) {
+  if (typeof tool.callback_url === "string") return ["callback", tool.callback_url];
+  if (typeof tool.source === "string" && tool.source.startsWith("mcp:")) {
+    return ["runs on", `MCP server ${tool.source.slice(4)}`];
+  }
+  return ["runs", "in-process"];
+}
+
+function definitionList(className, pairs) {
+  const dl = element("dl", className);
+  for (const [term, value] of pairs) {
+    const dd = element("dd");
+    if (value instanceof Node) dd.append(value);
+    else dd.textContent = value;
+    const pair = element("div");
+    pair.append(element("dt", null, term), dd);
+    dl.append(pair);
+  }
+  return dl;
+}
+
+function toolCard(role, tool) {
+  const item = element("li", "tool");
+  item.dataset.tool = tool.name;
+  const article = element("article");
+  const heading = element("h4", "tool-name");
+  heading.append(element("code", null, tool.name));
+  heading.id = freshId("tool");
+  article.setAttribute("aria-labelledby", heading.id);
+  article.append(heading);
+  if (tool.description) article.append(element("p", "description", tool.description));
+  const meta = [["source", element("code", null, String(tool.source ?? ""))], runsAt(tool)];
+  const timeout = numberOf(tool.timeout_seconds);
+  if (!Number.isNaN(timeout)) meta.push(["timeout", `${timeout} s`]);
+  article.append(definitionList("meta", meta));
+
+  const schema = element("details", "schema");
+  schema.append(element("summary", null, "Parameters schema"));
+  schema.append(element("pre", "json", JSON.stringify(tool.parameters ?? {}, null, 2)));
+  article.append(schema);
+  article.append(tryItForm(role, tool));
+  item.append(article);
+  return item;
+}
+
+// ---- Try it -------------------------------------------------------------------------------
+
+function tryItForm(role, tool) {
+  const details = element("details", "try");
+  details.append(element("summary", null, "Try it"));
+  const form = element("form");
+  const editor = argumentsEditor(tool.parameters ?? {});
+  const call = element("button", "primary", `Call ${tool.name}`);
+  call.type = "submit";
+  const result = element("div", "result");
+  result.setAttribute("aria-live", "polite");
+  form.append(editor.element, call);
+  details.append(form, result);
+
+  let busy = false;
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    if (busy) return;
+    let args;
+    try {
+      args = editor.read();
+    } catch (e) {
+      if (!(e instanceof ArgumentError)) throw e;
+      showResultProblem(result, e.message);
+      e.element?.focus();
+      return;
+    }
+    busy = true;
+    form.setAttribute("aria-busy", "true");
+    result.replaceChildren(element("p", "muted", `Calling ${tool.name}…`));
+    const started = performance.now();
+    try {
+      const [status, body] = await fetchJson("/api/tools/invoke", {
+        method: "POST",
+        headers: { "content-type": "application/json" },
+        body: JSON.stringify({ name: tool.name, role, arguments: args }),
+      }, true);
+      const elapsed = performance.now() - started;
+      if (status === 200) showResult(result, body, elapsed);
+      else showResultProblem(result, `HTTP ${status}: ${detailText(body, status)}`);
+    } catch (e) {
+      showResultProblem(result, `The call did not reach the server: ${e.message}`);
+    } finally {
+      busy = false;
+      form.removeAttribute("aria-busy");
+    }
+  });
+  return details;
+}
+
+function showResultProblem(result, text) {
+  result.removeAttribute("data-call-id");
+  result.dataset.outcome = "problem";
+  result.replaceChildren(element("p", "error-text", text));
+}
+
+/** The result as the model gets it: output, error text, images, and how long it took. */
+function showResult(result, body, elapsedMs) {
+  const isError = body.is_error === true;
+  result.dataset.outcome = isError ? "error" : "ok";
+  result.dataset.callId = String(body.call_id ?? "");
+  const head = element("p", "result-head");
+  head.append(
+    element("span", `badge ${isError ? "bad" : "good"}`, isError ? "error" : "ok"),
+    " ",
+    element("code", null, String(body.call_id ?? "")),
+    ` · ${formatMs(elapsedMs)}`,
+  );
+  const parts = [head];
+  if (isError) parts.push(element("p", "error-text", String(body.error ?? "")));
+  if (!(isError && body.output === null)) {
+    const label = element("p", "label", "output");
+    parts.push(label, element("pre", "json output", JSON.stringify(body.output, null, 2)));
+  }
+  const images = Array.isArray(body.images) ? body.images : [];
+  if (images.length > 0) {
+    const box = element("div", "images");
+    images.forEach((image, i) => box.append(imageFigure(image, i)));
+    parts.push(box);
+  }
+  const warnings = Array.isArray(body.image_warnings) ? body.image_warnings : [];
+  if (warnings.length > 0) {
+    const list = element("ul", "warnings");
+    warnings.forEach((w) => list.append(element("li", null, String(w))));
+    parts.push(list);
+  }
+  result.replaceChildren(...parts);
+}
+
+/** Only these types are shown inline; anything else is described, not rendered. */
+const IMAGE_TYPES = ["image/png", "image/jpeg"];
+
+function imageFigure(image, index) {
+  const figure = element("figure");
+  const mime = String(image.mime ?? "");
+  const size = `${image.width ?? "?"}×${image.height ?? "?"}`;
+  const prompt = typeof image.vision_prompt === "string" ? image.vision_prompt : "";
+  if (IMAGE_TYPES.includes(mime) && typeof image.data_b64 === "string") {
+    const img = element("img");
+    img.src = `data:${mime};base64,${image.data_b64}`;
+    img.alt = prompt ? `image ${index + 1}: ${prompt}` : `image ${index + 1} returned by the tool`;
+    figure.append(img);
+  }
+  figure.append(element("figcaption", null, `${mime} ${size}${prompt ? ` · ${prompt}` : ""}`));
+  return figure;
+}
+
+function formatMs(ms) {
+  return ms < 10 ? `${ms.toFixed(1)} ms` : `${Math.round(ms)} ms`;
+}
+
+// ---- Sessions -----------------------------------------------------------------------------
+
+/** A session field's value as text; objects the page does not know are shown as JSON. */
+function formatValue(key, value) {
+  if (value === null || value === undefined) return "—";
+  if (key === "last_sync" && typeof value === "object" && "ok" in value) {
+    const when = value.at ? ` at ${formatTime(value.at)}` : "";
+    return value.ok ? `ok${when}` : `failed${when}: ${value.error ?? ""}`;
+  }
+  if (key === "since" || key === "at") return formatTime(value);
+  if (Array.isArray(value) && value.every((v) => typeof v !== "object")) {
+    return value.length ? value.join(", ") : "none";
+  }
+  if (typeof value === "object") return JSON.stringify(value);
+  return String(value);
+}
+
+function formatTime(text) {
+  const date = new Date(text);
+  return Number.isNaN(date.getTime()) ? String(text) : date.toLocaleTimeString();
+}
+
+const label = (key) => key.replaceAll("_", " ");
+
+/** The session of a character: its state, and every connection the listing carries, each
+ * with whatever fields it has (the listing may grow new kinds and fields). */
+function renderSession(box, report) {
+  if (!report) {
+    box.replaceChildren();
+    return;
+  }
+  const state = element("span", "badge state", String(report.state ?? "unknown"));
+  state.dataset.state = String(report.state ?? "");
+  const pairs = [["session", state]];
+  for (const [key, value] of Object.entries(report)) {
+    if (key === "state" || key === "connections") continue;
+    pairs.push([label(key), formatValue(key, value)]);
+  }
+  const parts = [definitionList("session-facts", pairs)];
+  const connections = Array.isArray(report.connections) ? report.connections : [];
+  if (connections.length > 0) {
+    const list = element("ul", "connections");
+    list.setAttribute("aria-label", "connections");
+    for (const connection of connections) {
+      const item = element("li", "connection");
+      const entries = Object.entries(connection ?? {});
+      item.append(
+        definitionList(
+          "connection-facts",
+          entries.map(([key, value]) => [label(key), formatValue(key, value)]),
+        ),
+      );
+      list.append(item);
+    }
+    parts.push(list);
+  }
+  box.replaceChildren(...parts);
+}
+
+// ---- The live feed ------------------------------------------------------------------------
+
+function roles(list) {
+  return Array.isArray(list) && list.length ? list.join(", ") : "no character";
+}
+
+function failures(list) {
+  if (!Array.isArray(list) || list.length === 0) return "";
+  return `; failed for ${list.map((f) => `${f.role} (${f.error})`).join(", ")}`;
+}
+
+/** One line of the feed. `flag` marks what must stand out: an automatic removal, a failed
+ * call. */
+function addFeed(kind, text, flag) {
+  const item = element("li", "event");
+  item.dataset.kind = kind;
+  if (flag) item.dataset.flag = flag;
+  const time = element("time", null, new Date().toLocaleTimeString());
+  time.dateTime = new Date().toISOString();
+  item.append(time, " ", element("span", "kind", flag === "auto-removed" ? "auto-removed" : kind), " ");
+  item.append(element("span", "text", text));
+  const feed = $("feed");
+  feed.prepend(item);
+  while (feed.children.length > FEED_LIMIT) feed.lastElementChild.remove();
+  $("feed-empty").hidden = true;
+}
+
+function toolsChangedText(data) {
+  const done = roles(data.affected_roles);
+  const failed = failures(data.failed_roles);
+  switch (data.op) {
+    case "register":
+      return `registered ${data.name} (${data.source}) for ${done}${failed}`;
+    case "unregister":
+      return `unregistered ${data.name} from ${done}${failed}`;
+    case "clear":
+      return `cleared the tools of ${data.source} from ${done}${failed}`;
+    case "auto_removed":
+      return `tools of ${data.source} from ${done}: its callback stopped accepting connections${failed}`;
+    case "mcp":
+      return `the tools of ${data.source} changed for ${done}${failed}`;
+    default:
+      return `tools changed (${data.op}) for ${done}${failed}`;
+  }
+}
+
+function onHello(data) {
+  const started = data.started_at ? `, started ${formatTime(data.started_at)}` : "";
+  if (instanceId !== null && data.instance_id !== instanceId) {
+    addFeed("hello", `the server restarted (instance ${data.instance_id}${started}): everything was read again`);
+  } else {
+    addFeed("hello", `connected to the server (instance ${data.instance_id}${started})`);
+  }
+  instanceId = data.instance_id;
+  // Whatever happened while the page was away, the state is read again after subscribing, so
+  // no change can fall between the two.
+  startOver();
+}
+
+const handlers = {
+  hello: onHello,
+  reset: () => {
+    addFeed("reset", "some events were missed (the server no longer holds them): everything was read again");
+    startOver();
+  },
+  "tools.changed": (data) => {
+    addFeed("tools.changed", toolsChangedText(data), data.op === "auto_removed" ? "auto-removed" : null);
+    refreshTools();
+  },
+  "session.state": (data) => {
+    const facts = [`${data.role}: ${data.state}`];
+    if (data.last_sync) facts.push(`last sync ${formatValue("last_sync", data.last_sync)}`);
+    const acknowledged = data.acknowledged_tools;
+    if (typeof acknowledged === "number") {
+      facts.push(`${acknowledged} tool${acknowledged === 1 ? "" : "s"} acknowledged`);
+    }
+    addFeed("session.state", facts.join(" · "));
+    refreshSessions();
+  },
+  "tool.call": (data) => {
+    const outcome = data.is_error ? "error" : "ok";
+    addFeed(
+      "tool.call",
+      `${data.role} · ${data.tool} · called by ${data.caller} · ${formatMs(Number(data.duration_ms))} · ${outcome}`,
+      data.is_error ? "error" : null,
+    );
+  },
+};
+
+function setStreamStatus(state, text) {
+  const status = $("stream-status");
+  status.dataset.state = state;
+  status.textContent = text;
+}
+
+/** Follows the event stream. The browser reconnects by itself after a dropped connection,
+ * sending Last-Event-ID so the server resumes where it stopped; only when it gives up (an
+ * answer that is not a stream) does the page start a new stream, and read everything again. */
+function follow() {
+  const stream = new EventSource("/api/events");
+  for (const [kind, handle] of Object.entries(handlers)) {
+    stream.addEventListener(kind, (event) => {
+      let data;
+      try {
+        data = JSON.parse(event.data);
+      } catch {
+        return;
+      }
+      handle(data);
+    });
+  }
+  stream.addEventListener("open", () => setStreamStatus("live", "Live: following the event stream"));
+  stream.addEventListener("error", () => {
+    if (stream.readyState === EventSource.CLOSED) {
+      setStreamStatus("down", "The event stream was refused; trying again…");
+      setTimeout(follow, RESTART_DELAY_MS);
+    } else {
+      setStreamStatus("reconnecting", "Connection lost; reconnecting…");
+    }
+  });
+}
+
+$("feed-clear").addEventListener("click", () => {
+  $("feed").replaceChildren();
+  $("feed-empty").hidden = false;
+});
+follow();

@@ -1,0 +1,1038 @@
+//! A tool's parameters: the JSON Schema a registration gives, checked once (draft 2020-12, and it
+//! must describe a JSON object) and compiled once, and the check of each call's arguments against
+//! it, with the text the model gets when they do not match.
+//!
+//! [`Parameters`] is what a [`ToolSpec`](super::tool::ToolSpec) holds: the schema as the model
+//! sees it and the compiled validator, shared by every character the tool applies to. The
+//! register route and in-process plugins build it with [`Parameters::new`]; the dispatcher calls
+//! [`Parameters::check`] before every call. Plain code, no actor or HTTP types.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+
+use indexmap::IndexSet;
+use jsonschema::error::{TypeKind, ValidationErrorKind};
+use jsonschema::{ValidationError, Validator};
+use serde_json::{Map, Value};
+
+/// Violations of one call listed in the model's text. Enough for a model to fix every mistake
+/// of a realistic call in one retry; bounded so a wildly wrong argument (a long array of wrong
+/// items) cannot flood the model's context.
+pub const MAX_LISTED_VIOLATIONS: usize = 10;
+
+/// Violations of one call put in order before the first [`MAX_LISTED_VIOLATIONS`] are listed;
+/// any beyond are only counted. Bounds the work a pathological argument (a huge array of wrong
+/// items) can cause, far above what a model's call has.
+pub const MAX_SORTED_VIOLATIONS: usize = 1000;
+
+/// Problems of one schema listed in a 422: the same bound, for the same reason (a plugin author
+/// fixes a schema from the first few problems, then registers again).
+pub const MAX_LISTED_SCHEMA_PROBLEMS: usize = 10;
+
+/// Characters of a value quoted in a violation (`got "..."`, an `enum` option): enough to
+/// recognise it, short enough that a long string argument does not repeat itself into the
+/// model's context.
+pub const MAX_QUOTED_CHARS: usize = 60;
+
+/// `enum` options listed in a violation; longer lists end with how many were left out.
+pub const MAX_LISTED_OPTIONS: usize = 20;
+
+/// Alternatives of an `anyOf` / `oneOf` described in a violation, each by its first few
+/// violations: enough to show the model the shapes it may use, bounded for deep schemas.
+pub const MAX_LISTED_ALTERNATIVES: usize = 5;
+
+/// Violations quoted per alternative of an `anyOf` / `oneOf`.
+pub const MAX_VIOLATIONS_PER_ALTERNATIVE: usize = 3;
+
+/// A tool's parameters schema: what the model sees, and the compiled check of its arguments.
+///
+/// Cheap to clone: the validator is shared, with every tool whose schema is the same.
+#[derive(Clone)]
+pub struct Parameters {
+    /// The schema as the model sees it: the registered one, with `"type": "object"` and
+    /// `"properties": {}` added when absent.
+    schema: Map<String, Value>,
+    validator: Arc<Validator>,
+}
+
+/// Why a registration's `parameters` cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    /// The top-level `type` is something other than `"object"`.
+    #[error(
+        "parameters must describe a JSON object: the top-level \"type\" is {found}; use \"type\": \
+         \"object\" or leave \"type\" out (a tool's arguments are always a JSON object)"
+    )]
+    NotAnObject { found: String },
+    /// The schema is not valid JSON Schema (draft 2020-12), or cannot be compiled: each problem
+    /// names where it is in the schema and what is wrong (at most
+    /// [`MAX_LISTED_SCHEMA_PROBLEMS`], then how many more).
+    #[error("{}", problems.join("; "))]
+    Invalid { problems: Vec<String> },
+}
+
+/// Why a call's arguments were refused. [`ArgumentError::message`] is what the model reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgumentError {
+    /// The argument text is not JSON; `reason` says where parsing failed (line and column).
+    NotJson { reason: String },
+    /// The argument text is JSON, but not an object; `found` is what it is ("an array").
+    NotAnObject { found: &'static str },
+    /// The arguments break the schema: the first violations in the order of their JSON
+    /// pointers, each saying what was expected, and how many more there are.
+    Mismatch {
+        violations: Vec<String>,
+        unlisted: usize,
+    },
+}
+
+impl Parameters {
+    /// Checks `schema` (draft 2020-12, describing an object), adds what the model needs to see
+    /// (`"type": "object"`, `"properties": {}`) and compiles it. Never fetches anything: a
+    /// `$ref` outside the schema is an error.
+    pub fn new(schema: Map<String, Value>) -> Result<Self, SchemaError> {
+        if let Some(found) = schema.get("type").filter(|t| t.as_str() != Some("object")) {
+            return Err(SchemaError::NotAnObject {
+                found: found.to_string(),
+            });
+        }
+        let schema = Value::Object(for_the_model(schema));
+        let validator = COMPILED.get_or_compile(&schema)?;
+        let Value::Object(schema) = schema else {
+            unreachable!("built from a map")
+        };
+        Ok(Self { schema, validator })
+    }
+
+    /// The schema as the model sees it.
+    pub fn schema(&self) -> &Map<String, Value> {
+        &self.schema
+    }
+
+    /// Checks a call's argument text. Empty text is `{}` (models send it for a tool without
+    /// parameters).
+    pub fn check(&self, raw_arguments: &str) -> Result<(), ArgumentError> {
+        let arguments = if raw_arguments.trim().is_empty() {
+            Value::Object(Map::new())
+        } else {
+            serde_json::from_str::<Value>(raw_arguments).map_err(|e| ArgumentError::NotJson {
+                reason: e.to_string(),
+            })?
+        };
+        if !arguments.is_object() {
+            return Err(ArgumentError::NotAnObject {
+                found: kind_of(&arguments),
+            });
+        }
+        if self.validator.is_valid(&arguments) {
+            return Ok(());
+        }
+        let mut violations = Vec::new();
+        let mut uncollected = 0;
+        for error in self.validator.iter_errors(&arguments) {
+            for violation in describe(&error, "the arguments") {
+                if violations.len() < MAX_SORTED_VIOLATIONS {
+                    violations.push(violation);
+                } else {
+                    uncollected += 1;
+                }
+            }
+        }
+        // Each violation starts with its JSON pointer, so sorting the texts lists them in the
+        // order of the arguments (a parent before its children), whatever order the validator
+        // checked the keywords in; a violation reached along two paths of the schema is one.
+        violations.sort();
+        violations.dedup();
+        let unlisted = violations.len().saturating_sub(MAX_LISTED_VIOLATIONS) + uncollected;
+        violations.truncate(MAX_LISTED_VIOLATIONS);
+        Err(ArgumentError::Mismatch {
+            violations,
+            unlisted,
+        })
+    }
+}
+
+impl fmt::Debug for Parameters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Parameters")
+            .field("schema", &self.schema)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ArgumentError {
+    /// The tool error the model reads: what is wrong, and that it should call `tool` again.
+    /// Written as sentences to the model (capitalised, with full stops), unlike log errors.
+    pub fn message(&self, tool: &str) -> String {
+        match self {
+            ArgumentError::NotJson { reason } => format!(
+                "arguments for {tool} are not valid JSON ({reason}); {tool} takes a JSON object \
+                 of its parameters. Call {tool} again with a JSON object that matches its \
+                 parameters."
+            ),
+            ArgumentError::NotAnObject { found } => format!(
+                "arguments for {tool} must be a JSON object of its parameters, not {found}. \
+                 Call {tool} again with a JSON object that matches its parameters."
+            ),
+            ArgumentError::Mismatch {
+                violations,
+                unlisted,
+            } => {
+                let mut listed = violations.join("; ");
+                if *unlisted > 0 {
+                    listed.push_str(&format!("; and {unlisted} more"));
+                }
+                format!(
+                    "arguments for {tool} do not match its parameters: {listed}. Call {tool} \
+                     again with arguments that match."
+                )
+            }
+        }
+    }
+}
+
+/// Checks `schema` against the draft 2020-12 meta-schema and compiles it.
+fn compile(schema: &Value) -> Result<Validator, SchemaError> {
+    // Building checks the schema against the meta-schema first and stops at the first problem;
+    // only then is the schema checked again for every problem, so a valid schema (nearly every
+    // registration) is checked once.
+    jsonschema::draft202012::options()
+        // `format` is only an annotation in 2020-12 unless asked for; a tool that names a format
+        // wants it (a date that is not a date is a mistake the model can fix).
+        .should_validate_formats(true)
+        // Registrations are local and must never reach out: no remote or file `$ref`.
+        .offline()
+        .build(schema)
+        .map_err(|error| {
+            let meta = jsonschema::draft202012::meta::validator();
+            let problems = schema_problems(meta.iter_errors(schema))
+                .unwrap_or_else(|| vec![schema_problem(&error)]);
+            SchemaError::Invalid { problems }
+        })
+}
+
+/// Entries the compiled-schema table holds before it first drops those no tool uses any more.
+/// Past it, the table is pruned each time it doubles, so it stays within twice the schemas in
+/// use (plus this), at an amortised constant cost per registration.
+pub const COMPILED_PRUNE_AT: usize = 64;
+
+/// The validators of the schemas tools use now, by the schema's JSON text. Plugins register the
+/// same schema again and again (after a restart, for each of their roles, while they watch the
+/// listing), and compiling one allocates a whole tree that some other thread later frees; a
+/// schema already in use is compiled once and shared. Holds only weak references: a validator
+/// lives as long as a tool that uses it.
+static COMPILED: LazyLock<CompiledSchemas> = LazyLock::new(CompiledSchemas::default);
+
+#[derive(Default)]
+struct CompiledSchemas {
+    table: Mutex<CompiledTable>,
+}
+
+#[derive(Default)]
+struct CompiledTable {
+    validators: HashMap<String, Weak<Validator>>,
+    prune_at: usize,
+}
+
+impl CompiledSchemas {
+    fn get_or_compile(&self, schema: &Value) -> Result<Arc<Validator>, SchemaError> {
+        let key = schema.to_string();
+        if let Some(validator) = self.table().validators.get(&key).and_then(Weak::upgrade) {
+            return Ok(validator);
+        }
+        // Compiled outside the lock: two threads compiling the same new schema at once both
+        // succeed, and the table keeps one of them.
+        let validator = Arc::new(compile(schema)?);
+        let mut table = self.table();
+        table.validators.insert(key, Arc::downgrade(&validator));
+        if table.validators.len() > table.prune_at.max(COMPILED_PRUNE_AT) {
+            table.validators.retain(|_, v| v.strong_count() > 0);
+            table.prune_at = 2 * table.validators.len();
+        }
+        Ok(validator)
+    }
+
+    fn table(&self) -> MutexGuard<'_, CompiledTable> {
+        // The table holds no invariant a panicking holder could break halfway.
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The schema as the model sees it: `"type": "object"` first when absent (the only shape
+/// OpenAI-compatible sessions accept), and `"properties": {}` when absent.
+fn for_the_model(schema: Map<String, Value>) -> Map<String, Value> {
+    let mut out = Map::with_capacity(schema.len() + 2);
+    if !schema.contains_key("type") {
+        out.insert("type".into(), Value::String("object".into()));
+    }
+    let has_properties = schema.contains_key("properties");
+    out.extend(schema);
+    if !has_properties {
+        out.insert("properties".into(), Value::Object(Map::new()));
+    }
+    out
+}
+
+/// The distinct problems of a schema, as listed in a 422 (the meta-schema can report one problem
+/// along several of its own paths); `None` when there are none.
+fn schema_problems<'a>(errors: impl Iterator<Item = ValidationError<'a>>) -> Option<Vec<String>> {
+    let distinct: IndexSet<String> = errors.map(|e| schema_problem(&e)).collect();
+    if distinct.is_empty() {
+        return None;
+    }
+    let unlisted = distinct.len().saturating_sub(MAX_LISTED_SCHEMA_PROBLEMS);
+    let mut listed: Vec<String> = distinct
+        .into_iter()
+        .take(MAX_LISTED_SCHEMA_PROBLEMS)
+        .collect();
+    if unlisted > 0 {
+        listed.push(format!("and {unlisted} more problems"));
+    }
+    Some(listed)
+}
+
+/// One problem of a schema, located by its JSON pointer in the schema (a meta-schema violation
+/// is about a value of the schema: the schema is the instance). A compile error, which the
+/// meta-schema could not see, keeps the validator's words: a `$ref` that cannot be resolved says
+/// which reference.
+fn schema_problem(error: &ValidationError<'_>) -> String {
+    let what = match error.kind() {
+        ValidationErrorKind::Referencing(e) => format!(
+            "a \"$ref\" cannot be resolved ({e}); only references inside the schema are followed"
+        ),
+        _ => describe(error, "the schema").join("; "),
+    };
+    format!("not a valid JSON Schema (draft 2020-12): {what}")
+}
+
+/// What one validation error says, as violations: each starts with the JSON pointer of the
+/// value it is about and says what was expected, and what was there. `additionalProperties`
+/// gives one violation per unexpected property.
+fn describe(error: &ValidationError<'_>, root: &str) -> Vec<String> {
+    let at = error.instance_path().as_str();
+    let here = if at.is_empty() { root } else { at };
+    let got = || quote_back(error.instance());
+    let one = |text: String| vec![text];
+    match error.kind() {
+        ValidationErrorKind::Required { property } => one(format!(
+            "{at}/{} is required",
+            pointer_token(&plain_text(property))
+        )),
+        ValidationErrorKind::Type { kind } => one(format!(
+            "{here} must be {} (got {})",
+            expected_types(kind),
+            got()
+        )),
+        ValidationErrorKind::Enum { options } => one(format!(
+            "{here} must be one of {} (got {})",
+            list_options(options),
+            got()
+        )),
+        ValidationErrorKind::Constant { expected_value } => one(format!(
+            "{here} must be {} (got {})",
+            quote(expected_value),
+            got()
+        )),
+        ValidationErrorKind::Minimum { limit } => {
+            one(format!("{here} must be at least {limit} (got {})", got()))
+        }
+        ValidationErrorKind::Maximum { limit } => {
+            one(format!("{here} must be at most {limit} (got {})", got()))
+        }
+        ValidationErrorKind::ExclusiveMinimum { limit } => one(format!(
+            "{here} must be greater than {limit} (got {})",
+            got()
+        )),
+        ValidationErrorKind::ExclusiveMaximum { limit } => {
+            one(format!("{here} must be less than {limit} (got {})", got()))
+        }
+        ValidationErrorKind::MultipleOf { multiple_of } => one(format!(
+            "{here} must be a multiple of {multiple_of} (got {})",
+            got()
+        )),
+        ValidationErrorKind::MinLength { limit } => one(format!(
+            "{here} must be at least {limit} {} long (got {})",
+            plural(*limit, "character", "characters"),
+            length_of(error.instance())
+        )),
+        ValidationErrorKind::MaxLength { limit } => one(format!(
+            "{here} must be at most {limit} {} long (got {})",
+            plural(*limit, "character", "characters"),
+            length_of(error.instance())
+        )),
+        ValidationErrorKind::Pattern { pattern } => one(format!(
+            "{here} must match the regular expression {} (got {})",
+            Value::String(pattern.clone()),
+            got()
+        )),
+        ValidationErrorKind::Format { format } if format == "regex" => one(format!(
+            "{here} must be a valid regular expression (got {})",
+            got()
+        )),
+        ValidationErrorKind::Format { format } => one(format!(
+            "{here} must be in the {} format (got {})",
+            Value::String(format.clone()),
+            got()
+        )),
+        ValidationErrorKind::AdditionalProperties { unexpected }
+        | ValidationErrorKind::UnevaluatedProperties { unexpected } => unexpected
+            .iter()
+            .map(|name| {
+                format!(
+                    "{at}/{} is not allowed (unknown property)",
+                    pointer_token(name)
+                )
+            })
+            .collect(),
+        ValidationErrorKind::MinItems { limit } => one(format!(
+            "{here} must have at least {limit} {} (got {})",
+            plural(*limit, "item", "items"),
+            count_of(error.instance())
+        )),
+        ValidationErrorKind::MaxItems { limit } => one(format!(
+            "{here} must have at most {limit} {} (got {})",
+            plural(*limit, "item", "items"),
+            count_of(error.instance())
+        )),
+        ValidationErrorKind::UniqueItems => {
+            one(format!("{here} must not contain the same item twice"))
+        }
+        ValidationErrorKind::Contains => one(format!(
+            "{here} must contain at least one item that matches its schema"
+        )),
+        ValidationErrorKind::MinProperties { limit } => one(format!(
+            "{here} must have at least {limit} {} (got {})",
+            plural(*limit, "property", "properties"),
+            count_of(error.instance())
+        )),
+        ValidationErrorKind::MaxProperties { limit } => one(format!(
+            "{here} must have at most {limit} {} (got {})",
+            plural(*limit, "property", "properties"),
+            count_of(error.instance())
+        )),
+        ValidationErrorKind::AnyOf { context } | ValidationErrorKind::OneOfNotValid { context } => {
+            one(format!(
+                "{here} must match one of its allowed forms: {}",
+                alternatives(context, root)
+            ))
+        }
+        ValidationErrorKind::OneOfMultipleValid { .. } => one(format!(
+            "{here} must match exactly one of its allowed forms, but matches more than one"
+        )),
+        ValidationErrorKind::Not { schema } => {
+            one(format!("{here} must not match {}", quote(schema)))
+        }
+        ValidationErrorKind::FalseSchema => one(format!("{here} is not allowed")),
+        // Anything rarer (content encodings, property names, a regular expression that gave up)
+        // keeps the validator's own words, still located.
+        _ => one(format!("{here}: {error}")),
+    }
+}
+
+/// `either A, or B` for the alternatives of an `anyOf` / `oneOf`, each by its first violations.
+fn alternatives(context: &[Vec<ValidationError<'static>>], root: &str) -> String {
+    let mut described: Vec<String> = context
+        .iter()
+        .take(MAX_LISTED_ALTERNATIVES)
+        .map(|branch| {
+            let violations: Vec<String> = branch.iter().flat_map(|e| describe(e, root)).collect();
+            let mut text = violations
+                .iter()
+                .take(MAX_VIOLATIONS_PER_ALTERNATIVE)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" and ");
+            if violations.len() > MAX_VIOLATIONS_PER_ALTERNATIVE {
+                text.push_str(&format!(
+                    " (and {} more)",
+                    violations.len() - MAX_VIOLATIONS_PER_ALTERNATIVE
+                ));
+            }
+            text
+        })
+        .collect();
+    if context.len() > MAX_LISTED_ALTERNATIVES {
+        described.push(format!(
+            "{} other forms",
+            context.len() - MAX_LISTED_ALTERNATIVES
+        ));
+    }
+    format!("either {}", described.join(", or "))
+}
+
+/// `"c", "f"`: the options of an `enum`, as JSON.
+fn list_options(options: &Value) -> String {
+    let Value::Array(options) = options else {
+        return quote(options);
+    };
+    let mut listed: Vec<String> = options.iter().take(MAX_LISTED_OPTIONS).map(quote).collect();
+    if options.len() > MAX_LISTED_OPTIONS {
+        listed.push(format!("or {} more", options.len() - MAX_LISTED_OPTIONS));
+    }
+    listed.join(", ")
+}
+
+/// `a string`, `an integer or null`: the types a `type` keyword allows.
+fn expected_types(kind: &TypeKind) -> String {
+    let names: Vec<&str> = match kind {
+        TypeKind::Single(t) => vec![type_phrase(&t.to_string())],
+        TypeKind::Multiple(set) => set.iter().map(|t| type_phrase(&t.to_string())).collect(),
+    };
+    match names.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        Some((last, _)) => (*last).to_owned(),
+        None => "of no type".to_owned(),
+    }
+}
+
+fn type_phrase(name: &str) -> &'static str {
+    match name {
+        "array" => "an array",
+        "boolean" => "a boolean",
+        "integer" => "an integer",
+        "null" => "null",
+        "number" => "a number",
+        "object" => "an object",
+        _ => "a string",
+    }
+}
+
+/// What a value is, with an article: `an array`, `a string`.
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// A value of the schema quoted: its JSON text, cut at [`MAX_QUOTED_CHARS`] characters.
+fn quote(value: &Value) -> String {
+    let text = value.to_string();
+    match text.char_indices().nth(MAX_QUOTED_CHARS) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
+/// A value of the arguments quoted back: like [`quote`], but arrays and objects are named only
+/// (their text could be long, and the pointer already says where they are).
+fn quote_back(value: &Value) -> String {
+    match value {
+        Value::Array(_) | Value::Object(_) => kind_of(value).to_owned(),
+        _ => quote(value),
+    }
+}
+
+/// A string's length in characters, as JSON Schema counts them (code points).
+fn length_of(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.chars().count().to_string(),
+        other => kind_of(other).to_owned(),
+    }
+}
+
+/// How many items (or properties) a value has.
+fn count_of(value: &Value) -> String {
+    match value {
+        Value::Array(a) => a.len().to_string(),
+        Value::Object(o) => o.len().to_string(),
+        other => kind_of(other).to_owned(),
+    }
+}
+
+fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
+    if n == 1 { one } else { many }
+}
+
+/// A property name as JSON text would show it, without quotes when it is a string.
+fn plain_text(value: &Value) -> String {
+    match value {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// A property name as one JSON pointer token (RFC 6901: `~` is `~0`, `/` is `~1`).
+fn pointer_token(name: &str) -> String {
+    name.replace('~', "~0").replace('/', "~1")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::domain::tool::empty_parameters;
+
+    fn object(v: Value) -> Map<String, Value> {
+        match v {
+            Value::Object(m) => m,
+            other => panic!("not an object: {other}"),
+        }
+    }
+
+    fn parameters(v: Value) -> Parameters {
+        Parameters::new(object(v)).unwrap_or_else(|e| panic!("schema refused: {e}"))
+    }
+
+    fn weather() -> Parameters {
+        parameters(json!({
+            "type": "object",
+            "properties": {
+                "location": {"type": "string"},
+                "unit": {"type": "string", "enum": ["c", "f"]}
+            },
+            "required": ["location"]
+        }))
+    }
+
+    fn refusal(p: &Parameters, raw: &str) -> String {
+        p.check(raw)
+            .expect_err("the arguments must be refused")
+            .message("get_weather")
+    }
+
+    /// The violations only, between the fixed opening and closing of the message.
+    fn violations(p: &Parameters, raw: &str) -> String {
+        let text = refusal(p, raw);
+        let body = text
+            .strip_prefix("arguments for get_weather do not match its parameters: ")
+            .unwrap_or_else(|| panic!("not a mismatch: {text}"));
+        body.strip_suffix(". Call get_weather again with arguments that match.")
+            .unwrap_or_else(|| panic!("no closing: {text}"))
+            .to_owned()
+    }
+
+    /// Each case's arguments are refused with exactly its violations.
+    fn assert_violations(p: &Parameters, cases: &[(Value, &str)]) {
+        for (arguments, expected) in cases {
+            assert_eq!(
+                violations(p, &arguments.to_string()),
+                *expected,
+                "{arguments}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_models_text_for_the_weather_example() {
+        assert_eq!(
+            refusal(&weather(), r#"{"unit": "kelvin"}"#),
+            "arguments for get_weather do not match its parameters: /location is required; \
+             /unit must be one of \"c\", \"f\" (got \"kelvin\"). Call get_weather again with \
+             arguments that match."
+        );
+        assert_eq!(
+            weather().check(r#"{"location": "Tokyo", "unit": "c"}"#),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn empty_text_is_an_empty_object() {
+        assert_eq!(empty_parameters().check(""), Ok(()));
+        assert_eq!(empty_parameters().check("  \n"), Ok(()));
+        assert_eq!(violations(&weather(), ""), "/location is required");
+    }
+
+    #[test]
+    fn text_that_is_not_json_says_where() {
+        assert_eq!(
+            refusal(&weather(), r#"{"location": "Tokyo""#),
+            "arguments for get_weather are not valid JSON (EOF while parsing an object at line \
+             1 column 20); get_weather takes a JSON object of its parameters. Call get_weather \
+             again with a JSON object that matches its parameters."
+        );
+        assert_eq!(
+            refusal(&weather(), "{\n  location: 1}"),
+            "arguments for get_weather are not valid JSON (key must be a string at line 2 \
+             column 3); get_weather takes a JSON object of its parameters. Call get_weather \
+             again with a JSON object that matches its parameters."
+        );
+    }
+
+    #[test]
+    fn json_that_is_not_an_object_says_what_it_is() {
+        for (raw, found) in [
+            ("[1, 2]", "an array"),
+            ("\"Tokyo\"", "a string"),
+            ("7", "a number"),
+            ("null", "null"),
+            ("true", "a boolean"),
+        ] {
+            assert_eq!(
+                refusal(&weather(), raw),
+                format!(
+                    "arguments for get_weather must be a JSON object of its parameters, not \
+                     {found}. Call get_weather again with a JSON object that matches its \
+                     parameters."
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn each_kind_of_violation_has_its_words() {
+        let p = parameters(json!({
+            "properties": {
+                "count": {"type": "integer", "minimum": 1, "maximum": 10},
+                "ratio": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
+                "step": {"type": "integer", "multipleOf": 5},
+                "code": {"type": "string", "minLength": 3, "maxLength": 3, "pattern": "^[A-Z]+$"},
+                "when": {"type": "string", "format": "date"},
+                "mode": {"const": "fast"},
+                "tags": {"type": "array", "minItems": 1, "maxItems": 2, "uniqueItems": true},
+                "maybe": {"type": ["string", "null"]},
+                "opts": {"type": "object", "additionalProperties": false,
+                         "properties": {"a": {"type": "boolean"}}},
+                "nothing": false
+            }
+        }));
+        let cases = [
+            (
+                json!({"count": "5"}),
+                "/count must be an integer (got \"5\")",
+            ),
+            (json!({"count": 0}), "/count must be at least 1 (got 0)"),
+            (json!({"count": 11}), "/count must be at most 10 (got 11)"),
+            (json!({"ratio": 0}), "/ratio must be greater than 0 (got 0)"),
+            (json!({"ratio": 1}), "/ratio must be less than 1 (got 1)"),
+            (json!({"step": 7}), "/step must be a multiple of 5 (got 7)"),
+            (
+                json!({"code": "AB"}),
+                "/code must be at least 3 characters long (got 2)",
+            ),
+            (
+                json!({"code": "ABCD"}),
+                "/code must be at most 3 characters long (got 4)",
+            ),
+            (
+                json!({"code": "abc"}),
+                "/code must match the regular expression \"^[A-Z]+$\" (got \"abc\")",
+            ),
+            (
+                json!({"when": "tomorrow"}),
+                "/when must be in the \"date\" format (got \"tomorrow\")",
+            ),
+            (
+                json!({"mode": "slow"}),
+                "/mode must be \"fast\" (got \"slow\")",
+            ),
+            (
+                json!({"tags": []}),
+                "/tags must have at least 1 item (got 0)",
+            ),
+            (
+                json!({"tags": [1, 2, 3]}),
+                "/tags must have at most 2 items (got 3)",
+            ),
+            (
+                json!({"tags": [1, 1]}),
+                "/tags must not contain the same item twice",
+            ),
+            (
+                json!({"maybe": 3}),
+                "/maybe must be null or a string (got 3)",
+            ),
+            (
+                json!({"opts": {"a": true, "b": 1, "c/d": 2}}),
+                "/opts/b is not allowed (unknown property); /opts/c~1d is not allowed (unknown \
+                 property)",
+            ),
+            (
+                json!({"opts": {"a": "yes"}}),
+                "/opts/a must be a boolean (got \"yes\")",
+            ),
+            (json!({"nothing": 1}), "/nothing is not allowed"),
+        ];
+        assert_violations(&p, &cases);
+    }
+
+    #[test]
+    fn rarer_keywords_have_their_words_and_the_rest_the_validators() {
+        let p = parameters(json!({
+            "properties": {
+                "opts": {"type": "object", "minProperties": 1, "maxProperties": 2},
+                "list": {"type": "array", "contains": {"type": "integer"}},
+                "name": {"not": {"const": "admin"}},
+                "pick": {"oneOf": [{"type": "integer"}, {"minimum": 0}]},
+                "keys": {"type": "object", "propertyNames": {"maxLength": 2}}
+            }
+        }));
+        let cases = [
+            (
+                json!({"opts": {}}),
+                "/opts must have at least 1 property (got 0)",
+            ),
+            (
+                json!({"opts": {"a": 1, "b": 2, "c": 3}}),
+                "/opts must have at most 2 properties (got 3)",
+            ),
+            (
+                json!({"list": ["a"]}),
+                "/list must contain at least one item that matches its schema",
+            ),
+            (
+                json!({"name": "admin"}),
+                "/name must not match {\"const\":\"admin\"}",
+            ),
+            (
+                json!({"pick": 3}),
+                "/pick must match exactly one of its allowed forms, but matches more than one",
+            ),
+            (
+                json!({"keys": {"abc": 1}}),
+                "/keys: \"abc\" is longer than 2 characters",
+            ),
+        ];
+        assert_violations(&p, &cases);
+    }
+
+    #[test]
+    fn unknown_formats_are_ignored_and_drafts_are_2020_12() {
+        let p = parameters(json!({"properties": {"c": {"type": "string", "format": "colour"}}}));
+        assert_eq!(p.check(r#"{"c": "anything"}"#), Ok(()));
+        // Draft 7's array form of `items` is not draft 2020-12, whatever `$schema` says.
+        let SchemaError::Invalid { problems } = schema_error(json!({
+            "$schema": "http://json-schema.org/draft-07/schema#",
+            "properties": {"pair": {"type": "array", "items": [{"type": "string"}]}}
+        })) else {
+            panic!("a draft 7 tuple is refused")
+        };
+        assert_eq!(
+            problems,
+            [
+                "not a valid JSON Schema (draft 2020-12): /properties/pair/items must be a boolean \
+              or an object (got an array)"
+            ]
+        );
+    }
+
+    #[test]
+    fn alternatives_are_described() {
+        let p = parameters(json!({
+            "properties": {"at": {"anyOf": [{"type": "string"}, {"type": "integer", "minimum": 0}]}}
+        }));
+        assert_eq!(
+            violations(&p, r#"{"at": -1}"#),
+            "/at must match one of its allowed forms: either /at must be a string (got -1), or \
+             /at must be at least 0 (got -1)"
+        );
+    }
+
+    #[test]
+    fn long_values_are_cut_and_containers_named() {
+        let p = parameters(json!({"properties": {"unit": {"enum": ["c", "f"]}}}));
+        let long = "x".repeat(200);
+        assert_eq!(
+            violations(&p, &json!({"unit": long}).to_string()),
+            format!(
+                "/unit must be one of \"c\", \"f\" (got \"{}…)",
+                "x".repeat(MAX_QUOTED_CHARS - 1)
+            )
+        );
+        assert_eq!(
+            violations(&p, r#"{"unit": [1]}"#),
+            "/unit must be one of \"c\", \"f\" (got an array)"
+        );
+    }
+
+    #[test]
+    fn at_most_ten_violations_then_how_many_more() {
+        let p = parameters(json!({"additionalProperties": false}));
+        let arguments: Map<String, Value> =
+            (0..13).map(|i| (format!("k{i:02}"), json!(i))).collect();
+        let text = violations(&p, &Value::Object(arguments).to_string());
+        let listed: Vec<&str> = text.split("; ").collect();
+        assert_eq!(listed.len(), MAX_LISTED_VIOLATIONS + 1, "{text}");
+        assert_eq!(listed[0], "/k00 is not allowed (unknown property)");
+        assert_eq!(listed[MAX_LISTED_VIOLATIONS], "and 3 more");
+    }
+
+    #[test]
+    fn a_schema_in_use_is_compiled_once_and_forgotten_with_its_last_tool() {
+        let schema = json!({"properties": {"shared_once": {"type": "string"}}});
+        let a = parameters(schema.clone());
+        let b = parameters(schema.clone());
+        assert!(Arc::ptr_eq(&a.validator, &b.validator));
+        let other = parameters(json!({"properties": {"shared_once": {"type": "integer"}}}));
+        assert!(!Arc::ptr_eq(&a.validator, &other.validator));
+        let key = Value::Object(a.schema().clone()).to_string();
+        drop((a, b));
+        let entry = COMPILED.table().validators.get(&key).cloned();
+        // Pruning by another test may have dropped the dead entry already.
+        assert!(entry.is_none_or(|weak| weak.strong_count() == 0));
+    }
+
+    #[test]
+    fn the_table_of_compiled_schemas_drops_what_no_tool_uses() {
+        for i in 0..3 * COMPILED_PRUNE_AT {
+            parameters(json!({"properties": {format!("pruned_{i}"): {"type": "string"}}}));
+        }
+        let table = COMPILED.table();
+        let dead = table
+            .validators
+            .iter()
+            .filter(|(key, v)| key.contains("pruned_") && v.strong_count() == 0)
+            .count();
+        assert!(
+            dead <= table.prune_at.max(COMPILED_PRUNE_AT),
+            "{dead} dead entries"
+        );
+        assert!(table.validators.len() < 3 * COMPILED_PRUNE_AT);
+    }
+
+    #[test]
+    fn the_model_sees_an_object_schema() {
+        assert_eq!(
+            Value::Object(empty_parameters().schema().clone()),
+            json!({"type": "object", "properties": {}})
+        );
+        let p = parameters(json!({"properties": {"a": {"type": "string"}}, "required": ["a"]}));
+        assert_eq!(
+            Value::Object(p.schema().clone()),
+            json!({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]})
+        );
+        // Written keys keep their order, after the added `type`.
+        let keys: Vec<&String> = p.schema().keys().collect();
+        assert_eq!(keys, ["type", "properties", "required"]);
+        let p = parameters(json!({"type": "object"}));
+        assert_eq!(
+            Value::Object(p.schema().clone()),
+            json!({"type": "object", "properties": {}})
+        );
+    }
+
+    fn schema_error(v: Value) -> SchemaError {
+        Parameters::new(object(v)).expect_err("the schema must be refused")
+    }
+
+    #[test]
+    fn a_top_level_type_other_than_object_is_refused() {
+        assert_eq!(
+            schema_error(json!({"type": "array", "items": {"type": "string"}})),
+            SchemaError::NotAnObject {
+                found: "\"array\"".into()
+            }
+        );
+        assert_eq!(
+            schema_error(json!({"type": ["object", "null"]})).to_string(),
+            "parameters must describe a JSON object: the top-level \"type\" is \
+             [\"object\",\"null\"]; use \"type\": \"object\" or leave \"type\" out (a tool's \
+             arguments are always a JSON object)"
+        );
+    }
+
+    #[test]
+    fn invalid_schemas_name_the_path_and_the_problem() {
+        let cases = [
+            (
+                json!({"properties": {"unit": {"type": "strng"}}}),
+                "not a valid JSON Schema (draft 2020-12): /properties/unit/type must match one of its allowed forms: either \
+                 /properties/unit/type must be one of \"array\", \"boolean\", \"integer\", \
+                 \"null\", \"number\", \"object\", \"string\" (got \"strng\"), or \
+                 /properties/unit/type must be an array (got \"strng\")",
+            ),
+            (
+                json!({"required": "location"}),
+                "not a valid JSON Schema (draft 2020-12): /required must be an array (got \
+                 \"location\")",
+            ),
+            (
+                json!({"properties": {"n": {"minimum": "5"}}}),
+                "not a valid JSON Schema (draft 2020-12): /properties/n/minimum must be a \
+                 number (got \"5\")",
+            ),
+            (
+                json!({"properties": {"code": {"pattern": "(unclosed"}}}),
+                "not a valid JSON Schema (draft 2020-12): /properties/code/pattern must be a \
+                 valid regular expression (got \"(unclosed\")",
+            ),
+            (
+                json!({"properties": []}),
+                "not a valid JSON Schema (draft 2020-12): /properties must be an object (got \
+                 an array)",
+            ),
+        ];
+        for (schema, expected) in cases {
+            assert_eq!(
+                schema_error(schema.clone()),
+                SchemaError::Invalid {
+                    problems: vec![expected.to_owned()]
+                },
+                "{schema}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_problem_is_listed_up_to_the_bound() {
+        let SchemaError::Invalid { problems } = schema_error(json!({
+            "required": "a",
+            "minProperties": -1,
+            "properties": {"b": {"type": "text"}}
+        })) else {
+            panic!("three problems")
+        };
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        let properties: Map<String, Value> = (0..13)
+            .map(|i| (format!("p{i:02}"), json!({"minLength": "1"})))
+            .collect();
+        let SchemaError::Invalid { problems } = schema_error(json!({"properties": properties}))
+        else {
+            panic!("thirteen problems")
+        };
+        assert_eq!(problems.len(), MAX_LISTED_SCHEMA_PROBLEMS + 1);
+        assert_eq!(
+            problems[0],
+            "not a valid JSON Schema (draft 2020-12): /properties/p00/minLength must be an \
+             integer (got \"1\")"
+        );
+        assert_eq!(problems[MAX_LISTED_SCHEMA_PROBLEMS], "and 3 more problems");
+    }
+
+    #[test]
+    fn references_inside_the_schema_are_followed() {
+        let p = parameters(json!({
+            "$defs": {"unit": {"enum": ["c", "f"]}},
+            "properties": {"unit": {"$ref": "#/$defs/unit"}}
+        }));
+        assert_eq!(p.check(r#"{"unit": "c"}"#), Ok(()));
+        assert_eq!(
+            violations(&p, r#"{"unit": "k"}"#),
+            "/unit must be one of \"c\", \"f\" (got \"k\")"
+        );
+    }
+
+    #[test]
+    fn schemas_that_cannot_compile_are_refused() {
+        for (schema, expected) in [
+            (
+                json!({"properties": {"a": {"$ref": "#/$defs/missing"}}}),
+                "not a valid JSON Schema (draft 2020-12): a \"$ref\" cannot be resolved \
+                 (Pointer '/$defs/missing' does not exist); only references inside the schema \
+                 are followed",
+            ),
+            (
+                json!({"properties": {"a": {"$ref": "https://example.com/a.json"}}}),
+                "not a valid JSON Schema (draft 2020-12): a \"$ref\" cannot be resolved \
+                 (Resource 'https://example.com/a.json' is not present in a registry and \
+                 retrieving it failed: Retrieval is disabled, cannot fetch \
+                 https://example.com/a.json); only references inside the schema are followed",
+            ),
+        ] {
+            assert_eq!(
+                schema_error(schema.clone()),
+                SchemaError::Invalid {
+                    problems: vec![expected.to_owned()]
+                },
+                "{schema}"
+            );
+        }
+    }
+}

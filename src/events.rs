@@ -1,0 +1,666 @@
+//! `EventHub`: the change events behind `GET /api/events` (Server-Sent Events).
+//!
+//! A plain type, shared by handle: the router publishes `tools.changed`, each model session
+//! `session.state` and the calls it answers, the invoke route the calls it runs (`tool.call`).
+//! Every event gets the next id and is kept in a bounded ring, so a client that reconnects with
+//! `Last-Event-ID` gets what it missed (or a `reset` when the ring no longer holds it). Each
+//! subscriber has a bounded buffer that publishing fills without ever waiting: a subscriber that
+//! falls behind is dropped (its stream ends; it may reconnect and resume), so a stuck reader never
+//! slows a change, a call or another subscriber.
+//!
+//! Nothing here knows the actor system; the HTTP route turns a [`Subscription`] into the response
+//! body with [`EventStream`].
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use futures_util::Stream;
+use serde::Serialize;
+use sse_stream::Sse;
+use tokio::sync::mpsc;
+
+/// Events kept for `Last-Event-ID` resumption: enough for a client that reconnects within a
+/// busy minute, small enough (a few hundred bytes each) to never matter for memory.
+pub const RING_CAPACITY: usize = 1024;
+
+/// Events a subscriber may have waiting before it is dropped. A reader that keeps up never holds
+/// more than a few; one this far behind is stuck, and waiting for it would slow everyone.
+pub const SUBSCRIBER_BUFFER: usize = 256;
+
+/// How often an idle stream gets a comment line: under the idle timeouts of common proxies and
+/// clients (30 s and up), so a quiet connection is neither closed nor mistaken for a dead one.
+pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(15);
+
+/// The comment an idle stream sends every [`KEEP_ALIVE_INTERVAL`].
+const KEEP_ALIVE_FRAME: &[u8] = b": keep-alive\n\n";
+
+/// The tunables of the event stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventSettings {
+    /// Interval of the keep-alive comment on an idle stream.
+    pub keep_alive: Duration,
+    /// Events a subscriber may have waiting before it is dropped.
+    pub subscriber_buffer: usize,
+}
+
+impl Default for EventSettings {
+    fn default() -> Self {
+        Self {
+            keep_alive: KEEP_ALIVE_INTERVAL,
+            subscriber_buffer: SUBSCRIBER_BUFFER,
+        }
+    }
+}
+
+/// The kinds of event, by their SSE `event:` name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventKind {
+    /// First event of every connection: the server instance and its start time.
+    Hello,
+    /// The `Last-Event-ID` a client resumed from is no longer held: re-read the state.
+    Reset,
+    /// A change request (or an automatic change) was applied.
+    ToolsChanged,
+    /// A model session's connection state or last sync changed.
+    SessionState,
+    /// A tool call finished.
+    ToolCall,
+}
+
+impl EventKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            EventKind::Hello => "hello",
+            EventKind::Reset => "reset",
+            EventKind::ToolsChanged => "tools.changed",
+            EventKind::SessionState => "session.state",
+            EventKind::ToolCall => "tool.call",
+        }
+    }
+}
+
+/// Which `?role=` subscribers an event concerns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// Every subscriber.
+    All,
+    /// Subscribers of these roles, and those without a role filter.
+    Roles(Vec<String>),
+}
+
+impl Scope {
+    fn concerns(&self, role: Option<&str>) -> bool {
+        match (self, role) {
+            (Scope::All, _) | (_, None) => true,
+            (Scope::Roles(roles), Some(role)) => roles.iter().any(|r| r == role),
+        }
+    }
+}
+
+/// One published event, encoded once for every subscriber.
+#[derive(Debug)]
+pub struct Event {
+    pub id: u64,
+    pub kind: EventKind,
+    scope: Scope,
+    /// The whole SSE frame: `event:`, `data:` (JSON), `id:` and the blank line.
+    frame: Bytes,
+}
+
+impl Event {
+    fn new(id: u64, kind: EventKind, scope: Scope, data: &impl Serialize) -> Self {
+        Self {
+            id,
+            kind,
+            scope,
+            frame: frame(kind, id, data),
+        }
+    }
+
+    pub fn frame(&self) -> &Bytes {
+        &self.frame
+    }
+}
+
+/// The SSE frame of one event. Compact JSON has no line breaks, so the data is one `data:` line.
+fn frame(kind: EventKind, id: u64, data: &impl Serialize) -> Bytes {
+    // Every payload is a struct of strings, numbers and lists: serialising cannot fail.
+    let data = serde_json::to_string(data).unwrap_or_else(|_| "null".to_owned());
+    Sse::default()
+        .event(kind.name())
+        .data(data)
+        .id(id.to_string())
+        .into()
+}
+
+/// What `op` a `tools.changed` event reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChangeOp {
+    Register,
+    Unregister,
+    Clear,
+    /// A dead plugin origin's tools were removed.
+    AutoRemoved,
+    /// An MCP server's tools were (re)listed, changed, or removed when it went away.
+    Mcp,
+}
+
+/// The data of `tools.changed`; `F` is the failed-role entry the change report carries.
+#[derive(Debug, Serialize)]
+pub struct ToolsChanged<'a, F> {
+    pub op: ChangeOp,
+    /// The tool, for register and unregister.
+    pub name: Option<&'a str>,
+    /// The source, for register, clear, auto-removal and MCP.
+    pub source: Option<&'a str>,
+    pub affected_roles: &'a [String],
+    pub failed_roles: &'a [F],
+}
+
+/// The data of `session.state`: the role and its session report (`R`), flattened.
+#[derive(Debug, Serialize)]
+pub struct SessionState<'a, R> {
+    pub role: &'a str,
+    #[serde(flatten)]
+    pub report: &'a R,
+}
+
+/// Who made a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Caller {
+    /// A live model session.
+    Model,
+    /// `POST /api/tools/invoke`.
+    Invoke,
+}
+
+/// The data of `tool.call`. Never the arguments or the output: they may carry the user's
+/// conversation.
+#[derive(Debug, Serialize)]
+pub struct ToolCallFinished<'a> {
+    pub role: &'a str,
+    pub tool: &'a str,
+    /// `None` when the model called a tool the character does not have.
+    pub source: Option<&'a str>,
+    pub call_id: &'a str,
+    pub caller: Caller,
+    /// Wall time from the call's start to its result, in milliseconds.
+    pub duration_ms: f64,
+    pub is_error: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Hello<'a> {
+    instance_id: &'a str,
+    started_at: &'a str,
+}
+
+#[derive(Debug, Serialize)]
+struct Reset<'a> {
+    /// The `Last-Event-ID` the client sent.
+    last_event_id: &'a str,
+    /// The oldest event still held (`null` when none is).
+    oldest_event_id: Option<u64>,
+    /// The newest event so far (0 before the first).
+    newest_event_id: u64,
+}
+
+/// A shared handle on the hub; cheap to clone.
+#[derive(Clone)]
+pub struct EventHub {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// Random per start, so a client can tell a restarted server from a reconnect.
+    instance_id: String,
+    /// RFC 3339, UTC.
+    started_at: String,
+    subscriber_buffer: usize,
+    state: Mutex<State>,
+}
+
+struct State {
+    /// Set by [`EventHub::close`]: the server is stopping.
+    closed: bool,
+    /// The id of the last event published (0 before the first).
+    newest: u64,
+    ring: VecDeque<Arc<Event>>,
+    subscribers: Vec<Subscriber>,
+}
+
+struct Subscriber {
+    role: Option<String>,
+    tx: mpsc::Sender<Arc<Event>>,
+}
+
+/// A new subscriber's stream: what it gets first (`hello`, then a `reset` or the events it
+/// missed), then every event as it is published.
+pub struct Subscription {
+    pub opening: Vec<Bytes>,
+    pub events: mpsc::Receiver<Arc<Event>>,
+}
+
+impl std::fmt::Debug for EventHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventHub")
+            .field("instance_id", &self.inner.instance_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EventHub {
+    /// A hub for a server instance starting now.
+    pub fn new(settings: &EventSettings) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                instance_id: uuid::Uuid::new_v4().simple().to_string(),
+                started_at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+                subscriber_buffer: settings.subscriber_buffer.max(1),
+                state: Mutex::new(State {
+                    closed: false,
+                    newest: 0,
+                    ring: VecDeque::with_capacity(RING_CAPACITY),
+                    subscribers: Vec::new(),
+                }),
+            }),
+        }
+    }
+
+    /// This server instance's id (random per start).
+    pub fn instance_id(&self) -> &str {
+        &self.inner.instance_id
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        // The lock is held only to number, store and hand out events; a panic there cannot leave
+        // the ring in a state worse than losing the stream.
+        self.inner
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Publishes one event: numbers it, keeps it in the ring and offers it to every subscriber it
+    /// concerns, without waiting for any of them.
+    pub fn publish(&self, kind: EventKind, scope: Scope, data: &impl Serialize) {
+        let mut state = self.state();
+        let event = Arc::new(Event::new(state.newest + 1, kind, scope, data));
+        state.newest = event.id;
+        if state.ring.len() == RING_CAPACITY {
+            state.ring.pop_front();
+        }
+        state.ring.push_back(event.clone());
+        state.subscribers.retain(|s| {
+            if !event.scope.concerns(s.role.as_deref()) {
+                return !s.tx.is_closed();
+            }
+            match s.tx.try_send(event.clone()) {
+                Ok(()) => true,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    tracing::info!(role = ?s.role, event_id = event.id, "dropped an event subscriber that fell behind");
+                    false
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => false,
+            }
+        });
+    }
+
+    /// `tools.changed` for the roles of a change report.
+    pub fn tools_changed<F: Serialize>(&self, change: &ToolsChanged<'_, F>, failed: &[&str]) {
+        let mut roles = change.affected_roles.to_vec();
+        roles.extend(failed.iter().map(|r| (*r).to_owned()));
+        self.publish(EventKind::ToolsChanged, Scope::Roles(roles), change);
+    }
+
+    /// `session.state` of one role.
+    pub fn session_state<R: Serialize>(&self, role: &str, report: &R) {
+        self.publish(
+            EventKind::SessionState,
+            Scope::Roles(vec![role.to_owned()]),
+            &SessionState { role, report },
+        );
+    }
+
+    /// `tool.call` of one finished call.
+    pub fn tool_call(&self, call: &ToolCallFinished<'_>) {
+        self.publish(
+            EventKind::ToolCall,
+            Scope::Roles(vec![call.role.to_owned()]),
+            call,
+        );
+    }
+
+    /// Subscribes to the events `role` concerns (every event for `None`), resuming after
+    /// `last_event_id` when the ring still holds what followed it.
+    pub fn subscribe(&self, role: Option<String>, last_event_id: Option<&str>) -> Subscription {
+        let mut state = self.state();
+        let newest = state.newest;
+        let oldest = state.ring.front().map(|e| e.id);
+        let resume = last_event_id.map(|text| (text, text.trim().parse::<u64>().ok()));
+        // The events after `from` are all held when `from` is the newest or the event just
+        // before the oldest held; anything else (unknown, too old, or from another instance with
+        // more events) cannot be resumed.
+        let resumable = |from: u64| from <= newest && oldest.is_none_or(|o| from + 1 >= o);
+        let mut opening = Vec::new();
+        let hello = Hello {
+            instance_id: &self.inner.instance_id,
+            started_at: &self.inner.started_at,
+        };
+        match resume {
+            None => opening.push(frame(EventKind::Hello, newest, &hello)),
+            Some((_, Some(from))) if resumable(from) => {
+                // `hello` carries the resumption point, so a client that loses the connection
+                // again before the replay resumes from the same place.
+                opening.push(frame(EventKind::Hello, from, &hello));
+                opening.extend(
+                    state
+                        .ring
+                        .iter()
+                        .filter(|e| e.id > from && e.scope.concerns(role.as_deref()))
+                        .map(|e| e.frame.clone()),
+                );
+            }
+            Some((text, _)) => {
+                opening.push(frame(EventKind::Hello, newest, &hello));
+                let reset = Reset {
+                    last_event_id: text,
+                    oldest_event_id: oldest,
+                    newest_event_id: newest,
+                };
+                opening.push(frame(EventKind::Reset, newest, &reset));
+            }
+        }
+        let (tx, events) = mpsc::channel(self.inner.subscriber_buffer);
+        if !state.closed {
+            state.subscribers.push(Subscriber { role, tx });
+        }
+        Subscription { opening, events }
+    }
+
+    /// Ends every stream (after what it already holds) and every later one after its opening:
+    /// the server is stopping, and a graceful stop waits for open responses to finish.
+    pub fn close(&self) {
+        let mut state = self.state();
+        state.closed = true;
+        state.subscribers.clear();
+    }
+}
+
+/// A subscription as an SSE response body: the opening frames, then each event, with a
+/// keep-alive comment whenever the stream has been idle for the keep-alive interval. It ends when
+/// the hub drops the subscriber.
+pub struct EventStream {
+    opening: VecDeque<Bytes>,
+    events: mpsc::Receiver<Arc<Event>>,
+    keep_alive: tokio::time::Interval,
+}
+
+impl EventStream {
+    pub fn new(subscription: Subscription, keep_alive: Duration) -> Self {
+        let mut interval = tokio::time::interval_at(
+            tokio::time::Instant::now() + keep_alive,
+            keep_alive.max(Duration::from_millis(1)),
+        );
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Self {
+            opening: subscription.opening.into(),
+            events: subscription.events,
+            keep_alive: interval,
+        }
+    }
+}
+
+impl Stream for EventStream {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(frame) = self.opening.pop_front() {
+            return Poll::Ready(Some(Ok(frame)));
+        }
+        match self.events.poll_recv(cx) {
+            Poll::Ready(Some(event)) => {
+                // Anything sent counts as activity: the keep-alive is for idle streams.
+                self.keep_alive.reset();
+                return Poll::Ready(Some(Ok(event.frame.clone())));
+            }
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => {}
+        }
+        match self.keep_alive.poll_tick(cx) {
+            Poll::Ready(_) => Poll::Ready(Some(Ok(Bytes::from_static(KEEP_ALIVE_FRAME)))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn hub(buffer: usize) -> EventHub {
+        EventHub::new(&EventSettings {
+            keep_alive: KEEP_ALIVE_INTERVAL,
+            subscriber_buffer: buffer,
+        })
+    }
+
+    /// `(event, id, data)` of an SSE frame.
+    fn parse(frame: &Bytes) -> (String, u64, Value) {
+        let text = std::str::from_utf8(frame).unwrap();
+        assert!(text.ends_with("\n\n"), "{text:?}");
+        let field = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}: ")))
+                .unwrap_or_else(|| panic!("no {name} in {text:?}"))
+                .to_owned()
+        };
+        (
+            field("event"),
+            field("id").parse().unwrap(),
+            serde_json::from_str(&field("data")).unwrap(),
+        )
+    }
+
+    fn publish_call(hub: &EventHub, role: &str, call_id: &str) {
+        hub.tool_call(&ToolCallFinished {
+            role,
+            tool: "t",
+            source: Some("s"),
+            call_id,
+            caller: Caller::Invoke,
+            duration_ms: 1.5,
+            is_error: false,
+        });
+    }
+
+    fn received(sub: &mut Subscription) -> Vec<u64> {
+        let mut ids = Vec::new();
+        while let Ok(event) = sub.events.try_recv() {
+            ids.push(event.id);
+        }
+        ids
+    }
+
+    #[test]
+    fn hello_names_the_instance_and_the_newest_id() {
+        let hub = hub(8);
+        publish_call(&hub, "A", "c1");
+        let sub = hub.subscribe(None, None);
+        assert_eq!(sub.opening.len(), 1);
+        let (event, id, data) = parse(&sub.opening[0]);
+        assert_eq!((event.as_str(), id), ("hello", 1));
+        assert_eq!(data["instance_id"], json!(hub.instance_id()));
+        assert_eq!(hub.instance_id().len(), 32);
+        assert!(data["started_at"].as_str().unwrap().ends_with('Z'));
+        assert_ne!(hub.instance_id(), self::hub(8).instance_id());
+    }
+
+    #[test]
+    fn ids_increase_and_frames_carry_the_data() {
+        let hub = hub(8);
+        let mut sub = hub.subscribe(None, None);
+        publish_call(&hub, "A", "c1");
+        publish_call(&hub, "B", "c2");
+        let first = sub.events.try_recv().unwrap();
+        let second = sub.events.try_recv().unwrap();
+        assert_eq!((first.id, second.id), (1, 2));
+        let (event, id, data) = parse(second.frame());
+        assert_eq!((event.as_str(), id), ("tool.call", 2));
+        assert_eq!(
+            data,
+            json!({"role": "B", "tool": "t", "source": "s", "call_id": "c2", "caller": "invoke",
+                   "duration_ms": 1.5, "is_error": false})
+        );
+    }
+
+    #[test]
+    fn role_filter_keeps_its_roles_and_events_for_everyone() {
+        let hub = hub(8);
+        let mut only_a = hub.subscribe(Some("A".into()), None);
+        publish_call(&hub, "A", "c1");
+        publish_call(&hub, "B", "c2");
+        hub.tools_changed(
+            &ToolsChanged::<String> {
+                op: ChangeOp::Register,
+                name: Some("t"),
+                source: Some("s"),
+                affected_roles: &["B".to_owned()],
+                failed_roles: &[],
+            },
+            &["A"],
+        );
+        hub.publish(EventKind::ToolsChanged, Scope::All, &json!({}));
+        assert_eq!(received(&mut only_a), [1, 3, 4]);
+    }
+
+    #[test]
+    fn resume_replays_what_followed_and_only_that() {
+        let hub = hub(8);
+        for i in 0..5 {
+            publish_call(&hub, if i % 2 == 0 { "A" } else { "B" }, "c");
+        }
+        let sub = hub.subscribe(None, Some("2"));
+        let ids: Vec<(String, u64)> = sub
+            .opening
+            .iter()
+            .map(|f| {
+                let (e, id, _) = parse(f);
+                (e, id)
+            })
+            .collect();
+        assert_eq!(
+            ids,
+            [
+                ("hello".to_owned(), 2),
+                ("tool.call".to_owned(), 3),
+                ("tool.call".to_owned(), 4),
+                ("tool.call".to_owned(), 5)
+            ]
+        );
+        let filtered = hub.subscribe(Some("A".into()), Some("2"));
+        assert_eq!(filtered.opening.len(), 3, "hello, 3 and 5");
+        let current = hub.subscribe(None, Some("5"));
+        assert_eq!(current.opening.len(), 1, "nothing missed");
+    }
+
+    #[test]
+    fn resume_from_a_lost_or_foreign_id_is_a_reset() {
+        let hub = hub(8);
+        for _ in 0..(RING_CAPACITY + 10) {
+            publish_call(&hub, "A", "c");
+        }
+        let newest = (RING_CAPACITY + 10) as u64;
+        // The ring holds 11..=newest: resuming from 10 misses nothing, from 9 it would.
+        assert_eq!(
+            hub.subscribe(None, Some("10")).opening.len(),
+            1 + RING_CAPACITY
+        );
+        for lost in ["9", "0", "99999", "not-a-number"] {
+            let sub = hub.subscribe(None, Some(lost));
+            assert_eq!(sub.opening.len(), 2, "{lost}");
+            let (event, id, data) = parse(&sub.opening[1]);
+            assert_eq!((event.as_str(), id), ("reset", newest), "{lost}");
+            assert_eq!(
+                data,
+                json!({"last_event_id": lost, "oldest_event_id": 11, "newest_event_id": newest})
+            );
+        }
+    }
+
+    #[test]
+    fn a_subscriber_that_falls_behind_is_dropped_and_others_keep_everything() {
+        let hub = hub(4);
+        let mut stuck = hub.subscribe(None, None);
+        let mut reader = hub.subscribe(None, None);
+        for i in 0..10 {
+            publish_call(&hub, "A", "c");
+            assert_eq!(received(&mut reader), [i + 1]);
+        }
+        // The stuck one got its buffer's worth, then its channel closed.
+        assert_eq!(received(&mut stuck), [1, 2, 3, 4]);
+        assert!(stuck.events.is_closed());
+        assert_eq!(hub.state().subscribers.len(), 1);
+    }
+
+    #[test]
+    fn closing_ends_every_stream_now_and_later() {
+        let hub = hub(4);
+        let mut before = hub.subscribe(None, None);
+        publish_call(&hub, "A", "c");
+        hub.close();
+        assert_eq!(received(&mut before), [1]);
+        assert!(before.events.is_closed());
+        let after = hub.subscribe(None, None);
+        assert_eq!(after.opening.len(), 1, "hello");
+        assert!(after.events.is_closed());
+    }
+
+    #[test]
+    fn closed_subscribers_are_forgotten() {
+        let hub = hub(4);
+        drop(hub.subscribe(Some("B".into()), None));
+        drop(hub.subscribe(None, None));
+        publish_call(&hub, "A", "c");
+        assert_eq!(hub.state().subscribers.len(), 0);
+    }
+
+    #[test]
+    fn tools_changed_data_is_exact() {
+        let hub = hub(4);
+        let mut sub = hub.subscribe(None, None);
+        #[derive(Serialize)]
+        struct Failure {
+            role: &'static str,
+            error: &'static str,
+        }
+        hub.tools_changed(
+            &ToolsChanged {
+                op: ChangeOp::AutoRemoved,
+                name: None,
+                source: Some("plugin:x"),
+                affected_roles: &["A".to_owned()],
+                failed_roles: &[Failure {
+                    role: "B",
+                    error: "boom",
+                }],
+            },
+            &["B"],
+        );
+        let event = sub.events.try_recv().unwrap();
+        assert_eq!(
+            parse(event.frame()).2,
+            json!({"op": "auto_removed", "name": null, "source": "plugin:x",
+                   "affected_roles": ["A"], "failed_roles": [{"role": "B", "error": "boom"}]})
+        );
+    }
+}

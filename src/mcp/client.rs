@@ -1,0 +1,421 @@
+//! `McpClient`: one supervised actor per `[[mcp_server]]`, which makes that MCP server a tool
+//! source.
+//!
+//! It starts the server (a child process on stdio) or connects to it (Streamable HTTP),
+//! initializes, lists every page of its tools and registers them through the router, as one
+//! change per character (`ReplaceSource`, source `mcp:<name>`, so sessions are synced and a
+//! `tools.changed` event with op `mcp` is announced). On `notifications/tools/list_changed` it
+//! lists again and applies the difference. When the connection ends (the child died, the HTTP
+//! server went away) it removes the tools from every character and stops; its supervisor starts
+//! it again after a capped backoff, and the tools come back with the new connection.
+//!
+//! A call of such a tool never passes through this actor: each registered tool holds the
+//! connection's peer and sends `tools/call` itself, bounded by the server's `timeout_seconds`.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientInfo, Implementation, Tool};
+use rmcp::service::{NotificationContext, RunningService, RunningServiceCancellationToken};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+use super::mapping::{self, Definition, Skipped};
+use super::settings::{McpServerSettings, McpTransport};
+use super::status::{McpBoard, McpState};
+use crate::actors::router::{ReplaceSource, Router};
+use crate::domain::call::{LocalHandler, LocalToolHandler, ToolCall, ToolOutcome};
+
+/// First wait before starting a server again; doubled per failed attempt up to [`MAX_BACKOFF`].
+pub const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
+
+/// Longest wait between attempts: a server that keeps failing is retried twice a minute.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// Longest a start takes: the process starting (a `uvx` or `npx` server may first install
+/// itself), the initialize handshake and the first listing.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Longest a listing after `notifications/tools/list_changed` takes.
+pub const LIST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The server announced `notifications/tools/list_changed`.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+struct ToolListChanged {
+    /// The connection that announced it.
+    connection: u64,
+}
+
+/// A connection ended (the process exited, the stream closed, or it was cancelled).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+struct ConnectionEnded {
+    connection: u64,
+    reason: String,
+}
+
+/// What a successful start hands the actor.
+struct Opened {
+    service: RunningService<RoleClient, Listener>,
+    child: Option<tokio::process::Child>,
+    tools: Vec<Tool>,
+}
+
+pub struct McpClient {
+    settings: Arc<McpServerSettings>,
+    router: Addr<Router>,
+    board: McpBoard,
+    /// Failed attempts in a row (drives the backoff).
+    attempt: u32,
+    /// Number of the current connection, so a late message of an earlier one is ignored.
+    connection: u64,
+    peer: Option<Peer<RoleClient>>,
+    cancel: Option<RunningServiceCancellationToken>,
+    /// What the last applied listing registered; `None` before the first.
+    applied: Option<Vec<Definition>>,
+}
+
+impl McpClient {
+    /// Starts the supervised client of one MCP server.
+    pub fn launch(
+        settings: McpServerSettings,
+        router: Addr<Router>,
+        board: McpBoard,
+    ) -> Addr<Self> {
+        let client = McpClient {
+            settings: Arc::new(settings),
+            router,
+            board,
+            attempt: 0,
+            connection: 0,
+            peer: None,
+            cancel: None,
+            applied: None,
+        };
+        Supervisor::start(|_: &mut Context<Self>| client)
+    }
+
+    fn name(&self) -> &str {
+        &self.settings.name
+    }
+
+    fn backoff(&self) -> Duration {
+        let factor = 2u32.saturating_pow(self.attempt.saturating_sub(1));
+        INITIAL_BACKOFF.saturating_mul(factor).min(MAX_BACKOFF)
+    }
+
+    fn connect(&mut self, ctx: &mut Context<Self>) {
+        self.connection += 1;
+        let connection = self.connection;
+        self.board
+            .update(self.name(), |r| r.state = McpState::Connecting);
+        let settings = self.settings.clone();
+        let listener = Listener {
+            actor: ctx.address(),
+            connection,
+        };
+        let opening = async move {
+            match tokio::time::timeout(CONNECT_TIMEOUT, open(&settings, listener)).await {
+                Ok(opened) => opened,
+                Err(_) => Err(format!(
+                    "did not start, initialize and list its tools within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                )),
+            }
+        };
+        ctx.wait(opening.into_actor(self).map(|opened, act, ctx| match opened {
+            Ok(opened) => act.on_connected(opened, ctx),
+            Err(error) => {
+                tracing::warn!(mcp_server = %act.name(), %error, "MCP server could not be reached");
+                act.board.update(act.name(), |r| {
+                    r.state = McpState::Backoff;
+                    r.last_error = Some(error);
+                    r.pid = None;
+                });
+                ctx.stop();
+            }
+        }));
+    }
+
+    fn on_connected(&mut self, opened: Opened, ctx: &mut Context<Self>) {
+        let Opened {
+            service,
+            child,
+            tools,
+        } = opened;
+        let pid = child.as_ref().and_then(tokio::process::Child::id);
+        tracing::info!(mcp_server = %self.name(), tools = tools.len(), ?pid, "MCP server connected");
+        self.attempt = 0;
+        self.peer = Some(service.peer().clone());
+        self.cancel = Some(service.cancellation_token());
+        self.board.update(self.name(), |r| {
+            r.state = McpState::Connected;
+            r.last_error = None;
+            r.pid = pid;
+        });
+        let me = ctx.address();
+        let connection = self.connection;
+        actix::spawn(async move {
+            let reason = match service.waiting().await {
+                Ok(reason) => format!("the connection ended ({reason:?})"),
+                Err(e) => format!("the connection failed ({e})"),
+            };
+            // The process goes with its connection (it is killed if it has not exited).
+            drop(child);
+            me.do_send(ConnectionEnded { connection, reason });
+        });
+        self.apply(tools, ctx);
+    }
+
+    /// Registers a listing (what changed since the last one) through the router; the actor
+    /// handles nothing else until the router has answered.
+    fn apply(&mut self, tools: Vec<Tool>, ctx: &mut Context<Self>) {
+        let Some(peer) = self.peer.clone() else {
+            return;
+        };
+        let mut definitions = Vec::with_capacity(tools.len());
+        let mut skipped: Vec<Skipped> = Vec::new();
+        for tool in &tools {
+            match mapping::definition(tool) {
+                Ok(definition) => definitions.push(definition),
+                Err(skip) => skipped.push(skip),
+            }
+        }
+        for skip in &skipped {
+            tracing::warn!(mcp_server = %self.name(), tool = %skip.name, reason = %skip.reason, "MCP tool not registered");
+        }
+        let names: Vec<String> = definitions.iter().map(|d| d.name.clone()).collect();
+        self.board.update(self.name(), |r| {
+            r.tools = names;
+            r.skipped = skipped;
+        });
+        if self.applied.as_ref() == Some(&definitions) {
+            tracing::debug!(mcp_server = %self.name(), "MCP tool listing unchanged");
+            return;
+        }
+        let handler = LocalToolHandler(Arc::new(McpToolHandler {
+            server: self.settings.name.as_str().into(),
+            peer,
+            timeout: self.settings.timeout,
+        }));
+        let source = self.settings.source();
+        let specs = definitions
+            .iter()
+            .map(|d| mapping::tool_spec(d, &source, handler.clone()))
+            .collect();
+        let change = self.router.send(ReplaceSource {
+            source,
+            tools: specs,
+            roles: self.settings.roles.clone(),
+        });
+        self.applied = Some(definitions);
+        ctx.wait(change.into_actor(self).map(|report, act, _| {
+            if let Err(e) = report {
+                tracing::warn!(mcp_server = %act.name(), error = %e, "the router did not take the MCP tools");
+            }
+        }));
+    }
+}
+
+impl Actor for McpClient {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        if self.attempt == 0 {
+            self.connect(ctx);
+        } else {
+            self.board
+                .update(self.name(), |r| r.state = McpState::Backoff);
+            ctx.run_later(self.backoff(), |act, ctx| act.connect(ctx));
+        }
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        self.peer = None;
+        self.applied = None;
+        if let Some(cancel) = self.cancel.take() {
+            cancel.cancel();
+        }
+    }
+}
+
+impl Supervised for McpClient {
+    fn restarting(&mut self, _: &mut Self::Context) {
+        self.attempt = self.attempt.saturating_add(1);
+        self.board.update(&self.settings.name, |r| r.restarts += 1);
+    }
+}
+
+impl Handler<ToolListChanged> for McpClient {
+    type Result = ();
+
+    fn handle(&mut self, msg: ToolListChanged, ctx: &mut Self::Context) {
+        let Some(peer) = self
+            .peer
+            .clone()
+            .filter(|_| msg.connection == self.connection)
+        else {
+            return;
+        };
+        let listing =
+            async move { tokio::time::timeout(LIST_TIMEOUT, peer.list_all_tools()).await };
+        ctx.wait(listing.into_actor(self).map(|listed, act, ctx| match listed {
+            Ok(Ok(tools)) => act.apply(tools, ctx),
+            Ok(Err(e)) => {
+                tracing::warn!(mcp_server = %act.name(), error = %e, "MCP server could not list its changed tools");
+            }
+            Err(_) => {
+                tracing::warn!(mcp_server = %act.name(), "MCP server did not list its changed tools within {} s", LIST_TIMEOUT.as_secs());
+            }
+        }));
+    }
+}
+
+impl Handler<ConnectionEnded> for McpClient {
+    type Result = ();
+
+    /// Removes the server's tools from every character, then stops: the supervisor starts the
+    /// actor again, which reconnects after the backoff.
+    fn handle(&mut self, msg: ConnectionEnded, ctx: &mut Self::Context) {
+        if msg.connection != self.connection {
+            return;
+        }
+        tracing::warn!(mcp_server = %self.name(), reason = %msg.reason, "MCP server went away; removing its tools and starting it again");
+        self.peer = None;
+        self.cancel = None;
+        self.applied = None;
+        self.board.update(self.name(), |r| {
+            r.state = McpState::Backoff;
+            r.tools.clear();
+            r.last_error = Some(msg.reason);
+            r.pid = None;
+        });
+        let removal = self.router.send(ReplaceSource {
+            source: self.settings.source(),
+            tools: Vec::new(),
+            roles: None,
+        });
+        ctx.wait(removal.into_actor(self).map(|_, _, ctx| ctx.stop()));
+    }
+}
+
+/// Starts (or reaches) the server, initializes and lists every page of its tools.
+async fn open(settings: &McpServerSettings, listener: Listener) -> Result<Opened, String> {
+    let (service, child) = match &settings.transport {
+        McpTransport::Stdio { command, args, env } => {
+            let mut child = tokio::process::Command::new(command)
+                .args(args)
+                .envs(env)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .kill_on_drop(true)
+                .spawn()
+                .map_err(|e| format!("could not start {command:?}: {e}"))?;
+            let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+                return Err("the child's stdio could not be opened".to_owned());
+            };
+            if let Some(stderr) = child.stderr.take() {
+                log_stderr(settings.name.clone(), stderr);
+            }
+            let service = listener
+                .serve((stdout, stdin))
+                .await
+                .map_err(|e| format!("the initialize handshake failed: {e}"))?;
+            (service, Some(child))
+        }
+        McpTransport::Http { url } => {
+            let http = reqwest::Client::builder()
+                // The server is on loopback: an HTTP proxy of the environment must not see it.
+                .no_proxy()
+                .build()
+                .map_err(|e| format!("HTTP client: {e}"))?;
+            let transport = StreamableHttpClientTransport::with_client(
+                http,
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()),
+            );
+            let service = listener
+                .serve(transport)
+                .await
+                .map_err(|e| format!("the initialize handshake with {url} failed: {e}"))?;
+            (service, None)
+        }
+    };
+    let tools = service
+        .peer()
+        .list_all_tools()
+        .await
+        .map_err(|e| format!("tools/list failed: {e}"))?;
+    Ok(Opened {
+        service,
+        child,
+        tools,
+    })
+}
+
+/// Copies the child's stderr to the log at debug, line by line, until it closes.
+fn log_stderr(server: String, stderr: tokio::process::ChildStderr) {
+    actix::spawn(async move {
+        let mut lines = BufReader::new(stderr).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            tracing::debug!(mcp_server = %server, "stderr: {line}");
+        }
+    });
+}
+
+/// The client side of one connection: tells the actor when the tool list changed.
+struct Listener {
+    actor: Addr<McpClient>,
+    connection: u64,
+}
+
+impl ClientHandler for Listener {
+    fn get_info(&self) -> ClientInfo {
+        ClientInfo::new(
+            ClientCapabilities::default(),
+            Implementation::new("runtime-tools", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
+        self.actor.do_send(ToolListChanged {
+            connection: self.connection,
+        });
+    }
+}
+
+/// Runs a call of an MCP server's tool: `tools/call` on the connection it was listed on.
+struct McpToolHandler {
+    server: Arc<str>,
+    peer: Peer<RoleClient>,
+    timeout: Duration,
+}
+
+impl LocalHandler for McpToolHandler {
+    fn call(&self, call: ToolCall) -> BoxFuture<'static, ToolOutcome> {
+        let (server, peer, timeout) = (self.server.clone(), self.peer.clone(), self.timeout);
+        async move {
+            let request = CallToolRequestParams::new(call.name).with_arguments(call.arguments);
+            match tokio::time::timeout(timeout, peer.call_tool(request)).await {
+                Ok(Ok(result)) => mapping::outcome(result),
+                Ok(Err(e)) => Err(format!("MCP server {server} could not run the call: {e}")),
+                Err(_) => Err(format!(
+                    "MCP server {server} did not answer tools/call within {} s",
+                    mapping::seconds(timeout)
+                )),
+            }
+        }
+        .boxed()
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        Some(self.timeout)
+    }
+}

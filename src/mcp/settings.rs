@@ -1,0 +1,275 @@
+//! `[[mcp_server]]`: an MCP server whose tools the characters get.
+//!
+//! Either a child process spoken to over stdio (`command`, `args`, `env`) or a Streamable HTTP
+//! endpoint on loopback (`url`, under the same loopback rule as callback URLs). Every problem is
+//! an error that names the key.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use indexmap::IndexMap;
+use serde::Deserialize;
+
+use crate::domain::callback_url::CallbackUrl;
+
+/// How long a call of an MCP server's tool may take unless configured: the default timeout of
+/// a registered tool.
+pub const DEFAULT_MCP_TIMEOUT: Duration = crate::domain::tool::DEFAULT_TIMEOUT;
+
+/// Longest configurable call timeout: the longest a registered tool may ask for.
+pub const MAX_MCP_TIMEOUT_SECONDS: f64 = 300.0;
+
+/// The `source` prefix of an MCP server's tools: `mcp:<name>`.
+pub const MCP_SOURCE_PREFIX: &str = "mcp:";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpServerSettings {
+    /// Names the server in `mcp:<name>`, the log and `GET /api/mcp`.
+    pub name: String,
+    pub transport: McpTransport,
+    /// The characters that get its tools; `None`: every character that exists when its tools
+    /// are (re)listed.
+    pub roles: Option<Vec<String>>,
+    /// How long one `tools/call` may take.
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum McpTransport {
+    /// A child process speaking MCP on its stdin / stdout.
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        /// Added to the server's own environment.
+        env: IndexMap<String, String>,
+    },
+    /// A Streamable HTTP endpoint on loopback.
+    Http { url: String },
+}
+
+impl McpServerSettings {
+    /// The `source` its tools are registered with.
+    pub fn source(&self) -> String {
+        format!("{MCP_SOURCE_PREFIX}{}", self.name)
+    }
+
+    /// `stdio` or `http`, for reports.
+    pub fn transport_kind(&self) -> &'static str {
+        match self.transport {
+            McpTransport::Stdio { .. } => "stdio",
+            McpTransport::Http { .. } => "http",
+        }
+    }
+}
+
+/// `[[mcp_server]]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileMcpServer {
+    name: String,
+    command: Option<String>,
+    args: Option<Vec<String>>,
+    env: Option<IndexMap<String, String>>,
+    url: Option<String>,
+    roles: Option<Vec<String>>,
+    timeout_seconds: Option<f64>,
+}
+
+impl FileMcpServer {
+    /// Checks every key; `characters` are the configured character names.
+    pub fn into_settings(self, characters: &[&str]) -> anyhow::Result<McpServerSettings> {
+        if self.name.is_empty()
+            || !self
+                .name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            bail!(
+                "key `name`: {:?} must be non-empty and use only letters, digits, `-`, `_` and `.`",
+                self.name
+            );
+        }
+        let transport = match (self.command, self.url) {
+            (Some(_), Some(_)) => bail!("keys `command` and `url`: give one, not both"),
+            (None, None) => bail!(
+                "keys `command` / `url`: give `command` (a program speaking MCP on stdio) or \
+                 `url` (a Streamable HTTP endpoint on loopback)"
+            ),
+            (Some(command), None) => {
+                if command.trim().is_empty() {
+                    bail!("key `command`: must not be empty");
+                }
+                McpTransport::Stdio {
+                    command,
+                    args: self.args.unwrap_or_default(),
+                    env: self.env.unwrap_or_default(),
+                }
+            }
+            (None, Some(url)) => {
+                if self.args.is_some() || self.env.is_some() {
+                    bail!("keys `args` / `env`: only for a `command`, not a `url`");
+                }
+                let parsed = CallbackUrl::parse(&url).map_err(|e| {
+                    anyhow::anyhow!(
+                        "key `url`: {url:?}: {}",
+                        e.to_string().replace("callback_url", "url")
+                    )
+                })?;
+                if parsed.url().scheme() != "http" {
+                    bail!(
+                        "key `url`: {url:?}: only http:// is supported (the server is on loopback)"
+                    );
+                }
+                McpTransport::Http { url }
+            }
+        };
+        let roles = match self.roles {
+            None => None,
+            Some(roles) => {
+                for role in &roles {
+                    if !characters.contains(&role.as_str()) {
+                        bail!("key `roles`: {role:?} is not a configured character");
+                    }
+                }
+                Some(roles)
+            }
+        };
+        let timeout = match self.timeout_seconds {
+            None => DEFAULT_MCP_TIMEOUT,
+            Some(t) if t > 0.0 && t <= MAX_MCP_TIMEOUT_SECONDS => Duration::from_secs_f64(t),
+            Some(t) => bail!(
+                "key `timeout_seconds`: must be greater than 0 and at most {MAX_MCP_TIMEOUT_SECONDS}, got {t}"
+            ),
+        };
+        Ok(McpServerSettings {
+            name: self.name,
+            transport,
+            roles,
+            timeout,
+        })
+    }
+}
+
+/// Checks a list of servers: each as [`FileMcpServer::into_settings`], and no name twice.
+pub fn servers_from_file(
+    servers: Vec<FileMcpServer>,
+    characters: &[&str],
+) -> anyhow::Result<Vec<McpServerSettings>> {
+    let mut out: Vec<McpServerSettings> = Vec::with_capacity(servers.len());
+    for (i, server) in servers.into_iter().enumerate() {
+        let settings = server
+            .into_settings(characters)
+            .with_context(|| format!("in `mcp_server[{i}]`"))?;
+        if out.iter().any(|s| s.name == settings.name) {
+            bail!(
+                "in `mcp_server[{i}]`: key `name`: duplicate MCP server name {:?}",
+                settings.name
+            );
+        }
+        out.push(settings);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> anyhow::Result<Vec<McpServerSettings>> {
+        #[derive(Deserialize)]
+        struct File {
+            mcp_server: Vec<FileMcpServer>,
+        }
+        let file: File = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+        servers_from_file(file.mcp_server, &["Lanlan", "Mio"])
+    }
+
+    fn error(text: &str) -> String {
+        format!("{:#}", parse(text).unwrap_err())
+    }
+
+    #[test]
+    fn stdio_and_http_servers() {
+        let servers = parse(
+            r#"
+            [[mcp_server]]
+            name = "time"
+            command = "mcp-server-time"
+            args = ["--local-timezone", "UTC"]
+            env = { TZ = "UTC" }
+            roles = ["Mio"]
+            timeout_seconds = 5
+            [[mcp_server]]
+            name = "everything"
+            url = "http://127.0.0.1:3001/mcp"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(
+            servers[0],
+            McpServerSettings {
+                name: "time".into(),
+                transport: McpTransport::Stdio {
+                    command: "mcp-server-time".into(),
+                    args: vec!["--local-timezone".into(), "UTC".into()],
+                    env: IndexMap::from([("TZ".to_owned(), "UTC".to_owned())]),
+                },
+                roles: Some(vec!["Mio".into()]),
+                timeout: Duration::from_secs(5),
+            }
+        );
+        assert_eq!(servers[0].source(), "mcp:time");
+        assert_eq!(servers[1].roles, None);
+        assert_eq!(servers[1].timeout, DEFAULT_MCP_TIMEOUT);
+        assert_eq!(servers[1].transport_kind(), "http");
+    }
+
+    #[test]
+    fn every_problem_names_its_key() {
+        let cases = [
+            ("name = \"\"\ncommand = \"x\"", "mcp_server[0]`: key `name`"),
+            ("name = \"a b\"\ncommand = \"x\"", "key `name`"),
+            ("name = \"a\"", "keys `command` / `url`"),
+            (
+                "name = \"a\"\ncommand = \"x\"\nurl = \"http://127.0.0.1/\"",
+                "give one, not both",
+            ),
+            (
+                "name = \"a\"\nurl = \"http://example.com/mcp\"",
+                "key `url`: \"http://example.com/mcp\": url host \"example.com\" is not loopback",
+            ),
+            (
+                "name = \"a\"\nurl = \"https://127.0.0.1/mcp\"",
+                "only http://",
+            ),
+            (
+                "name = \"a\"\nurl = \"http://127.0.0.1/\"\nargs = []",
+                "keys `args` / `env`",
+            ),
+            (
+                "name = \"a\"\ncommand = \"x\"\nroles = [\"Nobody\"]",
+                "key `roles`: \"Nobody\" is not a configured character",
+            ),
+            (
+                "name = \"a\"\ncommand = \"x\"\ntimeout_seconds = 0",
+                "key `timeout_seconds`",
+            ),
+            (
+                "name = \"a\"\ncommand = \"x\"\ntimeout_seconds = 301",
+                "at most 300",
+            ),
+            ("name = \"a\"\ncommand = \"x\"\ncolour = 1", "colour"),
+        ];
+        for (body, expected) in cases {
+            let e = error(&format!("[[mcp_server]]\n{body}\n"));
+            assert!(e.contains(expected), "{body:?}: {e}");
+        }
+        let e = error(
+            "[[mcp_server]]\nname = \"a\"\ncommand = \"x\"\n[[mcp_server]]\nname = \"a\"\ncommand = \"y\"\n",
+        );
+        assert!(
+            e.contains("mcp_server[1]") && e.contains("duplicate"),
+            "{e}"
+        );
+    }
+}
