@@ -250,7 +250,7 @@ fn list(c: &mut Criterion, sys: &SystemRunner) {
                             .await
                             .expect("router answers")
                             .expect("listed");
-                        assert_eq!(roles.len() * roles[0].tools.len(), n * tools);
+                        assert_eq!(roles.len() * roles[0].tools.registry().len(), n * tools);
                     })
                 })
             });

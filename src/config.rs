@@ -4,6 +4,7 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
@@ -17,6 +18,15 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:48911";
 
 /// The one character of the embedded default configuration.
 pub const DEFAULT_CHARACTER: &str = "Lanlan";
+
+/// How long a graceful stop (SIGTERM, SIGINT) lets running tool calls finish before they are
+/// answered with a tool error: long enough for the usual tool, short enough for a supervisor's
+/// stop timeout (systemd's default is 90 s, Docker's 10 s after which it kills: 8 s leaves the
+/// answers time to go out).
+pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(8);
+
+/// Longest configurable grace period: a tool's own timeout is at most 300 s.
+pub const MAX_STOP_GRACE: Duration = Duration::from_secs(300);
 
 /// Largest callback response body accepted by default (after decompression): 4 MiB holds any
 /// sensible tool output while bounding what a misbehaving plugin can make us buffer.
@@ -36,6 +46,8 @@ pub struct Settings {
     pub characters: Vec<CharacterSettings>,
     /// HTTP worker threads; `None` is one per CPU.
     pub workers: Option<usize>,
+    /// How long a graceful stop lets running calls finish (see [`DEFAULT_STOP_GRACE`]).
+    pub stop_grace: Duration,
     /// The event stream's tunables (not in the file: the defaults suit every deployment).
     pub events: EventSettings,
     /// MCP servers whose tools the characters get, in configuration order.
@@ -78,6 +90,7 @@ impl Default for Settings {
             dispatch: DispatchSettings::default(),
             characters: vec![CharacterSettings::new(DEFAULT_CHARACTER)],
             workers: None,
+            stop_grace: DEFAULT_STOP_GRACE,
             events: EventSettings::default(),
             mcp_servers: Vec::new(),
         }
@@ -99,6 +112,7 @@ impl Default for DispatchSettings {
 #[serde(deny_unknown_fields)]
 struct FileConfig {
     bind: Option<String>,
+    stop_grace_seconds: Option<f64>,
     #[serde(default)]
     dispatch: FileDispatch,
     #[serde(default)]
@@ -137,6 +151,15 @@ impl Settings {
         let mut settings = Settings::default();
         if let Some(bind) = file.bind {
             settings.bind = parse_bind(&bind).context("key `bind`")?;
+        }
+        if let Some(grace) = file.stop_grace_seconds {
+            if !(grace > 0.0 && grace <= MAX_STOP_GRACE.as_secs_f64()) {
+                bail!(
+                    "key `stop_grace_seconds`: must be greater than 0 and at most {}, got {grace}",
+                    MAX_STOP_GRACE.as_secs()
+                );
+            }
+            settings.stop_grace = Duration::from_secs_f64(grace);
         }
         if let Some(max) = file.dispatch.max_response_bytes {
             if max <= 0 {
@@ -188,7 +211,8 @@ impl Settings {
             for role in server.roles.iter().flatten() {
                 if !names.contains(&role.as_str()) {
                     bail!(
-                        "option --character: MCP server {:?} gives its tools to {role:?}, which is                          no longer a character",
+                        "option --character: MCP server {:?} gives its tools to {role:?}, which is \
+                         no longer a character",
                         server.name
                     );
                 }
@@ -234,6 +258,7 @@ mod tests {
         let s = Settings::from_toml(
             r#"
             bind = "127.0.0.1:0"
+            stop_grace_seconds = 2.5
             [dispatch]
             max_response_bytes = 1024
             max_callbacks_in_flight = 16
@@ -247,6 +272,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.bind, "127.0.0.1:0".parse().unwrap());
         assert_eq!(s.dispatch.max_response_bytes, 1024);
+        assert_eq!(s.stop_grace, Duration::from_millis(2500));
         assert_eq!(s.dispatch.max_callbacks_in_flight, 16);
         assert!(!s.dispatch.validate_arguments);
         let names: Vec<_> = s.characters.iter().map(|c| c.name.as_str()).collect();
@@ -294,6 +320,8 @@ mod tests {
         );
         assert!(error_of("[dispatch]\nvalidate_arguments = 1").contains("validate_arguments"));
         assert!(error_of("[[character]]\nname = \"\"").contains("character[0].name"));
+        assert!(error_of("stop_grace_seconds = 0").contains("`stop_grace_seconds`"));
+        assert!(error_of("stop_grace_seconds = 301").contains("at most 300"));
         assert!(
             error_of("[dispatch]\nmax_callbacks_in_flight = 0").contains("max_callbacks_in_flight")
         );

@@ -6,31 +6,32 @@
 //! worker or arbiter) created on first use, so an exchange never leaves the thread that asked for
 //! it. Connection failures of `plugin:` sources are counted here, and the third in a row asks the
 //! router to remove that origin's tools. Images in a result are checked here too, off the async
-//! threads.
+//! threads. When the server stops, calls still running at the end of the grace period are
+//! answered with a tool error saying so ([`Dispatcher::abandon_calls`]).
 
 use std::error::Error as _;
 use std::fmt;
 use std::io::{self, Write};
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use actix::Recipient;
 use actix_web::rt::net::TcpStream;
 use bytes::Bytes;
+use futures_util::future::{Either, select};
 use http_body_util::{BodyExt, Full};
 use hyper::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
+use tokio::sync::{Notify, watch};
 use url::{Host, Position, Url};
 
-use crate::actors::router::RemoveDeadOrigin;
 use crate::config::DispatchSettings;
 use crate::domain::call::{ToolAnswer, ToolCall, ToolResult, map_callback_response};
-use crate::domain::failures::{FailureTracker, Liveness};
+use crate::domain::failures::{DeadOrigin, DeadOriginRemover, Liveness, SharedFailures};
 use crate::domain::images::{ToolImage, accept_images};
 use crate::domain::tool::{RemoteEndpoint, SharedTool, ToolHandler};
 
@@ -93,27 +94,59 @@ struct Inner {
     /// Check arguments against the tool's schema before any call (`[dispatch]
     /// validate_arguments`).
     validate_arguments: bool,
-    failures: Mutex<FailureTracker>,
-    removals: Recipient<RemoveDeadOrigin>,
+    failures: SharedFailures,
+    removals: Arc<dyn DeadOriginRemover>,
+    /// `Some(grace)` once calls are abandoned (the server is stopping).
+    abandoned: watch::Sender<Option<Duration>>,
+    /// Calls running now (of every kind), and a wake-up for whoever waits for none.
+    running: AtomicUsize,
+    idle: Notify,
+}
+
+/// One running call, counted while it lives.
+struct Running<'a>(&'a Inner);
+
+impl<'a> Running<'a> {
+    fn enter(inner: &'a Inner) -> Self {
+        inner.running.fetch_add(1, Ordering::AcqRel);
+        Self(inner)
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        if self.0.running.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
+    }
 }
 
 impl Dispatcher {
-    /// `removals` receives the dead-origin reports (the router).
-    pub fn new(settings: &DispatchSettings, removals: Recipient<RemoveDeadOrigin>) -> Self {
+    /// `failures` are the counts it keeps (shared with whoever forgets pairs that are gone);
+    /// `removals` removes the tools of the origins it finds dead (the router).
+    pub fn new(
+        settings: &DispatchSettings,
+        failures: SharedFailures,
+        removals: Arc<dyn DeadOriginRemover>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 max_response_bytes: settings.max_response_bytes,
                 max_in_flight: settings.max_callbacks_in_flight,
                 in_flight: AtomicUsize::new(0),
                 validate_arguments: settings.validate_arguments,
-                failures: Mutex::new(FailureTracker::new()),
+                failures,
                 removals,
+                abandoned: watch::Sender::new(None),
+                running: AtomicUsize::new(0),
+                idle: Notify::new(),
             }),
         }
     }
 
     /// Runs `call` against `tool`. Never fails: every problem becomes an error result.
-    /// Dropping the future cancels the call (an open callback exchange is closed).
+    /// Dropping the future cancels the call (an open callback exchange is closed); so does
+    /// [`Dispatcher::abandon_calls`], which answers it with a tool error.
     pub async fn dispatch(&self, tool: &SharedTool, call: ToolCall) -> ToolResult {
         // Arguments that do not match the schema never reach the tool: the model gets the
         // reason to fix them, and nothing counts towards the tool's auto-removal.
@@ -123,17 +156,18 @@ impl Dispatcher {
             tracing::debug!(tool = %call.name, call_id = %call.call_id, "arguments do not match the tool's parameters; not called");
             return call.error(refused.message(&tool.name));
         }
-        let answer = match &tool.handler {
-            ToolHandler::Remote(endpoint) => self.call_remote(tool, endpoint, &call).await,
-            ToolHandler::Local(handler) => {
-                match tokio::time::timeout(LOCAL_TOOL_TIMEOUT, handler.0.call(call.clone())).await {
-                    Ok(outcome) => ToolAnswer::from_local(outcome),
-                    Err(_) => ToolAnswer::error(format!(
-                        "in-process tool '{}' timed out after {} s",
-                        tool.name,
-                        LOCAL_TOOL_TIMEOUT.as_secs()
-                    )),
-                }
+        let _running = Running::enter(&self.inner);
+        let mut abandoned = self.inner.abandoned.subscribe();
+        let work = std::pin::pin!(self.run(tool, &call));
+        let stopping = std::pin::pin!(abandoned.wait_for(Option::is_some));
+        let answer = match select(work, stopping).await {
+            Either::Left((answer, _)) => answer,
+            Either::Right((grace, _)) => {
+                let grace = grace.ok().and_then(|g| *g).unwrap_or_default();
+                ToolAnswer::error(format!(
+                    "the server is stopping: the call did not finish within the {} s grace period",
+                    format_seconds(grace)
+                ))
             }
         };
         let (images, warnings) = match &answer.images {
@@ -145,6 +179,40 @@ impl Dispatcher {
         // Arguments and results may carry the user's conversation: they are never logged.
         tracing::debug!(tool = %result.name, call_id = %result.call_id, is_error = result.is_error, images = result.images.len(), "tool call finished");
         result
+    }
+
+    /// Ends every call still running, and every later one, with a tool error saying the server
+    /// is stopping: the end of a graceful stop's `grace` period.
+    pub fn abandon_calls(&self, grace: Duration) {
+        self.inner.abandoned.send_replace(Some(grace));
+    }
+
+    /// Resolves once no call is running.
+    pub async fn idle(&self) {
+        loop {
+            let notified = self.inner.idle.notified();
+            if self.inner.running.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// The call itself: the callback exchange or the in-process handler.
+    async fn run(&self, tool: &SharedTool, call: &ToolCall) -> ToolAnswer {
+        match &tool.handler {
+            ToolHandler::Remote(endpoint) => self.call_remote(tool, endpoint, call).await,
+            ToolHandler::Local(handler) => {
+                match tokio::time::timeout(LOCAL_TOOL_TIMEOUT, handler.0.call(call.clone())).await {
+                    Ok(outcome) => ToolAnswer::from_local(outcome),
+                    Err(_) => ToolAnswer::error(format!(
+                        "in-process tool '{}' timed out after {} s",
+                        tool.name,
+                        LOCAL_TOOL_TIMEOUT.as_secs()
+                    )),
+                }
+            }
+        }
     }
 
     async fn call_remote(
@@ -227,23 +295,20 @@ impl Dispatcher {
         let Some(origin) = tool.callback_origin() else {
             return;
         };
-        let reached = {
-            let mut failures = self
-                .inner
-                .failures
-                .lock()
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-            failures.record(&tool.source, origin, liveness)
-        };
+        let reached = self
+            .inner
+            .failures
+            .lock()
+            .record(&tool.source, origin, liveness);
         if let Some(failures) = reached {
             // The call that removes the tools returns once they are gone (sessions synced), so
             // anything its caller does next — a listing, another invoke — sees the removal.
-            let removal = self.inner.removals.send(RemoveDeadOrigin {
+            let removal = self.inner.removals.remove(DeadOrigin {
                 source: tool.source.clone(),
                 origin: origin.clone(),
                 failures,
             });
-            if removal.await.is_err() {
+            if !removal.await {
                 tracing::warn!(source = %tool.source, origin = %origin, "could not remove the tools of a dead plugin origin: the router has stopped");
             }
         }
@@ -263,7 +328,8 @@ async fn check_images(raw: serde_json::Value) -> (Vec<ToolImage>, Vec<String>) {
         })
 }
 
-/// One of the bounded callback exchanges in flight; the slot is given back on drop.
+/// One of the bounded callback exchanges in flight (`max_callbacks_in_flight`); the slot is
+/// given back on drop.
 struct InFlight<'a>(&'a Inner);
 
 impl<'a> InFlight<'a> {
@@ -512,7 +578,10 @@ async fn send_failure(
 /// misbehaved.
 async fn connection_lost(endpoint: &RemoteEndpoint, what: impl fmt::Display) -> CallFailure {
     match probe(endpoint.callback_url.url()).await {
-        Ok(()) => CallFailure::reachable(format!("remote tool callback {what}")),
+        Ok(()) => CallFailure::reachable(format!(
+            "remote tool callback {} {what}",
+            endpoint.callback_url.origin()
+        )),
         Err(e) => CallFailure::connect_failed(
             endpoint,
             format!("the callback {what}, and a new connection failed: {e}"),

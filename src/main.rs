@@ -99,14 +99,11 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         // the listening line: a supervisor that stops us as soon as it reads the line would
         // otherwise kill the process (the signal's default action) instead of stopping it.
         let stop_signal = stop_signal().context("cannot listen for SIGINT / SIGTERM")?;
-        let handle = app.handle();
-        let events = app.events();
-        actix_web::rt::spawn(async move {
+        let stopper = app.stopper();
+        let stopping = actix_web::rt::spawn(async move {
             let signal = stop_signal.await;
             tracing::info!("{signal} received; stopping gracefully");
-            // Event streams end now, so the graceful stop does not wait for their clients.
-            events.close();
-            handle.stop(true).await;
+            stopper.stop().await;
         });
 
         let mut stdout = std::io::stdout().lock();
@@ -114,6 +111,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         stdout.flush()?;
         drop(stdout);
         app.run_until_stopped().await?;
+        // Only the stop above ends the server; the model sessions' calls may still be
+        // finishing (or be answered with the stopping error) when it has stopped.
+        stopping.await?;
         tracing::info!("stopped");
         Ok(())
     })

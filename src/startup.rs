@@ -13,7 +13,7 @@ use actix_web::{App, HttpServer, middleware, web};
 use anyhow::Context;
 use socket2::{Domain, Socket, Type};
 
-use crate::actors::router::{Router, ShareDirectory};
+use crate::actors::router::{CloseAllConnections, Router, ShareDirectory};
 use crate::api::{self, AppState};
 use crate::config::Settings;
 use crate::dispatch::Dispatcher;
@@ -30,14 +30,61 @@ const LISTEN_BACKLOG: i32 = 1024;
 /// [`crate::api::body::BODY_READ_TIMEOUT`].
 pub const REQUEST_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Time the HTTP server gives the answers of abandoned calls to go out after the grace period,
+/// before it closes the connections still open: answering is immediate, a second is plenty.
+pub const ANSWER_MARGIN: Duration = Duration::from_secs(1);
+
 pub struct Application {
     server: Server,
     local_addr: SocketAddr,
     router: Addr<Router>,
     dispatcher: Dispatcher,
+    stop_grace: Duration,
     events: EventHub,
     /// Kept for as long as the server runs: an actor with no address left would stop.
     _mcp_clients: Vec<Addr<McpClient>>,
+}
+
+/// Stops a running [`Application`] gracefully; cheap to clone.
+#[derive(Clone)]
+pub struct Stopper {
+    server: actix_web::dev::ServerHandle,
+    router: Addr<Router>,
+    dispatcher: Dispatcher,
+    events: EventHub,
+    grace: Duration,
+}
+
+impl Stopper {
+    /// Ends the open event streams, stops accepting connections and lets running calls —
+    /// invokes and the model sessions' calls alike — finish for the grace period; those still
+    /// running then are answered with a tool error saying the server is stopping. Then closes
+    /// every relay (its app gets 1001 "going away") and attachment, so none outlives the
+    /// server. Resolves once the server has stopped and no call is running.
+    pub async fn stop(&self) {
+        // Event streams never end by themselves: ended now, the stop does not wait for their
+        // clients.
+        self.events.close();
+        // No new connection from now on, but the open ones are still served. The server itself
+        // is stopped only once no call runs: actix-server 2.6 can drop a request still running
+        // when its graceful stop closes the workers' connection channel.
+        self.server.pause().await;
+        if tokio::time::timeout(self.grace, self.dispatcher.idle())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                grace_seconds = self.grace.as_secs_f64(),
+                "calls still running at the end of the grace period are answered with an error"
+            );
+            self.dispatcher.abandon_calls(self.grace);
+            self.dispatcher.idle().await;
+        }
+        // A relay is an open HTTP connection the graceful stop would otherwise wait for; its
+        // calls are answered by now. A router that is gone has no sessions left to close.
+        let _ = self.router.send(CloseAllConnections).await;
+        self.server.stop(true).await;
+    }
 }
 
 impl Application {
@@ -91,11 +138,17 @@ impl Application {
         let mut server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
+                // The guard wraps everything, CORS included: a foreign page gets a 403 even for a
+                // preflight.
+                .wrap(api::guard::cors())
                 .wrap(middleware::from_fn(api::guard::loopback_only))
                 .configure(api::configure)
                 .default_service(web::to(api::not_found))
         })
         .client_request_timeout(REQUEST_HEAD_TIMEOUT)
+        // The backstop of a graceful stop: calls are answered at the end of the grace period,
+        // so only a connection that will not take its answer is still open after this.
+        .shutdown_timeout((settings.stop_grace + ANSWER_MARGIN).as_secs().max(1))
         // A client that closes its connection has gone away: the request's handler is dropped
         // at once, which ends an invoke's callback exchange instead of letting it run to its
         // timeout for nobody (HTTP clients do not half-close after a request).
@@ -113,9 +166,21 @@ impl Application {
             local_addr,
             router,
             dispatcher,
+            stop_grace: settings.stop_grace,
             events,
             _mcp_clients: mcp_clients,
         })
+    }
+
+    /// What stops this application gracefully (what `main` calls on SIGTERM and SIGINT).
+    pub fn stopper(&self) -> Stopper {
+        Stopper {
+            server: self.server.handle(),
+            router: self.router.clone(),
+            dispatcher: self.dispatcher.clone(),
+            events: self.events.clone(),
+            grace: self.stop_grace,
+        }
     }
 
     /// The address actually bound (the real port when port 0 was asked for).
@@ -133,8 +198,9 @@ impl Application {
         self.dispatcher.clone()
     }
 
-    /// The event hub: [`EventHub::close`] it before a graceful stop, which otherwise waits for
-    /// the open event streams (they never end by themselves).
+    /// The event hub, for in-process code that publishes or subscribes. The [`Stopper`] closes
+    /// it; whoever stops the server through [`handle`](Application::handle) instead must
+    /// [`EventHub::close`] it first, or the graceful stop waits for the open event streams.
     pub fn events(&self) -> EventHub {
         self.events.clone()
     }

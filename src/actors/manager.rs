@@ -1,15 +1,22 @@
-//! `SessionManager`: one actor per character. It owns that character's [`ToolRegistry`] and its
-//! set of active sessions, and is the one place a change to the registry is made and pushed to
-//! every one of those sessions.
+//! `SessionManager`: one actor per character. It owns that character's tools — it is the only
+//! writer of the character's [`ToolCell`], through its [`ToolWriter`] — and its set of active
+//! sessions, and pushes every change to every one of those sessions.
 //!
 //! The active sessions are any recipients of [`SyncTools`]: the server's own connection
 //! (`mode = "client"`), the relays of apps connected through `GET /v1/realtime`, attachments to
 //! live calls, and an application's in-process sessions. A change waits for all of them and
 //! fails the character if any refused or timed out.
 //!
-//! Only the [`Router`](super::router::Router) talks to managers. Handlers change the registry
+//! Only the [`Router`](super::router::Router) talks to managers. Handlers apply a change
 //! synchronously, in mailbox order (so changes to one character apply in the order they arrive),
-//! and never await: waiting for the sessions' acknowledgements happens in the returned future.
+//! publish the new snapshot before answering, and never await: waiting for the sessions'
+//! acknowledgements happens in a spawned future.
+//!
+//! A manager that ends — removed, rebuilt, or unwound by a panic — closes every session it
+//! holds. A restarted or rebuilt manager opens its own client connection again with the tools
+//! of the last snapshot plus the changes it lacks; the relays and attachments it held are closed
+//! (a relay's app with 1001 "going away"), and an app that reconnects, or attaches again, gets
+//! the same tools.
 
 use std::sync::Arc;
 
@@ -19,8 +26,8 @@ use futures_util::future::{BoxFuture, join_all};
 use tokio::sync::oneshot;
 
 use crate::dispatch::Dispatcher;
-use crate::domain::callback_url::CallbackOrigin;
-use crate::domain::registry::ToolRegistry;
+use crate::domain::registry::Change;
+use crate::domain::snapshot::{ToolCell, ToolWriter};
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
 use crate::session::attach::{Attachment, Joined};
@@ -33,44 +40,26 @@ use crate::session::{
     SessionHandle, SessionReport, SessionStatus, SyncTools,
 };
 
-/// A change to one character's tools.
-#[derive(Debug, Clone)]
-pub enum Change {
-    Register(SharedTool),
-    Unregister(String),
-    ClearSource(String),
-    /// Auto-removal of a dead plugin origin.
-    RemoveOrigin {
-        source: String,
-        origin: CallbackOrigin,
-    },
-    /// The tools of `source` become `tools` (an MCP server's listing).
-    ReplaceSource {
-        source: String,
-        tools: Arc<[SharedTool]>,
-    },
+/// Apply change number `number` to this character's tools, publish the result and sync the
+/// sessions; the outcome (sync included) goes to `reply`. A reply channel instead of a response
+/// future lets the router send to hundreds of managers with no task, timer or allocation per
+/// manager beyond the channel, and wait for them all against one deadline.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct ApplyChange {
+    /// The router numbers each character's changes from 1, in the order it sends them.
+    pub number: u64,
+    pub change: Arc<Change>,
+    pub reply: oneshot::Sender<ChangeOutcome>,
 }
 
 /// What a change did to one character.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChangeOutcome {
-    /// Tools removed (or replaced-and-gone for none: a register reports 0).
+    /// Tools removed.
     pub removed: usize,
-    /// Whether the registry changed at all.
-    pub changed: bool,
-    /// The session sync: `Err` says why the live session did not take the new list.
+    /// `Err` says why the change did not reach every live session (or the character at all).
     pub sync: Result<(), String>,
-}
-
-/// Apply one change to this character's registry and sync its session; the outcome (sync
-/// included) goes to `reply`. A reply channel instead of a response future lets the router send
-/// to hundreds of managers with no task, timer or allocation per manager beyond the channel,
-/// and wait for them all against one deadline.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct ApplyChange {
-    pub change: Change,
-    pub reply: oneshot::Sender<ChangeOutcome>,
 }
 
 /// The character's model-session state.
@@ -99,6 +88,12 @@ pub struct LeaveCall {
     pub url: String,
 }
 
+/// Close this character's relays and attachments (the server is stopping); answers once each
+/// was told to close.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct CloseConnections;
+
 /// Fault injection for tests of panic containment: makes this manager panic.
 #[doc(hidden)]
 #[derive(Message, Debug)]
@@ -123,7 +118,7 @@ pub struct Watcher {
 
 pub struct SessionManager {
     character: String,
-    registry: ToolRegistry,
+    tools: ToolWriter,
     /// How the character's model is reached (`None`: no `[character.session]`).
     settings: Option<SessionSettings>,
     /// What its sessions run calls with.
@@ -136,31 +131,34 @@ pub struct SessionManager {
 }
 
 impl SessionManager {
-    /// Starts a manager for `character` holding `tools` (empty, or a rebuild's replay), and its
-    /// own model session when `settings` say how to reach one in client mode. Its sessions
-    /// announce their state and the calls they answer on `events`.
-    pub fn launch(
+    /// Starts a manager for `character` that takes over `cell`: it starts from the snapshot
+    /// there plus the numbered `replay` changes the snapshot lacks (a restart's or rebuild's),
+    /// published before this returns; then its own model session, when `settings` say how to
+    /// reach one in client mode. Its sessions run calls with `dispatcher` and announce their
+    /// state and the calls they answer on `events`.
+    pub fn launch<'a>(
         character: String,
-        tools: ToolRegistry,
+        cell: ToolCell,
+        replay: impl IntoIterator<Item = (u64, &'a Arc<Change>)>,
         settings: Option<SessionSettings>,
         dispatcher: Dispatcher,
         events: EventHub,
         watcher: Option<Watcher>,
     ) -> Addr<Self> {
+        let tools = ToolWriter::resume(cell, replay);
         let mut sessions = Vec::new();
         if let Some(settings) = settings.as_ref().filter(|s| s.mode == SessionMode::Client) {
             let api_key = settings.api_key().unwrap_or_else(|e| {
                 tracing::warn!(character = %character, error = %format!("{e:#}"), "connecting without an API key");
                 None
             });
-            let current: Arc<[SharedTool]> = tools.tools().cloned().collect();
             let client = RealtimeSession::launch(
                 character.clone(),
                 settings.clone(),
                 api_key,
                 dispatcher.clone(),
                 events.clone(),
-                current,
+                tool_list(&tools),
             );
             sessions.push(SessionHandle::new(
                 ConnectionKind::Client,
@@ -174,7 +172,7 @@ impl SessionManager {
             ctx.set_mailbox_capacity(0);
             SessionManager {
                 character,
-                registry: tools,
+                tools,
                 settings,
                 dispatcher,
                 events,
@@ -182,10 +180,6 @@ impl SessionManager {
                 watcher,
             }
         })
-    }
-
-    fn current_tools(&self) -> Arc<[SharedTool]> {
-        self.registry.tools().cloned().collect()
     }
 
     /// The sessions still open.
@@ -201,14 +195,13 @@ impl SessionManager {
             .map_or(DEFAULT_SYNC_TIMEOUT, |s| s.sync_timeout)
     }
 
-    /// The one place every registry change goes through: pushes the current tool list to every
-    /// active session of the character and waits for all of them. A character with no session
-    /// succeeds at once.
+    /// The one place a change leaves for the sessions: pushes the whole current list to every
+    /// active session of the character and waits for all of them.
     ///
     /// `None`: nothing to wait for (no session). `Some`: resolves when every session settled;
     /// `Err` names each that refused or timed out.
-    fn publish(&mut self) -> Option<BoxFuture<'static, Result<(), String>>> {
-        let tools = self.current_tools();
+    fn sync_sessions(&mut self) -> Option<BoxFuture<'static, Result<(), String>>> {
+        let tools = tool_list(&self.tools);
         let timeout = self.sync_timeout();
         let sessions = self.open_sessions();
         if sessions.is_empty() {
@@ -257,6 +250,11 @@ impl SessionManager {
     }
 }
 
+/// The current tools as the sessions take them.
+fn tool_list(tools: &ToolWriter) -> Arc<[SharedTool]> {
+    tools.current().tools().cloned().collect()
+}
+
 /// A connection kind as the API spells it.
 fn kind_name(kind: ConnectionKind) -> &'static str {
     match kind {
@@ -271,7 +269,7 @@ impl Actor for SessionManager {
     type Context = Context<Self>;
 
     fn started(&mut self, _: &mut Self::Context) {
-        tracing::debug!(character = %self.character, tools = self.registry.len(), "session manager started");
+        tracing::debug!(character = %self.character, tools = self.tools.current().registry().len(), "session manager started");
     }
 }
 
@@ -323,39 +321,28 @@ impl Handler<ApplyChange> for SessionManager {
     type Result = ();
 
     fn handle(&mut self, msg: ApplyChange, _: &mut Self::Context) {
-        let (changed, removed) = match msg.change {
-            Change::Register(tool) => {
-                self.registry.insert(tool);
-                (true, 0)
-            }
-            Change::Unregister(name) => {
-                let removed = usize::from(self.registry.remove(&name).is_some());
-                (removed > 0, removed)
-            }
-            Change::ClearSource(source) => {
-                let removed = self.registry.remove_source(&source);
-                (removed > 0, removed)
-            }
-            Change::RemoveOrigin { source, origin } => {
-                let removed = self.registry.remove_origin(&source, &origin);
-                (removed > 0, removed)
-            }
-            Change::ReplaceSource { source, tools } => {
-                let removed = self.registry.replace_source(&source, &tools);
-                (removed > 0 || !tools.is_empty(), removed)
+        // The receiver may be gone (the router stopped waiting): nothing to tell then.
+        let effect = match self.tools.apply(msg.number, &msg.change) {
+            Ok(effect) => effect,
+            Err(superseded) => {
+                // A newer manager of this character took over its tools, this change included.
+                let _ = msg.reply.send(ChangeOutcome {
+                    removed: 0,
+                    sync: Err(superseded.to_string()),
+                });
+                return;
             }
         };
-        let outcome = move |sync| ChangeOutcome {
-            removed,
-            changed,
-            sync,
-        };
-        match changed.then(|| self.publish()).flatten() {
-            // The receiver may be gone (the router stopped waiting): nothing to tell then.
-            None => drop(msg.reply.send(outcome(Ok(())))),
+        let removed = effect.removed;
+        match effect.changed.then(|| self.sync_sessions()).flatten() {
+            None => drop(msg.reply.send(ChangeOutcome {
+                removed,
+                sync: Ok(()),
+            })),
             Some(sync) => {
                 actix::spawn(async move {
-                    let _ = msg.reply.send(outcome(sync.await));
+                    let sync = sync.await;
+                    let _ = msg.reply.send(ChangeOutcome { removed, sync });
                 });
             }
         }
@@ -369,7 +356,7 @@ impl Handler<AddSession> for SessionManager {
         tracing::debug!(character = %self.character, kind = kind_name(session.kind), "session added");
         // The current list goes out before anything the session receives later; nobody waits
         // for this acknowledgement.
-        session.sync.do_send(SyncTools(self.current_tools()));
+        session.sync.do_send(SyncTools(tool_list(&self.tools)));
         self.sessions.push(session);
     }
 }
@@ -398,7 +385,7 @@ impl Handler<JoinCall> for SessionManager {
             msg.api_key,
             self.dispatcher.clone(),
             self.events.clone(),
-            self.current_tools(),
+            tool_list(&self.tools),
         );
         self.sessions.push(SessionHandle::new(
             ConnectionKind::Attach,
@@ -434,6 +421,20 @@ impl Handler<LeaveCall> for SessionManager {
             !this
         });
         self.sessions.len() < before
+    }
+}
+
+impl Handler<CloseConnections> for SessionManager {
+    type Result = ();
+
+    fn handle(&mut self, _: CloseConnections, _: &mut Self::Context) {
+        self.sessions.retain(|s| {
+            let connection = matches!(s.kind, ConnectionKind::Relay | ConnectionKind::Attach);
+            if connection {
+                s.close.do_send(CloseSession);
+            }
+            !connection
+        });
     }
 }
 

@@ -1,7 +1,7 @@
-//! The actors: the [`router::Router`] every user talks to, one [`manager::SessionManager`] per
-//! character, and the glue that lets an in-process actor be a tool ([`local_tool`]).
+//! The actors: the [`router::Router`] every user talks to (and its [`router::Directory`], the
+//! read side of every character's tools), one [`manager::SessionManager`] per character, and
+//! the glue that lets an in-process actor be a tool ([`local_tool`]).
 
-pub mod directory;
 pub mod local_tool;
 pub mod manager;
 pub mod router;

@@ -113,7 +113,7 @@ pub enum ApiError {
 impl From<RouterError> for ApiError {
     fn from(e: RouterError) -> Self {
         match e {
-            RouterError::UnknownRole(_) | RouterError::ToolNotFound { .. } => {
+            RouterError::UnknownRole(_) | RouterError::ToolNotFound(_) => {
                 ApiError::NotFound(e.to_string())
             }
             // The relay's query names the character (or must).

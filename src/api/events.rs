@@ -1,16 +1,16 @@
 //! `GET /api/events`: the change events as a Server-Sent Events stream.
 //!
-//! The handler checks the `?role=` filter against the characters (one message to the router),
-//! subscribes to the [`EventHub`](crate::events::EventHub) (resuming after `Last-Event-ID` when
-//! the client sends one) and streams the subscription until the hub drops it or the client goes.
+//! The handler checks the `?role=` filter against the characters (read from the published
+//! roster, no message), subscribes to the [`EventHub`](crate::events::EventHub) (resuming after
+//! `Last-Event-ID` when the client sends one) and streams the subscription until the hub drops it
+//! or the client goes.
 
 use actix_web::http::header::CACHE_CONTROL;
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 
+use super::AppState;
 use super::error::{ApiError, ErrorBody, ValidationErrorBody};
-use super::{AppState, ask_router};
-use crate::actors::router::ListTools;
 use crate::events::EventStream;
 
 /// The request header a reconnecting client names its last event with.
@@ -50,7 +50,6 @@ pub struct EventsQuery {
         (status = 404, description = "`role` names no character", body = ErrorBody),
         (status = 405, description = "Only GET is allowed", body = ErrorBody),
         (status = 422, description = "The query string could not be read (e.g. `role` twice)", body = ValidationErrorBody),
-        (status = 503, description = "The router did not answer", body = ErrorBody),
     )
 )]
 async fn events(
@@ -60,14 +59,9 @@ async fn events(
 ) -> Result<HttpResponse, ApiError> {
     let role = query.into_inner().role.filter(|r| !r.is_empty());
     if let Some(role) = &role {
-        // An unknown role is a 404 now rather than a stream that never says anything.
-        ask_router(
-            &state,
-            ListTools {
-                role: Some(role.clone()),
-            },
-        )
-        .await??;
+        // An unknown role is a 404 now rather than a stream that never says anything. Checked
+        // against the published roster on this worker's thread: no round trip to the router.
+        state.directory.list(Some(role))?;
     }
     let last_event_id = request
         .headers()

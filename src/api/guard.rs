@@ -1,20 +1,31 @@
-//! The loopback rule for callers, applied to every route before the body is read.
+//! The loopback rule for callers, applied to every route before the body is read, and the CORS
+//! answers for pages served from loopback.
 //!
-//! The peer's socket address decides (never a forwarded header); a `Host` header that is not a
-//! loopback name or address is refused too, which stops browser pages that reach this server
-//! through DNS rebinding, and so is a browser `Origin` that is not a loopback page, which stops
-//! any web site the user visits from calling the API cross-origin (no CORS preflight protects a
-//! "simple" POST). Clients that are not browsers send no `Origin` and are not affected.
+//! The peer's socket address decides (never a forwarded header); a `Host` header — and the
+//! authority of an absolute-form request target (`GET http://host/path`), which stands for it —
+//! that is not a loopback name or address is refused too, which stops browser pages that reach
+//! this server through DNS rebinding, and so is a browser `Origin` that is not a loopback page,
+//! which stops any web site the user visits from calling the API cross-origin (no CORS preflight
+//! protects a "simple" POST). A header sent more than once is checked in every copy. Clients
+//! that are not browsers send no `Origin` and are not affected. Pages served from loopback (any
+//! port) may call the API: their preflights are answered and their answers carry
+//! `Access-Control-Allow-Origin` ([`cors`]).
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
+use actix_cors::Cors;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::{HOST, ORIGIN};
+use actix_web::http::header::{CONTENT_TYPE, HOST, HeaderValue, ORIGIN};
 use actix_web::middleware::Next;
 
 use super::error::ApiError;
 use crate::domain::loopback::{is_loopback_host_header, is_loopback_ip, is_loopback_origin};
+
+/// How long a browser may cache a preflight's answer: the rule never changes while the server
+/// runs, so an hour spares a loopback page a preflight per request.
+pub const CORS_MAX_AGE: Duration = Duration::from_secs(3600);
 
 /// Middleware: 403 unless the caller is loopback, names a loopback host, and (when a browser
 /// sent it) comes from a loopback origin.
@@ -22,20 +33,42 @@ pub async fn loopback_only(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let host = req
-        .headers()
-        .get(HOST)
-        .map(|h| h.to_str().unwrap_or("\u{fffd}"));
-    let origin = req
-        .headers()
-        .get(ORIGIN)
-        .map(|h| h.to_str().unwrap_or("\u{fffd}"));
-    if let Err(e) = check_caller(req.peer_addr(), host, origin) {
+    if let Err(e) = check_request(&req) {
         return Ok(req.error_response(e).map_into_right_body());
     }
     next.call(req)
         .await
         .map(ServiceResponse::map_into_left_body)
+}
+
+/// The CORS middleware: preflights and answers for pages served from loopback. Every other
+/// origin is refused before it runs (by [`loopback_only`]).
+pub fn cors() -> Cors {
+    Cors::default()
+        .allowed_origin_fn(|origin, _| origin.to_str().is_ok_and(is_loopback_origin))
+        .allowed_methods(["GET", "HEAD", "POST"])
+        .allowed_header(CONTENT_TYPE)
+        .max_age(Some(CORS_MAX_AGE.as_secs() as usize))
+}
+
+/// Every claim a request makes about where it comes from and what it is addressed to.
+fn check_request(req: &ServiceRequest) -> Result<(), ApiError> {
+    check_peer(req.peer_addr())?;
+    for host in req.headers().get_all(HOST) {
+        check_host(header_text(host))?;
+    }
+    if let Some(authority) = req.uri().authority() {
+        check_target_authority(authority.as_str())?;
+    }
+    for origin in req.headers().get_all(ORIGIN) {
+        check_origin(header_text(origin))?;
+    }
+    Ok(())
+}
+
+/// A header's text; one that is not visible ASCII can match no loopback form.
+fn header_text(value: &HeaderValue) -> &str {
+    value.to_str().unwrap_or("\u{fffd}")
 }
 
 /// Decides whether a caller may use the API: `peer` is its socket address, `host` its `Host`
@@ -46,31 +79,51 @@ pub fn check_caller(
     host: Option<&str>,
     origin: Option<&str>,
 ) -> Result<(), ApiError> {
+    check_peer(peer)?;
+    host.map_or(Ok(()), check_host)?;
+    origin.map_or(Ok(()), check_origin)
+}
+
+fn check_peer(peer: Option<SocketAddr>) -> Result<(), ApiError> {
     match peer {
-        Some(peer) if is_loopback_ip(peer.ip()) => {}
-        Some(peer) => {
-            return Err(ApiError::Forbidden(format!(
-                "only loopback clients may use this API (caller {})",
-                peer.ip()
-            )));
-        }
-        None => {
-            return Err(ApiError::Forbidden(
-                "only loopback clients may use this API (caller address unknown)".into(),
-            ));
-        }
+        Some(peer) if is_loopback_ip(peer.ip()) => Ok(()),
+        Some(peer) => Err(ApiError::Forbidden(format!(
+            "only loopback clients may use this API (caller {})",
+            peer.ip()
+        ))),
+        None => Err(ApiError::Forbidden(
+            "only loopback clients may use this API (caller address unknown)".into(),
+        )),
     }
-    if let Some(host) = host.filter(|h| !is_loopback_host_header(h)) {
-        return Err(ApiError::Forbidden(format!(
-            "Host header {host:?} is not a loopback name or address"
-        )));
+}
+
+fn check_host(host: &str) -> Result<(), ApiError> {
+    check_authority("Host header", host)
+}
+
+fn check_target_authority(authority: &str) -> Result<(), ApiError> {
+    check_authority("request target authority", authority)
+}
+
+/// `what` (a `Host` or what stands for it) must name loopback.
+fn check_authority(what: &str, value: &str) -> Result<(), ApiError> {
+    if is_loopback_host_header(value) {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(format!(
+            "{what} {value:?} is not a loopback name or address"
+        )))
     }
-    match origin {
-        Some(origin) if !is_loopback_origin(origin) => Err(ApiError::Forbidden(format!(
+}
+
+fn check_origin(origin: &str) -> Result<(), ApiError> {
+    if is_loopback_origin(origin) {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(format!(
             "Origin {origin:?} is not a loopback page: browsers may call this API only from \
              http://localhost or http://127.0.0.1 pages"
-        ))),
-        _ => Ok(()),
+        )))
     }
 }
 

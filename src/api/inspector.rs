@@ -48,7 +48,9 @@ const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; img-src 'self' data:;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     for asset in &ASSETS {
-        cfg.service(super::resource(asset.path).route(web::get().to(move || serve(asset))));
+        cfg.service(
+            super::resource(asset.path).route(super::read_route().to(move || serve(asset))),
+        );
     }
 }
 

@@ -2,12 +2,12 @@
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Serialize;
+use serde_json::{Map, Value};
 use utoipa::ToSchema;
 
 use super::AppState;
 use super::body::JsonObjectText;
 use super::error::{ApiError, BodyRouteErrors, ErrorBody};
-use super::openapi::InvokeBody;
 use super::requests::InvokeRequest;
 use crate::dispatch::HOP_HEADER;
 use crate::domain::call::{JsonText, ToolCall, ToolResult};
@@ -53,7 +53,8 @@ async fn invoke(
         ));
         return Ok(HttpResponse::Ok().json(InvokeResponse::from(refused)));
     }
-    // Resolved on this worker's thread from the shared ledgers: no round trip to the router.
+    // Resolved on this worker's thread from the published snapshots: no round trip to the
+    // router.
     let resolved = state
         .directory
         .resolve(request.role.as_deref(), &call.name)?;
@@ -141,4 +142,26 @@ impl From<ToolResult> for InvokeResponse {
 /// A fresh call id in the style models use.
 fn new_call_id() -> String {
     format!("call_{}", uuid::Uuid::new_v4().simple())
+}
+
+// The request body, for the OpenAPI document only: the handler reads it field by field
+// (`super::requests`), so this is never constructed.
+
+/// `POST /api/tools/invoke`. Unknown fields are ignored.
+#[allow(dead_code)]
+#[derive(ToSchema)]
+#[schema(example = json!({"name": "get_weather", "arguments": {"location": "Shanghai"}, "role": null}))]
+pub struct InvokeBody {
+    #[schema(min_length = 1, max_length = 64)]
+    name: String,
+    /// The call's arguments (default `{}`). Arguments that do not match the tool's schema are
+    /// answered as the model would be: 200, `is_error: true`, the text saying what to fix.
+    #[schema(value_type = Option<Object>, nullable = false)]
+    arguments: Option<Map<String, Value>>,
+    /// The character whose registration to use; null or `""`: the first that has the tool.
+    #[schema(nullable)]
+    role: Option<String>,
+    /// The call id the callback receives (default: a fresh `call_...`).
+    #[schema(nullable)]
+    call_id: Option<String>,
 }

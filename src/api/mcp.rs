@@ -11,7 +11,7 @@ use super::error::{ApiError, ErrorBody};
 use crate::mcp::status::McpServerReport;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(super::resource("/api/mcp").route(web::get().to(list_mcp_servers)));
+    cfg.service(super::resource("/api/mcp").route(super::read_route().to(list_mcp_servers)));
 }
 
 /// Each configured MCP server: connection state, its tools, the last error.
@@ -22,7 +22,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     responses(
         (status = 200, description = "MCP servers by name, in configuration order", body = McpResponse),
         (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
-        (status = 405, description = "Only GET is allowed", body = ErrorBody),
+        (status = 405, description = "Only GET and HEAD are allowed", body = ErrorBody),
     )
 )]
 async fn list_mcp_servers(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {

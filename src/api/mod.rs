@@ -23,8 +23,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use actix_web::{HttpResponse, web};
 
-use crate::actors::directory::Directory;
-use crate::actors::router::{MANAGER_REPLY_TIMEOUT, Router};
+use crate::actors::router::{Directory, MANAGER_REPLY_TIMEOUT, Router};
 use crate::dispatch::Dispatcher;
 use crate::events::EventHub;
 use crate::mcp::status::McpBoard;
@@ -50,7 +49,7 @@ pub const ROUTER_REPLY_TIMEOUT: Duration = Duration::from_secs(
 pub struct AppState {
     pub router: Addr<Router>,
     pub dispatcher: Dispatcher,
-    /// The router's ledgers, read directly by the invoke route.
+    /// Every character's published tools, read directly by the listing and the invoke route.
     pub directory: Directory,
     /// The change events: subscribed to by `GET /api/events`, published to by invoke.
     pub events: EventHub,
@@ -72,6 +71,12 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .configure(mcp::configure)
         .configure(openapi::configure)
         .configure(inspector::configure);
+}
+
+/// The route of a read: GET, and HEAD answered as GET without the body (actix-http drops the
+/// body of an answer to HEAD and keeps its `Content-Length`).
+fn read_route() -> actix_web::Route {
+    web::route().guard(actix_web::guard::Any(actix_web::guard::Get()).or(actix_web::guard::Head()))
 }
 
 /// A resource whose other methods answer 405 with a JSON body.

@@ -3,22 +3,25 @@
 //! The document is derived (by `utoipa`) from the handlers' `#[utoipa::path]` attributes and from
 //! the very types the handlers serialise (`RegisterResponse`, `ErrorBody`, ...), so a changed
 //! response shape changes the document with it. Request bodies are read field by field in
-//! [`super::requests`] (a 422 must name every failing field), so their schemas are the
-//! documentation-only structs below; the unit tests here check them against that parser.
+//! [`super::requests`] (a 422 must name every failing field), so their schemas are
+//! documentation-only structs next to each handler; the unit tests here check them against that
+//! parser. This module reads the handlers' types; no handler reads it.
 
 use std::sync::LazyLock;
 
 use actix_web::{HttpResponse, web};
-use serde_json::{Map, Value};
-use utoipa::{OpenApi, ToSchema};
+use utoipa::OpenApi;
 
 use super::error::{ApiError, ErrorBody, FieldError, ValidationErrorBody};
 use super::events;
-use super::invoke::{self, InvokeImage, InvokeResponse};
+use super::invoke::{self, InvokeBody, InvokeImage, InvokeResponse};
 use super::mcp::{self, McpResponse};
-use super::sessions::{self, AttachResponse, DetachResponse, SessionsResponse};
+use super::sessions::{
+    self, AttachBody, AttachResponse, DetachBody, DetachResponse, SessionsResponse,
+};
 use super::tools::{
-    self, ClearResponse, ListResponse, RegisterResponse, ToolView, UnregisterResponse,
+    self, ClearBody, ClearResponse, ListResponse, RegisterBody, RegisterResponse, ToolView,
+    UnregisterBody, UnregisterResponse,
 };
 use crate::actors::router::RoleFailure;
 use crate::mcp::mapping::Skipped;
@@ -100,7 +103,7 @@ static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
 });
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(super::resource(OPENAPI_PATH).route(web::get().to(openapi_document)));
+    cfg.service(super::resource(OPENAPI_PATH).route(super::read_route().to(openapi_document)));
 }
 
 /// This document.
@@ -111,7 +114,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     responses(
         (status = 200, description = "The OpenAPI 3.1 document of this API", body = Object, content_type = "application/json"),
         (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
-        (status = 405, description = "Only GET is allowed", body = ErrorBody),
+        (status = 405, description = "Only GET and HEAD are allowed", body = ErrorBody),
     )
 )]
 async fn openapi_document() -> Result<HttpResponse, ApiError> {
@@ -120,132 +123,9 @@ async fn openapi_document() -> Result<HttpResponse, ApiError> {
         .body(DOCUMENT.as_str()))
 }
 
-// The request bodies, for the document only: the handlers read them by hand (see the module
-// header), so these are never constructed.
-
-/// `POST /api/tools/register`. Unknown fields are ignored.
-#[allow(dead_code)]
-#[derive(ToSchema)]
-#[schema(example = json!({
-    "name": "get_weather",
-    "description": "Get weather for a location.",
-    "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]},
-    "callback_url": "http://127.0.0.1:9333/tools/get_weather",
-    "role": null,
-    "source": "plugin:weather",
-    "timeout_seconds": 30
-}))]
-pub struct RegisterBody {
-    /// The tool's name: 1 to 64 characters, no control characters. Replaces a tool of the
-    /// same name.
-    #[schema(min_length = 1, max_length = 64)]
-    name: String,
-    /// Shown to the model.
-    #[schema(default = "", nullable = false)]
-    description: Option<String>,
-    /// JSON Schema (draft 2020-12) of the tool's arguments, describing an object: top-level
-    /// `type` absent or `"object"` (default: an empty object schema). An invalid schema is a 422
-    /// naming each problem's JSON pointer; every call's arguments are checked against it.
-    #[schema(value_type = Option<Object>, nullable = false)]
-    parameters: Option<Map<String, Value>>,
-    /// `http` or `https` on `localhost`, `127.x.x.x`, `[::1]` or `[::ffff:127.x.x.x]`; anything
-    /// else is a 422.
-    #[schema(format = "uri", example = "http://127.0.0.1:9333/tools/get_weather")]
-    callback_url: String,
-    /// One existing character; null or `""` means every current character.
-    #[schema(nullable)]
-    role: Option<String>,
-    /// Lifecycle tag `clear` uses; plugins should use `plugin:<id>`.
-    #[schema(min_length = 1, default = "external", nullable = false)]
-    source: Option<String>,
-    /// Greater than 0 and at most 300.
-    #[schema(exclusive_minimum = 0, maximum = 300, default = 30, nullable = false)]
-    timeout_seconds: Option<f64>,
-}
-
-/// `POST /api/sessions/attach`. Unknown fields are ignored.
-#[allow(dead_code)]
-#[derive(ToSchema)]
-#[schema(example = json!({
-    "role": "Mio",
-    "url": "wss://api.openai.com/v1/realtime?call_id=rtc_123",
-    "api_key_env": null
-}))]
-pub struct AttachBody {
-    /// The character whose tools the call gets.
-    #[schema(min_length = 1)]
-    role: String,
-    /// The call's websocket: `wss://`, or `ws://` on loopback only.
-    #[schema(
-        format = "uri",
-        example = "wss://api.openai.com/v1/realtime?call_id=rtc_123"
-    )]
-    url: String,
-    /// Name of an environment variable of the server holding the API key, sent as
-    /// `Authorization: Bearer <key>`; a variable that is not set is a 422.
-    #[schema(nullable)]
-    api_key_env: Option<String>,
-}
-
-/// `POST /api/sessions/detach`. Unknown fields are ignored.
-#[allow(dead_code)]
-#[derive(ToSchema)]
-#[schema(example = json!({"role": "Mio", "url": "wss://api.openai.com/v1/realtime?call_id=rtc_123"}))]
-pub struct DetachBody {
-    #[schema(min_length = 1)]
-    role: String,
-    /// The URL the call was attached with.
-    #[schema(min_length = 1)]
-    url: String,
-}
-
-/// `POST /api/tools/unregister`. Unknown fields are ignored.
-#[allow(dead_code)]
-#[derive(ToSchema)]
-#[schema(example = json!({"name": "get_weather", "role": null}))]
-pub struct UnregisterBody {
-    #[schema(min_length = 1, max_length = 64)]
-    name: String,
-    /// One existing character; null or `""` means every current character.
-    #[schema(nullable)]
-    role: Option<String>,
-}
-
-/// `POST /api/tools/clear`. Unknown fields are ignored.
-#[allow(dead_code)]
-#[derive(ToSchema)]
-#[schema(example = json!({"source": "plugin:weather", "role": null}))]
-pub struct ClearBody {
-    /// Every tool registered with this `source` is removed.
-    #[schema(min_length = 1)]
-    source: String,
-    /// One existing character; null or `""` means every current character.
-    #[schema(nullable)]
-    role: Option<String>,
-}
-
-/// `POST /api/tools/invoke`. Unknown fields are ignored.
-#[allow(dead_code)]
-#[derive(ToSchema)]
-#[schema(example = json!({"name": "get_weather", "arguments": {"location": "Shanghai"}, "role": null}))]
-pub struct InvokeBody {
-    #[schema(min_length = 1, max_length = 64)]
-    name: String,
-    /// The call's arguments (default `{}`). Arguments that do not match the tool's schema are
-    /// answered as the model would be: 200, `is_error: true`, the text saying what to fix.
-    #[schema(value_type = Option<Object>, nullable = false)]
-    arguments: Option<Map<String, Value>>,
-    /// The character whose registration to use; null or `""`: the first that has the tool.
-    #[schema(nullable)]
-    role: Option<String>,
-    /// The call id the callback receives (default: a fresh `call_...`).
-    #[schema(nullable)]
-    call_id: Option<String>,
-}
-
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
+    use serde_json::{Map, Value, json};
 
     use super::*;
     use crate::api::requests::{
@@ -360,5 +240,9 @@ mod tests {
             Some(DEFAULT_TIMEOUT.as_secs_f64())
         );
         assert_eq!(register["source"]["default"], json!(DEFAULT_SOURCE));
+        assert_eq!(
+            register["callback_url"]["maxLength"],
+            json!(crate::domain::callback_url::MAX_CALLBACK_URL_BYTES)
+        );
     }
 }

@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 use super::error::FieldError;
 use crate::domain::arguments::{Parameters, SchemaError};
 use crate::domain::call::JsonText;
-use crate::domain::callback_url::{ACCEPTED_FORMS, CallbackUrl};
+use crate::domain::callback_url::{ACCEPTED_FORMS, CallbackUrl, CallbackUrlError};
 use crate::domain::loopback::{is_loopback_host, is_loopback_v6};
 use crate::domain::tool::{DEFAULT_SOURCE, DEFAULT_TIMEOUT, ToolSpec, empty_parameters};
 
@@ -383,6 +383,10 @@ impl<'a> Fields<'a> {
                 None
             }
             Ok(url) => Some(url),
+            Err(e @ CallbackUrlError::TooLong(_)) => {
+                self.fail(field, "string_too_long", e.to_string());
+                None
+            }
             Err(e) => {
                 self.fail(
                     field,

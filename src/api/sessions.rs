@@ -9,14 +9,13 @@ use utoipa::ToSchema;
 
 use super::body::JsonObject;
 use super::error::{ApiError, BodyRouteErrors, ErrorBody};
-use super::openapi::{AttachBody, DetachBody};
 use super::requests::{AttachRequest, DetachRequest};
 use super::{AppState, ask_router};
 use crate::actors::router::{AttachCall, DetachCall, ListSessions};
 use crate::session::SessionReport;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.service(super::resource("/api/sessions").route(web::get().to(list_sessions)))
+    cfg.service(super::resource("/api/sessions").route(super::read_route().to(list_sessions)))
         .service(super::resource("/api/sessions/attach").route(web::post().to(attach)))
         .service(super::resource("/api/sessions/detach").route(web::post().to(detach)));
 }
@@ -29,7 +28,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
     responses(
         (status = 200, description = "Sessions by character, in configuration order", body = SessionsResponse),
         (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
-        (status = 405, description = "Only GET is allowed", body = ErrorBody),
+        (status = 405, description = "Only GET and HEAD are allowed", body = ErrorBody),
         (status = 503, description = "The router did not answer", body = ErrorBody),
     )
 )]
@@ -151,4 +150,43 @@ pub struct DetachResponse {
     pub url: String,
     /// Whether the character was attached to that call (and now is not).
     pub detached: bool,
+}
+
+// The request bodies, for the OpenAPI document only: the handlers read them field by field
+// (`super::requests`), so these are never constructed.
+
+/// `POST /api/sessions/attach`. Unknown fields are ignored.
+#[allow(dead_code)]
+#[derive(ToSchema)]
+#[schema(example = json!({
+    "role": "Mio",
+    "url": "wss://api.openai.com/v1/realtime?call_id=rtc_123",
+    "api_key_env": null
+}))]
+pub struct AttachBody {
+    /// The character whose tools the call gets.
+    #[schema(min_length = 1)]
+    role: String,
+    /// The call's websocket: `wss://`, or `ws://` on loopback only.
+    #[schema(
+        format = "uri",
+        example = "wss://api.openai.com/v1/realtime?call_id=rtc_123"
+    )]
+    url: String,
+    /// Name of an environment variable of the server holding the API key, sent as
+    /// `Authorization: Bearer <key>`; a variable that is not set is a 422.
+    #[schema(nullable)]
+    api_key_env: Option<String>,
+}
+
+/// `POST /api/sessions/detach`. Unknown fields are ignored.
+#[allow(dead_code)]
+#[derive(ToSchema)]
+#[schema(example = json!({"role": "Mio", "url": "wss://api.openai.com/v1/realtime?call_id=rtc_123"}))]
+pub struct DetachBody {
+    #[schema(min_length = 1)]
+    role: String,
+    /// The URL the call was attached with.
+    #[schema(min_length = 1)]
+    url: String,
 }

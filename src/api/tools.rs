@@ -1,7 +1,8 @@
 //! The four routes of the contract: register, unregister, clear and list.
 //!
-//! Each handler parses the body into a domain type, sends one message to the router and maps the
-//! reply. No business logic lives here.
+//! Each change handler parses the body into a domain type, sends one message to the router and
+//! maps the reply; the listing reads the published snapshots directly. No business logic lives
+//! here.
 
 use actix_web::{HttpResponse, web};
 use serde::{Deserialize, Serialize, Serializer};
@@ -10,11 +11,10 @@ use utoipa::ToSchema;
 
 use super::body::JsonObject;
 use super::error::{ApiError, BodyRouteErrors, ErrorBody, ValidationErrorBody};
-use super::openapi::{ClearBody, RegisterBody, UnregisterBody};
 use super::requests::{ClearRequest, RegisterRequest, UnregisterRequest};
 use super::{AppState, ask_router};
 use crate::actors::router::{
-    ClearSource, ListTools, RegisterTool, RoleFailure, RoleTools, UnregisterTool,
+    ChangeReport, ClearSource, RegisterTool, RoleFailure, RoleTools, UnregisterTool,
 };
 use crate::dispatch::LOCAL_TOOL_TIMEOUT;
 
@@ -25,7 +25,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(
             super::resource("/api/tools")
                 .app_data(super::query_config())
-                .route(web::get().to(list)),
+                .route(super::read_route().to(list)),
         );
 }
 
@@ -116,12 +116,17 @@ async fn unregister(
     .await??;
     let removed = report.removed > 0;
     Ok(HttpResponse::Ok().json(UnregisterResponse {
-        ok: removed || report.failed_roles.is_empty(),
+        ok: removal_ok(&report),
         removed,
         name: request.name,
         affected_roles: report.affected_roles,
         failed_roles: report.failed_roles,
     }))
+}
+
+/// The `ok` of a removal: true unless some role failed and nothing was removed.
+fn removal_ok(report: &ChangeReport) -> bool {
+    report.removed > 0 || report.failed_roles.is_empty()
 }
 
 /// The answer to an unregistration.
@@ -164,7 +169,7 @@ async fn clear(
     )
     .await??;
     Ok(HttpResponse::Ok().json(ClearResponse {
-        ok: report.removed > 0 || report.failed_roles.is_empty(),
+        ok: removal_ok(&report),
         removed: report.removed,
         source: request.source,
         affected_roles: report.affected_roles,
@@ -213,9 +218,8 @@ enum Detail {
         (status = 200, description = "Tools by character, in configuration order", body = ListResponse),
         (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
         (status = 404, description = "`role` names no character", body = ErrorBody),
-        (status = 405, description = "Only GET is allowed", body = ErrorBody),
+        (status = 405, description = "Only GET and HEAD are allowed", body = ErrorBody),
         (status = 422, description = "The query string could not be read (e.g. `role` twice)", body = ValidationErrorBody),
-        (status = 503, description = "The router did not answer", body = ErrorBody),
     )
 )]
 async fn list(
@@ -223,7 +227,8 @@ async fn list(
     query: web::Query<ListQuery>,
 ) -> Result<HttpResponse, ApiError> {
     let ListQuery { role, detail } = query.into_inner();
-    let roles = ask_router(&state, ListTools { role }).await??;
+    // Read on this worker's thread from the published snapshots: no round trip to the router.
+    let roles = state.directory.list(role.as_deref())?;
     let body = serde_json::to_vec(&ListResponse {
         ok: true,
         tools_by_role: ToolsByRole {
@@ -282,7 +287,7 @@ impl Serialize for ToolsByRole<'_> {
         for role in self.roles {
             let views: Vec<ToolView<'_>> = role
                 .tools
-                .iter()
+                .tools()
                 .map(|t| ToolView {
                     name: &t.name,
                     description: &t.description,
@@ -299,4 +304,76 @@ impl Serialize for ToolsByRole<'_> {
         }
         map.end()
     }
+}
+
+// The request bodies, for the OpenAPI document only: the handlers read them field by field
+// (`super::requests`), so these are never constructed.
+
+/// `POST /api/tools/register`. Unknown fields are ignored.
+#[allow(dead_code)]
+#[derive(ToSchema)]
+#[schema(example = json!({
+    "name": "get_weather",
+    "description": "Get weather for a location.",
+    "parameters": {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]},
+    "callback_url": "http://127.0.0.1:9333/tools/get_weather",
+    "role": null,
+    "source": "plugin:weather",
+    "timeout_seconds": 30
+}))]
+pub struct RegisterBody {
+    /// The tool's name: 1 to 64 characters, no control characters. Replaces a tool of the
+    /// same name.
+    #[schema(min_length = 1, max_length = 64)]
+    name: String,
+    /// Shown to the model.
+    #[schema(default = "", nullable = false)]
+    description: Option<String>,
+    /// JSON Schema (draft 2020-12) of the tool's arguments, describing an object: top-level
+    /// `type` absent or `"object"` (default: an empty object schema). An invalid schema is a 422
+    /// naming each problem's JSON pointer; every call's arguments are checked against it.
+    #[schema(value_type = Option<Object>, nullable = false)]
+    parameters: Option<Map<String, Value>>,
+    /// `http` or `https` on `localhost`, `127.x.x.x`, `[::1]` or `[::ffff:127.x.x.x]`, at most
+    /// 2048 bytes; anything else is a 422.
+    #[schema(
+        format = "uri",
+        max_length = 2048,
+        example = "http://127.0.0.1:9333/tools/get_weather"
+    )]
+    callback_url: String,
+    /// One existing character; null or `""` means every current character.
+    #[schema(nullable)]
+    role: Option<String>,
+    /// Lifecycle tag `clear` uses; plugins should use `plugin:<id>`.
+    #[schema(min_length = 1, default = "external", nullable = false)]
+    source: Option<String>,
+    /// Greater than 0 and at most 300.
+    #[schema(exclusive_minimum = 0, maximum = 300, default = 30, nullable = false)]
+    timeout_seconds: Option<f64>,
+}
+
+/// `POST /api/tools/unregister`. Unknown fields are ignored.
+#[allow(dead_code)]
+#[derive(ToSchema)]
+#[schema(example = json!({"name": "get_weather", "role": null}))]
+pub struct UnregisterBody {
+    #[schema(min_length = 1, max_length = 64)]
+    name: String,
+    /// One existing character; null or `""` means every current character.
+    #[schema(nullable)]
+    role: Option<String>,
+}
+
+/// `POST /api/tools/clear`. Unknown fields are ignored.
+#[allow(dead_code)]
+#[derive(ToSchema)]
+#[schema(example = json!({"source": "plugin:weather", "role": null}))]
+pub struct ClearBody {
+    /// Every tool registered with this `source` is removed.
+    #[schema(min_length = 1)]
+    source: String,
+    /// One existing character; null or `""` means every current character.
+    #[schema(nullable)]
+    role: Option<String>,
 }

@@ -17,6 +17,12 @@ use super::loopback::{is_loopback_host, is_loopback_v6};
 pub const ACCEPTED_FORMS: &str = "use http:// or https:// with host localhost, 127.x.x.x, [::1] \
      or [::ffff:127.x.x.x], e.g. http://127.0.0.1:9333/tools/get_weather";
 
+/// Longest callback URL accepted, in bytes. Common HTTP servers refuse request targets much
+/// past 8 KiB (and awc builds the whole request head in memory): a URL nobody can call must be
+/// refused when it is registered, not fail every call. 2 048 is the limit browsers and most
+/// tooling have long respected, far above any real callback path.
+pub const MAX_CALLBACK_URL_BYTES: usize = 2048;
+
 /// A callback URL that passed the loopback rule.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CallbackUrl {
@@ -34,6 +40,8 @@ pub struct CallbackOrigin(String);
 /// Why a callback URL was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CallbackUrlError {
+    #[error("callback_url is {0} bytes long; at most {MAX_CALLBACK_URL_BYTES} bytes are accepted")]
+    TooLong(usize),
     #[error("callback_url must not contain whitespace, control characters or backslashes")]
     ForbiddenCharacter,
     #[error("callback_url must start with http:// or https://")]
@@ -53,6 +61,9 @@ pub enum CallbackUrlError {
 impl CallbackUrl {
     /// Checks `written` against the loopback rule.
     pub fn parse(written: &str) -> Result<Self, CallbackUrlError> {
+        if written.len() > MAX_CALLBACK_URL_BYTES {
+            return Err(CallbackUrlError::TooLong(written.len()));
+        }
         if written
             .chars()
             .any(|c| c.is_whitespace() || c.is_control() || c == '\\')
@@ -271,6 +282,21 @@ mod tests {
         assert_eq!(
             CallbackUrl::parse("http:///cb"),
             Err(CallbackUrlError::MissingHost)
+        );
+    }
+
+    #[test]
+    fn refuses_what_no_server_would_take() {
+        let longest = format!(
+            "http://127.0.0.1:9/{}",
+            "a".repeat(MAX_CALLBACK_URL_BYTES - 19)
+        );
+        assert_eq!(longest.len(), MAX_CALLBACK_URL_BYTES);
+        assert!(CallbackUrl::parse(&longest).is_ok());
+        let over = format!("{longest}b");
+        assert_eq!(
+            CallbackUrl::parse(&over),
+            Err(CallbackUrlError::TooLong(MAX_CALLBACK_URL_BYTES + 1))
         );
     }
 

@@ -6,6 +6,9 @@
 //! failure that reaches [`REMOVAL_THRESHOLD`] reports the pair for removal, once.
 
 use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use futures_util::future::BoxFuture;
 
 use super::callback_url::CallbackOrigin;
 use super::tool::PLUGIN_SOURCE_PREFIX;
@@ -20,6 +23,36 @@ pub enum Liveness {
     ConnectFailed,
     /// Something answered (any status), or the connection was made and then went quiet.
     Reachable,
+}
+
+/// A `(source, origin)` pair whose failures reached [`REMOVAL_THRESHOLD`]: its tools are to be
+/// removed from every character.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadOrigin {
+    pub source: String,
+    pub origin: CallbackOrigin,
+    /// Consecutive connection failures that led here, for the log.
+    pub failures: u32,
+}
+
+/// Whoever removes a dead origin's tools (the router). A trait, implemented for the router's
+/// recipient in `actors`, so that the dispatcher, which finds dead origins, depends on no actor.
+pub trait DeadOriginRemover: Send + Sync {
+    /// Removes the tools; resolves once they are gone, with `false` when the remover has
+    /// stopped.
+    fn remove(&self, dead: DeadOrigin) -> BoxFuture<'static, bool>;
+}
+
+/// The failure counts, shared by the dispatches of every thread and by the router, which forgets
+/// the pairs that no character holds any more.
+#[derive(Debug, Clone, Default)]
+pub struct SharedFailures(Arc<Mutex<FailureTracker>>);
+
+impl SharedFailures {
+    pub fn lock(&self) -> MutexGuard<'_, FailureTracker> {
+        // Counting cannot be left half-done in a way that matters more than stopping to count.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -66,8 +99,23 @@ impl FailureTracker {
         }
     }
 
+    /// Whether no pair has a failure counted: the usual state, checked before anything costlier.
+    pub fn is_empty(&self) -> bool {
+        self.counts.is_empty()
+    }
+
+    /// Forgets the count of every pair for which `held` says no tool is registered any more: a
+    /// pair unregistered or cleared after a failure or two must not keep its count (memory that
+    /// would grow with every such plugin, and a head start towards removal for a later
+    /// registration of the same source and origin).
+    pub fn forget_unheld(&mut self, held: impl Fn(&str, &CallbackOrigin) -> bool) {
+        self.counts
+            .retain(|(source, origin), _| held(source, origin));
+    }
+
     /// Current count for a pair (zero when unknown).
-    pub fn count(&self, source: &str, origin: &CallbackOrigin) -> u32 {
+    #[cfg(test)]
+    fn count(&self, source: &str, origin: &CallbackOrigin) -> u32 {
         self.counts
             .get(&(source.to_owned(), origin.clone()))
             .copied()
@@ -119,6 +167,25 @@ mod tests {
             assert_eq!(t.record("external", &o, ConnectFailed), None);
             assert_eq!(t.record("Plugin:x", &o, ConnectFailed), None);
         }
+    }
+
+    #[test]
+    fn unheld_pairs_are_forgotten() {
+        let mut t = FailureTracker::new();
+        let kept = origin("http://127.0.0.1:9/a");
+        let gone = origin("http://127.0.0.1:10/a");
+        t.record("plugin:x", &kept, ConnectFailed);
+        t.record("plugin:x", &gone, ConnectFailed);
+        t.record("plugin:x", &gone, ConnectFailed);
+        t.forget_unheld(|_, o| *o == kept);
+        assert_eq!(t.count("plugin:x", &kept), 1);
+        assert_eq!(t.count("plugin:x", &gone), 0);
+        // A new registration of the forgotten pair starts from zero: three more to go.
+        assert_eq!(t.record("plugin:x", &gone, ConnectFailed), None);
+        assert_eq!(t.record("plugin:x", &gone, ConnectFailed), None);
+        assert_eq!(t.record("plugin:x", &gone, ConnectFailed), Some(3));
+        t.forget_unheld(|_, _| false);
+        assert!(t.is_empty());
     }
 
     #[test]

@@ -64,11 +64,17 @@ pub fn is_loopback_host_header(value: &str) -> bool {
             None => (value, None),
         },
     };
-    let port_ok =
-        port.is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()));
+    let port_ok = port.is_none_or(is_port);
     // Unbracketed IPv6 is not a valid Host; `split_once` above leaves a colon in `port` then.
     let bracketed = value.starts_with('[');
     port_ok && (bracketed == host.contains(':')) && is_loopback_host(host)
+}
+
+/// A TCP port as written in a `Host` or `Origin`: 1 to 65535, decimal digits only.
+fn is_port(text: &str) -> bool {
+    text.len() <= 5
+        && text.bytes().all(|b| b.is_ascii_digit())
+        && text.parse::<u16>().is_ok_and(|port| port != 0)
 }
 
 /// Whether a browser's `Origin` header names a page served from loopback:
@@ -128,6 +134,7 @@ mod tests {
             "http://localhost:5173/",
             "http://user@localhost",
             "localhost:5173",
+            "http://localhost:99999",
         ] {
             assert!(!is_loopback_origin(o), "{o} should fail");
         }
@@ -140,6 +147,7 @@ mod tests {
             "LocalHost:48911",
             "127.0.0.1",
             "127.0.0.1:80",
+            "127.0.0.1:65535",
             "127.3.4.5:1",
             "[::1]",
             "[::1]:48911",
@@ -160,6 +168,10 @@ mod tests {
             "[::1]x",
             "127.0.0.1:",
             "127.0.0.1:abc",
+            "localhost:99999",
+            "127.0.0.1:65536",
+            "localhost:0",
+            "localhost:+80",
             "[2001:db8::1]:80",
             "",
         ] {

@@ -1,16 +1,92 @@
-//! One character's tool registry: at most one definition per name, in registration order.
+//! One character's tool registry: at most one definition per name, in registration order, and
+//! the one place a [`Change`] is applied to it.
 //!
 //! Replacing a tool keeps its place in the order, like a Python dict; removing one keeps the
-//! order of the rest. Plain data: the session manager actor owns one.
+//! order of the rest. The index is keyed by each tool's own name (no copy of the key), so a
+//! registry is cheap to clone. Plain data: the session manager actor owns one and publishes it
+//! as a [`ToolSnapshot`](super::snapshot::ToolSnapshot).
 
-use indexmap::IndexMap;
+use std::borrow::Borrow;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use indexmap::IndexSet;
 
 use super::callback_url::CallbackOrigin;
 use super::tool::SharedTool;
 
+/// A change to one character's tools.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// Add a tool, or replace the tool of the same name.
+    Register(SharedTool),
+    /// Remove the tool of this name.
+    Unregister(String),
+    /// Remove every tool of this source.
+    ClearSource(String),
+    /// Auto-removal: the tools of a plugin `source` served from a dead callback `origin`.
+    RemoveOrigin {
+        source: String,
+        origin: CallbackOrigin,
+    },
+    /// The tools of `source` become `tools` (an MCP server's listing; none when it goes away):
+    /// those of `source` not among them are removed, each of them is added or replaces the tool
+    /// of the same name in its place, whatever that tool's source.
+    ReplaceSource {
+        source: String,
+        tools: Arc<[SharedTool]>,
+    },
+}
+
+impl Change {
+    /// Whether the change adds tools, and so changes every registry it reaches (what it removes
+    /// aside).
+    pub fn adds(&self) -> bool {
+        match self {
+            Change::Register(_) => true,
+            Change::ReplaceSource { tools, .. } => !tools.is_empty(),
+            Change::Unregister(_) | Change::ClearSource(_) | Change::RemoveOrigin { .. } => false,
+        }
+    }
+}
+
+/// What applying a [`Change`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Effect {
+    /// Tools removed (a register removes none, even when it replaces one).
+    pub removed: usize,
+    /// Whether the tool list changed at all: a register always does.
+    pub changed: bool,
+}
+
 #[derive(Debug, Default, Clone)]
 pub struct ToolRegistry {
-    tools: IndexMap<String, SharedTool>,
+    tools: IndexSet<ByName>,
+}
+
+/// A tool hashed and compared by its name, so the index needs no key of its own.
+#[derive(Debug, Clone)]
+struct ByName(SharedTool);
+
+impl Hash for ByName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // The same hash as the `str` it is looked up by (`Borrow<str>` requires it).
+        self.0.name.as_str().hash(state);
+    }
+}
+
+impl PartialEq for ByName {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.name == other.0.name
+    }
+}
+
+impl Eq for ByName {}
+
+impl Borrow<str> for ByName {
+    fn borrow(&self) -> &str {
+        &self.0.name
+    }
 }
 
 impl ToolRegistry {
@@ -18,60 +94,61 @@ impl ToolRegistry {
         Self::default()
     }
 
-    /// Adds `tool`, replacing a tool of the same name. Returns the replaced one.
-    pub fn insert(&mut self, tool: SharedTool) -> Option<SharedTool> {
-        // A replacement (the common case: plugins re-register on every start) reuses the key
-        // in place; only a new name pays for a copy of it. This runs once per character.
-        if let Some(slot) = self.tools.get_mut(tool.name.as_str()) {
-            return Some(std::mem::replace(slot, tool));
+    /// Applies `change`: the only code that changes a registry.
+    pub fn apply(&mut self, change: &Change) -> Effect {
+        let removed = match change {
+            Change::Register(tool) => {
+                self.insert(tool.clone());
+                0
+            }
+            Change::Unregister(name) => usize::from(self.tools.shift_remove(name.as_str())),
+            Change::ClearSource(source) => self.remove_where(|t| t.source == *source),
+            Change::RemoveOrigin { source, origin } => {
+                self.remove_where(|t| t.is_served_by(source, origin))
+            }
+            Change::ReplaceSource { source, tools } => {
+                let removed = self.remove_where(|t| {
+                    t.source == *source && !tools.iter().any(|new| new.name == t.name)
+                });
+                for tool in tools.iter() {
+                    self.insert(tool.clone());
+                }
+                removed
+            }
+        };
+        Effect {
+            removed,
+            changed: change.adds() || removed > 0,
         }
-        self.tools.insert(tool.name.clone(), tool)
     }
 
-    /// Removes the tool called `name`.
-    pub fn remove(&mut self, name: &str) -> Option<SharedTool> {
-        self.tools.shift_remove(name)
-    }
-
-    /// Removes every tool of `source`; returns how many.
-    pub fn remove_source(&mut self, source: &str) -> usize {
-        self.remove_where(|t| t.source == source)
-    }
-
-    /// Removes the remote tools of `source` whose callback lives at `origin`; returns how many.
-    pub fn remove_origin(&mut self, source: &str, origin: &CallbackOrigin) -> usize {
-        self.remove_where(|t| t.is_served_by(source, origin))
-    }
-
-    /// Makes `tools` the tools of `source`: removes those of `source` whose name is not among
-    /// them, then inserts each (replacing a tool of the same name, whatever its source). Returns
-    /// how many were removed.
-    pub fn replace_source(&mut self, source: &str, tools: &[SharedTool]) -> usize {
-        let removed = self
-            .remove_where(|t| t.source == source && !tools.iter().any(|new| new.name == t.name));
-        for tool in tools {
-            self.insert(tool.clone());
-        }
-        removed
+    /// Adds `tool`, replacing a tool of the same name in its place.
+    fn insert(&mut self, tool: SharedTool) {
+        self.tools.replace_full(ByName(tool));
     }
 
     fn remove_where(&mut self, doomed: impl Fn(&SharedTool) -> bool) -> usize {
         let before = self.tools.len();
-        self.tools.retain(|_, t| !doomed(t));
+        self.tools.retain(|t| !doomed(&t.0));
         before - self.tools.len()
     }
 
     pub fn get(&self, name: &str) -> Option<&SharedTool> {
-        self.tools.get(name)
+        self.tools.get(name).map(|t| &t.0)
     }
 
     /// The tools in registration order.
     pub fn tools(&self) -> impl ExactSizeIterator<Item = &SharedTool> {
-        self.tools.values()
+        self.tools.iter().map(|t| &t.0)
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.tools.keys().map(String::as_str)
+        self.tools().map(|t| t.name.as_str())
+    }
+
+    /// Whether a remote tool of `source` whose callback lives at `origin` is registered.
+    pub fn serves(&self, source: &str, origin: &CallbackOrigin) -> bool {
+        self.tools().any(|t| t.is_served_by(source, origin))
     }
 
     pub fn len(&self) -> usize {
@@ -81,6 +158,25 @@ impl ToolRegistry {
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
     }
+}
+
+/// The error of a call or a lookup that names a tool not registered (for `role`, when a role was
+/// given): it lists the tools that are, so the model or the caller can correct itself.
+pub fn not_registered_text<'a>(
+    name: &str,
+    role: Option<&str>,
+    available: impl IntoIterator<Item = &'a str>,
+) -> String {
+    let scope = role
+        .map(|role| format!(" for role {role}"))
+        .unwrap_or_default();
+    let names: Vec<&str> = available.into_iter().collect();
+    let names = if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    };
+    format!("tool '{name}' is not registered{scope}; available tools: {names}")
 }
 
 #[cfg(test)]
@@ -103,6 +199,10 @@ mod tests {
         ))
     }
 
+    fn register(r: &mut ToolRegistry, name: &str, source: &str, url: &str) -> Effect {
+        r.apply(&Change::Register(tool(name, source, url)))
+    }
+
     fn names(r: &ToolRegistry) -> Vec<&str> {
         r.names().collect()
     }
@@ -110,68 +210,123 @@ mod tests {
     #[test]
     fn replace_keeps_one_definition_and_its_place() {
         let mut r = ToolRegistry::new();
-        r.insert(tool("a", "s", "http://127.0.0.1:1/a"));
-        r.insert(tool("b", "s", "http://127.0.0.1:1/b"));
-        let old = r.insert(tool("a", "t", "http://127.0.0.1:2/a")).unwrap();
-        assert_eq!(old.source, "s");
+        register(&mut r, "a", "s", "http://127.0.0.1:1/a");
+        register(&mut r, "b", "s", "http://127.0.0.1:1/b");
+        let effect = register(&mut r, "a", "t", "http://127.0.0.1:2/a");
+        assert_eq!(
+            effect,
+            Effect {
+                removed: 0,
+                changed: true
+            }
+        );
         assert_eq!(names(&r), ["a", "b"]);
         assert_eq!(r.get("a").unwrap().source, "t");
+        assert_eq!(r.len(), 2);
     }
 
     #[test]
-    fn remove_keeps_the_order_of_the_rest() {
+    fn unregister_keeps_the_order_of_the_rest_and_counts() {
         let mut r = ToolRegistry::new();
         for n in ["a", "b", "c"] {
-            r.insert(tool(n, "s", "http://127.0.0.1:1/x"));
+            register(&mut r, n, "s", "http://127.0.0.1:1/x");
         }
-        assert!(r.remove("b").is_some());
-        assert!(r.remove("b").is_none());
+        let unregister = Change::Unregister("b".into());
+        assert_eq!(
+            r.apply(&unregister),
+            Effect {
+                removed: 1,
+                changed: true
+            }
+        );
+        assert_eq!(
+            r.apply(&unregister),
+            Effect {
+                removed: 0,
+                changed: false
+            }
+        );
         assert_eq!(names(&r), ["a", "c"]);
+        assert!(r.get("b").is_none());
     }
 
     #[test]
-    fn remove_source_counts_only_that_source() {
+    fn clear_counts_only_that_source() {
         let mut r = ToolRegistry::new();
-        r.insert(tool("a", "plugin:x", "http://127.0.0.1:1/a"));
-        r.insert(tool("b", "plugin:y", "http://127.0.0.1:1/b"));
-        r.insert(tool("c", "plugin:x", "http://127.0.0.1:1/c"));
-        assert_eq!(r.remove_source("plugin:x"), 2);
-        assert_eq!(r.remove_source("plugin:x"), 0);
+        register(&mut r, "a", "plugin:x", "http://127.0.0.1:1/a");
+        register(&mut r, "b", "plugin:y", "http://127.0.0.1:1/b");
+        register(&mut r, "c", "plugin:x", "http://127.0.0.1:1/c");
+        let clear = Change::ClearSource("plugin:x".into());
+        assert_eq!(r.apply(&clear).removed, 2);
+        assert_eq!(r.apply(&clear).removed, 0);
         assert_eq!(names(&r), ["b"]);
+    }
+
+    #[test]
+    fn not_registered_lists_what_is() {
+        assert_eq!(
+            not_registered_text("x", None, ["a", "b"]),
+            "tool 'x' is not registered; available tools: a, b"
+        );
+        assert_eq!(
+            not_registered_text("x", Some("Mio"), []),
+            "tool 'x' is not registered for role Mio; available tools: none"
+        );
     }
 
     #[test]
     fn replace_source_keeps_places_drops_the_missing_and_spares_other_sources() {
         let mut r = ToolRegistry::new();
-        r.insert(tool("a", "mcp:x", "http://127.0.0.1:1/a"));
-        r.insert(tool("p", "plugin:y", "http://127.0.0.1:1/p"));
-        r.insert(tool("b", "mcp:x", "http://127.0.0.1:1/b"));
-        let removed = r.replace_source(
-            "mcp:x",
-            &[
-                tool("b", "mcp:x", "http://127.0.0.1:2/b"),
-                tool("c", "mcp:x", "http://127.0.0.1:2/c"),
-            ],
+        register(&mut r, "a", "mcp:x", "http://127.0.0.1:1/a");
+        register(&mut r, "p", "plugin:y", "http://127.0.0.1:1/p");
+        register(&mut r, "b", "mcp:x", "http://127.0.0.1:1/b");
+        let replace = |tools: Vec<SharedTool>| Change::ReplaceSource {
+            source: "mcp:x".into(),
+            tools: tools.into(),
+        };
+        let effect = r.apply(&replace(vec![
+            tool("b", "mcp:x", "http://127.0.0.1:2/b"),
+            tool("c", "mcp:x", "http://127.0.0.1:2/c"),
+        ]));
+        assert_eq!(
+            effect,
+            Effect {
+                removed: 1,
+                changed: true
+            }
         );
-        assert_eq!(removed, 1);
         assert_eq!(names(&r), ["p", "b", "c"]);
         assert_eq!(
             r.get("b").unwrap().callback_url(),
             Some("http://127.0.0.1:2/b")
         );
-        assert_eq!(r.replace_source("mcp:x", &[]), 2);
+        assert_eq!(r.apply(&replace(vec![])).removed, 2);
         assert_eq!(names(&r), ["p"]);
+        assert_eq!(
+            r.apply(&replace(vec![])),
+            Effect {
+                removed: 0,
+                changed: false
+            }
+        );
     }
 
     #[test]
     fn remove_origin_spares_other_origins_and_sources() {
         let mut r = ToolRegistry::new();
-        r.insert(tool("a", "plugin:x", "http://127.0.0.1:1/a"));
-        r.insert(tool("b", "plugin:x", "http://127.0.0.1:1/b"));
-        r.insert(tool("c", "plugin:x", "http://127.0.0.1:2/c"));
-        r.insert(tool("d", "plugin:y", "http://127.0.0.1:1/d"));
+        register(&mut r, "a", "plugin:x", "http://127.0.0.1:1/a");
+        register(&mut r, "b", "plugin:x", "http://127.0.0.1:1/b");
+        register(&mut r, "c", "plugin:x", "http://127.0.0.1:2/c");
+        register(&mut r, "d", "plugin:y", "http://127.0.0.1:1/d");
         let origin = CallbackUrl::parse("http://127.0.0.1:1/").unwrap();
-        assert_eq!(r.remove_origin("plugin:x", origin.origin()), 2);
+        assert!(r.serves("plugin:x", origin.origin()));
+        let change = Change::RemoveOrigin {
+            source: "plugin:x".into(),
+            origin: origin.origin().clone(),
+        };
+        assert_eq!(r.apply(&change).removed, 2);
         assert_eq!(names(&r), ["c", "d"]);
+        assert!(!r.serves("plugin:x", origin.origin()));
+        assert!(r.serves("plugin:y", origin.origin()));
     }
 }

@@ -126,7 +126,16 @@ impl StreamHandler<Result<Frame, WsProtocolError>> for Attachment {
     fn handle(&mut self, frame: Result<Frame, WsProtocolError>, ctx: &mut Self::Context) {
         let whole = match frame {
             Ok(Frame::Text(bytes)) => shell::text_of(bytes).map(|t| Some(Whole::Text(t))),
-            Ok(Frame::Continuation(item)) => self.link.fragments.push(item),
+            // A broken fragmented message is a protocol error, as in the client: the attachment
+            // ends rather than buffer what the call sends.
+            Ok(Frame::Continuation(item)) => match self.link.fragments.push(item) {
+                Err(error) => {
+                    tracing::warn!(character = %self.link.core.character(), %error, "attachment protocol error");
+                    ctx.stop();
+                    return;
+                }
+                whole => whole,
+            },
             Ok(Frame::Ping(payload)) => {
                 shell::send_upstream(self, ws::Message::Pong(payload), ctx);
                 Ok(None)

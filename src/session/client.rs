@@ -171,7 +171,17 @@ impl StreamHandler<Result<Frame, WsProtocolError>> for RealtimeSession {
         };
         let whole = match frame {
             Frame::Text(bytes) => shell::text_of(bytes).map(|t| Some(Whole::Text(t))),
-            Frame::Continuation(item) => self.link.fragments.push(item),
+            // A broken fragmented message (past the size limit, a continuation with no first
+            // frame, text that is not UTF-8) is a protocol error, like a frame over the limit:
+            // drop the connection and reconnect instead of buffering what the peer sends.
+            Frame::Continuation(item) => match self.link.fragments.push(item) {
+                Err(error) => {
+                    tracing::warn!(character = %self.link.core.character(), %error, "model session protocol error; reconnecting");
+                    ctx.stop();
+                    return;
+                }
+                whole => whole,
+            },
             Frame::Ping(payload) => {
                 shell::send_upstream(self, ws::Message::Pong(payload), ctx);
                 Ok(None)

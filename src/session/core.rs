@@ -27,6 +27,7 @@ use super::settings::SessionSettings;
 use super::sync::SyncState;
 use super::{ConnectionKind, ConnectionReport, ConnectionState};
 use crate::domain::call::{ToolCall, ToolResult};
+use crate::domain::registry::not_registered_text;
 use crate::domain::tool::SharedTool;
 use crate::events::{Caller, EventHub, ToolCallFinished};
 
@@ -745,21 +746,12 @@ impl SessionCore {
             .find(|t| t.name == tool_call.name)
             .cloned()
         else {
-            let available: Vec<&str> = self
+            let available = self
                 .registered
                 .iter()
                 .map(|t| t.name.as_str())
-                .filter(|n| self.is_ours(n))
-                .collect();
-            let names = if available.is_empty() {
-                "none".to_owned()
-            } else {
-                available.join(", ")
-            };
-            let error = format!(
-                "tool '{}' is not registered; available tools: {names}",
-                tool_call.name
-            );
+                .filter(|n| self.is_ours(n));
+            let error = not_registered_text(&tool_call.name, None, available);
             let result = tool_call.error(error);
             self.answer(response_id, result, None, started);
             return;

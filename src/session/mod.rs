@@ -34,6 +34,7 @@ use serde::Serialize;
 
 pub use self::core::SyncOutcome;
 pub use client::{INITIAL_BACKOFF, MAX_BACKOFF, RealtimeSession};
+pub use shell::MAX_EVENT_BYTES;
 
 use crate::domain::tool::SharedTool;
 

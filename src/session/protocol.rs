@@ -118,15 +118,10 @@ pub fn image_message(result: &ToolResult, event_id: &str) -> String {
     .to_string()
 }
 
-/// `session.update` carrying the full tool list, shaped for `dialect`.
-pub fn session_update(dialect: Dialect, tools: &[SharedTool], event_id: &str) -> Value {
-    serde_json::from_str(&session_update_text(dialect, tools, event_id))
-        .expect("a session update is JSON")
-}
-
-/// [`session_update`] as the text sent on the wire, serialised straight from the shared tools.
-/// Every sync carries the whole list, and building a JSON tree of it first (copying each
-/// schema) was most of a sync's cost with many tools.
+/// `session.update` carrying the full tool list, shaped for `dialect`, as the text sent on the
+/// wire, serialised straight from the shared tools. Every sync carries the whole list, and
+/// building a JSON tree of it first (copying each schema) was most of a sync's cost with many
+/// tools.
 pub fn session_update_text(dialect: Dialect, tools: &[SharedTool], event_id: &str) -> String {
     merged_update_text(dialect, tools, Keep::default(), event_id)
 }
@@ -640,6 +635,10 @@ mod tests {
     use super::*;
     use crate::domain::callback_url::CallbackUrl;
     use crate::domain::tool::{ToolSpec, empty_parameters, test_tools};
+
+    fn session_update(dialect: Dialect, tools: &[SharedTool], event_id: &str) -> Value {
+        serde_json::from_str(&session_update_text(dialect, tools, event_id)).unwrap()
+    }
 
     fn tools() -> Vec<SharedTool> {
         vec![Arc::new(ToolSpec::remote(

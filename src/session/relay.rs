@@ -372,7 +372,8 @@ impl Handler<SessionStatus> for Relay {
 impl Handler<CloseSession> for Relay {
     type Result = ();
 
-    /// The character was removed or rebuilt: both sides are closed, going away.
+    /// The character was removed or rebuilt, its manager restarted, or the server is stopping:
+    /// both sides are closed, going away.
     fn handle(&mut self, _: CloseSession, ctx: &mut Self::Context) {
         let reason = CloseReason {
             code: CloseCode::Away,

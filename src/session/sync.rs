@@ -53,8 +53,8 @@ impl<W> SyncState<W> {
         self.in_flight
     }
 
-    /// The update in flight was acknowledged. Returns its version, the waiters it satisfies, and
-    /// the version to send next, if newer changes are waiting.
+    /// The update in flight was acknowledged. Returns the waiters it satisfies and the version
+    /// to send next, if newer changes are waiting.
     pub fn acknowledged(&mut self) -> Option<Settled<W>> {
         self.settle()
     }
@@ -76,7 +76,6 @@ impl<W> SyncState<W> {
             self.waiters.drain(..).partition(|(v, _)| *v <= version);
         self.waiters = waiting;
         Some(Settled {
-            version,
             waiters: settled.into_iter().map(|(_, w)| w).collect(),
             send_next: self.next_to_send(),
         })
@@ -96,7 +95,6 @@ impl<W> SyncState<W> {
 /// What settling one update decided.
 #[derive(Debug)]
 pub struct Settled<W> {
-    pub version: u64,
     pub waiters: Vec<W>,
     pub send_next: Option<u64>,
 }

@@ -3,11 +3,14 @@
 //! and nothing else does.
 
 use runtime_tools::actors::router::RebuildCharacter;
+use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::settings::SessionSettings;
 use serde_json::{Value, json};
 
 use crate::callback_server::{
     CallbackServer, ClosedPort, Reply, error_text, invoke, invoke_ok, register, tool_with_timeout,
 };
+use crate::fake_realtime::{AckMode, FakeRealtime, update_tool_names};
 use crate::helpers::{TestApp, settings, spawn_app, spawn_app_with, tool_body};
 
 /// A register body for a tool in one role.
@@ -229,14 +232,17 @@ async fn a_rebuilt_manager_does_not_get_removed_tools_back() {
         json!({"Lanlan": ["live"], "Mio": ["live"]})
     );
 
+    // Rebuilt with a live session, the manager pushes what it really holds: not the dead tool.
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
     app.router
         .send(RebuildCharacter {
             name: "Lanlan".into(),
-            session: None,
+            session: Some(SessionSettings::new(&fake.url, Dialect::Openai)),
         })
         .await
         .expect("router answers")
         .expect("rebuilt");
+    assert_eq!(update_tool_names(&fake.nth_update(1).await), ["live"]);
     assert_eq!(
         names(&app).await,
         json!({"Lanlan": ["live"], "Mio": ["live"]})
@@ -246,4 +252,57 @@ async fn a_rebuilt_manager_does_not_get_removed_tools_back() {
     let (status, body) = invoke(&app, json!({"name": "live", "role": "Lanlan"})).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["output"], json!("alive"));
+}
+
+#[actix_web::test]
+async fn a_count_is_forgotten_once_its_tools_are_gone() {
+    let app = spawn_app(&["Lanlan", "Mio"]).await;
+    let dead = ClosedPort::new();
+    for removal in [
+        json!({"path": "/api/tools/unregister", "body": {"name": "t"}}),
+        json!({"path": "/api/tools/clear", "body": {"source": "plugin:x"}}),
+    ] {
+        register(&app, tool_body("t", &dead.url("/t"), "plugin:x")).await;
+        fails_to_connect(&app, "t").await;
+        fails_to_connect(&app, "t").await;
+        let (status, answer) = app
+            .post(removal["path"].as_str().unwrap(), &removal["body"])
+            .await;
+        assert_eq!(
+            (status, &answer["affected_roles"]),
+            (200, &json!(["Lanlan", "Mio"])),
+            "{answer}"
+        );
+
+        // Registered again at the same origin, it starts from zero: two failures keep it.
+        register(&app, tool_body("t", &dead.url("/t"), "plugin:x")).await;
+        fails_to_connect(&app, "t").await;
+        fails_to_connect(&app, "t").await;
+        assert_eq!(
+            names(&app).await,
+            json!({"Lanlan": ["t"], "Mio": ["t"]}),
+            "after {removal}"
+        );
+        fails_to_connect(&app, "t").await;
+        assert_eq!(names(&app).await, json!({"Lanlan": [], "Mio": []}));
+    }
+}
+
+#[actix_web::test]
+async fn a_count_is_kept_while_a_character_still_holds_a_tool_of_its_origin() {
+    let app = spawn_app(&["Lanlan", "Mio"]).await;
+    let dead = ClosedPort::new();
+    register(&app, tool_body("t", &dead.url("/t"), "plugin:x")).await;
+    fails_to_connect(&app, "t").await;
+    fails_to_connect(&app, "t").await;
+    // Gone from Lanlan only: Mio still holds the origin, so the count stands.
+    let (status, _) = app
+        .post(
+            "/api/tools/unregister",
+            &json!({"name": "t", "role": "Lanlan"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    fails_to_connect(&app, "t").await;
+    assert_eq!(names(&app).await, json!({"Lanlan": [], "Mio": []}));
 }

@@ -181,7 +181,7 @@ async fn a_body_that_is_not_json_is_the_output_as_text() {
 }
 
 #[actix_web::test]
-async fn a_slow_callback_times_out_within_its_timeout_plus_one_second() {
+async fn a_slow_callback_times_out_at_its_timeout() {
     let app = spawn_app(&["Lanlan"]).await;
     let server = CallbackServer::with(
         "/cb",
@@ -200,8 +200,10 @@ async fn a_slow_callback_times_out_within_its_timeout_plus_one_second() {
         elapsed >= Duration::from_millis(1500),
         "answered before the timeout: {elapsed:?}"
     );
+    // Generous, as every timing bound here: a loaded 2-core machine may be seconds late; a
+    // timeout that did not fire would take the callback's 30 s.
     assert!(
-        elapsed < Duration::from_millis(2500),
+        elapsed < Duration::from_millis(1500) + Duration::from_secs(5),
         "the timeout took too long: {elapsed:?}"
     );
     assert_eq!(server.received().len(), 1);
@@ -361,9 +363,18 @@ async fn the_limit_counts_the_body_after_decompression() {
 
 #[actix_web::test]
 async fn a_callback_that_closes_the_connection_without_answering_is_an_error() {
-    let result = result_of(Reply::Close).await;
-    let text = error_text(&result);
-    assert!(text.contains("closed the connection"), "{text}");
+    let app = spawn_app(&["Lanlan"]).await;
+    let server = CallbackServer::with("/cb", Reply::Close);
+    weather_on(&app, &server, 30.0).await;
+    let result = invoke_ok(&app, "weather", json!({"city": "Shanghai"})).await;
+    // The plugin still accepts connections (the probe succeeds): an error naming its origin.
+    assert_eq!(
+        error_text(&result),
+        format!(
+            "remote tool callback http://127.0.0.1:{} closed the connection without answering",
+            server.port()
+        )
+    );
 }
 
 #[actix_web::test]

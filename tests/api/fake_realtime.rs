@@ -283,6 +283,28 @@ impl FakeRealtime {
         session.text(text.to_owned()).await.expect("text sent");
     }
 
+    /// Sends `parts` as one text message in continuation frames (the first part, then the
+    /// rest; at least two parts).
+    pub async fn push_fragments(&self, parts: Vec<Vec<u8>>) {
+        use actix_ws::Item;
+
+        let session = self.shared.lock().unwrap().session.clone();
+        let mut session = session.expect("a client is connected");
+        let last = parts.len() - 1;
+        for (i, part) in parts.into_iter().enumerate() {
+            let part = bytes::Bytes::from(part);
+            let item = match i {
+                0 => Item::FirstText(part),
+                i if i == last => Item::Last(part),
+                _ => Item::Continue(part),
+            };
+            if session.continuation(item).await.is_err() {
+                // The client closed the connection under us: what an oversized message earns.
+                return;
+            }
+        }
+    }
+
     /// Closes the current connection from the server side.
     pub async fn drop_connection(&self) {
         let session = self.shared.lock().unwrap().session.take();

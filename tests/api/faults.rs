@@ -258,14 +258,29 @@ async fn a_plugin_killed_with_50_calls_in_flight_fails_each_call_and_the_server_
     child.0.kill().expect("plugin killed");
     child.0.wait().expect("plugin reaped");
 
+    // Each call names the callback's origin and what broke: a connection error when a new
+    // connection failed too, or (when the dying process still accepted the probe) the close.
+    let refused =
+        format!("could not connect to remote tool callback http://127.0.0.1:{port}: the callback ");
+    let closed = format!("remote tool callback http://127.0.0.1:{port} ");
     for call in calls {
         let result = call.await.unwrap();
         let text = error_text(&result);
-        assert!(
-            text.contains("closed the connection without answering")
-                || text.contains("connection failed"),
-            "{text}"
-        );
+        let what = [
+            "closed the connection without answering",
+            "connection failed while sending the call (",
+            "connection failed before answering (",
+        ];
+        let named = match text.strip_prefix(&refused) {
+            Some(rest) => {
+                what.iter().any(|w| rest.starts_with(w))
+                    && rest.contains(", and a new connection failed: ")
+            }
+            None => text
+                .strip_prefix(&closed)
+                .is_some_and(|rest| what.iter().any(|w| rest.starts_with(w))),
+        };
+        assert!(named, "{text}");
     }
     // The server keeps serving: the dead plugin's tools go (auto-removal), the rest stay. The
     // 50 broken calls usually remove it; a broken call whose probe reached a new listener on
@@ -440,4 +455,63 @@ async fn a_peer_that_never_answers_fails_the_sync_after_its_timeout() {
     assert_eq!(body["affected_roles"], json!(["Mio"]), "{body}");
     fake.update_with_tools(&["unanswered", "answered"]).await;
     let _ = invoke(&app, json!({"name": "answered"})).await;
+}
+
+#[actix_web::test]
+async fn a_fragmented_message_is_assembled_up_to_the_limit_and_refused_past_it() {
+    use runtime_tools::session::MAX_EVENT_BYTES;
+
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let app = app_with_session(&fake, Duration::from_secs(5)).await;
+    fake.nth_update(1).await;
+    // A function call in three fragments, padded to just under the limit: assembled, answered.
+    let call = json!({"type": "response.function_call_arguments.done", "response_id": "r1",
+                      "call_id": "c1", "name": "nope", "arguments": "{}", "padding": ""})
+    .to_string();
+    let pad = MAX_EVENT_BYTES - call.len();
+    let text = call.replace(
+        r#""padding":"""#,
+        &format!(r#""padding":"{}""#, "x".repeat(pad)),
+    );
+    assert_eq!(text.len(), MAX_EVENT_BYTES);
+    let bytes = text.into_bytes();
+    let third = bytes.len() / 3;
+    fake.push_fragments(vec![
+        bytes[..third].to_vec(),
+        bytes[third..2 * third].to_vec(),
+        bytes[2 * third..].to_vec(),
+    ])
+    .await;
+    let answer = fake
+        .wait_for("the answer to the fragmented call", |events| {
+            events
+                .iter()
+                .find(|e| e["item"]["call_id"] == "c1")
+                .map(|e| e["item"]["output"].clone())
+        })
+        .await;
+    assert_eq!(
+        answer,
+        json!(
+            r#"{"error":"tool 'nope' is not registered; available tools: none","is_error":true}"#
+        )
+    );
+    assert_eq!(fake.connections(), 1);
+
+    // One byte more than the limit, in 1 MiB fragments: the session drops the connection (a
+    // protocol error) and reconnects, instead of buffering whatever the peer sends.
+    let mib = 1024 * 1024;
+    let mut parts: Vec<Vec<u8>> = (0..MAX_EVENT_BYTES / mib)
+        .map(|_| vec![b' '; mib])
+        .collect();
+    parts.push(b"{".to_vec());
+    fake.push_fragments(parts).await;
+    fake.wait_connections(2).await;
+    // The new connection works: it gets the tool list and takes changes.
+    fake.nth_update(2).await;
+    let (status, body) = app.register(&weather("after")).await;
+    assert_eq!(
+        (status, body["affected_roles"].clone()),
+        (200, json!(["Mio"]))
+    );
 }

@@ -5,8 +5,11 @@
 use runtime_tools::actors::router::{
     AddCharacter, ListCharacters, RebuildCharacter, RemoveCharacter, RouterError,
 };
+use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::settings::SessionSettings;
 use serde_json::json;
 
+use crate::fake_realtime::{AckMode, FakeRealtime, update_tool_names};
 use crate::helpers::{TestApp, spawn_app, tool_body};
 
 /// Registers `name` for `role` (`None`: every character) with this description and source.
@@ -155,6 +158,75 @@ async fn a_rebuilt_manager_gets_back_every_tool_that_applied_to_it() {
             ("mio_then_global", "global last", "plugin:g"),
             ("after", "after rebuild", "plugin:g"),
         ])
+    );
+}
+
+/// Rebuilds `name` with a live session on `fake` and returns the tool names of the first update
+/// the new manager's session sends: exactly what that manager holds.
+async fn rebuild_with_session(app: &TestApp, name: &str, fake: &FakeRealtime) -> Vec<String> {
+    let before = fake.connections();
+    app.router
+        .send(RebuildCharacter {
+            name: name.into(),
+            session: Some(SessionSettings::new(&fake.url, Dialect::Openai)),
+        })
+        .await
+        .expect("router answers")
+        .expect("rebuilt");
+    fake.wait_connections(before + 1).await;
+    // The first update of the new connection: the session sends it right after connecting.
+    let update = fake
+        .wait_for("the rebuilt session's first update", |events| {
+            events
+                .iter()
+                .filter(|e| e["type"] == "session.update")
+                .nth(before)
+                .cloned()
+        })
+        .await;
+    update_tool_names(&update)
+}
+
+#[actix_web::test]
+async fn a_rebuilt_manager_pushes_every_tool_that_applied_to_it_to_its_new_session() {
+    let app = spawn_app(&["Lanlan", "Mio"]).await;
+    register(&app, "g_kept", None, "global", "plugin:g").await;
+    register(&app, "g_removed_for_lanlan", None, "global", "plugin:g").await;
+    register(&app, "g_cleared", None, "global", "plugin:gone").await;
+    register(&app, "own", Some("Lanlan"), "Lanlan's", "plugin:own").await;
+    register(&app, "mio_only", Some("Mio"), "Mio's", "plugin:own").await;
+    register(&app, "shared", None, "global first", "plugin:g").await;
+    let (status, _) = app
+        .post(
+            "/api/tools/unregister",
+            &json!({"name": "g_removed_for_lanlan", "role": "Lanlan"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = app
+        .post("/api/tools/clear", &json!({"source": "plugin:gone"}))
+        .await;
+    assert_eq!(status, 200);
+
+    // Lanlan had no session; rebuilt with one, its manager pushes what it really holds.
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    assert_eq!(
+        rebuild_with_session(&app, "Lanlan", &fake).await,
+        ["g_kept", "own", "shared"]
+    );
+    // Rebuilt again (its session closed and a new one opened), it still holds them.
+    assert_eq!(
+        rebuild_with_session(&app, "Lanlan", &fake).await,
+        ["g_kept", "own", "shared"]
+    );
+    // A change after the rebuild reaches the new session.
+    register(&app, "after", Some("Lanlan"), "after rebuild", "plugin:g").await;
+    fake.update_with_tools(&["g_kept", "own", "shared", "after"])
+        .await;
+    assert_eq!(
+        app.tool_names(None).await,
+        json!({"Lanlan": ["g_kept", "own", "shared", "after"],
+               "Mio": ["g_kept", "g_removed_for_lanlan", "mio_only", "shared"]})
     );
 }
 

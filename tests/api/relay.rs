@@ -6,7 +6,8 @@
 //! registered tools are answered by the server while the app sees them, calls of the app's own
 //! tools only by the app; closes propagate with their code and reason both ways; an app that
 //! stops reading is closed with a reason, not buffered; the three dialects; the errors before
-//! the upgrade; a relay is an active session whose failures fail the character; its state and
+//! the upgrade; a relay is an active session whose failures fail the character; a manager's
+//! restart closes its relays and an app that reconnects gets the character's tools back; its state and
 //! the calls it answers are announced on the event stream; and every event the server itself
 //! sends validates against the SDK's GA schema.
 
@@ -340,6 +341,54 @@ async fn removing_the_character_closes_its_relays() {
         .await
         .unwrap();
     assert_eq!(removed, Ok(()));
+    assert_closed_by_server(&mut sdk, &fake).await;
+}
+
+#[actix_web::test]
+async fn a_restarted_manager_closes_its_relays_and_a_reconnecting_app_gets_the_tools_back() {
+    use runtime_tools::actors::router::InjectManagerPanic;
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let weather = callback();
+    let app = relay_app(&fake, &[], Dialect::Openai, |_| {}).await;
+    let (status, _) = app
+        .register(&tool_body("get_weather", &weather.url("/cb"), "plugin:w"))
+        .await;
+    assert_eq!(status, 200);
+    let mut sdk = SdkApp::start().await;
+    sdk.connect_ok(&base(&app), json!({})).await;
+    assert_eq!(
+        update_tool_names(&fake.nth_update(1).await),
+        ["get_weather"]
+    );
+
+    let injected = app
+        .router
+        .send(InjectManagerPanic { role: "Mio".into() })
+        .await
+        .unwrap();
+    assert_eq!(injected, Ok(()));
+    assert_closed_by_server(&mut sdk, &fake).await;
+
+    // The restarted manager holds the tools it had: an app that reconnects gets them.
+    let mut again = SdkApp::start().await;
+    again.connect_ok(&base(&app), json!({})).await;
+    fake.wait_connections(2).await;
+    assert_eq!(
+        update_tool_names(&fake.nth_update(2).await),
+        ["get_weather"]
+    );
+    let (_, sessions) = app.get("/api/sessions").await;
+    let connections = &sessions["sessions_by_role"]["Mio"]["connections"];
+    assert_eq!(
+        connections.as_array().map(Vec::len),
+        Some(1),
+        "{connections}"
+    );
+    assert_eq!(connections[0]["kind"], "relay");
+}
+
+/// The relay of `sdk` to `fake` was closed by the server: both sides got 1001 going away.
+pub async fn assert_closed_by_server(sdk: &mut SdkApp, fake: &FakeRealtime) {
     let reason = "the character's sessions were closed by the server";
     let (code, got, _) = sdk.wait_close().await;
     assert_eq!((code, got), (json!(1001), json!(reason)));

@@ -9,8 +9,12 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 
+use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::settings::SessionSettings;
+
 use crate::callback_server::{CallbackServer, Reply};
-use crate::helpers::{TestApp, spawn_app, tool_body};
+use crate::fake_realtime::{AckMode, FakeRealtime, update_tool_names};
+use crate::helpers::{TestApp, settings, spawn_app_with, tool_body};
 
 const CHARACTERS: [&str; 2] = ["Lanlan", "Mio"];
 const INVOKES: usize = 1_000;
@@ -107,7 +111,13 @@ fn consistent(state: &Option<String>, ops: &[&Op]) -> bool {
 
 #[actix_web::test]
 async fn invokes_and_churn_under_load_lose_nothing() {
-    let app = Rc::new(spawn_app(&CHARACTERS).await);
+    // Mio has a live session: its manager's final list must reach the model, not only the
+    // listing.
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let mut settings = settings(&CHARACTERS);
+    settings.characters[1].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
+    let app = Rc::new(spawn_app_with(settings).await);
+    fake.nth_update(1).await;
     let slow = CallbackServer::with(
         "/slow",
         Reply::after(Duration::from_millis(500), Reply::output(json!("done"))),
@@ -174,4 +184,28 @@ async fn invokes_and_churn_under_load_lose_nothing() {
             );
         }
     }
+    // The last update Mio's session received is the listed list, names and descriptions.
+    let listed: Vec<(Value, Value)> = listing["tools_by_role"]["Mio"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["name"].clone(), t["description"].clone()))
+        .collect();
+    let last = fake
+        .wait_for("Mio's session to hold the final list", |events| {
+            events
+                .iter()
+                .rev()
+                .find(|e| e["type"] == "session.update")
+                .filter(|e| update_tool_names(e).len() == listed.len())
+                .cloned()
+        })
+        .await;
+    let pushed: Vec<(Value, Value)> = last["session"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["name"].clone(), t["description"].clone()))
+        .collect();
+    assert_eq!(pushed, listed);
 }

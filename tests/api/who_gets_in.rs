@@ -8,7 +8,7 @@ use std::sync::mpsc;
 
 use serde_json::{Value, json};
 
-use crate::helpers::{HTTP_DEADLINE, settings, spawn_app, spawn_app_with, tool_body};
+use crate::helpers::{HTTP_DEADLINE, cannot_run, settings, spawn_app, spawn_app_with, tool_body};
 
 fn forbidden(detail: &str) -> Value {
     json!({"ok": false, "detail": detail})
@@ -160,17 +160,14 @@ async fn a_peer_in_another_network_namespace_is_refused_end_to_end() {
     } else {
         None
     };
+    const TEST: &str = "a_peer_in_another_network_namespace_is_refused_end_to_end";
     if let Some(reason) = skip {
-        println!("SKIPPED a_peer_in_another_network_namespace_is_refused_end_to_end: {reason}");
-        return;
+        return cannot_run(TEST, &reason);
     }
     let subnet = (std::process::id() % 250) as u8;
     let netns = match Netns::create(subnet) {
         Ok(netns) => netns,
-        Err(e) => {
-            println!("SKIPPED a_peer_in_another_network_namespace_is_refused_end_to_end: {e}");
-            return;
-        }
+        Err(e) => return cannot_run(TEST, &e),
     };
     let mut settings = settings(&["Lanlan"]);
     settings.bind = "0.0.0.0:0".parse().unwrap();

@@ -1,0 +1,115 @@
+//! `Directory`: the read side of every character's tools — the characters in configuration
+//! order, each with the [`ToolCell`] its manager publishes to.
+//!
+//! The router writes the roster (on adding or removing a character); each manager writes its own
+//! cell. Readers — the router's listing and lookup messages, the HTTP listing and the invoke
+//! route on their worker threads — load both without a lock and without a message. A listing
+//! reads each character's latest snapshot; it is not one instant across characters (while a
+//! change is being applied, one character may already show it and the next not yet).
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use super::RouterError;
+use crate::domain::callback_url::CallbackOrigin;
+use crate::domain::registry::not_registered_text;
+use crate::domain::snapshot::{ToolCell, ToolSnapshot};
+use crate::domain::tool::SharedTool;
+
+/// One character as readers see it.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub character: String,
+    pub tools: ToolCell,
+}
+
+/// A shared handle on the roster; cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub struct Directory(Arc<ArcSwap<Vec<Listed>>>);
+
+/// One character's tools, as its manager last published them.
+#[derive(Debug, Clone)]
+pub struct RoleTools {
+    pub role: String,
+    pub tools: Arc<ToolSnapshot>,
+}
+
+/// The tool a call names, and the character it was found in.
+#[derive(Debug, Clone)]
+pub struct ResolvedTool {
+    pub role: String,
+    pub tool: SharedTool,
+}
+
+impl Directory {
+    /// For the router only: the new roster, in configuration order.
+    pub(super) fn publish(&self, roster: Vec<Listed>) {
+        self.0.store(Arc::new(roster));
+    }
+
+    /// The tool `name` of `role`, or (for `None` / `""`) of the first character, in
+    /// configuration order, that has it.
+    pub fn resolve(&self, role: Option<&str>, name: &str) -> Result<ResolvedTool, RouterError> {
+        let role = role.filter(|r| !r.is_empty());
+        let roster = self.0.load();
+        let mut found_role = false;
+        let mut snapshots = Vec::new();
+        for listed in roster
+            .iter()
+            .filter(|l| role.is_none_or(|r| r == l.character))
+        {
+            found_role = true;
+            let tools = listed.tools.load_full();
+            if let Some(tool) = tools.registry().get(name) {
+                return Ok(ResolvedTool {
+                    role: listed.character.clone(),
+                    tool: tool.clone(),
+                });
+            }
+            snapshots.push(tools);
+        }
+        if let Some(role) = role
+            && !found_role
+        {
+            return Err(RouterError::UnknownRole(role.to_owned()));
+        }
+        // Every name available to the call, once each, in the order first met.
+        let mut available: Vec<&str> = Vec::new();
+        for name in snapshots.iter().flat_map(|s| s.registry().names()) {
+            if !available.contains(&name) {
+                available.push(name);
+            }
+        }
+        Err(RouterError::ToolNotFound(not_registered_text(
+            name, role, available,
+        )))
+    }
+
+    /// The tools of `role`, or of every character, in configuration order.
+    pub fn list(&self, role: Option<&str>) -> Result<Vec<RoleTools>, RouterError> {
+        let role = role.filter(|r| !r.is_empty());
+        let listed: Vec<RoleTools> = self
+            .0
+            .load()
+            .iter()
+            .filter(|l| role.is_none_or(|r| r == l.character))
+            .map(|l| RoleTools {
+                role: l.character.clone(),
+                tools: l.tools.load_full(),
+            })
+            .collect();
+        match role {
+            Some(role) if listed.is_empty() => Err(RouterError::UnknownRole(role.to_owned())),
+            _ => Ok(listed),
+        }
+    }
+
+    /// Whether any character holds a remote tool of `source` whose callback lives at `origin`.
+    pub fn serves(&self, source: &str, origin: &CallbackOrigin) -> bool {
+        self.0
+            .load()
+            .iter()
+            .any(|l| l.tools.load().registry().serves(source, origin))
+    }
+}

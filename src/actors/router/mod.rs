@@ -1,0 +1,280 @@
+//! `Router`: the front door for every user — HTTP handlers, in-process plugins and benchmarks.
+//!
+//! It holds what routing needs and nothing more: the characters in configuration order, each
+//! with its [`SessionManager`]'s address and incarnation, the cell that manager publishes the
+//! character's tools to, and the changes sent to it that its published snapshot does not show
+//! yet. The managers own the tools; the router never changes them. Its files, one per
+//! responsibility:
+//!
+//! - [`routing`]: register / unregister / clear / dead-origin removal / an MCP source's
+//!   replacement, numbered per character and fanned out to the target managers, each request
+//!   announced as one `tools.changed` event once its answers are in;
+//! - [`gather`]: the managers' answers gathered against one deadline into `affected_roles` and
+//!   `failed_roles`;
+//! - [`lifecycle`]: adding, removing and rebuilding characters, and restarting a manager that
+//!   died from its last snapshot plus the changes that snapshot lacks;
+//! - [`sessions`]: relays, in-process sessions and attachments joined to a character's
+//!   manager, and all of them closed when the server stops;
+//! - [`reads`] and [`directory`]: listings and lookups, read from the published snapshots;
+//! - [`faults`]: fault injection for the containment tests.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+use actix::prelude::*;
+use serde::Serialize;
+
+use super::manager::{ManagerGone, SessionManager, Watcher};
+use crate::config::{CharacterSettings, DispatchSettings};
+use crate::dispatch::Dispatcher;
+use crate::domain::failures::SharedFailures;
+use crate::domain::registry::Change;
+use crate::domain::snapshot::ToolCell;
+use crate::events::EventHub;
+use crate::session::settings::SessionSettings;
+
+mod directory;
+mod faults;
+mod gather;
+mod lifecycle;
+mod reads;
+mod routing;
+mod sessions;
+
+pub use directory::{Directory, ResolvedTool, RoleTools};
+pub use faults::{InjectManagerPanic, InjectRouterStop};
+pub use lifecycle::{AddCharacter, RebuildCharacter, RemoveCharacter};
+pub use reads::{ListCharacters, ListSessions, ListTools, ResolveTool, ShareDirectory};
+pub use routing::{ClearSource, RegisterTool, RemoveDeadOrigin, ReplaceSource, UnregisterTool};
+pub use sessions::{
+    AttachCall, CloseAllConnections, DetachCall, JoinSession, RelayTarget, ResolveRelay,
+};
+
+/// How long the router waits for a manager that has no live session to sync. Managers answer
+/// at once unless they wait on a session, so this only catches a stuck or overloaded actor.
+pub const MANAGER_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Extra time a manager with a session gets beyond its session's sync timeout, so the session's
+/// own, more precise timeout is the one that reports.
+pub const SYNC_REPLY_MARGIN: Duration = Duration::from_secs(1);
+
+/// Per-character outcome of a change.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct ChangeReport {
+    /// Characters whose tools changed and whose session took the new list.
+    pub affected_roles: Vec<String>,
+    /// Characters that could not take the change (or its sync), and why.
+    pub failed_roles: Vec<RoleFailure>,
+    /// Registry entries removed, summed over the characters whose manager answered
+    /// (unregister, clear, auto-removal).
+    pub removed: usize,
+}
+
+impl ChangeReport {
+    /// The characters of `failed_roles`, in order.
+    pub fn failed_role_names(&self) -> Vec<&str> {
+        self.failed_roles.iter().map(|f| f.role.as_str()).collect()
+    }
+}
+
+/// A character that could not take a change, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct RoleFailure {
+    pub role: String,
+    pub error: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RouterError {
+    #[error("unknown role: {0}")]
+    UnknownRole(String),
+    #[error("character already exists: {0}")]
+    DuplicateCharacter(String),
+    #[error("session of character {character}: {reason}")]
+    InvalidSession { character: String, reason: String },
+    #[error("character {0} has no [character.session]: a relay needs its model's URL")]
+    NoSession(String),
+    #[error("{}", character_required_text(.0))]
+    CharacterRequired(Vec<String>),
+    #[error("the session manager of {0} is not running; retry")]
+    ManagerUnavailable(String),
+    /// A call or lookup named a tool that is not registered; the text lists those that are.
+    #[error("{0}")]
+    ToolNotFound(String),
+}
+
+fn character_required_text(with_sessions: &[String]) -> String {
+    if with_sessions.is_empty() {
+        "no character has a [character.session]: a relay needs its model's URL".to_owned()
+    } else {
+        format!(
+            "more than one character has a session ({}): name one with ?character=NAME",
+            with_sessions.join(", ")
+        )
+    }
+}
+
+struct Character {
+    name: String,
+    session: Option<SessionSettings>,
+    manager: Addr<SessionManager>,
+    /// Incarnation of `manager`; a [`ManagerGone`] for an older one is stale.
+    generation: u64,
+    /// Where the manager publishes the character's tools.
+    tools: ToolCell,
+    /// The number the next change to this character gets.
+    next_change: u64,
+    /// Changes sent to the manager, numbered, that its published snapshot may not include yet:
+    /// what a restarted manager must apply, in order, on top of that snapshot.
+    unconfirmed: VecDeque<(u64, Arc<Change>)>,
+}
+
+impl Character {
+    /// How long to wait for this character's manager to take a change (and its session to
+    /// acknowledge it).
+    fn reply_timeout(&self) -> Duration {
+        match &self.session {
+            Some(s) => s.sync_timeout + SYNC_REPLY_MARGIN,
+            None => MANAGER_REPLY_TIMEOUT,
+        }
+    }
+
+    /// Forgets the changes the published snapshot includes.
+    fn forget_confirmed(&mut self) {
+        let applied = self.tools.load().applied();
+        while self
+            .unconfirmed
+            .front()
+            .is_some_and(|(number, _)| *number <= applied)
+        {
+            self.unconfirmed.pop_front();
+        }
+    }
+}
+
+pub struct Router {
+    /// The characters, in configuration order.
+    characters: Vec<Character>,
+    /// The read side: the characters' names and cells, in the same order.
+    directory: Directory,
+    dispatcher: Dispatcher,
+    /// The failure counts of the dispatcher, swept after changes that remove tools.
+    failures: SharedFailures,
+    /// Where each change request is announced (`tools.changed`), and what sessions announce on.
+    events: EventHub,
+    /// This router, as managers' watcher.
+    me: Recipient<ManagerGone>,
+    next_generation: u64,
+}
+
+impl Router {
+    /// Starts the router, one manager (and session) per character, and the dispatcher that
+    /// runs tool calls and reports dead plugin origins back to this router. Changes, sessions and
+    /// their calls are announced on `events`.
+    pub fn launch(
+        characters: Vec<CharacterSettings>,
+        dispatch: &DispatchSettings,
+        events: EventHub,
+    ) -> (Addr<Self>, Dispatcher) {
+        let mut shared = None;
+        let router = Router::create(|ctx| {
+            // HTTP handlers on every worker send here; backpressure comes from the HTTP
+            // connection limit, and an unbounded mailbox keeps each sender's order.
+            ctx.set_mailbox_capacity(0);
+            let failures = SharedFailures::default();
+            let removals = Arc::new(ctx.address().recipient::<RemoveDeadOrigin>());
+            let dispatcher = Dispatcher::new(dispatch, failures.clone(), removals);
+            shared = Some(dispatcher.clone());
+            let mut router = Router {
+                characters: Vec::with_capacity(characters.len()),
+                directory: Directory::default(),
+                dispatcher,
+                failures,
+                events,
+                me: ctx.address().recipient(),
+                next_generation: 0,
+            };
+            for c in characters {
+                router.push_character(c.name, c.session);
+            }
+            router
+        });
+        let dispatcher = shared.expect("the router's factory ran");
+        (router, dispatcher)
+    }
+
+    /// Tells readers which characters exist now, in order.
+    fn publish_roster(&self) {
+        self.directory.publish(
+            self.characters
+                .iter()
+                .map(|c| directory::Listed {
+                    character: c.name.clone(),
+                    tools: c.tools.clone(),
+                })
+                .collect(),
+        );
+    }
+
+    /// Starts a manager that takes over `tools` with `replay` applied on top.
+    fn start_manager<'a>(
+        &mut self,
+        name: &str,
+        session: &Option<SessionSettings>,
+        tools: &ToolCell,
+        replay: impl IntoIterator<Item = (u64, &'a Arc<Change>)>,
+    ) -> (Addr<SessionManager>, u64) {
+        self.next_generation += 1;
+        let watcher = Watcher {
+            recipient: self.me.clone(),
+            generation: self.next_generation,
+        };
+        let manager = SessionManager::launch(
+            name.to_owned(),
+            tools.clone(),
+            replay,
+            session.clone(),
+            self.dispatcher.clone(),
+            self.events.clone(),
+            Some(watcher),
+        );
+        (manager, self.next_generation)
+    }
+
+    /// Replaces character `i`'s manager with a new one that starts from the character's last
+    /// snapshot and applies, in order, every change sent before that the snapshot lacks —
+    /// before any later change reaches it.
+    fn restart_manager(&mut self, i: usize) {
+        self.characters[i].forget_confirmed();
+        let c = &self.characters[i];
+        let (name, session, tools) = (c.name.clone(), c.session.clone(), c.tools.clone());
+        let replay: Vec<(u64, Arc<Change>)> = c.unconfirmed.iter().cloned().collect();
+        let (manager, generation) =
+            self.start_manager(&name, &session, &tools, replay.iter().map(|(n, c)| (*n, c)));
+        let c = &mut self.characters[i];
+        c.manager = manager;
+        c.generation = generation;
+        // The new manager published all of them before `launch` returned.
+        c.unconfirmed.clear();
+    }
+
+    /// Indices of the characters a request targets; `None` and `""` mean all of them.
+    fn targets(&self, role: Option<&str>) -> Result<Vec<usize>, RouterError> {
+        match role.filter(|r| !r.is_empty()) {
+            None => Ok((0..self.characters.len()).collect()),
+            Some(role) => self
+                .position(role)
+                .map(|i| vec![i])
+                .ok_or_else(|| RouterError::UnknownRole(role.to_owned())),
+        }
+    }
+
+    fn position(&self, name: &str) -> Option<usize> {
+        self.characters.iter().position(|c| c.name == name)
+    }
+}
+
+impl Actor for Router {
+    type Context = Context<Self>;
+}

@@ -1,0 +1,184 @@
+//! The sessions a character holds besides its own client connection: an app's relay resolved
+//! to its character and joined as one of that character's active sessions, an application's
+//! in-process session joined the same way, live calls attached and detached, and every relay and
+//! attachment closed when the server stops. The character's manager holds them all; the router
+//! only finds the manager.
+
+use actix::prelude::*;
+use futures_util::future::join_all;
+
+use super::{Character, MANAGER_REPLY_TIMEOUT, Router, RouterError};
+use crate::actors::manager::{AddSession, CloseConnections, JoinCall, LeaveCall, SessionManager};
+use crate::session::SessionHandle;
+use crate::session::attach::Joined;
+use crate::session::settings::SessionSettings;
+use crate::session::shell::CONNECT_TIMEOUT;
+
+/// The character an app's relay serves and how its model is reached: `character`, or (for
+/// `None`) the only character that has a session.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<RelayTarget, RouterError>")]
+pub struct ResolveRelay {
+    pub character: Option<String>,
+}
+
+/// Make `session` one of `role`'s active sessions (a relay, or an application's in-process
+/// session): from now on every change to the character's tools is sent to it and waits for
+/// it. It gets the current tool list at once, before this is answered. It stays until it
+/// stops.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<(), RouterError>")]
+pub struct JoinSession {
+    pub role: String,
+    pub session: SessionHandle,
+}
+
+/// Join the live call at `url` for `role`; see [`Joined`].
+#[derive(Message, Debug)]
+#[rtype(result = "Result<Joined, RouterError>")]
+pub struct AttachCall {
+    pub role: String,
+    pub url: String,
+    /// Sent as `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+}
+
+/// Leave the live call at `url` that `role` joined; `true` if it had.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<bool, RouterError>")]
+pub struct DetachCall {
+    pub role: String,
+    pub url: String,
+}
+
+/// Where a relay goes.
+#[derive(Debug, Clone)]
+pub struct RelayTarget {
+    pub character: String,
+    pub settings: SessionSettings,
+}
+
+/// Close every character's relays (their apps get 1001 "going away") and attachments: the
+/// server is stopping. Answers once every manager took the order (or did not answer in time).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct CloseAllConnections;
+
+impl Handler<ResolveRelay> for Router {
+    type Result = Result<RelayTarget, RouterError>;
+
+    fn handle(&mut self, msg: ResolveRelay, _: &mut Self::Context) -> Self::Result {
+        let character = match msg.character.filter(|c| !c.is_empty()) {
+            Some(name) => {
+                let i = self
+                    .position(&name)
+                    .ok_or_else(|| RouterError::UnknownRole(name.clone()))?;
+                &self.characters[i]
+            }
+            None => {
+                let with: Vec<&Character> = self
+                    .characters
+                    .iter()
+                    .filter(|c| c.session.is_some())
+                    .collect();
+                match with.as_slice() {
+                    [only] => *only,
+                    _ => {
+                        return Err(RouterError::CharacterRequired(
+                            with.iter().map(|c| c.name.clone()).collect(),
+                        ));
+                    }
+                }
+            }
+        };
+        let settings = character
+            .session
+            .clone()
+            .ok_or_else(|| RouterError::NoSession(character.name.clone()))?;
+        Ok(RelayTarget {
+            character: character.name.clone(),
+            settings,
+        })
+    }
+}
+
+impl Router {
+    /// Sends `message` to `role`'s manager and waits up to `wait` (`None`: the manager's
+    /// default) for its answer.
+    fn ask_manager<M>(
+        &self,
+        role: String,
+        wait: Option<std::time::Duration>,
+        message: M,
+    ) -> ResponseFuture<Result<M::Result, RouterError>>
+    where
+        M: Message + Send + 'static,
+        M::Result: Send,
+        SessionManager: Handler<M>,
+    {
+        let Some(i) = self.position(&role) else {
+            return Box::pin(async move { Err(RouterError::UnknownRole(role)) });
+        };
+        let character = &self.characters[i];
+        let answer = character
+            .manager
+            .send(message)
+            .timeout(wait.unwrap_or(MANAGER_REPLY_TIMEOUT));
+        Box::pin(async move {
+            answer
+                .await
+                .map_err(|_| RouterError::ManagerUnavailable(role))
+        })
+    }
+}
+
+impl Handler<JoinSession> for Router {
+    type Result = ResponseFuture<Result<(), RouterError>>;
+
+    fn handle(&mut self, msg: JoinSession, _: &mut Self::Context) -> Self::Result {
+        self.ask_manager(msg.role, None, AddSession(msg.session))
+    }
+}
+
+impl Handler<AttachCall> for Router {
+    type Result = ResponseFuture<Result<Joined, RouterError>>;
+
+    fn handle(&mut self, msg: AttachCall, _: &mut Self::Context) -> Self::Result {
+        // The manager bounds the handshake and the first tool update to this, less the margin.
+        let wait = self
+            .position(&msg.role)
+            .map(|i| CONNECT_TIMEOUT + self.characters[i].reply_timeout());
+        let join = JoinCall {
+            url: msg.url,
+            api_key: msg.api_key,
+        };
+        self.ask_manager(msg.role, wait, join)
+    }
+}
+
+impl Handler<DetachCall> for Router {
+    type Result = ResponseFuture<Result<bool, RouterError>>;
+
+    fn handle(&mut self, msg: DetachCall, _: &mut Self::Context) -> Self::Result {
+        self.ask_manager(msg.role, None, LeaveCall { url: msg.url })
+    }
+}
+
+impl Handler<CloseAllConnections> for Router {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: CloseAllConnections, _: &mut Self::Context) -> Self::Result {
+        let closed: Vec<_> = self
+            .characters
+            .iter()
+            .map(|c| {
+                c.manager
+                    .send(CloseConnections)
+                    .timeout(MANAGER_REPLY_TIMEOUT)
+            })
+            .collect();
+        Box::pin(async move {
+            join_all(closed).await;
+        })
+    }
+}

@@ -1,0 +1,126 @@
+//! A graceful stop (what SIGTERM and SIGINT do): calls still running when the grace period ends
+//! are answered with a tool error saying the server is stopping — an invoke gets it as its
+//! result, a model session as the call's output — instead of a closed connection; calls that
+//! finish within the grace period are answered as usual. Then every relay is closed, both
+//! ways, with 1001 "going away": no app's connection outlives the server.
+
+use std::time::Duration;
+
+use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::settings::{SessionMode, SessionSettings};
+use serde_json::{Value, json};
+
+use crate::callback_server::{CallbackServer, Reply};
+use crate::fake_realtime::{AckMode, FakeRealtime};
+use crate::helpers::{settings, spawn_app_with, test_client, tool_body};
+use crate::relay::assert_closed_by_server;
+use crate::sdk_app::SdkApp;
+
+const GRACE: Duration = Duration::from_secs(1);
+
+const STOPPING: &str =
+    "the server is stopping: the call did not finish within the 1 s grace period";
+
+#[actix_web::test]
+async fn an_invoke_still_running_at_the_end_of_the_grace_period_gets_a_tool_error() {
+    let mut settings = settings(&["Lanlan"]);
+    settings.stop_grace = GRACE;
+    let app = spawn_app_with(settings).await;
+    let slow = CallbackServer::with("/slow", Reply::Hang);
+    slow.route(
+        "/quick",
+        Reply::after(Duration::from_millis(300), Reply::output(json!("done"))),
+    );
+    for (name, path) in [("slow", "/slow"), ("quick", "/quick")] {
+        let (status, _) = app
+            .register(&tool_body(name, &slow.url(path), "plugin:s"))
+            .await;
+        assert_eq!(status, 200);
+    }
+    let call = |name: &'static str| {
+        let url = app.url("/api/tools/invoke");
+        actix_web::rt::spawn(async move {
+            let mut response = test_client()
+                .post(url)
+                .send_json(&json!({"name": name, "call_id": name}))
+                .await
+                .expect("answered, not closed");
+            let status = response.status().as_u16();
+            (
+                status,
+                response.json::<Value>().await.expect("a JSON answer"),
+            )
+        })
+    };
+    let (slow_call, quick_call) = (call("slow"), call("quick"));
+    slow.wait_for_requests(2).await;
+
+    app.stopper.stop().await;
+    assert_eq!(
+        slow_call.await.unwrap(),
+        (
+            200,
+            json!({"ok": true, "name": "slow", "call_id": "slow", "output": null,
+                   "is_error": true, "error": STOPPING})
+        )
+    );
+    assert_eq!(
+        quick_call.await.unwrap(),
+        (
+            200,
+            json!({"ok": true, "name": "quick", "call_id": "quick", "output": "done",
+                   "is_error": false})
+        )
+    );
+}
+
+#[actix_web::test]
+async fn a_session_call_still_running_at_the_end_of_the_grace_period_gets_the_error_output() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let mut settings = settings(&["Mio"]);
+    settings.stop_grace = GRACE;
+    settings.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
+    let app = spawn_app_with(settings).await;
+    fake.nth_update(1).await;
+    let slow = CallbackServer::with("/slow", Reply::Hang);
+    let (status, _) = app
+        .register(&tool_body("slow", &slow.url("/slow"), "plugin:s"))
+        .await;
+    assert_eq!(status, 200);
+    fake.push(
+        json!({"type": "response.function_call_arguments.done", "response_id": "r1",
+                     "call_id": "c1", "name": "slow", "arguments": "{}"}),
+    )
+    .await;
+    slow.wait_for_requests(1).await;
+
+    app.stopper.stop().await;
+    let output = fake
+        .wait_for("the stopping error as the call's output", |events| {
+            events
+                .iter()
+                .find(|e| e["item"]["call_id"] == "c1")
+                .map(|e| e["item"]["output"].clone())
+        })
+        .await;
+    let output: Value = serde_json::from_str(output.as_str().unwrap()).unwrap();
+    assert_eq!(output, json!({"error": STOPPING, "is_error": true}));
+}
+
+#[actix_web::test]
+async fn a_graceful_stop_closes_the_open_relays_going_away() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let mut settings = settings(&["Mio"]);
+    settings.stop_grace = GRACE;
+    let mut session = SessionSettings::new(&fake.url, Dialect::Openai);
+    session.mode = SessionMode::Relay;
+    settings.characters[0].session = Some(session);
+    let app = spawn_app_with(settings).await;
+    let mut sdk = SdkApp::start().await;
+    sdk.connect_ok(&format!("ws://{}/v1", app.addr), json!({}))
+        .await;
+    fake.wait_connections(1).await;
+
+    app.stopper.stop().await;
+    assert_closed_by_server(&mut sdk, &fake).await;
+}
