@@ -11,10 +11,15 @@
 #   workers1   register (1 character), invoke and list (8 characters) with --workers 1
 #   memory     RSS after 100 000 (character, tool) pairs: 100 x 1000 and 1000 x 100, each shared
 #              (role-null registrations) and distinct (one registration per pair)
+#   callpath   the model's call end to end (benches/call_path.rs): 1, 8 and 64 characters, each
+#              with a live session to a fake model calling the tool in a closed loop, in client
+#              and relay mode, answered by the nginx callback; with its floor (wrk at nginx, 1
+#              connection). Not in the default list: run it by name.
 #   (default: all of them, the floor first)
 # The server logs at its default level (info) to a file unless RUST_LOG says otherwise.
 # env: RUNS=3 DURATION=10s CONNS=16 WARMUP=2s WRK_CHECK=1 LIST_TOOLS=26 PORT=48999
-#      GRID="1 8 64" (characters of the register suite)  SKIP_BUILD=1 (use the built binary)
+#      GRID="1 8 64" (characters of the register and callpath suites)  SKIP_BUILD=1 (use the built
+#      binary)  MODES="client relay" (session modes of the callpath suite)
 #      RUNTIME_TOOLS_BIN=PATH (measure that server binary instead, e.g. an older build to compare)
 # Every run prints `SCENARIO runN rps=… p50_ms=… p99_ms=… … cpu_us_per_req=…`; the summary at
 # the end gives each scenario's median and its ratio to the median floor of this invocation.
@@ -25,6 +30,7 @@ cd "$ROOT"
 
 RUNS="${RUNS:-3}"; DURATION="${DURATION:-10s}"; CONNS="${CONNS:-16}"; WARMUP="${WARMUP:-2s}"
 LIST_TOOLS="${LIST_TOOLS:-26}"; PORT="${PORT:-48999}"; GRID="${GRID:-1 8 64}"
+MODES="${MODES:-client relay}"
 export WRK_CHECK="${WRK_CHECK:-1}"
 export CALLBACK="http://127.0.0.1:9333"
 BASE="http://127.0.0.1:$PORT"
@@ -148,6 +154,20 @@ memory_suite() {
   done
 }
 
+callpath_suite() {
+  local mode n line
+  measure floor-callback-conn1 "$HERE/callback.lua" "$CALLBACK" "$(nginx_pids)" 1
+  [ -n "${SKIP_BUILD:-}" ] || cargo bench --quiet --bench call_path --no-run 2>/dev/null
+  for mode in $MODES; do
+    for n in $GRID; do
+      # Warm-up and runs as the wrk scenarios; each run starts a fresh server.
+      cargo bench --quiet --bench call_path -- --mode "$mode" --sessions "$n" --runs "$RUNS" \
+        --seconds "${DURATION%s}" --warmup-seconds "${WARMUP%s}" --callback "$CALLBACK" \
+        2>"$WORK/call_path.err" | tee -a "$RESULTS" | grep -v '^#' || { cat "$WORK/call_path.err" >&2; exit 1; }
+    done
+  done
+}
+
 echo "# machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p'), kernel $(uname -r)"
 echo "# RUNS=$RUNS DURATION=$DURATION CONNS=$CONNS WRK_CHECK=$WRK_CHECK LIST_TOOLS=$LIST_TOOLS"
 nginx_start
@@ -159,6 +179,7 @@ for suite in "${SUITES[@]}"; do
     list) list_suite 8; list_suite 64 ;;
     workers1) register_suite 1 1; invoke_suite 1; list_suite 8 1 ;;
     memory) memory_suite ;;
+    callpath) callpath_suite ;;
     *) echo "unknown suite $suite" >&2; exit 2 ;;
   esac
 done
@@ -194,3 +215,34 @@ awk '
     }
   }' "$RESULTS"
 grep '^memory' "$RESULTS" || true
+
+# The call path: medians over runs (faults: the worst run); overhead = p50 - the floor's p50 at
+# one connection, meaningful for the one-session rows (one call in flight).
+if grep -q '^callpath' "$RESULTS"; then
+  echo
+  awk '
+    / run[0-9]+ / {
+      s=$1; n[s]++
+      for (i=3; i<=NF; i++) { split($i, kv, "="); v[s, kv[1], n[s]] = kv[2] }
+      if (s ~ /^callpath/ && !(s in seen)) { seen[s]=1; order[++m]=s }
+    }
+    function med(s, k,   i, j, t, a, c) {
+      c = n[s]; for (i=1; i<=c; i++) a[i] = v[s, k, i] + 0
+      for (i=1; i<=c; i++) for (j=i+1; j<=c; j++) if (a[j] < a[i]) { t=a[i]; a[i]=a[j]; a[j]=t }
+      return (c % 2) ? a[(c+1)/2] : (a[c/2] + a[c/2+1]) / 2
+    }
+    function mx(s, k,   i, r) {
+      r = 0; for (i=1; i<=n[s]; i++) if (v[s, k, i] + 0 > r) r = v[s, k, i] + 0
+      return r
+    }
+    END {
+      f = ("floor-callback-conn1" in n) ? med("floor-callback-conn1", "p50_ms") : 0
+      printf "# call path: floor p50 %.3f ms (wrk -> nginx, 1 connection)\n", f
+      printf "%-24s %10s %8s %8s %12s %12s %6s %6s %6s\n", "scenario", "calls/s", "p50_ms", "p99_ms", "overhead_ms", "cpu_us/call", "lost", "twice", "bad"
+      for (k=1; k<=m; k++) {
+        s = order[k]
+        printf "%-24s %10.0f %8.3f %8.3f %12.3f %12.1f %6d %6d %6d\n", s, med(s, "rps"), med(s, "p50_ms"),
+          med(s, "p99_ms"), med(s, "p50_ms") - f, med(s, "cpu_us_per_call"), mx(s, "lost"), mx(s, "twice"), mx(s, "bad")
+      }
+    }' "$RESULTS"
+fi
