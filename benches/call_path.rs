@@ -19,7 +19,8 @@
 //!
 //! Figures and method: docs/benchmarks.md. Run:
 //! `cargo bench --bench call_path -- --mode client|relay --sessions N [--seconds S]
-//! [--warmup-seconds S] [--runs N] [--callback URL]`.
+//! [--warmup-seconds S] [--runs N] [--callback URL]`; `RUNTIME_TOOLS_BIN=PATH` measures that
+//! server binary instead (e.g. an older build, to compare in one sitting).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -357,9 +358,19 @@ fn cpu_seconds(pid: u32) -> f64 {
     ticks / TICKS_PER_SECOND
 }
 
+/// The server's process, killed however the run ends (a failed assertion included).
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// The release server, one character per session, each with a session to the fake model; logs
 /// at the server's default level into a file, as an operator would run it.
-fn start_server(o: &Options, model: &str, work: &std::path::Path) -> (Child, String) {
+fn start_server(o: &Options, model: &str, work: &std::path::Path) -> (Server, String) {
     let mut config = String::from("bind = \"127.0.0.1:0\"\n");
     for i in 0..o.sessions {
         config.push_str(&format!(
@@ -376,14 +387,19 @@ fn start_server(o: &Options, model: &str, work: &std::path::Path) -> (Child, Str
     let path = work.join("call-path.toml");
     std::fs::write(&path, config).expect("config written");
     let log = std::fs::File::create(work.join("server.log")).expect("log file");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_runtime-tools"))
+    let mut server = Server(
+        Command::new(
+            std::env::var_os("RUNTIME_TOOLS_BIN")
+                .unwrap_or_else(|| env!("CARGO_BIN_EXE_runtime-tools").into()),
+        )
         .args(["serve", "--config"])
         .arg(&path)
         .stdout(Stdio::piped())
         .stderr(log)
         .spawn()
-        .expect("the server starts");
-    let stdout = child.stdout.take().expect("piped stdout");
+        .expect("the server starts"),
+    );
+    let stdout = server.0.stdout.take().expect("piped stdout");
     let mut lines = BufReader::new(stdout).lines();
     let address = loop {
         let line = lines
@@ -396,7 +412,7 @@ fn start_server(o: &Options, model: &str, work: &std::path::Path) -> (Child, Str
     };
     // Keep reading so the server never blocks on a full pipe.
     std::thread::spawn(move || lines.for_each(drop));
-    (child, address)
+    (server, address)
 }
 
 /// Registers the tool for every character, answered by the nginx callback.
@@ -503,7 +519,8 @@ async fn run(o: &Options, number: usize, work: &std::path::Path) {
     let model_handle = model_server.handle();
     actix_web::rt::spawn(model_server);
 
-    let (mut child, address) = start_server(o, &model_url, work);
+    let (server, address) = start_server(o, &model_url, work);
+    let pid = server.0.id();
     register(&address, &o.callback).await;
     let (apps_stop_tx, apps_stop_rx) = watch::channel(false);
     let apps: Vec<_> = match o.mode {
@@ -526,9 +543,9 @@ async fn run(o: &Options, number: usize, work: &std::path::Path) {
 
     start_tx.send(true).unwrap();
     tokio::time::sleep(Duration::from_secs_f64(o.warmup_seconds)).await;
-    let (cpu0, from) = (cpu_seconds(child.id()), Instant::now());
+    let (cpu0, from) = (cpu_seconds(pid), Instant::now());
     tokio::time::sleep(Duration::from_secs_f64(o.seconds)).await;
-    let (cpu1, to) = (cpu_seconds(child.id()), Instant::now());
+    let (cpu1, to) = (cpu_seconds(pid), Instant::now());
     bench.stop.store(true, Ordering::Relaxed);
 
     let mut all = Report::default();
@@ -548,8 +565,7 @@ async fn run(o: &Options, number: usize, work: &std::path::Path) {
             all.bad.push(e);
         }
     }
-    let _ = child.kill();
-    let _ = child.wait();
+    drop(server);
     model_handle.stop(false).await;
 
     let window: Vec<&Sample> = all

@@ -9,6 +9,12 @@ use runtime_tools::config::{Settings, parse_bind};
 use runtime_tools::startup::Application;
 use runtime_tools::telemetry;
 
+/// mimalloc instead of the system allocator: the server allocates and frees many short-lived
+/// buffers of a few kilobytes per call (frames, HTTP exchanges, JSON), which glibc's allocator
+/// spends a measurable share of each call on (docs/benchmarks.md, "Where the time goes").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     version,
