@@ -196,7 +196,10 @@ impl Subject {
         events.tools_changed(&change, &report.failed_role_names());
     }
 
-    /// One info line per change request; never the tool's arguments or payloads.
+    /// One info line per change request, naming the characters that failed but only counting
+    /// those that took it (their names at debug level: with many characters, formatting every
+    /// name on every registration was a measurable share of a register's CPU); never the tool's
+    /// arguments or payloads.
     fn log(&self, report: &ChangeReport) {
         let route = match self.op {
             ChangeOp::Register => "register",
@@ -213,10 +216,11 @@ impl Subject {
             name,
             source,
             removed = report.removed,
-            affected_roles = ?report.affected_roles,
+            affected = report.affected_roles.len(),
             failed_roles = ?failed,
             "tool change"
         );
+        tracing::debug!(route, name, affected_roles = ?report.affected_roles, "tool change reached");
         for failure in &report.failed_roles {
             tracing::warn!(route, role = %failure.role, error = %failure.error, "character did not take the change");
         }
