@@ -451,8 +451,14 @@ async fn register(address: &str, callback: &str) {
     );
 }
 
-/// One app connected through the relay: it reads (and drops) what comes down until `stop`.
-async fn app(url: String, stop: watch::Receiver<bool>) -> Result<(), String> {
+/// One app connected through the relay: it reads (and drops) what comes down until `stop`. A
+/// close is a fault unless the run is over (the model closes its sessions once it has reported,
+/// and the relay passes that on).
+async fn app(
+    url: String,
+    stop: watch::Receiver<bool>,
+    bench: web::Data<Bench>,
+) -> Result<(), String> {
     let (_, framed) = awc::Client::builder()
         .max_http_version(awc::http::Version::HTTP_11)
         .timeout(Duration::from_secs(30))
@@ -470,6 +476,9 @@ async fn app(url: String, stop: watch::Receiver<bool>) -> Result<(), String> {
             frame = stream.next() => match frame {
                 Some(Ok(awc::ws::Frame::Ping(bytes))) => {
                     sink.send(awc::ws::Message::Pong(bytes)).await.map_err(|e| e.to_string())?
+                }
+                Some(Ok(awc::ws::Frame::Close(_))) if bench.stop.load(Ordering::Relaxed) => {
+                    return Ok(())
                 }
                 Some(Ok(awc::ws::Frame::Close(reason))) => {
                     return Err(format!("{url}: the relay closed: {reason:?}"))
@@ -528,7 +537,7 @@ async fn run(o: &Options, number: usize, work: &std::path::Path) {
         Mode::Relay => (0..o.sessions)
             .map(|i| {
                 let url = format!("ws://{address}/v1/realtime?character=role{i}");
-                actix_web::rt::spawn(app(url, apps_stop_rx.clone()))
+                actix_web::rt::spawn(app(url, apps_stop_rx.clone(), bench.clone()))
             })
             .collect(),
     };

@@ -201,12 +201,14 @@ impl SessionManager {
     /// `None`: nothing to wait for (no session). `Some`: resolves when every session settled;
     /// `Err` names each that refused or timed out.
     fn sync_sessions(&mut self) -> Option<BoxFuture<'static, Result<(), String>>> {
-        let tools = tool_list(&self.tools);
         let timeout = self.sync_timeout();
-        let sessions = self.open_sessions();
-        if sessions.is_empty() {
+        if self.open_sessions().is_empty() {
+            // A character without a session copies no tool list: a fan-out over many such
+            // characters would otherwise build one per character and change.
             return None;
         }
+        let tools = tool_list(&self.tools);
+        let sessions = &self.sessions;
         let several = sessions.len() > 1;
         let replies: Vec<_> = sessions
             .iter()
