@@ -22,8 +22,6 @@
 //! [--warmup-seconds S] [--runs N] [--callback URL]`; `RUNTIME_TOOLS_BIN=PATH` measures that
 //! server binary instead (e.g. an older build, to compare in one sitting).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -32,6 +30,9 @@ use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
+
+mod support;
+use support::{Server, percentile};
 
 /// The tool every session calls.
 const TOOL: &str = "get_weather";
@@ -45,8 +46,6 @@ const CALL_DEADLINE: Duration = Duration::from_secs(10);
 const READY_DEADLINE: Duration = Duration::from_secs(60);
 /// How long after the last call a session keeps listening for a second answer to any call.
 const DRAIN: Duration = Duration::from_millis(300);
-/// Kernel clock ticks per second of `/proc/<pid>/stat` (USER_HZ, 100 on Linux).
-const TICKS_PER_SECOND: f64 = 100.0;
 /// Largest frame the fake model and apps accept (the server's own limit).
 const MAX_FRAME: usize = 16 << 20;
 
@@ -348,29 +347,9 @@ async fn model_session(
     Ok(())
 }
 
-/// utime + stime of `pid`, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
-    // Fields after the command name (which is in parentheses and may hold spaces).
-    let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    ticks / TICKS_PER_SECOND
-}
-
-/// The server's process, killed however the run ends (a failed assertion included).
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The release server, one character per session, each with a session to the fake model; logs
 /// at the server's default level into a file, as an operator would run it.
-fn start_server(o: &Options, model: &str, work: &std::path::Path) -> (Server, String) {
+fn start_server(o: &Options, model: &str, work: &std::path::Path) -> Server {
     let mut config = String::from("bind = \"127.0.0.1:0\"\n");
     for i in 0..o.sessions {
         config.push_str(&format!(
@@ -387,32 +366,7 @@ fn start_server(o: &Options, model: &str, work: &std::path::Path) -> (Server, St
     let path = work.join("call-path.toml");
     std::fs::write(&path, config).expect("config written");
     let log = std::fs::File::create(work.join("server.log")).expect("log file");
-    let mut server = Server(
-        Command::new(
-            std::env::var_os("RUNTIME_TOOLS_BIN")
-                .unwrap_or_else(|| env!("CARGO_BIN_EXE_runtime-tools").into()),
-        )
-        .args(["serve", "--config"])
-        .arg(&path)
-        .stdout(Stdio::piped())
-        .stderr(log)
-        .spawn()
-        .expect("the server starts"),
-    );
-    let stdout = server.0.stdout.take().expect("piped stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let address = loop {
-        let line = lines
-            .next()
-            .expect("the server prints its address")
-            .expect("a line");
-        if let Some(address) = line.strip_prefix("listening on http://") {
-            break address.trim().to_owned();
-        }
-    };
-    // Keep reading so the server never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    (server, address)
+    Server::start(&path, log.into(), None)
 }
 
 /// Registers the tool for every character, answered by the nginx callback.
@@ -493,13 +447,6 @@ async fn app(
     Ok(())
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
 /// One run: a fresh server and fake model, warm-up, the measured window, the report line.
 async fn run(o: &Options, number: usize, work: &std::path::Path) {
     let (ready_tx, mut ready_rx) = mpsc::unbounded_channel();
@@ -528,8 +475,8 @@ async fn run(o: &Options, number: usize, work: &std::path::Path) {
     let model_handle = model_server.handle();
     actix_web::rt::spawn(model_server);
 
-    let (server, address) = start_server(o, &model_url, work);
-    let pid = server.0.id();
+    let server = start_server(o, &model_url, work);
+    let address = server.address.clone();
     register(&address, &o.callback).await;
     let (apps_stop_tx, apps_stop_rx) = watch::channel(false);
     let apps: Vec<_> = match o.mode {
@@ -552,9 +499,9 @@ async fn run(o: &Options, number: usize, work: &std::path::Path) {
 
     start_tx.send(true).unwrap();
     tokio::time::sleep(Duration::from_secs_f64(o.warmup_seconds)).await;
-    let (cpu0, from) = (cpu_seconds(pid), Instant::now());
+    let (cpu0, from) = (server.cpu_seconds(), Instant::now());
     tokio::time::sleep(Duration::from_secs_f64(o.seconds)).await;
-    let (cpu1, to) = (cpu_seconds(pid), Instant::now());
+    let (cpu1, to) = (server.cpu_seconds(), Instant::now());
     bench.stop.store(true, Ordering::Relaxed);
 
     let mut all = Report::default();

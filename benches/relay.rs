@@ -15,8 +15,7 @@
 //! Figures and method: docs/benchmarks.md. Run: `cargo bench --bench relay` (options:
 //! `-- --apps N --events N --interval-ms N --audio-bytes N`).
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,6 +23,9 @@ use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use base64::Engine;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
+
+mod support;
+use support::{Server, percentile};
 
 /// Apps streaming at once (the 64 characters).
 const APPS: usize = 64;
@@ -36,8 +38,6 @@ const INTERVAL: Duration = Duration::from_millis(20);
 const AUDIO_BYTES: usize = 4800;
 /// Longest a run may take before it is declared stuck.
 const RUN_DEADLINE: Duration = Duration::from_secs(120);
-/// Kernel clock ticks per second of `/proc/<pid>/stat` (USER_HZ, 100 on Linux).
-const TICKS_PER_SECOND: f64 = 100.0;
 
 struct Options {
     apps: usize,
@@ -185,23 +185,8 @@ async fn run(urls: Vec<String>, o: Arc<Options>, audio: Arc<String>) -> Vec<f64>
     all
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
-}
-
-/// utime + stime of `pid`, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
-    // Fields after the command name (which is in parentheses and may hold spaces).
-    let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let ticks: f64 = fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap();
-    ticks / TICKS_PER_SECOND
-}
-
 /// The release server with one relaying character per app, all to the echo model.
-fn start_server(apps: usize, model: &str) -> (Child, String) {
+fn start_server(apps: usize, model: &str) -> Server {
     let mut config = String::from("bind = \"127.0.0.1:0\"\n");
     for i in 0..apps {
         config.push_str(&format!(
@@ -211,28 +196,7 @@ fn start_server(apps: usize, model: &str) -> (Child, String) {
     }
     let path = std::env::temp_dir().join(format!("relay-bench-{}.toml", std::process::id()));
     std::fs::write(&path, config).expect("config written");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_runtime-tools"))
-        .args(["serve", "--config"])
-        .arg(&path)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the server starts");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    let address = loop {
-        let line = lines
-            .next()
-            .expect("the server prints its address")
-            .expect("a line");
-        if let Some(address) = line.strip_prefix("listening on http://") {
-            break address.trim().to_owned();
-        }
-    };
-    // Keep reading so the server never blocks on a full pipe.
-    std::thread::spawn(move || lines.for_each(drop));
-    (child, address)
+    Server::start(&path, Stdio::inherit(), Some("warn"))
 }
 
 fn summary(label: &str, rtts: &mut [f64]) -> (f64, f64) {
@@ -273,15 +237,14 @@ fn main() {
             audio.len()
         );
         let direct = run(vec![model.clone(); o.apps], o.clone(), audio.clone()).await;
-        let (mut child, address) = start_server(o.apps, &model);
+        let server = start_server(o.apps, &model);
         let urls: Vec<String> = (0..o.apps)
-            .map(|i| format!("ws://{address}/v1/realtime?character=c{i}"))
+            .map(|i| format!("ws://{}/v1/realtime?character=c{i}", server.address))
             .collect();
-        let before = cpu_seconds(child.id());
+        let before = server.cpu_seconds();
         let relayed = run(urls, o.clone(), audio.clone()).await;
-        let cpu = cpu_seconds(child.id()) - before;
-        let _ = child.kill();
-        let _ = child.wait();
+        let cpu = server.cpu_seconds() - before;
+        drop(server);
 
         let (mut direct, mut relayed) = (direct, relayed);
         let (d50, d99) = summary("direct", &mut direct);
