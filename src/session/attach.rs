@@ -7,7 +7,7 @@
 //! calls of registered tools and leaves the app's to the app. It ends when the call ends (the
 //! socket closes) or on detach; it does not reconnect.
 
-use actix::io::{SinkWrite, WriteHandler};
+use actix::io::WriteHandler;
 use actix::prelude::*;
 use awc::error::WsProtocolError;
 use awc::ws::{self, Frame};
@@ -87,7 +87,7 @@ impl Actor for Attachment {
                         ctx.add_stream(stream);
                         tracing::info!(character = %act.link.core.character(), url = %act.link.core.upstream(), "attached to a call");
                         let (first, settled) = oneshot::channel();
-                        act.link.connected(SinkWrite::new(sink, ctx), Some(first));
+                        act.link.connected(sink, Some(first), ctx);
                         shell::run_effects(act, ctx);
                         if let Some(joined) = act.joined.take() {
                             actix::spawn(async move {

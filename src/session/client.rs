@@ -81,8 +81,7 @@ impl RealtimeSession {
                         ctx.add_stream(stream);
                         tracing::info!(character = %act.link.core.character(), "model session connected");
                         act.attempt = 0;
-                        act.link
-                            .connected(actix::io::SinkWrite::new(sink, ctx), None);
+                        act.link.connected(sink, None, ctx);
                         shell::run_effects(act, ctx);
                     }
                     Err(error) => {

@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use actix::io::{SinkWrite, WriteHandler};
+use actix::io::WriteHandler;
 use actix::prelude::*;
 use actix_http::ws::{CloseCode, CloseReason, Message, ProtocolError};
 use awc::ws::{self, Frame};
@@ -141,7 +141,7 @@ impl Relay {
             ctx.add_stream(stream);
             ctx.add_stream(app_stream);
             let mut link = Link::new(core, dispatcher);
-            link.sink = Some(SinkWrite::new(sink, ctx));
+            link.open_sink(sink, ctx);
             Relay {
                 link,
                 app,
@@ -212,6 +212,17 @@ impl Relay {
 impl Shell for Relay {
     fn link(&mut self) -> &mut Link {
         &mut self.link
+    }
+
+    /// The app is told why, after what it has not read yet; the model's connection is dropped
+    /// (a close frame would wait behind what it does not read).
+    fn model_not_reading(&mut self, ctx: &mut Context<Self>) {
+        tracing::warn!(character = %self.link.core.character(), limit = shell::MAX_UPSTREAM_QUEUE_BYTES, "closing a relay whose model stopped reading");
+        let reason = CloseReason {
+            code: CloseCode::Other(UPSTREAM_LOST_CODE),
+            description: Some(shell::model_not_reading_reason()),
+        };
+        self.end(Some(Some(reason)), None, ctx);
     }
 }
 

@@ -2,7 +2,11 @@
 //! (connecting, writing, reassembling fragmented messages), carrying out the core's effects
 //! (sending, the sync timer, running calls through the dispatcher), and answering `SyncTools`.
 
+use std::cell::Cell;
+use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
 use actix::io::SinkWrite;
@@ -12,6 +16,7 @@ use awc::BoxedSocket;
 use awc::ws::{self, Codec};
 use bytes::{Bytes, BytesMut};
 use bytestring::ByteString;
+use futures_util::Sink;
 use futures_util::stream::SplitSink;
 use tokio::sync::oneshot;
 
@@ -26,9 +31,73 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// whole configuration, tools included, which can run to megabytes with many large schemas.
 pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
+/// Bytes of messages waiting to go to the model, beyond what the socket buffers hold: the same
+/// two minutes of audio as an app may fall behind. A model that stops reading for that long is
+/// dropped rather than buffered without bound.
+pub const MAX_UPSTREAM_QUEUE_BYTES: usize = 8 * 1024 * 1024;
+
+/// Why a session whose model stopped reading was ended.
+pub fn model_not_reading_reason() -> String {
+    format!("model is not reading: more than {MAX_UPSTREAM_QUEUE_BYTES} bytes were waiting for it")
+}
+
 /// The write half of an upstream websocket.
-pub type UpstreamSink =
-    SinkWrite<ws::Message, SplitSink<actix_codec::Framed<BoxedSocket, Codec>, ws::Message>>;
+pub type UpstreamSink = SinkWrite<ws::Message, Metered>;
+
+/// The split write half of a connected upstream websocket.
+pub type UpstreamHalf = SplitSink<actix_codec::Framed<BoxedSocket, Codec>, ws::Message>;
+
+/// An upstream write half that counts down the bytes it takes: with what the shell counts up
+/// as it writes, the count is what waits in the [`SinkWrite`]'s queue (which has no bound of its
+/// own) for a model that does not read.
+pub struct Metered {
+    inner: UpstreamHalf,
+    queued: Rc<Cell<usize>>,
+}
+
+impl Sink<ws::Message> for Metered {
+    type Error = actix_http::ws::ProtocolError;
+
+    fn poll_ready(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Result<(), Self::Error>> {
+        Pin::new(&mut self.inner).poll_ready(cx)
+    }
+
+    fn start_send(mut self: Pin<&mut Self>, item: ws::Message) -> Result<(), Self::Error> {
+        let taken = payload_len(&item);
+        self.queued.set(self.queued.get().saturating_sub(taken));
+        Pin::new(&mut self.inner).start_send(item)
+    }
+
+    fn poll_flush(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Result<(), Self::Error>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_close(
+        mut self: Pin<&mut Self>,
+        cx: &mut TaskContext<'_>,
+    ) -> Poll<Result<(), Self::Error>> {
+        Pin::new(&mut self.inner).poll_close(cx)
+    }
+}
+
+/// What a message counts towards [`MAX_UPSTREAM_QUEUE_BYTES`]: its payload.
+fn payload_len(message: &ws::Message) -> usize {
+    match message {
+        ws::Message::Text(text) => text.len(),
+        ws::Message::Binary(bytes) | ws::Message::Ping(bytes) | ws::Message::Pong(bytes) => {
+            bytes.len()
+        }
+        ws::Message::Continuation(Item::FirstText(part) | Item::FirstBinary(part))
+        | ws::Message::Continuation(Item::Continue(part) | Item::Last(part)) => part.len(),
+        ws::Message::Close(_) | ws::Message::Nop => 0,
+    }
+}
 
 /// An upstream websocket, connected.
 pub type UpstreamSocket = actix_codec::Framed<BoxedSocket, Codec>;
@@ -61,6 +130,8 @@ pub fn bearer(key: &str) -> String {
 pub struct Link {
     pub core: SessionCore,
     pub sink: Option<UpstreamSink>,
+    /// Bytes written to `sink` and not yet taken by the connection.
+    queued: Rc<Cell<usize>>,
     /// A message from upstream arriving in fragments.
     pub fragments: Reassembly,
     /// The sync timer now armed, if any.
@@ -73,16 +144,37 @@ impl Link {
         Self {
             core,
             sink: None,
+            queued: Rc::default(),
             fragments: Reassembly::default(),
             sync_timer: None,
             dispatcher,
         }
     }
 
-    /// The connection is up, writing through `sink`; `waiter` hears how the core's first
+    /// Writes to the model through `half` from now on (a new connection: nothing queued).
+    pub fn open_sink<A>(&mut self, half: UpstreamHalf, ctx: &mut Context<A>)
+    where
+        A: Actor<Context = Context<A>> + actix::io::WriteHandler<actix_http::ws::ProtocolError>,
+    {
+        self.queued = Rc::default();
+        let metered = Metered {
+            inner: half,
+            queued: self.queued.clone(),
+        };
+        self.sink = Some(SinkWrite::new(metered, ctx));
+    }
+
+    /// The connection is up, writing through `half`; `waiter` hears how the core's first
     /// update went (see [`SessionCore::connected`]).
-    pub fn connected(&mut self, sink: UpstreamSink, waiter: Option<super::core::Waiter>) {
-        self.sink = Some(sink);
+    pub fn connected<A>(
+        &mut self,
+        half: UpstreamHalf,
+        waiter: Option<super::core::Waiter>,
+        ctx: &mut Context<A>,
+    ) where
+        A: Actor<Context = Context<A>> + actix::io::WriteHandler<actix_http::ws::ProtocolError>,
+    {
+        self.open_sink(half, ctx);
         self.core.connected(waiter);
     }
 }
@@ -90,6 +182,13 @@ impl Link {
 /// An actor that holds a [`Link`].
 pub trait Shell: Actor<Context = Context<Self>> {
     fn link(&mut self) -> &mut Link;
+
+    /// More than [`MAX_UPSTREAM_QUEUE_BYTES`] wait for the model: it stopped reading. The
+    /// session ends (a client reconnects).
+    fn model_not_reading(&mut self, ctx: &mut Context<Self>) {
+        tracing::warn!(character = %self.link().core.character(), limit = MAX_UPSTREAM_QUEUE_BYTES, "dropping a model session that stopped reading");
+        ctx.stop();
+    }
 }
 
 /// Carries out every effect the core asked for.
@@ -133,9 +232,16 @@ pub fn send_upstream<A: Shell>(act: &mut A, message: ws::Message, ctx: &mut Cont
     let Some(sink) = &mut link.sink else {
         return;
     };
+    let size = payload_len(&message);
     if sink.write(message).is_err() {
         tracing::warn!(character = %link.core.character(), "model session closed while sending");
         ctx.stop();
+        return;
+    }
+    let queued = link.queued.get() + size;
+    link.queued.set(queued);
+    if queued > MAX_UPSTREAM_QUEUE_BYTES {
+        act.model_not_reading(ctx);
     }
 }
 

@@ -47,6 +47,8 @@ struct Shared {
     created_tools: Vec<Value>,
     /// No `session.created` for new connections.
     silent: bool,
+    /// Every connection stops reading after the event it reads next.
+    deaf: bool,
     /// Authorization headers seen at each handshake.
     authorizations: Vec<Option<String>>,
     connections: usize,
@@ -150,6 +152,12 @@ impl FakeRealtime {
     /// New connections get no `session.created`.
     pub fn set_silent(&self) {
         self.shared.lock().unwrap().silent = true;
+    }
+
+    /// Every connection stops reading after the next frame it reads: what the client writes
+    /// piles up in the socket buffers, then in the client.
+    pub fn set_deaf(&self) {
+        self.shared.lock().unwrap().deaf = true;
     }
 
     /// Waits until `done` holds over the fake's records; returns its value.
@@ -363,6 +371,10 @@ async fn handshake(
             let _ = session.text(created.to_string()).await;
         }
         while let Some(Ok(message)) = stream.next().await {
+            if fake.shared.lock().unwrap().deaf {
+                // Read no more (the socket stays open, unread).
+                std::future::pending::<()>().await;
+            }
             let text = match message {
                 actix_ws::Message::Text(text) => text,
                 actix_ws::Message::Binary(bytes) => {

@@ -17,6 +17,7 @@ use std::time::Duration;
 use runtime_tools::session::outbox::{MAX_APP_QUEUE_BYTES, not_reading_reason};
 use runtime_tools::session::protocol::Dialect;
 use runtime_tools::session::settings::{SessionMode, SessionSettings};
+use runtime_tools::session::shell::{MAX_UPSTREAM_QUEUE_BYTES, model_not_reading_reason};
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply};
@@ -458,6 +459,46 @@ async fn an_app_that_stops_reading_is_closed_not_buffered() {
         (skipped as usize) < pushed,
         "the relay dropped what it held: {skipped} of {pushed}"
     );
+}
+
+#[actix_web::test]
+async fn a_model_that_stops_reading_is_dropped_and_the_app_told_why() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let app = relay_app(&fake, &[], Dialect::Openai, |_| {}).await;
+    let mut sdk = SdkApp::start().await;
+    sdk.connect_ok(&base(&app), json!({"character": "Mio"}))
+        .await;
+    fake.wait_connections(1).await;
+
+    // The model reads nothing more. The app streams its microphone until the relay gives up
+    // on the model. Bounded: socket buffers plus the relay's queue are far below what is
+    // offered.
+    fake.set_deaf();
+    let audio = "A".repeat(64 * 1024);
+    let most = 16 * MAX_UPSTREAM_QUEUE_BYTES / audio.len();
+    let mut sent = 0;
+    loop {
+        let append = json!({"type": "input_audio_buffer.append", "event_id": format!("app_{sent}"),
+                            "audio": audio});
+        let answer = sdk
+            .ask(json!({"cmd": "send_raw", "text": append.to_string()}))
+            .await;
+        if answer != json!({"ok": true}) {
+            break;
+        }
+        sent += 1;
+        assert!(
+            sent < most,
+            "the relay still takes audio after {sent} appends of 64 KiB"
+        );
+    }
+    let (code, reason, _) = sdk.wait_close().await;
+    assert_eq!(
+        (code, reason),
+        (json!(1014), json!(model_not_reading_reason()))
+    );
+    // The relay is gone from the character's connections.
+    loop_until_no_connections(&app).await;
 }
 
 #[actix_web::test]
