@@ -425,7 +425,25 @@ pub fn parse_server_event(text: &str) -> Result<ServerEvent, EventError> {
         && let Some(kind) = event_type(text)
     {
         match &*kind {
-            "error" | "response.function_call_arguments.done" | "response.done" => {}
+            "error" => {}
+            // A call, every turn: read into borrowed fields instead of a JSON tree. An event
+            // these shapes do not fit (a field of another type, a repeated key) goes through
+            // the full parse below, which reads it leniently.
+            "response.function_call_arguments.done" => {
+                if let Ok(event) = serde_json::from_str::<CallEvent>(text) {
+                    return event.into_call().map(ServerEvent::FunctionCall).ok_or(
+                        EventError::MissingField {
+                            kind: "response.function_call_arguments.done",
+                            field: "call_id",
+                        },
+                    );
+                }
+            }
+            "response.done" => {
+                if let Ok(event) = serde_json::from_str::<DoneEvent>(text) {
+                    return Ok(event.into_event());
+                }
+            }
             "session.updated" => {
                 return Ok(ServerEvent::SessionUpdated {
                     tools: echoed_tools(text),
@@ -439,6 +457,12 @@ pub fn parse_server_event(text: &str) -> Result<ServerEvent, EventError> {
             _ => return Ok(ServerEvent::Ignored),
         }
     }
+    parse_whole_event(text)
+}
+
+/// Reads a server event from its whole JSON tree, leniently: a field of an unexpected type is
+/// taken as absent.
+fn parse_whole_event(text: &str) -> Result<ServerEvent, EventError> {
     let event: Value =
         serde_json::from_str(text).map_err(|e| EventError::Malformed(e.to_string()))?;
     let Some(kind) = event.get("type").and_then(Value::as_str) else {
@@ -502,6 +526,73 @@ pub fn parse_server_event(text: &str) -> Result<ServerEvent, EventError> {
             Ok(ServerEvent::ResponseDone { response_id, calls })
         }
         _ => Ok(ServerEvent::Ignored),
+    }
+}
+
+/// `response.function_call_arguments.done`, or a `function_call` output item: the fields a call
+/// needs, borrowed where the text has no escapes; every other field is skipped unparsed.
+#[derive(Deserialize)]
+struct CallEvent<'a> {
+    #[serde(borrow, rename = "type")]
+    kind: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    response_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    call_id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    name: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    arguments: Option<Cow<'a, str>>,
+}
+
+impl CallEvent<'_> {
+    fn into_call(mut self) -> Option<FunctionCall> {
+        let response_id = self.response_id.take().map(Cow::into_owned);
+        self.into_call_of(response_id)
+    }
+
+    fn into_call_of(self, response_id: Option<String>) -> Option<FunctionCall> {
+        Some(FunctionCall {
+            response_id,
+            call_id: self.call_id?.into_owned(),
+            name: self.name.map(Cow::into_owned).unwrap_or_default(),
+            arguments: self.arguments.map(Cow::into_owned).unwrap_or_default(),
+        })
+    }
+}
+
+/// `response.done`: the response's id and its output items; the rest is skipped unparsed.
+#[derive(Deserialize)]
+struct DoneEvent<'a> {
+    #[serde(borrow)]
+    response: Option<DoneResponse<'a>>,
+}
+
+#[derive(Deserialize)]
+struct DoneResponse<'a> {
+    #[serde(borrow)]
+    id: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    output: Option<Vec<CallEvent<'a>>>,
+}
+
+impl DoneEvent<'_> {
+    fn into_event(self) -> ServerEvent {
+        let Some(response) = self.response else {
+            return ServerEvent::ResponseDone {
+                response_id: None,
+                calls: Vec::new(),
+            };
+        };
+        let response_id = response.id.map(Cow::into_owned);
+        let calls = response
+            .output
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|item| item.kind.as_deref() == Some("function_call"))
+            .filter_map(|item| item.into_call_of(response_id.clone()))
+            .collect();
+        ServerEvent::ResponseDone { response_id, calls }
     }
 }
 
@@ -867,6 +958,31 @@ mod tests {
             parse_server_event(r#"{"event_id":"e","type":"session.updated","session":{}}"#),
             Ok(ServerEvent::SessionUpdated { tools: None })
         );
+    }
+
+    #[test]
+    fn calls_read_field_by_field_read_as_the_whole_tree_does() {
+        let events = [
+            r#"{"type":"response.function_call_arguments.done","response_id":"r1","item_id":"i","output_index":0,"call_id":"c1","name":"get_weather","arguments":"{\"city\": \"T\u00f6kyo\"}"}"#,
+            r#"{"type":"response.function_call_arguments.done","call_id":"c1"}"#,
+            r#"{"type":"response.function_call_arguments.done","name":"n","arguments":"{}"}"#,
+            r#"{"type":"response.function_call_arguments.done","call_id":"c1","name":7,"arguments":{"a":1}}"#,
+            r#"{"type":"response.function_call_arguments.done","call_id":"c1","call_id":"c2"}"#,
+            r#"{"type":"response.function_call_arguments.done","response_id":null,"call_id":"c\n1"}"#,
+            r#"{"type":"response.done","response":{"id":"r1","status":"completed","usage":{"total_tokens":12345678901234567890123},"output":[{"type":"message","content":[{"type":"audio","transcript":"hi"}]},{"type":"function_call","call_id":"c1","name":"n","arguments":"{}"},{"type":"function_call","name":"no_id"},{"type":"mcp_call","call_id":"m1","name":"other"}]}}"#,
+            r#"{"type":"response.done","response":null}"#,
+            r#"{"type":"response.done"}"#,
+            r#"{"type":"response.done","response":{"id":"r1","output":"not a list"}}"#,
+            r#"{"type":"response.done","response":{"id":5,"output":[{"type":"function_call","call_id":"c1"}]}}"#,
+            r#"{"type":"response.done","response":[1,2]}"#,
+        ];
+        for text in events {
+            assert_eq!(
+                parse_server_event(text),
+                parse_whole_event(text),
+                "{text}"
+            );
+        }
     }
 
     #[test]
