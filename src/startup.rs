@@ -146,6 +146,11 @@ impl Application {
                 .default_service(web::to(api::not_found))
         })
         .client_request_timeout(REQUEST_HEAD_TIMEOUT)
+        .on_connect(|connection, _| {
+            if let Some(tcp) = connection.downcast_ref::<actix_web::rt::net::TcpStream>() {
+                let _ = tcp.set_nodelay(true);
+            }
+        })
         // The backstop of a graceful stop: calls are answered at the end of the grace period,
         // so only a connection that will not take its answer is still open after this.
         .shutdown_timeout((settings.stop_grace + ANSWER_MARGIN).as_secs().max(1))

@@ -977,11 +977,7 @@ mod tests {
             r#"{"type":"response.done","response":[1,2]}"#,
         ];
         for text in events {
-            assert_eq!(
-                parse_server_event(text),
-                parse_whole_event(text),
-                "{text}"
-            );
+            assert_eq!(parse_server_event(text), parse_whole_event(text), "{text}");
         }
     }
 

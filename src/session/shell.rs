@@ -105,7 +105,20 @@ pub type UpstreamSocket = actix_codec::Framed<BoxedSocket, Codec>;
 /// Opens a websocket to `url` (HTTP/1.1, [`CONNECT_TIMEOUT`], frames up to
 /// [`MAX_EVENT_BYTES`]) with `authorization` as its `Authorization` header.
 pub async fn connect(url: &str, authorization: Option<&str>) -> Result<UpstreamSocket, String> {
+    // Events are small writes that must not wait for the model's acknowledgement of the one
+    // before (Nagle's algorithm): each connection is made with TCP_NODELAY.
+    let tcp = actix_service::ServiceExt::map(
+        actix_tls::connect::Connector::default().service(),
+        |connection: actix_tls::connect::Connection<
+            awc::http::Uri,
+            actix_web::rt::net::TcpStream,
+        >| {
+            let _ = connection.io_ref().set_nodelay(true);
+            connection
+        },
+    );
     let client = awc::Client::builder()
+        .connector(awc::Connector::new().connector(tcp))
         // Websockets need HTTP/1.1; TLS would otherwise offer h2 through ALPN.
         .max_http_version(awc::http::Version::HTTP_11)
         .timeout(CONNECT_TIMEOUT)
