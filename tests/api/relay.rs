@@ -418,14 +418,20 @@ async fn loop_until_no_connections(app: &TestApp) -> Value {
     }
 }
 
-#[actix_web::test]
-async fn an_app_that_stops_reading_is_closed_not_buffered() {
+/// A fake model, a server whose Mio relays to it, and the SDK app connected through the relay.
+async fn one_relay() -> (FakeRealtime, TestApp, SdkApp) {
     let fake = FakeRealtime::start(AckMode::Immediate).await;
     let app = relay_app(&fake, &[], Dialect::Openai, |_| {}).await;
     let mut sdk = SdkApp::start().await;
     sdk.connect_ok(&base(&app), json!({"character": "Mio"}))
         .await;
     fake.wait_connections(1).await;
+    (fake, app, sdk)
+}
+
+#[actix_web::test]
+async fn an_app_that_stops_reading_is_closed_not_buffered() {
+    let (fake, _app, mut sdk) = one_relay().await;
 
     // The app reads nothing now. The model streams audio deltas until the relay gives up on
     // the app, which the model sees as the relay's close. Bounded: socket buffers plus the
@@ -463,12 +469,7 @@ async fn an_app_that_stops_reading_is_closed_not_buffered() {
 
 #[actix_web::test]
 async fn a_model_that_stops_reading_is_dropped_and_the_app_told_why() {
-    let fake = FakeRealtime::start(AckMode::Immediate).await;
-    let app = relay_app(&fake, &[], Dialect::Openai, |_| {}).await;
-    let mut sdk = SdkApp::start().await;
-    sdk.connect_ok(&base(&app), json!({"character": "Mio"}))
-        .await;
-    fake.wait_connections(1).await;
+    let (fake, app, mut sdk) = one_relay().await;
 
     // The model reads nothing more. The app streams its microphone until the relay gives up
     // on the model. Bounded: socket buffers plus the relay's queue are far below what is
