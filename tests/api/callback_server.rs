@@ -129,6 +129,8 @@ struct Shared {
     gate: watch::Sender<bool>,
     /// Connections held open by [`Reply::HoldOpen`] that the caller has since closed.
     closed: watch::Sender<usize>,
+    /// Kept-alive connections the caller closed between requests.
+    hung_up: watch::Sender<usize>,
     connections: Cell<usize>,
     tasks: RefCell<Vec<JoinHandle<()>>>,
 }
@@ -157,6 +159,7 @@ impl CallbackServer {
             count: watch::channel(0).0,
             gate: watch::channel(false).0,
             closed: watch::channel(0).0,
+            hung_up: watch::channel(0).0,
             connections: Cell::new(0),
             tasks: RefCell::new(Vec::new()),
         });
@@ -230,6 +233,23 @@ impl CallbackServer {
         );
     }
 
+    /// Waits until callers have closed `n` kept-alive connections between requests (panics after
+    /// the deadline).
+    pub async fn wait_for_hang_ups(&self, n: usize) {
+        let mut hung_up = self.shared.hung_up.subscribe();
+        let seen = tokio::time::timeout(HTTP_DEADLINE, hung_up.wait_for(|c| *c >= n)).await;
+        assert!(
+            matches!(seen, Ok(Ok(_))),
+            "{} of {n} kept-alive connections were closed by the caller within {HTTP_DEADLINE:?}",
+            *self.shared.hung_up.borrow()
+        );
+    }
+
+    /// Kept-alive connections the caller has closed between requests so far.
+    pub fn hang_ups(&self) -> usize {
+        *self.shared.hung_up.borrow()
+    }
+
     /// Lets every request waiting on the gate (and every later one) through.
     pub fn open_gate(&self) {
         self.shared.gate.send_replace(true);
@@ -294,6 +314,7 @@ async fn serve_connection(mut stream: TcpStream, shared: Rc<Shared>) {
     let mut buf = Vec::new();
     loop {
         let Some(request) = read_request(&mut stream, &mut buf).await else {
+            shared.hung_up.send_modify(|c| *c += 1);
             return;
         };
         let reply = shared

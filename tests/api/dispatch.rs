@@ -399,6 +399,25 @@ async fn connections_to_a_callback_are_kept_alive_and_reused() {
     );
 }
 
+#[actix_web::test]
+async fn idle_connections_to_a_callback_are_closed_after_the_keep_alive() {
+    let mut settings = settings(&["Lanlan"]);
+    settings.workers = Some(1);
+    let app = spawn_app_with(settings).await;
+    let server = CallbackServer::with("/cb", Reply::output(json!("ok")));
+    weather_on(&app, &server, 30.0).await;
+    let result = invoke_ok(&app, "weather", json!({})).await;
+    assert_eq!(result["output"], json!("ok"));
+    // Nothing else calls: the connection kept for reuse is closed by the server once it has
+    // been idle for the keep-alive period (a plugin's server is never left holding it).
+    server.wait_for_hang_ups(1).await;
+    assert_eq!((server.connections(), server.hang_ups()), (1, 1));
+    // The next call opens a new connection and is answered as usual.
+    let result = invoke_ok(&app, "weather", json!({})).await;
+    assert_eq!(result["output"], json!("ok"));
+    assert_eq!(server.connections(), 2);
+}
+
 /// A gzip member holding `len` copies of `byte`, deflated with fixed Huffman codes as one
 /// literal followed by back-references of length 258 (and a shorter last one).
 fn gzip_run(byte: u8, len: usize) -> Vec<u8> {

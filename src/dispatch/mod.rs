@@ -9,7 +9,6 @@
 //! threads. When the server stops, calls still running at the end of the grace period are
 //! answered with a tool error saying so ([`Dispatcher::abandon_calls`]).
 
-use std::error::Error as _;
 use std::fmt;
 use std::io::{self, Write};
 use std::net::IpAddr;
@@ -21,11 +20,7 @@ use actix_web::rt::net::TcpStream;
 use bytes::Bytes;
 use futures_util::future::{Either, select};
 use http_body_util::{BodyExt, Full};
-use hyper::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, HOST};
 use tokio::sync::{Notify, watch};
 use url::{Host, Position, Url};
 
@@ -34,6 +29,8 @@ use crate::domain::call::{ToolAnswer, ToolCall, ToolResult, map_callback_respons
 use crate::domain::failures::{DeadOrigin, DeadOriginRemover, Liveness, SharedFailures};
 use crate::domain::images::{ToolImage, accept_images};
 use crate::domain::tool::{RemoteEndpoint, SharedTool, ToolHandler};
+
+mod client;
 
 /// Idle connections to callbacks kept per thread and origin. Above the concurrency any realistic
 /// client uses, so calls never queue behind each other for a connection.
@@ -55,32 +52,6 @@ pub const LOCAL_TOOL_TIMEOUT: Duration = Duration::from_secs(300);
 /// a tool whose callback is an invoke route (this server's, or another's that calls back here)
 /// would otherwise call itself without end.
 pub const HOP_HEADER: &str = "x-runtime-tools-hop";
-
-type CallbackClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
-
-thread_local! {
-    static CLIENT: CallbackClient = callback_client();
-}
-
-fn callback_client() -> CallbackClient {
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
-    // Calls are one small request each: waiting to fill a segment only adds latency.
-    http.set_nodelay(true);
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-        .expect("ring supports the default TLS versions")
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    // hyper never follows redirects: a loopback callback cannot bounce the user's data elsewhere.
-    Client::builder(TokioExecutor::new())
-        .pool_idle_timeout(CALLBACK_KEEP_ALIVE)
-        .pool_max_idle_per_host(CALLBACK_CONNECTION_LIMIT)
-        .pool_timer(TokioTimer::new())
-        .build(https)
-}
 
 #[derive(Clone)]
 pub struct Dispatcher {
@@ -258,15 +229,17 @@ impl Dispatcher {
         call: &ToolCall,
     ) -> Result<(u16, Vec<u8>), CallFailure> {
         let url = endpoint.callback_url.url();
+        let origin = endpoint.callback_url.origin().as_str();
         // Serialising a call (strings and exact JSON text) cannot fail.
         let body = serde_json::to_vec(call).unwrap_or_default();
-        let request = hyper::Request::post(&url[..Position::AfterQuery])
+        let request = hyper::Request::post(&url[Position::BeforePath..Position::AfterQuery])
+            .header(HOST, &url[Position::BeforeHost..Position::AfterPort])
             .header(CONTENT_TYPE, "application/json")
             .header(HOP_HEADER, "1")
             .body(Full::new(Bytes::from(body)))
             .map_err(|e| CallFailure::reachable(format!("remote tool callback failed: {e}")))?;
-        let response = match CLIENT.with(|client| client.request(request)).await {
-            Ok(response) => response,
+        let (response, mut connection) = match client::send(origin, request).await {
+            Ok(sent) => sent,
             Err(e) => return Err(send_failure(endpoint, e).await),
         };
         let status = response.status().as_u16();
@@ -280,14 +253,21 @@ impl Dispatcher {
             self.inner.max_response_bytes,
         )?;
         let mut body = response.into_body();
-        let mut received: u64 = 0;
-        while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(|e| body_failure(&e, received, declared))?;
-            if let Ok(data) = frame.into_data() {
-                received += data.len() as u64;
-                sink.write(&data)?;
-            }
-        }
+        let read = connection
+            .drive(async {
+                let mut received: u64 = 0;
+                while let Some(frame) = body.frame().await {
+                    let frame = frame.map_err(|e| body_failure(&e, received, declared))?;
+                    if let Ok(data) = frame.into_data() {
+                        received += data.len() as u64;
+                        sink.write(&data)?;
+                    }
+                }
+                Ok::<_, CallFailure>(())
+            })
+            .await;
+        read?;
+        connection.release(origin);
         Ok((status, sink.finish()?))
     }
 
@@ -534,41 +514,30 @@ impl CallFailure {
 }
 
 /// Classifies a request that got no response.
-async fn send_failure(
-    endpoint: &RemoteEndpoint,
-    error: hyper_util::client::legacy::Error,
-) -> CallFailure {
-    if error.is_connect() {
-        let detail = error
-            .source()
-            .map(error_chain)
-            .unwrap_or_else(|| error.to_string());
-        return CallFailure::connect_failed(endpoint, detail);
-    }
-    let hyper = error
-        .source()
-        .and_then(|s| s.downcast_ref::<hyper::Error>());
-    match hyper {
-        Some(e) if e.is_parse() => CallFailure::reachable(format!(
+async fn send_failure(endpoint: &RemoteEndpoint, error: client::SendError) -> CallFailure {
+    let e = match error {
+        client::SendError::Connect(e) => {
+            return CallFailure::connect_failed(endpoint, error_chain(&*e));
+        }
+        client::SendError::Exchange(e) => e,
+    };
+    if e.is_parse() {
+        CallFailure::reachable(format!(
             "remote tool callback failed: its answer is not HTTP/1.1 ({})",
-            error_chain(e)
-        )),
+            error_chain(&e)
+        ))
+    } else if e.is_incomplete_message() || e.is_canceled() || e.is_closed() {
         // The connection was made and then ended before the response head: the plugin may have
         // died since it was kept alive, or it closed on this call.
-        Some(e) if e.is_incomplete_message() || e.is_canceled() || e.is_closed() => {
-            connection_lost(endpoint, "closed the connection without answering").await
-        }
-        Some(e) if io_kind(e).is_some() => {
-            connection_lost(
-                endpoint,
-                format!("connection failed before answering ({})", error_chain(e)),
-            )
-            .await
-        }
-        _ => CallFailure::reachable(format!(
-            "remote tool callback failed: {}",
-            error_chain(&error)
-        )),
+        connection_lost(endpoint, "closed the connection without answering").await
+    } else if io_kind(&e).is_some() {
+        connection_lost(
+            endpoint,
+            format!("connection failed before answering ({})", error_chain(&e)),
+        )
+        .await
+    } else {
+        CallFailure::reachable(format!("remote tool callback failed: {}", error_chain(&e)))
     }
 }
 
