@@ -64,12 +64,15 @@ impl AppOutbox {
         if state.closed {
             return Ok(());
         }
+        // The app is behind when more than the limit was already waiting: a single frame larger
+        // than the limit (events may be up to `MAX_EVENT_BYTES`) still goes to an app that keeps
+        // up.
+        let overflow = state.buffer.len() > MAX_APP_QUEUE_BYTES;
         let State { buffer, codec, .. } = &mut *state;
         if codec.encode(message, buffer).is_err() {
             // Only a close reason too long for a frame fails to encode, and close() takes none.
             return Ok(());
         }
-        let overflow = state.buffer.len() > MAX_APP_QUEUE_BYTES;
         if let Some(waker) = state.waker.take() {
             waker.wake();
         }
@@ -164,6 +167,18 @@ mod tests {
     }
 
     #[test]
+    fn one_frame_larger_than_the_limit_goes_to_an_app_that_keeps_up() {
+        let (outbox, mut body) = AppOutbox::new();
+        let large = Bytes::from(vec![7u8; MAX_APP_QUEUE_BYTES + (1 << 20)]);
+        assert_eq!(outbox.send(Message::Binary(large.clone())), Ok(()));
+        let (bytes, ended) = drain(&mut body);
+        assert!(!ended);
+        assert_eq!(&bytes[bytes.len() - large.len()..], &large[..]);
+        // Taken whole: the next frame is queued as usual.
+        assert_eq!(outbox.send(Message::Text("next".into())), Ok(()));
+    }
+
+    #[test]
     fn past_the_limit_the_sender_is_told_and_abort_drops_the_queue() {
         let (outbox, mut body) = AppOutbox::new();
         outbox.send(Message::Text("taken".into())).unwrap();
@@ -173,8 +188,9 @@ mod tests {
         while outbox.send(Message::Binary(chunk.clone())).is_ok() {
             sent += 1;
         }
-        // Seven whole mebibytes fit; the eighth frame's header takes the queue past the limit.
-        assert_eq!(sent, (MAX_APP_QUEUE_BYTES >> 20) - 1);
+        // Eight whole mebibytes (and their frames' headers) went in: the queue was past the limit
+        // when the ninth came.
+        assert_eq!(sent, MAX_APP_QUEUE_BYTES >> 20);
         outbox.abort(actix_http::ws::CloseReason {
             code: actix_http::ws::CloseCode::Policy,
             description: Some(not_reading_reason()),

@@ -246,14 +246,17 @@ pub fn send_upstream<A: Shell>(act: &mut A, message: ws::Message, ctx: &mut Cont
         return;
     };
     let size = payload_len(&message);
+    // The model is behind when more than the limit was already waiting for it: a single event
+    // larger than the limit (events may be up to `MAX_EVENT_BYTES`) still goes to a model that
+    // keeps up.
+    let waiting = link.queued.get();
     if sink.write(message).is_err() {
         tracing::warn!(character = %link.core.character(), "model session closed while sending");
         ctx.stop();
         return;
     }
-    let queued = link.queued.get() + size;
-    link.queued.set(queued);
-    if queued > MAX_UPSTREAM_QUEUE_BYTES {
+    link.queued.set(waiting + size);
+    if waiting > MAX_UPSTREAM_QUEUE_BYTES {
         act.model_not_reading(ctx);
     }
 }

@@ -503,6 +503,32 @@ async fn a_model_that_stops_reading_is_dropped_and_the_app_told_why() {
 }
 
 #[actix_web::test]
+async fn one_event_larger_than_the_queue_bound_reaches_a_model_that_reads() {
+    let (fake, _app, mut sdk) = one_relay().await;
+    // Events may be up to 16 MiB; one of 12 MiB is more than the 8 MiB that may wait for the
+    // model, and still goes: the model is reading.
+    let audio = "A".repeat(MAX_UPSTREAM_QUEUE_BYTES + (4 << 20));
+    let append =
+        json!({"type": "input_audio_buffer.append", "event_id": "app_big", "audio": audio})
+            .to_string();
+    sdk.send_raw(&append).await;
+    fake.wait_until("the app's large event", |f| {
+        f.texts().iter().any(|t| *t == append).then_some(())
+    })
+    .await;
+    // The relay is still open both ways.
+    let delta = r#"{"type":"response.output_audio.delta","event_id":"srv_after","response_id":"r0","item_id":"i0","output_index":0,"content_index":0,"delta":"AAAA"}"#;
+    fake.push_text(delta).await;
+    // After the model's `session.created`.
+    let mut frames = Vec::new();
+    while frames.len() < 2 && frames.last() != Some(&json!(delta)) {
+        frames.push(sdk.recv().await["text"].clone());
+    }
+    assert_eq!(frames.last(), Some(&json!(delta)), "{frames:?}");
+    assert!(fake.closes().is_empty(), "{:?}", fake.closes());
+}
+
+#[actix_web::test]
 async fn qwen_and_glm_relays_merge_tools_in_their_shapes() {
     for dialect in [Dialect::Qwen, Dialect::Glm] {
         let fake = FakeRealtime::start(AckMode::Immediate).await;
