@@ -513,7 +513,7 @@ async fn one_event_larger_than_the_queue_bound_reaches_a_model_that_reads() {
             .to_string();
     sdk.send_raw(&append).await;
     fake.wait_until("the app's large event", |f| {
-        f.texts().iter().any(|t| *t == append).then_some(())
+        f.texts().contains(&append).then_some(())
     })
     .await;
     // The relay is still open both ways.
