@@ -1,6 +1,7 @@
 //! The callback contract, end to end: what a plugin's callback receives and how each of its
 //! answers (or failures) becomes the tool result, through `POST /api/tools/invoke`.
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -8,7 +9,9 @@ use serde_json::{Value, json};
 use crate::callback_server::{
     CallbackServer, ClosedPort, Reply, error_text, invoke, invoke_ok, register, tool_with_timeout,
 };
+use crate::child::LineChild;
 use crate::helpers::{TestApp, settings, spawn_app, spawn_app_with, tool_body};
+use crate::python::{repo_file, venv_python};
 
 /// Registers `weather` (every role) against `server`'s `/cb`, with this timeout.
 async fn weather_on(app: &TestApp, server: &CallbackServer, timeout_seconds: f64) {
@@ -530,4 +533,33 @@ fn crc32(data: &[u8]) -> u32 {
         }
     }
     !crc
+}
+
+#[actix_web::test]
+async fn an_https_callback_whose_certificate_no_root_vouches_for_is_refused() {
+    // A real TLS server (Python's ssl, OpenSSL) with a self-signed certificate for 127.0.0.1.
+    let mut plugin = LineChild::spawn(
+        Command::new(venv_python().await)
+            .arg(repo_file("tests/tls_callback.py"))
+            .env("PYTHONUNBUFFERED", "1"),
+    );
+    let listening = plugin.expect_line("listening ").await;
+    let port = listening["listening ".len()..].trim().to_owned();
+    let url = format!("https://127.0.0.1:{port}/cb");
+    let app = spawn_app(&["Lanlan"]).await;
+    register(&app, tool_with_timeout("weather", &url, "plugin:tls", 30.0)).await;
+
+    let result = invoke_ok(&app, "weather", json!({"city": "Shanghai"})).await;
+    // The handshake ran and the server's certificate was refused: nothing was sent, and the
+    // model is told why.
+    assert_eq!(result["is_error"], json!(true), "{result}");
+    let error = error_text(&result);
+    assert!(
+        error.starts_with(&format!(
+            "could not connect to remote tool callback https://127.0.0.1:{port}: "
+        )) && error.contains("invalid peer certificate: UnknownIssuer"),
+        "{error}"
+    );
+    let seen = plugin.expect_line("handshake failed: ").await;
+    assert!(seen.contains("ALERT"), "the client's alert: {seen}");
 }
