@@ -4,8 +4,9 @@
 //! An echo model (actix-web + actix-ws, one worker, in this process) answers every
 //! `input_audio_buffer.append` with a `response.output_audio.delta` carrying the same audio. 64
 //! apps (awc websockets, in this process) each stream audio-sized appends at a fixed cadence and
-//! time each round trip: first straight to the echo model (the floor), then through the server
-//! (the release binary, a child process, one relaying character per app). A round trip through
+//! time each round trip: first straight to the echo model (the floor), then through a plain TCP
+//! forwarder (this harness as a second process: what any extra hop costs), then through the
+//! server (the release binary, a child process, one relaying character per app). A round trip through
 //! the relay forwards two events (the append up, the delta down), so the added latency per
 //! forwarded event is half the difference of the round trips. The server's CPU time (utime +
 //! stime from `/proc`, 100 ticks a second) over the relayed run, divided by the events it
@@ -15,7 +16,7 @@
 //! Figures and method: docs/benchmarks.md. Run: `cargo bench --bench relay` (options:
 //! `-- --apps N --events N --interval-ms N --audio-bytes N`).
 
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -209,7 +210,53 @@ fn summary(label: &str, rtts: &mut [f64]) -> (f64, f64) {
     (p50, p99)
 }
 
+/// A plain TCP forwarder: this harness run as `--forward-to HOST:PORT`, a process that copies
+/// bytes both ways between each connection it accepts and one it opens to the target
+/// (TCP_NODELAY on both), on two threads like the server's two workers. What it adds to a round
+/// trip is what any extra process between the app and the model adds on this machine: the floor
+/// of a relay.
+fn forward(target: String) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a port for the forwarder");
+    listener.set_nonblocking(true).expect("non-blocking");
+    println!(
+        "listening on http://{}",
+        listener.local_addr().expect("bound")
+    );
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let listener = listener.try_clone().expect("the listener shared");
+            let target = target.clone();
+            std::thread::spawn(move || {
+                actix_web::rt::System::new().block_on(accept_and_copy(listener, target))
+            })
+        })
+        .collect();
+    for thread in threads {
+        let _ = thread.join();
+    }
+}
+
+async fn accept_and_copy(listener: std::net::TcpListener, target: String) {
+    let listener =
+        actix_web::rt::net::TcpListener::from_std(listener).expect("a listener for this thread");
+    while let Ok((mut inbound, _)) = listener.accept().await {
+        let target = target.clone();
+        actix_web::rt::spawn(async move {
+            let Ok(mut outbound) = actix_web::rt::net::TcpStream::connect(&target).await else {
+                return;
+            };
+            let _ = inbound.set_nodelay(true);
+            let _ = outbound.set_nodelay(true);
+            let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+        });
+    }
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--forward-to") {
+        return forward(args[i + 1].clone());
+    }
     let o = Arc::new(options());
     let audio = Arc::new(
         base64::engine::general_purpose::STANDARD.encode(
@@ -220,7 +267,8 @@ fn main() {
     );
     actix_web::rt::System::new().block_on(async move {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let model = format!("ws://{}/v1/realtime", listener.local_addr().unwrap());
+        let model_address = listener.local_addr().unwrap().to_string();
+        let model = format!("ws://{model_address}/v1/realtime");
         let server = HttpServer::new(|| App::new().route("/v1/realtime", web::get().to(echo)))
             .workers(1)
             .listen(listener)
@@ -237,6 +285,16 @@ fn main() {
             audio.len()
         );
         let direct = run(vec![model.clone(); o.apps], o.clone(), audio.clone()).await;
+        let forwarder = Server::spawn(
+            Command::new(std::env::current_exe().expect("this harness"))
+                .arg("--forward-to")
+                .arg(model_address.as_str()),
+        );
+        let before = forwarder.cpu_seconds();
+        let urls = vec![format!("ws://{}/v1/realtime", forwarder.address); o.apps];
+        let forwarded = run(urls, o.clone(), audio.clone()).await;
+        let forwarder_cpu = forwarder.cpu_seconds() - before;
+        drop(forwarder);
         let server = start_server(o.apps, &model);
         let urls: Vec<String> = (0..o.apps)
             .map(|i| format!("ws://{}/v1/realtime?character=c{i}", server.address))
@@ -246,16 +304,24 @@ fn main() {
         let cpu = server.cpu_seconds() - before;
         drop(server);
 
-        let (mut direct, mut relayed) = (direct, relayed);
+        let (mut direct, mut forwarded, mut relayed) = (direct, forwarded, relayed);
         let (d50, d99) = summary("direct", &mut direct);
+        let (f50, f99) = summary("TCP fwd", &mut forwarded);
         let (r50, r99) = summary("relayed", &mut relayed);
-        let forwarded = 2 * relayed.len();
+        let events = 2 * relayed.len();
         println!(
-            "added per forwarded event: p50 {:.1} us, p99 {:.1} us; server CPU {:.2} s for {forwarded} events: {:.1} us per event; no event lost, reordered or altered",
+            "a plain TCP forwarder adds per forwarded event: p50 {:.1} us, p99 {:.1} us; its CPU {:.1} us per event",
+            (f50 - d50) / 2.0,
+            (f99 - d99) / 2.0,
+            forwarder_cpu * 1e6 / (2 * forwarded.len()) as f64
+        );
+        println!(
+            "added per forwarded event: p50 {:.1} us, p99 {:.1} us ({:+.1} us over the TCP forwarder's p50); server CPU {:.2} s for {events} events: {:.1} us per event; no event lost, reordered or altered",
             (r50 - d50) / 2.0,
             (r99 - d99) / 2.0,
+            (r50 - f50) / 2.0,
             cpu,
-            cpu * 1e6 / forwarded as f64
+            cpu * 1e6 / events as f64
         );
     });
 }

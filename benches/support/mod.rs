@@ -32,7 +32,14 @@ impl Server {
         if let Some(level) = log_level {
             command.env("RUST_LOG", level);
         }
-        let mut child = command.spawn().expect("the server starts");
+        Self::spawn(&mut command)
+    }
+
+    /// Starts `command` (stdout piped) and waits for the `listening on http://HOST:PORT` line it
+    /// prints first: the server, or another process a harness measures the same way.
+    pub fn spawn(command: &mut Command) -> Self {
+        command.stdout(Stdio::piped());
+        let mut child = command.spawn().expect("the process starts");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut server = Server {
             child,
@@ -42,7 +49,7 @@ impl Server {
         server.address = loop {
             let line = lines
                 .next()
-                .expect("the server prints its address")
+                .expect("the process prints its address")
                 .expect("a line");
             if let Some(address) = line.strip_prefix("listening on http://") {
                 break address.trim().to_owned();
@@ -53,7 +60,7 @@ impl Server {
         server
     }
 
-    /// utime + stime of the server so far, in seconds.
+    /// utime + stime of the process so far, in seconds.
     pub fn cpu_seconds(&self) -> f64 {
         let pid = self.child.id();
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("/proc/PID/stat");
