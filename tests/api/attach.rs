@@ -7,12 +7,16 @@
 
 use serde_json::{Value, json};
 
+use runtime_tools::session::shell::MAX_UPSTREAM_QUEUE_BYTES;
+
 use crate::callback_server::{CallbackServer, Reply};
+use crate::deaf_model::DeafModel;
 use crate::event_stream::{EventReader, open};
 use crate::events::{assert_call, assert_state, state};
 use crate::fake_realtime::{AckMode, EVENT_DEADLINE, FakeRealtime};
 use crate::helpers::{TestApp, spawn_app, tool_body};
 use crate::schema::validate_client_events;
+use crate::sessions::{call_event, response_done};
 
 fn app_tool(name: &str) -> Value {
     json!({"type": "function", "name": name, "description": "The app's own.",
@@ -343,4 +347,56 @@ async fn an_attachment_ends_with_the_call_and_bad_attaches_are_refused() {
             json!({"ok": false, "detail": [{"loc": ["body", "url"], "msg": "Field required", "type": "missing"}]})
         )
     );
+}
+
+#[actix_web::test]
+async fn an_attachment_whose_model_stops_reading_ends() {
+    let model = DeafModel::start();
+    let callback = CallbackServer::start();
+    // Each answer is a 3 MiB output: what waits for the model grows by that much per call, and
+    // the 8 calls the runaway guard lets through in its window add up to 24 MiB.
+    callback.route("/big", Reply::output(json!("x".repeat(3 << 20))));
+    let app = spawn_app(&["Mio"]).await;
+    let url = format!("{}?call_id=rtc_deaf", model.url);
+    let (status, body) = app
+        .post("/api/sessions/attach", &json!({"role": "Mio", "url": url}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    model.wait_connections(1).await;
+    model
+        .push(json!({"type": "session.created", "event_id": "srv_0",
+                     "session": {"type": "realtime", "id": "sess_deaf", "tools": []}}))
+        .await;
+    // The call's session never acknowledges: the registration stays, Mio is reported failed.
+    let (status, _) = app
+        .register(&tool_body("big", &callback.url("/big"), "plugin:w"))
+        .await;
+    assert_eq!(status, 200);
+
+    // The call's model calls again and again and reads nothing. Bounded: socket buffers plus
+    // the attachment's queue are far below what the answers add up to, so the attachment ends
+    // before they are all answered.
+    for n in 0..4 * (MAX_UPSTREAM_QUEUE_BYTES >> 20) {
+        let (call_id, response_id) = (format!("call_{n}"), format!("resp_{n}"));
+        let pushed = model
+            .push(call_event(&response_id, &call_id, "big", "{}"))
+            .await
+            && model
+                .push(response_done(&response_id, &[(&call_id, "big", "{}")]))
+                .await;
+        if !pushed {
+            break;
+        }
+    }
+    let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
+    while connections(&app).await != json!([]) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the attachment still answers a model that reads nothing ({} answers of 3 MiB)",
+            callback.received().len()
+        );
+        actix_web::rt::task::yield_now().await;
+    }
+    // The attachment ended; it does not come back on its own (the call is the app's).
+    assert_eq!(model.connections(), 1);
 }

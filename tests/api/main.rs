@@ -15,6 +15,7 @@ mod child;
 mod cli;
 mod concurrency;
 mod cors;
+mod deaf_model;
 mod demo;
 mod dispatch;
 mod event_stream;
