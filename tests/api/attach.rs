@@ -16,7 +16,6 @@ use crate::events::{assert_call, assert_state, state};
 use crate::fake_realtime::{AckMode, EVENT_DEADLINE, FakeRealtime};
 use crate::helpers::{TestApp, spawn_app, tool_body};
 use crate::schema::validate_client_events;
-use crate::sessions::{call_event, response_done};
 
 fn app_tool(name: &str) -> Value {
     json!({"type": "function", "name": name, "description": "The app's own.",
@@ -377,14 +376,7 @@ async fn an_attachment_whose_model_stops_reading_ends() {
     // the attachment's queue are far below what the answers add up to, so the attachment ends
     // before they are all answered.
     for n in 0..4 * (MAX_UPSTREAM_QUEUE_BYTES >> 20) {
-        let (call_id, response_id) = (format!("call_{n}"), format!("resp_{n}"));
-        let pushed = model
-            .push(call_event(&response_id, &call_id, "big", "{}"))
-            .await
-            && model
-                .push(response_done(&response_id, &[(&call_id, "big", "{}")]))
-                .await;
-        if !pushed {
+        if !model.push_call(n, "big").await {
             break;
         }
     }

@@ -7,6 +7,7 @@ use std::rc::Rc;
 use serde_json::Value;
 
 use crate::fake_realtime::EVENT_DEADLINE;
+use crate::sessions::{call_event, response_done};
 
 /// A model that completes the websocket handshake and never reads again, on a socket with a
 /// small receive buffer: what the server writes to it piles up in the server. (The fake model
@@ -57,6 +58,17 @@ impl DeafModel {
 
     pub fn connections(&self) -> usize {
         *self.accepted.borrow()
+    }
+
+    /// Calls `name` with `{}` as response `n` (its call and `response.done`) on the first
+    /// connection; false once the server has closed it.
+    pub async fn push_call(&self, n: usize, name: &str) -> bool {
+        let (call_id, response_id) = (format!("call_{n}"), format!("resp_{n}"));
+        self.push(call_event(&response_id, &call_id, name, "{}"))
+            .await
+            && self
+                .push(response_done(&response_id, &[(&call_id, name, "{}")]))
+                .await
     }
 
     /// Writes one event to the first connection; false once the server has closed it.

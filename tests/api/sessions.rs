@@ -649,15 +649,9 @@ async fn a_model_that_stops_reading_is_dropped_and_the_session_reconnects() {
             calls < most,
             "the session still answers a model that reads nothing after {calls} answers of 1 MiB"
         );
-        let (call_id, response_id) = (format!("call_{calls}"), format!("resp_{calls}"));
         // A push fails once the session has dropped the connection: the loop then ends on
         // the new connection.
-        let _ = model
-            .push(call_event(&response_id, &call_id, "big", "{}"))
-            .await
-            && model
-                .push(response_done(&response_id, &[(&call_id, "big", "{}")]))
-                .await;
+        let _ = model.push_call(calls, "big").await;
         calls += 1;
         // One answer at a time, so the queue grows by one answer per round; the call may also
         // have come after the session gave up on this connection.
