@@ -14,7 +14,7 @@
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
@@ -108,29 +108,44 @@ pub struct Event {
     pub id: u64,
     pub kind: EventKind,
     scope: Scope,
-    /// The whole SSE frame: `event:`, `data:` (JSON), `id:` and the blank line.
-    frame: Bytes,
+    /// The data, as JSON.
+    data: String,
+    /// The whole SSE frame — `event:`, `data:`, `id:` and the blank line — built when it is
+    /// first sent (an event nobody receives is never framed).
+    frame: OnceLock<Bytes>,
 }
 
 impl Event {
-    fn new(id: u64, kind: EventKind, scope: Scope, data: &impl Serialize) -> Self {
+    fn new(id: u64, kind: EventKind, scope: Scope, data: String) -> Self {
         Self {
             id,
             kind,
             scope,
-            frame: frame(kind, id, data),
+            data,
+            frame: OnceLock::new(),
         }
     }
 
     pub fn frame(&self) -> &Bytes {
-        &self.frame
+        self.frame
+            .get_or_init(|| sse_frame(self.kind, self.id, self.data.clone()))
     }
 }
 
-/// The SSE frame of one event. Compact JSON has no line breaks, so the data is one `data:` line.
+/// The data of an event as JSON. Every payload is a struct of strings, numbers and lists:
+/// serialising cannot fail.
+fn json(data: &impl Serialize) -> String {
+    serde_json::to_string(data).unwrap_or_else(|_| "null".to_owned())
+}
+
+/// The SSE frame of one event.
 fn frame(kind: EventKind, id: u64, data: &impl Serialize) -> Bytes {
-    // Every payload is a struct of strings, numbers and lists: serialising cannot fail.
-    let data = serde_json::to_string(data).unwrap_or_else(|_| "null".to_owned());
+    sse_frame(kind, id, json(data))
+}
+
+/// The SSE frame of one event's JSON. Compact JSON has no line breaks, so the data is one
+/// `data:` line.
+fn sse_frame(kind: EventKind, id: u64, data: String) -> Bytes {
     Sse::default()
         .event(kind.name())
         .data(data)
@@ -291,6 +306,7 @@ impl EventHub {
     /// Publishes one event: numbers it, keeps it in the ring and offers it to every subscriber it
     /// concerns, without waiting for any of them.
     pub fn publish(&self, kind: EventKind, scope: Scope, data: &impl Serialize) {
+        let data = json(data);
         let mut state = self.state();
         let event = Arc::new(Event::new(state.newest + 1, kind, scope, data));
         state.newest = event.id;
@@ -365,7 +381,7 @@ impl EventHub {
                         .ring
                         .iter()
                         .filter(|e| e.id > from && e.scope.concerns(role.as_deref()))
-                        .map(|e| e.frame.clone()),
+                        .map(|e| e.frame().clone()),
                 );
             }
             Some((text, _)) => {
@@ -429,7 +445,7 @@ impl Stream for EventStream {
             Poll::Ready(Some(event)) => {
                 // Anything sent counts as activity: the keep-alive is for idle streams.
                 self.keep_alive.reset();
-                return Poll::Ready(Some(Ok(event.frame.clone())));
+                return Poll::Ready(Some(Ok(event.frame().clone())));
             }
             Poll::Ready(None) => return Poll::Ready(None),
             Poll::Pending => {}

@@ -8,10 +8,12 @@
 use std::time::Duration;
 
 use actix_web::dev::Payload;
+use actix_web::error::PayloadError;
 use actix_web::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use actix_web::{FromRequest, HttpRequest};
-use futures_util::StreamExt;
+use bytes::Bytes;
 use futures_util::future::LocalBoxFuture;
+use futures_util::{FutureExt, StreamExt};
 use serde_json::{Map, Value};
 
 use super::error::{ApiError, FieldError};
@@ -70,27 +72,42 @@ fn read_body(
     let mut payload = payload.take();
     async move {
         checked?;
-        let read = async {
-            let mut body = Vec::new();
+        let mut body = Vec::new();
+        // A small body usually arrives with the request's head: what is there already is taken
+        // without arming the timer.
+        loop {
+            match payload.next().now_or_never() {
+                Some(Some(chunk)) => append(&mut body, chunk)?,
+                Some(None) => return Ok(body),
+                None => break,
+            }
+        }
+        let rest = async {
             while let Some(chunk) = payload.next().await {
-                let chunk = chunk.map_err(|e| {
-                    ApiError::Validation(vec![FieldError::body(
-                        "",
-                        "body_incomplete",
-                        format!("request body could not be read: {e}"),
-                    )])
-                })?;
-                if body.len() + chunk.len() > MAX_BODY_BYTES {
-                    return Err(ApiError::PayloadTooLarge(MAX_BODY_BYTES));
-                }
-                body.extend_from_slice(&chunk);
+                append(&mut body, chunk)?;
             }
             Ok(body)
         };
-        actix_web::rt::time::timeout(BODY_READ_TIMEOUT, read)
+        actix_web::rt::time::timeout(BODY_READ_TIMEOUT, rest)
             .await
             .map_err(|_| ApiError::RequestTimeout(BODY_READ_TIMEOUT.as_secs()))?
     }
+}
+
+/// Adds one chunk of the body, within the size limit.
+fn append(body: &mut Vec<u8>, chunk: Result<Bytes, PayloadError>) -> Result<(), ApiError> {
+    let chunk = chunk.map_err(|e| {
+        ApiError::Validation(vec![FieldError::body(
+            "",
+            "body_incomplete",
+            format!("request body could not be read: {e}"),
+        )])
+    })?;
+    if body.len() + chunk.len() > MAX_BODY_BYTES {
+        return Err(ApiError::PayloadTooLarge(MAX_BODY_BYTES));
+    }
+    body.extend_from_slice(&chunk);
+    Ok(())
 }
 
 fn check_headers(req: &HttpRequest) -> Result<(), ApiError> {

@@ -36,7 +36,7 @@ async fn invoke(
     http: HttpRequest,
     body: JsonObjectText,
 ) -> Result<HttpResponse, ApiError> {
-    let request = InvokeRequest::parse(&body.object, &body.text).map_err(ApiError::Validation)?;
+    let request = InvokeRequest::parse(body.object, &body.text).map_err(ApiError::Validation)?;
     let call_id = request.call_id.unwrap_or_else(new_call_id);
     let call = ToolCall::from_text(
         call_id,

@@ -148,7 +148,7 @@ mod tests {
             ("UnregisterBody", |b| UnregisterRequest::parse(b).map(drop)),
             ("ClearBody", |b| ClearRequest::parse(b).map(drop)),
             ("InvokeBody", |b| {
-                InvokeRequest::parse(b, &serde_json::to_vec(b).unwrap()).map(drop)
+                InvokeRequest::parse(b.clone(), &serde_json::to_vec(b).unwrap()).map(drop)
             }),
             ("AttachBody", |b| AttachRequest::parse(b).map(drop)),
             ("DetachBody", |b| DetachRequest::parse(b).map(drop)),

@@ -134,17 +134,21 @@ impl ClearRequest {
 
 impl InvokeRequest {
     /// `text` is the body `body` was parsed from: the arguments are taken from it as written.
-    pub fn parse(body: &Map<String, Value>, text: &[u8]) -> Checked<Self> {
-        let mut f = Fields::new(body);
+    pub fn parse(mut body: Map<String, Value>, text: &[u8]) -> Checked<Self> {
+        let mut f = Fields::new(&body);
         let name = f.name("name");
-        let arguments = f.object_or("arguments", Map::new);
+        f.object("arguments");
         let role = f.role();
         let call_id = f
             .nullable_string("call_id")
             .flatten()
             .filter(|c| !c.is_empty());
         f.finish()?;
-        let arguments = arguments.unwrap_or_default();
+        // Checked above to be absent or an object; taken rather than copied.
+        let arguments = match body.remove("arguments") {
+            Some(Value::Object(arguments)) => arguments,
+            _ => Map::new(),
+        };
         Ok(Self {
             name: name.unwrap_or_default(),
             arguments_text: arguments_text(text, &arguments),
@@ -335,13 +339,20 @@ impl<'a> Fields<'a> {
             None => Some(default()),
             Some(Value::Object(map)) => Some(map.clone()),
             Some(_) => {
-                self.fail(
-                    field,
-                    "dict_type",
-                    "Input should be a valid dictionary (a JSON object)",
-                );
+                self.object(field);
                 None
             }
+        }
+    }
+
+    /// Checks that a field is absent or an object, without taking it.
+    fn object(&mut self, field: &str) {
+        if self.body.get(field).is_some_and(|v| !v.is_object()) {
+            self.fail(
+                field,
+                "dict_type",
+                "Input should be a valid dictionary (a JSON object)",
+            );
         }
     }
 
@@ -662,7 +673,7 @@ mod tests {
     #[test]
     fn invoke_arguments_keep_their_text() {
         let text = br#"{"arguments": {"big": 123456789012345678901234567890,  "s": "\u00e9"}, "name": "t"}"#;
-        let r = InvokeRequest::parse(&crate::api::body::parse_object(text).unwrap(), text).unwrap();
+        let r = InvokeRequest::parse(crate::api::body::parse_object(text).unwrap(), text).unwrap();
         assert_eq!(
             r.arguments_text.get(),
             r#"{"big": 123456789012345678901234567890,  "s": "\u00e9"}"#
@@ -700,12 +711,12 @@ mod tests {
     #[test]
     fn invoke_fields() {
         let text = br#"{"name": "t"}"#;
-        let r = InvokeRequest::parse(&crate::api::body::parse_object(text).unwrap(), text).unwrap();
+        let r = InvokeRequest::parse(crate::api::body::parse_object(text).unwrap(), text).unwrap();
         assert!(r.arguments.is_empty());
         assert_eq!(r.arguments_text.get(), "{}");
         assert_eq!(r.call_id, None);
         let e = InvokeRequest::parse(
-            &body(json!({"name": "t", "arguments": "x", "call_id": 1})),
+            body(json!({"name": "t", "arguments": "x", "call_id": 1})),
             b"{}",
         )
         .unwrap_err();

@@ -20,7 +20,9 @@ use actix_web::rt::net::TcpStream;
 use bytes::Bytes;
 use futures_util::future::{Either, select};
 use http_body_util::{BodyExt, Full};
-use hyper::header::{CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, HOST};
+use hyper::header::{
+    CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderName, HeaderValue,
+};
 use tokio::sync::{Notify, watch};
 use url::{Host, Position, Url};
 
@@ -232,12 +234,12 @@ impl Dispatcher {
         let origin = endpoint.callback_url.origin().as_str();
         // Serialising a call (strings and exact JSON text) cannot fail.
         let body = serde_json::to_vec(call).unwrap_or_default();
-        let request = hyper::Request::post(&url[Position::BeforePath..Position::AfterQuery])
-            .header(HOST, &url[Position::BeforeHost..Position::AfterPort])
-            .header(CONTENT_TYPE, "application/json")
-            .header(HOP_HEADER, "1")
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| CallFailure::reachable(format!("remote tool callback failed: {e}")))?;
+        let request = callback_request(
+            &url[Position::BeforePath..Position::AfterQuery],
+            &url[Position::BeforeHost..Position::AfterPort],
+            body,
+        )
+        .map_err(|e| CallFailure::reachable(format!("remote tool callback failed: {e}")))?;
         let (response, mut connection) = match client::send(origin, request).await {
             Ok(sent) => sent,
             Err(e) => return Err(send_failure(endpoint, e).await),
@@ -293,6 +295,25 @@ impl Dispatcher {
             }
         }
     }
+}
+
+/// The POST of a call: origin-form `target`, its own `Host`, the JSON `body`, and the hop marker.
+fn callback_request(
+    target: &str,
+    host: &str,
+    body: Vec<u8>,
+) -> Result<hyper::Request<Full<Bytes>>, hyper::http::Error> {
+    let mut request = hyper::Request::new(Full::new(Bytes::from(body)));
+    *request.method_mut() = hyper::Method::POST;
+    *request.uri_mut() = target.parse()?;
+    let headers = request.headers_mut();
+    headers.insert(HOST, HeaderValue::from_str(host)?);
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(
+        HeaderName::from_static(HOP_HEADER),
+        HeaderValue::from_static("1"),
+    );
+    Ok(request)
 }
 
 /// Checks a result's images on the blocking pool: decoding and re-encoding take milliseconds

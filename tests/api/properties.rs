@@ -296,7 +296,7 @@ fn check_every_route(body: &Map<String, Value>) {
         assert_field_errors(&errors, body);
     }
     let text = serde_json::to_vec(body).unwrap();
-    if let Err(errors) = InvokeRequest::parse(body, &text) {
+    if let Err(errors) = InvokeRequest::parse(body.clone(), &text) {
         assert_field_errors(&errors, body);
     }
 }
