@@ -11,6 +11,9 @@
 #   workers1   register (1 character), invoke and list (8 characters) with --workers 1
 #   memory     RSS after 100 000 (character, tool) pairs: 100 x 1000 and 1000 x 100, each shared
 #              (role-null registrations) and distinct (one registration per pair)
+#   proxy      wrk -> nginx as a reverse proxy (nginx-proxy.conf, 2 workers) -> nginx callback:
+#              two HTTP exchanges per request and no JSON work, the floor of the invoke route's
+#              shape (its ratio is to floor-callback, like invoke's). Not in the default list.
 #   callpath   the model's call end to end (benches/call_path.rs): 1, 8 and 64 characters, each
 #              with a live session to a fake model calling the tool in a closed loop, in client
 #              and relay mode, answered by the nginx callback; with its floor (wrk at nginx, 1
@@ -46,7 +49,8 @@ BIN="${RUNTIME_TOOLS_BIN:-$TARGET_DIR/release/runtime-tools}"
 
 nginx_start() { nginx -p "$WORK/" -c "$HERE/nginx-callback.conf" -e "$WORK/error.log"; }
 nginx_stop() { [ -s "$WORK/nginx.pid" ] && nginx -p "$WORK/" -c "$HERE/nginx-callback.conf" -e "$WORK/error.log" -s quit || true; }
-nginx_pids() { local m; m=$(cat "$WORK/nginx.pid"); echo "$m $(pgrep -P "$m" | tr '\n' ' ')"; }
+nginx_pids() { local m; m=$(cat "$WORK/${1:-nginx}.pid"); echo "$m $(pgrep -P "$m" | tr '\n' ' ')"; }
+proxy_nginx() { nginx -p "$WORK/" -c "$HERE/nginx-proxy.conf" -e "$WORK/error-proxy.log" "$@"; }
 
 server_start() {  # server_start CHARACTERS [WORKERS]
   local args=(serve --bind "127.0.0.1:$PORT") k
@@ -66,7 +70,8 @@ server_stop() {
   if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null || true; wait "$SERVER_PID" 2>/dev/null || true; fi
   SERVER_PID=""
 }
-cleanup() { server_stop; nginx_stop; rm -rf "$WORK"; }
+proxy_stop() { [ -s "$WORK/nginx-proxy.pid" ] && proxy_nginx -s quit || true; }
+cleanup() { server_stop; proxy_stop; nginx_stop; rm -rf "$WORK"; }
 trap cleanup EXIT
 
 post() {  # post PATH JSON -> prints body, fails on non-2xx
@@ -154,6 +159,19 @@ memory_suite() {
   done
 }
 
+proxy_suite() {
+  proxy_nginx
+  local deadline=$((SECONDS + 10))
+  until curl -sS -o /dev/null -X POST -H 'content-type: application/json' -d '{}' \
+    http://127.0.0.1:9334/api/tools/invoke 2>/dev/null; do
+    [ $SECONDS -le $deadline ] || { echo "nginx proxy did not start" >&2; exit 1; }
+    sleep 0.1
+  done
+  echo "# proxy sample: $(curl -sS -X POST -H 'content-type: application/json' -d '{"name":"tool_000"}' http://127.0.0.1:9334/api/tools/invoke)"
+  measure proxy "$HERE/invoke.lua" http://127.0.0.1:9334 "$(nginx_pids nginx-proxy)"
+  proxy_stop
+}
+
 callpath_suite() {
   local mode n line
   measure floor-callback-conn1 "$HERE/callback.lua" "$CALLBACK" "$(nginx_pids)" 1
@@ -179,6 +197,7 @@ for suite in "${SUITES[@]}"; do
     list) list_suite 8; list_suite 64 ;;
     workers1) register_suite 1 1; invoke_suite 1; list_suite 8 1 ;;
     memory) memory_suite ;;
+    proxy) proxy_suite ;;
     callpath) callpath_suite ;;
     *) echo "unknown suite $suite" >&2; exit 2 ;;
   esac
@@ -188,7 +207,7 @@ done
 echo
 echo "# summary: medians over runs (errors: the worst run); ratio = rps / floor-callback rps (floor-callback-conn1 for *-conn1)"
 awk '
-  /^floor|^register|^invoke|^list/ && / run[0-9]+ / {
+  /^floor|^register|^invoke|^list|^proxy/ && / run[0-9]+ / {
     s=$1; n[s]++
     for (i=3; i<=NF; i++) { split($i, kv, "="); v[s, kv[1], n[s]] = kv[2] }
     if (!(s in seen)) { seen[s]=1; order[++m]=s }
