@@ -257,6 +257,29 @@ async fn a_localhost_callback_is_reached() {
 }
 
 #[actix_web::test]
+async fn the_callback_gets_its_urls_host_and_query_as_written() {
+    let app = spawn_app(&["Lanlan"]).await;
+    let target = "/cb/v1?key=a%20b&x=1";
+    let server = CallbackServer::with(target, Reply::output(json!("ok")));
+    register(
+        &app,
+        tool_body(
+            "weather",
+            &format!("http://LocalHost:{}{target}", server.port()),
+            "plugin:weather",
+        ),
+    )
+    .await;
+    let result = invoke_ok(&app, "weather", json!({})).await;
+    assert_eq!(result["output"], json!("ok"), "{result}");
+    let received = server.wait_for_requests(1).await;
+    assert_eq!(received[0].path, target);
+    let host = format!("localhost:{}", server.port());
+    assert_eq!(received[0].header("host"), Some(host.as_str()));
+    assert_eq!(received[0].header("x-runtime-tools-hop"), Some("1"));
+}
+
+#[actix_web::test]
 async fn a_refused_port_is_a_connection_error() {
     let app = spawn_app(&["Lanlan"]).await;
     let closed = ClosedPort::new();
