@@ -59,8 +59,10 @@ impl Stopper {
     /// Ends the open event streams, stops accepting connections and lets running calls —
     /// invokes and the model sessions' calls alike — finish for the grace period; those still
     /// running then are answered with a tool error saying the server is stopping. Then closes
-    /// every relay (its app gets 1001 "going away") and attachment, so none outlives the
-    /// server. Resolves once the server has stopped and no call is running.
+    /// every relay (its app and its model get 1001 "going away") and attachment, so none
+    /// outlives the server, and waits until each is gone (its model answered the close, or
+    /// [`CLOSE_GRACE`](crate::session::shell::CLOSE_GRACE) passed). Resolves once the server has
+    /// stopped and no call is running.
     pub async fn stop(&self) {
         // Event streams never end by themselves: ended now, the stop does not wait for their
         // clients.
@@ -81,7 +83,10 @@ impl Stopper {
             self.dispatcher.idle().await;
         }
         // A relay is an open HTTP connection the graceful stop would otherwise wait for; its
-        // calls are answered by now. A router that is gone has no sessions left to close.
+        // calls are answered by now. The server is stopped only once every relay and
+        // attachment is gone: a worker that stops stops its thread (actix-server), which drops
+        // whatever still runs there, a close frame not yet sent included. A router that is gone
+        // has no sessions left to close.
         let _ = self.router.send(CloseAllConnections).await;
         self.server.stop(true).await;
     }

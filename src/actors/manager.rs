@@ -89,7 +89,7 @@ pub struct LeaveCall {
 }
 
 /// Close this character's relays and attachments (the server is stopping); answers once each
-/// was told to close.
+/// is gone, its close frames sent.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct CloseConnections;
@@ -427,16 +427,21 @@ impl Handler<LeaveCall> for SessionManager {
 }
 
 impl Handler<CloseConnections> for SessionManager {
-    type Result = ();
+    type Result = ResponseFuture<()>;
 
-    fn handle(&mut self, _: CloseConnections, _: &mut Self::Context) {
+    /// Replies once every relay and attachment is gone (see [`CloseSession`]).
+    fn handle(&mut self, _: CloseConnections, _: &mut Self::Context) -> Self::Result {
+        let mut closing = Vec::new();
         self.sessions.retain(|s| {
             let connection = matches!(s.kind, ConnectionKind::Relay | ConnectionKind::Attach);
             if connection {
-                s.close.do_send(CloseSession);
+                closing.push(s.close.send(CloseSession));
             }
             !connection
         });
+        Box::pin(async move {
+            join_all(closing).await;
+        })
     }
 }
 

@@ -191,12 +191,14 @@ impl Handler<SessionStatus> for Attachment {
 }
 
 impl Handler<CloseSession> for Attachment {
-    type Result = ();
+    type Result = ResponseFuture<()>;
 
-    fn handle(&mut self, _: CloseSession, ctx: &mut Self::Context) {
+    /// The reply comes when the attachment is gone.
+    fn handle(&mut self, _: CloseSession, ctx: &mut Self::Context) -> Self::Result {
         if !self.closing {
             self.closing = true;
             shell::close_upstream(self, Some(ws::CloseCode::Normal.into()), ctx);
         }
+        self.link.closed()
     }
 }

@@ -223,10 +223,12 @@ impl Handler<SessionStatus> for RealtimeSession {
 }
 
 impl Handler<CloseSession> for RealtimeSession {
-    type Result = ();
+    type Result = ResponseFuture<()>;
 
-    fn handle(&mut self, _: CloseSession, ctx: &mut Self::Context) {
+    /// The reply comes when the session is gone.
+    fn handle(&mut self, _: CloseSession, ctx: &mut Self::Context) -> Self::Result {
         self.closing = true;
         shell::close_upstream(self, Some(ws::CloseCode::Normal.into()), ctx);
+        self.link.closed()
     }
 }

@@ -51,8 +51,9 @@ pub struct SyncTools(pub Arc<[SharedTool]>);
 #[rtype(result = "ConnectionReport")]
 pub struct SessionStatus;
 
-/// Close the connection for good (the character was removed or rebuilt, or the attachment
-/// detached).
+/// Close the connection for good (the character was removed or rebuilt, the attachment
+/// detached, or the server is stopping). The server's own sessions reply once they are gone:
+/// their close frames went out and the model answered, or [`shell::CLOSE_GRACE`] passed.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct CloseSession;

@@ -381,16 +381,17 @@ impl Handler<SessionStatus> for Relay {
 }
 
 impl Handler<CloseSession> for Relay {
-    type Result = ();
+    type Result = ResponseFuture<()>;
 
     /// The character was removed or rebuilt, its manager restarted, or the server is stopping:
-    /// both sides are closed, going away.
-    fn handle(&mut self, _: CloseSession, ctx: &mut Self::Context) {
+    /// both sides are closed, going away. The reply comes when the relay is gone.
+    fn handle(&mut self, _: CloseSession, ctx: &mut Self::Context) -> Self::Result {
         let reason = CloseReason {
             code: CloseCode::Away,
             description: Some("the character's sessions were closed by the server".into()),
         };
         self.end(Some(Some(reason.clone())), Some(Some(reason)), ctx);
+        self.link.closed()
     }
 }
 

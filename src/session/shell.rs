@@ -150,6 +150,8 @@ pub struct Link {
     /// The sync timer now armed, if any.
     pub sync_timer: Option<SpawnHandle>,
     pub dispatcher: Dispatcher,
+    /// Who asked it to close ([`super::CloseSession`]): they hear when the actor is gone.
+    close_waiters: Vec<oneshot::Sender<()>>,
 }
 
 impl Link {
@@ -161,7 +163,19 @@ impl Link {
             fragments: Reassembly::default(),
             sync_timer: None,
             dispatcher,
+            close_waiters: Vec::new(),
         }
+    }
+
+    /// The reply to a [`super::CloseSession`]: it settles once the actor is gone (its senders
+    /// are dropped with it), so whoever asked knows the close frames went out, or were given
+    /// [`CLOSE_GRACE`].
+    pub fn closed(&mut self) -> ResponseFuture<()> {
+        let (tx, rx) = oneshot::channel();
+        self.close_waiters.push(tx);
+        Box::pin(async move {
+            let _ = rx.await;
+        })
     }
 
     /// Writes to the model through `half` from now on (a new connection: nothing queued).

@@ -59,7 +59,8 @@ pub struct RelayTarget {
 }
 
 /// Close every character's relays (their apps get 1001 "going away") and attachments: the
-/// server is stopping. Answers once every manager took the order (or did not answer in time).
+/// server is stopping. Answers once every one of them is gone, its close frames sent (or its
+/// manager did not answer in time).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct CloseAllConnections;
