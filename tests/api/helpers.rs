@@ -23,6 +23,8 @@ pub struct TestApp {
     pub handle: actix_web::dev::ServerHandle,
     /// Stops the server as `main` does on SIGTERM.
     pub stopper: runtime_tools::startup::Stopper,
+    /// The server's event hub, for tests that watch its events in-process.
+    pub events: runtime_tools::events::EventHub,
 }
 
 /// Settings for a test server on 127.0.0.1:0 with these characters.
@@ -66,6 +68,7 @@ pub async fn spawn_app_with(settings: Settings) -> TestApp {
     let router = app.router();
     let handle = app.handle();
     let stopper = app.stopper();
+    let events = app.events();
     actix_web::rt::spawn(app.run_until_stopped());
     TestApp {
         addr,
@@ -74,6 +77,7 @@ pub async fn spawn_app_with(settings: Settings) -> TestApp {
         client: test_client(),
         handle,
         stopper,
+        events,
     }
 }
 

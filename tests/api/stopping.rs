@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use runtime_tools::actors::router::CloseAllConnections;
+use runtime_tools::events::EventKind;
 use runtime_tools::session::protocol::Dialect;
 use runtime_tools::session::settings::{SessionMode, SessionSettings};
 use serde_json::{Value, json};
@@ -122,5 +124,43 @@ async fn a_graceful_stop_closes_the_open_relays_going_away() {
     fake.wait_connections(1).await;
 
     app.stopper.stop().await;
+    assert_closed_by_server(&mut sdk, &fake).await;
+}
+
+/// The stop closes the relays first and stops the HTTP server only when that is answered: a
+/// stopping worker ends every task on its thread, a relay's unsent close frame included. So
+/// closing every relay answers only once each relay is gone. The fake model does not answer
+/// the close, so the relay waits out its close grace: an answer that did not wait for it comes
+/// while the relay is still open.
+#[actix_web::test]
+async fn closing_every_relay_answers_once_each_relay_is_gone() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let mut settings = settings(&["Mio"]);
+    let mut session = SessionSettings::new(&fake.url, Dialect::Openai);
+    session.mode = SessionMode::Relay;
+    settings.characters[0].session = Some(session);
+    let app = spawn_app_with(settings).await;
+    let mut sdk = SdkApp::start().await;
+    sdk.connect_ok(&format!("ws://{}/v1", app.addr), json!({}))
+        .await;
+    fake.wait_connections(1).await;
+    let mut subscription = app.events.subscribe(Some("Mio".to_owned()), None);
+
+    app.router
+        .send(CloseAllConnections)
+        .await
+        .expect("the router answers");
+    // Events are handed to subscribers as they are published: what the relay announced before
+    // the answer is here now.
+    let mut states = Vec::new();
+    while let Ok(event) = subscription.events.try_recv() {
+        if event.kind == EventKind::SessionState {
+            states.push(String::from_utf8_lossy(event.frame()).into_owned());
+        }
+    }
+    assert!(
+        states.iter().any(|s| s.contains(r#""state":"closed""#)),
+        "the close was answered while the relay was still open; its states so far: {states:#?}"
+    );
     assert_closed_by_server(&mut sdk, &fake).await;
 }
