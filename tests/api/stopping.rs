@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply};
 use crate::fake_realtime::{AckMode, FakeRealtime};
-use crate::helpers::{settings, spawn_app_with, test_client, tool_body};
+use crate::helpers::{TestApp, settings, spawn_app_with, test_client, tool_body};
 use crate::relay::assert_closed_by_server;
 use crate::sdk_app::SdkApp;
 
@@ -109,8 +109,9 @@ async fn a_session_call_still_running_at_the_end_of_the_grace_period_gets_the_er
     assert_eq!(output, json!({"error": STOPPING, "is_error": true}));
 }
 
-#[actix_web::test]
-async fn a_graceful_stop_closes_the_open_relays_going_away() {
+/// A fake model, a server whose Mio relays to it (with the short grace period), and the SDK app
+/// connected through the relay.
+async fn relayed_app() -> (FakeRealtime, TestApp, SdkApp) {
     let fake = FakeRealtime::start(AckMode::Immediate).await;
     let mut settings = settings(&["Mio"]);
     settings.stop_grace = GRACE;
@@ -122,6 +123,12 @@ async fn a_graceful_stop_closes_the_open_relays_going_away() {
     sdk.connect_ok(&format!("ws://{}/v1", app.addr), json!({}))
         .await;
     fake.wait_connections(1).await;
+    (fake, app, sdk)
+}
+
+#[actix_web::test]
+async fn a_graceful_stop_closes_the_open_relays_going_away() {
+    let (fake, app, mut sdk) = relayed_app().await;
 
     app.stopper.stop().await;
     assert_closed_by_server(&mut sdk, &fake).await;
@@ -134,16 +141,7 @@ async fn a_graceful_stop_closes_the_open_relays_going_away() {
 /// while the relay is still open.
 #[actix_web::test]
 async fn closing_every_relay_answers_once_each_relay_is_gone() {
-    let fake = FakeRealtime::start(AckMode::Immediate).await;
-    let mut settings = settings(&["Mio"]);
-    let mut session = SessionSettings::new(&fake.url, Dialect::Openai);
-    session.mode = SessionMode::Relay;
-    settings.characters[0].session = Some(session);
-    let app = spawn_app_with(settings).await;
-    let mut sdk = SdkApp::start().await;
-    sdk.connect_ok(&format!("ws://{}/v1", app.addr), json!({}))
-        .await;
-    fake.wait_connections(1).await;
+    let (fake, app, mut sdk) = relayed_app().await;
     let mut subscription = app.events.subscribe(Some("Mio".to_owned()), None);
 
     app.router
