@@ -120,11 +120,11 @@ impl Dispatcher {
     /// Runs `call` against `tool`. Never fails: every problem becomes an error result.
     /// Dropping the future cancels the call (an open callback exchange is closed); so does
     /// [`Dispatcher::abandon_calls`], which answers it with a tool error.
-    pub async fn dispatch(&self, tool: &SharedTool, call: ToolCall) -> ToolResult {
+    pub async fn dispatch(&self, tool: &SharedTool, mut call: ToolCall) -> ToolResult {
         // Arguments that do not match the schema never reach the tool: the model gets the
         // reason to fix them, and nothing counts towards the tool's auto-removal.
         if self.inner.validate_arguments
-            && let Err(refused) = tool.parameters.check(&call.raw_arguments)
+            && let Err(refused) = tool.parameters.check_call(&mut call)
         {
             tracing::debug!(tool = %call.name, call_id = %call.call_id, "arguments do not match the tool's parameters; not called");
             return call.error(refused.message(&tool.name));

@@ -5,7 +5,7 @@
 //! [`Parameters`] is what a [`ToolSpec`](super::tool::ToolSpec) holds: the schema as the model
 //! sees it and the compiled validator, shared by every character the tool applies to. The
 //! register route and in-process plugins build it with [`Parameters::new`]; the dispatcher calls
-//! [`Parameters::check`] before every call. Plain code, no actor or HTTP types.
+//! [`Parameters::check_call`] before every call. Plain code, no actor or HTTP types.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -15,6 +15,8 @@ use indexmap::IndexSet;
 use jsonschema::error::{TypeKind, ValidationErrorKind};
 use jsonschema::{ValidationError, Validator};
 use serde_json::{Map, Value};
+
+use super::call::{ArgumentsRead, ToolCall};
 
 /// Violations of one call listed in the model's text. Enough for a model to fix every mistake
 /// of a realistic call in one retry; bounded so a wildly wrong argument (a long array of wrong
@@ -125,12 +127,36 @@ impl Parameters {
                 found: kind_of(&arguments),
             });
         }
-        if self.validator.is_valid(&arguments) {
+        self.check_object(&arguments)
+    }
+
+    /// [`Parameters::check`] of a call's argument text, from the parse the call already holds
+    /// (the text is not read again). The same verdict, the same text for the model.
+    pub fn check_call(&self, call: &mut ToolCall) -> Result<(), ArgumentError> {
+        match call.arguments_read() {
+            ArgumentsRead::Object => {}
+            ArgumentsRead::NotAnObject { found } => {
+                return Err(ArgumentError::NotAnObject { found });
+            }
+            ArgumentsRead::NotJson => return self.check(&call.raw_arguments),
+        }
+        // The validator reads a `Value`: the map is moved in and back, not copied.
+        let arguments = Value::Object(std::mem::take(&mut call.arguments));
+        let verdict = self.check_object(&arguments);
+        if let Value::Object(map) = arguments {
+            call.arguments = map;
+        }
+        verdict
+    }
+
+    /// Checks arguments known to be a JSON object.
+    fn check_object(&self, arguments: &Value) -> Result<(), ArgumentError> {
+        if self.validator.is_valid(arguments) {
             return Ok(());
         }
         let mut violations = Vec::new();
         let mut uncollected = 0;
-        for error in self.validator.iter_errors(&arguments) {
+        for error in self.validator.iter_errors(arguments) {
             for violation in describe(&error, "the arguments") {
                 if violations.len() < MAX_SORTED_VIOLATIONS {
                     violations.push(violation);
@@ -499,7 +525,8 @@ fn type_phrase(name: &str) -> &'static str {
 }
 
 /// What a value is, with an article: `an array`, `a string`.
-fn kind_of(value: &Value) -> &'static str {
+/// What a JSON value is, in words ("an array").
+pub(crate) fn kind_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -589,6 +616,42 @@ mod tests {
             },
             "required": ["location"]
         }))
+    }
+
+    #[test]
+    fn a_call_is_checked_from_its_parse_with_the_verdict_of_its_text() {
+        let p = weather();
+        for raw in [
+            r#"{"location": "Tokyo"}"#,
+            "  {\"location\": \"Tokyo\", \"unit\": \"c\"}\n",
+            r#"{"unit": "k"}"#,
+            r#"{"location": 1e400}"#,
+            "",
+            "   ",
+            "[1, 2]",
+            "\"Tokyo\"",
+            "null",
+            "  {location: Tokyo}",
+            "{\"location\": \"Tok",
+        ] {
+            let mut call = ToolCall::from_raw("call_1".into(), "get_weather".into(), raw.into());
+            let arguments = call.arguments.clone();
+            assert_eq!(p.check_call(&mut call), p.check(raw), "{raw:?}");
+            assert_eq!(
+                call.arguments, arguments,
+                "{raw:?}: the call keeps its arguments"
+            );
+        }
+        let map = object(json!({"location": "Tokyo", "unit": "x"}));
+        let text = serde_json::value::RawValue::from_string(
+            r#"{"location": "Tokyo", "unit": "x"}"#.into(),
+        )
+        .unwrap();
+        let mut call = ToolCall::from_text("call_2".into(), "get_weather".into(), text, map);
+        assert_eq!(
+            p.check_call(&mut call),
+            p.check(r#"{"location": "Tokyo", "unit": "x"}"#)
+        );
     }
 
     fn refusal(p: &Parameters, raw: &str) -> String {

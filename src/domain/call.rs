@@ -42,6 +42,20 @@ pub struct ToolCall {
     pub raw_arguments: String,
     /// The arguments object as the callback receives it, numbers exactly as written.
     arguments_text: JsonText,
+    /// How `raw_arguments` read, so the argument check need not parse it again.
+    read: ArgumentsRead,
+}
+
+/// How a call's argument text read as JSON.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgumentsRead {
+    /// Empty, or a JSON object: the call's `arguments` are its parse.
+    Object,
+    /// JSON, but not an object; `found` says what it is ("an array").
+    NotAnObject { found: &'static str },
+    /// Not JSON (the argument check parses the text again for the reason: a rare case, and
+    /// it keeps every call small).
+    NotJson,
 }
 
 impl Serialize for ToolCall {
@@ -113,13 +127,14 @@ impl fmt::Debug for LocalToolHandler {
 impl ToolCall {
     /// A call from the model's argument text, read as [`parse_arguments`] says.
     pub fn from_raw(call_id: String, name: String, raw_arguments: String) -> Self {
-        let (arguments, arguments_text) = read_arguments(&raw_arguments);
+        let (arguments, arguments_text, read) = read_arguments(&raw_arguments);
         Self {
             name,
             arguments,
             call_id,
             raw_arguments,
             arguments_text,
+            read,
         }
     }
 
@@ -137,6 +152,7 @@ impl ToolCall {
             call_id,
             raw_arguments: text.get().to_owned(),
             arguments_text: text,
+            read: ArgumentsRead::Object,
         }
     }
 
@@ -151,7 +167,13 @@ impl ToolCall {
             call_id,
             raw_arguments,
             arguments_text,
+            read: ArgumentsRead::Object,
         }
+    }
+
+    /// How the argument text read: when it is an object, `arguments` is its parse.
+    pub fn arguments_read(&self) -> &ArgumentsRead {
+        &self.read
     }
 
     /// The arguments object as the callback receives it.
@@ -280,28 +302,34 @@ pub fn parse_arguments(raw: &str) -> Map<String, Value> {
     read_arguments(raw).0
 }
 
-/// [`parse_arguments`], with the exact JSON text of the resulting object: the model's own text
-/// whenever it is an object.
-fn read_arguments(raw: &str) -> (Map<String, Value>, JsonText) {
+/// [`parse_arguments`], with the exact JSON text of the resulting object (the model's own text
+/// whenever it is an object) and how the text read.
+fn read_arguments(raw: &str) -> (Map<String, Value>, JsonText, ArgumentsRead) {
     let trimmed = raw.trim();
     if trimmed.is_empty() {
-        return (Map::new(), text_of("{}".to_owned()));
+        return (Map::new(), text_of("{}".to_owned()), ArgumentsRead::Object);
     }
-    match serde_json::from_str::<Value>(trimmed) {
+    // The whole text, not the trimmed one, so a parse error's column counts from its start.
+    match serde_json::from_str::<Value>(raw) {
         Ok(Value::Object(map)) => {
             let text = RawValue::from_string(trimmed.to_owned()).unwrap_or_else(|_| {
                 text_of(serde_json::to_string(&map).unwrap_or_else(|_| "{}".into()))
             });
-            (map, text)
+            (map, text, ArgumentsRead::Object)
         }
         Ok(other) => {
             let text = text_of(format!("{{\"value\":{trimmed}}}"));
-            (Map::from_iter([("value".to_owned(), other)]), text)
+            let found = super::arguments::kind_of(&other);
+            (
+                Map::from_iter([("value".to_owned(), other)]),
+                text,
+                ArgumentsRead::NotAnObject { found },
+            )
         }
         Err(_) => {
             let map = Map::from_iter([("_raw".to_owned(), Value::String(raw.to_owned()))]);
             let text = text_of(serde_json::to_string(&map).unwrap_or_default());
-            (map, text)
+            (map, text, ArgumentsRead::NotJson)
         }
     }
 }

@@ -65,8 +65,8 @@ pub enum Effect {
     /// [`SessionCore::sync_timer_fired`] with this version.
     ArmSyncTimer(u64),
     /// Run this call of a registered tool, then hand the result and the ticket to
-    /// [`SessionCore::answered`].
-    Run(Run),
+    /// [`SessionCore::answered`]. Boxed: a call is far larger than the other effects.
+    Run(Box<Run>),
 }
 
 /// One call of a registered tool to run.
@@ -756,7 +756,7 @@ impl SessionCore {
             self.answer(response_id, result, None, started);
             return;
         };
-        self.effects.push(Effect::Run(Run {
+        self.effects.push(Effect::Run(Box::new(Run {
             call: tool_call,
             ticket: Ticket {
                 tool,
@@ -764,7 +764,7 @@ impl SessionCore {
                 connection: self.connection,
                 started,
             },
-        }));
+        })));
     }
 
     /// A call the core asked to run finished.
@@ -937,7 +937,7 @@ mod tests {
     /// The one call of a registered tool the core asked to run.
     fn the_run(core: &mut SessionCore) -> Run {
         match core.take_effects().pop() {
-            Some(Effect::Run(run)) => run,
+            Some(Effect::Run(run)) => *run,
             other => panic!("expected a call to run, got {other:?}"),
         }
     }

@@ -20,7 +20,7 @@ use futures_util::Sink;
 use futures_util::stream::SplitSink;
 use tokio::sync::oneshot;
 
-use super::core::{CLOSED_BEFORE_ACK, Effect, SessionCore, not_acknowledged};
+use super::core::{CLOSED_BEFORE_ACK, Effect, Run, SessionCore, not_acknowledged};
 use crate::dispatch::Dispatcher;
 use crate::domain::tool::SharedTool;
 
@@ -238,10 +238,10 @@ pub fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
             Effect::Run(run) => {
                 // The receive loop never waits on a call: it runs beside it and answers later.
                 let dispatcher = act.link().dispatcher.clone();
-                let tool = run.ticket.tool.clone();
-                let ticket = run.ticket;
+                let Run { call, ticket } = *run;
+                let tool = ticket.tool.clone();
                 ctx.spawn(
-                    async move { dispatcher.dispatch(&tool, run.call).await }
+                    async move { dispatcher.dispatch(&tool, call).await }
                         .into_actor(act)
                         .map(move |result, act, ctx| {
                             act.link().core.answered(ticket, result);
