@@ -127,7 +127,8 @@ impl From<RouterError> for ApiError {
             // Character lifecycle errors have no HTTP route today.
             RouterError::DuplicateCharacter(_)
             | RouterError::InvalidSession { .. }
-            | RouterError::ManagerUnavailable(_) => ApiError::Unavailable(e.to_string()),
+            | RouterError::ManagerUnavailable(_)
+            | RouterError::Stopping => ApiError::Unavailable(e.to_string()),
         }
     }
 }

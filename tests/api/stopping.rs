@@ -2,7 +2,8 @@
 //! are answered with a tool error saying the server is stopping — an invoke gets it as its
 //! result, a model session as the call's output — instead of a closed connection; calls that
 //! finish within the grace period are answered as usual. Then every relay is closed, both
-//! ways, with 1001 "going away": no app's connection outlives the server.
+//! ways, with 1001 "going away", and every attachment leaves its call: no app's connection
+//! outlives the server, and none opens after.
 
 use std::time::Duration;
 
@@ -161,4 +162,80 @@ async fn closing_every_relay_answers_once_each_relay_is_gone() {
         "the close was answered while the relay was still open; its states so far: {states:#?}"
     );
     assert_closed_by_server(&mut sdk, &fake).await;
+}
+
+/// Once the stop has closed the relays and attachments, a relay or attachment that reaches its
+/// character later is refused: its request gets a 503 that says why, and a model connection it
+/// opened first is closed with a close frame, not cut when the server's workers end.
+#[actix_web::test]
+async fn relays_and_attachments_that_come_after_the_stop_closed_the_others_are_refused() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let mut settings = settings(&["Mio"]);
+    let mut session = SessionSettings::new(&fake.url, Dialect::Openai);
+    session.mode = SessionMode::Relay;
+    settings.characters[0].session = Some(session);
+    let app = spawn_app_with(settings).await;
+
+    app.router
+        .send(CloseAllConnections)
+        .await
+        .expect("the router answers");
+    let refused = json!({"ok": false,
+        "detail": "the server is stopping: no new relay, attachment or session is joined"});
+
+    let handshake = awc::Client::new()
+        .ws(format!("ws://{}/v1/realtime?character=Mio", app.addr))
+        .connect()
+        .await;
+    match handshake {
+        Err(awc::error::WsClientError::InvalidResponseStatus(status)) => {
+            assert_eq!(status.as_u16(), 503)
+        }
+        Ok((response, _)) => panic!("the relay opened: {}", response.status()),
+        Err(e) => panic!("{e}"),
+    }
+    // The relay opened its model connection before it asked to join; it is closed, both ways.
+    fake.wait_until("the refused relay's close upstream", |f| {
+        (!f.closes().is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(
+        fake.closes(),
+        [(
+            1001,
+            "the character's sessions were closed by the server".to_owned()
+        )]
+    );
+
+    let url = format!("{}&call_id=rtc_1", fake.url);
+    let (status, body) = app
+        .post("/api/sessions/attach", &json!({"role": "Mio", "url": url}))
+        .await;
+    assert_eq!((status, body), (503, refused));
+    // Nothing joined: the character lists no connection.
+    let (_, sessions) = app.get("/api/sessions").await;
+    assert_eq!(
+        sessions["sessions_by_role"]["Mio"]["connections"],
+        json!([])
+    );
+}
+
+/// The stop makes every attachment leave its call: the call's session gets the attachment's
+/// close frame (1000, as on a detach: the call itself goes on) before the stop returns.
+#[actix_web::test]
+async fn a_graceful_stop_makes_the_open_attachments_leave_their_calls() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let mut settings = settings(&["Mio"]);
+    settings.stop_grace = GRACE;
+    let app = spawn_app_with(settings).await;
+    let url = format!("{}&call_id=rtc_1", fake.url);
+    let (status, _) = app
+        .post("/api/sessions/attach", &json!({"role": "Mio", "url": url}))
+        .await;
+    assert_eq!(status, 200);
+    fake.wait_connections(1).await;
+
+    app.stopper.stop().await;
+    // The stop returned: the close frame was sent before it did.
+    assert_eq!(fake.closes(), [(1000, String::new())]);
 }

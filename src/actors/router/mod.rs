@@ -102,6 +102,9 @@ pub enum RouterError {
     /// A call or lookup named a tool that is not registered; the text lists those that are.
     #[error("{0}")]
     ToolNotFound(String),
+    /// The server is stopping: its relays and attachments were closed, and no new one joins.
+    #[error("the server is stopping: no new relay, attachment or session is joined")]
+    Stopping,
 }
 
 fn character_required_text(with_sessions: &[String]) -> String {
@@ -166,6 +169,9 @@ pub struct Router {
     /// This router, as managers' watcher.
     me: Recipient<ManagerGone>,
     next_generation: u64,
+    /// Set by [`CloseAllConnections`]: from then on no session joins a character, so none
+    /// opens after the ones the stop closed.
+    stopping: bool,
 }
 
 impl Router {
@@ -194,6 +200,7 @@ impl Router {
                 events,
                 me: ctx.address().recipient(),
                 next_generation: 0,
+                stopping: false,
             };
             for c in characters {
                 router.push_character(c.name, c.session);

@@ -60,7 +60,8 @@ pub struct RelayTarget {
 
 /// Close every character's relays (their apps get 1001 "going away") and attachments: the
 /// server is stopping. Answers once every one of them is gone, its close frames sent (or its
-/// manager did not answer in time).
+/// manager did not answer in time). From then on [`JoinSession`] and [`AttachCall`] are refused
+/// ([`RouterError::Stopping`]).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct CloseAllConnections;
@@ -137,6 +138,9 @@ impl Handler<JoinSession> for Router {
     type Result = ResponseFuture<Result<(), RouterError>>;
 
     fn handle(&mut self, msg: JoinSession, _: &mut Self::Context) -> Self::Result {
+        if self.stopping {
+            return Box::pin(async { Err(RouterError::Stopping) });
+        }
         self.ask_manager(msg.role, None, AddSession(msg.session))
     }
 }
@@ -145,6 +149,9 @@ impl Handler<AttachCall> for Router {
     type Result = ResponseFuture<Result<Joined, RouterError>>;
 
     fn handle(&mut self, msg: AttachCall, _: &mut Self::Context) -> Self::Result {
+        if self.stopping {
+            return Box::pin(async { Err(RouterError::Stopping) });
+        }
         // The manager bounds the handshake and the first tool update to this, less the margin.
         let wait = self
             .position(&msg.role)
@@ -169,6 +176,9 @@ impl Handler<CloseAllConnections> for Router {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, _: CloseAllConnections, _: &mut Self::Context) -> Self::Result {
+        // A join sent to a manager before this reaches it before its `CloseConnections` (one
+        // mailbox, in order), so it is closed with the others; every later one is refused.
+        self.stopping = true;
         let closed: Vec<_> = self
             .characters
             .iter()
