@@ -64,7 +64,7 @@ pub struct SessionsResponse {
         BodyRouteErrors,
         (status = 404, description = "`role` names no character", body = ErrorBody),
         (status = 502, description = "The call's websocket could not be opened", body = ErrorBody),
-        (status = 503, description = "The router or the character's session manager did not answer", body = ErrorBody),
+        (status = 503, description = "The router or the character's session manager did not answer, or the server is stopping", body = ErrorBody),
     )
 )]
 async fn attach(
