@@ -525,7 +525,6 @@ fn type_phrase(name: &str) -> &'static str {
 }
 
 /// What a value is, with an article: `an array`, `a string`.
-/// What a JSON value is, in words ("an array").
 pub(crate) fn kind_of(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",

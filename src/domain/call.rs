@@ -34,8 +34,9 @@ fn null_text() -> JsonText {
 #[derive(Debug, Clone)]
 pub struct ToolCall {
     pub name: String,
-    /// The arguments as a parsed JSON object, for logic (see [`parse_arguments`]). Numbers
-    /// beyond an `f64` are rounded here; the callback receives the exact text instead.
+    /// The arguments as a parsed JSON object, for logic and the argument check (see
+    /// [`parse_arguments`]). Numbers beyond an `f64` are rounded here; the callback receives the
+    /// exact text instead.
     pub arguments: Map<String, Value>,
     pub call_id: String,
     /// The exact argument text the model (or the invoke route's client) produced.
@@ -139,7 +140,7 @@ impl ToolCall {
     }
 
     /// A call whose arguments object is `text`, exactly as a client wrote it; `arguments` is its
-    /// parsed form.
+    /// parsed form (the argument check reads it, the callback gets `text`).
     pub fn from_text(
         call_id: String,
         name: String,
