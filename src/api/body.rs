@@ -14,6 +14,7 @@ use actix_web::{FromRequest, HttpRequest};
 use bytes::Bytes;
 use futures_util::future::LocalBoxFuture;
 use futures_util::{FutureExt, StreamExt};
+use serde_json::map::Entry;
 use serde_json::{Map, Value};
 
 use super::error::{ApiError, FieldError};
@@ -229,13 +230,19 @@ impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
         let mut object = Map::new();
         while let Some(key) = map.next_key::<String>()? {
-            if object.contains_key(&key) {
-                return Err(serde::de::Error::custom(format_args!(
-                    "duplicate key {key:?}"
-                )));
+            // One lookup: the key's slot is found (or refused) before its value is read.
+            match object.entry(key) {
+                Entry::Occupied(taken) => {
+                    return Err(serde::de::Error::custom(format_args!(
+                        "duplicate key {:?}",
+                        taken.key()
+                    )));
+                }
+                Entry::Vacant(slot) => {
+                    let UniqueKeys(value) = map.next_value()?;
+                    slot.insert(value);
+                }
             }
-            let UniqueKeys(value) = map.next_value()?;
-            object.insert(key, value);
         }
         Ok(Value::Object(object))
     }
