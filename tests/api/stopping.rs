@@ -15,7 +15,9 @@ use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply};
 use crate::fake_realtime::{AckMode, FakeRealtime};
-use crate::helpers::{TestApp, settings, spawn_app_with, test_client, tool_body};
+use crate::helpers::{
+    TestApp, raw_exchange_async, settings, spawn_app_with, test_client, tool_body,
+};
 use crate::relay::assert_closed_by_server;
 use crate::sdk_app::SdkApp;
 
@@ -183,17 +185,15 @@ async fn relays_and_attachments_that_come_after_the_stop_closed_the_others_are_r
     let refused = json!({"ok": false,
         "detail": "the server is stopping: no new relay, attachment or session is joined"});
 
-    let handshake = awc::Client::new()
-        .ws(format!("ws://{}/v1/realtime?character=Mio", app.addr))
-        .connect()
-        .await;
-    match handshake {
-        Err(awc::error::WsClientError::InvalidResponseStatus(status)) => {
-            assert_eq!(status.as_u16(), 503)
-        }
-        Ok((response, _)) => panic!("the relay opened: {}", response.status()),
-        Err(e) => panic!("{e}"),
-    }
+    // A websocket handshake written by hand: awc will not send `Connection: upgrade` itself.
+    let head = format!(
+        "GET /v1/realtime?character=Mio HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\n\
+         Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        app.host()
+    );
+    let response = raw_exchange_async(app.addr, head.into_bytes()).await;
+    assert_eq!((response.status, response.json()), (503, refused.clone()));
     // The relay opened its model connection before it asked to join; it is closed, both ways.
     fake.wait_until("the refused relay's close upstream", |f| {
         (!f.closes().is_empty()).then_some(())
