@@ -183,7 +183,7 @@ async fn open(origin: &str) -> Result<Connection, SendError> {
 /// A thread's idle connections, by origin, the most recently used last.
 #[derive(Default)]
 struct Pool {
-    idle: HashMap<String, Vec<Idle>>,
+    idle: HashMap<String, Vec<Idle>, foldhash::fast::RandomState>,
     /// A sweep is scheduled on this thread's arbiter.
     sweeping: bool,
     last_sweep: Option<Instant>,

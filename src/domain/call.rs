@@ -374,7 +374,9 @@ fn read_json_body(text: &str) -> Option<ToolAnswer> {
         let value = serde_json::from_str::<JsonText>(trimmed).ok()?;
         return Some(ToolAnswer::output(value));
     }
-    let object = serde_json::from_str::<IndexMap<String, &RawValue>>(trimmed).ok()?;
+    let object =
+        serde_json::from_str::<IndexMap<String, &RawValue, foldhash::fast::RandomState>>(trimmed)
+            .ok()?;
     // A callback's envelope has `output` or `is_error`; any other object is the tool's data.
     if !object.contains_key("output") && !object.contains_key("is_error") {
         return Some(ToolAnswer::output(text_of(trimmed.to_owned())));

@@ -10,6 +10,7 @@ use std::borrow::Borrow;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
+use foldhash::fast::RandomState;
 use indexmap::IndexSet;
 
 use super::callback_url::CallbackOrigin;
@@ -61,7 +62,7 @@ pub struct Effect {
 
 #[derive(Debug, Default, Clone)]
 pub struct ToolRegistry {
-    tools: IndexSet<ByName>,
+    tools: IndexSet<ByName, RandomState>,
 }
 
 /// A tool hashed and compared by its name, so the index needs no key of its own.
