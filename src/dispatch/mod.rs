@@ -194,6 +194,13 @@ impl Dispatcher {
         endpoint: &RemoteEndpoint,
         call: &ToolCall,
     ) -> ToolAnswer {
+        // Declared before the slot, so that when the call is cancelled (dropped) the slot is
+        // given back before the exchange's connection closes: once the plugin sees the close,
+        // the slot is free. (Locals drop in reverse order; nothing runs until it is awaited.)
+        let exchange = std::pin::pin!(tokio::time::timeout(
+            endpoint.timeout,
+            self.exchange(endpoint, call)
+        ));
         let Some(_slot) = InFlight::enter(&self.inner) else {
             return ToolAnswer::error(format!(
                 "too many tool callbacks in flight (dispatch.max_callbacks_in_flight = {}); \
@@ -202,24 +209,21 @@ impl Dispatcher {
             ));
         };
         tracing::debug!(tool = %call.name, call_id = %call.call_id, argument_bytes = call.raw_arguments.len(), "calling remote tool");
-        let (liveness, answer) =
-            match tokio::time::timeout(endpoint.timeout, self.exchange(endpoint, call)).await {
-                Ok(Ok((status, body))) => {
-                    (Liveness::Reachable, map_callback_response(status, &body))
-                }
-                Ok(Err(failure)) => (failure.liveness, ToolAnswer::error(failure.error)),
-                // A connect that takes too long ends in the connector (`CONNECT_TIMEOUT`) and
-                // counts; reaching the tool's own deadline first means the callback went quiet
-                // (or the tool allows less time than a connect may take): a read timeout, which
-                // never counts.
-                Err(_) => (
-                    Liveness::Reachable,
-                    ToolAnswer::error(format!(
-                        "remote tool callback timed out after {} s",
-                        format_seconds(endpoint.timeout)
-                    )),
-                ),
-            };
+        let (liveness, answer) = match exchange.await {
+            Ok(Ok((status, body))) => (Liveness::Reachable, map_callback_response(status, &body)),
+            Ok(Err(failure)) => (failure.liveness, ToolAnswer::error(failure.error)),
+            // A connect that takes too long ends in the connector (`CONNECT_TIMEOUT`) and
+            // counts; reaching the tool's own deadline first means the callback went quiet
+            // (or the tool allows less time than a connect may take): a read timeout, which
+            // never counts.
+            Err(_) => (
+                Liveness::Reachable,
+                ToolAnswer::error(format!(
+                    "remote tool callback timed out after {} s",
+                    format_seconds(endpoint.timeout)
+                )),
+            ),
+        };
         self.record(tool, liveness).await;
         answer
     }
