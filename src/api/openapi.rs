@@ -143,7 +143,7 @@ mod tests {
     fn bodies() -> Vec<(&'static str, Parse)> {
         vec![
             ("RegisterBody", |b| {
-                RegisterRequest::parse(b, "127.0.0.1:48911".parse().unwrap()).map(drop)
+                RegisterRequest::parse(b.clone(), "127.0.0.1:48911".parse().unwrap()).map(drop)
             }),
             ("UnregisterBody", |b| UnregisterRequest::parse(b).map(drop)),
             ("ClearBody", |b| ClearRequest::parse(b).map(drop)),

@@ -78,11 +78,13 @@ type Checked<T> = Result<T, Vec<FieldError>>;
 impl RegisterRequest {
     /// `server` is the address this server listens on: a callback there would be the server
     /// calling itself.
-    pub fn parse(body: &Map<String, Value>, server: SocketAddr) -> Checked<Self> {
-        let mut f = Fields::new(body);
+    pub fn parse(mut body: Map<String, Value>, server: SocketAddr) -> Checked<Self> {
+        // The schema becomes the tool's: moved out of the body, not copied.
+        let schema = body.get_mut("parameters").map(Value::take);
+        let mut f = Fields::new(&body);
         let name = f.name("name");
         let description = f.string_or("description", "");
-        let parameters = f.parameters("parameters");
+        let parameters = f.parameters("parameters", schema);
         let callback_url = f.callback_url("callback_url", server);
         let role = f.role();
         let source = f.non_empty_string_or("source", DEFAULT_SOURCE);
@@ -330,39 +332,33 @@ impl<'a> Fields<'a> {
             .filter(|r| !r.is_empty())
     }
 
-    fn object_or(
-        &mut self,
-        field: &str,
-        default: impl FnOnce() -> Map<String, Value>,
-    ) -> Option<Map<String, Value>> {
-        match self.body.get(field) {
-            None => Some(default()),
-            Some(Value::Object(map)) => Some(map.clone()),
-            Some(_) => {
-                self.object(field);
-                None
-            }
-        }
-    }
-
     /// Checks that a field is absent or an object, without taking it.
     fn object(&mut self, field: &str) {
         if self.body.get(field).is_some_and(|v| !v.is_object()) {
-            self.fail(
-                field,
-                "dict_type",
-                "Input should be a valid dictionary (a JSON object)",
-            );
+            self.not_an_object(field);
         }
     }
 
+    fn not_an_object(&mut self, field: &str) {
+        self.fail(
+            field,
+            "dict_type",
+            "Input should be a valid dictionary (a JSON object)",
+        );
+    }
+
     /// `parameters`: a JSON Schema (draft 2020-12) describing an object, compiled once here.
-    /// Every problem of the schema is its own error at this field.
-    fn parameters(&mut self, field: &str) -> Option<Parameters> {
-        if !self.body.contains_key(field) {
-            return Some(empty_parameters());
-        }
-        let schema = self.object_or(field, Map::new)?;
+    /// Every problem of the schema is its own error at this field. `value` is the field, taken
+    /// out of the body (`None`: absent).
+    fn parameters(&mut self, field: &str, value: Option<Value>) -> Option<Parameters> {
+        let schema = match value {
+            None => return Some(empty_parameters()),
+            Some(Value::Object(schema)) => schema,
+            Some(_) => {
+                self.not_an_object(field);
+                return None;
+            }
+        };
         match Parameters::new(schema) {
             Ok(parameters) => Some(parameters),
             Err(SchemaError::Invalid { problems }) => {
@@ -530,7 +526,7 @@ mod tests {
     #[test]
     fn register_defaults() {
         let r = RegisterRequest::parse(
-            &body(json!({
+            body(json!({
                 "name": "get_weather",
                 "callback_url": "http://127.0.0.1:9333/cb"
             })),
@@ -553,7 +549,7 @@ mod tests {
     #[test]
     fn register_collects_every_failure() {
         let errors = RegisterRequest::parse(
-            &body(json!({
+            body(json!({
                 "name": null,
                 "description": 5,
                 "parameters": [],
@@ -585,7 +581,7 @@ mod tests {
         let long = "名".repeat(65);
         let parse = |n: &str| {
             RegisterRequest::parse(
-                &body(json!({"name": n, "callback_url": "http://localhost/cb"})),
+                body(json!({"name": n, "callback_url": "http://localhost/cb"})),
                 server(),
             )
         };
@@ -603,7 +599,7 @@ mod tests {
     fn timeout_bounds() {
         let parse = |t: Value| {
             RegisterRequest::parse(
-                &body(
+                body(
                     json!({"name": "n", "callback_url": "http://localhost/cb", "timeout_seconds": t}),
                 ),
                 server(),
@@ -684,7 +680,7 @@ mod tests {
     #[test]
     fn a_callback_on_this_server_is_refused() {
         let parse = |url: &str| {
-            RegisterRequest::parse(&body(json!({"name": "n", "callback_url": url})), server())
+            RegisterRequest::parse(body(json!({"name": "n", "callback_url": url})), server())
         };
         for url in [
             "http://127.0.0.1:48911/api/tools/invoke",

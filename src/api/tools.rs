@@ -51,7 +51,7 @@ async fn register(
     state: web::Data<AppState>,
     JsonObject(body): JsonObject,
 ) -> Result<HttpResponse, ApiError> {
-    let request = RegisterRequest::parse(&body, state.local_addr).map_err(ApiError::Validation)?;
+    let request = RegisterRequest::parse(body, state.local_addr).map_err(ApiError::Validation)?;
     let name = request.tool.name.clone();
     let report = ask_router(
         &state,

@@ -263,7 +263,8 @@ struct CompiledTable {
 
 impl CompiledSchemas {
     fn get_or_compile(&self, schema: &Value) -> Result<Arc<Validator>, SchemaError> {
-        let key = schema.to_string();
+        // Written straight to a buffer: `Display` goes through the formatter piece by piece.
+        let key = serde_json::to_string(schema).expect("a JSON value serialises");
         if let Some(validator) = self.table().validators.get(&key).and_then(Weak::upgrade) {
             return Ok(validator);
         }
@@ -287,16 +288,17 @@ impl CompiledSchemas {
 
 /// The schema as the model sees it: `"type": "object"` first when absent (the only shape
 /// OpenAI-compatible sessions accept), and `"properties": {}` when absent.
-fn for_the_model(schema: Map<String, Value>) -> Map<String, Value> {
-    let mut out = Map::with_capacity(schema.len() + 2);
-    if !schema.contains_key("type") {
-        out.insert("type".into(), Value::String("object".into()));
+fn for_the_model(mut schema: Map<String, Value>) -> Map<String, Value> {
+    if !schema.contains_key("properties") {
+        schema.insert("properties".into(), Value::Object(Map::new()));
     }
-    let has_properties = schema.contains_key("properties");
+    if schema.contains_key("type") {
+        return schema;
+    }
+    // `type` goes first: the map is rebuilt around it.
+    let mut out = Map::with_capacity(schema.len() + 1);
+    out.insert("type".into(), Value::String("object".into()));
     out.extend(schema);
-    if !has_properties {
-        out.insert("properties".into(), Value::Object(Map::new()));
-    }
     out
 }
 

@@ -273,7 +273,7 @@ proptest! {
 
 /// Every route's decoding of `body`: a request that keeps the rules, or failures at `body.*`.
 fn check_every_route(body: &Map<String, Value>) {
-    match RegisterRequest::parse(body, "127.0.0.1:48911".parse().unwrap()) {
+    match RegisterRequest::parse(body.clone(), "127.0.0.1:48911".parse().unwrap()) {
         Ok(request) => {
             let name = &request.tool.name;
             let chars = name.chars().count();
