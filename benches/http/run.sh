@@ -18,11 +18,16 @@
 #              with a live session to a fake model calling the tool in a closed loop, in client
 #              and relay mode, answered by the nginx callback; with its floor (wrk at nginx, 1
 #              connection). Not in the default list: run it by name.
+#   hop        what one actor round trip from a handler costs (benches/actor_hop.rs: a server with
+#              a route that answers at once and one that first asks an actor), with the actor on
+#              the system thread (as the router) or on the first HTTP worker, at 2 and 1 workers.
+#              Not in the default list: run it by name.
 #   (default: all of them, the floor first)
 # The server logs at its default level (info) to a file unless RUST_LOG says otherwise.
 # env: RUNS=3 DURATION=10s CONNS=16 WARMUP=2s WRK_CHECK=1 LIST_TOOLS=26 PORT=48999
 #      GRID="1 8 64" (characters of the register and callpath suites)  SKIP_BUILD=1 (use the built
 #      binary)  MODES="client relay" (session modes of the callpath suite)
+#      HOP_WORKERS="2 1" HOP_ACTOR="system worker" (the layouts of the hop suite)
 #      RUNTIME_TOOLS_BIN=PATH (measure that server binary instead, e.g. an older build to compare)
 # Every run prints `SCENARIO runN rps=… p50_ms=… p99_ms=… … cpu_us_per_req=…`; the summary at
 # the end gives each scenario's median and its ratio to the median floor of this invocation.
@@ -172,6 +177,29 @@ proxy_suite() {
   proxy_stop
 }
 
+hop_suite() {
+  local exe w on
+  exe=$(cargo bench --quiet --bench actor_hop --no-run --message-format=json 2>/dev/null \
+    | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+  [ -x "$exe" ] || { echo "actor_hop bench did not build" >&2; exit 1; }
+  for w in ${HOP_WORKERS:-2 1}; do
+    for on in ${HOP_ACTOR:-system worker}; do
+      "$exe" --port "$PORT" --workers "$w" --actor-on "$on" >"$WORK/hop.out" 2>"$WORK/hop.err" &
+      SERVER_PID=$!
+      local deadline=$((SECONDS + 30))
+      until grep -q '^listening on' "$WORK/hop.out" 2>/dev/null; do
+        if ! kill -0 "$SERVER_PID" 2>/dev/null || [ $SECONDS -gt $deadline ]; then
+          echo "actor_hop did not start:" >&2; cat "$WORK/hop.err" >&2; exit 1
+        fi
+        sleep 0.1
+      done
+      HOP_PATH=/bare measure "hop-bare-w$w-$on" "$HERE/hop.lua" "$BASE" "$SERVER_PID"
+      HOP_PATH=/hop measure "hop-actor-w$w-$on" "$HERE/hop.lua" "$BASE" "$SERVER_PID"
+      server_stop
+    done
+  done
+}
+
 callpath_suite() {
   local mode n line
   measure floor-callback-conn1 "$HERE/callback.lua" "$CALLBACK" "$(nginx_pids)" 1
@@ -199,6 +227,7 @@ for suite in "${SUITES[@]}"; do
     memory) memory_suite ;;
     proxy) proxy_suite ;;
     callpath) callpath_suite ;;
+    hop) hop_suite ;;
     *) echo "unknown suite $suite" >&2; exit 2 ;;
   esac
 done
@@ -207,7 +236,7 @@ done
 echo
 echo "# summary: medians over runs (errors: the worst run); ratio = rps / floor-callback rps (floor-callback-conn1 for *-conn1)"
 awk '
-  /^floor|^register|^invoke|^list|^proxy/ && / run[0-9]+ / {
+  /^floor|^register|^invoke|^list|^proxy|^hop/ && / run[0-9]+ / {
     s=$1; n[s]++
     for (i=3; i<=NF; i++) { split($i, kv, "="); v[s, kv[1], n[s]] = kv[2] }
     if (!(s in seen)) { seen[s]=1; order[++m]=s }
