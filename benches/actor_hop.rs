@@ -12,8 +12,9 @@
 //! on that worker stays on its thread); by default (`--actor-on system`) it runs on the actix
 //! system's thread, where the server keeps its router and managers, so every hop crosses threads.
 //! Figures and method: docs/benchmarks.md ("What a hop between threads costs"). Run:
-//! `cargo bench --bench actor_hop -- --port P [--workers N] [--actor-on system|worker]`; it
-//! prints `listening on http://ADDR` and serves until stopped.
+//! `cargo bench --bench actor_hop -- --port P [--workers N] [--actor-on system|worker]` (port 0:
+//! any free port); it prints `listening on http://ADDR` and serves until stopped. Without
+//! `--port` it does nothing, so a plain `cargo bench` passes it by.
 
 use std::sync::{Arc, Mutex};
 
@@ -51,7 +52,8 @@ async fn hop(counter: web::Data<Addr<Counter>>, body: web::Bytes) -> HttpRespons
 }
 
 struct Options {
-    port: u16,
+    /// `None`: not asked to serve (a plain `cargo bench` runs every bench target).
+    port: Option<u16>,
     workers: usize,
     on_worker: bool,
 }
@@ -59,7 +61,7 @@ struct Options {
 fn options() -> Options {
     let args: Vec<String> = std::env::args().collect();
     let mut options = Options {
-        port: 0,
+        port: None,
         workers: 2,
         on_worker: false,
     };
@@ -67,7 +69,7 @@ fn options() -> Options {
     while i < args.len() {
         let value = args.get(i + 1).map(String::as_str).unwrap_or_default();
         match args[i].as_str() {
-            "--port" => options.port = value.parse().expect("--port takes a number"),
+            "--port" => options.port = Some(value.parse().expect("--port takes a number")),
             "--workers" => options.workers = value.parse().expect("--workers takes a number"),
             "--actor-on" => {
                 options.on_worker = match value {
@@ -90,6 +92,10 @@ fn options() -> Options {
 
 fn main() -> std::io::Result<()> {
     let options = options();
+    let Some(port) = options.port else {
+        eprintln!("actor_hop serves only when given --port: run it with benches/http/run.sh hop");
+        return Ok(());
+    };
     actix_web::rt::System::new().block_on(async move {
         // On a worker: the mailbox exists now, the actor is started by the first worker's
         // factory (actix-server builds the workers one after the other, before accepting).
@@ -111,7 +117,7 @@ fn main() -> std::io::Result<()> {
                 .route("/hop", web::post().to(hop))
         })
         .workers(options.workers)
-        .bind(("127.0.0.1", options.port))?;
+        .bind(("127.0.0.1", port))?;
         println!("listening on http://{}", server.addrs()[0]);
         server.run().await
     })

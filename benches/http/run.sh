@@ -180,7 +180,7 @@ proxy_suite() {
 hop_suite() {
   local exe w on
   exe=$(cargo bench --quiet --bench actor_hop --no-run --message-format=json 2>/dev/null \
-    | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
+    | grep '"name":"actor_hop"' | sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -1)
   [ -x "$exe" ] || { echo "actor_hop bench did not build" >&2; exit 1; }
   for w in ${HOP_WORKERS:-2 1}; do
     for on in ${HOP_ACTOR:-system worker}; do

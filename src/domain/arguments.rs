@@ -970,6 +970,16 @@ mod tests {
             Value::Object(p.schema().clone()),
             json!({"type": "object", "properties": {}})
         );
+        // An added `properties` goes last, whether or not `type` had to be added first.
+        let p = parameters(json!({"description": "d", "additionalProperties": false}));
+        let keys: Vec<&String> = p.schema().keys().collect();
+        assert_eq!(
+            keys,
+            ["type", "description", "additionalProperties", "properties"]
+        );
+        let p = parameters(json!({"description": "d", "type": "object"}));
+        let keys: Vec<&String> = p.schema().keys().collect();
+        assert_eq!(keys, ["description", "type", "properties"]);
     }
 
     fn schema_error(v: Value) -> SchemaError {
