@@ -61,12 +61,15 @@ server_start() {  # server_start CHARACTERS [WORKERS]
   local args=(serve --bind "127.0.0.1:$PORT") k
   for k in $(seq 0 $(($1 - 1))); do args+=(--character "role$k"); done
   if [ -n "${2:-}" ]; then args+=(--workers "$2"); fi
-  "$BIN" "${args[@]}" >"$WORK/server.out" 2>"$WORK/server.err" &
+  serve "$BIN" "${args[@]}"
+}
+serve() {  # serve PROGRAM ARGS...: starts it as SERVER_PID, waits for its "listening on" line
+  "$@" >"$WORK/server.out" 2>"$WORK/server.err" &
   SERVER_PID=$!
   local deadline=$((SECONDS + 30))
   until grep -q '^listening on' "$WORK/server.out" 2>/dev/null; do
     if ! kill -0 "$SERVER_PID" 2>/dev/null || [ $SECONDS -gt $deadline ]; then
-      echo "server did not start:" >&2; cat "$WORK/server.err" >&2; exit 1
+      echo "$(basename "$1") did not start:" >&2; cat "$WORK/server.err" >&2; exit 1
     fi
     sleep 0.1
   done
@@ -184,15 +187,7 @@ hop_suite() {
   [ -x "$exe" ] || { echo "actor_hop bench did not build" >&2; exit 1; }
   for w in ${HOP_WORKERS:-2 1}; do
     for on in ${HOP_ACTOR:-system worker}; do
-      "$exe" --port "$PORT" --workers "$w" --actor-on "$on" >"$WORK/hop.out" 2>"$WORK/hop.err" &
-      SERVER_PID=$!
-      local deadline=$((SECONDS + 30))
-      until grep -q '^listening on' "$WORK/hop.out" 2>/dev/null; do
-        if ! kill -0 "$SERVER_PID" 2>/dev/null || [ $SECONDS -gt $deadline ]; then
-          echo "actor_hop did not start:" >&2; cat "$WORK/hop.err" >&2; exit 1
-        fi
-        sleep 0.1
-      done
+      serve "$exe" --port "$PORT" --workers "$w" --actor-on "$on"
       HOP_PATH=/bare measure "hop-bare-w$w-$on" "$HERE/hop.lua" "$BASE" "$SERVER_PID"
       HOP_PATH=/hop measure "hop-actor-w$w-$on" "$HERE/hop.lua" "$BASE" "$SERVER_PID"
       server_stop
