@@ -24,6 +24,8 @@ use serde::Serialize;
 use sse_stream::Sse;
 use tokio::sync::mpsc;
 
+use crate::domain::role::RoleName;
+
 /// Events kept for `Last-Event-ID` resumption: enough for a client that reconnects within a
 /// busy minute, small enough (a few hundred bytes each) to never matter for memory.
 pub const RING_CAPACITY: usize = 1024;
@@ -90,7 +92,7 @@ pub enum Scope {
     /// Every subscriber.
     All,
     /// Subscribers of these roles, and those without a role filter.
-    Roles(Vec<String>),
+    Roles(Vec<RoleName>),
 }
 
 impl Scope {
@@ -174,7 +176,7 @@ pub struct ToolsChanged<'a, F> {
     pub name: Option<&'a str>,
     /// The source, for register, clear, auto-removal and MCP.
     pub source: Option<&'a str>,
-    pub affected_roles: &'a [String],
+    pub affected_roles: &'a [RoleName],
     pub failed_roles: &'a [F],
 }
 
@@ -332,7 +334,7 @@ impl EventHub {
     /// `tools.changed` for the roles of a change report.
     pub fn tools_changed<F: Serialize>(&self, change: &ToolsChanged<'_, F>, failed: &[&str]) {
         let mut roles = change.affected_roles.to_vec();
-        roles.extend(failed.iter().map(|r| (*r).to_owned()));
+        roles.extend(failed.iter().map(|r| RoleName::from(*r)));
         self.publish(EventKind::ToolsChanged, Scope::Roles(roles), change);
     }
 
@@ -340,7 +342,7 @@ impl EventHub {
     pub fn session_state<R: Serialize>(&self, role: &str, report: &R) {
         self.publish(
             EventKind::SessionState,
-            Scope::Roles(vec![role.to_owned()]),
+            Scope::Roles(vec![role.into()]),
             &SessionState { role, report },
         );
     }
@@ -349,7 +351,7 @@ impl EventHub {
     pub fn tool_call(&self, call: &ToolCallFinished<'_>) {
         self.publish(
             EventKind::ToolCall,
-            Scope::Roles(vec![call.role.to_owned()]),
+            Scope::Roles(vec![call.role.into()]),
             call,
         );
     }
@@ -550,7 +552,7 @@ mod tests {
                 op: ChangeOp::Register,
                 name: Some("t"),
                 source: Some("s"),
-                affected_roles: &["B".to_owned()],
+                affected_roles: &["B".into()],
                 failed_roles: &[],
             },
             &["A"],
@@ -664,7 +666,7 @@ mod tests {
                 op: ChangeOp::AutoRemoved,
                 name: None,
                 source: Some("plugin:x"),
-                affected_roles: &["A".to_owned()],
+                affected_roles: &["A".into()],
                 failed_roles: &[Failure {
                     role: "B",
                     error: "boom",

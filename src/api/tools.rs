@@ -17,6 +17,7 @@ use crate::actors::router::{
     ChangeReport, ClearSource, RegisterTool, RoleFailure, RoleTools, UnregisterTool,
 };
 use crate::dispatch::LOCAL_TOOL_TIMEOUT;
+use crate::domain::role::RoleName;
 
 pub fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/register").route(web::post().to(register)))
@@ -79,7 +80,8 @@ pub struct RegisterResponse {
     /// The tool's name.
     pub registered: String,
     /// Characters that now have the tool (and whose session acknowledged it).
-    pub affected_roles: Vec<String>,
+    #[schema(value_type = Vec<String>)]
+    pub affected_roles: Vec<RoleName>,
     /// Characters that could not take it, and why.
     pub failed_roles: Vec<RoleFailure>,
     /// `"no role accepted the registration"`, present only when `ok` is false.
@@ -138,7 +140,8 @@ pub struct UnregisterResponse {
     pub removed: bool,
     pub name: String,
     /// Characters the tool was actually removed from.
-    pub affected_roles: Vec<String>,
+    #[schema(value_type = Vec<String>)]
+    pub affected_roles: Vec<RoleName>,
     pub failed_roles: Vec<RoleFailure>,
 }
 
@@ -186,7 +189,8 @@ pub struct ClearResponse {
     pub removed: usize,
     pub source: String,
     /// Characters that lost at least one tool.
-    pub affected_roles: Vec<String>,
+    #[schema(value_type = Vec<String>)]
+    pub affected_roles: Vec<RoleName>,
     pub failed_roles: Vec<RoleFailure>,
 }
 

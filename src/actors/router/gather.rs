@@ -17,13 +17,14 @@ use super::directory::Directory;
 use super::{ChangeReport, RoleFailure};
 use crate::actors::manager::{ChangeOutcome, ManagerGone};
 use crate::domain::failures::SharedFailures;
+use crate::domain::role::RoleName;
 
 /// The text of a character whose manager stopped (a panic) with the change in its mailbox.
 pub const STOPPED_BEFORE_ANSWERING: &str = "session manager stopped before answering";
 
 /// One target of a change: its character, the incarnation of its manager, and its answer.
 pub(super) struct Target {
-    pub role: String,
+    pub role: RoleName,
     pub generation: u64,
     pub reply: Reply,
 }
@@ -66,7 +67,7 @@ pub(super) async fn gather(mut targets: Vec<Target>, how: Gathering) -> ChangeRe
             let _ = how
                 .router
                 .send(ManagerGone {
-                    character: target.role.clone(),
+                    character: target.role.to_string(),
                     generation: target.generation,
                 })
                 .await;
@@ -85,16 +86,22 @@ pub(super) async fn gather(mut targets: Vec<Target>, how: Gathering) -> ChangeRe
             Reply::Answered(ChangeOutcome { removed, sync }) => {
                 report.removed += removed;
                 match sync {
-                    Err(error) => report.failed_roles.push(RoleFailure { role, error }),
+                    Err(error) => report.failed_roles.push(RoleFailure {
+                        role: role.into(),
+                        error,
+                    }),
                     Ok(()) if how.adds || removed > 0 => report.affected_roles.push(role),
                     Ok(()) => {}
                 }
             }
             Reply::Stopped => report.failed_roles.push(RoleFailure {
-                role,
+                role: role.into(),
                 error: STOPPED_BEFORE_ANSWERING.to_owned(),
             }),
-            Reply::Failed(error) => report.failed_roles.push(RoleFailure { role, error }),
+            Reply::Failed(error) => report.failed_roles.push(RoleFailure {
+                role: role.into(),
+                error,
+            }),
             Reply::Waiting(_) => unreachable!("settle settles every reply"),
         }
     }

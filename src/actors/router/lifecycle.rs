@@ -106,7 +106,7 @@ impl Router {
         let tools = empty_cell();
         let (manager, generation) = self.start_manager(&name, &session, &tools, []);
         self.characters.push(super::Character {
-            name,
+            name: name.into(),
             session,
             manager,
             generation,

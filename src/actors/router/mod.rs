@@ -30,6 +30,7 @@ use crate::config::{CharacterSettings, DispatchSettings};
 use crate::dispatch::Dispatcher;
 use crate::domain::failures::SharedFailures;
 use crate::domain::registry::Change;
+use crate::domain::role::RoleName;
 use crate::domain::snapshot::ToolCell;
 use crate::events::EventHub;
 use crate::session::settings::SessionSettings;
@@ -63,7 +64,7 @@ pub const SYNC_REPLY_MARGIN: Duration = Duration::from_secs(1);
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ChangeReport {
     /// Characters whose tools changed and whose session took the new list.
-    pub affected_roles: Vec<String>,
+    pub affected_roles: Vec<RoleName>,
     /// Characters that could not take the change (or its sync), and why.
     pub failed_roles: Vec<RoleFailure>,
     /// Registry entries removed, summed over the characters whose manager answered
@@ -119,7 +120,7 @@ fn character_required_text(with_sessions: &[String]) -> String {
 }
 
 struct Character {
-    name: String,
+    name: RoleName,
     session: Option<SessionSettings>,
     manager: Addr<SessionManager>,
     /// Incarnation of `manager`; a [`ManagerGone`] for an older one is stale.
@@ -217,7 +218,7 @@ impl Router {
             self.characters
                 .iter()
                 .map(|c| directory::Listed {
-                    character: c.name.clone(),
+                    character: c.name.to_string(),
                     tools: c.tools.clone(),
                 })
                 .collect(),

@@ -70,7 +70,7 @@ impl Handler<ListCharacters> for Router {
     type Result = Vec<String>;
 
     fn handle(&mut self, _: ListCharacters, _: &mut Self::Context) -> Self::Result {
-        self.characters.iter().map(|c| c.name.clone()).collect()
+        self.characters.iter().map(|c| c.name.to_string()).collect()
     }
 }
 
@@ -82,7 +82,7 @@ impl Handler<ListSessions> for Router {
             .characters
             .iter()
             .map(|c| {
-                let role = c.name.clone();
+                let role = c.name.to_string();
                 let reply = c.manager.send(ReportSession).timeout(MANAGER_REPLY_TIMEOUT);
                 async move { (role, reply.await.unwrap_or_else(|_| SessionReport::none())) }
             })

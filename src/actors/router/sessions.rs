@@ -87,7 +87,7 @@ impl Handler<ResolveRelay> for Router {
                     [only] => *only,
                     _ => {
                         return Err(RouterError::CharacterRequired(
-                            with.iter().map(|c| c.name.clone()).collect(),
+                            with.iter().map(|c| c.name.to_string()).collect(),
                         ));
                     }
                 }
@@ -96,9 +96,9 @@ impl Handler<ResolveRelay> for Router {
         let settings = character
             .session
             .clone()
-            .ok_or_else(|| RouterError::NoSession(character.name.clone()))?;
+            .ok_or_else(|| RouterError::NoSession(character.name.to_string()))?;
         Ok(RelayTarget {
-            character: character.name.clone(),
+            character: character.name.to_string(),
             settings,
         })
     }
