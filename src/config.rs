@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
+use crate::chat::settings::{ChatSettings, FileChat};
 use crate::events::EventSettings;
 use crate::mcp::settings::{FileMcpServer, McpServerSettings, servers_from_file};
 use crate::session::settings::{FileSession, SessionSettings};
@@ -69,6 +70,8 @@ pub struct CharacterSettings {
     pub name: String,
     /// The character's live model session, if it has one.
     pub session: Option<SessionSettings>,
+    /// The character's text chat upstream (`POST /v1/chat/completions`), if it has one.
+    pub chat: Option<ChatSettings>,
 }
 
 impl CharacterSettings {
@@ -77,6 +80,7 @@ impl CharacterSettings {
         Self {
             name: name.into(),
             session: None,
+            chat: None,
         }
     }
 }
@@ -134,6 +138,7 @@ struct FileDispatch {
 struct FileCharacter {
     name: String,
     session: Option<FileSession>,
+    chat: Option<FileChat>,
 }
 
 impl Settings {
@@ -190,6 +195,12 @@ impl Settings {
                     .into_settings()
                     .with_context(|| format!("in `character[{i}].session`"))?;
                 settings.characters[i].session = Some(session);
+            }
+            if let Some(chat) = c.chat {
+                let chat = chat
+                    .into_settings()
+                    .with_context(|| format!("in `character[{i}].chat`"))?;
+                settings.characters[i].chat = Some(chat);
             }
         }
         settings.mcp_servers = servers_from_file(file.mcp_server, &settings.character_names())?;
@@ -348,6 +359,26 @@ mod tests {
         assert_eq!(mode("mode = \"relay\"\n"), SessionMode::Relay);
         let e = error_of(&session("mode = \"proxy\"\n"));
         assert!(e.contains("mode") && e.contains("proxy"), "{e}");
+    }
+
+    #[test]
+    fn a_characters_chat_is_read_and_its_mistakes_named() {
+        let chat = |extra: &str| {
+            format!(
+                "[[character]]\nname = \"Mio\"\n[character.chat]\nurl = \"http://127.0.0.1:11434/v1\"\n{extra}"
+            )
+        };
+        let s = Settings::from_toml(&chat("model = \"qwen2.5\"\n")).unwrap();
+        let settings = s.characters[0].chat.as_ref().unwrap();
+        assert_eq!(settings.model.as_deref(), Some("qwen2.5"));
+        assert_eq!(settings.max_tool_rounds, 3);
+        let e = error_of(&chat("max_tool_rounds = 40\n"));
+        assert!(
+            e.contains("character[0].chat") && e.contains("max_tool_rounds"),
+            "{e}"
+        );
+        let e = error_of(&chat("colour = 1\n"));
+        assert!(e.contains("colour"), "{e}");
     }
 
     #[test]

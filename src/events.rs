@@ -25,6 +25,7 @@ use sse_stream::Sse;
 use tokio::sync::mpsc;
 
 use crate::domain::role::RoleName;
+use crate::session::ConnectionKind;
 
 /// Events kept for `Last-Event-ID` resumption: enough for a client that reconnects within a
 /// busy minute, small enough (a few hundred bytes each) to never matter for memory.
@@ -72,6 +73,9 @@ pub enum EventKind {
     SessionState,
     /// A tool call finished.
     ToolCall,
+    /// A character's chat endpoint changed: a model refused tools (or is offered them again),
+    /// a request failed, or the tools left out for clashes changed.
+    ChatState,
 }
 
 impl EventKind {
@@ -82,6 +86,7 @@ impl EventKind {
             EventKind::ToolsChanged => "tools.changed",
             EventKind::SessionState => "session.state",
             EventKind::ToolCall => "tool.call",
+            EventKind::ChatState => "chat.state",
         }
     }
 }
@@ -208,6 +213,10 @@ pub struct ToolCallFinished<'a> {
     pub source: Option<&'a str>,
     pub call_id: &'a str,
     pub caller: Caller,
+    /// The kind of session whose model made the call (`client`, `relay`, `attach`, `chat`);
+    /// absent for an invoke.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kind: Option<ConnectionKind>,
     /// Wall time from the call's start to its result, in milliseconds.
     pub duration_ms: f64,
     pub is_error: bool,
@@ -342,6 +351,15 @@ impl EventHub {
     pub fn session_state<R: Serialize>(&self, role: &str, report: &R) {
         self.publish(
             EventKind::SessionState,
+            Scope::Roles(vec![role.into()]),
+            &SessionState { role, report },
+        );
+    }
+
+    /// `chat.state` of one role: its chat endpoint's report (`R`).
+    pub fn chat_state<R: Serialize>(&self, role: &str, report: &R) {
+        self.publish(
+            EventKind::ChatState,
             Scope::Roles(vec![role.into()]),
             &SessionState { role, report },
         );
@@ -496,6 +514,7 @@ mod tests {
             source: Some("s"),
             call_id,
             caller: Caller::Invoke,
+            kind: None,
             duration_ms: 1.5,
             is_error: false,
         });

@@ -9,6 +9,7 @@
 
 pub mod actors;
 pub mod api;
+pub mod chat;
 pub mod config;
 pub mod demo;
 pub mod dispatch;

@@ -111,6 +111,18 @@ impl Application {
                     .api_key()
                     .with_context(|| format!("character {:?}", c.name))?;
             }
+            if let Some(chat) = &c.chat {
+                chat.api_key()
+                    .with_context(|| format!("character {:?}", c.name))?;
+                if reaches_this_server(&chat.url, local_addr) {
+                    anyhow::bail!(
+                        "character {:?}: chat.url {} is this server's own chat endpoint: \
+                         requests would loop; point it at the chat model's server",
+                        c.name,
+                        chat.url
+                    );
+                }
+            }
         }
         let events = EventHub::new(&settings.events);
         let (router, dispatcher) = Router::launch(
@@ -241,6 +253,15 @@ fn warn_non_loopback_bind(bind: SocketAddr) {
     );
     eprintln!("\n{}\n{text}\n{}\n", "!".repeat(78), "!".repeat(78));
     tracing::warn!(bind = %bind, "{text}");
+}
+
+/// Whether `url` names this server's own address (a chat upstream that would be itself).
+fn reaches_this_server(url: &str, local: SocketAddr) -> bool {
+    let Ok(url) = url::Url::parse(url) else {
+        return false;
+    };
+    crate::domain::callback_url::CallbackUrl::parse(url.as_str())
+        .is_ok_and(|callback| callback.reaches(local))
 }
 
 /// A listening socket on `addr`; an IPv6 wildcard also accepts IPv4 (dual-stack).

@@ -264,6 +264,7 @@ fn kind_name(kind: ConnectionKind) -> &'static str {
         ConnectionKind::Relay => "relay",
         ConnectionKind::Attach => "attach",
         ConnectionKind::Embedded => "embedded",
+        ConnectionKind::Chat => "chat",
     }
 }
 

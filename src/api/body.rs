@@ -45,7 +45,7 @@ impl FromRequest for JsonObject {
     type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let body = read_body(req, payload);
+        let body = read_body(req, payload, MAX_BODY_BYTES);
         Box::pin(async move { parse_object(&body.await?).map(JsonObject) })
     }
 }
@@ -55,7 +55,7 @@ impl FromRequest for JsonObjectText {
     type Future = LocalBoxFuture<'static, Result<Self, ApiError>>;
 
     fn from_request(req: &HttpRequest, payload: &mut Payload) -> Self::Future {
-        let body = read_body(req, payload);
+        let body = read_body(req, payload, MAX_BODY_BYTES);
         Box::pin(async move {
             let text = body.await?;
             let object = parse_object(&text)?;
@@ -64,12 +64,14 @@ impl FromRequest for JsonObjectText {
     }
 }
 
-/// The whole body, within the size and time limits, once the headers pass.
-fn read_body(
+/// The whole body, within `limit` bytes and the time limit, once the headers pass (a JSON
+/// content type, a declared length within the limit).
+pub fn read_body(
     req: &HttpRequest,
     payload: &mut Payload,
+    limit: usize,
 ) -> impl std::future::Future<Output = Result<Vec<u8>, ApiError>> + 'static {
-    let checked = check_headers(req);
+    let checked = check_headers(req, limit);
     let mut payload = payload.take();
     async move {
         checked?;
@@ -78,14 +80,14 @@ fn read_body(
         // without arming the timer.
         loop {
             match payload.next().now_or_never() {
-                Some(Some(chunk)) => append(&mut body, chunk)?,
+                Some(Some(chunk)) => append(&mut body, chunk, limit)?,
                 Some(None) => return Ok(body),
                 None => break,
             }
         }
         let rest = async {
             while let Some(chunk) = payload.next().await {
-                append(&mut body, chunk)?;
+                append(&mut body, chunk, limit)?;
             }
             Ok(body)
         };
@@ -96,7 +98,11 @@ fn read_body(
 }
 
 /// Adds one chunk of the body, within the size limit.
-fn append(body: &mut Vec<u8>, chunk: Result<Bytes, PayloadError>) -> Result<(), ApiError> {
+fn append(
+    body: &mut Vec<u8>,
+    chunk: Result<Bytes, PayloadError>,
+    limit: usize,
+) -> Result<(), ApiError> {
     let chunk = chunk.map_err(|e| {
         ApiError::Validation(vec![FieldError::body(
             "",
@@ -104,21 +110,21 @@ fn append(body: &mut Vec<u8>, chunk: Result<Bytes, PayloadError>) -> Result<(), 
             format!("request body could not be read: {e}"),
         )])
     })?;
-    if body.len() + chunk.len() > MAX_BODY_BYTES {
-        return Err(ApiError::PayloadTooLarge(MAX_BODY_BYTES));
+    if body.len() + chunk.len() > limit {
+        return Err(ApiError::PayloadTooLarge(limit));
     }
     body.extend_from_slice(&chunk);
     Ok(())
 }
 
-fn check_headers(req: &HttpRequest) -> Result<(), ApiError> {
+fn check_headers(req: &HttpRequest, limit: usize) -> Result<(), ApiError> {
     let declared = req
         .headers()
         .get(CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-        return Err(ApiError::PayloadTooLarge(MAX_BODY_BYTES));
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(ApiError::PayloadTooLarge(limit));
     }
     let content_type = req
         .headers()
@@ -279,7 +285,7 @@ mod tests {
     #[test]
     fn a_body_already_arrived_is_read_at_once() {
         let mut payload = body_of(&[b"{\"a\":", b"1}"], true);
-        let body = read_body(&json_request(), &mut payload).now_or_never();
+        let body = read_body(&json_request(), &mut payload, MAX_BODY_BYTES).now_or_never();
         assert_eq!(body.expect("ready without waiting").unwrap(), b"{\"a\":1}");
     }
 
@@ -287,7 +293,7 @@ mod tests {
     fn a_body_already_arrived_still_has_the_size_limit() {
         static HALF: [u8; MAX_BODY_BYTES / 2 + 1] = [b' '; MAX_BODY_BYTES / 2 + 1];
         let mut payload = body_of(&[&HALF, &HALF], true);
-        let body = read_body(&json_request(), &mut payload).now_or_never();
+        let body = read_body(&json_request(), &mut payload, MAX_BODY_BYTES).now_or_never();
         assert!(matches!(
             body.expect("refused without waiting"),
             Err(ApiError::PayloadTooLarge(MAX_BODY_BYTES))
@@ -299,7 +305,7 @@ mod tests {
         let (mut sender, payload) = actix_http::h1::Payload::create(false);
         sender.feed_data(Bytes::from_static(b"{\"a\":"));
         let mut payload = Payload::from(payload);
-        let mut read = pin!(read_body(&json_request(), &mut payload));
+        let mut read = pin!(read_body(&json_request(), &mut payload, MAX_BODY_BYTES));
         assert!(read.as_mut().now_or_never().is_none());
         sender.feed_data(Bytes::from_static(b"[1, 2]}"));
         assert!(read.as_mut().now_or_never().is_none());

@@ -113,7 +113,7 @@ pub enum ApiError {
 impl From<RouterError> for ApiError {
     fn from(e: RouterError) -> Self {
         match e {
-            RouterError::UnknownRole(_) | RouterError::ToolNotFound(_) => {
+            RouterError::UnknownRole(_) | RouterError::ToolNotFound(_) | RouterError::NoChat(_) => {
                 ApiError::NotFound(e.to_string())
             }
             // The relay's query names the character (or must).
@@ -161,4 +161,93 @@ impl ResponseError for ApiError {
             }),
         }
     }
+}
+
+/// An error of the OpenAI-compatible routes (`/v1/chat/completions`, `/v1/models`), in the
+/// shape OpenAI's SDKs parse: `{"error": {"message", "type", "param", "code"}}`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct OpenAiError {
+    pub status: StatusCode,
+    pub message: String,
+    /// OpenAI's error type, e.g. `invalid_request_error`.
+    pub kind: &'static str,
+    pub param: Option<&'static str>,
+    pub code: Option<&'static str>,
+}
+
+impl OpenAiError {
+    /// A 400 about the request.
+    pub fn invalid(message: impl Into<String>, param: Option<&'static str>) -> Self {
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            message: message.into(),
+            kind: "invalid_request_error",
+            param,
+            code: None,
+        }
+    }
+
+    /// The body, as JSON.
+    pub fn body(&self) -> serde_json::Value {
+        crate::chat::wire::error_body(&self.message, self.kind, self.param, self.code)
+    }
+}
+
+impl From<RouterError> for OpenAiError {
+    fn from(e: RouterError) -> Self {
+        let (status, code) = match &e {
+            RouterError::UnknownRole(_) => (StatusCode::NOT_FOUND, "character_not_found"),
+            RouterError::NoChat(_) => (StatusCode::NOT_FOUND, "chat_not_configured"),
+            _ => (StatusCode::SERVICE_UNAVAILABLE, "unavailable"),
+        };
+        Self {
+            status,
+            message: e.to_string(),
+            kind: "invalid_request_error",
+            param: Some("character"),
+            code: Some(code),
+        }
+    }
+}
+
+impl From<ApiError> for OpenAiError {
+    /// The errors every route shares (the loopback guard, the body's size and time limits).
+    fn from(e: ApiError) -> Self {
+        let (kind, code) = match &e {
+            ApiError::Forbidden(_) => ("permission_error", "forbidden"),
+            ApiError::PayloadTooLarge(_) => ("invalid_request_error", "request_too_large"),
+            ApiError::RequestTimeout(_) => ("invalid_request_error", "request_timeout"),
+            ApiError::MethodNotAllowed => ("invalid_request_error", "method_not_allowed"),
+            ApiError::NotFound(_) => ("invalid_request_error", "not_found"),
+            _ => ("invalid_request_error", "invalid_request"),
+        };
+        let status = match &e {
+            // A malformed body is a 400 here, as OpenAI answers it.
+            ApiError::Validation(_) => StatusCode::BAD_REQUEST,
+            other => other.status_code(),
+        };
+        Self {
+            status,
+            message: e.to_string(),
+            kind,
+            param: None,
+            code: Some(code),
+        }
+    }
+}
+
+impl ResponseError for OpenAiError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        HttpResponse::build(self.status).json(self.body())
+    }
+}
+
+/// Whether `path` is one of the OpenAI-compatible routes, whose errors take OpenAI's shape.
+pub fn is_openai_path(path: &str) -> bool {
+    path == "/v1/chat/completions" || path == "/v1/models" || path.starts_with("/v1/models/")
 }

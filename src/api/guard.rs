@@ -17,10 +17,10 @@ use std::time::Duration;
 use actix_cors::Cors;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::http::header::{CONTENT_TYPE, HOST, HeaderValue, ORIGIN};
+use actix_web::http::header::{HOST, HeaderValue, ORIGIN};
 use actix_web::middleware::Next;
 
-use super::error::ApiError;
+use super::error::{ApiError, OpenAiError, is_openai_path};
 use crate::domain::loopback::{is_loopback_host_header, is_loopback_ip, is_loopback_origin};
 
 /// How long a browser may cache a preflight's answer: the rule never changes while the server
@@ -34,6 +34,12 @@ pub async fn loopback_only(
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     if let Err(e) = check_request(&req) {
+        // The OpenAI-compatible routes answer in the shape their SDKs parse.
+        if is_openai_path(req.path()) {
+            return Ok(req
+                .error_response(OpenAiError::from(e))
+                .map_into_right_body());
+        }
         return Ok(req.error_response(e).map_into_right_body());
     }
     next.call(req)
@@ -47,7 +53,9 @@ pub fn cors() -> Cors {
     Cors::default()
         .allowed_origin_fn(|origin, _| origin.to_str().is_ok_and(is_loopback_origin))
         .allowed_methods(["GET", "HEAD", "POST"])
-        .allowed_header(CONTENT_TYPE)
+        // A loopback page's chat app sends its SDK's headers (`Authorization`, `X-Character`,
+        // the SDK's own): whatever a loopback page may send is allowed.
+        .allow_any_header()
         .max_age(Some(CORS_MAX_AGE.as_secs() as usize))
 }
 

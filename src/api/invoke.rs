@@ -67,6 +67,7 @@ async fn invoke(
         source: Some(&resolved.tool.source),
         call_id: &result.call_id,
         caller: Caller::Invoke,
+        kind: None,
         duration_ms: started.elapsed().as_secs_f64() * 1000.0,
         is_error: result.is_error,
     });

@@ -6,6 +6,7 @@
 //! (`GET /` and its assets) is served from here too, as embedded files.
 
 pub mod body;
+mod chat;
 pub mod error;
 mod events;
 pub mod guard;
@@ -67,6 +68,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .configure(invoke::configure)
         .configure(sessions::configure)
         .configure(realtime::configure)
+        .configure(chat::configure)
         .configure(events::configure)
         .configure(mcp::configure)
         .configure(openapi::configure)

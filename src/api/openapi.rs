@@ -12,6 +12,7 @@ use std::sync::LazyLock;
 use actix_web::{HttpResponse, web};
 use utoipa::OpenApi;
 
+use super::chat;
 use super::error::{ApiError, ErrorBody, FieldError, ValidationErrorBody};
 use super::events;
 use super::invoke::{self, InvokeBody, InvokeImage, InvokeResponse};
@@ -24,6 +25,7 @@ use super::tools::{
     UnregisterBody, UnregisterResponse,
 };
 use crate::actors::router::RoleFailure;
+use crate::chat::{ChatFailure, ChatReport, ToolsRefused};
 use crate::mcp::mapping::Skipped;
 use crate::mcp::status::{McpServerReport, McpState};
 use crate::session::{
@@ -52,6 +54,8 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         sessions::detach,
         events::events,
         mcp::list_mcp_servers,
+        chat::chat_completions,
+        chat::list_models,
         openapi_document,
     ),
     components(schemas(
@@ -79,6 +83,9 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         McpResponse,
         McpServerReport,
         McpState,
+        ChatReport,
+        ChatFailure,
+        ToolsRefused,
         Skipped,
         RoleFailure,
         ErrorBody,
@@ -90,6 +97,7 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         (name = "sessions", description = "The characters' live model sessions: the server's own, apps' relays (`GET /v1/realtime`, a websocket, not in this document), attached calls, in-process ones"),
         (name = "events", description = "Change events, as Server-Sent Events"),
         (name = "mcp", description = "The MCP servers whose tools the characters get"),
+        (name = "chat", description = "The server as an OpenAI-compatible chat endpoint: a character's chat model with its registered tools, the tool loop run by the server (OpenAI's request, answer and error shapes)"),
         (name = "meta", description = "This document"),
     )
 )]

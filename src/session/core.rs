@@ -792,6 +792,7 @@ impl SessionCore {
             source,
             call_id: &result.call_id,
             caller: Caller::Model,
+            kind: Some(self.transport.into()),
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
             is_error: result.is_error,
         });

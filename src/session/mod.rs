@@ -84,6 +84,9 @@ pub enum ConnectionKind {
     Attach,
     /// An application's in-process session.
     Embedded,
+    /// A text chat through `POST /v1/chat/completions` (the server runs the tool loop of each
+    /// request); never one of a manager's sessions.
+    Chat,
 }
 
 /// One active session of a character.
@@ -121,6 +124,11 @@ pub struct SessionReport {
     pub acknowledged_tools: usize,
     /// Every active session: the server's own, relays, attachments, in-process ones.
     pub connections: Vec<ConnectionReport>,
+    /// The character's text chat endpoint (`POST /v1/chat/completions`), present only when it
+    /// has `[character.chat]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false)]
+    pub chat: Option<crate::chat::ChatReport>,
 }
 
 impl SessionReport {
@@ -131,6 +139,7 @@ impl SessionReport {
             last_sync: None,
             acknowledged_tools: 0,
             connections: Vec::new(),
+            chat: None,
         }
     }
 
@@ -158,6 +167,7 @@ impl SessionReport {
             last_sync: client.or(latest).and_then(|c| c.last_sync.clone()),
             acknowledged_tools: client.or(latest).map_or(0, |c| c.acknowledged_tools),
             connections,
+            chat: None,
         }
     }
 }

@@ -255,15 +255,17 @@ impl<'a> FunctionBody<'a> {
     }
 }
 
+/// A registered tool in the nested shape (`{"type": "function", "function": {...}}`) of Qwen
+/// realtime and of chat completions.
 #[derive(Serialize)]
-struct NestedTool<'a> {
+pub(crate) struct NestedTool<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     function: FunctionBody<'a>,
 }
 
 impl<'a> NestedTool<'a> {
-    fn new(tool: &'a SharedTool) -> Self {
+    pub(crate) fn new(tool: &'a SharedTool) -> Self {
         Self {
             kind: "function",
             function: FunctionBody::new(tool),

@@ -27,6 +27,7 @@ async fn add(app: &TestApp, name: &str) -> Result<(), RouterError> {
         .send(AddCharacter {
             name: name.into(),
             session: None,
+            chat: None,
         })
         .await
         .expect("router answers")

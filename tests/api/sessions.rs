@@ -561,6 +561,7 @@ async fn a_session_whose_api_key_variable_is_unset_is_refused() {
         .send(AddCharacter {
             name: "Mio".into(),
             session: Some(session),
+            chat: None,
         })
         .await
         .unwrap();

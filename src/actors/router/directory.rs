@@ -12,6 +12,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use super::RouterError;
+use crate::chat::ChatEndpoint;
 use crate::domain::callback_url::CallbackOrigin;
 use crate::domain::registry::not_registered_text;
 use crate::domain::snapshot::{ToolCell, ToolSnapshot};
@@ -22,6 +23,8 @@ use crate::domain::tool::SharedTool;
 pub struct Listed {
     pub character: String,
     pub tools: ToolCell,
+    /// Its text chat endpoint, if it has one.
+    pub chat: Option<Arc<ChatEndpoint>>,
 }
 
 /// A shared handle on the roster; cheap to clone.
@@ -33,6 +36,14 @@ pub struct Directory(Arc<ArcSwap<Vec<Listed>>>);
 pub struct RoleTools {
     pub role: String,
     pub tools: Arc<ToolSnapshot>,
+}
+
+/// The character a chat request is for: its name, chat endpoint and tools.
+#[derive(Debug, Clone)]
+pub struct ChatTarget {
+    pub role: String,
+    pub chat: Arc<ChatEndpoint>,
+    pub tools: ToolCell,
 }
 
 /// The tool a call names, and the character it was found in.
@@ -84,6 +95,53 @@ impl Directory {
         Err(RouterError::ToolNotFound(not_registered_text(
             name, role, available,
         )))
+    }
+
+    /// The character a chat request names (`None` or `""`: the only character with a chat).
+    pub fn chat(&self, character: Option<&str>) -> Result<ChatTarget, RouterError> {
+        let roster = self.0.load();
+        let target = |l: &Listed| {
+            l.chat.as_ref().map(|chat| ChatTarget {
+                role: l.character.clone(),
+                chat: chat.clone(),
+                tools: l.tools.clone(),
+            })
+        };
+        match character.filter(|c| !c.is_empty()) {
+            Some(name) => {
+                let listed = roster
+                    .iter()
+                    .find(|l| l.character == name)
+                    .ok_or_else(|| RouterError::UnknownRole(name.to_owned()))?;
+                target(listed).ok_or_else(|| {
+                    RouterError::NoChat(format!(
+                        "character {name} has no [character.chat]: configure its chat model to \
+                         chat with it"
+                    ))
+                })
+            }
+            None => {
+                let mut chats = roster.iter().filter_map(target);
+                match (chats.next(), chats.next()) {
+                    (Some(only), None) => Ok(only),
+                    (None, _) => Err(RouterError::NoChat(
+                        "no character has a [character.chat]: configure one's chat model".into(),
+                    )),
+                    (Some(_), Some(_)) => {
+                        let names: Vec<String> = roster
+                            .iter()
+                            .filter(|l| l.chat.is_some())
+                            .map(|l| l.character.clone())
+                            .collect();
+                        Err(RouterError::NoChat(format!(
+                            "more than one character has a chat ({}): name one with \
+                             ?character=NAME or the X-Character header",
+                            names.join(", ")
+                        )))
+                    }
+                }
+            }
+        }
     }
 
     /// The tools of `role`, or of every character, in configuration order.

@@ -3,11 +3,14 @@
 //! rebuilt one starts from the last snapshot there plus the changes it lacks, in order.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use actix::prelude::*;
 
 use super::{Router, RouterError};
 use crate::actors::manager::ManagerGone;
+use crate::chat::ChatEndpoint;
+use crate::chat::settings::ChatSettings;
 use crate::domain::snapshot::empty_cell;
 use crate::session::settings::SessionSettings;
 
@@ -19,6 +22,8 @@ pub struct AddCharacter {
     pub name: String,
     /// Its live model session, if it has one.
     pub session: Option<SessionSettings>,
+    /// Its text chat upstream, if it has one.
+    pub chat: Option<ChatSettings>,
 }
 
 /// Remove a character and forget its tools.
@@ -45,8 +50,18 @@ impl Handler<AddCharacter> for Router {
             return Err(RouterError::DuplicateCharacter(msg.name));
         }
         check_session(&msg.name, msg.session.as_ref())?;
-        tracing::info!(character = %msg.name, session = msg.session.is_some(), "character added");
-        self.push_character(msg.name, msg.session);
+        let chat = msg
+            .chat
+            .map(|chat| {
+                ChatEndpoint::new(chat).map_err(|e| RouterError::InvalidSession {
+                    character: msg.name.clone(),
+                    reason: format!("{e:#}"),
+                })
+            })
+            .transpose()?
+            .map(Arc::new);
+        tracing::info!(character = %msg.name, session = msg.session.is_some(), chat = chat.is_some(), "character added");
+        self.push_character(msg.name, msg.session, chat);
         Ok(())
     }
 }
@@ -102,12 +117,18 @@ impl Handler<ManagerGone> for Router {
 
 impl Router {
     /// Appends a character with a fresh cell and its manager.
-    pub(super) fn push_character(&mut self, name: String, session: Option<SessionSettings>) {
+    pub(super) fn push_character(
+        &mut self,
+        name: String,
+        session: Option<SessionSettings>,
+        chat: Option<Arc<ChatEndpoint>>,
+    ) {
         let tools = empty_cell();
         let (manager, generation) = self.start_manager(&name, &session, &tools, []);
         self.characters.push(super::Character {
             name: name.into(),
             session,
+            chat,
             manager,
             generation,
             tools,

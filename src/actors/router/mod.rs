@@ -26,6 +26,7 @@ use actix::prelude::*;
 use serde::Serialize;
 
 use super::manager::{ManagerGone, SessionManager, Watcher};
+use crate::chat::ChatEndpoint;
 use crate::config::{CharacterSettings, DispatchSettings};
 use crate::dispatch::Dispatcher;
 use crate::domain::failures::SharedFailures;
@@ -43,7 +44,7 @@ mod reads;
 mod routing;
 mod sessions;
 
-pub use directory::{Directory, ResolvedTool, RoleTools};
+pub use directory::{ChatTarget, Directory, ResolvedTool, RoleTools};
 pub use faults::{InjectManagerPanic, InjectRouterStop};
 pub use lifecycle::{AddCharacter, RebuildCharacter, RemoveCharacter};
 pub use reads::{ListCharacters, ListSessions, ListTools, ResolveTool, ShareDirectory};
@@ -106,6 +107,9 @@ pub enum RouterError {
     /// The server is stopping: its relays and attachments were closed, and no new one joins.
     #[error("the server is stopping: no new relay, attachment or session is joined")]
     Stopping,
+    /// A chat request named no character, or one without `[character.chat]`.
+    #[error("{0}")]
+    NoChat(String),
 }
 
 fn character_required_text(with_sessions: &[String]) -> String {
@@ -122,6 +126,8 @@ fn character_required_text(with_sessions: &[String]) -> String {
 struct Character {
     name: RoleName,
     session: Option<SessionSettings>,
+    /// Its text chat endpoint, if it has `[character.chat]`; kept across manager restarts.
+    chat: Option<Arc<ChatEndpoint>>,
     manager: Addr<SessionManager>,
     /// Incarnation of `manager`; a [`ManagerGone`] for an older one is stale.
     generation: u64,
@@ -204,7 +210,15 @@ impl Router {
                 stopping: false,
             };
             for c in characters {
-                router.push_character(c.name, c.session);
+                let chat = c.chat.and_then(|chat| match ChatEndpoint::new(chat) {
+                    Ok(endpoint) => Some(Arc::new(endpoint)),
+                    // Start-up checked the key already; a variable unset since is reported.
+                    Err(e) => {
+                        tracing::error!(character = %c.name, "the character's chat is off: {e:#}");
+                        None
+                    }
+                });
+                router.push_character(c.name, c.session, chat);
             }
             router
         });
@@ -220,6 +234,7 @@ impl Router {
                 .map(|c| directory::Listed {
                     character: c.name.to_string(),
                     tools: c.tools.clone(),
+                    chat: c.chat.clone(),
                 })
                 .collect(),
         );

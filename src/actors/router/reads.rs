@@ -84,7 +84,12 @@ impl Handler<ListSessions> for Router {
             .map(|c| {
                 let role = c.name.to_string();
                 let reply = c.manager.send(ReportSession).timeout(MANAGER_REPLY_TIMEOUT);
-                async move { (role, reply.await.unwrap_or_else(|_| SessionReport::none())) }
+                let chat = c.chat.as_ref().map(|chat| chat.report());
+                async move {
+                    let mut report = reply.await.unwrap_or_else(|_| SessionReport::none());
+                    report.chat = chat;
+                    (role, report)
+                }
             })
             .collect();
         Box::pin(join_all(reports))

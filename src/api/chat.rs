@@ -1,0 +1,199 @@
+//! `POST /v1/chat/completions` and `GET /v1/models` (and `/v1/models/{model}`): the server as an
+//! OpenAI-compatible chat endpoint. An app reaches a character's chat model by changing only its
+//! SDK's base URL; the server adds the character's registered tools and runs their calls (see
+//! [`crate::chat`]). The character is `?character=NAME` or the `X-Character` header (either may
+//! be left out when exactly one character has a chat). Errors take OpenAI's shape.
+//!
+//! The handlers find the character's chat endpoint and tools in the `Directory` on the worker's
+//! own thread, like the invoke route, and run the request there.
+
+use std::convert::Infallible;
+
+use actix_web::dev::Payload;
+use actix_web::http::StatusCode;
+use actix_web::{HttpRequest, HttpResponse, web};
+use bytes::Bytes;
+
+use super::AppState;
+use super::body::read_body;
+use super::error::OpenAiError;
+use crate::actors::router::ChatTarget;
+use crate::chat::run::{ChatContext, Reply, complete};
+use crate::chat::upstream::{AppHeaders, UpstreamError};
+use crate::chat::wire::ChatRequest;
+
+/// Largest chat request body: a conversation's history carries its images as data URLs, and a
+/// few photos of a phone's camera are tens of megabytes of base64.
+pub const MAX_CHAT_BODY_BYTES: usize = 32 * 1024 * 1024;
+
+/// The header that names the character, for apps that cannot add a query parameter.
+pub const CHARACTER_HEADER: &str = "x-character";
+
+pub fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(resource("/v1/chat/completions").route(web::post().to(chat_completions)))
+        .service(resource("/v1/models").route(super::read_route().to(list_models)))
+        .service(resource("/v1/models/{model:.+}").route(super::read_route().to(get_model)));
+}
+
+/// A resource whose other methods answer 405 in OpenAI's shape.
+fn resource(path: &str) -> actix_web::Resource {
+    web::resource(path).default_service(web::to(|| async {
+        Err::<HttpResponse, _>(OpenAiError::from(super::error::ApiError::MethodNotAllowed))
+    }))
+}
+
+/// The character a request names, and its chat endpoint.
+fn target(state: &AppState, req: &HttpRequest) -> Result<ChatTarget, OpenAiError> {
+    let from_query = url::form_urlencoded::parse(req.query_string().as_bytes())
+        .find(|(key, value)| key == "character" && !value.is_empty())
+        .map(|(_, value)| value.into_owned());
+    let from_header = req
+        .headers()
+        .get(CHARACTER_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let character = from_query.or(from_header);
+    Ok(state.directory.chat(character.as_deref())?)
+}
+
+/// Create a chat completion: the app's request passed to the character's chat model with the
+/// registered tools added; calls of registered tools are run by the server, the model is asked
+/// again, and the app gets the model's answer (or a turn with only its own calls).
+#[utoipa::path(
+    post,
+    path = "/v1/chat/completions",
+    tag = "chat",
+    params(
+        ("character" = Option<String>, Query, description = "The character whose chat model and tools to use (or the `X-Character` header); may be left out when exactly one character has `[character.chat]`"),
+    ),
+    request_body(content = Object, description = "An OpenAI chat-completions request; every field is passed upstream as written"),
+    responses(
+        (status = 200, description = "A chat completion, or with `stream: true` a stream of `chat.completion.chunk` events ending with `[DONE]`"),
+        (status = 400, description = "The body is not a chat request (OpenAI's error shape)"),
+        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`"),
+        (status = 404, description = "The character is unknown or has no `[character.chat]`"),
+        (status = 413, description = "The body is over 32 MiB"),
+        (status = 502, description = "The upstream could not be reached, or did not answer with a completion"),
+        (status = 504, description = "The upstream did not answer in time"),
+    )
+)]
+async fn chat_completions(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, OpenAiError> {
+    let target = target(&state, &req)?;
+    let mut payload: Payload = payload.into_inner();
+    let body = read_body(&req, &mut payload, MAX_CHAT_BODY_BYTES)
+        .await
+        .map_err(OpenAiError::from)?;
+    let request =
+        ChatRequest::parse(&body).map_err(|e| OpenAiError::invalid(e.message, e.param))?;
+    let context = ChatContext {
+        role: target.role,
+        endpoint: target.chat,
+        tools: target.tools,
+        dispatcher: state.dispatcher.clone(),
+        events: state.events.clone(),
+        app: AppHeaders::from_request(req.headers()),
+    };
+    Ok(match complete(context, request).await {
+        Reply::Whole {
+            status,
+            content_type,
+            body,
+        } => HttpResponse::build(StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY))
+            .content_type(content_type)
+            .body(body),
+        Reply::Stream(frames) => {
+            let frames = futures_util::stream::unfold(frames, |mut frames| async move {
+                frames
+                    .recv()
+                    .await
+                    .map(|frame| (Ok::<Bytes, Infallible>(frame), frames))
+            });
+            HttpResponse::Ok()
+                .content_type("text/event-stream")
+                .insert_header(("cache-control", "no-cache"))
+                .streaming(frames)
+        }
+    })
+}
+
+/// The models of the character's chat upstream, as the upstream lists them.
+#[utoipa::path(
+    get,
+    path = "/v1/models",
+    tag = "chat",
+    params(
+        ("character" = Option<String>, Query, description = "As for `/v1/chat/completions`"),
+    ),
+    responses(
+        (status = 200, description = "The upstream's answer, passed through (any upstream status is passed through too)"),
+        (status = 404, description = "The character is unknown or has no `[character.chat]`"),
+        (status = 502, description = "The upstream could not be reached"),
+        (status = 504, description = "The upstream did not answer in time"),
+    )
+)]
+async fn list_models(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, OpenAiError> {
+    pass_through(&state, &req, "models".into()).await
+}
+
+/// One model of the character's chat upstream, as the upstream describes it.
+async fn get_model(
+    req: HttpRequest,
+    state: web::Data<AppState>,
+    model: web::Path<String>,
+) -> Result<HttpResponse, OpenAiError> {
+    let model = model.into_inner();
+    let encoded: String = url::form_urlencoded::byte_serialize(model.as_bytes()).collect();
+    pass_through(&state, &req, format!("models/{encoded}")).await
+}
+
+/// A GET of the upstream's, answered with its status, type and body.
+async fn pass_through(
+    state: &AppState,
+    req: &HttpRequest,
+    path: String,
+) -> Result<HttpResponse, OpenAiError> {
+    let target = target(state, req)?;
+    let upstream = target.chat.upstream();
+    let app = AppHeaders::from_request(req.headers());
+    let outcome = async {
+        let response = upstream.get(&path, &app).await?;
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get(hyper::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("application/json")
+            .to_owned();
+        let body = upstream.read(response.into_body()).await?;
+        Ok::<_, UpstreamError>((status, content_type, body))
+    };
+    match outcome.await {
+        Ok((status, content_type, body)) => Ok(HttpResponse::build(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+        )
+        .content_type(content_type)
+        .body(body)),
+        Err(e) => Err(upstream_failure(e)),
+    }
+}
+
+fn upstream_failure(e: UpstreamError) -> OpenAiError {
+    let (status, code) = match &e {
+        UpstreamError::TimedOut { .. } => (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout"),
+        UpstreamError::Unreachable { .. } => (StatusCode::BAD_GATEWAY, "upstream_unreachable"),
+    };
+    OpenAiError {
+        status,
+        message: e.to_string(),
+        kind: "upstream_error",
+        param: None,
+        code: Some(code),
+    }
+}

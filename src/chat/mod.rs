@@ -1,0 +1,214 @@
+//! Text chat: `POST /v1/chat/completions` for apps on any OpenAI-compatible chat model, with the
+//! tool loop run by the server.
+//!
+//! A character with `[character.chat]` has a [`ChatEndpoint`]: its upstream, what its requests
+//! did (for `GET /api/sessions` and the `chat.state` event), the models that refused tools, and
+//! the turns handed back to apps with only their own calls. The router creates it with the
+//! character and publishes it in the `Directory`, so a request finds it on its HTTP worker's
+//! thread, like an invoke. Each request is one [`Conversation`](conversation::Conversation)
+//! (plain: what each round sends and what its answer leads to), driven by [`run`] (the
+//! upstream exchanges, the calls through the dispatcher, the app's stream or completion).
+//!
+//! - [`wire`]: the chat-completions format (requests, chunks, messages, usage, errors);
+//! - [`turns`]: the handed-back turns, bounded by count and age;
+//! - [`upstream`]: the HTTP client of the upstream;
+//! - [`settings`]: `[character.chat]`.
+
+pub mod conversation;
+pub mod run;
+pub mod settings;
+pub mod turns;
+pub mod upstream;
+pub mod wire;
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Instant;
+
+use indexmap::IndexMap;
+use serde::Serialize;
+
+use self::settings::ChatSettings;
+use self::turns::{HandedTurn, HandedTurns, Restored};
+use self::upstream::Upstream;
+use self::wire::Raw;
+use crate::session::core::rfc3339_now;
+
+/// A character's chat endpoint: its upstream and what its requests left behind. Shared by
+/// every HTTP worker (a short lock per event of a request, never across an await).
+#[derive(Debug)]
+pub struct ChatEndpoint {
+    settings: ChatSettings,
+    upstream: Upstream,
+    state: Mutex<ChatState>,
+}
+
+#[derive(Debug, Default)]
+struct ChatState {
+    requests: u64,
+    rounds: u64,
+    calls: u64,
+    last_error: Option<ChatFailure>,
+    clashes: Vec<String>,
+    /// Models that refused tools, with the character's tool list then (its snapshot number):
+    /// tools are withheld from them until the list changes.
+    refusals: IndexMap<String, (u64, ChatFailure)>,
+    turns: HandedTurns,
+}
+
+/// An error, and when it happened.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct ChatFailure {
+    /// RFC 3339, UTC.
+    pub at: String,
+    pub message: String,
+}
+
+/// A model that refused tools.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct ToolsRefused {
+    pub model: String,
+    /// When it refused (RFC 3339, UTC), and what the upstream said.
+    pub at: String,
+    pub error: String,
+}
+
+/// A character's chat endpoint, for `GET /api/sessions` and the `chat.state` event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct ChatReport {
+    /// The upstream's base URL, as configured.
+    pub upstream: String,
+    /// The model used when a request names none.
+    #[schema(required = true)]
+    pub model: Option<String>,
+    /// Chat requests served.
+    pub requests: u64,
+    /// Upstream calls made for them (one per round).
+    pub rounds: u64,
+    /// Calls of registered tools the server ran.
+    pub calls: u64,
+    /// The last request's failure (an upstream that could not be reached, or answered with an
+    /// error), or null.
+    #[schema(required = true)]
+    pub last_error: Option<ChatFailure>,
+    /// Registered tools left out of the last request because the app has tools of the same
+    /// names.
+    pub clashes: Vec<String>,
+    /// Models that refused tools: their requests go without tools until the character's tools
+    /// change.
+    pub tools_refused: Vec<ToolsRefused>,
+    /// Turns handed back to apps whose server calls are kept for their next request.
+    pub handed_turns: usize,
+}
+
+impl ChatEndpoint {
+    /// Reads the upstream's key (an error when the variable the configuration names is not set).
+    pub fn new(settings: ChatSettings) -> anyhow::Result<Self> {
+        Ok(Self {
+            upstream: Upstream::new(&settings)?,
+            settings,
+            state: Mutex::new(ChatState::default()),
+        })
+    }
+
+    pub fn settings(&self) -> &ChatSettings {
+        &self.settings
+    }
+
+    pub fn upstream(&self) -> &Upstream {
+        &self.upstream
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, ChatState> {
+        // Counters and a bounded store: a panic under the lock leaves nothing worth refusing.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A request begins: its conversation with the handed-back turns put together again.
+    pub fn begin(&self, messages: Vec<Raw>) -> (Vec<Raw>, Restored) {
+        let mut state = self.state();
+        state.requests += 1;
+        state.turns.restore(messages, Instant::now())
+    }
+
+    /// Whether `model` takes tools, as far as the character knows while its tool list is the
+    /// one numbered `applied`. A refusal made under another list is forgotten (true, and the
+    /// second value says the report changed).
+    pub fn takes_tools(&self, model: &str, applied: u64) -> (bool, bool) {
+        let mut state = self.state();
+        match state.refusals.get(model) {
+            None => (true, false),
+            Some((at, _)) if *at == applied => (false, false),
+            Some(_) => {
+                state.refusals.shift_remove(model);
+                (true, true)
+            }
+        }
+    }
+
+    /// `model` refused tools while the character's list was the one numbered `applied`.
+    pub fn refused_tools(&self, model: &str, applied: u64, error: String) {
+        let failure = ChatFailure {
+            at: rfc3339_now(),
+            message: error,
+        };
+        self.state()
+            .refusals
+            .insert(model.to_owned(), (applied, failure));
+    }
+
+    /// One upstream call made.
+    pub fn round(&self) {
+        self.state().rounds += 1;
+    }
+
+    /// `n` calls of registered tools ran.
+    pub fn ran_calls(&self, n: usize) {
+        self.state().calls += n as u64;
+    }
+
+    /// A request failed.
+    pub fn failed(&self, message: String) {
+        self.state().last_error = Some(ChatFailure {
+            at: rfc3339_now(),
+            message,
+        });
+    }
+
+    /// The clashes of the latest request; true when they differ from the previous one's.
+    pub fn clashes(&self, clashes: &[String]) -> bool {
+        let mut state = self.state();
+        if state.clashes == clashes {
+            return false;
+        }
+        state.clashes = clashes.to_vec();
+        true
+    }
+
+    /// Keeps a turn handed back to the app for its next request.
+    pub fn keep(&self, turn: HandedTurn) {
+        self.state().turns.keep(turn, Instant::now());
+    }
+
+    pub fn report(&self) -> ChatReport {
+        let state = self.state();
+        ChatReport {
+            upstream: self.settings.url.clone(),
+            model: self.settings.model.clone(),
+            requests: state.requests,
+            rounds: state.rounds,
+            calls: state.calls,
+            last_error: state.last_error.clone(),
+            clashes: state.clashes.clone(),
+            tools_refused: state
+                .refusals
+                .iter()
+                .map(|(model, (_, failure))| ToolsRefused {
+                    model: model.clone(),
+                    at: failure.at.clone(),
+                    error: failure.message.clone(),
+                })
+                .collect(),
+            handed_turns: state.turns.len(),
+        }
+    }
+}

@@ -1,0 +1,320 @@
+//! The chat upstream's HTTP client: hyper-util's pooled HTTP/1.1 client over the same TLS
+//! stack as the callbacks (rustls on ring, the webpki roots), one per thread, so a request's
+//! exchange stays on the worker that serves the app. Redirects are never followed (the key
+//! goes only where the configuration says). Dropping a request or its body closes its
+//! connection: that is how an app that goes away cancels the upstream's work.
+
+use std::cell::OnceCell;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::Stream;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
+use hyper::{Request, Response};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use sse_stream::{Sse, SseStream};
+
+use super::settings::ChatSettings;
+
+/// Longest wait for a connection to the upstream: a provider across the internet (with its TLS
+/// handshake) takes well under a second; ten leaves room for a slow network, and a local model
+/// server accepts at once.
+pub const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long an idle connection to the upstream is kept for the next request: providers close
+/// theirs after about a minute; half of that is never cut under us.
+pub const UPSTREAM_KEEP_ALIVE: Duration = Duration::from_secs(30);
+
+/// Largest upstream answer read (a whole completion, a streamed round, or an error body): a
+/// completion is kilobytes; this only bounds a misbehaving upstream.
+pub const MAX_UPSTREAM_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+
+/// Headers an app sends that pass upstream unchanged (the provider's own routing headers).
+const PASSED_HEADERS: [&str; 4] = [
+    "openai-organization",
+    "openai-project",
+    "http-referer",
+    "x-title",
+];
+
+type Body = Full<Bytes>;
+
+thread_local! {
+    static CLIENT: OnceCell<Client<HttpsConnector<HttpConnector>, Body>> = const { OnceCell::new() };
+}
+
+fn client() -> Client<HttpsConnector<HttpConnector>, Body> {
+    CLIENT.with(|cell| {
+        cell.get_or_init(|| {
+            let mut http = HttpConnector::new();
+            http.enforce_http(false);
+            http.set_connect_timeout(Some(UPSTREAM_CONNECT_TIMEOUT));
+            // Requests and streamed answers are small writes that must not wait.
+            http.set_nodelay(true);
+            let https = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
+                .expect("ring supports the default TLS versions")
+                .https_or_http()
+                .enable_http1()
+                .wrap_connector(http);
+            Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(UPSTREAM_KEEP_ALIVE)
+                .build(https)
+        })
+        .clone()
+    })
+}
+
+/// Why the upstream gave no answer.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum UpstreamError {
+    /// No connection, or it broke before or while the answer came (a 502).
+    #[error("the upstream {url} could not be reached: {reason}")]
+    Unreachable { url: String, reason: String },
+    /// No answer, or no next part of it, within the timeout (a 504).
+    #[error("the upstream {url} did not answer within {seconds} s")]
+    TimedOut { url: String, seconds: f64 },
+}
+
+/// A chat character's upstream: where its requests go and with which key.
+#[derive(Debug)]
+pub struct Upstream {
+    /// The base URL as configured, for messages.
+    base: String,
+    base_url: url::Url,
+    /// `Bearer <key>` from the configuration, if any.
+    authorization: Option<HeaderValue>,
+    timeout: Duration,
+}
+
+/// The app's headers that matter upstream.
+#[derive(Debug, Default, Clone)]
+pub struct AppHeaders {
+    pub authorization: Option<HeaderValue>,
+    pub passed: Vec<(HeaderName, HeaderValue)>,
+}
+
+impl AppHeaders {
+    /// Reads them from the app's request.
+    pub fn from_request(headers: &actix_web::http::header::HeaderMap) -> Self {
+        let value =
+            |v: &actix_web::http::header::HeaderValue| HeaderValue::from_bytes(v.as_bytes()).ok();
+        Self {
+            authorization: headers.get("authorization").and_then(value),
+            passed: PASSED_HEADERS
+                .iter()
+                .filter_map(|name| {
+                    let v = headers.get(*name).and_then(value)?;
+                    Some((HeaderName::from_static(name), v))
+                })
+                .collect(),
+        }
+    }
+}
+
+impl Upstream {
+    /// Reads the key the configuration names (start-up fails without it).
+    pub fn new(settings: &ChatSettings) -> anyhow::Result<Self> {
+        let base_url = url::Url::parse(&settings.url)?;
+        let authorization = settings
+            .api_key()?
+            .map(|key| HeaderValue::from_str(&format!("Bearer {key}")))
+            .transpose()?;
+        Ok(Self {
+            base: settings.url.clone(),
+            base_url,
+            authorization,
+            timeout: settings.timeout,
+        })
+    }
+
+    /// The base URL as configured.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    pub fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// The URL of `path` under the base (`chat/completions`, `models`), its query kept.
+    fn url(&self, path: &str) -> String {
+        let mut url = self.base_url.clone();
+        let joined = format!("{}/{path}", url.path().trim_end_matches('/'));
+        url.set_path(&joined);
+        url.to_string()
+    }
+
+    /// POSTs a chat request; resolves with the answer's head (its body still to be read).
+    pub async fn chat(
+        &self,
+        body: Vec<u8>,
+        stream: bool,
+        app: &AppHeaders,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let mut request = Request::post(self.url("chat/completions"))
+            .header(CONTENT_TYPE, "application/json")
+            .header(
+                ACCEPT,
+                if stream {
+                    "text/event-stream"
+                } else {
+                    "application/json"
+                },
+            );
+        request = self.authorize(request, app);
+        let request = request
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| self.unreachable(e))?;
+        self.send(request).await
+    }
+
+    /// GETs `models` or `models/{id}` for the app, as the upstream answers it.
+    pub async fn get(
+        &self,
+        path: &str,
+        app: &AppHeaders,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let request = self.authorize(Request::get(self.url(path)), app);
+        let request = request
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| self.unreachable(e))?;
+        self.send(request).await
+    }
+
+    /// The configured key, or else the app's own `Authorization`; and the provider headers.
+    fn authorize(
+        &self,
+        mut request: hyper::http::request::Builder,
+        app: &AppHeaders,
+    ) -> hyper::http::request::Builder {
+        if let Some(authorization) = self.authorization.as_ref().or(app.authorization.as_ref()) {
+            request = request.header(AUTHORIZATION, authorization.clone());
+        }
+        for (name, value) in &app.passed {
+            request = request.header(name, value.clone());
+        }
+        request
+    }
+
+    async fn send(&self, request: Request<Body>) -> Result<Response<Incoming>, UpstreamError> {
+        match tokio::time::timeout(self.timeout, client().request(request)).await {
+            Ok(Ok(response)) => Ok(response),
+            Ok(Err(e)) => Err(self.unreachable(error_chain(&e))),
+            Err(_) => Err(self.timed_out()),
+        }
+    }
+
+    /// Reads a whole answer body (bounded in size, each part within the timeout).
+    pub async fn read(&self, body: Incoming) -> Result<Bytes, UpstreamError> {
+        let mut body = Limited::new(body, MAX_UPSTREAM_ANSWER_BYTES);
+        let mut bytes = Vec::new();
+        loop {
+            match tokio::time::timeout(self.timeout, body.frame()).await {
+                Err(_) => return Err(self.timed_out()),
+                Ok(None) => return Ok(Bytes::from(bytes)),
+                Ok(Some(Err(e))) => return Err(self.unreachable(error_chain(&*e))),
+                Ok(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        bytes.extend_from_slice(&data);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The events of a streamed answer, each within the timeout of the one before.
+    pub fn events(&self, body: Incoming) -> Events<'_> {
+        Events {
+            stream: Box::pin(SseStream::new(
+                Limited::new(body, MAX_UPSTREAM_ANSWER_BYTES).map_err(std::io::Error::other),
+            )),
+            upstream: self,
+        }
+    }
+
+    fn unreachable(&self, reason: impl std::fmt::Display) -> UpstreamError {
+        UpstreamError::Unreachable {
+            url: self.base.clone(),
+            reason: reason.to_string(),
+        }
+    }
+
+    fn timed_out(&self) -> UpstreamError {
+        UpstreamError::TimedOut {
+            url: self.base.clone(),
+            seconds: self.timeout.as_secs_f64(),
+        }
+    }
+}
+
+type EventStream = dyn Stream<Item = Result<Sse, sse_stream::Error>>;
+
+/// A streamed answer's events.
+pub struct Events<'a> {
+    stream: std::pin::Pin<Box<EventStream>>,
+    upstream: &'a Upstream,
+}
+
+impl Events<'_> {
+    /// The next event's data; `None` at the end of the stream.
+    pub async fn next(&mut self) -> Result<Option<String>, UpstreamError> {
+        use futures_util::StreamExt;
+        loop {
+            match tokio::time::timeout(self.upstream.timeout, self.stream.next()).await {
+                Err(_) => return Err(self.upstream.timed_out()),
+                Ok(None) => return Ok(None),
+                Ok(Some(Err(e))) => return Err(self.upstream.unreachable(error_chain(&e))),
+                Ok(Some(Ok(event))) => {
+                    if let Some(data) = event.data {
+                        return Ok(Some(data));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// An error with its causes, for the message the app gets ("connection refused" is a cause).
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+        source = cause_source(source);
+    }
+    text
+}
+
+fn cause_source<'a>(
+    error: Option<&'a (dyn std::error::Error + 'static)>,
+) -> Option<&'a (dyn std::error::Error + 'static)> {
+    error.and_then(|e| e.source())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_join_the_base_and_keep_its_query() {
+        let upstream = |url: &str| Upstream::new(&ChatSettings::new(url)).unwrap();
+        assert_eq!(
+            upstream("http://127.0.0.1:11434/v1").url("chat/completions"),
+            "http://127.0.0.1:11434/v1/chat/completions"
+        );
+        assert_eq!(
+            upstream("https://example.com/openai/v1/?api-version=2").url("models"),
+            "https://example.com/openai/v1/models?api-version=2"
+        );
+    }
+}
