@@ -289,7 +289,7 @@ impl Drop for CallbackServer {
 
 /// A listening socket that, like the one of a plugin server, may share its port with a
 /// [`ClosedPort`].
-fn listen(port: u16) -> io::Result<TcpListener> {
+pub fn listen(port: u16) -> io::Result<TcpListener> {
     let socket = Socket::new(Domain::IPV4, Type::STREAM, None)?;
     socket.set_reuse_address(true)?;
     socket.bind(&SocketAddrV4::new(Ipv4Addr::LOCALHOST, port).into())?;
@@ -336,7 +336,7 @@ async fn serve_connection(mut stream: TcpStream, shared: Rc<Shared>) {
 
 /// Reads one request (with a `Content-Length` body, as the dispatcher sends); `None` at the end
 /// of the connection.
-async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Received> {
+pub async fn read_request(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Option<Received> {
     let mut chunk = [0u8; 16 * 1024];
     let head_end = loop {
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -457,7 +457,7 @@ async fn write_reply(stream: &mut TcpStream, reply: Reply, shared: &Shared) -> i
     }
 }
 
-fn reason(status: u16) -> &'static str {
+pub fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
         301 => "Moved Permanently",

@@ -252,7 +252,7 @@ async fn the_guard_seam_passes_loopback_peers_and_checks_their_host() {
 
 /// A non-loopback IPv4 address of this machine: the one on its default route, else any local
 /// address the kernel lists (`.ci/run` gives a machine without one a dummy interface).
-fn non_loopback_address() -> Option<IpAddr> {
+pub fn non_loopback_address() -> Option<IpAddr> {
     let routed = UdpSocket::bind("0.0.0.0:0").ok().and_then(|socket| {
         // Connecting a UDP socket sends nothing; it only picks the route and the source address.
         socket.connect("198.51.100.1:9").ok()?;
