@@ -16,7 +16,7 @@ use bytes::Bytes;
 
 use super::AppState;
 use super::body::read_body;
-use super::error::OpenAiError;
+use super::error::{OpenAiError, OpenAiErrorBody};
 use crate::actors::router::ChatTarget;
 use crate::chat::run::{ChatContext, Reply, complete};
 use crate::chat::upstream::{AppHeaders, UpstreamError};
@@ -68,13 +68,18 @@ fn target(state: &AppState, req: &HttpRequest) -> Result<ChatTarget, OpenAiError
     ),
     request_body(content = Object, description = "An OpenAI chat-completions request; every field is passed upstream as written"),
     responses(
-        (status = 200, description = "A chat completion, or with `stream: true` a stream of `chat.completion.chunk` events ending with `[DONE]`"),
-        (status = 400, description = "The body is not a chat request (OpenAI's error shape)"),
-        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`"),
-        (status = 404, description = "The character is unknown or has no `[character.chat]`"),
-        (status = 413, description = "The body is over 32 MiB"),
-        (status = 502, description = "The upstream could not be reached, or did not answer with a completion"),
-        (status = 504, description = "The upstream did not answer in time"),
+        (status = 200, description = "A chat completion; with `stream: true`, a stream of `chat.completion.chunk` events ending with `data: [DONE]`. An error status the upstream answered with is passed to the app with its body", content(
+            (Object = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        (status = 400, description = "The body is not a chat request", body = OpenAiErrorBody),
+        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = OpenAiErrorBody),
+        (status = 404, description = "The character is unknown, has no `[character.chat]`, or was left out while several characters have one", body = OpenAiErrorBody),
+        (status = 405, description = "Only POST is allowed", body = OpenAiErrorBody),
+        (status = 408, description = "The body did not arrive in full within 10 s", body = OpenAiErrorBody),
+        (status = 413, description = "The body is over 32 MiB", body = OpenAiErrorBody),
+        (status = 502, description = "The upstream could not be reached, or did not answer with a chat completion", body = OpenAiErrorBody),
+        (status = 504, description = "The upstream did not answer within the character's `chat.timeout_seconds`", body = OpenAiErrorBody),
     )
 )]
 async fn chat_completions(
@@ -129,10 +134,12 @@ async fn chat_completions(
         ("character" = Option<String>, Query, description = "As for `/v1/chat/completions`"),
     ),
     responses(
-        (status = 200, description = "The upstream's answer, passed through (any upstream status is passed through too)"),
-        (status = 404, description = "The character is unknown or has no `[character.chat]`"),
-        (status = 502, description = "The upstream could not be reached"),
-        (status = 504, description = "The upstream did not answer in time"),
+        (status = 200, description = "The upstream's list, passed through (as is any other status it answers with); `GET /v1/models/{model}` passes one model's description the same way", body = Object),
+        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = OpenAiErrorBody),
+        (status = 404, description = "The character is unknown or has no `[character.chat]`", body = OpenAiErrorBody),
+        (status = 405, description = "Only GET and HEAD are allowed", body = OpenAiErrorBody),
+        (status = 502, description = "The upstream could not be reached", body = OpenAiErrorBody),
+        (status = 504, description = "The upstream did not answer within the character's `chat.timeout_seconds`", body = OpenAiErrorBody),
     )
 )]
 async fn list_models(

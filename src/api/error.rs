@@ -247,6 +247,32 @@ impl ResponseError for OpenAiError {
     }
 }
 
+/// The body of an error of the OpenAI-compatible routes, for the OpenAPI document (never built:
+/// the routes answer with [`OpenAiError`]).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+#[schema(example = json!({"error": {"message": "messages is required",
+    "type": "invalid_request_error", "param": "messages", "code": null}}))]
+pub struct OpenAiErrorBody {
+    error: OpenAiErrorDetail,
+}
+
+/// What went wrong, in OpenAI's words.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct OpenAiErrorDetail {
+    message: String,
+    /// `invalid_request_error`, `permission_error`, `upstream_error`, ...
+    #[schema(rename = "type")]
+    kind: String,
+    /// The request field at fault.
+    #[schema(required = true)]
+    param: Option<String>,
+    /// A stable code, e.g. `character_not_found`, `upstream_unreachable`.
+    #[schema(required = true)]
+    code: Option<String>,
+}
+
 /// Whether `path` is one of the OpenAI-compatible routes, whose errors take OpenAI's shape.
 pub fn is_openai_path(path: &str) -> bool {
     path == "/v1/chat/completions" || path == "/v1/models" || path.starts_with("/v1/models/")

@@ -13,7 +13,9 @@ use actix_web::{HttpResponse, web};
 use utoipa::OpenApi;
 
 use super::chat;
-use super::error::{ApiError, ErrorBody, FieldError, ValidationErrorBody};
+use super::error::{
+    ApiError, ErrorBody, FieldError, OpenAiErrorBody, OpenAiErrorDetail, ValidationErrorBody,
+};
 use super::events;
 use super::invoke::{self, InvokeBody, InvokeImage, InvokeResponse};
 use super::mcp::{self, McpResponse};
@@ -86,6 +88,8 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         ChatReport,
         ChatFailure,
         ToolsRefused,
+        OpenAiErrorBody,
+        OpenAiErrorDetail,
         Skipped,
         RoleFailure,
         ErrorBody,

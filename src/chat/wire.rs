@@ -76,8 +76,9 @@ impl ChatRequest {
                 .map(ForeignTool::from_raw)
                 .collect(),
         };
+        // No model, `null` or `""`: the configured one is used.
         let model = match fields.get("model").map(|raw| raw.get()) {
-            None | Some("null") => None,
+            None | Some("null") | Some("\"\"") => None,
             Some(text) => Some(
                 serde_json::from_str::<String>(text)
                     .map_err(|_| RequestError::new("model", "model must be a string"))?,
@@ -157,7 +158,7 @@ impl Serialize for UpstreamBody<'_> {
                 "messages" => map.serialize_entry(key, self.messages)?,
                 "tools" if self.with_tools && has_tools => map.serialize_entry(key, &tools)?,
                 "tools" | "tool_choice" | "parallel_tool_calls" if !self.with_tools => {}
-                "model" if value.get() == "null" && self.default_model.is_some() => {}
+                "model" if self.request.model.is_none() && self.default_model.is_some() => {}
                 "stream_options" if self.request.stream => {
                     map.serialize_entry(key, &with_usage(value))?
                 }
@@ -168,7 +169,7 @@ impl Serialize for UpstreamBody<'_> {
         if self.with_tools && has_tools && !has("tools") {
             map.serialize_entry("tools", &tools)?;
         }
-        if let (false, Some(model)) = (has("model"), self.default_model) {
+        if let (None, Some(model)) = (&self.request.model, self.default_model) {
             map.serialize_entry("model", model)?;
         }
         if self.request.stream && !fields.contains_key("stream_options") {
@@ -792,7 +793,7 @@ pub fn upstream_error_object(status: u16, body: &[u8]) -> Value {
         "message": format!("the upstream answered HTTP {status}: {}", error_text(body)),
         "type": "upstream_error",
         "param": null,
-        "code": status,
+        "code": null,
     })
 }
 
@@ -943,6 +944,9 @@ mod tests {
         let without = body(&request, &[tool("w")], false);
         assert_eq!(without.get("parallel_tool_calls"), None);
         assert_eq!(without.get("tools"), None);
+
+        let unnamed = ChatRequest::parse(br#"{"model":"","messages":[]}"#).unwrap();
+        assert_eq!(body(&unnamed, &[], true)["model"], "dflt");
 
         let plain = ChatRequest::parse(br#"{"messages":[],"stream":true}"#).unwrap();
         assert_eq!(

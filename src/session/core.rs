@@ -1163,11 +1163,12 @@ mod tests {
             assert_eq!(kind, "tool.call");
             assert!(data["duration_ms"].as_f64().unwrap() >= 0.0);
             data.as_object_mut().unwrap().remove("duration_ms");
+            let kind = serde_json::to_value(ConnectionKind::from(transport)).unwrap();
             assert_eq!(
                 data,
                 json!({"role": "Mio", "tool": "cam", "source": "plugin:w", "call_id": "c1",
-                       "caller": "model", "is_error": false}),
-                "{transport:?}: no arguments, no output"
+                       "caller": "model", "kind": kind, "is_error": false}),
+                "{transport:?}: no arguments, no output, the kind of session"
             );
         }
     }

@@ -503,10 +503,17 @@ async fn after_the_last_tool_round_the_model_is_asked_once_more_without_tools() 
             ),
         )
     };
+    // The last round is sent without tools; a call the model makes anyway is dropped.
+    let mut last = calls_completion(
+        "r3",
+        Some("It is sunny."),
+        &[("call_3", "get_weather", json!({"location": "Tokyo"}))],
+    );
+    last["choices"][0]["finish_reason"] = json!("tool_calls");
     upstream.script([
         again("r1", "call_1"),
         again("r2", "call_2"),
-        Answer::Json(200, completion("r3", "It is sunny.", (1, 1))),
+        Answer::Json(200, last),
     ]);
     let mut sdk = sdk(&app).await;
     let mut request = ask_weather();
@@ -516,6 +523,8 @@ async fn after_the_last_tool_round_the_model_is_asked_once_more_without_tools() 
     let answer = sdk.create(request).await;
 
     assert_eq!(answer["choices"][0]["message"]["content"], "It is sunny.");
+    assert_eq!(answer["choices"][0]["message"].get("tool_calls"), None);
+    assert_eq!(answer["choices"][0]["finish_reason"], "stop");
     let bodies = upstream.bodies();
     assert_eq!(bodies.len(), 3, "two rounds of tools, then one for words");
     for body in &bodies[..2] {
@@ -1031,4 +1040,134 @@ async fn a_non_loopback_caller_is_refused_in_openais_shape() {
                          "type": "permission_error", "param": null, "code": "forbidden"}})
     );
     assert!(upstream.received().is_empty());
+}
+
+#[actix_web::test]
+async fn a_streamed_request_answered_with_a_whole_completion_still_streams() {
+    let upstream = FakeChat::start();
+    let app = chat_server(&upstream.base(), |_| {}).await;
+    upstream.script([Answer::Json(200, completion("c1", "Whole.", (2, 1)))]);
+    let mut sdk = sdk(&app).await;
+    let mut request = ask_weather();
+    request["stream_options"] = json!({"include_usage": true});
+
+    let chunks = sdk.chunks(request).await;
+
+    assert_eq!(streamed_text(&chunks), "Whole.");
+    assert_eq!(chunks[0]["id"], "c1");
+    assert_eq!(chunks.last().unwrap()["usage"]["total_tokens"], 3);
+}
+
+#[actix_web::test]
+async fn a_failure_after_the_stream_began_ends_it_with_an_error_event() {
+    let upstream = FakeChat::start();
+    let app = chat_server(&upstream.base(), |_| {}).await;
+    let callback = CallbackServer::with("/weather", Reply::output(json!("sunny")));
+    register_weather(&app, &callback).await;
+    upstream.script([
+        Answer::stream(call_chunks(
+            "c1",
+            Some("Let me check."),
+            &[("call_1", "get_weather", json!({"location": "Tokyo"}))],
+        )),
+        Answer::Json(
+            503,
+            json!({"error": {"message": "overloaded", "type": "server_error", "param": null,
+                             "code": "overloaded"}}),
+        ),
+    ]);
+    let mut sdk = sdk(&app).await;
+
+    let answer = sdk.stream(ask_weather()).await;
+
+    assert_eq!(
+        streamed_text(answer["chunks"].as_array().unwrap()),
+        "Let me check."
+    );
+    assert_eq!(answer["error"]["class"], "APIError", "{answer}");
+    assert_eq!(answer["error"]["message"], "overloaded");
+    assert_eq!(
+        answer["error"]["body"],
+        json!({"message": "overloaded", "type": "server_error", "param": null, "code": "overloaded"})
+    );
+}
+
+#[actix_web::test]
+async fn a_call_of_a_tool_nobody_has_is_answered_and_a_turn_of_too_many_calls_is_bounded() {
+    let upstream = FakeChat::start();
+    let app = chat_server(&upstream.base(), |_| {}).await;
+    let callback = CallbackServer::with("/weather", Reply::output(json!("sunny")));
+    register_weather(&app, &callback).await;
+    let ids: Vec<String> = (0..33).map(|i| format!("call_{i}")).collect();
+    let mut many: Vec<(&str, &str, Value)> = vec![("call_x", "get_horoscope", json!({}))];
+    many.extend(
+        ids.iter()
+            .map(|id| (id.as_str(), "get_weather", json!({"location": "Tokyo"}))),
+    );
+    upstream.script([
+        Answer::Json(200, calls_completion("c1", None, &many)),
+        Answer::Json(200, completion("c2", "Done.", (1, 1))),
+    ]);
+    let mut sdk = sdk(&app).await;
+
+    sdk.create(ask_weather()).await;
+
+    // The unknown tool's call is the first of 32; the last two of the turn are not run.
+    assert_eq!(
+        callback.received().len(),
+        31,
+        "at most 32 calls of a turn run"
+    );
+    let messages = upstream.bodies()[1]["messages"]
+        .as_array()
+        .cloned()
+        .unwrap();
+    assert_eq!(messages.len(), 2 + 34, "every call is answered");
+    let content =
+        |m: &Value| -> Value { serde_json::from_str(m["content"].as_str().unwrap()).unwrap() };
+    assert_eq!(
+        content(&messages[2])["error"],
+        "tool 'get_horoscope' is not registered; available tools: get_weather"
+    );
+    assert_eq!(content(&messages[3]), json!("sunny"));
+    assert_eq!(content(&messages[2 + 31]), json!("sunny"));
+    for last in [2 + 32, 2 + 33] {
+        assert_eq!(
+            content(&messages[last])["error"],
+            "too many tool calls in one turn: at most 32 run; the call was not run"
+        );
+    }
+}
+
+#[actix_web::test]
+async fn a_loopback_page_may_send_the_sdks_headers() {
+    let upstream = FakeChat::start();
+    let app = chat_server(&upstream.base(), |_| {}).await;
+
+    let response = app
+        .client
+        .request(
+            actix_web::http::Method::OPTIONS,
+            app.url("/v1/chat/completions"),
+        )
+        .insert_header(("origin", "http://localhost:5173"))
+        .insert_header(("access-control-request-method", "POST"))
+        .insert_header((
+            "access-control-request-headers",
+            "authorization,content-type,x-character,x-stainless-os",
+        ))
+        .send()
+        .await
+        .expect("preflight sent");
+
+    assert_eq!(response.status(), 200);
+    let allowed = response
+        .headers()
+        .get("access-control-allow-headers")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    for header in ["authorization", "x-character", "x-stainless-os"] {
+        assert!(allowed.contains(header), "{allowed}");
+    }
 }

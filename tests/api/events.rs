@@ -146,7 +146,7 @@ async fn hello_then_every_kind_of_event_with_its_exact_data() {
     assert_call(
         &events.next_event().await,
         json!({"role": "Mio", "tool": "get_weather", "source": "plugin:w",
-               "call_id": "call_model", "caller": "model", "is_error": false}),
+               "call_id": "call_model", "caller": "model", "kind": "client", "is_error": false}),
     );
     // A model call of a tool the character does not have has no source and is an error.
     fake.push(
@@ -158,7 +158,7 @@ async fn hello_then_every_kind_of_event_with_its_exact_data() {
     assert_call(
         &events.next_event().await,
         json!({"role": "Mio", "tool": "ghost", "source": null,
-               "call_id": "call_ghost", "caller": "model", "is_error": true}),
+               "call_id": "call_ghost", "caller": "model", "kind": "client", "is_error": true}),
     );
 
     // Unregister and clear.

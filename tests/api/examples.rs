@@ -3,7 +3,8 @@
 //! that removed its tool, falls back to polling a server without the stream, and clears its tools
 //! on SIGTERM; the Rust in-process plugin's `run` registers an actor tool and calls it over
 //! HTTP; the in-process session's `run` joins a character, takes its tools and has its model call
-//! one; the Python realtime app talks to the fake model through the relay with the official SDK.
+//! one; the Python realtime app talks to the fake model through the relay with the official SDK;
+//! the Python chat app chats through the chat endpoint with a fake chat model.
 //!
 //! The configuration file of `examples/` and the ones shown in the README load, too.
 //!
@@ -18,7 +19,9 @@ use runtime_tools::session::settings::{SessionMode, SessionSettings};
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply};
+use crate::chat::{chat_server, register_weather};
 use crate::child::LineChild;
+use crate::fake_chat::{Answer, FakeChat, call_chunks, text_chunks};
 use crate::fake_realtime::{AckMode, FakeRealtime};
 use crate::helpers::{TestApp, settings, spawn_app, spawn_app_with, tool_body};
 use crate::python::venv_python;
@@ -34,6 +37,8 @@ mod inprocess_session;
 const WEATHER_PLUGIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/weather_plugin.py");
 
 const REALTIME_APP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/realtime_app.py");
+
+const CHAT_APP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/chat_app.py");
 
 const EXAMPLE_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/runtime-tools.toml");
 
@@ -417,6 +422,60 @@ async fn realtime_app_example_talks_through_the_relay() {
     );
 }
 
+#[actix_web::test]
+async fn chat_app_example_chats_through_the_server() {
+    let upstream = FakeChat::start();
+    let app = chat_server(&upstream.base(), |chat| chat.model = Some("qwen2.5".into())).await;
+    let weather = CallbackServer::with("/weather", Reply::output(json!({"temperature_c": 28})));
+    register_weather(&app, &weather).await;
+    upstream.script([
+        // The model calls the plugin's tool (the server runs it), then says something and
+        // calls the app's; then it answers in words.
+        Answer::stream(call_chunks(
+            "c1",
+            None,
+            &[("call_w", "get_weather", json!({"location": "Tokyo"}))],
+        )),
+        Answer::stream(call_chunks(
+            "c2",
+            Some("It is 28 °C in Tokyo."),
+            &[("call_t", "app_clock", json!({}))],
+        )),
+        Answer::stream(text_chunks("c3", &["And it is ", "ten o'clock."], (1, 1))),
+    ]);
+
+    let mut example = LineChild::spawn(
+        Command::new(venv_python().await)
+            .arg(CHAT_APP)
+            .args(["--server", &app.url("/v1"), "--character", "Mio"])
+            .env("PYTHONUNBUFFERED", "1"),
+    );
+
+    assert_eq!(
+        example.expect_line("model: ").await,
+        "model: It is 28 °C in Tokyo."
+    );
+    assert_eq!(
+        example.expect_line("answering ").await,
+        "answering app_clock myself"
+    );
+    assert_eq!(
+        example.expect_line("model: ").await,
+        "model: And it is ten o'clock."
+    );
+    assert_eq!(example.expect_line("done").await, "done");
+    assert_eq!(example.wait_exit().await, Some(0));
+    assert_eq!(weather.received().len(), 1);
+    let bodies = upstream.bodies();
+    assert_eq!(bodies.len(), 3);
+    assert!(
+        bodies.iter().all(|b| b["model"] == "qwen2.5"),
+        "the configured model"
+    );
+    let last = bodies[2]["messages"].as_array().unwrap();
+    assert_eq!(last[last.len() - 1]["tool_call_id"], "call_t");
+}
+
 /// What a configuration names: `(character, session URL)` in order, and the dispatch limit.
 fn outline(settings: &Settings) -> (Vec<(String, Option<String>)>, usize) {
     let characters = settings
@@ -452,8 +511,8 @@ fn the_example_configuration_and_the_readmes_copy_load() {
         .collect();
     assert_eq!(
         blocks.len(),
-        2,
-        "the walk-through's relay.toml and the full configuration"
+        3,
+        "the walk-through's relay.toml and chat.toml, and the full configuration"
     );
     // The walk-through's relay configuration: Mio relays to OpenAI with the server's key.
     let relay = Settings::from_toml(blocks[0]).expect("the README's relay.toml loads");
@@ -469,6 +528,20 @@ fn the_example_configuration_and_the_readmes_copy_load() {
             Some("OPENAI_API_KEY")
         )
     );
-    let shown = Settings::from_toml(blocks[1]).expect("the README's configuration loads");
+    // The walk-through's chat configuration: Mio chats with a local Ollama model.
+    let chat = Settings::from_toml(blocks[1]).expect("the README's chat.toml loads");
+    let mio = chat.characters[0].chat.as_ref().expect("Mio has a chat");
+    assert_eq!(
+        (mio.url.as_str(), mio.model.as_deref()),
+        ("http://127.0.0.1:11434/v1", Some("qwen2.5"))
+    );
+    let shown = Settings::from_toml(blocks[2]).expect("the README's configuration loads");
     assert_eq!(shown, example);
+    assert_eq!(
+        example.characters[1]
+            .chat
+            .as_ref()
+            .map(|c| c.max_tool_rounds),
+        Some(3)
+    );
 }

@@ -175,6 +175,8 @@ pub fn call_chunks(id: &str, text: Option<&str>, calls: &[(&str, &str, Value)]) 
 
 struct Shared {
     answers: RefCell<VecDeque<Answer>>,
+    /// Answers of `/v1/models` requests before the fixed list.
+    models: RefCell<VecDeque<Answer>>,
     received: RefCell<Vec<Received>>,
     count: watch::Sender<usize>,
     gate: watch::Sender<bool>,
@@ -195,6 +197,7 @@ impl FakeChat {
         let addr = listener.local_addr().unwrap();
         let shared = Rc::new(Shared {
             answers: RefCell::new(VecDeque::new()),
+            models: RefCell::new(VecDeque::new()),
             received: RefCell::new(Vec::new()),
             count: watch::channel(0).0,
             gate: watch::channel(false).0,
@@ -226,6 +229,11 @@ impl FakeChat {
     /// Queues the answers of the next chat requests, in order.
     pub fn script(&self, answers: impl IntoIterator<Item = Answer>) {
         self.shared.answers.borrow_mut().extend(answers);
+    }
+
+    /// Queues the answers of the next `/v1/models` requests (the fixed list after them).
+    pub fn script_models(&self, answers: impl IntoIterator<Item = Answer>) {
+        self.shared.models.borrow_mut().extend(answers);
     }
 
     /// Every request so far.
@@ -283,7 +291,14 @@ impl Drop for FakeChat {
 async fn serve(mut stream: TcpStream, shared: Rc<Shared>) {
     let mut buf = Vec::new();
     while let Some(request) = read_request(&mut stream, &mut buf).await {
-        let answer = if request.path.starts_with("/v1/models") {
+        let scripted_models = request
+            .path
+            .starts_with("/v1/models")
+            .then(|| shared.models.borrow_mut().pop_front())
+            .flatten();
+        let answer = if let Some(answer) = scripted_models {
+            answer
+        } else if request.path.starts_with("/v1/models") {
             Answer::Json(
                 200,
                 json!({"object": "list", "data": [

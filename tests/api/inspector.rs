@@ -17,7 +17,9 @@ use serde_json::{Value, json};
 
 use crate::browser::Browser;
 use crate::callback_server::{CallbackServer, ClosedPort, Reply, register};
+use crate::chat::{chat_server, register_weather};
 use crate::examples::WeatherPlugin;
+use crate::fake_chat::{Answer, FakeChat, calls_completion, completion};
 use crate::fake_realtime::{AckMode, FakeRealtime};
 use crate::helpers::{TestApp, raw_head, settings, spawn_app, spawn_app_with, tool_body};
 use crate::local_tools::register_dice;
@@ -647,6 +649,79 @@ async fn an_apps_relay_shows_in_its_characters_session_while_it_is_connected() {
             .unwrap()
             .is_empty()
     );
+    browser.close().await;
+}
+
+#[actix_web::test]
+async fn a_characters_text_chat_shows_in_its_session_and_its_calls_in_the_feed() {
+    let test = "a_characters_text_chat_shows_in_its_session_and_its_calls_in_the_feed";
+    let Some(browser) = Browser::start(test, &[]).await else {
+        return;
+    };
+    let upstream = FakeChat::start();
+    let app = chat_server(&upstream.base(), |_| {}).await;
+    let callback = CallbackServer::with("/weather", Reply::output(json!("sunny")));
+    register_weather(&app, &callback).await;
+    browser.open(&app.url("/")).await;
+    let chat = "section[data-role='Mio'] .chat";
+    browser
+        .wait_css(&format!(
+            "{chat} .connection-head .state[data-state='ready']"
+        ))
+        .await;
+    let text = browser.wait_css(chat).await.text().await.unwrap();
+    for shown in [
+        "text chat",
+        "upstream",
+        upstream.base().as_str(),
+        "requests",
+    ] {
+        assert!(text.contains(shown), "{shown:?} not in {text:?}");
+    }
+
+    // A chat request runs a tool: the feed shows the call, and the counters follow.
+    upstream.script([
+        Answer::Json(
+            200,
+            calls_completion(
+                "c1",
+                None,
+                &[("call_1", "get_weather", json!({"location": "x"}))],
+            ),
+        ),
+        Answer::Json(200, completion("c2", "Sunny.", (1, 1))),
+        Answer::Json(500, json!({"error": {"message": "the model fell over"}})),
+    ]);
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "weather?"}]});
+    let (status, _) = app.post("/v1/chat/completions", &body).await;
+    assert_eq!(status, 200);
+    browser
+        .wait_xpath(&feed_line(
+            "tool.call",
+            "Mio · get_weather · called by text chat",
+        ))
+        .await;
+    browser
+        .wait_xpath(&format!(
+            "//section[@data-role='Mio']//div[contains(@class, 'chat')]\
+             //dd[preceding-sibling::dt[1][normalize-space()='calls'] and normalize-space()='1']"
+        ))
+        .await;
+
+    // A failed request stands out.
+    let (status, _) = app.post("/v1/chat/completions", &body).await;
+    assert_eq!(status, 500);
+    browser
+        .wait_xpath(&feed_line(
+            "chat.state",
+            "last error: the upstream answered HTTP 500",
+        ))
+        .await;
+    browser
+        .wait_css(&format!(
+            "{chat} .connection-head .state[data-state='failed']"
+        ))
+        .await;
     browser.close().await;
 }
 

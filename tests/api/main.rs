@@ -12,6 +12,7 @@ mod browser;
 mod callback_server;
 mod callback_urls;
 mod chat;
+mod chat_aimock;
 mod chat_app;
 mod child;
 mod cli;

@@ -10,10 +10,12 @@ use runtime_tools::session::settings::SessionSettings;
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply};
+use crate::fake_chat::{Answer, FakeChat, completion};
 use crate::fake_realtime::{AckMode, FakeRealtime};
 use crate::helpers::{
     TestApp, parse_json, raw_exchange_async, raw_head, settings, spawn_app_with, tool_body,
 };
+use runtime_tools::chat::settings::ChatSettings;
 
 const OPENAPI: &str = "/api/tools/openapi.json";
 
@@ -30,7 +32,13 @@ const SERVER_ROUTES: &[(&str, &str)] = &[
     ("get", EVENTS),
     ("get", "/api/mcp"),
     ("get", OPENAPI),
+    ("post", CHAT),
+    ("get", MODELS),
 ];
+
+/// The OpenAI-compatible routes, which answer without the router.
+const CHAT: &str = "/v1/chat/completions";
+const MODELS: &str = "/v1/models";
 
 /// The event stream: endless, so only its first frame is read.
 const EVENTS: &str = "/api/events";
@@ -261,8 +269,12 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         "/cb",
         Reply::output(json!({"temperature_c": 28, "sky": ["clear"]})),
     );
+    let chat_model = FakeChat::start();
     let mut config = settings(&["Mio", "Lanlan"]);
     config.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
+    let mut chat = ChatSettings::new(chat_model.base());
+    chat.timeout = std::time::Duration::from_secs(1);
+    config.characters[0].chat = Some(chat);
     let app = spawn_app_with(config).await;
     let doc = fetch_document(&app).await;
 
@@ -428,6 +440,54 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     run("get", "/api/mcp", None, Body::None).await;
     run("get", "/api/mcp", foreign, Body::None).await;
     run("post", "/api/mcp", None, Body::Json(json!({}))).await;
+    // Text chat: an answer, each refusal, and an upstream that answers nonsense or nothing.
+    chat_model.script([
+        Answer::Json(200, completion("c1", "Hello.", (1, 1))),
+        Answer::Text(200, "text/html".into(), "<html>".into()),
+        Answer::HoldOpen,
+    ]);
+    chat_model.script_models([Answer::HoldOpen]);
+    let chat = json!({"model": "m", "messages": [{"role": "user", "content": "hi"}]});
+    run("post", CHAT, None, Body::Json(chat.clone())).await;
+    run("post", CHAT, None, Body::Json(chat.clone())).await;
+    run("post", CHAT, None, Body::Json(chat.clone())).await;
+    run("post", CHAT, None, Body::Json(json!({"model": "m"}))).await;
+    run("post", CHAT, foreign, Body::Json(chat.clone())).await;
+    run(
+        "post",
+        &format!("{CHAT}?character=Lanlan"),
+        None,
+        Body::Json(chat),
+    )
+    .await;
+    run("get", CHAT, None, Body::None).await;
+    run("get", MODELS, None, Body::None).await;
+    run("get", MODELS, None, Body::None).await;
+    run("get", MODELS, foreign, Body::None).await;
+    run(
+        "get",
+        &format!("{MODELS}?character=Nobody"),
+        None,
+        Body::None,
+    )
+    .await;
+    run("post", MODELS, None, Body::Json(json!({}))).await;
+    // Over 32 MiB, refused on its declared length.
+    let length = (32 * MIB + 1).to_string();
+    let head = raw_head(
+        "POST",
+        CHAT,
+        &[
+            ("Host", &app.host()),
+            ("Content-Type", "application/json"),
+            ("Content-Length", &length),
+        ],
+    );
+    let chat_too_large = raw_exchange_async(app.addr, head).await;
+    // And with the upstream gone.
+    drop(chat_model);
+    run("get", MODELS, None, Body::None).await;
+
     // The full listing.
     run("get", "/api/tools?detail=full", None, Body::None).await;
     run("get", "/api/tools?detail=everything", None, Body::None).await;
@@ -445,7 +505,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         .expect("router stopped");
     for (method, path) in SERVER_ROUTES
         .iter()
-        .filter(|(_, p)| ![OPENAPI, "/api/tools/invoke", "/api/mcp"].contains(p))
+        .filter(|(_, p)| ![OPENAPI, "/api/tools/invoke", "/api/mcp", CHAT, MODELS].contains(p))
     {
         let body = match *path {
             "/api/tools/register" => register("late"),
@@ -463,6 +523,16 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         run(method, &path, None, body).await;
     }
 
+    let declared = std::iter::once((CHAT, chat_too_large));
+    for (path, response) in declared {
+        exchanges.push(Exchange {
+            method: "post".into(),
+            path: path.into(),
+            status: response.status,
+            body: response.json(),
+            content_type: response.header("content-type").map(str::to_owned),
+        });
+    }
     for (path, upload) in stalled {
         let response = upload.await.expect("stalled upload finished");
         exchanges.push(Exchange {

@@ -222,7 +222,7 @@ async fn the_sdk_app_talks_through_the_relay_and_the_server_does_only_its_part()
             .wait_for("tool.call", |d| d["call_id"] == "call_1")
             .await,
         json!({"role": "Mio", "tool": "get_weather", "source": "plugin:w", "call_id": "call_1",
-               "caller": "model", "is_error": false}),
+               "caller": "model", "kind": "relay", "is_error": false}),
     );
 
     // A call of the app's own tool: only the app answers it.

@@ -402,10 +402,11 @@ function renderSession(box, report) {
   }
   const pairs = [["session", stateBadge(report.state)]];
   for (const [key, value] of Object.entries(report)) {
-    if (key === "state" || key === "connections") continue;
+    if (key === "state" || key === "connections" || key === "chat") continue;
     pairs.push([label(key), formatValue(key, value)]);
   }
   const parts = [definitionList("session-facts", pairs)];
+  if (report.chat && typeof report.chat === "object") parts.push(renderChat(report.chat));
   const connections = Array.isArray(report.connections) ? report.connections : [];
   if (connections.length > 0) {
     const list = element("ul", "connections");
@@ -428,6 +429,33 @@ function renderSession(box, report) {
     parts.push(list);
   }
   box.replaceChildren(...parts);
+}
+
+/** A character's text chat endpoint: its upstream and what its requests did. A model that
+ * refused tools and the last failure stand out. */
+function renderChat(chat) {
+  const box = element("div", "chat");
+  const head = element("div", "connection-head");
+  const refused = Array.isArray(chat.tools_refused) ? chat.tools_refused : [];
+  const state = chat.last_error ? "failed" : "ready";
+  const badge = stateBadge(state);
+  head.append(element("span", "kind", "text chat"), " ", badge);
+  const facts = [];
+  for (const [key, value] of Object.entries(chat)) {
+    if (key === "last_error") {
+      const text = value ? `${value.message} (at ${formatTime(value.at)})` : "none";
+      facts.push(["last error", text]);
+    } else if (key === "tools_refused") {
+      const text = refused.length
+        ? refused.map((r) => `${r.model}: ${r.error}`).join("; ")
+        : "none";
+      facts.push(["tools refused by", text]);
+    } else {
+      facts.push([label(key), formatValue(key, value)]);
+    }
+  }
+  box.append(head, definitionList("chat-facts", facts));
+  return box;
 }
 
 // ---- The live feed ------------------------------------------------------------------------
@@ -512,11 +540,25 @@ const handlers = {
   },
   "tool.call": (data) => {
     const outcome = data.is_error ? "error" : "ok";
+    const by = data.kind === "chat" ? "text chat" : data.kind ? kindName(data.kind) : data.caller;
     addFeed(
       "tool.call",
-      `${data.role} · ${data.tool} · called by ${data.caller} · ${formatMs(Number(data.duration_ms))} · ${outcome}`,
+      `${data.role} · ${data.tool} · called by ${by} · ${formatMs(Number(data.duration_ms))} · ${outcome}`,
       data.is_error ? "error" : null,
     );
+    // A chat keeps no connection: its counters move with its calls.
+    if (data.kind === "chat") refreshSessions();
+  },
+  "chat.state": (data) => {
+    const facts = [`${data.role}: text chat`];
+    const refused = Array.isArray(data.tools_refused) ? data.tools_refused : [];
+    if (refused.length) facts.push(`tools refused by ${refused.map((r) => r.model).join(", ")}`);
+    if (data.last_error) facts.push(`last error: ${data.last_error.message}`);
+    if (Array.isArray(data.clashes) && data.clashes.length) {
+      facts.push(`left out for the app's own: ${data.clashes.join(", ")}`);
+    }
+    addFeed("chat.state", facts.join(" · "), data.last_error ? "error" : null);
+    refreshSessions();
   },
 };
 
