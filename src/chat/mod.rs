@@ -12,7 +12,7 @@
 //! - [`wire`]: the chat-completions format (requests, chunks, messages, usage, errors);
 //! - [`turns`]: the handed-back turns, bounded by count and age;
 //! - [`upstream`]: the HTTP client of the upstream;
-//! - [`settings`]: `[character.chat]`.
+//! - [`settings`]: the `[character.chat]` table.
 
 pub mod conversation;
 pub mod run;

@@ -37,6 +37,17 @@ pub async fn register_weather(app: &TestApp, callback: &CallbackServer) {
 }
 
 async fn register_tool(app: &TestApp, callback: &CallbackServer, name: &str, path: &str) {
+    register_slow_tool(app, callback, name, path, 30).await;
+}
+
+/// A tool whose calls may take `timeout_seconds`.
+async fn register_slow_tool(
+    app: &TestApp,
+    callback: &CallbackServer,
+    name: &str,
+    path: &str,
+    timeout_seconds: u64,
+) {
     let (status, answer) = app
         .register(&json!({
             "name": name,
@@ -46,6 +57,7 @@ async fn register_tool(app: &TestApp, callback: &CallbackServer, name: &str, pat
             "callback_url": callback.url(path),
             "role": "Mio",
             "source": "plugin:weather",
+            "timeout_seconds": timeout_seconds,
         }))
         .await;
     assert_eq!((status, &answer["ok"]), (200, &json!(true)), "{answer}");
@@ -672,7 +684,8 @@ async fn an_app_that_goes_away_cancels_the_upstream_request_and_the_running_call
     let upstream = FakeChat::start();
     let app = chat_server(&upstream.base(), |_| {}).await;
     let callback = CallbackServer::with("/weather", Reply::HoldOpen);
-    register_weather(&app, &callback).await;
+    // The call may take longer than the test waits: only a cancel closes its connection in time.
+    register_slow_tool(&app, &callback, "get_weather", "/weather", 300).await;
     upstream.script([Answer::stream(call_chunks(
         "c1",
         Some("Let me check."),

@@ -702,10 +702,10 @@ async fn a_characters_text_chat_shows_in_its_session_and_its_calls_in_the_feed()
         ))
         .await;
     browser
-        .wait_xpath(&format!(
+        .wait_xpath(
             "//section[@data-role='Mio']//div[contains(@class, 'chat')]\
-             //dd[preceding-sibling::dt[1][normalize-space()='calls'] and normalize-space()='1']"
-        ))
+             //dd[preceding-sibling::dt[1][normalize-space()='calls'] and normalize-space()='1']",
+        )
         .await;
 
     // A failed request stands out.
