@@ -18,6 +18,11 @@
 #              with a live session to a fake model calling the tool in a closed loop, in client
 #              and relay mode, answered by the nginx callback; with its floor (wrk at nginx, 1
 #              connection). Not in the default list: run it by name.
+#   chat       text chat (benches/chat.rs): a chat request with one round of a registered tool
+#              through the server against the app's own loop (upstream, callback, upstream), at
+#              CONNS and at 1 connection, and the first streamed token through the server against
+#              straight from the upstream; with the floor of one exchange (wrk at nginx, 1
+#              connection). Not in the default list: run it by name.
 #   hop        what one actor round trip from a handler costs (benches/actor_hop.rs: a server with
 #              a route that answers at once and one that first asks an actor), with the actor on
 #              the system thread (as the router) or on the first HTTP worker, at 2 and 1 workers.
@@ -180,6 +185,14 @@ proxy_suite() {
   proxy_stop
 }
 
+chat_suite() {
+  measure floor-callback-conn1 "$HERE/callback.lua" "$CALLBACK" "$(nginx_pids)" 1
+  [ -n "${SKIP_BUILD:-}" ] || cargo bench --quiet --bench chat --no-run 2>/dev/null
+  cargo bench --quiet --bench chat -- --conns "$CONNS" --runs "$RUNS" --seconds "${DURATION%s}" \
+    --warmup-seconds "${WARMUP%s}" --callback "$CALLBACK" \
+    2>"$WORK/chat.err" | tee -a "$RESULTS" | grep -v '^#' || { cat "$WORK/chat.err" >&2; exit 1; }
+}
+
 hop_suite() {
   local exe w on
   exe=$(cargo bench --quiet --bench actor_hop --no-run --message-format=json 2>/dev/null \
@@ -222,6 +235,7 @@ for suite in "${SUITES[@]}"; do
     memory) memory_suite ;;
     proxy) proxy_suite ;;
     callpath) callpath_suite ;;
+    chat) chat_suite ;;
     hop) hop_suite ;;
     *) echo "unknown suite $suite" >&2; exit 2 ;;
   esac
@@ -286,6 +300,49 @@ if grep -q '^callpath' "$RESULTS"; then
         s = order[k]
         printf "%-24s %10.0f %8.3f %8.3f %12.3f %12.1f %6d %6d %6d\n", s, med(s, "rps"), med(s, "p50_ms"),
           med(s, "p99_ms"), med(s, "p50_ms") - f, med(s, "cpu_us_per_call"), mx(s, "lost"), mx(s, "twice"), mx(s, "bad")
+      }
+    }' "$RESULTS"
+fi
+
+# Text chat: medians over runs (faults: the worst run). The targets are in units of one loopback
+# exchange (wrk at nginx, 1 connection, p50): a one-round request through the server at most the
+# app's own loop plus 2 exchanges (p50, one connection), the first streamed token at most 1.5
+# exchanges later than straight from the upstream.
+if grep -q '^chat-\|^ttft-' "$RESULTS"; then
+  echo
+  awk '
+    / run[0-9]+ / {
+      s=$1; n[s]++
+      for (i=3; i<=NF; i++) { split($i, kv, "="); v[s, kv[1], n[s]] = kv[2] }
+      if ((s ~ /^chat-/ || s ~ /^ttft-/) && !(s in seen)) { seen[s]=1; order[++m]=s }
+    }
+    function med(s, k,   i, j, t, a, c) {
+      c = n[s]; for (i=1; i<=c; i++) a[i] = v[s, k, i] + 0
+      for (i=1; i<=c; i++) for (j=i+1; j<=c; j++) if (a[j] < a[i]) { t=a[i]; a[i]=a[j]; a[j]=t }
+      return (c % 2) ? a[(c+1)/2] : (a[c/2] + a[c/2+1]) / 2
+    }
+    function mx(s, k,   i, r) {
+      r = 0; for (i=1; i<=n[s]; i++) if (v[s, k, i] + 0 > r) r = v[s, k, i] + 0
+      return r
+    }
+    END {
+      x = ("floor-callback-conn1" in n) ? med("floor-callback-conn1", "p50_ms") : 0
+      printf "# chat: one exchange (wrk -> nginx, 1 connection) p50 %.3f ms\n", x
+      printf "%-20s %10s %8s %8s %12s %14s %6s\n", "scenario", "rps", "p50_ms", "p99_ms", "cpu_us/req", "cpu_us/round", "faults"
+      for (k=1; k<=m; k++) {
+        s = order[k]
+        printf "%-20s %10.0f %8.3f %8.3f %12.1f %14.1f %6d\n", s, med(s, "rps"), med(s, "p50_ms"),
+          med(s, "p99_ms"), med(s, "cpu_us_per_req"), med(s, "cpu_us_per_round"), mx(s, "faults")
+      }
+      if (("chat-server" in n) && ("chat-floor" in n))
+        printf "# requests/s through the server: %.1f%% of the app'"'"'s own loop\n", 100 * med("chat-server", "rps") / med("chat-floor", "rps")
+      if (("chat-server-conn1" in n) && ("chat-floor-conn1" in n) && x > 0) {
+        d = med("chat-server-conn1", "p50_ms") - med("chat-floor-conn1", "p50_ms")
+        printf "# a one-round request adds %.3f ms = %.2f exchanges over the app'"'"'s own loop (target: at most 2)\n", d, d / x
+      }
+      if (("ttft-server" in n) && ("ttft-direct" in n) && x > 0) {
+        d = med("ttft-server", "p50_ms") - med("ttft-direct", "p50_ms")
+        printf "# the first streamed token comes %.3f ms = %.2f exchanges later through the server (target: at most 1.5)\n", d, d / x
       }
     }' "$RESULTS"
 fi

@@ -390,6 +390,9 @@ impl Driver {
     async fn send(&mut self, frame: Bytes) -> Result<(), Failure> {
         if let Out::Stream { tx, .. } = &self.out {
             tx.send(frame).await.map_err(|_| Failure::Gone)?;
+            // The response writes it now, before the rest of what the upstream sent is read:
+            // the person sees the first words without waiting for the later ones to be parsed.
+            tokio::task::yield_now().await;
         }
         Ok(())
     }

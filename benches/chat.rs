@@ -1,0 +1,438 @@
+//! Chat benchmark: an app's chat-completions request with one round of a registered tool, run by
+//! the server, against the same work done by the app itself (the floor); and the first streamed
+//! token through the server against straight from the upstream.
+//!
+//! A fake OpenAI-compatible upstream (actix-web, one worker, in this process) answers a request
+//! that carries no tool result with a call of the registered tool, and one that does (or asks
+//! for words, the marker below) with a short answer in words; streamed when asked. The tool's
+//! callback is the nginx callback of `benches/http/` (`--callback`, started by
+//! `benches/http/run.sh chat`). Scenarios, each a closed loop of `--conns` clients for the
+//! measured window after a warm-up, alternated run by run:
+//!
+//! - `chat-floor`: what an app running its own tool loop does: the upstream (a call), the
+//!   callback, the upstream again (the words) — three exchanges, one after the other;
+//! - `chat-server`: one request to the server's `/v1/chat/completions`, which does the same;
+//!   the server's CPU (utime + stime from `/proc`) per request and per round (two rounds);
+//! - at one connection, `ttft-direct` and `ttft-server`: a streamed request answered in words,
+//!   the time to the first chunk with text, straight from the upstream and through the server.
+//!
+//! Every answer is checked (the words of the final answer); a wrong one is a fault, printed.
+//! Figures and method: docs/benchmarks.md. Run:
+//! `cargo bench --bench chat -- [--conns N] [--seconds S] [--warmup-seconds S] [--runs N]
+//! [--callback URL]`; `RUNTIME_TOOLS_BIN=PATH` measures that server binary instead.
+
+use std::cell::RefCell;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use actix_web::{App, HttpResponse, HttpServer, web};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+mod support;
+use support::{Server, percentile};
+
+/// The tool every request's model calls.
+const TOOL: &str = "get_weather";
+/// The final answer's words, checked in every answer.
+const WORDS: &str = "It is sunny and 28 degrees in Tokyo.";
+/// A request whose last message says this is answered in words at once.
+const WORDS_PLEASE: &str = "answer in words";
+/// Longest one request may take before the run counts it as a fault.
+const REQUEST_DEADLINE: Duration = Duration::from_secs(10);
+
+struct Options {
+    conns: usize,
+    seconds: f64,
+    warmup_seconds: f64,
+    runs: usize,
+    callback: String,
+}
+
+fn options() -> Options {
+    let mut o = Options {
+        conns: 16,
+        seconds: 6.0,
+        warmup_seconds: 2.0,
+        runs: 3,
+        callback: std::env::var("CALLBACK").unwrap_or_else(|_| "http://127.0.0.1:9333".into()),
+    };
+    let args: Vec<String> = std::env::args().collect();
+    let mut i = 1;
+    while i < args.len() {
+        let value = || args.get(i + 1).cloned().unwrap_or_default();
+        match args[i].as_str() {
+            "--conns" => o.conns = value().parse().expect("--conns N"),
+            "--seconds" => o.seconds = value().parse().expect("--seconds S"),
+            "--warmup-seconds" => o.warmup_seconds = value().parse().expect("--warmup-seconds S"),
+            "--runs" => o.runs = value().parse().expect("--runs N"),
+            "--callback" => o.callback = value(),
+            // `cargo bench` passes `--bench`; anything else is not ours.
+            _ => {
+                i += 1;
+                continue;
+            }
+        }
+        i += 2;
+    }
+    o
+}
+
+/// The fake upstream's canned answers.
+struct Canned {
+    call: Bytes,
+    words: Bytes,
+    words_stream: Bytes,
+}
+
+fn canned() -> Canned {
+    let header = |object: &str| {
+        json!({"id": "chatcmpl-bench", "object": object, "created": 1_700_000_000,
+               "model": "bench-model"})
+    };
+    let mut call = header("chat.completion");
+    call["choices"] = json!([{"index": 0, "finish_reason": "tool_calls", "message": {
+        "role": "assistant", "content": null, "tool_calls": [{"id": "call_bench",
+        "type": "function", "function": {"name": TOOL,
+        "arguments": "{\"city\":\"Tokyo\",\"unit\":\"c\"}"}}]}}]);
+    call["usage"] = json!({"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60});
+    let mut words = header("chat.completion");
+    words["choices"] = json!([{"index": 0, "finish_reason": "stop",
+        "message": {"role": "assistant", "content": WORDS}}]);
+    words["usage"] = json!({"prompt_tokens": 70, "completion_tokens": 12, "total_tokens": 82});
+    let chunk = |delta: Value, finish: Value| {
+        let mut chunk = header("chat.completion.chunk");
+        chunk["choices"] = json!([{"index": 0, "delta": delta, "finish_reason": finish}]);
+        format!("data: {chunk}\n\n")
+    };
+    let mut stream = chunk(json!({"role": "assistant", "content": ""}), Value::Null);
+    for word in WORDS.split_inclusive(' ') {
+        stream.push_str(&chunk(json!({"content": word}), Value::Null));
+    }
+    stream.push_str(&chunk(json!({}), json!("stop")));
+    let mut usage = header("chat.completion.chunk");
+    usage["choices"] = json!([]);
+    usage["usage"] = json!({"prompt_tokens": 70, "completion_tokens": 12, "total_tokens": 82});
+    stream.push_str(&format!("data: {usage}\n\ndata: [DONE]\n\n"));
+    Canned {
+        call: Bytes::from(call.to_string()),
+        words: Bytes::from(words.to_string()),
+        words_stream: Bytes::from(stream),
+    }
+}
+
+/// The fake upstream: a call unless the request carries a tool result or asks for words.
+async fn fake_upstream(body: Bytes, canned: web::Data<Canned>) -> HttpResponse {
+    let text = std::str::from_utf8(&body).unwrap_or_default();
+    let words = text.contains("\"role\":\"tool\"") || text.contains(WORDS_PLEASE);
+    let stream = text.contains("\"stream\":true");
+    match (words, stream) {
+        (true, true) => HttpResponse::Ok()
+            .content_type("text/event-stream")
+            .body(canned.words_stream.clone()),
+        (true, false) => HttpResponse::Ok()
+            .content_type("application/json")
+            .body(canned.words.clone()),
+        (false, _) => HttpResponse::Ok()
+            .content_type("application/json")
+            .body(canned.call.clone()),
+    }
+}
+
+fn client() -> awc::Client {
+    awc::Client::builder()
+        .max_http_version(awc::http::Version::HTTP_11)
+        .timeout(REQUEST_DEADLINE)
+        .finish()
+}
+
+fn question(words: bool) -> Value {
+    let content = if words {
+        WORDS_PLEASE
+    } else {
+        "What is the weather in Tokyo?"
+    };
+    json!({"model": "bench-model", "messages": [{"role": "user", "content": content}]})
+}
+
+async fn post(client: &awc::Client, url: &str, body: &Value) -> Result<Value, String> {
+    let mut response = client
+        .post(url)
+        .send_json(body)
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    let bytes = response
+        .body()
+        .limit(1 << 20)
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    if !response.status().is_success() {
+        return Err(format!(
+            "{url}: {} {}",
+            response.status(),
+            String::from_utf8_lossy(&bytes)
+        ));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| format!("{url}: {e}"))
+}
+
+fn check_words(answer: &Value) -> Result<(), String> {
+    match answer["choices"][0]["message"]["content"].as_str() {
+        Some(WORDS) => Ok(()),
+        other => Err(format!("the answer said {other:?}")),
+    }
+}
+
+/// One request of the floor: the app's own tool loop.
+async fn floor_request(client: &awc::Client, upstream: &str, callback: &str) -> Result<(), String> {
+    let chat = format!("{upstream}/chat/completions");
+    let first = post(client, &chat, &question(false)).await?;
+    let call = &first["choices"][0]["message"]["tool_calls"][0];
+    let arguments = call["function"]["arguments"].as_str().unwrap_or_default();
+    let body = json!({"name": TOOL, "arguments": serde_json::from_str::<Value>(arguments)
+        .unwrap_or_default(), "call_id": call["id"], "raw_arguments": arguments});
+    let output = post(client, &format!("{callback}/tools/{TOOL}"), &body).await?;
+    let mut next = question(false);
+    let messages = next["messages"].as_array_mut().expect("messages");
+    messages.push(first["choices"][0]["message"].clone());
+    messages.push(
+        json!({"role": "tool", "tool_call_id": call["id"], "name": TOOL,
+                         "content": output["output"].to_string()}),
+    );
+    check_words(&post(client, &chat, &next).await?)
+}
+
+/// One request through the server.
+async fn server_request(client: &awc::Client, server: &str) -> Result<(), String> {
+    check_words(
+        &post(
+            client,
+            &format!("{server}/v1/chat/completions"),
+            &question(false),
+        )
+        .await?,
+    )
+}
+
+/// Microseconds to the first chunk with text of a streamed request answered in words; the
+/// stream is read to its end.
+async fn first_token(client: &awc::Client, base: &str) -> Result<f64, String> {
+    let mut body = question(true);
+    body["stream"] = json!(true);
+    let started = Instant::now();
+    let url = format!("{base}/chat/completions");
+    let mut response = client
+        .post(&url)
+        .send_json(&body)
+        .await
+        .map_err(|e| format!("{url}: {e}"))?;
+    let mut seen = String::new();
+    let mut first = None;
+    while let Some(chunk) = response.next().await {
+        let chunk = chunk.map_err(|e| format!("{url}: {e}"))?;
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+        if first.is_none() && seen.contains("\"content\":\"It") {
+            first = Some(started.elapsed());
+        }
+    }
+    if !seen.contains("[DONE]") {
+        return Err(format!("{url}: the stream did not end with [DONE]"));
+    }
+    first
+        .map(|d| d.as_secs_f64() * 1e6)
+        .ok_or_else(|| format!("{url}: no text in the stream"))
+}
+
+/// The figures of one scenario's run.
+#[derive(Default)]
+struct Tally {
+    /// Microseconds of each request in the measured window.
+    samples: Vec<f64>,
+    faults: Vec<String>,
+}
+
+/// `conns` clients in a closed loop of `request` for the warm-up and the window; the window's
+/// samples and the server's CPU seconds over it.
+async fn closed_loop<F, Fut>(
+    o: &Options,
+    conns: usize,
+    server: &Server,
+    request: F,
+) -> (Tally, f64, f64)
+where
+    F: Fn(Rc<awc::Client>) -> Fut + Clone + 'static,
+    Fut: std::future::Future<Output = Result<(), String>>,
+{
+    let tally = Rc::new(RefCell::new(Tally::default()));
+    let window = Rc::new(RefCell::new(None::<(Instant, Instant)>));
+    let stop = Rc::new(std::cell::Cell::new(false));
+    let clients: Vec<_> = (0..conns)
+        .map(|_| {
+            let (tally, window, stop, request) =
+                (tally.clone(), window.clone(), stop.clone(), request.clone());
+            actix_web::rt::spawn(async move {
+                let client = Rc::new(client());
+                while !stop.get() {
+                    let started = Instant::now();
+                    let outcome = request(client.clone()).await;
+                    let took = started.elapsed().as_secs_f64() * 1e6;
+                    let in_window = window
+                        .borrow()
+                        .is_some_and(|(from, to)| started >= from && started < to);
+                    let mut tally = tally.borrow_mut();
+                    match outcome {
+                        Ok(()) if in_window => tally.samples.push(took),
+                        Ok(()) => {}
+                        Err(e) => tally.faults.push(e),
+                    }
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_secs_f64(o.warmup_seconds)).await;
+    let (cpu0, from) = (server.cpu_seconds(), Instant::now());
+    let to = from + Duration::from_secs_f64(o.seconds);
+    *window.borrow_mut() = Some((from, to));
+    tokio::time::sleep(Duration::from_secs_f64(o.seconds)).await;
+    let cpu1 = server.cpu_seconds();
+    stop.set(true);
+    for client in clients {
+        let _ = client.await;
+    }
+    let tally = Rc::try_unwrap(tally)
+        .ok()
+        .expect("every client is done")
+        .into_inner();
+    (tally, cpu1 - cpu0, o.seconds)
+}
+
+fn report(label: &str, run: usize, tally: &mut Tally, cpu: f64, seconds: f64, rounds: usize) {
+    tally.samples.sort_by(f64::total_cmp);
+    let n = tally.samples.len();
+    let per_request = cpu * 1e6 / n.max(1) as f64;
+    println!(
+        "{label} run{run} requests={n} rps={:.0} p50_ms={:.3} p99_ms={:.3} cpu_us_per_req={:.1} \
+         cpu_us_per_round={:.1} faults={}",
+        n as f64 / seconds,
+        percentile(&tally.samples, 0.5) / 1e3,
+        percentile(&tally.samples, 0.99) / 1e3,
+        per_request,
+        per_request / rounds as f64,
+        tally.faults.len(),
+    );
+    for fault in tally.faults.iter().take(5) {
+        println!("# fault: {fault}");
+    }
+}
+
+fn start_server(upstream: &str, work: &std::path::Path) -> Server {
+    let config = format!(
+        "bind = \"127.0.0.1:0\"\n[[character]]\nname = \"Mio\"\n[character.chat]\nurl = \"{upstream}\"\n"
+    );
+    let path = work.join("chat.toml");
+    std::fs::write(&path, config).expect("config written");
+    let log = std::fs::File::create(work.join("server.log")).expect("log file");
+    Server::start(&path, log.into(), None)
+}
+
+async fn register(server: &str, callback: &str) {
+    let body = json!({
+        "name": TOOL,
+        "description": "Benchmark tool: get the current weather for a city.",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "description": "City name"},
+            "unit": {"type": "string", "enum": ["c", "f"]}
+        }, "required": ["city"]},
+        "callback_url": format!("{callback}/tools/{TOOL}"),
+        "role": null,
+        "source": "plugin:bench",
+        "timeout_seconds": 30
+    });
+    let answer = post(&client(), &format!("{server}/api/tools/register"), &body)
+        .await
+        .expect("the tool registers");
+    assert_eq!(answer["ok"], true, "{answer}");
+}
+
+fn main() {
+    let o = options();
+    let work = std::env::temp_dir().join(format!("chat-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&work).expect("a work directory");
+    actix_web::rt::System::new().block_on(async {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let upstream = format!("http://{}/v1", listener.local_addr().unwrap());
+        let answers = web::Data::new(canned());
+        let fake = HttpServer::new(move || {
+            App::new()
+                .app_data(answers.clone())
+                .app_data(web::PayloadConfig::new(1 << 20))
+                .route("/v1/chat/completions", web::post().to(fake_upstream))
+        })
+        .workers(1)
+        .disable_signals()
+        .listen(listener)
+        .unwrap()
+        .run();
+        let fake_handle = fake.handle();
+        actix_web::rt::spawn(fake);
+
+        let server = start_server(&upstream, &work);
+        let base = format!("http://{}", server.address);
+        register(&base, &o.callback).await;
+        for run in 1..=o.runs {
+            // Alternated, run by run: the floor, then the server, each at `conns` and at one.
+            for conns in [o.conns, 1] {
+                let suffix = if conns == 1 { "-conn1" } else { "" };
+                let (upstream_, callback) = (upstream.clone(), o.callback.clone());
+                let (mut tally, cpu, seconds) = closed_loop(&o, conns, &server, move |c| {
+                    let (u, cb) = (upstream_.clone(), callback.clone());
+                    async move { floor_request(&c, &u, &cb).await }
+                })
+                .await;
+                report(
+                    &format!("chat-floor{suffix}"),
+                    run,
+                    &mut tally,
+                    cpu,
+                    seconds,
+                    2,
+                );
+                let base_ = base.clone();
+                let (mut tally, cpu, seconds) = closed_loop(&o, conns, &server, move |c| {
+                    let b = base_.clone();
+                    async move { server_request(&c, &b).await }
+                })
+                .await;
+                report(
+                    &format!("chat-server{suffix}"),
+                    run,
+                    &mut tally,
+                    cpu,
+                    seconds,
+                    2,
+                );
+            }
+            for (label, at) in [
+                ("ttft-direct", upstream.clone()),
+                ("ttft-server", format!("{base}/v1")),
+            ] {
+                let tally = Rc::new(RefCell::new(Tally::default()));
+                let (cpu0, from) = (server.cpu_seconds(), Instant::now());
+                let client = client();
+                while from.elapsed().as_secs_f64() < o.seconds {
+                    match first_token(&client, &at).await {
+                        Ok(us) => tally.borrow_mut().samples.push(us),
+                        Err(e) => tally.borrow_mut().faults.push(e),
+                    }
+                }
+                let cpu = server.cpu_seconds() - cpu0;
+                let mut tally = Rc::try_unwrap(tally).ok().expect("one owner").into_inner();
+                report(label, run, &mut tally, cpu, o.seconds, 1);
+            }
+        }
+        drop(server);
+        fake_handle.stop(false).await;
+    });
+    let _ = std::fs::remove_dir_all(&work);
+}
