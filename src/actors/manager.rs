@@ -31,13 +31,12 @@ use crate::domain::snapshot::{ToolCell, ToolWriter};
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
 use crate::session::attach::{Attachment, Joined};
-use crate::session::core::not_acknowledged;
-use crate::session::protocol::Dialect;
+use crate::session::realtime::Dialect;
 use crate::session::settings::{DEFAULT_SYNC_TIMEOUT, SessionMode, SessionSettings};
 use crate::session::shell::CONNECT_TIMEOUT;
 use crate::session::{
     CloseSession, ConnectionKind, ConnectionReport, ConnectionState, RealtimeSession,
-    SessionHandle, SessionReport, SessionStatus, SyncTools,
+    SessionHandle, SessionReport, SessionStatus, SyncError, SyncTools,
 };
 
 /// Apply change number `number` to this character's tools, publish the result and sync the
@@ -218,8 +217,8 @@ impl SessionManager {
                 async move {
                     let outcome = match tokio::time::timeout(timeout, reply).await {
                         Ok(Ok(outcome)) => outcome,
-                        Ok(Err(_)) => Err("model session actor is not running".to_owned()),
-                        Err(_) => Err(not_acknowledged(timeout)),
+                        Ok(Err(_)) => Err(SyncError::Gone),
+                        Err(_) => Err(SyncError::NotAcknowledged(timeout)),
                     };
                     (kind, outcome)
                 }
@@ -231,11 +230,11 @@ impl SessionManager {
                     .await
                     .into_iter()
                     .filter_map(|(kind, outcome)| {
-                        let error = outcome.err()?;
+                        let error = outcome.err()?.to_string();
                         // With one session the error speaks for itself; with several, each says
                         // which kind of connection it was.
                         Some(if several {
-                            format!("{} session: {error}", kind_name(kind))
+                            format!("{} session: {error}", kind.name())
                         } else {
                             error
                         })
@@ -255,17 +254,6 @@ impl SessionManager {
 /// The current tools as the sessions take them.
 fn tool_list(tools: &ToolWriter) -> Arc<[SharedTool]> {
     tools.current().tools().cloned().collect()
-}
-
-/// A connection kind as the API spells it.
-fn kind_name(kind: ConnectionKind) -> &'static str {
-    match kind {
-        ConnectionKind::Client => "client",
-        ConnectionKind::Relay => "relay",
-        ConnectionKind::Attach => "attach",
-        ConnectionKind::Embedded => "embedded",
-        ConnectionKind::Chat => "chat",
-    }
 }
 
 impl Actor for SessionManager {
@@ -356,7 +344,7 @@ impl Handler<AddSession> for SessionManager {
     type Result = ();
 
     fn handle(&mut self, AddSession(session): AddSession, _: &mut Self::Context) {
-        tracing::debug!(character = %self.character, kind = kind_name(session.kind), "session added");
+        tracing::debug!(character = %self.character, kind = session.kind.name(), "session added");
         // The current list goes out before anything the session receives later; nobody waits
         // for this acknowledgement.
         session.sync.do_send(SyncTools(tool_list(&self.tools)));
@@ -402,10 +390,7 @@ impl Handler<JoinCall> for SessionManager {
             match tokio::time::timeout(wait, joined).await {
                 Ok(Ok(joined)) => joined,
                 Ok(Err(_)) => Err("the attachment ended before it connected".to_owned()),
-                Err(_) => Ok(Err(format!(
-                    "the call did not take the tools within {} s",
-                    wait.as_secs_f64()
-                ))),
+                Err(_) => Ok(Err(SyncError::NotJoined(wait))),
             }
         })
     }

@@ -88,7 +88,7 @@ async fn attach(
         ok: synced.is_ok(),
         role: request.role,
         url: request.url,
-        error: synced.err(),
+        error: synced.err().map(|e| e.to_string()),
     }))
 }
 

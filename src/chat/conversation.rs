@@ -121,7 +121,7 @@ impl Conversation {
     pub fn next_round(&mut self, registered: &[SharedTool]) -> Round {
         let with_tools = !self.withhold_tools && self.tool_rounds < self.max_tool_rounds;
         let (tools, clashes) = if with_tools {
-            crate::session::protocol::without_clashes(registered, &self.request.app_tools)
+            crate::session::core::without_clashes(registered, &self.request.app_tools)
         } else {
             (Vec::new(), Vec::new())
         };

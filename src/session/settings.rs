@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
-use super::protocol::Dialect;
+use super::realtime::Dialect;
 
 /// How long a change waits for `session.updated` unless configured.
 pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(5);

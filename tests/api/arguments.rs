@@ -11,7 +11,7 @@ use runtime_tools::actors::router::RegisterTool;
 use runtime_tools::domain::arguments::Parameters;
 use runtime_tools::domain::call::ToolOutcome;
 use runtime_tools::domain::tool::ToolSpec;
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::SessionSettings;
 use serde_json::{Map, Value, json};
 

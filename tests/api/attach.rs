@@ -199,7 +199,7 @@ async fn announced_joining_and_calls(events: &mut EventReader, url: &str) {
 
 #[actix_web::test]
 async fn an_attach_the_call_does_not_take_says_why_and_stays() {
-    use runtime_tools::session::protocol::Dialect;
+    use runtime_tools::session::realtime::Dialect;
     use runtime_tools::session::settings::SessionMode;
     // Mio's settings apply to its attachments: a short sync timeout; relay mode, so the server
     // keeps no connection of its own to the fake.

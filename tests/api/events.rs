@@ -11,7 +11,7 @@ use runtime_tools::actors::router::RegisterTool;
 use runtime_tools::config::Settings;
 use runtime_tools::domain::callback_url::CallbackUrl;
 use runtime_tools::domain::tool::{ToolSpec, empty_parameters};
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::SessionSettings;
 use serde_json::{Value, json};
 

@@ -11,7 +11,7 @@ use futures_util::SinkExt;
 use indexmap::IndexMap;
 use runtime_tools::config::Settings;
 use runtime_tools::mcp::settings::{McpServerSettings, McpTransport};
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::{SessionMode, SessionSettings};
 use serde_json::{Value, json};
 

@@ -5,7 +5,7 @@
 
 use actix_web::http::Method;
 use runtime_tools::actors::router::InjectRouterStop;
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::SessionSettings;
 use serde_json::{Value, json};
 

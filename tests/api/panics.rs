@@ -11,7 +11,7 @@ use runtime_tools::actors::router::{
 use runtime_tools::domain::call::ToolOutcome;
 use runtime_tools::domain::callback_url::CallbackUrl;
 use runtime_tools::domain::tool::{ToolSpec, empty_parameters};
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::SessionSettings;
 use serde_json::json;
 
