@@ -162,7 +162,7 @@ fn sse_frame(kind: EventKind, id: u64, data: String) -> Bytes {
 
 /// What `op` a `tools.changed` event reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(into = "&'static str")]
 pub enum ChangeOp {
     Register,
     Unregister,
@@ -171,6 +171,25 @@ pub enum ChangeOp {
     AutoRemoved,
     /// An MCP server's tools were (re)listed, changed, or removed when it went away.
     Mcp,
+}
+
+impl ChangeOp {
+    /// The op as events and log lines spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChangeOp::Register => "register",
+            ChangeOp::Unregister => "unregister",
+            ChangeOp::Clear => "clear",
+            ChangeOp::AutoRemoved => "auto_removed",
+            ChangeOp::Mcp => "mcp",
+        }
+    }
+}
+
+impl From<ChangeOp> for &'static str {
+    fn from(op: ChangeOp) -> Self {
+        op.name()
+    }
 }
 
 /// The data of `tools.changed`; `F` is the failed-role entry the change report carries.

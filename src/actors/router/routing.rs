@@ -201,13 +201,7 @@ impl Subject {
     /// name on every registration was a measurable share of a register's CPU); never the tool's
     /// arguments or payloads.
     fn log(&self, report: &ChangeReport) {
-        let route = match self.op {
-            ChangeOp::Register => "register",
-            ChangeOp::Unregister => "unregister",
-            ChangeOp::Clear => "clear",
-            ChangeOp::AutoRemoved => "auto_removed",
-            ChangeOp::Mcp => "mcp",
-        };
+        let route = self.op.name();
         let name = self.name.as_deref().unwrap_or_default();
         let source = self.source.as_deref().unwrap_or_default();
         let failed = report.failed_role_names();
