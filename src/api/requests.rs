@@ -367,7 +367,7 @@ impl<'a> Fields<'a> {
                 }
                 None
             }
-            Err(e @ SchemaError::NotAnObject { .. }) => {
+            Err(e @ (SchemaError::NotAnObject { .. } | SchemaError::Limit(_))) => {
                 self.fail(field, "value_error", format!("Value error, {e}"));
                 None
             }
