@@ -16,6 +16,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::images::ToolImage;
+use super::peer_text;
 
 /// How many characters of an HTTP error body a tool error quotes.
 pub const ERROR_BODY_QUOTE_CHARS: usize = 200;
@@ -432,16 +433,17 @@ fn is_truthy(value: &Value) -> bool {
 }
 
 /// The error text of an envelope: its `error` string, the exact JSON text of any other non-null
-/// value, or a stock text when there is none.
+/// value, or a stock text when there is none; cut to the bound of peer text (the output, which
+/// the tool may make as large as the response cap, carries what is long).
 fn error_text(error: Option<&RawValue>) -> String {
     const NO_MESSAGE: &str = "remote tool reported an error without a message";
     let Some(raw) = error else {
         return NO_MESSAGE.to_owned();
     };
     match serde_json::from_str::<Option<String>>(raw.get()) {
-        Ok(Some(text)) if !text.is_empty() => text,
+        Ok(Some(text)) if !text.is_empty() => peer_text::bounded(text),
         Ok(_) => NO_MESSAGE.to_owned(),
-        Err(_) => raw.get().to_owned(),
+        Err(_) => peer_text::bounded_str(raw.get()),
     }
 }
 

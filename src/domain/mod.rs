@@ -6,10 +6,12 @@
 
 pub mod arguments;
 pub mod call;
+pub mod call_url;
 pub mod callback_url;
 pub mod failures;
 pub mod images;
 pub mod loopback;
+pub mod peer_text;
 pub mod registry;
 pub mod role;
 pub mod schema_limits;

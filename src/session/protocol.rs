@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 
 use crate::domain::call::ToolResult;
 use crate::domain::images::ToolImage;
+use crate::domain::peer_text;
 use crate::domain::tool::SharedTool;
 
 /// Which flavour of the OpenAI Realtime protocol the endpoint speaks.
@@ -489,11 +490,12 @@ fn parse_whole_event(text: &str) -> Result<ServerEvent, EventError> {
                 .map(str::to_owned)
                 .unwrap_or_else(|| error.to_string());
             let code = error.get("code").and_then(Value::as_str);
+            // Kept in the session's report, and quoted by change answers and events.
             Ok(ServerEvent::Error {
-                message: match code {
+                message: peer_text::bounded(match code {
                     Some(code) => format!("{message} ({code})"),
                     None => message,
-                },
+                }),
                 event_id: error
                     .get("event_id")
                     .and_then(Value::as_str)

@@ -106,6 +106,16 @@ pub enum RouterError {
     /// The server is stopping: its relays and attachments were closed, and no new one joins.
     #[error("the server is stopping: no new relay, attachment or session is joined")]
     Stopping,
+    /// The character's configuration does not let this attach happen: `field` of the request
+    /// is at fault.
+    #[error("{reason}")]
+    AttachRefused { field: &'static str, reason: String },
+    /// The character is attached to as many calls as its configuration allows.
+    #[error(
+        "{character} is attached to {max} calls already, the most its configuration allows \
+         ([character.session] max_attachments); detach one first"
+    )]
+    TooManyAttachments { character: String, max: usize },
 }
 
 fn character_required_text(with_sessions: &[String]) -> String {
