@@ -127,9 +127,10 @@ pub enum ArgumentError {
         violations: Vec<String>,
         unlisted: usize,
     },
-    /// The arguments break the schema, but are too large for the violations to be listed
-    /// ([`MAX_EXPLAINED_WORK`]); `values` is how many JSON values they hold.
-    Unexplained { values: u64 },
+    /// The arguments break the schema, but listing the violations would take more than
+    /// [`MAX_EXPLAINED_WORK`]: `values` JSON values, each checked against up to `per_path`
+    /// subschemas.
+    Unexplained { values: u64, per_path: u64 },
     /// The arguments nest deeper than the check goes (`limit` levels).
     TooDeep { depth: usize, limit: usize },
     /// Checking the arguments would take more than [`MAX_CHECK_WORK`] subschema checks.
@@ -228,6 +229,7 @@ impl Parameters {
         if work > MAX_EXPLAINED_WORK {
             return Err(ArgumentError::Unexplained {
                 values: shape.values,
+                per_path: cost.per_path,
             });
         }
         let mut violations = Vec::new();
@@ -295,10 +297,10 @@ impl ArgumentError {
                 let room = MAX_FIX_IT_BYTES.saturating_sub(opening.len() + closing.len());
                 format!("{opening}{}{closing}", cut_to(listed, room))
             }
-            ArgumentError::Unexplained { values } => format!(
-                "arguments for {tool} do not match its parameters; they are too large ({values} \
-                 values) for the server to list what is wrong. Call {tool} again with arguments \
-                 that match."
+            ArgumentError::Unexplained { values, per_path } => format!(
+                "arguments for {tool} do not match its parameters; listing what is wrong would \
+                 take more than one call may ({values} values, each checked against up to \
+                 {per_path} subschemas). Call {tool} again with arguments that match."
             ),
             ArgumentError::TooDeep { depth, limit } => format!(
                 "arguments for {tool} are nested {depth} levels deep; its parameters are checked \
@@ -1331,7 +1333,10 @@ mod tests {
         assert_eq!(unlisted, 3_000 - MAX_LISTED_VIOLATIONS);
         assert_eq!(
             p.check(&items(5_000, json!(null))),
-            Err(ArgumentError::Unexplained { values: 5_003 })
+            Err(ArgumentError::Unexplained {
+                values: 5_003,
+                per_path: 5
+            })
         );
         assert!(matches!(
             p.check(&items(300_000, json!(1))),
@@ -1351,9 +1356,14 @@ mod tests {
              may take. Call t again with fewer values."
         );
         assert_eq!(
-            ArgumentError::Unexplained { values: 5_003 }.message("t"),
-            "arguments for t do not match its parameters; they are too large (5003 values) for \
-             the server to list what is wrong. Call t again with arguments that match."
+            ArgumentError::Unexplained {
+                values: 5_003,
+                per_path: 5
+            }
+            .message("t"),
+            "arguments for t do not match its parameters; listing what is wrong would take more \
+             than one call may (5003 values, each checked against up to 5 subschemas). Call t \
+             again with arguments that match."
         );
     }
 

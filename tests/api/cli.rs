@@ -115,7 +115,7 @@ impl Child {
         SocketAddr::new(ip.parse().unwrap(), port)
     }
 
-    fn signal(&self, signal: &str) {
+    pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .args([format!("-{signal}"), self.pid.to_string()])
             .status()
@@ -124,7 +124,7 @@ impl Child {
     }
 
     /// Waits for the child to exit on its own (at most until the deadline).
-    fn wait(&mut self) -> ExitStatus {
+    pub fn wait(&mut self) -> ExitStatus {
         if let Some(status) = self.exited {
             return status;
         }
