@@ -601,6 +601,10 @@ async fn a_calls_refusal_of_megabytes_is_cut_wherever_it_is_copied() {
     let huge = "r".repeat(4 << 20);
     let fake = FakeRealtime::start(AckMode::Error(huge)).await;
     let app = spawn_app(&["Lanlan"]).await;
+    let (status, _) = app
+        .register(&tool_body("first", "http://127.0.0.1:9/cb", "s"))
+        .await;
+    assert_eq!(status, 200);
     let mut stream = open(&app, "", None).await.expect("stream opens");
     stream.expect("hello").await;
     let url = format!("{}&call_id=rtc_refuses", fake.url);

@@ -73,12 +73,14 @@ fn the_schemas_that_crashed_the_server_are_refused_and_it_keeps_serving() {
     let (status, body) = post(addr, "/api/tools/register", &tool("keeper", keeper));
     assert_eq!(status, 200, "{body}");
 
-    // A 1 250-level nest of `anyOf` through `$ref`, and a plain `$ref` chain 14 000 long:
-    // each registered, then called with a wrong argument (which once overflowed the stack).
+    // A 1 250-level nest of `anyOf` through `$ref`, and plain `$ref` chains 3 000 and 14 000
+    // long: each registered, then called with a wrong argument (which once overflowed the
+    // stack).
     let nest = levels(1250, |r| json!({"anyOf": [r]}));
-    let chain = levels(14_000, |r| r);
+    let chain = levels(3_000, |r| r);
+    let long_chain = levels(14_000, |r| r);
     let mut answers = Vec::new();
-    for (name, schema) in [("nest", nest), ("chain", chain)] {
+    for (name, schema) in [("nest", nest), ("chain", chain), ("long", long_chain)] {
         let registered = post(addr, "/api/tools/register", &tool(name, schema));
         let called = post(
             addr,
@@ -110,12 +112,22 @@ fn the_schemas_that_crashed_the_server_are_refused_and_it_keeps_serving() {
                again with arguments that match."
         )
     );
-    // Refused where the nesting passes the bound; never registered, so never called.
+    // Refused where the nesting passes the bound (the longest chain is too large first);
+    // never registered, so never called.
     assert_eq!(
         answers,
         [
             ((422, too_deep("/$defs/l128")), 404),
-            ((422, too_deep("/$defs/l256")), 404)
+            ((422, too_deep("/$defs/l256")), 404),
+            (
+                (
+                    422,
+                    refused(
+                        "parameters are 467844 bytes of JSON; at most 262144 bytes are accepted"
+                    )
+                ),
+                404
+            )
         ]
     );
     server.signal("TERM");
