@@ -262,7 +262,10 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         Reply::output(json!({"temperature_c": 28, "sky": ["clear"]})),
     );
     let mut config = settings(&["Mio", "Lanlan"]);
-    config.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
+    let mut session = SessionSettings::new(&fake.url, Dialect::Openai);
+    // Mio may not be attached to any call: an attach is a 409.
+    session.attach.max_attachments = 0;
+    config.characters[0].session = Some(session);
     let app = spawn_app_with(config).await;
     let doc = fetch_document(&app).await;
 
@@ -355,6 +358,8 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     }
     let dead = json!({"role": "Lanlan", "url": dead_url});
     run("post", "/api/sessions/attach", None, Body::Json(dead)).await;
+    let full = json!({"role": "Mio", "url": call_url});
+    run("post", "/api/sessions/attach", None, Body::Json(full)).await;
 
     let call_body =
         json!({"name": "get_weather", "arguments": {"city": "Kyoto"}, "call_id": "call_1"});
