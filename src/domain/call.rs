@@ -597,11 +597,31 @@ mod tests {
         let answer = map_callback_response(200, deep.as_bytes());
         assert_eq!(answer.error.as_deref(), Some("deep"));
         assert_eq!(answer.output.get(), nested);
+        // A deep `is_error` is honoured; the error's text, like any a peer sends, is cut.
         let flag = format!(r#"{{"is_error": {nested}, "error": {nested}}}"#);
         let answer = map_callback_response(200, flag.as_bytes());
-        assert_eq!(answer.error.as_deref(), Some(nested.as_str()));
+        assert_eq!(
+            answer.error,
+            Some(peer_text::bounded_str(&nested)),
+            "cut to the bound of peer text"
+        );
         let bare = map_callback_response(200, nested.as_bytes());
         assert_eq!((bare.error, bare.output.get()), (None, nested.as_str()));
+    }
+
+    #[test]
+    fn a_long_error_text_is_cut_and_marked() {
+        let body = format!(
+            r#"{{"is_error": true, "error": "{}"}}"#,
+            "e".repeat(4 << 20)
+        );
+        let answer = map_callback_response(200, body.as_bytes());
+        let error = answer.error.unwrap();
+        assert!(error.len() <= peer_text::MAX_PEER_TEXT_BYTES);
+        assert!(
+            error.ends_with("… (cut: 4194304 bytes in all)"),
+            "{error:.40}"
+        );
     }
 
     #[test]
