@@ -262,6 +262,10 @@ const SUBSCHEMA_VALUES: &[&str] = &[
     "contentSchema",
 ];
 
+/// The subschemas that name themselves with `$anchor` (or `$dynamicAnchor`), by that name, with
+/// their pointers.
+type Anchors<'s> = HashMap<&'s str, Vec<(&'s Value, String)>>;
+
 /// Keywords whose reference target depends on where the check came from (the dynamic scope):
 /// the measure cannot bound where they lead, so they are refused.
 const DYNAMIC_REFS: &[&str] = &["$dynamicRef", "$recursiveRef"];
@@ -269,8 +273,8 @@ const DYNAMIC_REFS: &[&str] = &["$dynamicRef", "$recursiveRef"];
 /// Walks every place of `schema` that holds a subschema, refusing what the measure cannot follow
 /// (dynamic references, and a `$id` or `$schema` below the top, which would change how the
 /// references inside resolve), and returns the anchors by name.
-fn scan(schema: &Value) -> Result<HashMap<&str, Vec<(&Value, String)>>, LimitError> {
-    let mut anchors: HashMap<&str, Vec<(&Value, String)>> = HashMap::new();
+fn scan(schema: &Value) -> Result<Anchors<'_>, LimitError> {
+    let mut anchors = Anchors::new();
     let mut stack = vec![(schema, "the top level".to_owned())];
     while let Some((value, at)) = stack.pop() {
         let Value::Object(map) = value else { continue };
@@ -349,7 +353,7 @@ struct Node<'s> {
 
 struct Graph<'s> {
     root: &'s Value,
-    anchors: HashMap<&'s str, Vec<(&'s Value, String)>>,
+    anchors: Anchors<'s>,
     nodes: Vec<Node<'s>>,
     values: Vec<&'s Value>,
     /// Nodes by the address of their value in the schema.
@@ -358,10 +362,7 @@ struct Graph<'s> {
 }
 
 impl<'s> Graph<'s> {
-    fn build(
-        root: &'s Value,
-        anchors: HashMap<&'s str, Vec<(&'s Value, String)>>,
-    ) -> Result<Self, LimitError> {
+    fn build(root: &'s Value, anchors: Anchors<'s>) -> Result<Self, LimitError> {
         let mut graph = Graph {
             root,
             anchors,
@@ -414,10 +415,8 @@ impl<'s> Graph<'s> {
                         in_place.push((self.child(sub, &here, Token::Index(i)), false));
                     }
                 }
-                "not" | "if" | "then" | "else" => {
-                    if is_schema(child) {
-                        in_place.push((self.node(child, here), false));
-                    }
+                "not" | "if" | "then" | "else" if is_schema(child) => {
+                    in_place.push((self.node(child, here), false));
                 }
                 "dependentSchemas" | "dependencies" => {
                     for (name, sub) in named(child) {
@@ -443,10 +442,10 @@ impl<'s> Graph<'s> {
                         consuming.push((Slot::AnyName, node));
                     }
                 }
-                "additionalProperties" | "unevaluatedProperties" | "propertyNames" => {
-                    if is_schema(child) {
-                        consuming.push((Slot::AnyName, self.node(child, here)));
-                    }
+                "additionalProperties" | "unevaluatedProperties" | "propertyNames"
+                    if is_schema(child) =>
+                {
+                    consuming.push((Slot::AnyName, self.node(child, here)));
                 }
                 "prefixItems" => {
                     for (i, sub) in list(child) {
@@ -460,10 +459,10 @@ impl<'s> Graph<'s> {
                         consuming.push((Slot::Index(i), self.child(sub, &here, Token::Index(i))));
                     }
                 }
-                "items" | "additionalItems" | "contains" | "unevaluatedItems" => {
-                    if is_schema(child) {
-                        consuming.push((Slot::AnyIndex, self.node(child, here)));
-                    }
+                "items" | "additionalItems" | "contains" | "unevaluatedItems"
+                    if is_schema(child) =>
+                {
+                    consuming.push((Slot::AnyIndex, self.node(child, here)));
                 }
                 _ => {}
             }
