@@ -9,7 +9,8 @@
 //! plugin has closed it, and goes on with another connection if the request could not be sent.
 //! Idle connections older than [`CALLBACK_KEEP_ALIVE`] are closed by a sweep on the thread's
 //! arbiter (and, on any thread, whenever the pool is used). Redirects are never followed: a
-//! loopback callback cannot bounce the user's data elsewhere.
+//! loopback callback cannot bounce the user's data elsewhere. A new connection is bounded: its
+//! TCP connect, and for `https` its TLS handshake after it.
 
 use std::cell::RefCell;
 use std::collections::HashMap;

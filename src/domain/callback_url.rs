@@ -4,7 +4,8 @@
 //! exactly as the caller wrote it, because the `url` crate (like every WHATWG parser) rewrites
 //! `127.1`, `2130706433` and `0x7f000001` into `127.0.0.1`, which would let obfuscated spellings
 //! through. Only after the written form passes is the URL parsed, to send requests to and to
-//! derive its [`CallbackOrigin`].
+//! derive its [`CallbackOrigin`]. The rules of the written form that every URL from a caller
+//! keeps are shared with the URL of an attached call (`call_url`).
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

@@ -1,8 +1,9 @@
 //! The sessions a character holds besides its own client connection: an app's relay resolved
 //! to its character and joined as one of that character's active sessions, an application's
-//! in-process session joined the same way, live calls attached and detached, and every relay and
-//! attachment closed when the server stops. The character's manager holds them all; the router
-//! only finds the manager.
+//! in-process session joined the same way, live calls attached and detached (the character's
+//! settings, which the router holds, decide the call's host and the key sent with it), and every
+//! relay and attachment closed when the server stops. The character's manager holds them all;
+//! the router only finds the manager.
 
 use actix::prelude::*;
 use futures_util::future::join_all;
