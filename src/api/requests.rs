@@ -632,6 +632,15 @@ mod tests {
         let e =
             AttachRequest::parse(&body(json!({"role": "Mio", "url": "https://x/"}))).unwrap_err();
         assert!(e[0].msg.contains("is not a websocket URL"), "{}", e[0].msg);
+        let long = format!("wss://api.openai.com/{}", "a".repeat(2048));
+        let e = AttachRequest::parse(&body(json!({"role": "Mio", "url": long}))).unwrap_err();
+        assert_eq!(
+            (e[0].kind, e[0].msg.as_str()),
+            (
+                "string_too_long",
+                "url is 2069 bytes long; at most 2048 bytes are accepted"
+            )
+        );
     }
 
     #[test]

@@ -236,6 +236,11 @@ mod tests {
             outcome(CallToolResult::error(vec![])),
             Err("MCP tool reported an error without a message".to_owned())
         );
+        // A server's error text is cut like every peer's.
+        let long = CallToolResult::error(vec![ContentBlock::text("w".repeat(4 << 20))]);
+        let error = outcome(long).unwrap_err();
+        assert!(error.len() <= peer_text::MAX_PEER_TEXT_BYTES);
+        assert!(error.ends_with("… (cut: 4194304 bytes in all)"));
 
         let image = CallToolResult::success(vec![
             ContentBlock::text("here:"),

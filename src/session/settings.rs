@@ -370,6 +370,14 @@ mod tests {
             })
         );
         assert!(attach_key(None, &evil, None).is_err());
+        // The character's own endpoint is allowed, wss:// or not, without being listed.
+        let provider = session("wss://realtime.example/v1", Some("PATH"), &[]);
+        let own = url("wss://realtime.example/v1?call_id=c");
+        assert!(
+            attach_key(Some(&provider), &own, Some("PATH"))
+                .unwrap()
+                .is_some()
+        );
         let mut listed = mio.clone();
         listed.attach.hosts.push("evil.example".into());
         assert!(
