@@ -270,7 +270,7 @@ impl Handler<Updates> for ScriptedModel {
 
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
-    runtime_tools::telemetry::init();
+    let _log = runtime_tools::telemetry::init();
     run().await?;
     Ok(())
 }

@@ -72,13 +72,19 @@ pub struct ReportSession;
 #[rtype(result = "()")]
 pub struct AddSession(pub SessionHandle);
 
-/// Join the live call at `url` (an attachment); answers once the first tool update settled.
+/// Join the live call at `url` (an attachment); answers once the first tool update settled, or
+/// at once with [`AttachmentsFull`] when the character holds `max` attachments already.
 #[derive(Message, Debug)]
-#[rtype(result = "Joined")]
+#[rtype(result = "Result<Joined, AttachmentsFull>")]
 pub struct JoinCall {
     pub url: String,
     pub api_key: Option<String>,
+    pub max: usize,
 }
+
+/// The character is attached to this many calls, its most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttachmentsFull(pub usize);
 
 /// Leave the call at `url`; answers whether an attachment to it was open.
 #[derive(Message, Debug)]
@@ -353,15 +359,22 @@ impl Handler<AddSession> for SessionManager {
 }
 
 impl Handler<JoinCall> for SessionManager {
-    type Result = ResponseFuture<Joined>;
+    type Result = ResponseFuture<Result<Joined, AttachmentsFull>>;
 
     fn handle(&mut self, msg: JoinCall, _: &mut Self::Context) -> Self::Result {
-        if self
-            .open_sessions()
-            .iter()
-            .any(|s| s.kind == ConnectionKind::Attach && s.upstream.as_deref() == Some(&msg.url))
+        let open = self.open_sessions();
+        let attachments = open.iter().filter(|s| s.kind == ConnectionKind::Attach);
+        if attachments
+            .clone()
+            .any(|s| s.upstream.as_deref() == Some(&msg.url))
         {
-            return Box::pin(async { Ok(Ok(())) });
+            return Box::pin(async { Ok(Ok(Ok(()))) });
+        }
+        // Counted here, where attachments are added in mailbox order, so two requests at once
+        // cannot both take the last place.
+        if attachments.count() >= msg.max {
+            let max = msg.max;
+            return Box::pin(async move { Err(AttachmentsFull(max)) });
         }
         // A character without `[character.session]` joins calls in the GA OpenAI dialect with
         // the default sync timeout and runaway guard.
@@ -387,11 +400,11 @@ impl Handler<JoinCall> for SessionManager {
         // request answers; an update still pending then is reported, and may still succeed.
         let wait = CONNECT_TIMEOUT + settings.sync_timeout;
         Box::pin(async move {
-            match tokio::time::timeout(wait, joined).await {
+            Ok(match tokio::time::timeout(wait, joined).await {
                 Ok(Ok(joined)) => joined,
                 Ok(Err(_)) => Err("the attachment ended before it connected".to_owned()),
                 Err(_) => Ok(Err(SyncError::NotJoined(wait))),
-            }
+            })
         })
     }
 }

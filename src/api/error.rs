@@ -108,6 +108,10 @@ pub enum ApiError {
     /// 502: the model (or the call) could not be reached.
     #[error("{0}")]
     BadGateway(String),
+    /// 409: the request conflicts with what the server holds now (a character attached to as
+    /// many calls as it may be).
+    #[error("{0}")]
+    Conflict(String),
 }
 
 impl From<RouterError> for ApiError {
@@ -124,6 +128,14 @@ impl From<RouterError> for ApiError {
                     kind: "value_error",
                 }])
             }
+            RouterError::AttachRefused { field, ref reason } => {
+                ApiError::Validation(vec![FieldError::body(
+                    field,
+                    "value_error",
+                    format!("Value error, {reason}"),
+                )])
+            }
+            RouterError::TooManyAttachments { .. } => ApiError::Conflict(e.to_string()),
             // Character lifecycle errors have no HTTP route today.
             RouterError::DuplicateCharacter(_)
             | RouterError::InvalidSession { .. }
@@ -145,6 +157,7 @@ impl ResponseError for ApiError {
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
         }
     }
 

@@ -271,7 +271,10 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     );
     let chat_model = FakeChat::start();
     let mut config = settings(&["Mio", "Lanlan"]);
-    config.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
+    let mut session = SessionSettings::new(&fake.url, Dialect::Openai);
+    // Mio may not be attached to any call: an attach is a 409.
+    session.attach.max_attachments = 0;
+    config.characters[0].session = Some(session);
     let mut chat = ChatSettings::new(chat_model.base());
     chat.timeout = std::time::Duration::from_secs(1);
     config.characters[0].chat = Some(chat);
@@ -367,6 +370,8 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     }
     let dead = json!({"role": "Lanlan", "url": dead_url});
     run("post", "/api/sessions/attach", None, Body::Json(dead)).await;
+    let full = json!({"role": "Mio", "url": call_url});
+    run("post", "/api/sessions/attach", None, Body::Json(full)).await;
 
     let call_body =
         json!({"name": "get_weather", "arguments": {"city": "Kyoto"}, "call_id": "call_1"});

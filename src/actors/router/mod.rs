@@ -110,6 +110,16 @@ pub enum RouterError {
     /// A chat request named no character, or one without `[character.chat]`.
     #[error("{0}")]
     NoChat(String),
+    /// The character's configuration does not let this attach happen: `field` of the request
+    /// is at fault.
+    #[error("{reason}")]
+    AttachRefused { field: &'static str, reason: String },
+    /// The character is attached to as many calls as its configuration allows.
+    #[error(
+        "{character} is attached to {max} calls already, the most its configuration allows \
+         ([character.session] max_attachments); detach one first"
+    )]
+    TooManyAttachments { character: String, max: usize },
 }
 
 fn character_required_text(with_sessions: &[String]) -> String {

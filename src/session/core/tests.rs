@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::domain::call::ToolAnswer;
+use crate::domain::call::{ToolAnswer, ToolResult};
 use crate::domain::images::ToolImage;
 use crate::domain::tool::test_tools;
 use crate::events::{EventSettings, Subscription};

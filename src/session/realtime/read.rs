@@ -13,6 +13,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::domain::peer_text;
 use crate::session::core::{Call, ForeignTool, ModelEvent, ReadError};
 
 /// The `type` of an event whose first member it is, read without scanning the rest: audio
@@ -167,10 +168,11 @@ fn from_event(event: Event<'_>) -> Result<ModelEvent, ReadError> {
                     .map(|e| e.to_string())
                     .unwrap_or_default()
             });
-            let message = match text(error.code) {
+            // Kept in the session's report, and quoted by change answers and events.
+            let message = peer_text::bounded(match text(error.code) {
                 Some(code) => format!("{message} ({code})"),
                 None => message,
-            };
+            });
             Ok(ModelEvent::Refused {
                 message,
                 event_id: owned(error.event_id),
