@@ -25,12 +25,13 @@ use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, join_all};
 use tokio::sync::oneshot;
 
+use crate::actors::router::ChangeFailure;
 use crate::dispatch::Dispatcher;
 use crate::domain::registry::Change;
-use crate::domain::snapshot::{ToolCell, ToolWriter};
+use crate::domain::snapshot::{Superseded, ToolCell, ToolWriter};
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
-use crate::session::attach::{Attachment, Joined};
+use crate::session::attach::{Attachment, JoinError, Joined};
 use crate::session::realtime::Dialect;
 use crate::session::settings::{DEFAULT_SYNC_TIMEOUT, SessionMode, SessionSettings};
 use crate::session::shell::CONNECT_TIMEOUT;
@@ -58,7 +59,7 @@ pub struct ChangeOutcome {
     /// Tools removed.
     pub removed: usize,
     /// `Err` says why the change did not reach every live session (or the character at all).
-    pub sync: Result<(), String>,
+    pub sync: Result<(), ChangeFailure>,
 }
 
 /// The character's model-session state.
@@ -205,7 +206,7 @@ impl SessionManager {
     ///
     /// `None`: nothing to wait for (no session). `Some`: resolves when every session settled;
     /// `Err` names each that refused or timed out.
-    fn sync_sessions(&mut self) -> Option<BoxFuture<'static, Result<(), String>>> {
+    fn sync_sessions(&mut self) -> Option<BoxFuture<'static, Result<(), ChangeFailure>>> {
         let timeout = self.sync_timeout();
         if self.open_sessions().is_empty() {
             // A character without a session copies no tool list: a fan-out over many such
@@ -213,9 +214,8 @@ impl SessionManager {
             return None;
         }
         let tools = tool_list(&self.tools);
-        let sessions = &self.sessions;
-        let several = sessions.len() > 1;
-        let replies: Vec<_> = sessions
+        let replies: Vec<_> = self
+            .sessions
             .iter()
             .map(|s| {
                 let kind = s.kind;
@@ -232,24 +232,15 @@ impl SessionManager {
             .collect();
         Some(
             async move {
-                let failures: Vec<String> = join_all(replies)
+                let failures: Vec<(ConnectionKind, SyncError)> = join_all(replies)
                     .await
                     .into_iter()
-                    .filter_map(|(kind, outcome)| {
-                        let error = outcome.err()?.to_string();
-                        // With one session the error speaks for itself; with several, each says
-                        // which kind of connection it was.
-                        Some(if several {
-                            format!("{} session: {error}", kind.name())
-                        } else {
-                            error
-                        })
-                    })
+                    .filter_map(|(kind, outcome)| Some((kind, outcome.err()?)))
                     .collect();
                 if failures.is_empty() {
                     Ok(())
                 } else {
-                    Err(failures.join("; "))
+                    Err(ChangeFailure::Sessions(failures))
                 }
             }
             .boxed(),
@@ -321,11 +312,11 @@ impl Handler<ApplyChange> for SessionManager {
         // The receiver may be gone (the router stopped waiting): nothing to tell then.
         let effect = match self.tools.apply(msg.number, &msg.change) {
             Ok(effect) => effect,
-            Err(superseded) => {
+            Err(Superseded) => {
                 // A newer manager of this character took over its tools, this change included.
                 let _ = msg.reply.send(ChangeOutcome {
                     removed: 0,
-                    sync: Err(superseded.to_string()),
+                    sync: Err(ChangeFailure::Superseded),
                 });
                 return;
             }
@@ -402,7 +393,7 @@ impl Handler<JoinCall> for SessionManager {
         Box::pin(async move {
             Ok(match tokio::time::timeout(wait, joined).await {
                 Ok(Ok(joined)) => joined,
-                Ok(Err(_)) => Err("the attachment ended before it connected".to_owned()),
+                Ok(Err(_)) => Err(JoinError::Ended),
                 Err(_) => Ok(Err(SyncError::NotJoined(wait))),
             })
         })

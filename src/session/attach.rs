@@ -27,7 +27,17 @@ use crate::events::EventHub;
 
 /// How joining a call went: `Err` when the websocket could not be opened, otherwise the outcome
 /// of the first tool update (`Err` says why the call did not take the tools).
-pub type Joined = Result<Result<(), SyncError>, String>;
+pub type Joined = Result<Result<(), SyncError>, JoinError>;
+
+/// Why no websocket to the call was opened.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JoinError {
+    /// The handshake failed (the websocket client's own words).
+    #[error("{0}")]
+    Connect(String),
+    #[error("the attachment ended before it connected")]
+    Ended,
+}
 
 pub struct Attachment {
     link: Link,
@@ -158,7 +168,7 @@ impl Actor for Attachment {
                     }
                     Err(error) => {
                         if let Some(joined) = act.joined.take() {
-                            let _ = joined.send(Err(error));
+                            let _ = joined.send(Err(JoinError::Connect(error)));
                         }
                         ctx.stop();
                     }

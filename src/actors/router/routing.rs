@@ -13,7 +13,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
 
 use super::gather::{Gathering, Reply, Target, gather};
-use super::{ChangeReport, RoleFailure, Router, RouterError};
+use super::{ChangeFailure, ChangeReport, RoleFailure, Router, RouterError};
 use crate::actors::manager::ApplyChange;
 use crate::domain::callback_url::CallbackOrigin;
 use crate::domain::failures::{DeadOrigin, DeadOriginRemover};
@@ -67,9 +67,6 @@ pub struct ReplaceSource {
     pub roles: Option<Vec<String>>,
 }
 
-/// What a character whose manager was found dead when a change was routed reports.
-const RESTARTED: &str = "session manager had stopped; it was restarted with its tools";
-
 impl Router {
     /// Numbers `change` for each of `targets`, remembers it until their snapshots show it, and
     /// sends it to their managers; the future gathers the outcomes.
@@ -94,7 +91,7 @@ impl Router {
                 pending.push(Target {
                     role,
                     generation: self.characters[i].generation,
-                    reply: Reply::Failed(RESTARTED.to_owned()),
+                    reply: Reply::Failed(ChangeFailure::Restarted),
                 });
                 continue;
             }
@@ -295,7 +292,7 @@ impl Handler<ReplaceSource> for Router {
                     if found.is_none() {
                         unknown.push(RoleFailure {
                             role: role.clone(),
-                            error: RouterError::UnknownRole(role.clone()).to_string(),
+                            error: ChangeFailure::UnknownRole(role.clone()),
                         });
                     }
                     found
