@@ -18,20 +18,14 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use anyhow::{Context as _, bail};
-use runtime_tools::actors::local_tool::{CallLocalTool, local_handler};
-use runtime_tools::actors::router::{JoinSession, RegisterTool};
-use runtime_tools::config::{CharacterSettings, Settings};
-use runtime_tools::dispatch::Dispatcher;
-use runtime_tools::domain::arguments::Parameters;
-use runtime_tools::domain::call::{ToolCall, ToolOutcome};
-use runtime_tools::domain::tool::{SharedTool, ToolSpec};
-use runtime_tools::events::{EventHub, EventKind};
-use runtime_tools::session::core::rfc3339_now;
-use runtime_tools::session::{
+use runtime_tools::embedding::{
     CloseSession, ConnectionKind, ConnectionReport, ConnectionState, SessionHandle, SessionStatus,
-    SyncError, SyncOutcome, SyncTools,
+    SyncError, SyncOutcome, SyncTools, rfc3339_now,
 };
-use runtime_tools::startup::Application;
+use runtime_tools::{
+    Application, CallLocalTool, CharacterSettings, Dispatcher, EventHub, EventKind, JoinSession,
+    Parameters, RegisterTool, Settings, SharedTool, ToolCall, ToolOutcome, ToolSpec, local_handler,
+};
 use serde_json::{Map, Value, json};
 
 /// The application's own model session. A real one would send each tool list to its model

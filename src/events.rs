@@ -25,8 +25,8 @@ use serde::Serialize;
 use sse_stream::Sse;
 use tokio::sync::mpsc;
 
+use crate::domain::connection::ConnectionKind;
 use crate::domain::role::RoleName;
-use crate::session::ConnectionKind;
 
 /// Events kept for `Last-Event-ID` resumption: enough for a client that reconnects within a
 /// busy minute, small enough (a few hundred bytes each) to never matter for memory.
@@ -39,7 +39,7 @@ pub const SUBSCRIBER_BUFFER: usize = 256;
 
 /// How often an idle stream gets a comment line: under the idle timeouts of common proxies and
 /// clients (30 s and up), so a quiet connection is neither closed nor mistaken for a dead one.
-pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(15);
+pub(crate) const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(15);
 
 /// The comment an idle stream sends every [`KEEP_ALIVE_INTERVAL`].
 const KEEP_ALIVE_FRAME: &[u8] = b": keep-alive\n\n";
@@ -208,7 +208,7 @@ pub struct ToolsChanged<'a, F> {
 
 /// The data of `session.state`: the role and its session report (`R`), flattened.
 #[derive(Debug, Serialize)]
-pub struct SessionState<'a, R> {
+pub(crate) struct SessionState<'a, R> {
     pub role: &'a str,
     #[serde(flatten)]
     pub report: &'a R,
@@ -464,14 +464,14 @@ impl EventHub {
 /// A subscription as an SSE response body: the opening frames, then each event, with a
 /// keep-alive comment whenever the stream has been idle for the keep-alive interval. It ends when
 /// the hub drops the subscriber.
-pub struct EventStream {
+pub(crate) struct EventStream {
     opening: VecDeque<Bytes>,
     events: mpsc::Receiver<Arc<Event>>,
     keep_alive: tokio::time::Interval,
 }
 
 impl EventStream {
-    pub fn new(subscription: Subscription, keep_alive: Duration) -> Self {
+    pub(crate) fn new(subscription: Subscription, keep_alive: Duration) -> Self {
         let mut interval = tokio::time::interval_at(
             tokio::time::Instant::now() + keep_alive,
             keep_alive.max(Duration::from_millis(1)),

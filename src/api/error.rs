@@ -12,7 +12,7 @@ use crate::actors::router::RouterError;
 
 /// One failing field of a request body, as FastAPI reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
-pub struct FieldError {
+pub(crate) struct FieldError {
     /// Where the failure is: `["body"]` for the body as a whole, `["body", FIELD]` for a field.
     #[schema(example = json!(["body", "callback_url"]))]
     pub loc: Vec<String>,
@@ -28,7 +28,7 @@ pub struct FieldError {
 /// built: handlers answer with [`ApiError`]).
 #[derive(utoipa::IntoResponses)]
 #[allow(dead_code)]
-pub enum BodyRouteErrors {
+pub(crate) enum BodyRouteErrors {
     /// Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`
     #[response(status = 403)]
     Forbidden(ErrorBody),
@@ -48,7 +48,7 @@ pub enum BodyRouteErrors {
 
 /// The body of every error but 422: `{"ok": false, "detail": TEXT}`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     /// Always `false`.
     pub ok: bool,
     /// What is wrong, in words.
@@ -58,7 +58,7 @@ pub struct ErrorBody {
 
 /// The body of a 422: `{"ok": false, "detail": [FieldError, ...]}`, naming every failing field.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ValidationErrorBody<'a> {
+pub(crate) struct ValidationErrorBody<'a> {
     /// Always `false`.
     pub ok: bool,
     pub detail: &'a [FieldError],
@@ -66,7 +66,7 @@ pub struct ValidationErrorBody<'a> {
 
 impl FieldError {
     /// An error located at `body.<field>` (or at `body` itself when `field` is empty).
-    pub fn body(field: &str, kind: &'static str, msg: impl Into<String>) -> Self {
+    pub(crate) fn body(field: &str, kind: &'static str, msg: impl Into<String>) -> Self {
         let mut loc = vec!["body".to_owned()];
         if !field.is_empty() {
             loc.push(field.to_owned());
@@ -80,7 +80,7 @@ impl FieldError {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     /// 403: not a loopback caller, or a foreign `Host`.
     #[error("{0}")]
     Forbidden(String),
@@ -180,7 +180,7 @@ impl ResponseError for ApiError {
 /// shape OpenAI's SDKs parse: `{"error": {"message", "type", "param", "code"}}`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
-pub struct OpenAiError {
+pub(crate) struct OpenAiError {
     pub status: StatusCode,
     pub message: String,
     /// OpenAI's error type, e.g. `invalid_request_error`.
@@ -191,7 +191,7 @@ pub struct OpenAiError {
 
 impl OpenAiError {
     /// A 400 about the request.
-    pub fn invalid(message: impl Into<String>, param: Option<&'static str>) -> Self {
+    pub(crate) fn invalid(message: impl Into<String>, param: Option<&'static str>) -> Self {
         Self {
             status: StatusCode::BAD_REQUEST,
             message: message.into(),
@@ -202,7 +202,7 @@ impl OpenAiError {
     }
 
     /// The body, as JSON.
-    pub fn body(&self) -> serde_json::Value {
+    pub(crate) fn body(&self) -> serde_json::Value {
         crate::chat::wire::error_body(&self.message, self.kind, self.param, self.code)
     }
 }
@@ -266,14 +266,14 @@ impl ResponseError for OpenAiError {
 #[allow(dead_code)]
 #[schema(example = json!({"error": {"message": "messages is required",
     "type": "invalid_request_error", "param": "messages", "code": null}}))]
-pub struct OpenAiErrorBody {
+pub(crate) struct OpenAiErrorBody {
     error: OpenAiErrorDetail,
 }
 
 /// What went wrong, in OpenAI's words.
 #[derive(ToSchema)]
 #[allow(dead_code)]
-pub struct OpenAiErrorDetail {
+pub(crate) struct OpenAiErrorDetail {
     message: String,
     /// `invalid_request_error`, `permission_error`, `upstream_error`, ...
     #[schema(rename = "type")]
@@ -287,6 +287,6 @@ pub struct OpenAiErrorDetail {
 }
 
 /// Whether `path` is one of the OpenAI-compatible routes, whose errors take OpenAI's shape.
-pub fn is_openai_path(path: &str) -> bool {
+pub(crate) fn is_openai_path(path: &str) -> bool {
     path == "/v1/chat/completions" || path == "/v1/models" || path.starts_with("/v1/models/")
 }

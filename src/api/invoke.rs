@@ -14,7 +14,7 @@ use crate::domain::call::{JsonText, ToolCall, ToolResult};
 use crate::domain::images::ToolImage;
 use crate::events::{Caller, ToolCallFinished};
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
+pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/invoke").route(web::post().to(invoke)));
 }
 
@@ -76,7 +76,7 @@ async fn invoke(
 
 /// The result of a call, as the model would get it.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct InvokeResponse {
+pub(crate) struct InvokeResponse {
     pub ok: bool,
     pub name: String,
     pub call_id: String,
@@ -102,7 +102,7 @@ pub struct InvokeResponse {
 
 /// One delivered image.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct InvokeImage {
+pub(crate) struct InvokeImage {
     /// `image/png` or `image/jpeg`.
     pub mime: &'static str,
     pub width: u32,
@@ -152,7 +152,7 @@ fn new_call_id() -> String {
 #[allow(dead_code)]
 #[derive(ToSchema)]
 #[schema(example = json!({"name": "get_weather", "arguments": {"location": "Shanghai"}, "role": null}))]
-pub struct InvokeBody {
+pub(crate) struct InvokeBody {
     #[schema(min_length = 1, max_length = 64)]
     name: String,
     /// The call's arguments (default `{}`). Arguments that do not match the tool's schema are

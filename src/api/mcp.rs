@@ -1,5 +1,6 @@
 //! `GET /api/mcp`: the state of each configured MCP server, read from the board its client
-//! actor keeps (no message: the board is shared for reading, like the invoke route's ledgers).
+//! actor keeps (no message: the board is shared for reading, as the listing reads the
+//! `Directory`).
 
 use actix_web::{HttpResponse, web};
 use indexmap::IndexMap;
@@ -10,7 +11,7 @@ use super::AppState;
 use super::error::{ApiError, ErrorBody};
 use crate::mcp::status::McpServerReport;
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
+pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/mcp").route(super::read_route().to(list_mcp_servers)));
 }
 
@@ -34,7 +35,7 @@ async fn list_mcp_servers(state: web::Data<AppState>) -> Result<HttpResponse, Ap
 
 /// The MCP servers listing.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct McpResponse {
+pub(crate) struct McpResponse {
     pub ok: bool,
     /// `{name: server, ...}`, in configuration order.
     pub mcp_servers: IndexMap<String, McpServerReport>,

@@ -20,26 +20,24 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use super::ChatEndpoint;
+use super::answer::{self, ModelCall, RoundAnswer, StreamRound};
 use super::conversation::{Conversation, MAX_CALLS_PER_ROUND, Step};
 use super::upstream::{AppHeaders, UpstreamError};
-use super::wire::{
-    self, AppStream, ChatRequest, ModelCall, RoundAnswer, StreamRound, error_body, error_text,
-    refuses_tools,
-};
+use super::wire::{self, AppStream, ChatRequest, error_body, error_text, refuses_tools};
 use crate::dispatch::Dispatcher;
 use crate::domain::call::{ToolCall, ToolResult};
+use crate::domain::connection::ConnectionKind;
 use crate::domain::registry::not_registered_text;
 use crate::domain::snapshot::ToolCell;
 use crate::domain::tool::SharedTool;
 use crate::events::{Caller, EventHub, ToolCallFinished};
-use crate::session::ConnectionKind;
 
 /// Chunks waiting for an app that reads its stream slowly: the upstream is read only as fast
 /// as the app takes what came before.
 const STREAM_BUFFER: usize = 64;
 
 /// What a request needs besides its body.
-pub struct ChatContext {
+pub(crate) struct ChatContext {
     pub role: String,
     pub endpoint: Arc<ChatEndpoint>,
     /// The character's published tools.
@@ -52,7 +50,7 @@ pub struct ChatContext {
 
 /// The app's answer.
 #[derive(Debug)]
-pub enum Reply {
+pub(crate) enum Reply {
     /// A whole answer: status, content type and body (a completion, or an error).
     Whole {
         status: u16,
@@ -172,7 +170,7 @@ impl Failure {
 }
 
 /// Serves one chat request.
-pub async fn complete(ctx: ChatContext, mut request: ChatRequest) -> Reply {
+pub(crate) async fn complete(ctx: ChatContext, mut request: ChatRequest) -> Reply {
     let settings = ctx.endpoint.settings();
     let (messages, restored) = ctx.endpoint.begin(std::mem::take(&mut request.messages));
     if restored.missed > 0 {
@@ -441,7 +439,7 @@ impl Driver {
             .read(body)
             .await
             .map_err(Failure::Upstream)?;
-        let Some(completion) = wire::read_completion(&body) else {
+        let Some(completion) = answer::read_completion(&body) else {
             return Err(Failure::Invalid(format!(
                 "the upstream answered with success, but not with a chat completion: {}",
                 error_text(&body)

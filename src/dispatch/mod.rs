@@ -26,40 +26,41 @@ use hyper::header::{
 use tokio::sync::{Notify, watch};
 use url::{Host, Position, Url};
 
-use crate::config::DispatchSettings;
+use self::settings::DispatchSettings;
 use crate::domain::call::{ToolAnswer, ToolCall, ToolResult, map_callback_response};
 use crate::domain::failures::{DeadOrigin, DeadOriginRemover, Liveness, SharedFailures};
 use crate::domain::images::{ToolImage, accept_images};
 use crate::domain::tool::{RemoteEndpoint, SharedTool, ToolHandler};
 
 mod client;
+pub(crate) mod settings;
 
 /// Idle connections to callbacks kept per thread and origin. Above the concurrency any realistic
 /// client uses, so calls never queue behind each other for a connection.
-pub const CALLBACK_CONNECTION_LIMIT: usize = 4096;
+pub(crate) const CALLBACK_CONNECTION_LIMIT: usize = 4096;
 
 /// Longest wait for a TCP connection to a callback. On loopback a listening plugin accepts at
 /// once; this only bounds a full accept queue, and counts as a connection failure.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CALLBACK_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Longest wait for the TLS handshake of an `https` callback once its TCP connection is made
-/// (a connection and its handshake get [`CONNECT_TIMEOUT`] and this together). On loopback a
+/// (a connection and its handshake get [`CALLBACK_CONNECT_TIMEOUT`] and this together). On loopback a
 /// handshake takes milliseconds; this bounds a peer that accepts and never answers, which
 /// counts as a connection failure rather than costing the call its whole timeout.
-pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long an idle keep-alive connection to a callback is kept for reuse. Just under the 5 s
 /// idle timeout of the usual plugin servers (uvicorn, Node, actix-web), so we let a connection go
 /// before the plugin closes it under a call we are sending.
-pub const CALLBACK_KEEP_ALIVE: Duration = Duration::from_secs(4);
+pub(crate) const CALLBACK_KEEP_ALIVE: Duration = Duration::from_secs(4);
 
 /// Upper bound on an in-process tool's run: the largest timeout a remote tool may ask for.
-pub const LOCAL_TOOL_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const LOCAL_TOOL_TIMEOUT: Duration = crate::domain::tool::MAX_TIMEOUT;
 
 /// The header every callback request carries. The invoke route refuses a request that has it:
 /// a tool whose callback is an invoke route (this server's, or another's that calls back here)
 /// would otherwise call itself without end.
-pub const HOP_HEADER: &str = "x-runtime-tools-hop";
+pub(crate) const HOP_HEADER: &str = "x-runtime-tools-hop";
 
 #[derive(Clone)]
 pub struct Dispatcher {
@@ -130,7 +131,7 @@ impl Dispatcher {
         // Arguments that do not match the schema never reach the tool: the model gets the
         // reason to fix them, and nothing counts towards the tool's auto-removal.
         if self.inner.validate_arguments
-            && let Err(refused) = tool.parameters.check_call(&mut call)
+            && let Err(refused) = call.check_arguments(&tool.parameters)
         {
             tracing::debug!(tool = %call.name, call_id = %call.call_id, "arguments do not match the tool's parameters; not called");
             return call.error(refused.message(&tool.name));
@@ -218,7 +219,7 @@ impl Dispatcher {
         let (liveness, answer) = match exchange.await {
             Ok(Ok((status, body))) => (Liveness::Reachable, map_callback_response(status, &body)),
             Ok(Err(failure)) => (failure.liveness, ToolAnswer::error(failure.error)),
-            // A connect that takes too long ends in the connector (`CONNECT_TIMEOUT`) and
+            // A connect that takes too long ends in the connector (`CALLBACK_CONNECT_TIMEOUT`) and
             // counts; reaching the tool's own deadline first means the callback went quiet
             // (or the tool allows less time than a connect may take): a read timeout, which
             // never counts.
@@ -612,7 +613,7 @@ async fn probe(url: &Url) -> io::Result<()> {
             None => Err(io::Error::new(io::ErrorKind::InvalidInput, "no host")),
         }
     };
-    match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+    match tokio::time::timeout(CALLBACK_CONNECT_TIMEOUT, connect).await {
         Ok(stream) => stream.map(drop),
         Err(_) => Err(io::Error::new(
             io::ErrorKind::TimedOut,

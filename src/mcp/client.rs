@@ -34,17 +34,17 @@ use crate::domain::call::{LocalHandler, LocalToolHandler, ToolCall, ToolOutcome}
 use crate::domain::peer_text;
 
 /// First wait before starting a server again; doubled per failed attempt up to [`MAX_BACKOFF`].
-pub const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
+pub(crate) const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
 
 /// Longest wait between attempts: a server that keeps failing is retried twice a minute.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Longest a start takes: the process starting (a `uvx` or `npx` server may first install
 /// itself), the initialize handshake and the first listing.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Longest a listing after `notifications/tools/list_changed` takes.
-pub const LIST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const LIST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The server announced `notifications/tools/list_changed`.
 #[derive(Message, Debug)]
@@ -69,7 +69,7 @@ struct Opened {
     tools: Vec<Tool>,
 }
 
-pub struct McpClient {
+pub(crate) struct McpClient {
     settings: Arc<McpServerSettings>,
     router: Addr<Router>,
     board: McpBoard,
@@ -85,7 +85,7 @@ pub struct McpClient {
 
 impl McpClient {
     /// Starts the supervised client of one MCP server.
-    pub fn launch(
+    pub(crate) fn launch(
         settings: McpServerSettings,
         router: Addr<Router>,
         board: McpBoard,

@@ -9,8 +9,8 @@
 //! - [`settings`], [`mapping`], [`status`]: the configuration, the plain conversions between MCP
 //!   and this server's tools and results, and the state `GET /api/mcp` reports.
 
-pub mod client;
-pub mod mapping;
-pub mod serve;
-pub mod settings;
-pub mod status;
+pub(crate) mod client;
+pub(crate) mod mapping;
+pub(crate) mod serve;
+pub(crate) mod settings;
+pub(crate) mod status;

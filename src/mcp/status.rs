@@ -13,7 +13,7 @@ use super::settings::McpServerSettings;
 /// Where an MCP server's connection stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum McpState {
+pub(crate) enum McpState {
     /// Starting the process or connecting, then initializing and listing.
     Connecting,
     /// Its tools are registered.
@@ -24,7 +24,7 @@ pub enum McpState {
 
 /// One MCP server, as `GET /api/mcp` reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
-pub struct McpServerReport {
+pub(crate) struct McpServerReport {
     pub state: McpState,
     /// `stdio` or `http`.
     pub transport: &'static str,
@@ -49,11 +49,11 @@ pub struct McpServerReport {
 
 /// Every MCP server's report, in configuration order; cheap to clone.
 #[derive(Debug, Clone, Default)]
-pub struct McpBoard(Arc<Mutex<IndexMap<String, McpServerReport>>>);
+pub(crate) struct McpBoard(Arc<Mutex<IndexMap<String, McpServerReport>>>);
 
 impl McpBoard {
     /// A board with every server connecting.
-    pub fn new(servers: &[McpServerSettings]) -> Self {
+    pub(crate) fn new(servers: &[McpServerSettings]) -> Self {
         let reports = servers
             .iter()
             .map(|s| {
@@ -75,7 +75,7 @@ impl McpBoard {
     }
 
     /// Changes one server's report.
-    pub fn update(&self, name: &str, change: impl FnOnce(&mut McpServerReport)) {
+    pub(crate) fn update(&self, name: &str, change: impl FnOnce(&mut McpServerReport)) {
         let mut reports = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(report) = reports.get_mut(name) {
             change(report);
@@ -83,7 +83,7 @@ impl McpBoard {
     }
 
     /// Every report, in configuration order.
-    pub fn reports(&self) -> IndexMap<String, McpServerReport> {
+    pub(crate) fn reports(&self) -> IndexMap<String, McpServerReport> {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

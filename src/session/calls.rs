@@ -9,7 +9,7 @@ use crate::domain::images::TurnBudget;
 
 /// Calls of the responses still open.
 #[derive(Debug, Default)]
-pub struct ResponseCalls {
+pub(crate) struct ResponseCalls {
     responses: HashMap<String, OpenResponse>,
     /// The budget of a call that belongs to no known response: a turn of its own.
     lone: TurnBudget,
@@ -27,7 +27,7 @@ struct OpenResponse {
 
 impl ResponseCalls {
     /// A call was announced. Returns false if it was already known (not to be run twice).
-    pub fn started(&mut self, response_id: Option<&str>, call_id: &str) -> bool {
+    pub(crate) fn started(&mut self, response_id: Option<&str>, call_id: &str) -> bool {
         match response_id {
             Some(r) => self
                 .responses
@@ -42,7 +42,7 @@ impl ResponseCalls {
     /// A call of a tool the app answers was announced: the app, which sees its own calls and
     /// sends its own `response.create`, continues this response; the server never sends a
     /// second one.
-    pub fn foreign(&mut self, response_id: &str) {
+    pub(crate) fn foreign(&mut self, response_id: &str) {
         self.responses
             .entry(response_id.to_owned())
             .or_default()
@@ -50,7 +50,7 @@ impl ResponseCalls {
     }
 
     /// A call was answered. Returns true when `response.create` must be sent now.
-    pub fn answered(&mut self, response_id: Option<&str>, call_id: &str) -> bool {
+    pub(crate) fn answered(&mut self, response_id: Option<&str>, call_id: &str) -> bool {
         let Some(r) = response_id else {
             return true;
         };
@@ -61,7 +61,7 @@ impl ResponseCalls {
     }
 
     /// The response finished. Returns true when `response.create` must be sent now.
-    pub fn done(&mut self, response_id: &str) -> bool {
+    pub(crate) fn done(&mut self, response_id: &str) -> bool {
         match self.responses.get_mut(response_id) {
             Some(open) => open.done = true,
             None => return false,
@@ -87,7 +87,7 @@ impl ResponseCalls {
     }
 
     /// The images the turn of `response_id` still takes (shared by every call of the response).
-    pub fn image_budget(&mut self, response_id: Option<&str>) -> &mut TurnBudget {
+    pub(crate) fn image_budget(&mut self, response_id: Option<&str>) -> &mut TurnBudget {
         match response_id {
             Some(r) => &mut self.responses.entry(r.to_owned()).or_default().images,
             None => {
@@ -98,21 +98,21 @@ impl ResponseCalls {
     }
 
     /// Forgets everything (a new connection starts a new conversation state).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.responses.clear();
     }
 }
 
 /// Admits at most `max` calls within any `window`.
 #[derive(Debug)]
-pub struct CallLimiter {
+pub(crate) struct CallLimiter {
     max: usize,
     window: Duration,
     recent: VecDeque<Instant>,
 }
 
 impl CallLimiter {
-    pub fn new(max: usize, window: Duration) -> Self {
+    pub(crate) fn new(max: usize, window: Duration) -> Self {
         Self {
             max,
             window,
@@ -121,7 +121,7 @@ impl CallLimiter {
     }
 
     /// Whether a call made at `now` may run.
-    pub fn admit(&mut self, now: Instant) -> bool {
+    pub(crate) fn admit(&mut self, now: Instant) -> bool {
         while self
             .recent
             .front()
@@ -136,15 +136,15 @@ impl CallLimiter {
         true
     }
 
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.recent.clear();
     }
 
-    pub fn max(&self) -> usize {
+    pub(crate) fn max(&self) -> usize {
         self.max
     }
 
-    pub fn window(&self) -> Duration {
+    pub(crate) fn window(&self) -> Duration {
         self.window
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use runtime_tools::chat::settings::ChatSettings;
+use runtime_tools::ChatSettings;
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, ClosedPort, Reply};

@@ -13,9 +13,7 @@
 
 use std::process::Command;
 
-use runtime_tools::config::Settings;
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::{SessionMode, SessionSettings};
+use runtime_tools::{Dialect, SessionMode, SessionSettings, Settings};
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply};

@@ -9,10 +9,9 @@ use awc::ws;
 use fantoccini::key::Key;
 use futures_util::SinkExt;
 use indexmap::IndexMap;
-use runtime_tools::config::Settings;
-use runtime_tools::mcp::settings::{McpServerSettings, McpTransport};
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::{SessionMode, SessionSettings};
+use runtime_tools::{
+    Dialect, McpServerSettings, McpTransport, SessionMode, SessionSettings, Settings,
+};
 use serde_json::{Value, json};
 
 use crate::browser::Browser;

@@ -41,7 +41,6 @@ mod mcp_servers;
 mod node;
 mod openapi;
 mod panics;
-mod properties;
 mod python;
 mod relay;
 mod roles;

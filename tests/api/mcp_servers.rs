@@ -9,8 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use indexmap::IndexMap;
-use runtime_tools::config::Settings;
-use runtime_tools::mcp::settings::{McpServerSettings, McpTransport};
+use runtime_tools::{McpServerSettings, McpTransport, Settings};
 use serde_json::{Value, json};
 
 use crate::child::LineChild;

@@ -14,10 +14,8 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use runtime_tools::session::outbox::{MAX_APP_QUEUE_BYTES, not_reading_reason};
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::{SessionMode, SessionSettings};
-use runtime_tools::session::shell::{MAX_UPSTREAM_QUEUE_BYTES, model_not_reading_reason};
+use runtime_tools::limits::{MAX_APP_QUEUE_BYTES, MAX_UPSTREAM_QUEUE_BYTES};
+use runtime_tools::{Dialect, SessionMode, SessionSettings};
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply};
@@ -329,7 +327,7 @@ async fn the_models_close_reaches_the_app_with_its_code_and_reason() {
 
 #[actix_web::test]
 async fn removing_the_character_closes_its_relays() {
-    use runtime_tools::actors::router::RemoveCharacter;
+    use runtime_tools::RemoveCharacter;
     let fake = FakeRealtime::start(AckMode::Immediate).await;
     let app = relay_app(&fake, &["Lanlan"], Dialect::Openai, |_| {}).await;
     let mut sdk = SdkApp::start().await;
@@ -347,7 +345,7 @@ async fn removing_the_character_closes_its_relays() {
 
 #[actix_web::test]
 async fn a_restarted_manager_closes_its_relays_and_a_reconnecting_app_gets_the_tools_back() {
-    use runtime_tools::actors::router::InjectManagerPanic;
+    use runtime_tools::faults::InjectManagerPanic;
     let fake = FakeRealtime::start(AckMode::Immediate).await;
     let weather = callback();
     let app = relay_app(&fake, &[], Dialect::Openai, |_| {}).await;
@@ -456,7 +454,8 @@ async fn an_app_that_stops_reading_is_closed_not_buffered() {
         (!f.closes().is_empty()).then_some(())
     })
     .await;
-    let reason = not_reading_reason();
+    let reason =
+        format!("app is not reading: more than {MAX_APP_QUEUE_BYTES} bytes were waiting for it");
     assert_eq!(fake.closes(), [(1008, reason.clone())]);
     // The app, reading again, finds what the socket held, then the close and its reason.
     let (code, got, skipped) = sdk.wait_close().await;
@@ -496,7 +495,12 @@ async fn a_model_that_stops_reading_is_dropped_and_the_app_told_why() {
     let (code, reason, _) = sdk.wait_close().await;
     assert_eq!(
         (code, reason),
-        (json!(1014), json!(model_not_reading_reason()))
+        (
+            json!(1014),
+            json!(format!(
+                "model is not reading: more than {MAX_UPSTREAM_QUEUE_BYTES} bytes were waiting for it"
+            ))
+        )
     );
     // The relay is gone from the character's connections.
     loop_until_no_connections(&app).await;

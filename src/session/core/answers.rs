@@ -69,7 +69,7 @@ impl SessionCore {
     }
 
     /// A call the core asked to run finished.
-    pub fn answered(&mut self, ticket: Ticket, result: ToolResult) {
+    pub(crate) fn answered(&mut self, ticket: Ticket, result: ToolResult) {
         let Ticket {
             tool,
             turn,

@@ -31,25 +31,27 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
-pub use self::acks::AppUpdate;
+pub(crate) use self::acks::AppUpdate;
 use self::acks::Pending;
-pub use self::words::{
-    Call, ForeignTool, Keep, ModelEvent, Protocol, ReadError, Seen, SyncError, without_clashes,
+pub use self::words::SyncError;
+pub(crate) use self::words::{
+    Call, ForeignTool, Keep, ModelEvent, Protocol, ReadError, Seen, without_clashes,
 };
 use super::calls::{CallLimiter, ResponseCalls};
 use super::settings::SessionSettings;
 use super::sync::SyncState;
-use super::{ConnectionKind, ConnectionReport, ConnectionState};
+use super::{ConnectionReport, ConnectionState};
 use crate::domain::call::ToolCall;
+use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
 
 /// Who waits for one tool update to settle.
-pub type Waiter = oneshot::Sender<Result<(), SyncError>>;
+pub(crate) type Waiter = oneshot::Sender<Result<(), SyncError>>;
 
 /// Something the actor must do for the core.
 #[derive(Debug)]
-pub enum Effect {
+pub(crate) enum Effect {
     /// Send this text frame upstream.
     Upstream(String),
     /// Start (or restart) the sync timer of the update in flight; when it fires, call
@@ -62,14 +64,14 @@ pub enum Effect {
 
 /// One call of a registered tool to run.
 #[derive(Debug)]
-pub struct Run {
+pub(crate) struct Run {
     pub call: ToolCall,
     pub ticket: Ticket,
 }
 
 /// What the core needs back with a call's result.
 #[derive(Debug)]
-pub struct Ticket {
+pub(crate) struct Ticket {
     pub tool: SharedTool,
     pub turn: Option<String>,
     /// The connection the call came on: an answer that outlives it is not sent on the next.
@@ -106,7 +108,7 @@ pub fn rfc3339_now() -> String {
 
 /// The protocol state of one session connection.
 #[derive(Debug)]
-pub struct SessionCore {
+pub(crate) struct SessionCore {
     character: String,
     /// What kind of connection it is, for its report, its events and its log lines.
     kind: ConnectionKind,
@@ -158,7 +160,7 @@ impl SessionCore {
     /// The core of a `kind` connection to `upstream`, speaking `protocol`; it starts out
     /// `connecting`. `shared`: other connections update the same session.
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         character: String,
         kind: ConnectionKind,
         protocol: Box<dyn Protocol>,
@@ -203,36 +205,36 @@ impl SessionCore {
         }
     }
 
-    pub fn character(&self) -> &str {
+    pub(crate) fn character(&self) -> &str {
         &self.character
     }
 
-    pub fn sync_timeout(&self) -> Duration {
+    pub(crate) fn sync_timeout(&self) -> Duration {
         self.sync_timeout
     }
 
     /// The model endpoint (an attachment's: the call's URL).
-    pub fn upstream(&self) -> &str {
+    pub(crate) fn upstream(&self) -> &str {
         &self.upstream
     }
 
-    pub fn state(&self) -> ConnectionState {
+    pub(crate) fn state(&self) -> ConnectionState {
         self.state
     }
 
     /// The character's tools, newest list.
-    pub fn registered(&self) -> &[SharedTool] {
+    pub(crate) fn registered(&self) -> &[SharedTool] {
         &self.registered
     }
 
     /// The registered tools the last server update carried.
-    pub fn sent_registered(&self) -> &[SharedTool] {
+    pub(crate) fn sent_registered(&self) -> &[SharedTool] {
         &self.sent_registered
     }
 
     /// Moves to `state`, announcing it when it is a change; a new attempt to connect starts a
     /// new `since`.
-    pub fn set_state(&mut self, state: ConnectionState) {
+    pub(crate) fn set_state(&mut self, state: ConnectionState) {
         if state == ConnectionState::Connecting {
             self.since = rfc3339_now();
         }
@@ -243,12 +245,12 @@ impl SessionCore {
     }
 
     /// Announces the connection's report as `session.state`.
-    pub fn announce(&self) {
+    pub(crate) fn announce(&self) {
         self.events.session_state(&self.character, &self.report());
     }
 
     /// This connection's entry in `GET /api/sessions` (and its `session.state` event).
-    pub fn report(&self) -> ConnectionReport {
+    pub(crate) fn report(&self) -> ConnectionReport {
         ConnectionReport {
             kind: self.kind,
             since: self.since.clone(),
@@ -262,7 +264,7 @@ impl SessionCore {
     }
 
     /// The effects asked for since the last call, in order.
-    pub fn take_effects(&mut self) -> Vec<Effect> {
+    pub(crate) fn take_effects(&mut self) -> Vec<Effect> {
         std::mem::take(&mut self.effects)
     }
 
@@ -275,7 +277,7 @@ impl SessionCore {
     /// is the actor's to say: [`sync_now`](Self::sync_now),
     /// [`sync_if_registered`](Self::sync_if_registered) or
     /// [`hold_until_described`](Self::hold_until_described).
-    pub fn connected(&mut self) {
+    pub(crate) fn connected(&mut self) {
         self.connection += 1;
         self.connected = true;
         self.since = rfc3339_now();
@@ -286,7 +288,7 @@ impl SessionCore {
     }
 
     /// Sends the current tools at once (a session the server itself opened).
-    pub fn sync_now(&mut self) {
+    pub(crate) fn sync_now(&mut self) {
         self.ready = true;
         self.sync.connected();
         self.send_update();
@@ -294,7 +296,7 @@ impl SessionCore {
 
     /// Sends the current tools when there are any (a relay: the app's own settings come from
     /// the app); `waiter` hears how that went, or at once when nothing was to be sent.
-    pub fn sync_if_registered(&mut self, waiter: Option<Waiter>) {
+    pub(crate) fn sync_if_registered(&mut self, waiter: Option<Waiter>) {
         self.ready = true;
         if self.registered.is_empty() {
             // Nothing to add until the app sends its settings or a tool is registered.
@@ -309,7 +311,7 @@ impl SessionCore {
     /// Sends nothing until the session says which tools it has ([`described`](Self::described)),
     /// so its own are kept; `waiter` hears how the first update went, or `why_not` when the
     /// session never says within the sync timeout.
-    pub fn hold_until_described(&mut self, waiter: Option<Waiter>, why_not: SyncError) {
+    pub(crate) fn hold_until_described(&mut self, waiter: Option<Waiter>, why_not: SyncError) {
         self.ready = false;
         self.not_ready = Some(why_not);
         if let Some(waiter) = waiter {
@@ -320,7 +322,7 @@ impl SessionCore {
     }
 
     /// The connection is gone: every waiter fails; nothing is in flight.
-    pub fn disconnected(&mut self) {
+    pub(crate) fn disconnected(&mut self) {
         self.connected = false;
         self.ready = false;
         self.pending.clear();
@@ -332,7 +334,7 @@ impl SessionCore {
     /// The character's tools changed. Returns the waiter when there is nothing to wait for: the
     /// session is not connected (the list goes out on connect, so the change succeeds at once),
     /// or it already has this very list.
-    pub fn tools_changed(
+    pub(crate) fn tools_changed(
         &mut self,
         tools: Arc<[SharedTool]>,
         waiter: Option<Waiter>,
@@ -359,7 +361,11 @@ impl SessionCore {
     /// The session's own tools and settings changed elsewhere (an attached call that the app
     /// updated, or that described itself): they are kept from now on. A session held until it
     /// described itself is ready now, and its first update goes.
-    pub fn described(&mut self, own_tools: Vec<ForeignTool>, settings: Option<Map<String, Value>>) {
+    pub(crate) fn described(
+        &mut self,
+        own_tools: Vec<ForeignTool>,
+        settings: Option<Map<String, Value>>,
+    ) {
         if let Some(settings) = settings {
             self.own_settings = settings;
         }
@@ -381,12 +387,12 @@ impl SessionCore {
     }
 
     /// Only the session's settings changed elsewhere.
-    pub fn described_settings(&mut self, settings: Map<String, Value>) {
+    pub(crate) fn described_settings(&mut self, settings: Map<String, Value>) {
         self.own_settings = settings;
     }
 
     /// Sends the tools again (an attached call whose app left them out of its own update).
-    pub fn resend(&mut self) {
+    pub(crate) fn resend(&mut self) {
         if self.ready && self.sync.changed(None).is_some() {
             self.send_update();
         }
@@ -431,7 +437,7 @@ impl SessionCore {
     }
 
     /// The sync timer of `version` fired: if that update is still unsettled, it failed.
-    pub fn sync_timer_fired(&mut self, version: u64) {
+    pub(crate) fn sync_timer_fired(&mut self, version: u64) {
         if self.sync.in_flight() != Some(version) {
             return;
         }
@@ -475,7 +481,7 @@ impl SessionCore {
     }
 
     /// A text frame from upstream: what the session does with it, and what became of it.
-    pub fn from_upstream(&mut self, text: &str) -> Seen {
+    pub(crate) fn on_upstream(&mut self, text: &str) -> Seen {
         match self.protocol.read(text) {
             Ok(ModelEvent::Started { tools }) => Seen::Described {
                 started: true,

@@ -7,7 +7,8 @@ use crate::domain::call::{ToolAnswer, ToolResult};
 use crate::domain::images::ToolImage;
 use crate::domain::tool::test_tools;
 use crate::events::{EventSettings, Subscription};
-use crate::session::realtime::{self, Dialect, Realtime};
+use crate::session::realtime::{self, Realtime};
+use crate::session::settings::Dialect;
 
 const URL: &str = "ws://127.0.0.1:9/v1/realtime";
 
@@ -174,14 +175,14 @@ fn acknowledgements_are_matched_in_order_and_only_the_apps_reach_the_app() {
 
     // The first answer is the server's: the app does not see it; the change goes out next,
     // keeping the app's tool.
-    assert!(!passed(relay.from_upstream(&updated(&["lookup"]))));
+    assert!(!passed(relay.on_upstream(&updated(&["lookup"]))));
     let next = sent(&mut relay);
     assert_eq!(names(&next[0]), ["own", "lookup", "more"]);
     // The second answer is the app's: it sees it.
-    assert!(passed(relay.from_upstream(&updated(&["own", "lookup"]))));
+    assert!(passed(relay.on_upstream(&updated(&["own", "lookup"]))));
     assert!(rx.try_recv().is_err(), "not settled by the app's answer");
     assert!(!passed(
-        relay.from_upstream(&updated(&["own", "lookup", "more"]))
+        relay.on_upstream(&updated(&["own", "lookup", "more"]))
     ));
     assert_eq!(rx.try_recv().unwrap(), Ok(()));
     assert_eq!(relay.report().acknowledged_tools, 2);
@@ -198,11 +199,11 @@ fn errors_settle_the_update_they_name() {
     );
     let app_error = json!({"type": "error", "error": {"message": "bad", "event_id": "a1"}});
     assert!(
-        passed(relay.from_upstream(&app_error.to_string())),
+        passed(relay.on_upstream(&app_error.to_string())),
         "the app's error is the app's"
     );
     let ours = json!({"type": "error", "error": {"message": "no", "event_id": update["event_id"]}});
-    assert!(!passed(relay.from_upstream(&ours.to_string())));
+    assert!(!passed(relay.on_upstream(&ours.to_string())));
     assert_eq!(
         relay.report().last_sync.unwrap().error.as_deref(),
         Some("model session refused the tool update: no")
@@ -210,7 +211,7 @@ fn errors_settle_the_update_they_name() {
     // An error that names nothing of the server's is reported to the actor as such.
     let nobodys = json!({"type": "error", "error": {"message": "who", "event_id": "x9"}});
     assert_eq!(
-        relay.from_upstream(&nobodys.to_string()),
+        relay.on_upstream(&nobodys.to_string()),
         Seen::Error {
             message: "who".into(),
             event_id: Some("x9".into())
@@ -233,13 +234,13 @@ fn calls_of_the_apps_tools_are_left_to_the_app() {
                "call_id": id, "name": name, "arguments": "{}"})
         .to_string()
     };
-    assert!(passed(relay.from_upstream(&call("c1", "own"))));
+    assert!(passed(relay.on_upstream(&call("c1", "own"))));
     assert!(relay.take_effects().is_empty(), "the app's call is not run");
-    assert!(passed(relay.from_upstream(&call("c2", "get_weather"))));
+    assert!(passed(relay.on_upstream(&call("c2", "get_weather"))));
     let run = the_run(&mut relay);
     assert_eq!(run.call.call_id, "c2");
     let done = json!({"type": "response.done", "response": {"id": "r1", "output": []}});
-    relay.from_upstream(&done.to_string());
+    relay.on_upstream(&done.to_string());
     let result = output(&run.call, "1", Vec::new());
     relay.answered(run.ticket, result);
     let answers = sent(&mut relay);
@@ -258,7 +259,7 @@ fn a_timed_out_update_fails_and_its_late_answer_is_swallowed() {
     let (w, mut rx) = waiter();
     connect(&mut client, ConnectionKind::Client, None);
     sent(&mut client);
-    client.from_upstream(&updated(&["a"]));
+    client.on_upstream(&updated(&["a"]));
     client.tools_changed(tools(&["a", "b"]), Some(w));
     let version = client.sync.in_flight().unwrap();
     client.sync_timer_fired(version);
@@ -270,9 +271,9 @@ fn a_timed_out_update_fails_and_its_late_answer_is_swallowed() {
     let (w, mut rx) = waiter();
     client.tools_changed(tools(&["a", "b", "c"]), Some(w));
     sent(&mut client);
-    client.from_upstream(&updated(&["a", "b"]));
+    client.on_upstream(&updated(&["a", "b"]));
     assert!(rx.try_recv().is_err(), "the late answer settles nothing");
-    client.from_upstream(&updated(&["a", "b", "c"]));
+    client.on_upstream(&updated(&["a", "b", "c"]));
     assert_eq!(rx.try_recv().unwrap(), Ok(()));
 }
 
@@ -300,7 +301,7 @@ fn answers_carry_exact_output_and_images_on_every_kind_and_are_announced() {
             json!(transport),
             "the event names the kind of connection"
         );
-        session.from_upstream(
+        session.on_upstream(
             &json!({"type": "response.function_call_arguments.done", "response_id": "r1",
                     "call_id": "c1", "name": "cam", "arguments": "{}"})
             .to_string(),
@@ -340,7 +341,7 @@ fn a_session_that_takes_no_images_is_told_what_it_missed() {
     let mut relay = core_on(ConnectionKind::Relay, &["cam"], Dialect::Glm, &hub());
     connect(&mut relay, ConnectionKind::Relay, None);
     sent(&mut relay);
-    relay.from_upstream(
+    relay.on_upstream(
         &json!({"type": "response.function_call_arguments.done", "response_id": "r1",
                 "call_id": "c1", "name": "cam", "arguments": "{}"})
         .to_string(),
@@ -366,7 +367,7 @@ fn a_settled_sync_is_announced_with_the_connections_report() {
     let (w, mut rx) = waiter();
     assert!(relay.tools_changed(tools(&["a"]), Some(w)).is_none());
     sent(&mut relay);
-    relay.from_upstream(&updated(&["a"]));
+    relay.on_upstream(&updated(&["a"]));
     assert_eq!(rx.try_recv().unwrap(), Ok(()));
     let state = published(&mut subscription);
     assert_eq!(state.len(), 1, "{state:?}");

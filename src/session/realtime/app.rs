@@ -12,7 +12,11 @@ use crate::session::core::{AppUpdate, ForeignTool, without_clashes};
 /// (when it sets them) also hold every registered tool whose name none of the app's tools
 /// has; `None` for every other event (and for text that is not a JSON object), which passes
 /// unchanged.
-pub fn session_update(dialect: Dialect, tools: &[SharedTool], text: &str) -> Option<AppUpdate> {
+pub(crate) fn session_update(
+    dialect: Dialect,
+    tools: &[SharedTool],
+    text: &str,
+) -> Option<AppUpdate> {
     // The cheap look first: audio appends are most of what an app sends.
     if event_type(text)? != "session.update" {
         return None;

@@ -116,7 +116,7 @@ fn owned(raw: Option<&RawValue>) -> Option<String> {
 }
 
 /// Reads one server event.
-pub fn server_event(text: &str) -> Result<ModelEvent, ReadError> {
+pub(crate) fn server_event(text: &str) -> Result<ModelEvent, ReadError> {
     // The quick look: an event the session does not act on is not read further.
     if text.trim_start().starts_with('{')
         && let Some(kind) = event_type(text)
@@ -235,7 +235,7 @@ struct FunctionName {
 
 impl ForeignTool {
     /// Reads one entry of a `tools` array; flat (`name`) or nested (`function.name`).
-    pub fn from_raw(json: Box<RawValue>) -> Self {
+    pub(crate) fn from_raw(json: Box<RawValue>) -> Self {
         let name = serde_json::from_str::<ToolName>(json.get())
             .ok()
             .and_then(|t| t.name.or_else(|| t.function?.name))
