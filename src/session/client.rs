@@ -155,7 +155,7 @@ impl Actor for RealtimeSession {
         if !self.closing {
             self.link.core.set_state(ConnectionState::Backoff);
         }
-        self.link.core.disconnected();
+        self.link.disconnected();
     }
 }
 
