@@ -380,7 +380,10 @@ mod tests {
         assert!(cancels("cancel_on_interruption = true\n"));
         assert!(!cancels("cancel_on_interruption = false\n"));
         let e = error_of(&session("cancel_on_interruption = \"no\"\n"));
-        assert!(e.contains("cancel_on_interruption") && e.contains("line 6"), "{e}");
+        assert!(
+            e.contains("cancel_on_interruption") && e.contains("line 6"),
+            "{e}"
+        );
     }
 
     #[test]

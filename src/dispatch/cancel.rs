@@ -36,7 +36,10 @@ impl Dispatcher {
         &self,
         tool: SharedTool,
         call: ToolCall,
-    ) -> (CallCanceller, impl Future<Output = Option<ToolResult>> + 'static) {
+    ) -> (
+        CallCanceller,
+        impl Future<Output = Option<ToolResult>> + 'static,
+    ) {
         let (cancel, cancelled) = oneshot::channel();
         let dispatcher = self.clone();
         let run = async move {

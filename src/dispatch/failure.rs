@@ -93,7 +93,10 @@ impl CallFailure {
 }
 
 /// Classifies a request that got no response.
-pub(super) async fn send_failure(endpoint: &RemoteEndpoint, error: client::SendError) -> CallFailure {
+pub(super) async fn send_failure(
+    endpoint: &RemoteEndpoint,
+    error: client::SendError,
+) -> CallFailure {
     let e = match error {
         client::SendError::Connect(e) => {
             return CallFailure::connect_failed(endpoint, error_chain(&*e));

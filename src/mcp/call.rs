@@ -110,7 +110,8 @@ impl Drop for Unanswered {
             return;
         };
         let peer = self.peer.clone();
-        let notice = CancelledNotificationParam::new(Some(id), Some(std::mem::take(&mut self.reason)));
+        let notice =
+            CancelledNotificationParam::new(Some(id), Some(std::mem::take(&mut self.reason)));
         runtime.spawn(async move {
             if let Err(e) = peer.notify_cancelled(notice).await {
                 tracing::debug!(error = %e, "could not tell an MCP server that a call was cancelled");

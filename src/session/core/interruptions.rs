@@ -41,8 +41,11 @@ impl SessionCore {
             }
             self.effects.push(Effect::Cancel(ticket));
             let source = call.tool.source.clone();
-            let result =
-                ToolResult::interrupted(call.call_id, call.tool.name.clone(), call.started.elapsed());
+            let result = ToolResult::interrupted(
+                call.call_id,
+                call.tool.name.clone(),
+                call.started.elapsed(),
+            );
             self.answer_cancelled(&result, Some(&source), call.started);
         }
     }
@@ -51,18 +54,18 @@ impl SessionCore {
     /// announced as cancelled (nobody is left to answer).
     pub(super) fn drop_running(&mut self) {
         for (_, call) in self.take_running(|_| true) {
-            let result =
-                ToolResult::interrupted(call.call_id, call.tool.name.clone(), call.started.elapsed());
+            let result = ToolResult::interrupted(
+                call.call_id,
+                call.tool.name.clone(),
+                call.started.elapsed(),
+            );
             self.announce_call(&result, Some(&call.tool.source), call.started, true);
         }
     }
 
     /// Takes the running calls `which` picks, in the order they started (so the model gets
     /// their answers in its own order).
-    fn take_running(
-        &mut self,
-        which: impl Fn(&RunningCall) -> bool,
-    ) -> Vec<(Ticket, RunningCall)> {
+    fn take_running(&mut self, which: impl Fn(&RunningCall) -> bool) -> Vec<(Ticket, RunningCall)> {
         let mut tickets: Vec<Ticket> = self
             .running
             .iter()

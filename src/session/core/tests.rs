@@ -466,10 +466,18 @@ fn speech_cancels_the_running_calls_which_are_answered_as_cancelled_and_not_cont
         let quick = the_run(&mut core);
         let result = output(&quick.call, "2", Vec::new());
         core.answered(quick.ticket, result);
-        assert_eq!(sent(&mut core).len(), 1, "{kind:?}: c2's output, r1 waits for c1");
+        assert_eq!(
+            sent(&mut core).len(),
+            1,
+            "{kind:?}: c2's output, r1 waits for c1"
+        );
         published(&mut subscription);
 
-        assert_eq!(core.from_upstream(SPEECH_STARTED), Seen::Pass, "the app sees it");
+        assert_eq!(
+            core.from_upstream(SPEECH_STARTED),
+            Seen::Pass,
+            "the app sees it"
+        );
         let effects = core.take_effects();
         assert!(
             matches!(effects[0], Effect::Cancel(ticket) if ticket == slow.ticket),
@@ -480,11 +488,17 @@ fn speech_cancels_the_running_calls_which_are_answered_as_cancelled_and_not_cont
         };
         let answered: Value = serde_json::from_str(text).unwrap();
         assert!(is_cancelled_output(&answered, "c1"), "{kind:?}: {answered}");
-        assert_eq!(effects.len(), 2, "{kind:?}: no response.create: {effects:?}");
+        assert_eq!(
+            effects.len(),
+            2,
+            "{kind:?}: no response.create: {effects:?}"
+        );
         assert_eq!(
             calls_announced(&mut subscription),
-            [json!({"role": "Mio", "tool": "slow", "source": "plugin:w", "call_id": "c1",
-                    "caller": "model", "kind": kind, "is_error": true, "cancelled": true})],
+            [
+                json!({"role": "Mio", "tool": "slow", "source": "plugin:w", "call_id": "c1",
+                    "caller": "model", "kind": kind, "is_error": true, "cancelled": true})
+            ],
             "{kind:?}"
         );
 
@@ -520,7 +534,10 @@ fn a_cancelled_response_cancels_its_own_calls_only_and_runs_none_it_lists_later(
     // The provider cancels r2; its response.done lists c2 and a call never announced before.
     core.from_upstream(&response_done("r2", "cancelled", &["c2", "c3"]));
     let effects = core.take_effects();
-    assert!(matches!(effects[0], Effect::Cancel(t) if t == cancelled.ticket), "{effects:?}");
+    assert!(
+        matches!(effects[0], Effect::Cancel(t) if t == cancelled.ticket),
+        "{effects:?}"
+    );
     let outputs: Vec<Value> = effects[1..]
         .iter()
         .map(|e| match e {
@@ -548,12 +565,19 @@ fn calls_the_provider_cancels_by_id_are_cancelled_and_their_turn_not_continued()
     let second = the_run(&mut core);
     core.interrupted(Interruption::Calls(vec!["c2".into()]));
     let effects = core.take_effects();
-    assert!(matches!(effects[0], Effect::Cancel(t) if t == second.ticket), "{effects:?}");
+    assert!(
+        matches!(effects[0], Effect::Cancel(t) if t == second.ticket),
+        "{effects:?}"
+    );
     assert_eq!(effects.len(), 2, "{effects:?}");
     let result = output(&first.call, "1", Vec::new());
     core.answered(first.ticket, result);
     let answers = sent(&mut core);
-    assert_eq!(answers.len(), 1, "c1's output, and r1 is not continued: {answers:?}");
+    assert_eq!(
+        answers.len(),
+        1,
+        "c1's output, and r1 is not continued: {answers:?}"
+    );
 }
 
 #[test]

@@ -421,7 +421,8 @@ fn the_person_speaking_and_a_cancelled_response_are_interruptions() {
         })
     );
     for status in [r#""incomplete""#, r#""failed""#, "7", "null"] {
-        let done = format!(r#"{{"type":"response.done","response":{{"id":"r1","status":{status}}}}}"#);
+        let done =
+            format!(r#"{{"type":"response.done","response":{{"id":"r1","status":{status}}}}}"#);
         assert!(
             matches!(
                 server_event(&done),
