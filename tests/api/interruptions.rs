@@ -6,7 +6,8 @@
 //! its connection close; the model gets a `function_call_output` saying the call was cancelled
 //! and no `response.create` for that turn; the call is announced as cancelled; an in-process
 //! tool's future is dropped; `cancel_on_interruption = false` keeps the call running to its end;
-//! and every event the server sent validates against the SDK's schema.
+//! a relay that closes drops its running calls too; and every event the server sent validates
+//! against the SDK's schema.
 
 use std::sync::{Arc, Mutex};
 
@@ -393,6 +394,30 @@ async fn through_the_relay_the_apps_message_its_cancel_and_speech_each_cancel_th
 
     let report = validate_client_events(server_events(fake)).await;
     assert!(report.is_ok(), "{report:?}");
+}
+
+#[actix_web::test]
+async fn a_relay_that_closes_under_a_running_call_drops_it_and_says_so() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let plugins = Plugins::start();
+    let app = relay_app(&fake, &[], Dialect::Openai, |_| {}).await;
+    plugins.register(&app).await;
+    let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
+    stream.expect("hello").await;
+    let mut sdk = SdkApp::start().await;
+    sdk.connect_ok(&base(&app), json!({"character": "Mio"}))
+        .await;
+    fake.update_with_tools(&["find_flight", "book_hotel", "get_weather"])
+        .await;
+    let call = slow_call(&fake, 1).await;
+    plugins.held.wait_for_requests(1).await;
+    sdk.close(1000, "the person hung up").await;
+    plugins.held.wait_for_closed(1).await;
+    announced_cancelled(&mut stream, &call, "find_flight", "relay").await;
+    assert!(
+        outputs_of(&fake.events(), &call).is_empty(),
+        "nobody to answer"
+    );
 }
 
 #[actix_web::test]
