@@ -3,8 +3,8 @@
 //! HTTP, and a small server written with the official MCP Python SDK whose tool list changes at
 //! run time. Each: the tools registered for the characters (source `mcp:<name>`, with an event),
 //! a call, an error result, an image, a `tools/list_changed`, and a killed server coming back;
-//! and a call of `server-everything`'s long-running tool that the person interrupts reaches the
-//! server as `notifications/cancelled` naming its request.
+//! and a call of `server-everything`'s long-running tool that the person interrupts, or that
+//! times out, reaches the server as `notifications/cancelled` naming its request.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -334,6 +334,18 @@ struct Tap {
 }
 
 impl Tap {
+    /// The tap of the server started with `listener`'s port.
+    async fn accept(listener: TcpListener) -> Self {
+        let (socket, _) = tokio::time::timeout(EVENT_DEADLINE, listener.accept())
+            .await
+            .expect("the tap connects")
+            .unwrap();
+        Self {
+            lines: BufReader::new(socket).lines(),
+            seen: Vec::new(),
+        }
+    }
+
     /// Reads until a message `to` one side satisfies `matches`; returns it.
     async fn wait_for(&mut self, what: &str, to: &str, matches: impl Fn(&Value) -> bool) -> Value {
         let found = tokio::time::timeout(EVENT_DEADLINE, async {
@@ -352,8 +364,9 @@ impl Tap {
     }
 }
 
-#[actix_web::test]
-async fn an_interrupted_call_of_the_long_running_tool_is_cancelled_on_the_mcp_server() {
+/// `server-everything` over stdio behind `tests/mcp_tap.py` (its calls bounded by `timeout`), and
+/// the listener its tap reports to.
+async fn tapped_everything(timeout: Duration) -> (McpServerSettings, TcpListener) {
     let entry = provisioned(server_everything, "npm install of server-everything").await;
     let python = provisioned(python, "the test virtualenv (tests/requirements.txt)").await;
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -370,21 +383,50 @@ async fn an_interrupted_call_of_the_long_running_tool_is_cancelled_on_the_mcp_se
             "stdio",
         ],
     );
+    everything.timeout = timeout;
+    (everything, listener)
+}
+
+#[actix_web::test]
+async fn a_timed_out_call_of_the_long_running_tool_is_cancelled_on_the_mcp_server() {
+    let (everything, listener) = tapped_everything(Duration::from_secs(1)).await;
+    let (app, mut events) = start(&["Lanlan"], vec![everything]).await;
+    let mut tap = Tap::accept(listener).await;
+    mcp_change(&mut events, "mcp:everything").await;
+    let answer = invoke(
+        &app,
+        "trigger-long-running-operation",
+        json!({"duration": 120, "steps": 120}),
+    )
+    .await;
+    assert_eq!(
+        answer["error"],
+        "MCP server everything did not answer tools/call within 1 s"
+    );
+    let call = tap
+        .wait_for("the tools/call", "server", |m| m["method"] == "tools/call")
+        .await;
+    let notice = tap
+        .wait_for("notifications/cancelled", "server", |m| {
+            m["method"] == "notifications/cancelled"
+        })
+        .await;
+    assert_eq!(
+        notice["params"],
+        json!({"requestId": call["id"], "reason": "the call timed out after 1 s"})
+    );
+}
+
+#[actix_web::test]
+async fn an_interrupted_call_of_the_long_running_tool_is_cancelled_on_the_mcp_server() {
     // Longer than the call takes: its end is the interruption's, not a timeout's.
-    everything.timeout = Duration::from_secs(300);
+    let (everything, listener) = tapped_everything(Duration::from_secs(300)).await;
     let fake = FakeRealtime::start(AckMode::Immediate).await;
     let mut config = settings(&["Mio"]);
     config.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
     config.mcp_servers = vec![everything];
     let _app = spawn_app_with(config).await;
-    let (socket, _) = tokio::time::timeout(EVENT_DEADLINE, listener.accept())
-        .await
-        .expect("the tap connects")
-        .unwrap();
-    let mut tap = Tap {
-        lines: BufReader::new(socket).lines(),
-        seen: Vec::new(),
-    };
+    let mut tap = Tap::accept(listener).await;
     let tool = "trigger-long-running-operation";
     fake.wait_for("the MCP server's tools in the session", |events| {
         events
