@@ -89,6 +89,51 @@ async fn model_calls(fake: &FakeRealtime, response: &str, call_id: &str, name: &
         .await;
 }
 
+/// Mio relays to `fake`, with the plugins' tools; its events, and the SDK app connected through
+/// the relay once the model has the tools.
+async fn relayed(fake: &FakeRealtime, plugins: &Plugins) -> (TestApp, EventReader, SdkApp) {
+    let app = relay_app(fake, &[], Dialect::Openai, |_| {}).await;
+    plugins.register(&app).await;
+    let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
+    stream.expect("hello").await;
+    let mut sdk = SdkApp::start().await;
+    sdk.connect_ok(&base(&app), json!({"character": "Mio"}))
+        .await;
+    fake.update_with_tools(&["find_flight", "book_hotel", "get_weather"])
+        .await;
+    (app, stream, sdk)
+}
+
+/// Waits until the app's event `event_id` has gone up, and checks that the answer to `call_id`
+/// (which it cancelled) went up before it; returns the events and the app event's place.
+async fn answered_before(
+    fake: &FakeRealtime,
+    call_id: &str,
+    event_id: &str,
+) -> (Vec<Value>, usize) {
+    let events = fake
+        .wait_for(&format!("the app's {event_id}"), |events| {
+            events
+                .iter()
+                .any(|e| e["event_id"] == event_id)
+                .then(|| events.to_vec())
+        })
+        .await;
+    let answer = events
+        .iter()
+        .position(|e| e["item"]["call_id"] == call_id)
+        .expect("the cancelled call is answered");
+    let app_event = events
+        .iter()
+        .position(|e| e["event_id"] == event_id)
+        .unwrap();
+    assert!(
+        answer < app_event,
+        "the cancelled answer goes up before the app's {event_id}: {events:#?}"
+    );
+    (events, app_event)
+}
+
 /// The model calls the slow `find_flight` in `resp_N` (`call_N`), as the relay tests' turn `n`.
 async fn slow_call(fake: &FakeRealtime, n: u32) -> String {
     let (response, call) = (format!("resp_{n}"), format!("call_{n}"));
@@ -287,15 +332,7 @@ async fn with_cancel_on_interruption_off_the_call_runs_to_its_end_and_the_turn_g
 async fn through_the_relay_the_apps_message_its_cancel_and_speech_each_cancel_the_running_call() {
     let fake = FakeRealtime::start(AckMode::Immediate).await;
     let plugins = Plugins::start();
-    let app = relay_app(&fake, &[], Dialect::Openai, |_| {}).await;
-    plugins.register(&app).await;
-    let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
-    stream.expect("hello").await;
-    let mut sdk = SdkApp::start().await;
-    sdk.connect_ok(&base(&app), json!({"character": "Mio"}))
-        .await;
-    fake.update_with_tools(&["find_flight", "book_hotel", "get_weather"])
-        .await;
+    let (_app, mut stream, mut sdk) = relayed(&fake, &plugins).await;
     assert_eq!(sdk.recv_event().await["type"], "session.created");
 
     // The app sees the model call a registered tool, which the server runs.
@@ -314,26 +351,7 @@ async fn through_the_relay_the_apps_message_its_cancel_and_speech_each_cancel_th
         "content": [{"type": "input_text", "text": "Never mind, what's the weather?"}]}});
     sdk.send(message.clone()).await;
     plugins.held.wait_for_closed(1).await;
-    let events = fake
-        .wait_for("the app's message", |events| {
-            events
-                .iter()
-                .any(|e| e["event_id"] == "app_msg_1")
-                .then(|| events.to_vec())
-        })
-        .await;
-    let answer = events
-        .iter()
-        .position(|e| e["item"]["call_id"] == call.as_str())
-        .expect("the cancelled call is answered");
-    let app_message = events
-        .iter()
-        .position(|e| e["event_id"] == "app_msg_1")
-        .unwrap();
-    assert!(
-        answer < app_message,
-        "the cancelled answer goes up before the person's message"
-    );
+    let (events, app_message) = answered_before(fake, &call, "app_msg_1").await;
     assert!(is_cancelled(&outputs_of(&events, &call)[0]));
     assert_eq!(
         events[app_message], message,
@@ -352,26 +370,7 @@ async fn through_the_relay_the_apps_message_its_cancel_and_speech_each_cancel_th
     .await;
     plugins.held.wait_for_closed(2).await;
     cancelled_answers(fake, &[&call]).await;
-    let events = fake
-        .wait_for("the app's cancel", |events| {
-            events
-                .iter()
-                .any(|e| e["event_id"] == "app_cancel_2")
-                .then(|| events.to_vec())
-        })
-        .await;
-    let answer = events
-        .iter()
-        .position(|e| e["item"]["call_id"] == call.as_str())
-        .unwrap();
-    let cancel = events
-        .iter()
-        .position(|e| e["event_id"] == "app_cancel_2")
-        .unwrap();
-    assert!(
-        answer < cancel,
-        "the cancelled answer goes up first: {events:#?}"
-    );
+    answered_before(fake, &call, "app_cancel_2").await;
     announced_cancelled(&mut stream, &call, "find_flight", "relay").await;
 
     // 3. The person speaks (server VAD): the app sees the event, the call is cancelled.
@@ -400,15 +399,7 @@ async fn through_the_relay_the_apps_message_its_cancel_and_speech_each_cancel_th
 async fn a_relay_that_closes_under_a_running_call_drops_it_and_says_so() {
     let fake = FakeRealtime::start(AckMode::Immediate).await;
     let plugins = Plugins::start();
-    let app = relay_app(&fake, &[], Dialect::Openai, |_| {}).await;
-    plugins.register(&app).await;
-    let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
-    stream.expect("hello").await;
-    let mut sdk = SdkApp::start().await;
-    sdk.connect_ok(&base(&app), json!({"character": "Mio"}))
-        .await;
-    fake.update_with_tools(&["find_flight", "book_hotel", "get_weather"])
-        .await;
+    let (_app, mut stream, mut sdk) = relayed(&fake, &plugins).await;
     let call = slow_call(&fake, 1).await;
     plugins.held.wait_for_requests(1).await;
     sdk.close(1000, "the person hung up").await;

@@ -364,6 +364,22 @@ impl Tap {
     }
 }
 
+/// Waits until the model got an answer to `call_id` whose output contains `text`.
+async fn answered_with(fake: &FakeRealtime, call_id: &str, text: &str) {
+    fake.wait_for(&format!("{call_id}'s answer with {text:?}"), |events| {
+        events
+            .iter()
+            .any(|e| {
+                e["item"]["call_id"] == call_id
+                    && e["item"]["output"]
+                        .as_str()
+                        .is_some_and(|o| o.contains(text))
+            })
+            .then_some(())
+    })
+    .await;
+}
+
 /// `server-everything` over stdio behind `tests/mcp_tap.py` (its calls bounded by `timeout`), and
 /// the listener its tap reports to.
 async fn tapped_everything(timeout: Duration) -> (McpServerSettings, TcpListener) {
@@ -460,36 +476,14 @@ async fn an_interrupted_call_of_the_long_running_tool_is_cancelled_on_the_mcp_se
         notice["params"]["reason"], "the call was cancelled",
         "{notice}"
     );
-    fake.wait_for("the cancelled answer", |events| {
-        events
-            .iter()
-            .any(|e| {
-                e["item"]["call_id"] == "c1"
-                    && e["item"]["output"]
-                        .as_str()
-                        .is_some_and(|o| o.contains("cancelled because the person interrupted"))
-            })
-            .then_some(())
-    })
-    .await;
+    answered_with(&fake, "c1", "cancelled because the person interrupted").await;
 
     // The connection goes on: the next call is answered.
     let echo = r#"{"message": "still here"}"#;
     fake.push(call_event("r2", "c2", "echo", echo)).await;
     fake.push(response_done("r2", &[("c2", "echo", echo)]))
         .await;
-    fake.wait_for("the echo's answer", |events| {
-        events
-            .iter()
-            .any(|e| {
-                e["item"]["call_id"] == "c2"
-                    && e["item"]["output"]
-                        .as_str()
-                        .is_some_and(|o| o.contains("Echo: still here"))
-            })
-            .then_some(())
-    })
-    .await;
+    answered_with(&fake, "c2", "Echo: still here").await;
     // The interrupted call was never answered.
     let answered = tap
         .seen
