@@ -379,12 +379,21 @@ fn a_settled_sync_is_announced_with_the_connections_report() {
 
 /// A core of `kind`, connected and past its first update, with `cancel_on_interruption` as given.
 fn interruptible(kind: ConnectionKind, cancel: bool, events: &EventHub) -> SessionCore {
-    let mut settings = SessionSettings::new(URL, Dialect::Openai);
+    interruptible_in(kind, Dialect::Openai, cancel, events)
+}
+
+fn interruptible_in(
+    kind: ConnectionKind,
+    dialect: Dialect,
+    cancel: bool,
+    events: &EventHub,
+) -> SessionCore {
+    let mut settings = SessionSettings::new(URL, dialect);
     settings.cancel_on_interruption = cancel;
     let mut core = SessionCore::new(
         "Mio".into(),
         kind,
-        Box::new(Realtime(Dialect::Openai)),
+        Box::new(Realtime(dialect)),
         URL.into(),
         &settings,
         events.clone(),
@@ -450,13 +459,14 @@ fn calls_announced(subscription: &mut Subscription) -> Vec<Value> {
 
 #[test]
 fn speech_cancels_the_running_calls_which_are_answered_as_cancelled_and_not_continued() {
-    for kind in [
-        ConnectionKind::Client,
-        ConnectionKind::Relay,
-        ConnectionKind::Attach,
+    // Every kind, and every dialect (one each, in turn).
+    for (kind, dialect) in [
+        (ConnectionKind::Client, Dialect::Openai),
+        (ConnectionKind::Relay, Dialect::Qwen),
+        (ConnectionKind::Attach, Dialect::Glm),
     ] {
         let events = hub();
-        let mut core = interruptible(kind, true, &events);
+        let mut core = interruptible_in(kind, dialect, true, &events);
         let mut subscription = events.subscribe(None, None);
         // r1 calls two tools; the quick one answers, the slow one still runs when the person
         // speaks.
