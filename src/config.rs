@@ -289,6 +289,31 @@ mod tests {
     }
 
     #[test]
+    fn calls_are_cancelled_on_interruption_unless_switched_off() {
+        let session = |extra: &str| {
+            format!(
+                "[[character]]\nname = \"Mio\"\n[character.session]\nkind = \"openai-realtime\"\n\
+                 url = \"ws://127.0.0.1:9/v1/realtime\"\n{extra}"
+            )
+        };
+        let cancels = |extra: &str| {
+            Settings::from_toml(&session(extra)).unwrap().characters[0]
+                .session
+                .as_ref()
+                .unwrap()
+                .cancel_on_interruption
+        };
+        assert!(cancels(""));
+        assert!(cancels("cancel_on_interruption = true\n"));
+        assert!(!cancels("cancel_on_interruption = false\n"));
+        let e = error_of(&session("cancel_on_interruption = \"no\"\n"));
+        assert!(
+            e.contains("cancel_on_interruption") && e.contains("line 6"),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn a_characters_chat_is_read_and_its_mistakes_named() {
         let chat = |extra: &str| {
             format!(

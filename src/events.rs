@@ -17,7 +17,7 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use futures_util::Stream;
@@ -238,9 +238,56 @@ pub struct ToolCallFinished<'a> {
     /// absent for an invoke.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<ConnectionKind>,
-    /// Wall time from the call's start to its result, in milliseconds.
+    /// Wall time from the call's start to its result (a cancelled call: to its cancellation),
+    /// in milliseconds.
     pub duration_ms: f64,
     pub is_error: bool,
+    /// The call was cancelled before it finished (the person interrupted, or its caller went
+    /// away); such a call is also `is_error`.
+    pub cancelled: bool,
+}
+
+/// A call being run, announced as `tool.call` when it ends: [`finished`](Self::finished) with
+/// its outcome; dropped before that — its caller went away, which drops the call too — as
+/// cancelled, with how long it ran.
+pub(crate) struct CallAnnouncement<'a> {
+    hub: &'a EventHub,
+    call: ToolCallFinished<'a>,
+    started: Instant,
+    done: bool,
+}
+
+impl<'a> CallAnnouncement<'a> {
+    /// `call` starts now; its `duration_ms`, `is_error` and `cancelled` are set when it ends.
+    pub(crate) fn start(hub: &'a EventHub, call: ToolCallFinished<'a>) -> Self {
+        Self {
+            hub,
+            call,
+            started: Instant::now(),
+            done: false,
+        }
+    }
+
+    /// The call finished.
+    pub(crate) fn finished(mut self, is_error: bool) {
+        self.announce(is_error, false);
+    }
+
+    fn announce(&mut self, is_error: bool, cancelled: bool) {
+        self.done = true;
+        self.call.duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        self.call.is_error = is_error;
+        self.call.cancelled = cancelled;
+        self.hub.tool_call(&self.call);
+    }
+}
+
+impl Drop for CallAnnouncement<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.announce(true, true);
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -548,6 +595,7 @@ mod tests {
             kind: None,
             duration_ms: 1.5,
             is_error: false,
+            cancelled: false,
         });
     }
 
@@ -587,7 +635,42 @@ mod tests {
         assert_eq!(
             data,
             json!({"role": "B", "tool": "t", "source": "s", "call_id": "c2", "caller": "invoke",
-                   "duration_ms": 1.5, "is_error": false})
+                   "duration_ms": 1.5, "is_error": false, "cancelled": false})
+        );
+    }
+
+    #[test]
+    fn a_call_is_announced_once_as_it_ended_and_as_cancelled_when_dropped_unfinished() {
+        let hub = hub(8);
+        let mut sub = hub.subscribe(None, None);
+        let call = |call_id| ToolCallFinished {
+            role: "A",
+            tool: "t",
+            source: Some("s"),
+            call_id,
+            caller: Caller::Model,
+            kind: Some(ConnectionKind::Relay),
+            duration_ms: 0.0,
+            is_error: false,
+            cancelled: false,
+        };
+        CallAnnouncement::start(&hub, call("c1")).finished(false);
+        drop(CallAnnouncement::start(&hub, call("c2")));
+        let mut announced = Vec::new();
+        while let Ok(event) = sub.events.try_recv() {
+            let (_, _, mut data) = parse(event.frame());
+            assert!(data["duration_ms"].as_f64().unwrap() >= 0.0, "{data}");
+            data["duration_ms"] = json!(null);
+            announced.push(data);
+        }
+        assert_eq!(
+            announced,
+            [
+                json!({"role": "A", "tool": "t", "source": "s", "call_id": "c1", "caller": "model",
+                       "kind": "relay", "duration_ms": null, "is_error": false, "cancelled": false}),
+                json!({"role": "A", "tool": "t", "source": "s", "call_id": "c2", "caller": "model",
+                       "kind": "relay", "duration_ms": null, "is_error": true, "cancelled": true}),
+            ]
         );
     }
 

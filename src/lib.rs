@@ -67,7 +67,7 @@ pub use actors::router::{
 pub use actors::local_tool::{CallLocalTool, local_handler};
 pub use dispatch::Dispatcher;
 pub use domain::arguments::Parameters;
-pub use domain::call::{ToolCall, ToolOutcome};
+pub use domain::call::{LocalHandler, LocalToolHandler, ToolCall, ToolOutcome};
 pub use domain::callback_url::CallbackUrl;
 pub use domain::tool::{SharedTool, ToolHandler, ToolSpec, empty_parameters};
 
@@ -75,7 +75,10 @@ pub use domain::tool::{SharedTool, ToolHandler, ToolSpec, empty_parameters};
 /// messages it handles and the report it gives.
 pub mod embedding {
     pub use crate::actors::manager::SessionReport;
+    pub use crate::dispatch::CallCanceller;
+    pub use crate::domain::call::ToolResult;
     pub use crate::domain::connection::ConnectionKind;
+    pub use crate::events::{Caller, ToolCallFinished};
     pub use crate::session::core::rfc3339_now;
     pub use crate::session::{
         CloseSession, ConnectionReport, ConnectionState, SessionHandle, SessionStatus, SyncError,

@@ -12,7 +12,7 @@ use super::requests::InvokeRequest;
 use crate::dispatch::HOP_HEADER;
 use crate::domain::call::{JsonText, ToolCall, ToolResult};
 use crate::domain::images::ToolImage;
-use crate::events::{Caller, ToolCallFinished};
+use crate::events::{CallAnnouncement, Caller, ToolCallFinished};
 
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/invoke").route(web::post().to(invoke)));
@@ -58,19 +58,25 @@ async fn invoke(
     let resolved = state
         .directory
         .resolve(request.role.as_deref(), &call.name)?;
-    let started = std::time::Instant::now();
-    // If the client goes away, actix drops this future, which cancels the callback exchange.
+    let call_id = call.call_id.clone();
+    // If the client goes away, actix drops this future, which cancels the callback exchange;
+    // the call is then announced as cancelled.
+    let announcement = CallAnnouncement::start(
+        &state.events,
+        ToolCallFinished {
+            role: &resolved.role,
+            tool: &resolved.tool.name,
+            source: Some(&resolved.tool.source),
+            call_id: &call_id,
+            caller: Caller::Invoke,
+            kind: None,
+            duration_ms: 0.0,
+            is_error: false,
+            cancelled: false,
+        },
+    );
     let result = state.dispatcher.dispatch(&resolved.tool, call).await;
-    state.events.tool_call(&ToolCallFinished {
-        role: &resolved.role,
-        tool: &result.name,
-        source: Some(&resolved.tool.source),
-        call_id: &result.call_id,
-        caller: Caller::Invoke,
-        kind: None,
-        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-        is_error: result.is_error,
-    });
+    announcement.finished(result.is_error);
     Ok(HttpResponse::Ok().json(InvokeResponse::from(result)))
 }
 

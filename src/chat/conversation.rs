@@ -412,7 +412,11 @@ mod tests {
         assert_eq!(round.clashes, ["app_clock"]);
         let sent_tools = sent(&round)["tools"].as_array().unwrap().clone();
         let names: Vec<&Value> = sent_tools.iter().map(|t| &t["function"]["name"]).collect();
-        assert_eq!(names, ["app_clock", "get_weather"], "the app's, then the registered");
+        assert_eq!(
+            names,
+            ["app_clock", "get_weather"],
+            "the app's, then the registered"
+        );
         let calls = vec![call("s1", "get_weather"), call("a1", "app_clock")];
         let Step::HandOff { all, server, app } = c.answered(&mut answer("", calls.clone())) else {
             panic!("a mixed turn is handed off")

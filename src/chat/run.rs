@@ -10,7 +10,6 @@
 //! and the running callbacks (their connections close).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::future::{Either, join_all, select};
@@ -30,7 +29,7 @@ use crate::domain::connection::ConnectionKind;
 use crate::domain::registry::not_registered_text;
 use crate::domain::snapshot::ToolCell;
 use crate::domain::tool::SharedTool;
-use crate::events::{Caller, EventHub, ToolCallFinished};
+use crate::events::{CallAnnouncement, Caller, EventHub, ToolCallFinished};
 
 /// Chunks waiting for an app that reads its stream slowly: the upstream is read only as fast
 /// as the app takes what came before.
@@ -480,7 +479,21 @@ impl Driver {
             let tool = self.conversation.tool_for(&model_call.name).cloned();
             let sent = &sent;
             async move {
-                let started = Instant::now();
+                // A request dropped (its app went away) drops its calls: announced as cancelled.
+                let announcement = CallAnnouncement::start(
+                    &self.ctx.events,
+                    ToolCallFinished {
+                        role: &self.ctx.role,
+                        tool: &model_call.name,
+                        source: tool.as_ref().map(|t| t.source.as_str()),
+                        call_id: &model_call.id,
+                        caller: Caller::Model,
+                        kind: Some(ConnectionKind::Chat),
+                        duration_ms: 0.0,
+                        is_error: false,
+                        cancelled: false,
+                    },
+                );
                 let result = match &tool {
                     _ if i >= MAX_CALLS_PER_ROUND => call.error(format!(
                         "too many tool calls in one turn: at most {MAX_CALLS_PER_ROUND} run; \
@@ -492,16 +505,7 @@ impl Driver {
                         call.error(error)
                     }
                 };
-                self.ctx.events.tool_call(&ToolCallFinished {
-                    role: &self.ctx.role,
-                    tool: &result.name,
-                    source: tool.as_ref().map(|t| t.source.as_str()),
-                    call_id: &result.call_id,
-                    caller: Caller::Model,
-                    kind: Some(ConnectionKind::Chat),
-                    duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-                    is_error: result.is_error,
-                });
+                announcement.finished(result.is_error);
                 result
             }
         });

@@ -7,6 +7,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use indexmap::IndexMap;
@@ -224,6 +225,26 @@ impl ToolAnswer {
 }
 
 impl ToolResult {
+    /// The result of a call cancelled because the person interrupted (a new user turn began)
+    /// after it had run for `ran`: a tool error that says so, so the conversation has an answer
+    /// for every call the model made. The same text on every kind of session.
+    pub fn interrupted(call_id: String, name: String, ran: Duration) -> Self {
+        let error = format!(
+            "cancelled because the person interrupted: a new user turn began after the call had \
+             run {} s, so its result was discarded",
+            seconds(ran)
+        );
+        Self {
+            call_id,
+            name,
+            output: null_text(),
+            is_error: true,
+            error: Some(error),
+            images: Vec::new(),
+            image_warnings: Vec::new(),
+        }
+    }
+
     /// The text the model receives: the output's exact JSON text, or for an error a JSON object
     /// text carrying the error (and the output the tool sent with it), so the model always
     /// learns what went wrong and reads whatever the tool explained.
@@ -388,6 +409,12 @@ fn error_text(error: Option<&RawValue>) -> String {
         Ok(_) => NO_MESSAGE.to_owned(),
         Err(_) => peer_text::bounded_str(raw.get()),
     }
+}
+
+/// `30`, `0.5`, `2.25`: seconds as a person would write them (to the millisecond).
+pub(crate) fn seconds(d: Duration) -> String {
+    let text = format!("{:.3}", d.as_secs_f64());
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 #[cfg(test)]
@@ -645,5 +672,29 @@ mod tests {
         assert_eq!(call.raw_arguments, r#"{"city":"Tokyo"}"#);
         assert_eq!(call.arguments_text().get(), r#"{"city":"Tokyo"}"#);
         assert_eq!(call.arguments, args);
+    }
+
+    #[test]
+    fn seconds_read_naturally() {
+        assert_eq!(seconds(Duration::from_secs(30)), "30");
+        assert_eq!(seconds(Duration::from_millis(500)), "0.5");
+        assert_eq!(seconds(Duration::from_millis(2250)), "2.25");
+        assert_eq!(seconds(Duration::from_micros(1_234_567)), "1.235");
+    }
+
+    #[test]
+    fn an_interrupted_call_says_why_and_how_long_it_ran() {
+        let result = ToolResult::interrupted(
+            "call_1".into(),
+            "get_weather".into(),
+            Duration::from_millis(1500),
+        );
+        assert!(result.is_error);
+        assert_eq!(
+            serde_json::from_str::<Value>(&result.model_text()).unwrap(),
+            json!({"error": "cancelled because the person interrupted: a new user turn began \
+                             after the call had run 1.5 s, so its result was discarded",
+                   "is_error": true})
+        );
     }
 }

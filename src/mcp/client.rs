@@ -10,27 +10,26 @@
 //! it again after a capped backoff, and the tools come back with the new connection.
 //!
 //! A call of such a tool never passes through this actor: each registered tool holds the
-//! connection's peer and sends `tools/call` itself, bounded by the server's `timeout_seconds`.
+//! connection's peer and sends `tools/call` itself ([`super::call`]).
 
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use futures_util::FutureExt;
-use futures_util::future::BoxFuture;
-use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientInfo, Implementation, Tool};
+use rmcp::model::{ClientCapabilities, ClientInfo, Implementation, Tool};
 use rmcp::service::{NotificationContext, RunningService, RunningServiceCancellationToken};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use super::call::McpToolHandler;
 use super::mapping::{self, Definition, Skipped};
 use super::settings::{McpServerSettings, McpTransport};
 use super::status::{McpBoard, McpState};
 use crate::actors::router::{ReplaceSource, Router};
-use crate::domain::call::{LocalHandler, LocalToolHandler, ToolCall, ToolOutcome};
+use crate::domain::call::LocalToolHandler;
 use crate::domain::peer_text;
 
 /// First wait before starting a server again; doubled per failed attempt up to [`MAX_BACKOFF`].
@@ -203,11 +202,11 @@ impl McpClient {
             tracing::debug!(mcp_server = %self.name(), "MCP tool listing unchanged");
             return;
         }
-        let handler = LocalToolHandler(Arc::new(McpToolHandler {
-            server: self.settings.name.as_str().into(),
+        let handler = LocalToolHandler(Arc::new(McpToolHandler::new(
+            &self.settings.name,
             peer,
-            timeout: self.settings.timeout,
-        }));
+            self.settings.timeout,
+        )));
         let source = self.settings.source();
         let specs = definitions
             .iter()
@@ -392,36 +391,5 @@ impl ClientHandler for Listener {
         self.actor.do_send(ToolListChanged {
             connection: self.connection,
         });
-    }
-}
-
-/// Runs a call of an MCP server's tool: `tools/call` on the connection it was listed on.
-struct McpToolHandler {
-    server: Arc<str>,
-    peer: Peer<RoleClient>,
-    timeout: Duration,
-}
-
-impl LocalHandler for McpToolHandler {
-    fn call(&self, call: ToolCall) -> BoxFuture<'static, ToolOutcome> {
-        let (server, peer, timeout) = (self.server.clone(), self.peer.clone(), self.timeout);
-        async move {
-            let request = CallToolRequestParams::new(call.name).with_arguments(call.arguments);
-            match tokio::time::timeout(timeout, peer.call_tool(request)).await {
-                Ok(Ok(result)) => mapping::outcome(result),
-                Ok(Err(e)) => Err(peer_text::bounded(format!(
-                    "MCP server {server} could not run the call: {e}"
-                ))),
-                Err(_) => Err(format!(
-                    "MCP server {server} did not answer tools/call within {} s",
-                    mapping::seconds(timeout)
-                )),
-            }
-        }
-        .boxed()
-    }
-
-    fn timeout(&self) -> Option<Duration> {
-        Some(self.timeout)
     }
 }

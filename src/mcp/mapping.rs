@@ -1,8 +1,6 @@
 //! Plain conversions between an MCP server's tools and this server's: an MCP tool as a
 //! [`ToolSpec`] (or why it cannot be one), and a `tools/call` result as the call's outcome.
 
-use std::time::Duration;
-
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use serde_json::{Value, json};
 
@@ -161,12 +159,6 @@ fn describe(block: &ContentBlock) -> String {
             serde_json::to_string(other).unwrap_or_default()
         ),
     }
-}
-
-/// A call timeout in words, for the error a late call gets.
-pub(crate) fn seconds(timeout: Duration) -> String {
-    let text = format!("{:.3}", timeout.as_secs_f64());
-    text.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 #[cfg(test)]

@@ -5,10 +5,12 @@
 //!   `GET /api/events`).
 //! - [`client`]: an MCP server of the configuration (`[[mcp_server]]`) as a tool source: one
 //!   supervised actor per server registers its tools with the router (source `mcp:<name>`) and
-//!   runs the model's calls as `tools/call`.
+//!   runs the model's calls as `tools/call` ([`call`]: with `notifications/cancelled` when a call
+//!   is cancelled or times out).
 //! - [`settings`], [`mapping`], [`status`]: the configuration, the plain conversions between MCP
 //!   and this server's tools and results, and the state `GET /api/mcp` reports.
 
+mod call;
 pub(crate) mod client;
 pub(crate) mod mapping;
 pub(crate) mod serve;

@@ -181,7 +181,7 @@ impl Actor for Attachment {
         tracing::info!(character = %self.link.core.character(), url = %self.link.core.upstream(), "attachment ended");
         self.link.sink = None;
         self.link.core.set_state(ConnectionState::Closed);
-        self.link.core.disconnected();
+        self.link.disconnected();
     }
 }
 

@@ -156,7 +156,7 @@ impl Actor for RealtimeSession {
         if !self.closing {
             self.link.core.set_state(ConnectionState::Backoff);
         }
-        self.link.core.disconnected();
+        self.link.disconnected();
     }
 }
 

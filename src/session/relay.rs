@@ -4,10 +4,11 @@
 //! Everything passes both ways in order and unchanged — text and binary frames byte for byte —
 //! except: the app's `session.update` goes up with the registered tools merged into its `tools`;
 //! the server's own `session.update`s, function-call outputs and `response.create`s go up between
-//! the app's events; and the answers to the server's own updates (`session.updated`, or an
-//! `error` naming one) do not come down, so the app's acknowledgements stay one per update it
-//! sent. Pings are answered on each side. Either side closing closes the other with the same
-//! code and reason; an app that stops reading is closed past [`MAX_APP_QUEUE_BYTES`].
+//! the app's events (the outputs of calls a new user turn of the app's cancels just before that
+//! turn); and the answers to the server's own updates (`session.updated`, or an `error` naming
+//! one) do not come down, so the app's acknowledgements stay one per update it sent. Pings are
+//! answered on each side. Either side closing closes the other with the same code and reason; an
+//! app that stops reading is closed past [`MAX_APP_QUEUE_BYTES`].
 
 use std::sync::Arc;
 
@@ -21,6 +22,7 @@ use super::core::{Seen, SessionCore};
 use super::outbox::{
     AppOutbox, MAX_APP_QUEUE_BYTES, NOT_READING_CODE, OutboxBody, not_reading_reason,
 };
+use super::realtime::app::AppEvent;
 use super::realtime::{self, Realtime};
 use super::settings::Dialect;
 use super::settings::SessionSettings;
@@ -191,11 +193,19 @@ impl Relay {
         let message = match message {
             Whole::Text(text) => {
                 let core = &mut self.link.core;
-                let merged = realtime::app::session_update(self.dialect, core.registered(), &text)
-                    .and_then(|update| core.app_update(update));
-                match merged {
-                    Some(merged) => ws::Message::Text(merged.into()),
-                    None => ws::Message::Text(text),
+                match realtime::app::app_event(self.dialect, core.registered(), &text) {
+                    AppEvent::Update(update) => match core.app_update(update) {
+                        Some(merged) => ws::Message::Text(merged.into()),
+                        None => ws::Message::Text(text),
+                    },
+                    AppEvent::Interrupts(interruption) => {
+                        // The calls it abandons are answered (cancelled) before the app's new
+                        // turn goes up, so the model reads them in order.
+                        core.interrupted(interruption);
+                        shell::run_effects(self, ctx);
+                        ws::Message::Text(text)
+                    }
+                    AppEvent::Other => ws::Message::Text(text),
                 }
             }
             Whole::Binary(bytes) => ws::Message::Binary(bytes),
@@ -259,7 +269,7 @@ impl Actor for Relay {
         self.app.close(None);
         self.link.sink = None;
         self.link.core.set_state(ConnectionState::Closed);
-        self.link.core.disconnected();
+        self.link.disconnected();
     }
 }
 

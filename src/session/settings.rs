@@ -83,6 +83,10 @@ pub struct SessionSettings {
     pub sync_timeout: Duration,
     pub max_tool_calls_per_window: usize,
     pub tool_call_window: Duration,
+    /// A new user turn (the person speaks, types, or the app cancels the response), or the
+    /// provider's cancellation of a response, cancels the calls still running of the turns it
+    /// abandons.
+    pub cancel_on_interruption: bool,
     /// What attaching to this character's calls may do.
     pub attach: AttachSettings,
 }
@@ -189,6 +193,7 @@ impl SessionSettings {
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
             max_tool_calls_per_window: DEFAULT_MAX_TOOL_CALLS_PER_WINDOW,
             tool_call_window: DEFAULT_TOOL_CALL_WINDOW,
+            cancel_on_interruption: true,
             attach: AttachSettings::default(),
         }
     }
@@ -235,6 +240,7 @@ pub(crate) struct FileSession {
     sync_timeout_seconds: Option<f64>,
     max_tool_calls_per_window: Option<i64>,
     tool_call_window_seconds: Option<f64>,
+    cancel_on_interruption: Option<bool>,
     attach_api_key_envs: Option<Vec<String>>,
     attach_hosts: Option<Vec<String>>,
     max_attachments: Option<i64>,
@@ -268,6 +274,9 @@ impl FileSession {
         if let Some(s) = self.tool_call_window_seconds {
             settings.tool_call_window =
                 seconds("tool_call_window_seconds", s, Duration::from_secs(3600))?;
+        }
+        if let Some(cancel) = self.cancel_on_interruption {
+            settings.cancel_on_interruption = cancel;
         }
         if let Some(names) = self.attach_api_key_envs {
             if let Some(bad) = names.iter().find(|n| n.is_empty() || n.contains('=')) {

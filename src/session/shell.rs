@@ -1,10 +1,11 @@
 //! What the session actors share around their [`SessionCore`]: the upstream websocket
 //! (connecting, writing, reassembling fragmented messages), carrying out the core's effects
-//! (sending, the sync timer, running calls through the dispatcher), and the handlers of
-//! `SyncTools` and `SessionStatus` ([`session_handlers!`](crate::session_handlers)), the same
-//! for every kind of connection.
+//! (sending, the sync timer, running calls through the dispatcher and cancelling them), and the
+//! handlers of `SyncTools` and `SessionStatus` ([`session_handlers!`](crate::session_handlers)),
+//! the same for every kind of connection.
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -22,8 +23,8 @@ use futures_util::Sink;
 use futures_util::stream::SplitSink;
 use tokio::sync::oneshot;
 
-use super::core::{Effect, Run, SessionCore, SyncError};
-use crate::dispatch::Dispatcher;
+use super::core::{Effect, Run, SessionCore, SyncError, Ticket};
+use crate::dispatch::{CallCanceller, Dispatcher};
 use crate::domain::tool::SharedTool;
 
 /// Longest wait for a connection to a model provider (TCP, TLS and, for a websocket, its
@@ -159,6 +160,8 @@ pub(crate) struct Link {
     /// The sync timer now armed, if any.
     pub sync_timer: Option<SpawnHandle>,
     pub dispatcher: Dispatcher,
+    /// The calls running now, each stoppable.
+    running: HashMap<Ticket, CallCanceller>,
     /// Who asked it to close ([`super::CloseSession`]): they hear when the actor is gone.
     close_waiters: Vec<oneshot::Sender<()>>,
 }
@@ -172,6 +175,7 @@ impl Link {
             fragments: Reassembly::default(),
             sync_timer: None,
             dispatcher,
+            running: HashMap::new(),
             close_waiters: Vec::new(),
         }
     }
@@ -209,6 +213,13 @@ impl Link {
         self.open_sink(half, ctx);
         self.core.connected();
     }
+
+    /// The connection is gone, and the actor's calls with it (a stopping actor drops what it
+    /// spawned): see [`SessionCore::disconnected`].
+    pub(crate) fn disconnected(&mut self) {
+        self.running.clear();
+        self.core.disconnected();
+    }
 }
 
 /// An actor that holds a [`Link`].
@@ -242,17 +253,23 @@ pub(crate) fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
             }
             Effect::Run(run) => {
                 // The receive loop never waits on a call: it runs beside it and answers later.
-                let dispatcher = act.link().dispatcher.clone();
-                let Run { call, ticket } = *run;
-                let tool = ticket.tool.clone();
-                ctx.spawn(
-                    async move { dispatcher.dispatch(&tool, call).await }
-                        .into_actor(act)
-                        .map(move |result, act, ctx| {
-                            act.link().core.answered(ticket, result);
-                            run_effects(act, ctx);
-                        }),
-                );
+                let Run { call, tool, ticket } = *run;
+                let link = act.link();
+                let (canceller, running) = link.dispatcher.dispatch_cancellable(tool, call);
+                link.running.insert(ticket, canceller);
+                ctx.spawn(running.into_actor(act).map(move |result, act, ctx| {
+                    act.link().running.remove(&ticket);
+                    // A cancelled call has no result: the core answered it when it cancelled it.
+                    if let Some(result) = result {
+                        act.link().core.answered(ticket, result);
+                        run_effects(act, ctx);
+                    }
+                }));
+            }
+            Effect::Cancel(ticket) => {
+                if let Some(canceller) = act.link().running.remove(&ticket) {
+                    canceller.cancel();
+                }
             }
         }
     }

@@ -203,7 +203,7 @@ async fn announced_joining_and_calls(events: &mut EventReader, url: &str) {
         assert_call(
             call,
             json!({"role": "Mio", "tool": "get_weather", "source": "plugin:w", "call_id": id,
-                   "caller": "model", "kind": "attach", "is_error": false}),
+                   "caller": "model", "kind": "attach", "is_error": false, "cancelled": false}),
         );
     }
 }

@@ -134,7 +134,7 @@ async fn hello_then_every_kind_of_event_with_its_exact_data() {
     assert_call(
         &events.next_event().await,
         json!({"role": "Lanlan", "tool": "get_weather", "source": "plugin:w",
-               "call_id": "call_hand", "caller": "invoke", "is_error": false}),
+               "call_id": "call_hand", "caller": "invoke", "is_error": false, "cancelled": false}),
     );
     fake.push(
         json!({"type": "response.function_call_arguments.done", "event_id": "e1",
@@ -145,7 +145,7 @@ async fn hello_then_every_kind_of_event_with_its_exact_data() {
     assert_call(
         &events.next_event().await,
         json!({"role": "Mio", "tool": "get_weather", "source": "plugin:w",
-               "call_id": "call_model", "caller": "model", "kind": "client", "is_error": false}),
+               "call_id": "call_model", "caller": "model", "kind": "client", "is_error": false, "cancelled": false}),
     );
     // A model call of a tool the character does not have has no source and is an error.
     fake.push(
@@ -157,7 +157,7 @@ async fn hello_then_every_kind_of_event_with_its_exact_data() {
     assert_call(
         &events.next_event().await,
         json!({"role": "Mio", "tool": "ghost", "source": null,
-               "call_id": "call_ghost", "caller": "model", "kind": "client", "is_error": true}),
+               "call_id": "call_ghost", "caller": "model", "kind": "client", "is_error": true, "cancelled": false}),
     );
 
     // Unregister and clear.

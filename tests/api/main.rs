@@ -32,6 +32,7 @@ mod hostile_input;
 mod hostile_schemas;
 mod images;
 mod inspector;
+mod interruptions;
 mod invoke;
 mod lifecycle;
 mod listing;

@@ -30,7 +30,7 @@ use crate::sdk_app::SdkApp;
 
 /// A server whose `Mio` relays to `fake` (`mode = "relay"`: no connection of its own), with
 /// `others` beside it.
-async fn relay_app(
+pub async fn relay_app(
     fake: &FakeRealtime,
     others: &[&str],
     dialect: Dialect,
@@ -44,7 +44,7 @@ async fn relay_app(
 }
 
 /// The relay's base URL for the SDK's `websocket_base_url`.
-fn base(app: &TestApp) -> String {
+pub fn base(app: &TestApp) -> String {
     format!("ws://{}/v1", app.addr)
 }
 
@@ -65,7 +65,7 @@ fn registered_view(name: &str) -> Value {
 }
 
 /// The events the server itself sent upstream: its own updates, outputs and `response.create`s.
-fn server_events(fake: &FakeRealtime) -> Vec<Value> {
+pub fn server_events(fake: &FakeRealtime) -> Vec<Value> {
     fake.events()
         .into_iter()
         .filter(|e| {
@@ -220,7 +220,7 @@ async fn the_sdk_app_talks_through_the_relay_and_the_server_does_only_its_part()
             .wait_for("tool.call", |d| d["call_id"] == "call_1")
             .await,
         json!({"role": "Mio", "tool": "get_weather", "source": "plugin:w", "call_id": "call_1",
-               "caller": "model", "kind": "relay", "is_error": false}),
+               "caller": "model", "kind": "relay", "is_error": false, "cancelled": false}),
     );
 
     // A call of the app's own tool: only the app answers it.

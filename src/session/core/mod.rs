@@ -6,8 +6,9 @@
 //! they were sent, since the two can interleave on one connection — the open turns and their
 //! calls (one request to go on after the last answer), the runaway guard, and the tools the
 //! session has of its own (the app's), which are kept in every update and never answered by the
-//! server. It answers each call with its exact output and the images the model takes, and
-//! announces the connection's state, each settled sync (`session.state`) and each answered call
+//! server. It answers each call with its exact output and the images the model takes, decides
+//! which running calls a new user turn abandons (and answers them as cancelled), and announces
+//! the connection's state, each settled sync (`session.state`) and each answered call
 //! (`tool.call`) on the event hub.
 //!
 //! Plain code, in the core's own words: the wire protocol is a [`Protocol`] adapter that reads
@@ -19,13 +20,14 @@
 
 mod acks;
 mod answers;
+mod interruptions;
 #[cfg(test)]
 mod tests;
 mod words;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -33,9 +35,10 @@ use tokio::sync::oneshot;
 
 pub(crate) use self::acks::AppUpdate;
 use self::acks::Pending;
+use self::answers::RunningCall;
 pub use self::words::SyncError;
 pub(crate) use self::words::{
-    Call, ForeignTool, Keep, ModelEvent, Protocol, ReadError, Seen, without_clashes,
+    Call, ForeignTool, Interruption, Keep, ModelEvent, Protocol, ReadError, Seen, without_clashes,
 };
 use super::calls::{CallLimiter, ResponseCalls};
 use super::settings::SessionSettings;
@@ -60,25 +63,22 @@ pub(crate) enum Effect {
     /// Run this call of a registered tool, then hand the result and the ticket to
     /// [`SessionCore::answered`]. Boxed: a call is far larger than the other effects.
     Run(Box<Run>),
+    /// Cancel the call of this ticket, which still runs: drop it at once. The core has answered
+    /// it already, and drops a result that comes anyway.
+    Cancel(Ticket),
 }
 
 /// One call of a registered tool to run.
 #[derive(Debug)]
 pub(crate) struct Run {
     pub call: ToolCall,
+    pub tool: SharedTool,
     pub ticket: Ticket,
 }
 
-/// What the core needs back with a call's result.
-#[derive(Debug)]
-pub(crate) struct Ticket {
-    pub tool: SharedTool,
-    pub turn: Option<String>,
-    /// The connection the call came on: an answer that outlives it is not sent on the next.
-    pub connection: u64,
-    /// When the model's call arrived (the `tool.call` event's duration).
-    pub started: Instant,
-}
+/// Names one call the core asked to run: what the actor hands back with its result, or cancels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Ticket(u64);
 
 /// The outcome of a tool update, as the sessions listing shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -133,8 +133,6 @@ pub(crate) struct SessionCore {
     /// The app's session settings, merged over its updates (relay) or read from the session's
     /// events (attach).
     own_settings: Map<String, Value>,
-    /// Counts connections; 0 before the first.
-    connection: u64,
     connected: bool,
     /// Connected, and able to take an update (an attachment: once the session said which tools
     /// it has).
@@ -147,6 +145,12 @@ pub(crate) struct SessionCore {
     /// Tool names of the last acknowledgement, to recognise a late repeat of it.
     acknowledged: Option<Vec<String>>,
     calls: ResponseCalls,
+    /// The calls the actor runs now, by ticket.
+    running: HashMap<Ticket, RunningCall>,
+    /// The number of the next ticket (in the order calls start).
+    next_ticket: u64,
+    /// A new user turn cancels the calls it abandons (`cancel_on_interruption`).
+    cancel_on_interruption: bool,
     limiter: CallLimiter,
     clashes: Vec<String>,
     last_sync: Option<SyncOutcome>,
@@ -184,7 +188,6 @@ impl SessionCore {
             sent_registered: Arc::from([]),
             own_tools: Vec::new(),
             own_settings: Map::new(),
-            connection: 0,
             connected: false,
             ready: false,
             not_ready: None,
@@ -192,6 +195,9 @@ impl SessionCore {
             pending: VecDeque::new(),
             acknowledged: None,
             calls: ResponseCalls::default(),
+            running: HashMap::new(),
+            next_ticket: 0,
+            cancel_on_interruption: settings.cancel_on_interruption,
             limiter: CallLimiter::new(
                 settings.max_tool_calls_per_window,
                 settings.tool_call_window,
@@ -278,7 +284,6 @@ impl SessionCore {
     /// [`sync_if_registered`](Self::sync_if_registered) or
     /// [`hold_until_described`](Self::hold_until_described).
     pub(crate) fn connected(&mut self) {
-        self.connection += 1;
         self.connected = true;
         self.since = rfc3339_now();
         self.set_state(ConnectionState::Connected);
@@ -321,8 +326,10 @@ impl SessionCore {
         self.effects.push(Effect::ArmSyncTimer(version));
     }
 
-    /// The connection is gone: every waiter fails; nothing is in flight.
+    /// The connection is gone: every waiter fails; nothing is in flight, and the calls still
+    /// running go with it (announced as cancelled).
     pub(crate) fn disconnected(&mut self) {
+        self.drop_running();
         self.connected = false;
         self.ready = false;
         self.pending.clear();
@@ -493,7 +500,14 @@ impl SessionCore {
                 self.on_call(call);
                 Seen::Pass
             }
-            Ok(ModelEvent::TurnDone { turn, calls }) => {
+            Ok(ModelEvent::TurnDone {
+                turn,
+                calls,
+                cancelled,
+            }) => {
+                if cancelled && let Some(turn) = &turn {
+                    self.interrupted(Interruption::Turn(turn.clone()));
+                }
                 for call in calls {
                     self.on_call(call);
                 }
@@ -502,6 +516,10 @@ impl SessionCore {
                 {
                     self.continue_turn();
                 }
+                Seen::Pass
+            }
+            Ok(ModelEvent::Interrupted(interruption)) => {
+                self.interrupted(interruption);
                 Seen::Pass
             }
             Ok(ModelEvent::Other) => Seen::Pass,

@@ -1,6 +1,7 @@
 //! The core's words: the [`Protocol`] an adapter implements, what the model says
-//! ([`ModelEvent`]), what the core makes of it for the actor ([`Seen`]), the session's own tools
-//! ([`ForeignTool`]) and why an update fails ([`SyncError`]).
+//! ([`ModelEvent`]) and what a new user turn abandons ([`Interruption`]), what the core makes of
+//! it for the actor ([`Seen`]), the session's own tools ([`ForeignTool`]) and why an update fails
+//! ([`SyncError`]).
 
 use std::time::Duration;
 
@@ -53,13 +54,34 @@ pub(crate) enum ModelEvent {
     },
     /// The model finished the arguments of a call.
     Call(Call),
-    /// A turn (a response) finished; `calls` are the calls it made.
+    /// A turn (a response) finished; `calls` are the calls it made. `cancelled`: the provider
+    /// cancelled it before it was complete (the person spoke over it, or the app cancelled it).
     TurnDone {
         turn: Option<String>,
         calls: Vec<Call>,
+        cancelled: bool,
     },
+    /// The person interrupted, or the provider cancelled calls: see [`Interruption`].
+    Interrupted(Interruption),
     /// Audio, transcripts, everything else: not the session's to act on.
     Other,
+}
+
+/// What a new user turn, or the provider's cancellation, abandons: the calls of those turns
+/// that still run are cancelled, each answered as cancelled, and none of those turns is asked
+/// to go on. Each protocol's adapter says which of its events (the provider's and, behind a
+/// relay, the app's) mean which.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Interruption {
+    /// The person began a new turn (they started speaking, a message of theirs was added, or
+    /// the app cancelled the response): every turn before it.
+    NewTurn,
+    /// This turn (response) was cancelled.
+    Turn(String),
+    /// The provider cancelled these calls, by id (a protocol that names them). The core
+    /// handles it; no adapter sends it yet (Gemini Live's `toolCallCancellation` will).
+    #[allow(dead_code)]
+    Calls(Vec<String>),
 }
 
 /// One call of a tool, as the model made it.

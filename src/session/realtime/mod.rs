@@ -62,7 +62,7 @@ impl Protocol for Realtime {
 
 /// The user message that shows the model a call's images, sent right after the call's output:
 /// for each image a line naming the call and what to look for, then the image as a `data:` URL.
-fn image_message(result: &ToolResult, event_id: &str) -> String {
+pub(crate) fn image_message(result: &ToolResult, event_id: &str) -> String {
     let mut content = Vec::with_capacity(result.images.len() * 2);
     for image in &result.images {
         let mut caption = format!(
