@@ -180,8 +180,9 @@ impl Actor for Attachment {
     fn stopped(&mut self, _: &mut Self::Context) {
         tracing::info!(character = %self.link.core.character(), url = %self.link.core.upstream(), "attachment ended");
         self.link.sink = None;
-        self.link.core.set_state(ConnectionState::Closed);
+        // Its running calls go with it, announced before it says it closed.
         self.link.disconnected();
+        self.link.core.set_state(ConnectionState::Closed);
     }
 }
 

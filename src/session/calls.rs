@@ -259,6 +259,13 @@ mod tests {
         assert_eq!(r.started(Some("r5"), "g"), Arrival::New);
         assert!(!r.done("r5"));
         assert!(r.answered(Some("r5"), "g"));
+
+        // Every call answered, the response not done yet, when the person speaks: it is not
+        // continued either.
+        r.started(Some("r6"), "h");
+        assert!(!r.answered(Some("r6"), "h"));
+        r.abandon_all();
+        assert!(!r.done("r6"));
     }
 
     #[test]

@@ -268,8 +268,9 @@ impl Actor for Relay {
         // Whatever ended it, the app's side is not left open; the model's closes with the sink.
         self.app.close(None);
         self.link.sink = None;
-        self.link.core.set_state(ConnectionState::Closed);
+        // Its running calls go with it, announced before it says it closed.
         self.link.disconnected();
+        self.link.core.set_state(ConnectionState::Closed);
     }
 }
 
