@@ -363,6 +363,7 @@ impl Handler<ReportSession> for SessionManager {
                         acknowledged_tools: 0,
                         calls_answered: 0,
                         clashes: Vec::new(),
+                        resumption: None,
                     })
                 }
             })
@@ -535,6 +536,7 @@ mod tests {
             acknowledged_tools: tools,
             calls_answered: 0,
             clashes: Vec::new(),
+            resumption: None,
         }
     }
 

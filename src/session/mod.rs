@@ -22,6 +22,7 @@ pub(crate) mod attach;
 pub(crate) mod calls;
 mod client;
 pub(crate) mod core;
+pub(crate) mod gemini;
 pub(crate) mod outbox;
 pub(crate) mod realtime;
 pub(crate) mod relay;
@@ -34,7 +35,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use serde::Serialize;
 
-pub use self::core::{SyncError, SyncOutcome};
+pub use self::core::{ResumptionReport, SyncError, SyncOutcome};
 pub(crate) use client::RealtimeSession;
 pub use shell::MAX_EVENT_BYTES;
 
@@ -95,6 +96,10 @@ pub struct ConnectionReport {
     pub calls_answered: u64,
     /// Registered tools left out because the app has a tool of the same name.
     pub clashes: Vec<String>,
+    /// A Gemini Live session's resumption: its handle's age, its connection switches made and
+    /// refused; absent for other kinds of session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumption: Option<ResumptionReport>,
 }
 
 /// One active session of a character, as its manager holds it: every tool list goes to `sync`,

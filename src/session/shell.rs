@@ -115,6 +115,15 @@ pub(crate) async fn connect(
     url: &str,
     authorization: Option<&str>,
 ) -> Result<UpstreamSocket, String> {
+    let header = authorization.map(|value| (awc::http::header::AUTHORIZATION.as_str(), value));
+    connect_with(url, header).await
+}
+
+/// Opens a websocket to `url` as [`connect`] does, with `header` (name, value) on the request.
+pub(crate) async fn connect_with(
+    url: &str,
+    header: Option<(&str, &str)>,
+) -> Result<UpstreamSocket, String> {
     // Events are small writes that must not wait for the model's acknowledgement of the one
     // before (Nagle's algorithm): each connection is made with TCP_NODELAY.
     let tcp = actix_service::ServiceExt::map(
@@ -134,8 +143,8 @@ pub(crate) async fn connect(
         .timeout(MODEL_CONNECT_TIMEOUT)
         .finish();
     let mut request = client.ws(url).max_frame_size(MAX_EVENT_BYTES);
-    if let Some(authorization) = authorization {
-        request = request.header(awc::http::header::AUTHORIZATION, authorization);
+    if let Some((name, value)) = header {
+        request = request.header(name, value);
     }
     match request.connect().await {
         Ok((_, framed)) => Ok(framed),
@@ -226,6 +235,19 @@ impl Link {
 pub(crate) trait Shell: Actor<Context = Context<Self>> {
     fn link(&mut self) -> &mut Link;
 
+    /// Opens a new connection that resumes the session with `setup` (see
+    /// [`Effect::Reconnect`]). Only an actor of a protocol whose tools need a new connection is
+    /// asked to.
+    fn reconnect(&mut self, setup: String, ctx: &mut Context<Self>) {
+        let _ = (setup, ctx);
+        tracing::error!(character = %self.link().core.character(), "a session that cannot reconnect was asked to");
+    }
+
+    /// A call finished and was answered (a moment that may let a waiting connection open).
+    fn call_finished(&mut self, ctx: &mut Context<Self>) {
+        let _ = ctx;
+    }
+
     /// More than [`MAX_UPSTREAM_QUEUE_BYTES`] wait for the model: it stopped reading. The
     /// session ends (a client reconnects).
     fn model_not_reading(&mut self, ctx: &mut Context<Self>) {
@@ -263,6 +285,7 @@ pub(crate) fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
                     if let Some(result) = result {
                         act.link().core.answered(ticket, result);
                         run_effects(act, ctx);
+                        act.call_finished(ctx);
                     }
                 }));
             }
@@ -271,6 +294,7 @@ pub(crate) fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
                     canceller.cancel();
                 }
             }
+            Effect::Reconnect(setup) => act.reconnect(setup, ctx),
         }
     }
 }

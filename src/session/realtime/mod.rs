@@ -31,11 +31,15 @@ impl Protocol for Realtime {
         merged_update_text(self.0, tools, keep, event_id)
     }
 
-    fn call_output(&self, call_id: &str, output: &str, event_id: &str) -> String {
+    fn call_output(&self, result: &ToolResult, event_id: &str) -> String {
         json!({
             "type": "conversation.item.create",
             "event_id": event_id,
-            "item": {"type": "function_call_output", "call_id": call_id, "output": output},
+            "item": {
+                "type": "function_call_output",
+                "call_id": result.call_id,
+                "output": result.model_text(),
+            },
         })
         .to_string()
     }
@@ -55,8 +59,8 @@ impl Protocol for Realtime {
         )
     }
 
-    fn continue_turn(&self, event_id: &str) -> String {
-        json!({"type": "response.create", "event_id": event_id}).to_string()
+    fn continue_turn(&self, event_id: &str) -> Option<String> {
+        Some(json!({"type": "response.create", "event_id": event_id}).to_string())
     }
 }
 
