@@ -9,6 +9,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::actors::router::RouterError;
+use crate::mcp::http_serve::McpEndpointError;
+use crate::mcp::runtime::McpPluginError;
 
 /// One failing field of a request body, as FastAPI reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -108,6 +110,12 @@ pub enum ApiError {
     /// 502: the model (or the call) could not be reached.
     #[error("{0}")]
     BadGateway(String),
+    /// 406: an MCP client that does not accept the answer's media types (`/mcp`).
+    #[error("{0}")]
+    NotAcceptable(String),
+    /// 500: something that should not happen did (the MCP transport failed inside).
+    #[error("{0}")]
+    Internal(String),
 }
 
 impl From<RouterError> for ApiError {
@@ -133,6 +141,33 @@ impl From<RouterError> for ApiError {
     }
 }
 
+impl From<McpPluginError> for ApiError {
+    fn from(e: McpPluginError) -> Self {
+        match e {
+            McpPluginError::Router(e) => e.into(),
+            McpPluginError::SourceTaken { .. } => ApiError::Validation(vec![FieldError::body(
+                "source",
+                "value_error",
+                format!("Value error, {e}"),
+            )]),
+            McpPluginError::TooMany => ApiError::Validation(vec![FieldError::body(
+                "name",
+                "value_error",
+                format!("Value error, {e}"),
+            )]),
+        }
+    }
+}
+
+impl From<McpEndpointError> for ApiError {
+    fn from(e: McpEndpointError) -> Self {
+        match e {
+            McpEndpointError::Router(e) => e.into(),
+            McpEndpointError::NoCharacter => ApiError::NotFound(e.to_string()),
+        }
+    }
+}
+
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
@@ -145,6 +180,8 @@ impl ResponseError for ApiError {
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
+            ApiError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 

@@ -52,10 +52,14 @@ pub async fn loopback_only(
 pub fn cors() -> Cors {
     Cors::default()
         .allowed_origin_fn(|origin, _| origin.to_str().is_ok_and(is_loopback_origin))
-        .allowed_methods(["GET", "HEAD", "POST"])
+        // DELETE ends an MCP session of `/mcp`.
+        .allowed_methods(["GET", "HEAD", "POST", "DELETE"])
         // A loopback page's chat app sends its SDK's headers (`Authorization`, `X-Character`,
-        // the SDK's own): whatever a loopback page may send is allowed.
+        // the SDK's own; an MCP client `Mcp-Session-Id`, `MCP-Protocol-Version`): whatever a
+        // loopback page may send is allowed.
         .allow_any_header()
+        // A browser MCP client must read the session id `/mcp` gives it.
+        .expose_headers(["mcp-session-id"])
         .max_age(Some(CORS_MAX_AGE.as_secs() as usize))
 }
 

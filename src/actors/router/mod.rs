@@ -8,7 +8,8 @@
 //!
 //! - [`routing`]: register / unregister / clear / dead-origin removal / an MCP source's
 //!   replacement, numbered per character and fanned out to the target managers, each request
-//!   announced as one `tools.changed` event once its answers are in;
+//!   announced as one `tools.changed` event once its answers are in (a clear of every character
+//!   then told to the clear watcher);
 //! - [`gather`]: the managers' answers gathered against one deadline into `affected_roles` and
 //!   `failed_roles`;
 //! - [`lifecycle`]: adding, removing and rebuilding characters, and restarting a manager that
@@ -48,7 +49,10 @@ pub use directory::{ChatTarget, Directory, ResolvedTool, RoleTools};
 pub use faults::{InjectManagerPanic, InjectRouterStop};
 pub use lifecycle::{AddCharacter, RebuildCharacter, RemoveCharacter};
 pub use reads::{ListCharacters, ListSessions, ListTools, ResolveTool, ShareDirectory};
-pub use routing::{ClearSource, RegisterTool, RemoveDeadOrigin, ReplaceSource, UnregisterTool};
+pub use routing::{
+    ClearSource, RegisterTool, RemoveDeadOrigin, ReplaceSource, SourceCleared, UnregisterTool,
+    WatchClears,
+};
 pub use sessions::{
     AttachCall, CloseAllConnections, DetachCall, JoinSession, RelayTarget, ResolveRelay,
 };
@@ -179,6 +183,8 @@ pub struct Router {
     /// Set by [`CloseAllConnections`]: from then on no session joins a character, so none
     /// opens after the ones the stop closed.
     stopping: bool,
+    /// Told about each clear of every character ([`WatchClears`]).
+    clear_watcher: Option<Recipient<SourceCleared>>,
 }
 
 impl Router {
@@ -208,6 +214,7 @@ impl Router {
                 me: ctx.address().recipient(),
                 next_generation: 0,
                 stopping: false,
+                clear_watcher: None,
             };
             for c in characters {
                 let chat = c.chat.and_then(|chat| match ChatEndpoint::new(chat) {

@@ -1,0 +1,1022 @@
+//! `McpPlugins`: the MCP servers plugins register at run time (`POST /api/mcp/register`), each a
+//! tool source with the same contract as an HTTP plugin's callbacks.
+//!
+//! A registration connects to the server's Streamable HTTP endpoint, initializes, lists every
+//! page of its tools and registers them through the router for the registration's role(s) with
+//! its source (`ReplaceSource`, owned by the server's own tool handler: one change per character,
+//! sessions synced before the answer). Registering the same name again replaces the connection
+//! and its tools. `notifications/tools/list_changed` lists again and applies the difference. The
+//! server goes — its tools removed from every character, its MCP session ended with `DELETE` —
+//! on `POST /api/mcp/unregister`, on a clear of its source (the router tells this actor), when
+//! its connection ends by itself, and, for a `plugin:` source, after three calls in a row could
+//! not connect to it (the auto-removal rule of callbacks).
+//!
+//! The HTTP handlers of `/api/mcp/register` and `/api/mcp/unregister` talk to this actor; it
+//! talks to the router and keeps the [`McpBoard`]'s runtime reports. A call of such a tool never
+//! passes through it: each tool's handler ([`PluginTool`]) holds the connection's peer and sends
+//! `tools/call` itself, and counts the connection failures.
+//!
+//! Nothing here waits inside the actor: connecting and listing run beside it, and the router's
+//! answers are awaited by the futures that reply. Changes still reach the router in the order
+//! this actor decides them (`send` enqueues at once), so one server's listings apply in order.
+
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use actix::fut::LocalBoxActorFuture;
+use actix::prelude::*;
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use indexmap::IndexMap;
+use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientInfo, Implementation};
+use rmcp::service::{
+    NotificationContext, RunningService, RunningServiceCancellationToken, ServiceError,
+};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
+use serde::Serialize;
+use tokio::sync::watch;
+use url::Host;
+
+use super::listing::{Listing, list_every_tool};
+use super::mapping::{self, Definition, Skipped};
+use super::status::{McpBoard, RuntimeMcpReport, RuntimeMcpState};
+use crate::actors::router::{
+    ChangeReport, Directory, ReplaceSource, Router, RouterError, SourceCleared,
+};
+use crate::domain::call::{LocalHandler, LocalToolHandler, ToolCall, ToolOutcome};
+use crate::domain::callback_url::CallbackUrl;
+use crate::domain::failures::{FailureTracker, Liveness};
+
+/// Most MCP servers registered at run time at once: each holds a connection and an event
+/// stream; a plugin that registers without end is refused past this.
+pub const MAX_RUNTIME_SERVERS: usize = 256;
+
+/// Longest wait for a TCP connection to a server (the first step of a registration, and the
+/// probe after a failed call). On loopback a listening server accepts at once; this only bounds
+/// a full accept queue.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest a closed connection is waited for: rmcp gives the `DELETE` that ends the MCP session
+/// 5 s; one more for the rest of the close.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(6);
+
+/// What no role accepting a server's tools reports in `error`, as a registration does.
+const NO_ROLE_ACCEPTED: &str = "no role accepted the registration";
+
+/// One MCP server as a plugin registers it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct McpRegistration {
+    /// Letters, digits, `-`, `_`, `.`: unique among MCP servers.
+    pub name: String,
+    /// Its Streamable HTTP endpoint, on loopback.
+    pub url: CallbackUrl,
+    /// The character that gets its tools; `None`: every character that exists when its tools
+    /// are (re)listed.
+    pub role: Option<String>,
+    pub source: String,
+    /// The longest the registration's connect, initialize and listing take together, and the
+    /// longest one `tools/call` takes.
+    pub timeout: Duration,
+}
+
+/// Register (or replace) an MCP server; answers once its tools are registered and synced, or
+/// why it could not be reached.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<McpRegistered, McpPluginError>")]
+pub struct RegisterMcpServer(pub McpRegistration);
+
+/// Remove an MCP server registered at run time: its tools from every character, its connection
+/// closed.
+#[derive(Message, Debug)]
+#[rtype(result = "McpUnregistered")]
+pub struct UnregisterMcpServer {
+    pub name: String,
+}
+
+/// Close every connection (the server is stopping); answers once each is closed (or
+/// [`CLOSE_TIMEOUT`] passed).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct CloseMcpPlugins;
+
+/// A server announced `notifications/tools/list_changed`.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+struct ToolListChanged {
+    name: String,
+    generation: u64,
+}
+
+/// A connection ended by itself (the MCP session was closed under us).
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+struct ConnectionEnded {
+    name: String,
+    generation: u64,
+    reason: String,
+}
+
+/// The third call in a row of a `plugin:` server's tools could not connect to it; answered
+/// once its tools are gone.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+struct ServerDead {
+    name: String,
+    generation: u64,
+    failures: u32,
+}
+
+/// Which step of a registration failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub enum McpStage {
+    /// The TCP connection to the endpoint.
+    #[serde(rename = "connect")]
+    Connect,
+    /// MCP's `initialize` handshake.
+    #[serde(rename = "initialize")]
+    Initialize,
+    /// Listing the tools.
+    #[serde(rename = "tools/list")]
+    ToolsList,
+}
+
+impl McpStage {
+    fn name(self) -> &'static str {
+        match self {
+            McpStage::Connect => "connect",
+            McpStage::Initialize => "initialize",
+            McpStage::ToolsList => "tools/list",
+        }
+    }
+}
+
+/// What a registration did.
+#[derive(Debug, Clone, Default)]
+pub struct McpRegistered {
+    /// The tools registered, in the server's order.
+    pub tools: Vec<String>,
+    /// Tools of its listing that could not be registered, and why.
+    pub skipped: Vec<Skipped>,
+    pub report: ChangeReport,
+    /// Why nothing was registered (or no role took the tools), when that is so.
+    pub error: Option<String>,
+    /// The step that failed, when the server could not be reached.
+    pub stage: Option<McpStage>,
+}
+
+impl McpRegistered {
+    /// True when the server's tools are registered (and some role took them, if it has any).
+    pub fn ok(&self) -> bool {
+        self.error.is_none()
+    }
+
+    fn failed(stage: Option<McpStage>, error: String) -> Self {
+        Self {
+            error: Some(error),
+            stage,
+            ..Self::default()
+        }
+    }
+}
+
+/// What an unregistration did.
+#[derive(Debug, Clone, Default)]
+pub struct McpUnregistered {
+    /// Whether a server of that name was registered.
+    pub removed: bool,
+    pub report: ChangeReport,
+}
+
+/// Why a registration was refused before anything was tried.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum McpPluginError {
+    #[error(transparent)]
+    Router(#[from] RouterError),
+    /// Another MCP server's tools have this source: a source names one server's tools.
+    #[error(
+        "source {taken:?} is the source of MCP server {server:?}: each MCP server needs a source \
+         of its own"
+    )]
+    SourceTaken { taken: String, server: String },
+    #[error(
+        "{MAX_RUNTIME_SERVERS} MCP servers are registered already (the most at once): unregister \
+         one first"
+    )]
+    TooMany,
+}
+
+/// One registered server.
+struct Server {
+    registration: Arc<McpRegistration>,
+    generation: u64,
+    /// The handler every tool of this server runs on: also what marks them as its own.
+    tool: Arc<PluginToolHandler>,
+    cancel: RunningServiceCancellationToken,
+    /// Becomes true once the connection has closed.
+    closed: watch::Receiver<bool>,
+    /// What the last applied listing registered.
+    applied: Vec<Definition>,
+    /// A listing is running; another was asked for meanwhile.
+    listing: bool,
+    relist: bool,
+    /// Changes sent to the router and not answered yet.
+    applying: usize,
+}
+
+impl Server {
+    fn owner(&self) -> LocalToolHandler {
+        LocalToolHandler(self.tool.clone())
+    }
+}
+
+pub struct McpPlugins {
+    router: Addr<Router>,
+    directory: Directory,
+    board: McpBoard,
+    servers: IndexMap<String, Server>,
+    /// Registrations still connecting: their generation and source, by name.
+    pending: IndexMap<String, (u64, String)>,
+    next_generation: u64,
+}
+
+impl McpPlugins {
+    pub fn launch(router: Addr<Router>, directory: Directory, board: McpBoard) -> Addr<Self> {
+        McpPlugins {
+            router,
+            directory,
+            board,
+            servers: IndexMap::new(),
+            pending: IndexMap::new(),
+            next_generation: 0,
+        }
+        .start()
+    }
+
+    /// The refusals decided before connecting: an unknown role, a source another server has,
+    /// one server too many.
+    fn check(&self, registration: &McpRegistration) -> Result<(), McpPluginError> {
+        if let Some(role) = &registration.role {
+            self.directory.list(Some(role))?;
+        }
+        let others = self
+            .servers
+            .iter()
+            .map(|(name, s)| (name, &s.registration.source))
+            .chain(
+                self.pending
+                    .iter()
+                    .map(|(name, (_, source))| (name, source)),
+            );
+        for (name, source) in others {
+            if *name != registration.name && *source == registration.source {
+                return Err(McpPluginError::SourceTaken {
+                    taken: source.clone(),
+                    server: name.clone(),
+                });
+            }
+        }
+        if let Some(server) = self.board.configured_with_source(&registration.source) {
+            return Err(McpPluginError::SourceTaken {
+                taken: registration.source.clone(),
+                server,
+            });
+        }
+        let known = self.servers.contains_key(&registration.name)
+            || self.pending.contains_key(&registration.name);
+        if !known && self.servers.len() + self.pending.len() >= MAX_RUNTIME_SERVERS {
+            return Err(McpPluginError::TooMany);
+        }
+        Ok(())
+    }
+
+    /// Makes a connected server the one of its name: registers its tools (replacing those of
+    /// the server it replaces), and resolves to what the registration did.
+    fn install(
+        &mut self,
+        registration: Arc<McpRegistration>,
+        generation: u64,
+        opened: Opened,
+        ctx: &mut Context<Self>,
+    ) -> LocalBoxActorFuture<Self, McpRegistered> {
+        let Opened { service, listing } = opened;
+        let name = registration.name.clone();
+        let (definitions, skipped) = listing.definitions();
+        log_skipped(&name, &skipped);
+        let tool = Arc::new(PluginToolHandler(Arc::new(PluginTool {
+            name: name.as_str().into(),
+            generation,
+            source: registration.source.clone(),
+            url: registration.url.clone(),
+            peer: service.peer().clone(),
+            timeout: registration.timeout,
+            failures: Mutex::new(FailureTracker::new()),
+            was_unreachable: AtomicBool::new(false),
+            plugins: ctx.address(),
+            board: self.board.clone(),
+        })));
+        let cancel = service.cancellation_token();
+        let (closed_tx, closed) = watch::channel(false);
+        let me = ctx.address();
+        let watched = name.clone();
+        actix::spawn(async move {
+            let reason = match service.waiting().await {
+                Ok(reason) => format!("the connection ended ({reason:?})"),
+                Err(e) => format!("the connection failed ({e})"),
+            };
+            closed_tx.send_replace(true);
+            me.do_send(ConnectionEnded {
+                name: watched,
+                generation,
+                reason,
+            });
+        });
+        let names: Vec<String> = definitions.iter().map(|d| d.name.clone()).collect();
+        self.board.set_runtime(
+            &name,
+            RuntimeMcpReport {
+                state: RuntimeMcpState::Connected,
+                transport: "http",
+                url: registration.url.as_written().to_owned(),
+                source: registration.source.clone(),
+                role: registration.role.clone(),
+                tools: names.clone(),
+                skipped: skipped.clone(),
+                timeout_seconds: registration.timeout.as_secs_f64(),
+                registered_at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+                last_error: None,
+            },
+        );
+        let server = Server {
+            registration: registration.clone(),
+            generation,
+            tool,
+            cancel,
+            closed,
+            applied: definitions.clone(),
+            listing: false,
+            relist: false,
+            applying: 1,
+        };
+        let old = self.servers.shift_remove(&name);
+        // The tools of the server replaced, if any, are the ones this listing replaces: they
+        // are the candidates for removal where the new tools go.
+        let owner = match &old {
+            Some(old) if old.registration.source == registration.source => old.owner(),
+            _ => server.owner(),
+        };
+        let specs = definitions
+            .iter()
+            .map(|d| mapping::tool_spec(d, &registration.source, server.owner()))
+            .collect();
+        let registered = self.router.send(ReplaceSource {
+            source: registration.source.clone(),
+            tools: specs,
+            roles: targets(&registration),
+            owner: Some(owner),
+        });
+        // What the replaced server left where the new one does not go (another source, or
+        // other characters) is removed after; with its owner, nothing else can be.
+        let leftovers = old
+            .as_ref()
+            .filter(|old| {
+                old.registration.source != registration.source
+                    || (old.registration.role != registration.role && registration.role.is_some())
+            })
+            .map(|old| {
+                self.router.send(ReplaceSource {
+                    source: old.registration.source.clone(),
+                    tools: Vec::new(),
+                    roles: None,
+                    owner: Some(old.owner()),
+                })
+            });
+        if let Some(old) = old {
+            tracing::info!(mcp_server = %name, "MCP server registered again: the old connection is closed");
+            actix::spawn(close(old.cancel, old.closed));
+        }
+        self.servers.insert(name.clone(), server);
+        tracing::info!(mcp_server = %name, url = %registration.url.as_written(), tools = names.len(), "MCP server registered");
+        let waiting = async move {
+            let report = registered.await;
+            if let Some(leftovers) = leftovers {
+                let _ = leftovers.await;
+            }
+            report
+        };
+        Box::pin(waiting.into_actor(self).map(move |report, act, _| {
+            act.answered(&name, generation);
+            let Ok(report) = report else {
+                return McpRegistered::failed(None, "the tool router has stopped".to_owned());
+            };
+            let error = (!names.is_empty() && report.affected_roles.is_empty())
+                .then(|| NO_ROLE_ACCEPTED.to_owned());
+            McpRegistered {
+                tools: names,
+                skipped,
+                report,
+                error,
+                stage: None,
+            }
+        }))
+    }
+
+    /// A change for server `name` (this incarnation) was answered.
+    fn answered(&mut self, name: &str, generation: u64) {
+        if let Some(server) = self
+            .servers
+            .get_mut(name)
+            .filter(|s| s.generation == generation)
+        {
+            server.applying = server.applying.saturating_sub(1);
+        }
+    }
+
+    /// Lists server `name`'s tools again, then applies what changed (and lists once more if
+    /// asked meanwhile).
+    fn relist(&mut self, name: String, ctx: &mut Context<Self>) {
+        let Some(server) = self.servers.get_mut(&name) else {
+            return;
+        };
+        server.listing = true;
+        server.relist = false;
+        let generation = server.generation;
+        let peer = server.tool.0.peer.clone();
+        let timeout = server.registration.timeout;
+        let listing = async move { tokio::time::timeout(timeout, list_every_tool(&peer)).await };
+        ctx.spawn(listing.into_actor(self).map(move |listed, act, ctx| {
+            let Some(server) = act
+                .servers
+                .get_mut(&name)
+                .filter(|s| s.generation == generation)
+            else {
+                return;
+            };
+            server.listing = false;
+            let again = server.relist;
+            match listed {
+                Ok(Ok(listing)) => act.apply(&name, listing, ctx),
+                Ok(Err(e)) => act.listing_failed(&name, format!("tools/list failed: {e}")),
+                Err(_) => act.listing_failed(
+                    &name,
+                    format!(
+                        "tools/list did not answer within {} s",
+                        mapping::seconds(timeout)
+                    ),
+                ),
+            }
+            if again {
+                act.relist(name, ctx);
+            }
+        }));
+    }
+
+    fn listing_failed(&mut self, name: &str, error: String) {
+        tracing::warn!(mcp_server = %name, %error, "MCP server could not list its changed tools");
+        self.board
+            .update_runtime(name, |r| r.last_error = Some(error));
+    }
+
+    /// Registers what a new listing changed.
+    fn apply(&mut self, name: &str, listing: Listing, ctx: &mut Context<Self>) {
+        let Some(server) = self.servers.get_mut(name) else {
+            return;
+        };
+        let (definitions, skipped) = listing.definitions();
+        log_skipped(name, &skipped);
+        let names: Vec<String> = definitions.iter().map(|d| d.name.clone()).collect();
+        self.board.update_runtime(name, |r| {
+            r.tools = names;
+            r.skipped = skipped;
+            r.last_error = None;
+        });
+        if server.applied == definitions {
+            tracing::debug!(mcp_server = %name, "MCP tool listing unchanged");
+            return;
+        }
+        let registration = server.registration.clone();
+        let specs = definitions
+            .iter()
+            .map(|d| mapping::tool_spec(d, &registration.source, server.owner()))
+            .collect();
+        let change = self.router.send(ReplaceSource {
+            source: registration.source.clone(),
+            tools: specs,
+            roles: targets(&registration),
+            owner: Some(server.owner()),
+        });
+        server.applied = definitions;
+        server.applying += 1;
+        let (name, generation) = (name.to_owned(), server.generation);
+        ctx.spawn(change.into_actor(self).map(move |report, act, _| {
+            act.answered(&name, generation);
+            if report.is_err() {
+                tracing::warn!(mcp_server = %name, "the router did not take the MCP tools");
+            }
+        }));
+    }
+
+    /// Takes server `name` away: its tools from every character (`remove_tools`), its report
+    /// from the board; resolves to the router's report once the tools are gone and the
+    /// connection is closed (or [`CLOSE_TIMEOUT`] passed; not awaited when `wait_close` is
+    /// false).
+    fn retire(
+        &mut self,
+        name: &str,
+        reason: &str,
+        remove_tools: bool,
+        wait_close: bool,
+    ) -> Option<BoxFuture<'static, ChangeReport>> {
+        let server = self.servers.shift_remove(name)?;
+        self.board.remove_runtime(name, reason);
+        let removal = remove_tools.then(|| {
+            self.router.send(ReplaceSource {
+                source: server.registration.source.clone(),
+                tools: Vec::new(),
+                roles: None,
+                owner: Some(server.owner()),
+            })
+        });
+        let closing = close(server.cancel, server.closed);
+        let closing = if wait_close {
+            closing.boxed()
+        } else {
+            actix::spawn(closing);
+            async {}.boxed()
+        };
+        Some(
+            async move {
+                let report = match removal {
+                    Some(removal) => removal.await.unwrap_or_default(),
+                    None => ChangeReport::default(),
+                };
+                closing.await;
+                report
+            }
+            .boxed(),
+        )
+    }
+}
+
+impl Actor for McpPlugins {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // Plugins register at any rate; an unbounded mailbox keeps each sender's order.
+        ctx.set_mailbox_capacity(0);
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        for (_, server) in self.servers.drain(..) {
+            server.cancel.cancel();
+        }
+    }
+}
+
+impl Handler<RegisterMcpServer> for McpPlugins {
+    type Result = ResponseActFuture<Self, Result<McpRegistered, McpPluginError>>;
+
+    fn handle(
+        &mut self,
+        RegisterMcpServer(registration): RegisterMcpServer,
+        ctx: &mut Self::Context,
+    ) -> Self::Result {
+        if let Err(refused) = self.check(&registration) {
+            return Box::pin(fut::ready(Err(refused)));
+        }
+        self.next_generation += 1;
+        let generation = self.next_generation;
+        let name = registration.name.clone();
+        self.pending
+            .insert(name.clone(), (generation, registration.source.clone()));
+        let registration = Arc::new(registration);
+        let listener = Listener {
+            plugins: ctx.address(),
+            name: name.clone(),
+            generation,
+        };
+        let opening = open(registration.clone(), listener);
+        Box::pin(opening.into_actor(self).then(move |opened, act, ctx| {
+            // Registrations of one name take effect in the order they arrived: one that a later
+            // one overtook while connecting is dropped.
+            let latest = act.pending.get(&name).map(|(g, _)| *g) == Some(generation);
+            if latest {
+                act.pending.shift_remove(&name);
+            }
+            let done: LocalBoxActorFuture<Self, McpRegistered> = match opened {
+                Err(failure) => {
+                    tracing::warn!(mcp_server = %name, url = %registration.url.as_written(), stage = failure.stage.name(), error = %failure.error, "MCP server could not be registered");
+                    Box::pin(fut::ready(McpRegistered::failed(
+                        Some(failure.stage),
+                        format!("{}: {}", failure.stage.name(), failure.error),
+                    )))
+                }
+                Ok(_) if !latest => Box::pin(fut::ready(McpRegistered::failed(
+                    None,
+                    "a later registration of the same name was made while this one connected; \
+                     it replaced this one"
+                        .to_owned(),
+                ))),
+                Ok(opened) => act.install(registration, generation, opened, ctx),
+            };
+            done.map(|registered, _, _| Ok(registered))
+        }))
+    }
+}
+
+impl Handler<UnregisterMcpServer> for McpPlugins {
+    type Result = ResponseFuture<McpUnregistered>;
+
+    fn handle(&mut self, msg: UnregisterMcpServer, _: &mut Self::Context) -> Self::Result {
+        match self.retire(&msg.name, "unregistered", true, true) {
+            None => Box::pin(async { McpUnregistered::default() }),
+            Some(retired) => {
+                tracing::info!(mcp_server = %msg.name, "MCP server unregistered");
+                Box::pin(async move {
+                    McpUnregistered {
+                        removed: true,
+                        report: retired.await,
+                    }
+                })
+            }
+        }
+    }
+}
+
+impl Handler<SourceCleared> for McpPlugins {
+    type Result = ResponseFuture<()>;
+
+    /// The clear removed the tools already; the connections of that source close (and a
+    /// listing still on its way to the router is taken back after it).
+    fn handle(&mut self, msg: SourceCleared, _: &mut Self::Context) -> Self::Result {
+        let names: Vec<(String, bool)> = self
+            .servers
+            .iter()
+            .filter(|(_, s)| s.registration.source == msg.source)
+            .map(|(name, s)| (name.clone(), s.applying > 0))
+            .collect();
+        let retired: Vec<_> = names
+            .into_iter()
+            .filter_map(|(name, applying)| {
+                tracing::info!(mcp_server = %name, source = %msg.source, "MCP server's source cleared: its connection is closed");
+                self.retire(&name, "cleared", applying, true)
+            })
+            .collect();
+        Box::pin(async move {
+            futures_util::future::join_all(retired).await;
+        })
+    }
+}
+
+impl Handler<CloseMcpPlugins> for McpPlugins {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: CloseMcpPlugins, _: &mut Self::Context) -> Self::Result {
+        let closing: Vec<_> = self
+            .servers
+            .drain(..)
+            .map(|(_, server)| close(server.cancel, server.closed))
+            .collect();
+        Box::pin(async move {
+            futures_util::future::join_all(closing).await;
+        })
+    }
+}
+
+impl Handler<ToolListChanged> for McpPlugins {
+    type Result = ();
+
+    fn handle(&mut self, msg: ToolListChanged, ctx: &mut Self::Context) {
+        let Some(server) = self
+            .servers
+            .get_mut(&msg.name)
+            .filter(|s| s.generation == msg.generation)
+        else {
+            return;
+        };
+        if server.listing {
+            server.relist = true;
+            return;
+        }
+        self.relist(msg.name, ctx);
+    }
+}
+
+impl Handler<ConnectionEnded> for McpPlugins {
+    type Result = ();
+
+    fn handle(&mut self, msg: ConnectionEnded, ctx: &mut Self::Context) {
+        if !self
+            .servers
+            .get(&msg.name)
+            .is_some_and(|s| s.generation == msg.generation)
+        {
+            return;
+        }
+        tracing::warn!(mcp_server = %msg.name, reason = %msg.reason, "MCP server's connection ended: its tools are removed");
+        let reason = format!("connection ended: {}", msg.reason);
+        if let Some(retired) = self.retire(&msg.name, &reason, true, false) {
+            ctx.spawn(retired.into_actor(self).map(|_, _, _| ()));
+        }
+    }
+}
+
+impl Handler<ServerDead> for McpPlugins {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, msg: ServerDead, _: &mut Self::Context) -> Self::Result {
+        let url = match self
+            .servers
+            .get(&msg.name)
+            .filter(|s| s.generation == msg.generation)
+        {
+            Some(server) => server.registration.url.as_written().to_owned(),
+            None => return Box::pin(async {}),
+        };
+        let reason = format!(
+            "auto_removed: {} calls in a row could not connect to {url}",
+            msg.failures
+        );
+        let Some(retired) = self.retire(&msg.name, &reason, true, false) else {
+            return Box::pin(async {});
+        };
+        let name = msg.name;
+        Box::pin(async move {
+            let report = retired.await;
+            tracing::warn!(
+                mcp_server = %name,
+                url = %url,
+                failures = msg.failures,
+                removed = report.removed,
+                affected_roles = ?report.affected_roles,
+                "removed the tools of an MCP server that stopped accepting connections"
+            );
+        })
+    }
+}
+
+/// The characters a registration's tools go to (`None`: every character).
+fn targets(registration: &McpRegistration) -> Option<Vec<String>> {
+    registration.role.clone().map(|role| vec![role])
+}
+
+fn log_skipped(name: &str, skipped: &[Skipped]) {
+    for skip in skipped {
+        tracing::warn!(mcp_server = %name, tool = %skip.name, reason = %skip.reason, "MCP tool not registered");
+    }
+}
+
+/// Cancels a connection (its MCP session is ended with `DELETE`) and waits until it has closed,
+/// at most [`CLOSE_TIMEOUT`].
+async fn close(cancel: RunningServiceCancellationToken, mut closed: watch::Receiver<bool>) {
+    cancel.cancel();
+    let _ = tokio::time::timeout(CLOSE_TIMEOUT, closed.wait_for(|c| *c)).await;
+}
+
+/// A connected, initialized server and its listing.
+struct Opened {
+    service: RunningService<RoleClient, Listener>,
+    listing: Listing,
+}
+
+/// Why a registration's connection attempt failed.
+struct OpenFailure {
+    stage: McpStage,
+    error: String,
+}
+
+impl OpenFailure {
+    fn at(stage: McpStage, error: impl Into<String>) -> Self {
+        Self {
+            stage,
+            error: error.into(),
+        }
+    }
+}
+
+/// Connects, initializes and lists every page of tools, all within the registration's timeout.
+async fn open(
+    registration: Arc<McpRegistration>,
+    listener: Listener,
+) -> Result<Opened, OpenFailure> {
+    let deadline = tokio::time::Instant::now() + registration.timeout;
+    let url = registration.url.as_written();
+    let late = |stage: McpStage| {
+        OpenFailure::at(
+            stage,
+            format!(
+                "no answer within {} s (timeout_seconds)",
+                mapping::seconds(registration.timeout)
+            ),
+        )
+    };
+    match tokio::time::timeout_at(deadline, probe(&registration.url)).await {
+        Err(_) => return Err(late(McpStage::Connect)),
+        Ok(Err(e)) => {
+            return Err(OpenFailure::at(
+                McpStage::Connect,
+                format!("could not connect to {}: {e}", registration.url.origin()),
+            ));
+        }
+        Ok(Ok(())) => {}
+    }
+    let http = reqwest::Client::builder()
+        // The server is on loopback: an HTTP proxy of the environment must not see it.
+        .no_proxy()
+        // Never followed, as for a callback: a loopback server must not be able to send the
+        // calls elsewhere.
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|e| OpenFailure::at(McpStage::Connect, format!("HTTP client: {e}")))?;
+    let transport = StreamableHttpClientTransport::with_client(
+        http,
+        StreamableHttpClientTransportConfig::with_uri(url),
+    );
+    let service = match tokio::time::timeout_at(deadline, listener.serve(transport)).await {
+        Err(_) => return Err(late(McpStage::Initialize)),
+        Ok(Err(e)) => {
+            return Err(OpenFailure::at(
+                McpStage::Initialize,
+                format!("{url} did not complete MCP's initialize handshake: {e}"),
+            ));
+        }
+        Ok(Ok(service)) => service,
+    };
+    // On failure from here the service is dropped, which ends its session.
+    let listing = match tokio::time::timeout_at(deadline, list_every_tool(service.peer())).await {
+        Err(_) => return Err(late(McpStage::ToolsList)),
+        Ok(Err(e)) => return Err(OpenFailure::at(McpStage::ToolsList, e.to_string())),
+        Ok(Ok(listing)) => listing,
+    };
+    Ok(Opened { service, listing })
+}
+
+/// Opens (and at once closes) a TCP connection to `url`'s host and port.
+async fn probe(url: &CallbackUrl) -> std::io::Result<()> {
+    let url = url.url();
+    let port = url.port_or_known_default().unwrap_or(80);
+    let connect = async {
+        match url.host() {
+            Some(Host::Ipv4(ip)) => tokio::net::TcpStream::connect((IpAddr::V4(ip), port)).await,
+            Some(Host::Ipv6(ip)) => tokio::net::TcpStream::connect((IpAddr::V6(ip), port)).await,
+            Some(Host::Domain(name)) => tokio::net::TcpStream::connect((name, port)).await,
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "no host",
+            )),
+        }
+    };
+    match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
+        Ok(stream) => stream.map(drop),
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no connection within {} s", CONNECT_TIMEOUT.as_secs()),
+        )),
+    }
+}
+
+/// The client side of one connection: tells the actor when the tool list changed.
+struct Listener {
+    plugins: Addr<McpPlugins>,
+    name: String,
+    generation: u64,
+}
+
+impl ClientHandler for Listener {
+    fn get_info(&self) -> ClientInfo {
+        ClientInfo::new(
+            ClientCapabilities::default(),
+            Implementation::new("runtime-tools", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
+        self.plugins.do_send(ToolListChanged {
+            name: self.name.clone(),
+            generation: self.generation,
+        });
+    }
+}
+
+/// Runs a call of a registered server's tool — `tools/call` on its connection, bounded by its
+/// `timeout_seconds` — and counts the calls that could not connect to it: for a `plugin:`
+/// source the third in a row has the server removed before the call answers.
+struct PluginTool {
+    name: Arc<str>,
+    generation: u64,
+    source: String,
+    url: CallbackUrl,
+    peer: Peer<RoleClient>,
+    timeout: Duration,
+    failures: Mutex<FailureTracker>,
+    /// The last call could not connect (so the board says so).
+    was_unreachable: AtomicBool,
+    plugins: Addr<McpPlugins>,
+    board: McpBoard,
+}
+
+impl PluginTool {
+    /// The call reached the server: the count starts again, and the board says it is back.
+    fn reached(&self) {
+        self.failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .record(&self.source, self.url.origin(), Liveness::Reachable);
+        if self.was_unreachable.swap(false, Ordering::AcqRel) {
+            self.board.update_runtime(&self.name, |r| {
+                r.state = RuntimeMcpState::Connected;
+                r.last_error = None;
+            });
+        }
+    }
+
+    /// The call could not connect; the third time in a row (for a `plugin:` source), the
+    /// server's tools are removed before this returns.
+    async fn unreachable(&self, error: &str) {
+        let reached = self
+            .failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .record(&self.source, self.url.origin(), Liveness::ConnectFailed);
+        self.was_unreachable.store(true, Ordering::Release);
+        self.board.update_runtime(&self.name, |r| {
+            r.state = RuntimeMcpState::Unreachable;
+            r.last_error = Some(error.to_owned());
+        });
+        if let Some(failures) = reached {
+            let dead = ServerDead {
+                name: self.name.to_string(),
+                generation: self.generation,
+                failures,
+            };
+            if self.plugins.send(dead).await.is_err() {
+                tracing::warn!(mcp_server = %self.name, "could not remove the tools of a dead MCP server: its registry has stopped");
+            }
+        }
+    }
+}
+
+/// The handler of a server's tools: one per registration, so its address tells the server's
+/// tools from any other tool of the same source.
+struct PluginToolHandler(Arc<PluginTool>);
+
+impl LocalHandler for PluginToolHandler {
+    fn call(&self, call: ToolCall) -> BoxFuture<'static, ToolOutcome> {
+        let this = self.0.clone();
+        async move {
+            let request = CallToolRequestParams::new(call.name).with_arguments(call.arguments);
+            match tokio::time::timeout(this.timeout, this.peer.call_tool(request)).await {
+                Ok(Ok(result)) => {
+                    this.reached();
+                    mapping::outcome(result)
+                }
+                // An error answer is an answer: the server is there.
+                Ok(Err(ServiceError::McpError(e))) => {
+                    this.reached();
+                    Err(format!(
+                        "MCP server {} could not run the call: {e}",
+                        this.name
+                    ))
+                }
+                Ok(Err(e)) => {
+                    // A failure of the transport: whether the server can still be connected to
+                    // decides whether it counts towards removal.
+                    match probe(&this.url).await {
+                        Ok(()) => {
+                            this.reached();
+                            Err(format!(
+                                "MCP server {} could not run the call: {e}",
+                                this.name
+                            ))
+                        }
+                        Err(connect) => {
+                            let error = format!(
+                                "MCP server {} could not be reached: could not connect to {}: \
+                                 {connect}",
+                                this.name,
+                                this.url.origin()
+                            );
+                            this.unreachable(&error).await;
+                            Err(error)
+                        }
+                    }
+                }
+                // A server that went quiet is not a dead one (as for a callback's read
+                // timeout).
+                Err(_) => Err(format!(
+                    "MCP server {} did not answer tools/call within {} s",
+                    this.name,
+                    mapping::seconds(this.timeout)
+                )),
+            }
+        }
+        .boxed()
+    }
+
+    fn timeout(&self) -> Option<Duration> {
+        Some(self.0.timeout)
+    }
+}
