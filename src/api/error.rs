@@ -310,6 +310,102 @@ pub struct OpenAiErrorDetail {
     code: Option<String>,
 }
 
+/// JSON-RPC's error codes `/mcp` answers with.
+pub mod rpc_code {
+    /// The body is not JSON.
+    pub const PARSE_ERROR: i64 = -32700;
+    /// Anything else about the request (its headers, its session, its size, its caller).
+    pub const INVALID_REQUEST: i64 = -32600;
+    /// Something that should not happen did.
+    pub const INTERNAL_ERROR: i64 = -32603;
+}
+
+/// An error of `/mcp` (MCP's Streamable HTTP transport), in the shape MCP clients read: a
+/// JSON-RPC error without an id, `{"jsonrpc": "2.0", "id": null, "error": {"code", "message"}}`,
+/// with the HTTP status the transport asks for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct McpHttpError {
+    pub status: StatusCode,
+    pub code: i64,
+    pub message: String,
+}
+
+impl From<ApiError> for McpHttpError {
+    /// The errors every route shares (the loopback guard, the body's size and time limits, the
+    /// query) and the unknown character.
+    fn from(e: ApiError) -> Self {
+        let status = e.status_code();
+        let (code, message) = match &e {
+            ApiError::Validation(errors) => {
+                let code = if errors.iter().any(|f| f.kind == "json_invalid") {
+                    rpc_code::PARSE_ERROR
+                } else {
+                    rpc_code::INVALID_REQUEST
+                };
+                let texts: Vec<&str> = errors.iter().map(|f| f.msg.as_str()).collect();
+                (code, texts.join("; "))
+            }
+            ApiError::Internal(_) => (rpc_code::INTERNAL_ERROR, e.to_string()),
+            _ => (rpc_code::INVALID_REQUEST, e.to_string()),
+        };
+        Self {
+            status,
+            code,
+            message,
+        }
+    }
+}
+
+impl From<McpEndpointError> for McpHttpError {
+    fn from(e: McpEndpointError) -> Self {
+        ApiError::from(e).into()
+    }
+}
+
+impl ResponseError for McpHttpError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        HttpResponse::build(self.status).json(serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": self.code, "message": self.message},
+        }))
+    }
+}
+
+/// The body of an error of `/mcp`, for the OpenAPI document (never built: the route answers
+/// with [`McpHttpError`]).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+#[schema(example = json!({"jsonrpc": "2.0", "id": null,
+    "error": {"code": -32600, "message": "unknown role: Nobody"}}))]
+pub struct JsonRpcErrorBody {
+    /// Always `"2.0"`.
+    jsonrpc: String,
+    /// Always `null`: the error is about the HTTP request, not one message.
+    #[schema(required = true, value_type = Option<String>)]
+    id: Option<String>,
+    error: JsonRpcErrorDetail,
+}
+
+/// What went wrong, as JSON-RPC says it.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub struct JsonRpcErrorDetail {
+    /// `-32700` (the body is not JSON), `-32600` (anything else about the request) or `-32603`.
+    code: i64,
+    message: String,
+}
+
+/// Whether `path` is `/mcp`, whose errors take JSON-RPC's shape.
+pub fn is_mcp_path(path: &str) -> bool {
+    path == "/mcp"
+}
+
 /// Whether `path` is one of the OpenAI-compatible routes, whose errors take OpenAI's shape.
 pub fn is_openai_path(path: &str) -> bool {
     path == "/v1/chat/completions" || path == "/v1/models" || path.starts_with("/v1/models/")

@@ -20,7 +20,7 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HOST, HeaderValue, ORIGIN};
 use actix_web::middleware::Next;
 
-use super::error::{ApiError, OpenAiError, is_openai_path};
+use super::error::{ApiError, McpHttpError, OpenAiError, is_mcp_path, is_openai_path};
 use crate::domain::loopback::{is_loopback_host_header, is_loopback_ip, is_loopback_origin};
 
 /// How long a browser may cache a preflight's answer: the rule never changes while the server
@@ -34,10 +34,16 @@ pub async fn loopback_only(
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     if let Err(e) = check_request(&req) {
-        // The OpenAI-compatible routes answer in the shape their SDKs parse.
+        // The OpenAI-compatible routes answer in the shape their SDKs parse; `/mcp` as MCP
+        // clients read it.
         if is_openai_path(req.path()) {
             return Ok(req
                 .error_response(OpenAiError::from(e))
+                .map_into_right_body());
+        }
+        if is_mcp_path(req.path()) {
+            return Ok(req
+                .error_response(McpHttpError::from(e))
                 .map_into_right_body());
         }
         return Ok(req.error_response(e).map_into_right_body());

@@ -29,7 +29,9 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::body::{JsonObject, MAX_BODY_BYTES, read_body};
-use super::error::{ApiError, BodyRouteErrors, ErrorBody, FieldError, ValidationErrorBody};
+use super::error::{
+    ApiError, BodyRouteErrors, ErrorBody, FieldError, JsonRpcErrorBody, McpHttpError, rpc_code,
+};
 use super::requests::{McpRegisterRequest, McpUnregisterRequest};
 use crate::actors::router::RoleFailure;
 use crate::domain::role::RoleName;
@@ -53,11 +55,11 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
         .service(super::resource("/api/mcp/register").route(web::post().to(register)))
         .service(super::resource("/api/mcp/unregister").route(web::post().to(unregister)))
         .service(
-            super::resource("/mcp")
-                .app_data(super::query_config())
+            web::resource("/mcp")
                 .route(web::post().to(mcp_post))
                 .route(web::get().to(mcp_get))
-                .route(web::delete().to(mcp_delete)),
+                .route(web::delete().to(mcp_delete))
+                .default_service(web::to(mcp_other)),
         );
 }
 
@@ -239,12 +241,29 @@ struct McpQuery {
     role: Option<String>,
 }
 
+/// The transport of the character a request to `/mcp` names.
+fn character(
+    state: &AppState,
+    http: &HttpRequest,
+) -> Result<crate::mcp::http_serve::CharacterService, McpHttpError> {
+    let query = web::Query::<McpQuery>::from_query(http.query_string()).map_err(|e| {
+        McpHttpError::from(ApiError::Validation(vec![FieldError {
+            loc: vec!["query".into()],
+            msg: format!("query string could not be read: {e}"),
+            kind: "query_invalid",
+        }]))
+    })?;
+    let (_, service) = state.mcp_endpoint.service(query.role.as_deref())?;
+    Ok(service)
+}
+
 /// A character's tools over MCP's Streamable HTTP transport: a JSON-RPC message from an MCP
 /// client.
 ///
 /// An `initialize` request (without `Mcp-Session-Id`) opens a session, whose id the answer's
 /// `Mcp-Session-Id` header carries; every later message carries it. A request is answered as an
 /// event stream carrying the JSON-RPC answer; a notification or a response is accepted (202).
+/// Errors are JSON-RPC errors without an id.
 #[utoipa::path(
     post,
     path = "/mcp",
@@ -255,22 +274,22 @@ struct McpQuery {
         (status = 200, description = "The JSON-RPC answer, as an event stream", body = String, content_type = "text/event-stream",
             headers(("Mcp-Session-Id" = String, description = "The session (on the answer to `initialize`)"))),
         (status = 202, description = "A notification or response, accepted"),
-        (status = 400, description = "Not a JSON-RPC message, or an unsupported `MCP-Protocol-Version`", body = ErrorBody),
-        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
-        (status = 404, description = "`role` names no character, or the session is unknown (ended, or let go after 30 minutes without a request): initialize again", body = ErrorBody),
-        (status = 406, description = "`Accept` must list both `application/json` and `text/event-stream`", body = ErrorBody),
-        (status = 408, description = "The body did not arrive in full within 10 s", body = ErrorBody),
-        (status = 413, description = "The body is over 1 MiB", body = ErrorBody),
-        (status = 422, description = "Not sent as JSON, not JSON, a first message that is not `initialize`, or a query that cannot be read", body = ValidationErrorBody),
+        (status = 400, description = "Not a JSON-RPC message, or an unsupported `MCP-Protocol-Version`", body = JsonRpcErrorBody),
+        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = JsonRpcErrorBody),
+        (status = 404, description = "`role` names no character, or the session is unknown (ended, or let go after 30 minutes without a request): initialize again", body = JsonRpcErrorBody),
+        (status = 405, description = "Only POST, GET and DELETE are allowed", body = JsonRpcErrorBody),
+        (status = 406, description = "`Accept` must list both `application/json` and `text/event-stream`", body = JsonRpcErrorBody),
+        (status = 408, description = "The body did not arrive in full within 10 s", body = JsonRpcErrorBody),
+        (status = 413, description = "The body is over 1 MiB", body = JsonRpcErrorBody),
+        (status = 422, description = "Not sent as JSON, not JSON (code -32700), a first message that is not `initialize`, or a query that cannot be read", body = JsonRpcErrorBody),
     )
 )]
 async fn mcp_post(
     state: web::Data<AppState>,
     http: HttpRequest,
-    query: web::Query<McpQuery>,
     payload: web::Payload,
-) -> Result<HttpResponse, ApiError> {
-    let (_, service) = state.mcp_endpoint.service(query.role.as_deref())?;
+) -> Result<HttpResponse, McpHttpError> {
+    let service = character(&state, &http)?;
     let mut payload = payload.into_inner();
     let body = read_body(&http, &mut payload, MAX_BODY_BYTES).await?;
     if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
@@ -278,7 +297,8 @@ async fn mcp_post(
             "",
             "json_invalid",
             format!("JSON decode error: {e}"),
-        )]));
+        )])
+        .into());
     }
     serve(service, &http, Bytes::from(body)).await
 }
@@ -291,19 +311,18 @@ async fn mcp_post(
     params(McpQuery),
     responses(
         (status = 200, description = "The session's event stream", body = String, content_type = "text/event-stream"),
-        (status = 400, description = "No `Mcp-Session-Id`", body = ErrorBody),
-        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
-        (status = 404, description = "`role` names no character, or the session is unknown: initialize again", body = ErrorBody),
-        (status = 406, description = "`Accept` must list `text/event-stream`", body = ErrorBody),
-        (status = 422, description = "The query string could not be read (e.g. `role` twice)", body = ValidationErrorBody),
+        (status = 400, description = "No `Mcp-Session-Id`", body = JsonRpcErrorBody),
+        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = JsonRpcErrorBody),
+        (status = 404, description = "`role` names no character, or the session is unknown: initialize again", body = JsonRpcErrorBody),
+        (status = 406, description = "`Accept` must list `text/event-stream`", body = JsonRpcErrorBody),
+        (status = 422, description = "The query string could not be read (e.g. `role` twice)", body = JsonRpcErrorBody),
     )
 )]
 async fn mcp_get(
     state: web::Data<AppState>,
     http: HttpRequest,
-    query: web::Query<McpQuery>,
-) -> Result<HttpResponse, ApiError> {
-    let (_, service) = state.mcp_endpoint.service(query.role.as_deref())?;
+) -> Result<HttpResponse, McpHttpError> {
+    let service = character(&state, &http)?;
     serve(service, &http, Bytes::new()).await
 }
 
@@ -314,20 +333,29 @@ async fn mcp_get(
     tag = "mcp",
     params(McpQuery),
     responses(
-        (status = 202, description = "The session ended (or was not open)"),
-        (status = 400, description = "No `Mcp-Session-Id`", body = ErrorBody),
-        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
-        (status = 404, description = "`role` names no character", body = ErrorBody),
-        (status = 422, description = "The query string could not be read (e.g. `role` twice)", body = ValidationErrorBody),
+        (status = 200, description = "The session ended (or was not open)"),
+        (status = 400, description = "No `Mcp-Session-Id`", body = JsonRpcErrorBody),
+        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = JsonRpcErrorBody),
+        (status = 404, description = "`role` names no character", body = JsonRpcErrorBody),
+        (status = 422, description = "The query string could not be read (e.g. `role` twice)", body = JsonRpcErrorBody),
     )
 )]
 async fn mcp_delete(
     state: web::Data<AppState>,
     http: HttpRequest,
-    query: web::Query<McpQuery>,
-) -> Result<HttpResponse, ApiError> {
-    let (_, service) = state.mcp_endpoint.service(query.role.as_deref())?;
-    serve(service, &http, Bytes::new()).await
+) -> Result<HttpResponse, McpHttpError> {
+    let service = character(&state, &http)?;
+    let mut ended = serve(service, &http, Bytes::new()).await?;
+    // The transport says 202; MCP's official clients take 200 (or 204) as the session ended.
+    if ended.status() == StatusCode::ACCEPTED {
+        *ended.status_mut() = StatusCode::OK;
+    }
+    Ok(ended)
+}
+
+/// `/mcp` with another method.
+async fn mcp_other() -> Result<HttpResponse, McpHttpError> {
+    Err(ApiError::MethodNotAllowed.into())
 }
 
 /// Hands the request to the character's transport and turns its answer into actix-web's.
@@ -335,7 +363,7 @@ async fn serve(
     mut service: crate::mcp::http_serve::CharacterService,
     http: &HttpRequest,
     body: Bytes,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, McpHttpError> {
     let request = transport_request(http, body)?;
     let Ok(response) = service.call(request).await;
     answer(response).await
@@ -345,7 +373,7 @@ async fn serve(
 fn transport_request(
     http: &HttpRequest,
     body: Bytes,
-) -> Result<hyper::Request<Full<Bytes>>, ApiError> {
+) -> Result<hyper::Request<Full<Bytes>>, McpHttpError> {
     let mut request = hyper::Request::builder()
         .method(http.method().as_str())
         .uri(http.uri().to_string());
@@ -354,17 +382,20 @@ fn transport_request(
     }
     request
         .body(Full::new(body))
-        .map_err(|e| ApiError::BadRequest(format!("the request could not be read: {e}")))
+        .map_err(|e| ApiError::BadRequest(format!("the request could not be read: {e}")).into())
 }
 
 /// The transport's answer: a success with its headers and body (an event stream goes out as
-/// it comes); a refusal as this API's error, with its status and text.
+/// it comes); a refusal as a JSON-RPC error, with its status and text.
 async fn answer(
     response: hyper::Response<BoxBody<Bytes, Infallible>>,
-) -> Result<HttpResponse, ApiError> {
+) -> Result<HttpResponse, McpHttpError> {
     let (parts, body) = response.into_parts();
-    let status = StatusCode::from_u16(parts.status.as_u16())
-        .map_err(|e| ApiError::Internal(format!("the MCP transport answered oddly: {e}")))?;
+    let status = StatusCode::from_u16(parts.status.as_u16()).map_err(|e| {
+        McpHttpError::from(ApiError::Internal(format!(
+            "the MCP transport answered oddly: {e}"
+        )))
+    })?;
     if !status.is_success() {
         // Its refusals are short texts (or a JSON-RPC error), complete at once.
         let bytes = body
@@ -401,28 +432,38 @@ async fn answer(
     Ok(answer.streaming(frames))
 }
 
-/// A refusal of the transport as this API's error: its text (a JSON-RPC error's message) with
-/// its status.
-fn refusal(status: StatusCode, body: &[u8]) -> ApiError {
-    let text = match serde_json::from_slice::<Value>(body) {
-        Ok(rpc) => rpc["error"]["message"]
-            .as_str()
-            .map(str::to_owned)
-            .unwrap_or_else(|| rpc.to_string()),
-        Err(_) => String::from_utf8_lossy(body).into_owned(),
+/// A refusal of the transport as a JSON-RPC error: its text (or its own JSON-RPC error's
+/// message and code) with its status. A JSON body that is not a JSON-RPC message is a 400 here
+/// (the transport says 415, but the content type was right).
+fn refusal(status: StatusCode, body: &[u8]) -> McpHttpError {
+    let (code, message) = match serde_json::from_slice::<Value>(body) {
+        Ok(rpc) => (
+            rpc["error"]["code"]
+                .as_i64()
+                .unwrap_or(rpc_code::INVALID_REQUEST),
+            rpc["error"]["message"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| rpc.to_string()),
+        ),
+        Err(_) => (
+            rpc_code::INVALID_REQUEST,
+            String::from_utf8_lossy(body).into_owned(),
+        ),
     };
-    match status {
-        StatusCode::BAD_REQUEST => ApiError::BadRequest(text),
-        // A JSON body that is not a JSON-RPC message.
-        StatusCode::UNSUPPORTED_MEDIA_TYPE => ApiError::BadRequest(text),
-        StatusCode::NOT_FOUND => ApiError::NotFound(text),
-        StatusCode::NOT_ACCEPTABLE => ApiError::NotAcceptable(text),
-        StatusCode::METHOD_NOT_ALLOWED => ApiError::MethodNotAllowed,
-        StatusCode::UNPROCESSABLE_ENTITY => {
-            ApiError::Validation(vec![FieldError::body("", "value_error", text)])
-        }
-        StatusCode::FORBIDDEN => ApiError::Forbidden(text),
-        _ => ApiError::Internal(text),
+    let status = match status {
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => StatusCode::BAD_REQUEST,
+        other => other,
+    };
+    let code = if status.is_server_error() {
+        rpc_code::INTERNAL_ERROR
+    } else {
+        code
+    };
+    McpHttpError {
+        status,
+        code,
+        message,
     }
 }
 
@@ -582,28 +623,33 @@ mod tests {
     }
 
     #[test]
-    fn the_transports_refusals_become_the_apis_errors() {
+    fn the_transports_refusals_become_json_rpc_errors() {
         let not_found = refusal(StatusCode::NOT_FOUND, b"Not Found: Session not found");
-        assert_eq!(not_found.to_string(), "Not Found: Session not found");
         assert_eq!(
-            actix_web::ResponseError::status_code(&not_found),
-            StatusCode::NOT_FOUND
+            not_found,
+            McpHttpError {
+                status: StatusCode::NOT_FOUND,
+                code: rpc_code::INVALID_REQUEST,
+                message: "Not Found: Session not found".into()
+            }
         );
         let rpc = br#"{"jsonrpc":"2.0","id":1,"error":{"code":-32600,"message":"Invalid Request: version"}}"#;
         assert_eq!(
-            refusal(StatusCode::BAD_REQUEST, rpc).to_string(),
+            refusal(StatusCode::BAD_REQUEST, rpc).message,
             "Invalid Request: version"
         );
-        let unexpected = refusal(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            b"Unexpected message, expect initialize request",
-        );
-        assert!(
-            matches!(unexpected, ApiError::Validation(ref e) if e[0].msg == "Unexpected message, expect initialize request")
-        );
+        let not_rpc = refusal(StatusCode::UNSUPPORTED_MEDIA_TYPE, b"fail to deserialize");
+        assert_eq!(not_rpc.status, StatusCode::BAD_REQUEST);
+        let parse = McpHttpError::from(ApiError::Validation(vec![FieldError::body(
+            "",
+            "json_invalid",
+            "JSON decode error: x",
+        )]));
         assert_eq!(
-            actix_web::ResponseError::status_code(&refusal(StatusCode::NOT_ACCEPTABLE, b"x")),
-            StatusCode::NOT_ACCEPTABLE
+            (parse.status, parse.code),
+            (StatusCode::UNPROCESSABLE_ENTITY, rpc_code::PARSE_ERROR)
         );
+        let body = actix_web::ResponseError::error_response(&not_found);
+        assert_eq!(body.status(), StatusCode::NOT_FOUND);
     }
 }
