@@ -52,12 +52,14 @@ def build(name, extra_tools, long_name):
         await ctx.session.send_tool_list_changed()
         return f"added {name}"
 
-    for i in range(1, extra_tools + 1):
-
-        def numbered(x: int, i=i) -> int:
+    def adder(i):
+        def numbered(x: int) -> int:
             return x + i
 
-        server.add_tool(numbered, name=f"tool_{i:04}", description=f"Adds {i}.")
+        return numbered
+
+    for i in range(1, extra_tools + 1):
+        server.add_tool(adder(i), name=f"tool_{i:04}", description=f"Adds {i}.")
     if long_name:
 
         def long(x: int) -> int:

@@ -1,0 +1,565 @@
+//! MCP servers that plugins register at run time (`POST /api/mcp/register`), against counterparts
+//! nobody here wrote: a plugin written with the official MCP Python SDK (`tests/mcp_plugin.py`,
+//! its `MCPServer` over the streamable-http transport) that registers itself, and
+//! `@modelcontextprotocol/server-everything` in its streamable-HTTP mode. Each: the tools reach
+//! the characters and a model session, a tool added at run time arrives by `list_changed`, a
+//! dead plugin is removed after three calls, clear and unregister end its MCP session (it sees
+//! the `DELETE`), and bad registrations are refused with the reason.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use indexmap::IndexMap;
+use runtime_tools::config::Settings;
+use runtime_tools::mcp::settings::{McpServerSettings, McpTransport};
+use runtime_tools::session::protocol::Dialect;
+use serde_json::{Value, json};
+
+use crate::callback_server::{CallbackServer, ClosedPort, Reply, invoke_ok};
+use crate::child::LineChild;
+use crate::event_stream::{EventReader, open};
+use crate::fake_realtime::{AckMode, FakeRealtime};
+use crate::helpers::{TestApp, app_with_session, settings, spawn_app, spawn_app_with, tool_body};
+use crate::node::server_everything;
+use crate::python::{repo_file, venv_python};
+use crate::sessions::{call_event, response_done};
+
+/// A running plugin and what its registration answered.
+struct Plugin {
+    child: LineChild,
+    port: u16,
+    answer: Value,
+}
+
+/// Starts `tests/mcp_plugin.py` for `app` as MCP server `name` (with `args`), and waits for its
+/// registration's answer (a 200).
+async fn start_plugin(app: &TestApp, name: &str, args: &[&str]) -> Plugin {
+    let python = venv_python().await;
+    let mut child = LineChild::spawn(
+        Command::new(python)
+            .arg(repo_file("tests/mcp_plugin.py"))
+            .arg(&app.base)
+            .arg(name)
+            .args(args),
+    );
+    let listening = child.expect_line("listening ").await;
+    let port = listening["listening ".len()..].parse().expect("a port");
+    let line = child.expect_line("registered ").await;
+    let registered: Value = serde_json::from_str(&line["registered ".len()..]).expect("JSON");
+    assert_eq!(registered["status"], json!(200), "{registered}");
+    Plugin {
+        child,
+        port,
+        answer: registered["answer"].clone(),
+    }
+}
+
+impl Plugin {
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/mcp", self.port)
+    }
+
+    /// Waits until the plugin received a `DELETE` of its endpoint (its MCP session ended).
+    async fn sees_delete(&mut self) {
+        self.child.expect_line("request DELETE /mcp").await;
+    }
+}
+
+async fn register(app: &TestApp, body: Value) -> (u16, Value) {
+    app.post("/api/mcp/register", &body).await
+}
+
+async fn runtime_servers(app: &TestApp) -> Value {
+    let (status, body) = app.get("/api/mcp").await;
+    assert_eq!(status, 200, "{body}");
+    body["runtime_mcp_servers"].clone()
+}
+
+/// The model plays a call of `name` with `arguments`; returns the output it is answered with.
+async fn model_calls(fake: &FakeRealtime, call_id: &str, name: &str, arguments: &str) -> Value {
+    let response = format!("resp_{call_id}");
+    fake.push(call_event(&response, call_id, name, arguments))
+        .await;
+    fake.push(response_done(&response, &[(call_id, name, arguments)]))
+        .await;
+    let item = fake
+        .wait_for(&format!("the answer to {call_id}"), |events| {
+            events
+                .iter()
+                .find(|e| {
+                    e["type"] == "conversation.item.create" && e["item"]["call_id"] == call_id
+                })
+                .map(|e| e["item"].clone())
+        })
+        .await;
+    assert_eq!(item["type"], "function_call_output", "{item}");
+    let text = item["output"].as_str().expect("output is text");
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("output is not JSON ({e}): {text}"))
+}
+
+/// Waits for the `mcp.state` event of runtime server `name` whose state is `state`.
+async fn mcp_state(events: &mut EventReader, name: &str, state: &str) -> Value {
+    events
+        .wait_for("mcp.state", |d| {
+            d["name"] == name && d["kind"] == "runtime" && d["state"] == state
+        })
+        .await
+        .data
+}
+
+#[actix_web::test]
+async fn a_python_sdk_plugin_registers_itself_serves_the_model_and_is_removed_when_it_dies() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let app = app_with_session(&fake.url, &["Lanlan"], Dialect::Openai, |_| {}).await;
+    fake.nth_update(1).await;
+    let mut events = open(&app, "", None).await.expect("stream opens");
+
+    let mut plugin = start_plugin(&app, "weather", &["--source", "plugin:weather"]).await;
+    assert_eq!(
+        plugin.answer,
+        json!({"ok": true, "registered": "weather", "tools": ["get_weather", "add_tool"],
+               "skipped": [], "affected_roles": ["Mio", "Lanlan"], "failed_roles": []})
+    );
+    // Synced into the live session before the answer.
+    fake.update_with_tools(&["get_weather", "add_tool"]).await;
+    let connected = mcp_state(&mut events, "weather", "connected").await;
+    assert_eq!(
+        (&connected["url"], &connected["source"], &connected["tools"]),
+        (
+            &json!(plugin.url()),
+            &json!("plugin:weather"),
+            &json!(["get_weather", "add_tool"])
+        )
+    );
+    let changed = events
+        .wait_for("tools.changed", |d| d["source"] == "plugin:weather")
+        .await
+        .data;
+    assert_eq!(
+        changed,
+        json!({"op": "mcp", "name": null, "source": "plugin:weather",
+               "affected_roles": ["Mio", "Lanlan"], "failed_roles": []})
+    );
+    let listed = &runtime_servers(&app).await["weather"];
+    assert_eq!(
+        (
+            &listed["state"],
+            &listed["transport"],
+            &listed["role"],
+            &listed["timeout_seconds"],
+            &listed["last_error"]
+        ),
+        (
+            &json!("connected"),
+            &json!("http"),
+            &json!(null),
+            &json!(30.0),
+            &json!(null)
+        )
+    );
+    let (_, configured) = app.get("/api/mcp").await;
+    assert_eq!(configured["mcp_servers"], json!({}));
+
+    // The model calls the plugin's tool: its structured content is the output.
+    assert_eq!(
+        model_calls(&fake, "call_w", "get_weather", r#"{"city": "Kyoto"}"#).await,
+        json!({"city": "Kyoto", "temperature_c": 28})
+    );
+    let call = events
+        .wait_for("tool.call", |d| d["tool"] == "get_weather")
+        .await;
+    assert_eq!(
+        (
+            &call.data["source"],
+            &call.data["caller"],
+            &call.data["is_error"]
+        ),
+        (&json!("plugin:weather"), &json!("model"), &json!(false))
+    );
+
+    // The plugin adds a tool and says so: the model's session gets it.
+    assert_eq!(
+        model_calls(&fake, "call_a", "add_tool", r#"{"name": "greet"}"#).await,
+        json!({"result": "added greet"})
+    );
+    fake.update_with_tools(&["get_weather", "add_tool", "greet"])
+        .await;
+    assert_eq!(
+        model_calls(&fake, "call_g", "greet", r#"{"who": "Mio"}"#).await,
+        json!({"result": "hello Mio, from greet"})
+    );
+    assert_eq!(
+        runtime_servers(&app).await["weather"]["tools"],
+        json!(["get_weather", "add_tool", "greet"])
+    );
+
+    // Killed: two calls fail (the tools stay), the third removes them everywhere.
+    plugin.child.signal("KILL");
+    let refused = format!(
+        "MCP server weather could not be reached: could not connect to http://127.0.0.1:{}",
+        plugin.port
+    );
+    for _ in 0..2 {
+        let failed = invoke_ok(&app, "get_weather", json!({"city": "Kyoto"})).await;
+        let error = failed["error"].as_str().unwrap();
+        assert!(error.starts_with(&refused), "{error}");
+        assert_eq!(
+            app.tool_names(Some("Lanlan")).await,
+            json!({"Lanlan": ["get_weather", "add_tool", "greet"]})
+        );
+    }
+    let down = &runtime_servers(&app).await["weather"];
+    assert_eq!(down["state"], json!("unreachable"), "{down}");
+    assert!(
+        down["last_error"].as_str().unwrap().starts_with(&refused),
+        "{down}"
+    );
+    let third = invoke_ok(&app, "get_weather", json!({"city": "Kyoto"})).await;
+    assert!(
+        third["error"].as_str().unwrap().starts_with(&refused),
+        "{third}"
+    );
+    // The removal was done before the third call answered.
+    assert_eq!(app.tool_names(None).await, json!({"Mio": [], "Lanlan": []}));
+    assert_eq!(runtime_servers(&app).await, json!({}));
+    let removed = mcp_state(&mut events, "weather", "removed").await;
+    assert_eq!(
+        removed,
+        json!({"name": "weather", "kind": "runtime", "state": "removed",
+               "reason": format!("auto_removed: 3 calls in a row could not connect to {}", plugin.url())})
+    );
+    fake.update_with_tools(&[]).await;
+}
+
+#[actix_web::test]
+async fn clear_unregister_and_a_new_registration_end_the_plugins_mcp_session() {
+    let app = spawn_app(&["Lanlan", "Mio"]).await;
+    let mut events = open(&app, "", None).await.expect("stream opens");
+
+    // A clear of its source removes its tools and ends its session.
+    let mut weather = start_plugin(&app, "weather", &["--source", "plugin:weather"]).await;
+    assert_eq!(weather.answer["ok"], json!(true), "{}", weather.answer);
+    let (status, cleared) = app
+        .post("/api/tools/clear", &json!({"source": "plugin:weather"}))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        cleared,
+        json!({"ok": true, "removed": 4, "source": "plugin:weather",
+               "affected_roles": ["Lanlan", "Mio"], "failed_roles": []})
+    );
+    weather.sees_delete().await;
+    assert_eq!(runtime_servers(&app).await, json!({}));
+    assert_eq!(
+        mcp_state(&mut events, "weather", "removed").await["reason"],
+        json!("cleared")
+    );
+
+    // Registered for one character; a plugin's HTTP tool of the same source is not its.
+    let mut first = start_plugin(&app, "news", &["--role", "Mio"]).await;
+    assert_eq!(first.answer["affected_roles"], json!(["Mio"]));
+    let callback = CallbackServer::with("/cb", Reply::output(json!("http")));
+    let mut http_tool = tool_body("headline", &callback.url("/cb"), "mcp:news");
+    http_tool["role"] = json!("Mio");
+    let (status, _) = app.register(&http_tool).await;
+    assert_eq!(status, 200);
+
+    // The same name again (another process, every character): the new connection and its
+    // tools replace the old ones, whose session ends.
+    let second = start_plugin(&app, "news", &[]).await;
+    assert_eq!(
+        second.answer["affected_roles"],
+        json!(["Lanlan", "Mio"]),
+        "{}",
+        second.answer
+    );
+    first.sees_delete().await;
+    assert_eq!(
+        app.tool_names(None).await,
+        json!({"Lanlan": ["get_weather", "add_tool"],
+               "Mio": ["get_weather", "add_tool", "headline"]})
+    );
+    let listed = runtime_servers(&app).await;
+    assert_eq!(listed["news"]["url"], json!(second.url()));
+    assert_eq!(listed["news"]["source"], json!("mcp:news"));
+    let mut second = second;
+
+    // Unregistered: its tools go (the HTTP tool of its source stays), its session ends.
+    let (status, unregistered) = app
+        .post("/api/mcp/unregister", &json!({"name": "news"}))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        unregistered,
+        json!({"ok": true, "removed": true, "name": "news",
+               "affected_roles": ["Lanlan", "Mio"], "failed_roles": []})
+    );
+    second.sees_delete().await;
+    assert_eq!(
+        app.tool_names(None).await,
+        json!({"Lanlan": [], "Mio": ["headline"]})
+    );
+    assert_eq!(
+        mcp_state(&mut events, "news", "removed").await["reason"],
+        json!("unregistered")
+    );
+    let (_, again) = app
+        .post("/api/mcp/unregister", &json!({"name": "news"}))
+        .await;
+    assert_eq!(
+        again,
+        json!({"ok": true, "removed": false, "name": "news", "affected_roles": [],
+               "failed_roles": []})
+    );
+}
+
+#[actix_web::test]
+async fn server_everything_over_streamable_http_is_registered_at_run_time() {
+    let entry = actix_web::rt::task::spawn_blocking(server_everything)
+        .await
+        .unwrap()
+        .unwrap_or_else(|e| panic!("npm install of server-everything: {e}"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // It says it listens on stderr: merged into the stdout the test reads.
+    let mut node = LineChild::spawn(
+        Command::new("sh")
+            .args(["-c", "exec node \"$0\" streamableHttp 2>&1"])
+            .arg(&entry)
+            .env("PORT", port.to_string()),
+    );
+    // Registration needs the server listening (it tries once, unlike a configured server).
+    node.expect_line("MCP Streamable HTTP Server listening")
+        .await;
+    let app = spawn_app(&["Lanlan", "Mio"]).await;
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let (status, registered) = register(
+        &app,
+        json!({"name": "everything", "url": url, "role": "Lanlan", "source": "plugin:everything"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{registered}");
+    assert_eq!(
+        (
+            &registered["ok"],
+            &registered["affected_roles"],
+            &registered["skipped"]
+        ),
+        (&json!(true), &json!(["Lanlan"]), &json!([])),
+        "{registered}"
+    );
+    let tools = registered["tools"].as_array().unwrap();
+    for expected in ["echo", "get-sum", "get-tiny-image"] {
+        assert!(tools.contains(&json!(expected)), "{expected} in {tools:?}");
+    }
+    assert_eq!(app.tool_names(Some("Mio")).await, json!({"Mio": []}));
+    let sum = invoke_ok(&app, "get-sum", json!({"a": 2, "b": 3})).await;
+    assert_eq!(sum["output"], json!("The sum of 2 and 3 is 5."), "{sum}");
+    let image = invoke_ok(&app, "get-tiny-image", json!({})).await;
+    let images = image["images"].as_array().expect("images delivered");
+    assert_eq!(images[0]["mime"], json!("image/png"), "{image}");
+
+    let (status, unregistered) = app
+        .post("/api/mcp/unregister", &json!({"name": "everything"}))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(unregistered["affected_roles"], json!(["Lanlan"]));
+    assert_eq!(app.tool_names(None).await, json!({"Lanlan": [], "Mio": []}));
+}
+
+/// A configured MCP server whose program exits at once: its name and source belong to it.
+fn configured(name: &str) -> McpServerSettings {
+    McpServerSettings {
+        name: name.to_owned(),
+        transport: McpTransport::Stdio {
+            command: PathBuf::from("false").to_string_lossy().into_owned(),
+            args: Vec::new(),
+            env: IndexMap::new(),
+        },
+        roles: None,
+        timeout: Duration::from_secs(30),
+    }
+}
+
+/// The `detail` of a 422, as `(field, msg)` pairs.
+fn refused_fields(body: &Value) -> Vec<(String, String)> {
+    body["detail"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no detail list in {body}"))
+        .iter()
+        .map(|e| {
+            (
+                e["loc"][1].as_str().unwrap_or_default().to_owned(),
+                e["msg"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[actix_web::test]
+async fn bad_registrations_are_refused_with_the_reason_and_register_nothing() {
+    let app = spawn_app_with(Settings {
+        mcp_servers: vec![configured("cfg")],
+        ..settings(&["Lanlan"])
+    })
+    .await;
+
+    // Refused before anything is tried.
+    let (status, body) = register(
+        &app,
+        json!({"name": "w", "url": "http://192.168.1.20:9400/mcp"}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        refused_fields(&body),
+        [(
+            "url".to_owned(),
+            "Value error, url host \"192.168.1.20\" is not loopback: MCP servers must be on \
+             loopback; use http:// with host localhost, 127.x.x.x, [::1] or [::ffff:127.x.x.x], \
+             e.g. http://127.0.0.1:9400/mcp"
+                .to_owned()
+        )]
+    );
+    let (status, body) = register(&app, json!({"name": "w", "url": app.url("/mcp")})).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(refused_fields(&body)[0].0, "url");
+    assert!(
+        refused_fields(&body)[0]
+            .1
+            .starts_with("Value error, url points at this server itself"),
+        "{body}"
+    );
+    let closed = ClosedPort::new();
+    let (status, body) = register(&app, json!({"name": "cfg", "url": closed.url("/mcp")})).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        refused_fields(&body),
+        [(
+            "name".to_owned(),
+            "Value error, \"cfg\" is an MCP server of the configuration ([[mcp_server]]): a \
+             plugin's MCP server needs a name of its own"
+                .to_owned()
+        )]
+    );
+    let (status, body) = register(
+        &app,
+        json!({"name": "w", "url": closed.url("/mcp"), "source": "mcp:cfg"}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(
+        refused_fields(&body),
+        [(
+            "source".to_owned(),
+            "Value error, source \"mcp:cfg\" is the source of MCP server \"cfg\": each MCP \
+             server needs a source of its own"
+                .to_owned()
+        )]
+    );
+    let (status, body) = register(
+        &app,
+        json!({"name": "w", "url": closed.url("/mcp"), "role": "Nobody"}),
+    )
+    .await;
+    assert_eq!(
+        (status, body),
+        (404, json!({"ok": false, "detail": "unknown role: Nobody"}))
+    );
+
+    // Nothing listens: the connect step fails.
+    let (status, body) = register(&app, json!({"name": "w", "url": closed.url("/mcp")})).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (&body["ok"], &body["stage"], &body["tools"]),
+        (&json!(false), &json!("connect"), &json!([])),
+        "{body}"
+    );
+    let connect = format!(
+        "connect: could not connect to http://127.0.0.1:{}: ",
+        closed.port()
+    );
+    assert!(
+        body["error"].as_str().unwrap().starts_with(&connect),
+        "{body}"
+    );
+
+    // A web page, not MCP: the initialize step fails.
+    let html = CallbackServer::with(
+        "/mcp",
+        Reply::text(200, "text/html", "<html><body>Welcome</body></html>"),
+    );
+    let (_, body) = register(&app, json!({"name": "w", "url": html.url("/mcp")})).await;
+    assert_eq!(
+        (&body["ok"], &body["stage"]),
+        (&json!(false), &json!("initialize")),
+        "{body}"
+    );
+    let initialize = format!(
+        "initialize: {} did not complete MCP's initialize handshake: ",
+        html.url("/mcp")
+    );
+    assert!(
+        body["error"].as_str().unwrap().starts_with(&initialize),
+        "{body}"
+    );
+
+    // One that never answers: bounded by the registration's timeout.
+    let silent = CallbackServer::with("/mcp", Reply::HoldOpen);
+    let started = Instant::now();
+    let (_, body) = register(
+        &app,
+        json!({"name": "w", "url": silent.url("/mcp"), "timeout_seconds": 1}),
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(
+        body,
+        json!({"ok": false, "registered": "w", "tools": [], "skipped": [],
+               "affected_roles": [], "failed_roles": [],
+               "error": "initialize: no answer within 1 s (timeout_seconds)",
+               "stage": "initialize"})
+    );
+    assert!(took < Duration::from_secs(10), "took {took:?}");
+
+    // None of that registered anything.
+    assert_eq!(runtime_servers(&app).await, json!({}));
+    assert_eq!(app.tool_names(None).await, json!({"Lanlan": []}));
+
+    // 1,000 tools and one whose name is 65 characters long: the 1,002 that fit are registered,
+    // the long one is skipped and reported.
+    let started = Instant::now();
+    let big = start_plugin(&app, "big", &["--extra-tools", "1000", "--long-name"]).await;
+    let took = started.elapsed();
+    let long = "l".repeat(65);
+    assert_eq!(big.answer["ok"], json!(true), "{}", big.answer);
+    assert_eq!(big.answer["tools"].as_array().unwrap().len(), 1002);
+    assert_eq!(big.answer["tools"][2], json!("tool_0001"));
+    assert_eq!(big.answer["tools"][1001], json!("tool_1000"));
+    assert_eq!(
+        big.answer["skipped"],
+        json!([{"name": long, "reason": "the name is longer than 64 characters"}])
+    );
+    let listed = app.tool_names(Some("Lanlan")).await;
+    assert_eq!(listed["Lanlan"].as_array().unwrap().len(), 1002);
+    assert_eq!(
+        runtime_servers(&app).await["big"]["skipped"],
+        big.answer["skipped"]
+    );
+    let added = invoke_ok(&app, "tool_0999", json!({"x": 1})).await;
+    assert_eq!(added["output"], json!({"result": 1000}), "{added}");
+    println!("a plugin of 1,002 tools started and registered in {took:?}");
+
+    // Another server may not take a source that is the first one's.
+    let (status, body) = register(
+        &app,
+        json!({"name": "other", "url": closed.url("/mcp"), "source": "mcp:big"}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(refused_fields(&body)[0].0, "source");
+}
