@@ -155,6 +155,7 @@ impl From<McpPluginError> for ApiError {
                 "value_error",
                 format!("Value error, {e}"),
             )]),
+            McpPluginError::RouterStopped => ApiError::Unavailable(e.to_string()),
         }
     }
 }

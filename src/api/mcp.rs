@@ -109,7 +109,7 @@ pub struct McpResponse {
         (status = 200, description = "Registered; `ok` is false (with `error`, and `stage` when the server could not be reached) when nothing was registered or no role accepted the tools", body = McpRegisterResponse),
         BodyRouteErrors,
         (status = 404, description = "`role` names no character", body = ErrorBody),
-        (status = 503, description = "The MCP registry did not answer; retry (registration is idempotent)", body = ErrorBody),
+        (status = 503, description = "The tool router or the MCP registry did not answer; retry (registration is idempotent)", body = ErrorBody),
     )
 )]
 async fn register(
@@ -191,7 +191,7 @@ pub struct McpRegisterResponse {
     responses(
         (status = 200, description = "Done; `removed` says whether a server of that name was registered", body = McpUnregisterResponse),
         BodyRouteErrors,
-        (status = 503, description = "The MCP registry did not answer; retry (unregister is idempotent)", body = ErrorBody),
+        (status = 503, description = "The tool router or the MCP registry did not answer; retry (unregister is idempotent)", body = ErrorBody),
     )
 )]
 async fn unregister(
@@ -207,7 +207,7 @@ async fn unregister(
         })
         .timeout(UNREGISTER_TIMEOUT)
         .await
-        .map_err(unavailable)?;
+        .map_err(unavailable)??;
     let report = unregistered.report;
     Ok(HttpResponse::Ok().json(McpUnregisterResponse {
         ok: unregistered.removed || report.failed_roles.is_empty(),

@@ -92,7 +92,7 @@ pub struct RegisterMcpServer(pub McpRegistration);
 /// Remove an MCP server registered at run time: its tools from every character, its connection
 /// closed.
 #[derive(Message, Debug)]
-#[rtype(result = "McpUnregistered")]
+#[rtype(result = "Result<McpUnregistered, McpPluginError>")]
 pub struct UnregisterMcpServer {
     pub name: String,
 }
@@ -207,6 +207,9 @@ pub enum McpPluginError {
          one first"
     )]
     TooMany,
+    /// The router has stopped: the tools could not be registered (or removed).
+    #[error("the tool router has stopped")]
+    RouterStopped,
 }
 
 /// One registered server.
@@ -301,7 +304,7 @@ impl McpPlugins {
         generation: u64,
         opened: Opened,
         ctx: &mut Context<Self>,
-    ) -> LocalBoxActorFuture<Self, McpRegistered> {
+    ) -> LocalBoxActorFuture<Self, Result<McpRegistered, McpPluginError>> {
         let Opened { service, listing } = opened;
         let name = registration.name.clone();
         let (definitions, skipped) = listing.definitions();
@@ -410,17 +413,21 @@ impl McpPlugins {
         Box::pin(waiting.into_actor(self).map(move |report, act, _| {
             act.answered(&name, generation);
             let Ok(report) = report else {
-                return McpRegistered::failed(None, "the tool router has stopped".to_owned());
+                // Nothing can be registered any more: the connection is not kept for nothing.
+                if act.servers.get(&name).is_some_and(|s| s.generation == generation) {
+                    act.retire(&name, "the tool router has stopped", false, false);
+                }
+                return Err(McpPluginError::RouterStopped);
             };
             let error = (!names.is_empty() && report.affected_roles.is_empty())
                 .then(|| NO_ROLE_ACCEPTED.to_owned());
-            McpRegistered {
+            Ok(McpRegistered {
                 tools: names,
                 skipped,
                 report,
                 error,
                 stage: None,
-            }
+            })
         }))
     }
 
@@ -522,14 +529,14 @@ impl McpPlugins {
     /// Takes server `name` away: its tools from every character (`remove_tools`), its report
     /// from the board; resolves to the router's report once the tools are gone and the
     /// connection is closed (or [`CLOSE_TIMEOUT`] passed; not awaited when `wait_close` is
-    /// false).
+    /// false), or to the router having stopped.
     fn retire(
         &mut self,
         name: &str,
         reason: &str,
         remove_tools: bool,
         wait_close: bool,
-    ) -> Option<BoxFuture<'static, ChangeReport>> {
+    ) -> Option<BoxFuture<'static, Result<ChangeReport, McpPluginError>>> {
         let server = self.servers.shift_remove(name)?;
         self.board.remove_runtime(name, reason);
         let removal = remove_tools.then(|| {
@@ -550,8 +557,8 @@ impl McpPlugins {
         Some(
             async move {
                 let report = match removal {
-                    Some(removal) => removal.await.unwrap_or_default(),
-                    None => ChangeReport::default(),
+                    Some(removal) => removal.await.map_err(|_| McpPluginError::RouterStopped),
+                    None => Ok(ChangeReport::default()),
                 };
                 closing.await;
                 report
@@ -606,40 +613,41 @@ impl Handler<RegisterMcpServer> for McpPlugins {
             if latest {
                 act.pending.shift_remove(&name);
             }
-            let done: LocalBoxActorFuture<Self, McpRegistered> = match opened {
-                Err(failure) => {
-                    tracing::warn!(mcp_server = %name, url = %registration.url.as_written(), stage = failure.stage.name(), error = %failure.error, "MCP server could not be registered");
-                    Box::pin(fut::ready(McpRegistered::failed(
-                        Some(failure.stage),
-                        format!("{}: {}", failure.stage.name(), failure.error),
-                    )))
-                }
-                Ok(_) if !latest => Box::pin(fut::ready(McpRegistered::failed(
-                    None,
-                    "a later registration of the same name was made while this one connected; \
-                     it replaced this one"
-                        .to_owned(),
-                ))),
-                Ok(opened) => act.install(registration, generation, opened, ctx),
-            };
-            done.map(|registered, _, _| Ok(registered))
+            let done: LocalBoxActorFuture<Self, Result<McpRegistered, McpPluginError>> =
+                match opened {
+                    Err(failure) => {
+                        tracing::warn!(mcp_server = %name, url = %registration.url.as_written(), stage = failure.stage.name(), error = %failure.error, "MCP server could not be registered");
+                        Box::pin(fut::ready(Ok(McpRegistered::failed(
+                            Some(failure.stage),
+                            format!("{}: {}", failure.stage.name(), failure.error),
+                        ))))
+                    }
+                    Ok(_) if !latest => Box::pin(fut::ready(Ok(McpRegistered::failed(
+                        None,
+                        "a later registration of the same name was made while this one \
+                         connected; it replaced this one"
+                            .to_owned(),
+                    )))),
+                    Ok(opened) => act.install(registration, generation, opened, ctx),
+                };
+            done
         }))
     }
 }
 
 impl Handler<UnregisterMcpServer> for McpPlugins {
-    type Result = ResponseFuture<McpUnregistered>;
+    type Result = ResponseFuture<Result<McpUnregistered, McpPluginError>>;
 
     fn handle(&mut self, msg: UnregisterMcpServer, _: &mut Self::Context) -> Self::Result {
         match self.retire(&msg.name, "unregistered", true, true) {
-            None => Box::pin(async { McpUnregistered::default() }),
+            None => Box::pin(async { Ok(McpUnregistered::default()) }),
             Some(retired) => {
                 tracing::info!(mcp_server = %msg.name, "MCP server unregistered");
                 Box::pin(async move {
-                    McpUnregistered {
+                    Ok(McpUnregistered {
                         removed: true,
-                        report: retired.await,
-                    }
+                        report: retired.await?,
+                    })
                 })
             }
         }
@@ -745,7 +753,9 @@ impl Handler<ServerDead> for McpPlugins {
         };
         let name = msg.name;
         Box::pin(async move {
-            let report = retired.await;
+            let Ok(report) = retired.await else {
+                return;
+            };
             tracing::warn!(
                 mcp_server = %name,
                 url = %url,

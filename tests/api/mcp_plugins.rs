@@ -26,15 +26,15 @@ use crate::python::{repo_file, venv_python};
 use crate::sessions::{call_event, response_done};
 
 /// A running plugin and what its registration answered.
-struct Plugin {
-    child: LineChild,
-    port: u16,
-    answer: Value,
+pub struct Plugin {
+    pub child: LineChild,
+    pub port: u16,
+    pub answer: Value,
 }
 
 /// Starts `tests/mcp_plugin.py` for `app` as MCP server `name` (with `args`), and waits for its
 /// registration's answer (a 200).
-async fn start_plugin(app: &TestApp, name: &str, args: &[&str]) -> Plugin {
+pub async fn start_plugin(app: &TestApp, name: &str, args: &[&str]) -> Plugin {
     let python = venv_python().await;
     let mut child = LineChild::spawn(
         Command::new(python)
@@ -56,7 +56,7 @@ async fn start_plugin(app: &TestApp, name: &str, args: &[&str]) -> Plugin {
 }
 
 impl Plugin {
-    fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}/mcp", self.port)
     }
 
@@ -115,7 +115,7 @@ async fn a_python_sdk_plugin_registers_itself_serves_the_model_and_is_removed_wh
     fake.nth_update(1).await;
     let mut events = open(&app, "", None).await.expect("stream opens");
 
-    let mut plugin = start_plugin(&app, "weather", &["--source", "plugin:weather"]).await;
+    let plugin = start_plugin(&app, "weather", &["--source", "plugin:weather"]).await;
     assert_eq!(
         plugin.answer,
         json!({"ok": true, "registered": "weather", "tools": ["get_weather", "add_tool"],
