@@ -34,7 +34,7 @@ use runtime_tools::domain::callback_url::CallbackUrl;
 use runtime_tools::domain::tool::{SharedTool, ToolSpec};
 use runtime_tools::events::{EventHub, EventSettings};
 use runtime_tools::session::ConnectionState;
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::SessionSettings;
 use serde_json::{Map, Value, json};
 

@@ -121,7 +121,7 @@ pub async fn run() -> anyhow::Result<Value> {
 
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
-    runtime_tools::telemetry::init();
+    let _log = runtime_tools::telemetry::init();
     run().await?;
     Ok(())
 }

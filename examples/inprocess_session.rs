@@ -29,7 +29,7 @@ use runtime_tools::events::{EventHub, EventKind};
 use runtime_tools::session::core::rfc3339_now;
 use runtime_tools::session::{
     CloseSession, ConnectionKind, ConnectionReport, ConnectionState, SessionHandle, SessionStatus,
-    SyncOutcome, SyncTools,
+    SyncError, SyncOutcome, SyncTools,
 };
 use runtime_tools::startup::Application;
 use serde_json::{Map, Value, json};
@@ -69,8 +69,9 @@ impl Actor for ScriptedModel {
 }
 
 impl Handler<SyncTools> for ScriptedModel {
-    /// `Ok(())` once the model has the list; `Err(why)` puts the character in `failed_roles`.
-    type Result = Result<(), String>;
+    /// `Ok(())` once the model has the list; `Err(SyncError::Other(why))` puts the character in
+    /// `failed_roles`.
+    type Result = Result<(), SyncError>;
 
     fn handle(&mut self, SyncTools(tools): SyncTools, _: &mut Self::Context) -> Self::Result {
         self.tools = tools;
@@ -269,7 +270,7 @@ impl Handler<Updates> for ScriptedModel {
 
 #[actix_web::main]
 async fn main() -> anyhow::Result<()> {
-    runtime_tools::telemetry::init();
+    let _log = runtime_tools::telemetry::init();
     run().await?;
     Ok(())
 }

@@ -382,6 +382,52 @@ mod tests {
     }
 
     #[test]
+    fn attach_keys_take_their_defaults_and_name_themselves_when_wrong() {
+        use crate::session::settings::{AttachSettings, DEFAULT_MAX_ATTACHMENTS};
+        let session = |extra: &str| {
+            format!(
+                "[[character]]\nname = \"Mio\"\n[character.session]\nkind = \"openai-realtime\"\n\
+                 url = \"wss://api.openai.com/v1/realtime\"\n{extra}"
+            )
+        };
+        let attach = |extra: &str| {
+            Settings::from_toml(&session(extra)).unwrap().characters[0]
+                .session
+                .as_ref()
+                .unwrap()
+                .attach
+                .clone()
+        };
+        assert_eq!(attach(""), AttachSettings::default());
+        assert_eq!(attach("").hosts, ["api.openai.com"]);
+        assert_eq!(attach("").max_attachments, DEFAULT_MAX_ATTACHMENTS);
+        assert_eq!(
+            attach(
+                "attach_api_key_envs = [\"CALLS_KEY\"]\nattach_hosts = [\"API.Example.COM\", \
+                 \"[::1]\"]\nmax_attachments = 2\n"
+            ),
+            AttachSettings {
+                api_key_envs: vec!["CALLS_KEY".into()],
+                hosts: vec!["api.example.com".into(), "[::1]".into()],
+                max_attachments: 2,
+            }
+        );
+        for (extra, key) in [
+            ("attach_hosts = [\"a b\"]\n", "`attach_hosts`"),
+            ("attach_hosts = [\"\"]\n", "`attach_hosts`"),
+            ("attach_api_key_envs = [\"\"]\n", "`attach_api_key_envs`"),
+            ("max_attachments = -1\n", "`max_attachments`"),
+            ("max_attachments = 1001\n", "`max_attachments`"),
+        ] {
+            let e = error_of(&session(extra));
+            assert!(e.contains(key) && e.contains("character[0].session"), "{e}");
+        }
+        // A value of the wrong type is named by the TOML reader, with its line.
+        let e = error_of(&session("attach_hosts = \"api.openai.com\"\n"));
+        assert!(e.contains("attach_hosts") && e.contains("line 6"), "{e}");
+    }
+
+    #[test]
     fn from_file_names_the_file() {
         let dir = std::env::temp_dir().join(format!("rt-config-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

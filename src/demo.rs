@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 
 use crate::actors::router::RemoveCharacter;
 use crate::config::{CharacterSettings, Settings};
-use crate::session::protocol::Dialect;
+use crate::session::realtime::Dialect;
 use crate::session::settings::SessionSettings;
 use crate::startup::Application;
 

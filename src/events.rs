@@ -4,10 +4,11 @@
 //! `session.state` and the calls it answers, the invoke route and the `/mcp` endpoint the calls
 //! they run (`tool.call`), the MCP board each MCP server's state (`mcp.state`).
 //! Every event gets the next id and is kept in a bounded ring, so a client that reconnects with
-//! `Last-Event-ID` gets what it missed (or a `reset` when the ring no longer holds it). Each
-//! subscriber has a bounded buffer that publishing fills without ever waiting: a subscriber that
-//! falls behind is dropped (its stream ends; it may reconnect and resume), so a stuck reader never
-//! slows a change, a call or another subscriber.
+//! `Last-Event-ID` gets what it missed (or a `reset` when the ring no longer holds it, or when it
+//! missed more than its buffer holds). Each subscriber has a bounded buffer, which the replay
+//! fills first and publishing fills without ever waiting: a subscriber that falls behind is
+//! dropped (its stream ends; it may reconnect and resume), so a stuck reader never slows a change,
+//! a call or another subscriber, and holds at most its buffer's worth of events.
 //!
 //! Nothing here knows the actor system; the HTTP route turns a [`Subscription`] into the response
 //! body with [`EventStream`].
@@ -32,8 +33,9 @@ use crate::session::ConnectionKind;
 /// busy minute, small enough (a few hundred bytes each) to never matter for memory.
 pub const RING_CAPACITY: usize = 1024;
 
-/// Events a subscriber may have waiting before it is dropped. A reader that keeps up never holds
-/// more than a few; one this far behind is stuck, and waiting for it would slow everyone.
+/// Events a subscriber may have waiting before it is dropped, the replay of a resumed stream
+/// included (a resume that missed more gets a `reset`). A reader that keeps up never holds more
+/// than a few; one this far behind is stuck, and waiting for it would slow everyone.
 pub const SUBSCRIBER_BUFFER: usize = 256;
 
 /// How often an idle stream gets a comment line: under the idle timeouts of common proxies and
@@ -167,7 +169,7 @@ fn sse_frame(kind: EventKind, id: u64, data: String) -> Bytes {
 
 /// What `op` a `tools.changed` event reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(into = "&'static str")]
 pub enum ChangeOp {
     Register,
     Unregister,
@@ -176,6 +178,25 @@ pub enum ChangeOp {
     AutoRemoved,
     /// An MCP server's tools were (re)listed, changed, or removed when it went away.
     Mcp,
+}
+
+impl ChangeOp {
+    /// The op as events and log lines spell it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ChangeOp::Register => "register",
+            ChangeOp::Unregister => "unregister",
+            ChangeOp::Clear => "clear",
+            ChangeOp::AutoRemoved => "auto_removed",
+            ChangeOp::Mcp => "mcp",
+        }
+    }
+}
+
+impl From<ChangeOp> for &'static str {
+    fn from(op: ChangeOp) -> Self {
+        op.name()
+    }
 }
 
 /// The data of `tools.changed`; `F` is the failed-role entry the change report carries.
@@ -274,8 +295,8 @@ struct Subscriber {
     tx: mpsc::Sender<Arc<Event>>,
 }
 
-/// A new subscriber's stream: what it gets first (`hello`, then a `reset` or the events it
-/// missed), then every event as it is published.
+/// A new subscriber's stream: what it gets first (`hello`, and a `reset` when it cannot resume),
+/// then the events it missed and every event as it is published, from its bounded channel.
 pub struct Subscription {
     pub opening: Vec<Bytes>,
     pub events: mpsc::Receiver<Arc<Event>>,
@@ -399,7 +420,8 @@ impl EventHub {
     }
 
     /// Subscribes to the events `role` concerns (every event for `None`), resuming after
-    /// `last_event_id` when the ring still holds what followed it.
+    /// `last_event_id` when the ring still holds what followed it and the subscriber's buffer
+    /// can take it all.
     pub fn subscribe(&self, role: Option<String>, last_event_id: Option<&str>) -> Subscription {
         let mut state = self.state();
         let newest = state.newest;
@@ -407,28 +429,38 @@ impl EventHub {
         let resume = last_event_id.map(|text| (text, text.trim().parse::<u64>().ok()));
         // The events after `from` are all held when `from` is the newest or the event just
         // before the oldest held; anything else (unknown, too old, or from another instance with
-        // more events) cannot be resumed.
-        let resumable = |from: u64| from <= newest && oldest.is_none_or(|o| from + 1 >= o);
+        // more events) cannot be resumed. Nor can more than the subscriber's buffer: the replay
+        // waits in it like any event, so that a subscriber holds at most its buffer's worth.
+        let buffer = self.inner.subscriber_buffer;
+        let missed = resume.and_then(|(_, from)| {
+            let from = from.filter(|&f| f <= newest && oldest.is_none_or(|o| f + 1 >= o))?;
+            let missed: Vec<Arc<Event>> = state
+                .ring
+                .iter()
+                .filter(|e| e.id > from && e.scope.concerns(role.as_deref()))
+                .take(buffer + 1)
+                .cloned()
+                .collect();
+            (missed.len() <= buffer).then_some((from, missed))
+        });
         let mut opening = Vec::new();
         let hello = Hello {
             instance_id: &self.inner.instance_id,
             started_at: &self.inner.started_at,
         };
-        match resume {
-            None => opening.push(frame(EventKind::Hello, newest, &hello)),
-            Some((_, Some(from))) if resumable(from) => {
+        let (tx, events) = mpsc::channel(buffer);
+        match (resume, missed) {
+            (None, _) => opening.push(frame(EventKind::Hello, newest, &hello)),
+            (Some(_), Some((from, missed))) => {
                 // `hello` carries the resumption point, so a client that loses the connection
                 // again before the replay resumes from the same place.
                 opening.push(frame(EventKind::Hello, from, &hello));
-                opening.extend(
-                    state
-                        .ring
-                        .iter()
-                        .filter(|e| e.id > from && e.scope.concerns(role.as_deref()))
-                        .map(|e| e.frame().clone()),
-                );
+                for event in missed {
+                    // At most `buffer` events into an empty channel of that capacity.
+                    let _ = tx.try_send(event);
+                }
             }
-            Some((text, _)) => {
+            (Some((text, _)), None) => {
                 opening.push(frame(EventKind::Hello, newest, &hello));
                 let reset = Reset {
                     last_event_id: text,
@@ -438,7 +470,6 @@ impl EventHub {
                 opening.push(frame(EventKind::Reset, newest, &reset));
             }
         }
-        let (tx, events) = mpsc::channel(self.inner.subscriber_buffer);
         if !state.closed {
             state.subscribers.push(Subscriber { role, tx });
         }
@@ -610,42 +641,53 @@ mod tests {
         for i in 0..5 {
             publish_call(&hub, if i % 2 == 0 { "A" } else { "B" }, "c");
         }
-        let sub = hub.subscribe(None, Some("2"));
-        let ids: Vec<(String, u64)> = sub
-            .opening
-            .iter()
-            .map(|f| {
-                let (e, id, _) = parse(f);
-                (e, id)
-            })
-            .collect();
+        let mut sub = hub.subscribe(None, Some("2"));
+        assert_eq!(sub.opening.len(), 1);
+        let (event, id, _) = parse(&sub.opening[0]);
+        assert_eq!((event.as_str(), id), ("hello", 2));
+        assert_eq!(received(&mut sub), [3, 4, 5]);
+        let mut filtered = hub.subscribe(Some("A".into()), Some("2"));
+        assert_eq!(received(&mut filtered), [3, 5]);
+        let mut current = hub.subscribe(None, Some("5"));
+        assert_eq!(received(&mut current), [0u64; 0], "nothing missed");
+        // The replay waits in the subscriber's buffer: live events come after it.
+        publish_call(&hub, "A", "c");
+        assert_eq!(received(&mut sub), [6]);
+    }
+
+    #[test]
+    fn a_replay_longer_than_the_buffer_is_a_reset() {
+        let hub = hub(4);
+        for _ in 0..10 {
+            publish_call(&hub, "A", "c");
+        }
+        // Four missed fill the buffer exactly; five would not fit.
+        let mut fits = hub.subscribe(None, Some("6"));
+        assert_eq!(received(&mut fits), [7, 8, 9, 10]);
+        let mut too_many = hub.subscribe(None, Some("5"));
+        assert_eq!(too_many.opening.len(), 2);
+        let (event, id, data) = parse(&too_many.opening[1]);
+        assert_eq!((event.as_str(), id), ("reset", 10));
         assert_eq!(
-            ids,
-            [
-                ("hello".to_owned(), 2),
-                ("tool.call".to_owned(), 3),
-                ("tool.call".to_owned(), 4),
-                ("tool.call".to_owned(), 5)
-            ]
+            data,
+            json!({"last_event_id": "5", "oldest_event_id": 1, "newest_event_id": 10})
         );
-        let filtered = hub.subscribe(Some("A".into()), Some("2"));
-        assert_eq!(filtered.opening.len(), 3, "hello, 3 and 5");
-        let current = hub.subscribe(None, Some("5"));
-        assert_eq!(current.opening.len(), 1, "nothing missed");
+        assert_eq!(received(&mut too_many), [0u64; 0]);
+        // What a role filter leaves out does not count: B missed none of the ten.
+        assert_eq!(hub.subscribe(Some("B".into()), Some("0")).opening.len(), 1);
     }
 
     #[test]
     fn resume_from_a_lost_or_foreign_id_is_a_reset() {
-        let hub = hub(8);
+        let hub = hub(RING_CAPACITY);
         for _ in 0..(RING_CAPACITY + 10) {
             publish_call(&hub, "A", "c");
         }
         let newest = (RING_CAPACITY + 10) as u64;
         // The ring holds 11..=newest: resuming from 10 misses nothing, from 9 it would.
-        assert_eq!(
-            hub.subscribe(None, Some("10")).opening.len(),
-            1 + RING_CAPACITY
-        );
+        let mut edge = hub.subscribe(None, Some("10"));
+        assert_eq!(edge.opening.len(), 1);
+        assert_eq!(received(&mut edge).len(), RING_CAPACITY);
         for lost in ["9", "0", "99999", "not-a-number"] {
             let sub = hub.subscribe(None, Some(lost));
             assert_eq!(sub.opening.len(), 2, "{lost}");

@@ -65,8 +65,9 @@ struct ServeArgs {
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    // The demo's story goes to stdout; only warnings and errors join it (on stderr).
-    telemetry::init_with_default(match cli.command {
+    // The demo's story goes to stdout; only warnings and errors join it (on stderr). The guard
+    // lives as long as `main`, so what is still queued is written when it returns.
+    let _log = telemetry::init_with_default(match cli.command {
         Command::Demo => "warn",
         Command::Serve(_) => "info",
         // The SDK logs every request at info: an MCP client shows stderr, keep it to ours.

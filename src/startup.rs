@@ -118,7 +118,7 @@ impl Application {
         for c in &settings.characters {
             if let Some(session) = &c.session {
                 session
-                    .api_key()
+                    .check_keys()
                     .with_context(|| format!("character {:?}", c.name))?;
             }
             if let Some(chat) = &c.chat {

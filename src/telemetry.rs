@@ -1,23 +1,141 @@
 //! Logging: human-readable lines on stderr, filtered like `RUST_LOG` (`info` by default).
+//!
+//! Lines never block the thread that logs them (an actor's, an HTTP worker's): they go through
+//! a bounded queue to a thread of its own that writes them to stderr (tracing-appender's
+//! non-blocking writer). When stderr does not take them — a pipe that an app launching the
+//! server never reads — the queue fills and further lines are dropped and counted; once stderr
+//! takes lines again, that thread writes how many were dropped before the next line.
 
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
+
+use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
 
+/// Lines the log holds while stderr does not take them. Enough for a burst (a few hundred
+/// registrations, a reconnect storm) to reach a slow reader whole; past it lines are dropped
+/// rather than held: a reader that is this far behind may never read again.
+pub const LOG_QUEUE_LINES: usize = 8192;
+
+/// Keeps the log's writer thread; dropping it writes what is queued (waiting a second at most).
+/// Hold it until the process ends.
+#[must_use = "dropping the guard stops the log's writer"]
+pub struct LogGuard {
+    worker: Option<WorkerGuard>,
+    counts: Arc<Counts>,
+}
+
+impl Drop for LogGuard {
+    fn drop(&mut self) {
+        // While stderr takes nothing (lines are being dropped), there is nothing to write what
+        // is queued to, and the writer's own shutdown would complain on stdout, which may carry
+        // a protocol: the thread is left to end with the process.
+        if let Some(worker) = self.worker.take()
+            && self.counts.unreported() > 0
+        {
+            std::mem::forget(worker);
+        }
+    }
+}
+
+/// Lines dropped, and how many of them the writer thread has reported.
+#[derive(Default)]
+struct Counts {
+    dropped: OnceLock<ErrorCounter>,
+    reported: AtomicUsize,
+}
+
+impl Counts {
+    fn unreported(&self) -> usize {
+        let dropped = self.dropped.get().map_or(0, ErrorCounter::dropped_lines);
+        dropped.saturating_sub(self.reported.load(Ordering::Relaxed))
+    }
+}
+
 /// Installs the global subscriber. Safe to call more than once (later calls do nothing).
-pub fn init() {
-    init_with_default("info");
+pub fn init() -> LogGuard {
+    init_with_default("info")
 }
 
 /// [`init`], with `default` as the filter when `RUST_LOG` is not set (the demo keeps its
 /// output clean with `warn`).
-pub fn init_with_default(default: &str) {
+pub fn init_with_default(default: &str) -> LogGuard {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let (writer, worker, counts) = non_blocking(std::io::stderr(), LOG_QUEUE_LINES);
+    let installed = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_ansi(ansi)
+        .try_init()
+        .is_ok();
     log_panics();
+    LogGuard {
+        // A writer nobody installed has nothing to write.
+        worker: installed.then_some(worker),
+        counts,
+    }
+}
+
+/// A lossy non-blocking writer of at most `lines` queued lines to `sink`, whose thread reports
+/// the lines it dropped.
+fn non_blocking<W: Write + Send + 'static>(
+    sink: W,
+    lines: usize,
+) -> (
+    tracing_appender::non_blocking::NonBlocking,
+    WorkerGuard,
+    Arc<Counts>,
+) {
+    let counts = Arc::new(Counts::default());
+    let sink = ReportingSink {
+        sink,
+        counts: counts.clone(),
+    };
+    let (writer, worker) = NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(lines)
+        .thread_name("log-writer")
+        .finish(sink);
+    let _ = counts.dropped.set(writer.error_counter());
+    (writer, worker, counts)
+}
+
+/// The sink of the writer thread: before each line, a line saying how many were dropped since
+/// it last said so. Written by that thread itself, so a report never waits in (or is dropped
+/// from) the queue.
+struct ReportingSink<W> {
+    sink: W,
+    counts: Arc<Counts>,
+}
+
+impl<W: Write> Write for ReportingSink<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let unreported = self.counts.unreported();
+        if unreported > 0 {
+            self.sink.write_all(dropped_line(unreported).as_bytes())?;
+            self.counts
+                .reported
+                .fetch_add(unreported, Ordering::Relaxed);
+        }
+        self.sink.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.sink.flush()
+    }
+}
+
+/// The line that reports `count` dropped lines, shaped like the others.
+fn dropped_line(count: usize) -> String {
+    format!(
+        "{}  WARN {count} log lines were dropped: stderr was not taking them (more than \
+         {LOG_QUEUE_LINES} were waiting)\n",
+        humantime::format_rfc3339_micros(SystemTime::now())
+    )
 }
 
 /// Replaces the default panic report with one log line, so a panicking actor (an in-process
@@ -41,4 +159,93 @@ fn log_panics() {
             "panic: {message}; the actor that panicked stopped, the rest keep running"
         );
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use std::sync::{Condvar, Mutex};
+    use std::time::{Duration, Instant};
+
+    /// A sink that takes nothing until it is opened, and says when it wrote.
+    #[derive(Clone, Default)]
+    struct Gate {
+        open: Arc<(Mutex<bool>, Condvar)>,
+        written: Arc<(Mutex<Vec<u8>>, Condvar)>,
+    }
+
+    impl Write for Gate {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let (open, changed) = &*self.open;
+            let mut is_open = open.lock().unwrap();
+            while !*is_open {
+                is_open = changed.wait(is_open).unwrap();
+            }
+            let (written, wrote) = &*self.written;
+            written.lock().unwrap().extend_from_slice(buf);
+            wrote.notify_all();
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    impl Gate {
+        fn open(&self) {
+            let (open, changed) = &*self.open;
+            *open.lock().unwrap() = true;
+            changed.notify_all();
+        }
+
+        /// Waits (at most ten seconds) until `lines` lines were written; returns them.
+        fn wait_for_lines(&self, lines: usize) -> String {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let (written, wrote) = &*self.written;
+            let mut text = written.lock().unwrap();
+            while text.iter().filter(|&&b| b == b'\n').count() < lines {
+                let left = deadline.saturating_duration_since(Instant::now());
+                assert!(!left.is_zero(), "{lines} lines not written in time");
+                text = wrote.wait_timeout(text, left).unwrap().0;
+            }
+            String::from_utf8(text.clone()).unwrap()
+        }
+    }
+
+    #[test]
+    fn a_stalled_sink_costs_dropped_lines_that_are_then_reported() {
+        let gate = Gate::default();
+        let (mut writer, worker, counts) = non_blocking(gate.clone(), 4);
+        // The sink takes nothing: every write still returns at once. One line is held by the
+        // writer thread (or not yet), four wait in the queue, the rest are dropped.
+        for i in 0..20 {
+            writer.write_all(format!("line {i}\n").as_bytes()).unwrap();
+        }
+        let dropped = writer.error_counter().dropped_lines();
+        assert!((15..=16).contains(&dropped), "{dropped}");
+        gate.open();
+        // What was kept, and the count before the first line written after the drops.
+        let kept = 20 - dropped;
+        let written = gate.wait_for_lines(kept + 1);
+        assert_eq!(
+            written
+                .lines()
+                .filter(|l| l.ends_with(&format!(
+                    "WARN {dropped} log lines were dropped: stderr was not taking them (more \
+                     than {LOG_QUEUE_LINES} were waiting)"
+                )))
+                .count(),
+            1,
+            "{written}"
+        );
+        // Reported once: later lines follow plainly.
+        writer.write_all(b"after\n").unwrap();
+        let written = gate.wait_for_lines(kept + 2);
+        assert!(written.ends_with("\nafter\n"), "{written}");
+        assert_eq!(written.matches("were dropped").count(), 1, "{written}");
+        assert_eq!(counts.unreported(), 0);
+        drop(worker);
+    }
 }

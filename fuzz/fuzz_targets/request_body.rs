@@ -12,7 +12,9 @@ fuzz_target!(|data: &[u8]| {
     let Ok(body) = parse_object(data) else {
         return;
     };
-    if let Err(errors) = RegisterRequest::parse(&body) {
+    // The address a server of the default configuration listens on.
+    let server = "127.0.0.1:48911".parse().expect("a socket address");
+    if let Err(errors) = RegisterRequest::parse(body.clone(), server) {
         assert!(!errors.is_empty());
     }
     if let Err(errors) = UnregisterRequest::parse(&body) {
@@ -21,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
     if let Err(errors) = ClearRequest::parse(&body) {
         assert!(!errors.is_empty());
     }
-    if let Err(errors) = InvokeRequest::parse(&body) {
+    if let Err(errors) = InvokeRequest::parse(body, data) {
         assert!(!errors.is_empty());
     }
 });

@@ -25,19 +25,19 @@ use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, join_all};
 use tokio::sync::oneshot;
 
+use crate::actors::router::ChangeFailure;
 use crate::dispatch::Dispatcher;
 use crate::domain::registry::Change;
-use crate::domain::snapshot::{ToolCell, ToolWriter};
+use crate::domain::snapshot::{Superseded, ToolCell, ToolWriter};
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
-use crate::session::attach::{Attachment, Joined};
-use crate::session::core::not_acknowledged;
-use crate::session::protocol::Dialect;
+use crate::session::attach::{Attachment, JoinError, Joined};
+use crate::session::realtime::Dialect;
 use crate::session::settings::{DEFAULT_SYNC_TIMEOUT, SessionMode, SessionSettings};
 use crate::session::shell::CONNECT_TIMEOUT;
 use crate::session::{
     CloseSession, ConnectionKind, ConnectionReport, ConnectionState, RealtimeSession,
-    SessionHandle, SessionReport, SessionStatus, SyncTools,
+    SessionHandle, SessionReport, SessionStatus, SyncError, SyncTools,
 };
 
 /// Apply change number `number` to this character's tools, publish the result and sync the
@@ -59,7 +59,7 @@ pub struct ChangeOutcome {
     /// Tools removed.
     pub removed: usize,
     /// `Err` says why the change did not reach every live session (or the character at all).
-    pub sync: Result<(), String>,
+    pub sync: Result<(), ChangeFailure>,
 }
 
 /// The character's model-session state.
@@ -73,13 +73,19 @@ pub struct ReportSession;
 #[rtype(result = "()")]
 pub struct AddSession(pub SessionHandle);
 
-/// Join the live call at `url` (an attachment); answers once the first tool update settled.
+/// Join the live call at `url` (an attachment); answers once the first tool update settled, or
+/// at once with [`AttachmentsFull`] when the character holds `max` attachments already.
 #[derive(Message, Debug)]
-#[rtype(result = "Joined")]
+#[rtype(result = "Result<Joined, AttachmentsFull>")]
 pub struct JoinCall {
     pub url: String,
     pub api_key: Option<String>,
+    pub max: usize,
 }
+
+/// The character is attached to this many calls, its most.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttachmentsFull(pub usize);
 
 /// Leave the call at `url`; answers whether an attachment to it was open.
 #[derive(Message, Debug)]
@@ -200,7 +206,7 @@ impl SessionManager {
     ///
     /// `None`: nothing to wait for (no session). `Some`: resolves when every session settled;
     /// `Err` names each that refused or timed out.
-    fn sync_sessions(&mut self) -> Option<BoxFuture<'static, Result<(), String>>> {
+    fn sync_sessions(&mut self) -> Option<BoxFuture<'static, Result<(), ChangeFailure>>> {
         let timeout = self.sync_timeout();
         if self.open_sessions().is_empty() {
             // A character without a session copies no tool list: a fan-out over many such
@@ -208,9 +214,8 @@ impl SessionManager {
             return None;
         }
         let tools = tool_list(&self.tools);
-        let sessions = &self.sessions;
-        let several = sessions.len() > 1;
-        let replies: Vec<_> = sessions
+        let replies: Vec<_> = self
+            .sessions
             .iter()
             .map(|s| {
                 let kind = s.kind;
@@ -218,8 +223,8 @@ impl SessionManager {
                 async move {
                     let outcome = match tokio::time::timeout(timeout, reply).await {
                         Ok(Ok(outcome)) => outcome,
-                        Ok(Err(_)) => Err("model session actor is not running".to_owned()),
-                        Err(_) => Err(not_acknowledged(timeout)),
+                        Ok(Err(_)) => Err(SyncError::Gone),
+                        Err(_) => Err(SyncError::NotAcknowledged(timeout)),
                     };
                     (kind, outcome)
                 }
@@ -227,24 +232,15 @@ impl SessionManager {
             .collect();
         Some(
             async move {
-                let failures: Vec<String> = join_all(replies)
+                let failures: Vec<(ConnectionKind, SyncError)> = join_all(replies)
                     .await
                     .into_iter()
-                    .filter_map(|(kind, outcome)| {
-                        let error = outcome.err()?;
-                        // With one session the error speaks for itself; with several, each says
-                        // which kind of connection it was.
-                        Some(if several {
-                            format!("{} session: {error}", kind_name(kind))
-                        } else {
-                            error
-                        })
-                    })
+                    .filter_map(|(kind, outcome)| Some((kind, outcome.err()?)))
                     .collect();
                 if failures.is_empty() {
                     Ok(())
                 } else {
-                    Err(failures.join("; "))
+                    Err(ChangeFailure::Sessions(failures))
                 }
             }
             .boxed(),
@@ -255,17 +251,6 @@ impl SessionManager {
 /// The current tools as the sessions take them.
 fn tool_list(tools: &ToolWriter) -> Arc<[SharedTool]> {
     tools.current().tools().cloned().collect()
-}
-
-/// A connection kind as the API spells it.
-fn kind_name(kind: ConnectionKind) -> &'static str {
-    match kind {
-        ConnectionKind::Client => "client",
-        ConnectionKind::Relay => "relay",
-        ConnectionKind::Attach => "attach",
-        ConnectionKind::Embedded => "embedded",
-        ConnectionKind::Chat => "chat",
-    }
 }
 
 impl Actor for SessionManager {
@@ -327,11 +312,11 @@ impl Handler<ApplyChange> for SessionManager {
         // The receiver may be gone (the router stopped waiting): nothing to tell then.
         let effect = match self.tools.apply(msg.number, &msg.change) {
             Ok(effect) => effect,
-            Err(superseded) => {
+            Err(Superseded) => {
                 // A newer manager of this character took over its tools, this change included.
                 let _ = msg.reply.send(ChangeOutcome {
                     removed: 0,
-                    sync: Err(superseded.to_string()),
+                    sync: Err(ChangeFailure::Superseded),
                 });
                 return;
             }
@@ -356,7 +341,7 @@ impl Handler<AddSession> for SessionManager {
     type Result = ();
 
     fn handle(&mut self, AddSession(session): AddSession, _: &mut Self::Context) {
-        tracing::debug!(character = %self.character, kind = kind_name(session.kind), "session added");
+        tracing::debug!(character = %self.character, kind = session.kind.name(), "session added");
         // The current list goes out before anything the session receives later; nobody waits
         // for this acknowledgement.
         session.sync.do_send(SyncTools(tool_list(&self.tools)));
@@ -365,15 +350,22 @@ impl Handler<AddSession> for SessionManager {
 }
 
 impl Handler<JoinCall> for SessionManager {
-    type Result = ResponseFuture<Joined>;
+    type Result = ResponseFuture<Result<Joined, AttachmentsFull>>;
 
     fn handle(&mut self, msg: JoinCall, _: &mut Self::Context) -> Self::Result {
-        if self
-            .open_sessions()
-            .iter()
-            .any(|s| s.kind == ConnectionKind::Attach && s.upstream.as_deref() == Some(&msg.url))
+        let open = self.open_sessions();
+        let attachments = open.iter().filter(|s| s.kind == ConnectionKind::Attach);
+        if attachments
+            .clone()
+            .any(|s| s.upstream.as_deref() == Some(&msg.url))
         {
-            return Box::pin(async { Ok(Ok(())) });
+            return Box::pin(async { Ok(Ok(Ok(()))) });
+        }
+        // Counted here, where attachments are added in mailbox order, so two requests at once
+        // cannot both take the last place.
+        if attachments.count() >= msg.max {
+            let max = msg.max;
+            return Box::pin(async move { Err(AttachmentsFull(max)) });
         }
         // A character without `[character.session]` joins calls in the GA OpenAI dialect with
         // the default sync timeout and runaway guard.
@@ -399,14 +391,11 @@ impl Handler<JoinCall> for SessionManager {
         // request answers; an update still pending then is reported, and may still succeed.
         let wait = CONNECT_TIMEOUT + settings.sync_timeout;
         Box::pin(async move {
-            match tokio::time::timeout(wait, joined).await {
+            Ok(match tokio::time::timeout(wait, joined).await {
                 Ok(Ok(joined)) => joined,
-                Ok(Err(_)) => Err("the attachment ended before it connected".to_owned()),
-                Err(_) => Ok(Err(format!(
-                    "the call did not take the tools within {} s",
-                    wait.as_secs_f64()
-                ))),
-            }
+                Ok(Err(_)) => Err(JoinError::Ended),
+                Err(_) => Ok(Err(SyncError::NotJoined(wait))),
+            })
         })
     }
 }

@@ -116,6 +116,10 @@ pub enum ApiError {
     /// 500: something that should not happen did (the MCP transport failed inside).
     #[error("{0}")]
     Internal(String),
+    /// 409: the request conflicts with what the server holds now (a character attached to as
+    /// many calls as it may be).
+    #[error("{0}")]
+    Conflict(String),
 }
 
 impl From<RouterError> for ApiError {
@@ -132,6 +136,14 @@ impl From<RouterError> for ApiError {
                     kind: "value_error",
                 }])
             }
+            RouterError::AttachRefused { field, ref reason } => {
+                ApiError::Validation(vec![FieldError::body(
+                    field,
+                    "value_error",
+                    format!("Value error, {reason}"),
+                )])
+            }
+            RouterError::TooManyAttachments { .. } => ApiError::Conflict(e.to_string()),
             // Character lifecycle errors have no HTTP route today.
             RouterError::DuplicateCharacter(_)
             | RouterError::InvalidSession { .. }
@@ -183,6 +195,7 @@ impl ResponseError for ApiError {
             ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
             ApiError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
         }
     }
 

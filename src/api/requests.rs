@@ -14,8 +14,8 @@ use serde_json::{Map, Value};
 use super::error::FieldError;
 use crate::domain::arguments::{Parameters, SchemaError};
 use crate::domain::call::JsonText;
+use crate::domain::call_url::{ACCEPTED_CALL_URLS, CallUrl, CallUrlError};
 use crate::domain::callback_url::{ACCEPTED_FORMS, CallbackUrl, CallbackUrlError};
-use crate::domain::loopback::{is_loopback_host, is_loopback_v6};
 use crate::domain::tool::{DEFAULT_SOURCE, DEFAULT_TIMEOUT, ToolSpec, empty_parameters};
 use crate::mcp::runtime::McpRegistration;
 use crate::mcp::settings::MCP_SOURCE_PREFIX;
@@ -63,9 +63,10 @@ pub struct InvokeRequest {
 #[derive(Debug)]
 pub struct AttachRequest {
     pub role: String,
-    pub url: String,
-    /// The key read from the variable `api_key_env` names.
-    pub api_key: Option<String>,
+    pub url: CallUrl,
+    /// The name of the variable whose key to send, if any: the character's configuration
+    /// decides whether it may be (the router checks it), never the request alone.
+    pub api_key_env: Option<String>,
 }
 
 /// `POST /api/sessions/detach`.
@@ -180,12 +181,15 @@ impl AttachRequest {
         let mut f = Fields::new(body);
         let role = f.required_non_empty_string("role");
         let url = f.call_url("url");
-        let api_key = f.api_key("api_key_env");
+        let api_key_env = f.nullable_string("api_key_env");
         f.finish()?;
+        let (Some(url), Some(api_key_env)) = (url, api_key_env) else {
+            unreachable!("every field is present when no field failed")
+        };
         Ok(Self {
             role: role.unwrap_or_default(),
-            url: url.unwrap_or_default(),
-            api_key: api_key.flatten(),
+            url,
+            api_key_env: api_key_env.filter(|n| !n.is_empty()),
         })
     }
 }
@@ -429,7 +433,7 @@ impl<'a> Fields<'a> {
                 }
                 None
             }
-            Err(e @ SchemaError::NotAnObject { .. }) => {
+            Err(e @ (SchemaError::NotAnObject { .. } | SchemaError::Limit(_))) => {
                 self.fail(field, "value_error", format!("Value error, {e}"));
                 None
             }
@@ -467,69 +471,22 @@ impl<'a> Fields<'a> {
         }
     }
 
-    /// The websocket URL of a live call: `wss://` anywhere, or `ws://` on loopback only (an
-    /// unencrypted connection carries the conversation and the API key).
-    fn call_url(&mut self, field: &str) -> Option<String> {
+    /// The websocket URL of a live call: `wss://`, or `ws://` on loopback only, written plainly
+    /// (an unencrypted connection carries the conversation). Which `wss://` hosts a character may
+    /// attach to is its configuration's, checked by the router.
+    fn call_url(&mut self, field: &str) -> Option<CallUrl> {
         let written = self.string(field, None)?;
-        let fail = |why: &str| {
-            format!(
-                "{why}: the call's URL must be wss://, or ws:// on loopback (localhost, 127.x.x.x or [::1]), e.g. wss://api.openai.com/v1/realtime?call_id=rtc_123"
-            )
-        };
-        let url = match url::Url::parse(&written) {
-            Ok(url) => url,
+        match CallUrl::parse(&written) {
+            Ok(url) => Some(url),
+            Err(e @ CallUrlError::TooLong(_)) => {
+                self.fail(field, "string_too_long", e.to_string());
+                None
+            }
             Err(e) => {
                 self.fail(
                     field,
                     "value_error",
-                    fail(&format!("{written:?} is not a URL ({e})")),
-                );
-                return None;
-            }
-        };
-        let loopback = match url.host() {
-            Some(url::Host::Domain(name)) => is_loopback_host(name),
-            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-            Some(url::Host::Ipv6(ip)) => is_loopback_v6(&ip),
-            None => false,
-        };
-        match url.scheme() {
-            "wss" if url.host().is_some() => Some(written),
-            "ws" if loopback => Some(written),
-            "ws" => {
-                self.fail(
-                    field,
-                    "value_error",
-                    fail(&format!(
-                        "{written:?} is ws:// to a host that is not loopback"
-                    )),
-                );
-                None
-            }
-            _ => {
-                self.fail(
-                    field,
-                    "value_error",
-                    fail(&format!("{written:?} is not a websocket URL")),
-                );
-                None
-            }
-        }
-    }
-
-    /// `api_key_env`: null, or the name of a set environment variable; `Some(key)` reads it.
-    fn api_key(&mut self, field: &str) -> Option<Option<String>> {
-        let name = self.nullable_string(field)?;
-        let Some(name) = name.filter(|n| !n.is_empty()) else {
-            return Some(None);
-        };
-        match std::env::var(&name) {
-            Ok(key) => Some(Some(key)),
-            Err(_) => {
-                self.fail(
-                    field,
-                    "value_error",
-                    format!("environment variable {name} is not set on the server"),
+                    format!("Value error, {e}: {ACCEPTED_CALL_URLS}"),
                 );
                 None
             }
@@ -792,33 +749,53 @@ mod tests {
             "role": "Mio", "url": "wss://api.example/v1/realtime?call_id=rtc_1", "api_key_env": null
         })))
         .unwrap();
-        assert_eq!((ok.role.as_str(), ok.api_key), ("Mio", None));
+        assert_eq!((ok.role.as_str(), ok.api_key_env), ("Mio", None));
+        assert_eq!(
+            ok.url.as_written(),
+            "wss://api.example/v1/realtime?call_id=rtc_1"
+        );
         assert!(
             AttachRequest::parse(&body(
                 json!({"role": "Mio", "url": "ws://[::1]:9/v1/realtime"})
             ))
             .is_ok()
         );
+        // The name is only read here; whether it may be used is the configuration's.
+        let named = AttachRequest::parse(&body(json!({
+            "role": "Mio", "url": "ws://127.0.0.1:9/", "api_key_env": "RUNTIME_TOOLS_TEST_NEVER_SET"
+        })))
+        .unwrap();
+        assert_eq!(
+            named.api_key_env.as_deref(),
+            Some("RUNTIME_TOOLS_TEST_NEVER_SET")
+        );
         let e = AttachRequest::parse(&body(json!({
-            "url": "ws://10.0.0.2/v1/realtime", "api_key_env": "RUNTIME_TOOLS_TEST_NEVER_SET"
+            "url": "ws://127.1/v1/realtime", "api_key_env": 5
         })))
         .unwrap_err();
         assert_eq!(
             failing_fields(&e),
             ["body.role", "body.url", "body.api_key_env"]
         );
-        assert!(
-            e[1].msg.contains("is ws:// to a host that is not loopback"),
-            "{}",
-            e[1].msg
-        );
         assert_eq!(
-            e[2].msg,
-            "environment variable RUNTIME_TOOLS_TEST_NEVER_SET is not set on the server"
+            e[1].msg,
+            "Value error, \"ws://127.1/v1/realtime\" is ws:// to a host that is not loopback, or \
+             not written plainly: the call's URL must be wss:// to a provider the configuration \
+             names, or ws:// on loopback (localhost, 127.x.x.x or [::1]), e.g. \
+             wss://api.openai.com/v1/realtime?call_id=rtc_123"
         );
         let e =
             AttachRequest::parse(&body(json!({"role": "Mio", "url": "https://x/"}))).unwrap_err();
         assert!(e[0].msg.contains("is not a websocket URL"), "{}", e[0].msg);
+        let long = format!("wss://api.openai.com/{}", "a".repeat(2048));
+        let e = AttachRequest::parse(&body(json!({"role": "Mio", "url": long}))).unwrap_err();
+        assert_eq!(
+            (e[0].kind, e[0].msg.as_str()),
+            (
+                "string_too_long",
+                "url is 2069 bytes long; at most 2048 bytes are accepted"
+            )
+        );
     }
 
     #[test]

@@ -63,6 +63,7 @@ pub struct SessionsResponse {
         (status = 200, description = "Attached; `ok` is false (with `error`) when the call did not take the tools", body = AttachResponse),
         BodyRouteErrors,
         (status = 404, description = "`role` names no character", body = ErrorBody),
+        (status = 409, description = "The character is attached to as many calls as its configuration allows (`max_attachments`)", body = ErrorBody),
         (status = 502, description = "The call's websocket could not be opened", body = ErrorBody),
         (status = 503, description = "The router or the character's session manager did not answer, or the server is stopping", body = ErrorBody),
     )
@@ -72,23 +73,23 @@ async fn attach(
     JsonObject(body): JsonObject,
 ) -> Result<HttpResponse, ApiError> {
     let request = AttachRequest::parse(&body).map_err(ApiError::Validation)?;
+    let url = request.url.as_written().to_owned();
     let joined = ask_router(
         &state,
         AttachCall {
             role: request.role.clone(),
-            url: request.url.clone(),
-            api_key: request.api_key,
+            url: request.url,
+            api_key_env: request.api_key_env,
         },
     )
     .await??;
-    let synced = joined.map_err(|e| {
-        ApiError::BadGateway(format!("could not join the call at {}: {e}", request.url))
-    })?;
+    let synced = joined
+        .map_err(|e| ApiError::BadGateway(format!("could not join the call at {url}: {e}")))?;
     Ok(HttpResponse::Ok().json(AttachResponse {
         ok: synced.is_ok(),
         role: request.role,
-        url: request.url,
-        error: synced.err(),
+        url,
+        error: synced.err().map(|e| e.to_string()),
     }))
 }
 
@@ -167,14 +168,18 @@ pub struct AttachBody {
     /// The character whose tools the call gets.
     #[schema(min_length = 1)]
     role: String,
-    /// The call's websocket: `wss://`, or `ws://` on loopback only.
+    /// The call's websocket: `wss://` to a host the character's configuration names
+    /// (`attach_hosts`, by default `api.openai.com`), or `ws://` on loopback only, written
+    /// plainly.
     #[schema(
         format = "uri",
         example = "wss://api.openai.com/v1/realtime?call_id=rtc_123"
     )]
     url: String,
     /// Name of an environment variable of the server holding the API key, sent as
-    /// `Authorization: Bearer <key>`; a variable that is not set is a 422.
+    /// `Authorization: Bearer <key>`: the character's own `api_key_env` or one of its
+    /// `attach_api_key_envs`, and only to a `wss://` provider host or the character's own session
+    /// endpoint; any other name is a 422, alike whether the variable exists or not.
     #[schema(nullable)]
     api_key_env: Option<String>,
 }

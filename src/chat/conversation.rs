@@ -121,7 +121,7 @@ impl Conversation {
     pub fn next_round(&mut self, registered: &[SharedTool]) -> Round {
         let with_tools = !self.withhold_tools && self.tool_rounds < self.max_tool_rounds;
         let (tools, clashes) = if with_tools {
-            crate::session::protocol::without_clashes(registered, &self.request.app_tools)
+            crate::session::core::without_clashes(registered, &self.request.app_tools)
         } else {
             (Vec::new(), Vec::new())
         };
@@ -285,12 +285,9 @@ impl Conversation {
     }
 
     /// Upstream calls made so far.
-    pub fn rounds(&self) -> usize {
+    #[cfg(test)]
+    fn rounds(&self) -> usize {
         self.rounds
-    }
-
-    pub fn into_usage(self) -> Option<Map<String, Value>> {
-        self.usage
     }
 }
 
@@ -304,11 +301,6 @@ fn images_not_taken(images: &mut Vec<crate::domain::images::ToolImage>) -> Optio
              vision = false)"
         )
     })
-}
-
-/// The tools of a call list's names, for logs.
-pub fn names(calls: &[ModelCall]) -> Vec<&str> {
-    calls.iter().map(|c| c.name.as_str()).collect()
 }
 
 #[cfg(test)]

@@ -133,15 +133,6 @@ impl Upstream {
         })
     }
 
-    /// The base URL as configured.
-    pub fn base(&self) -> &str {
-        &self.base
-    }
-
-    pub fn timeout(&self) -> Duration {
-        self.timeout
-    }
-
     /// The URL of `path` under the base (`chat/completions`, `models`), its query kept.
     fn url(&self, path: &str) -> String {
         let mut url = self.base_url.clone();

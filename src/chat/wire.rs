@@ -16,8 +16,9 @@ use serde_json::{Map, Value, json};
 
 use crate::domain::call::ToolResult;
 use crate::domain::images::ToolImage;
+use crate::domain::tool::NestedTool;
 use crate::domain::tool::SharedTool;
-use crate::session::protocol::{ForeignTool, NestedTool};
+use crate::session::core::ForeignTool;
 
 /// JSON text kept exactly as the app or the upstream wrote it.
 pub type Raw = Box<RawValue>;

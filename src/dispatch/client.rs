@@ -9,7 +9,8 @@
 //! plugin has closed it, and goes on with another connection if the request could not be sent.
 //! Idle connections older than [`CALLBACK_KEEP_ALIVE`] are closed by a sweep on the thread's
 //! arbiter (and, on any thread, whenever the pool is used). Redirects are never followed: a
-//! loopback callback cannot bounce the user's data elsewhere.
+//! loopback callback cannot bounce the user's data elsewhere. A new connection is bounded: its
+//! TCP connect, and for `https` its TLS handshake after it.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -28,7 +29,9 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 use tower_service::Service;
 
-use super::{CALLBACK_CONNECTION_LIMIT, CALLBACK_KEEP_ALIVE, CONNECT_TIMEOUT};
+use super::{
+    CALLBACK_CONNECTION_LIMIT, CALLBACK_KEEP_ALIVE, CONNECT_TIMEOUT, TLS_HANDSHAKE_TIMEOUT,
+};
 
 type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
 type Body = Full<Bytes>;
@@ -166,10 +169,24 @@ async fn open(origin: &str) -> Result<Connection, SendError> {
     let uri: Uri = origin
         .parse()
         .map_err(|e| SendError::Connect(Box::new(e)))?;
-    let io = CONNECTOR
-        .with(|connector| connector.clone().call(uri))
-        .await
-        .map_err(SendError::Connect)?;
+    let tls = uri.scheme() == Some(&hyper::http::uri::Scheme::HTTPS);
+    let connecting = CONNECTOR.with(|connector| connector.clone().call(uri));
+    // The connector bounds the TCP connection itself; an https connection then has its TLS
+    // handshake, which it does not bound.
+    let io = if tls {
+        let bound = CONNECT_TIMEOUT + TLS_HANDSHAKE_TIMEOUT;
+        match tokio::time::timeout(bound, connecting).await {
+            Ok(io) => io,
+            Err(_) => Err(format!(
+                "the connection and its TLS handshake did not finish within {} s",
+                bound.as_secs()
+            )
+            .into()),
+        }
+    } else {
+        connecting.await
+    }
+    .map_err(SendError::Connect)?;
     let (sender, io) = http1::handshake(io).await.map_err(SendError::Exchange)?;
     Ok(Connection {
         sender,

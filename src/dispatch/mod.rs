@@ -42,6 +42,12 @@ pub const CALLBACK_CONNECTION_LIMIT: usize = 4096;
 /// once; this only bounds a full accept queue, and counts as a connection failure.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Longest wait for the TLS handshake of an `https` callback once its TCP connection is made
+/// (a connection and its handshake get [`CONNECT_TIMEOUT`] and this together). On loopback a
+/// handshake takes milliseconds; this bounds a peer that accepts and never answers, which
+/// counts as a connection failure rather than costing the call its whole timeout.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// How long an idle keep-alive connection to a callback is kept for reuse. Just under the 5 s
 /// idle timeout of the usual plugin servers (uvicorn, Node, actix-web), so we let a connection go
 /// before the plugin closes it under a call we are sending.
@@ -249,6 +255,18 @@ impl Dispatcher {
             Err(e) => return Err(send_failure(endpoint, e).await),
         };
         let status = response.status().as_u16();
+        // A `101 Switching Protocols` hands the connection over to another protocol: there is
+        // no answer to read on it, and the connection cannot be used again.
+        if response.status().is_informational() {
+            return Err(CallFailure::reachable(format!(
+                "remote tool callback answered {status} {}: a tool callback must answer with a \
+                 final HTTP status, not switch protocols",
+                response
+                    .status()
+                    .canonical_reason()
+                    .unwrap_or("(informational)")
+            )));
+        }
         let headers = response.headers();
         let declared = headers
             .get(CONTENT_LENGTH)

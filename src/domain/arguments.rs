@@ -4,8 +4,11 @@
 //!
 //! [`Parameters`] is what a [`ToolSpec`](super::tool::ToolSpec) holds: the schema as the model
 //! sees it and the compiled validator, shared by every character the tool applies to. The
-//! register route and in-process plugins build it with [`Parameters::new`]; the dispatcher calls
-//! [`Parameters::check_call`] before every call. Plain code, no actor or HTTP types.
+//! register route and in-process plugins build it with [`Parameters::new`], which first holds
+//! the schema to the bounds of [`schema_limits`](super::schema_limits); the dispatcher calls
+//! [`Parameters::check_call`] before every call. Whatever the schema and the arguments, a check
+//! does bounded work and the text the model gets is at most [`MAX_FIX_IT_BYTES`]. Plain code, no
+//! actor or HTTP types.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -17,6 +20,9 @@ use jsonschema::{ValidationError, Validator};
 use serde_json::{Map, Value};
 
 use super::call::{ArgumentsRead, ToolCall};
+use super::schema_limits::{
+    self, ArgumentShape, LimitError, MAX_CHECKED_ARGUMENT_DEPTH, MAX_SCHEMA_BYTES, SchemaCost,
+};
 
 /// Violations of one call listed in the model's text. Enough for a model to fix every mistake
 /// of a realistic call in one retry; bounded so a wildly wrong argument (a long array of wrong
@@ -47,6 +53,30 @@ pub const MAX_LISTED_ALTERNATIVES: usize = 5;
 /// Violations quoted per alternative of an `anyOf` / `oneOf`.
 pub const MAX_VIOLATIONS_PER_ALTERNATIVE: usize = 3;
 
+/// Longest text the model gets for arguments that do not match, in bytes: ten violations with
+/// their alternatives fit, and per-level caps alone do not bound a nest of alternatives (each
+/// level multiplies the text). Past it the text is cut and says how much was left out.
+pub const MAX_FIX_IT_BYTES: usize = 8 * 1024;
+
+/// Bytes of text one violation is described in, its alternatives included; describing stops
+/// there (and says so), which bounds the work of describing as well as the text.
+pub const MAX_VIOLATION_BYTES: usize = 2 * 1024;
+
+/// Most subschema checks one call's check may make (argument values times the subschemas one
+/// value can meet, [`SchemaCost::work`]): a few milliseconds of checking. Arguments past it are
+/// refused as too large to check, rather than hold a server thread.
+pub const MAX_CHECK_WORK: u64 = 1_000_000;
+
+/// Most subschema checks past which a mismatch is reported without listing what is wrong: the
+/// validator builds every violation before the first can be read (a few hundred bytes each), so
+/// this bounds that memory to a few megabytes.
+pub const MAX_EXPLAINED_WORK: u64 = 20_000;
+
+/// Deepest arguments checked against a schema that does not reach deeper: serde_json's own
+/// limit when it reads text, so only arguments built in-process can meet it. The validator
+/// compares values (`const`, `enum`, `uniqueItems`) by recursing into them.
+pub const MAX_ARGUMENT_DEPTH: usize = 128;
+
 /// A tool's parameters schema: what the model sees, and the compiled check of its arguments.
 ///
 /// Cheap to clone: the validator is shared, with every tool whose schema is the same.
@@ -55,7 +85,13 @@ pub struct Parameters {
     /// The schema as the model sees it: the registered one, with `"type": "object"` and
     /// `"properties": {}` added when absent.
     schema: Map<String, Value>,
-    validator: Arc<Validator>,
+    compiled: Arc<Compiled>,
+}
+
+/// A schema compiled, with what checking a call against it may cost.
+struct Compiled {
+    validator: Validator,
+    cost: SchemaCost,
 }
 
 /// Why a registration's `parameters` cannot be used.
@@ -72,6 +108,10 @@ pub enum SchemaError {
     /// [`MAX_LISTED_SCHEMA_PROBLEMS`], then how many more).
     #[error("{}", problems.join("; "))]
     Invalid { problems: Vec<String> },
+    /// The schema exceeds a bound that keeps checking a call bounded; the text names the bound
+    /// and where in the schema it was hit.
+    #[error("{0}")]
+    Limit(#[from] LimitError),
 }
 
 /// Why a call's arguments were refused. [`ArgumentError::message`] is what the model reads.
@@ -87,12 +127,21 @@ pub enum ArgumentError {
         violations: Vec<String>,
         unlisted: usize,
     },
+    /// The arguments break the schema, but listing the violations would take more than
+    /// [`MAX_EXPLAINED_WORK`]: `values` JSON values, each checked against up to `per_path`
+    /// subschemas.
+    Unexplained { values: u64, per_path: u64 },
+    /// The arguments nest deeper than the check goes (`limit` levels).
+    TooDeep { depth: usize, limit: usize },
+    /// Checking the arguments would take more than [`MAX_CHECK_WORK`] subschema checks.
+    TooLarge { values: u64, per_path: u64 },
 }
 
 impl Parameters {
-    /// Checks `schema` (draft 2020-12, describing an object), adds what the model needs to see
-    /// (`"type": "object"`, `"properties": {}`) and compiles it. Never fetches anything: a
-    /// `$ref` outside the schema is an error.
+    /// Checks `schema` (draft 2020-12, describing an object, within the bounds of
+    /// [`schema_limits`]), adds what the model needs to see (`"type": "object"`,
+    /// `"properties": {}`) and compiles it. Never fetches anything: a `$ref` outside the schema
+    /// is an error.
     pub fn new(schema: Map<String, Value>) -> Result<Self, SchemaError> {
         if let Some(found) = schema.get("type").filter(|t| t.as_str() != Some("object")) {
             return Err(SchemaError::NotAnObject {
@@ -100,11 +149,13 @@ impl Parameters {
             });
         }
         let schema = Value::Object(for_the_model(schema));
-        let validator = COMPILED.get_or_compile(&schema)?;
+        // First, without recursing: everything after it walks the document recursively.
+        schema_limits::check_nesting(&schema)?;
+        let compiled = COMPILED.get_or_compile(&schema)?;
         let Value::Object(schema) = schema else {
             unreachable!("built from a map")
         };
-        Ok(Self { schema, validator })
+        Ok(Self { schema, compiled })
     }
 
     /// The schema as the model sees it.
@@ -149,15 +200,47 @@ impl Parameters {
         verdict
     }
 
-    /// Checks arguments known to be a JSON object.
+    /// Checks arguments known to be a JSON object: first that the check stays within its
+    /// bounds for arguments of this size, then the schema.
     fn check_object(&self, arguments: &Value) -> Result<(), ArgumentError> {
-        if self.validator.is_valid(arguments) {
+        let Compiled { validator, cost } = &*self.compiled;
+        let shape = ArgumentShape::of(arguments);
+        let limit = if cost.reaches_deeper {
+            MAX_CHECKED_ARGUMENT_DEPTH
+        } else {
+            MAX_ARGUMENT_DEPTH
+        };
+        if shape.depth > limit {
+            return Err(ArgumentError::TooDeep {
+                depth: shape.depth,
+                limit,
+            });
+        }
+        let work = cost.work(shape);
+        if work > MAX_CHECK_WORK {
+            return Err(ArgumentError::TooLarge {
+                values: shape.values,
+                per_path: cost.per_path,
+            });
+        }
+        if validator.is_valid(arguments) {
             return Ok(());
+        }
+        if work > MAX_EXPLAINED_WORK {
+            return Err(ArgumentError::Unexplained {
+                values: shape.values,
+                per_path: cost.per_path,
+            });
         }
         let mut violations = Vec::new();
         let mut uncollected = 0;
-        for error in self.validator.iter_errors(arguments) {
-            for violation in describe(&error, "the arguments") {
+        for error in validator.iter_errors(arguments) {
+            if violations.len() >= MAX_SORTED_VIOLATIONS {
+                uncollected += violation_count(&error);
+                continue;
+            }
+            let mut budget = MAX_VIOLATION_BYTES;
+            for violation in describe(&error, "the arguments", &mut budget) {
                 if violations.len() < MAX_SORTED_VIOLATIONS {
                     violations.push(violation);
                 } else {
@@ -209,13 +292,46 @@ impl ArgumentError {
                 if *unlisted > 0 {
                     listed.push_str(&format!("; and {unlisted} more"));
                 }
-                format!(
-                    "arguments for {tool} do not match its parameters: {listed}. Call {tool} \
-                     again with arguments that match."
-                )
+                let opening = format!("arguments for {tool} do not match its parameters: ");
+                let closing = format!(". Call {tool} again with arguments that match.");
+                let room = MAX_FIX_IT_BYTES.saturating_sub(opening.len() + closing.len());
+                format!("{opening}{}{closing}", cut_to(listed, room))
             }
+            ArgumentError::Unexplained { values, per_path } => format!(
+                "arguments for {tool} do not match its parameters; listing what is wrong would \
+                 take more than one call may ({values} values, each checked against up to \
+                 {per_path} subschemas). Call {tool} again with arguments that match."
+            ),
+            ArgumentError::TooDeep { depth, limit } => format!(
+                "arguments for {tool} are nested {depth} levels deep; its parameters are checked \
+                 to at most {limit} levels. Call {tool} again with arguments nested less deeply."
+            ),
+            ArgumentError::TooLarge { values, per_path } => format!(
+                "arguments for {tool} are too large to check against its parameters: {values} \
+                 values, each checked against up to {per_path} subschemas, is more than the \
+                 {MAX_CHECK_WORK} checks one call may take. Call {tool} again with fewer values."
+            ),
         }
     }
+}
+
+/// `text` cut to at most `room` bytes (at a character boundary), ending with a note of how much
+/// was left out when it is cut.
+fn cut_to(text: String, room: usize) -> String {
+    if text.len() <= room {
+        return text;
+    }
+    // The note is at most this long: "… (" + 20 digits + " more bytes left out)".
+    const NOTE: usize = 48;
+    let mut end = room.saturating_sub(NOTE);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let left_out = text.len() - end;
+    let mut cut = text;
+    cut.truncate(end);
+    cut.push_str(&format!("… ({left_out} more bytes left out)"));
+    cut
 }
 
 /// Checks `schema` against the draft 2020-12 meta-schema and compiles it.
@@ -243,7 +359,7 @@ fn compile(schema: &Value) -> Result<Validator, SchemaError> {
 /// use (plus this), at an amortised constant cost per registration.
 pub const COMPILED_PRUNE_AT: usize = 64;
 
-/// The validators of the schemas tools use now, by the schema's JSON text. Plugins register the
+/// The compiled schemas tools use now, by the schema's JSON text. Plugins register the
 /// same schema again and again (after a restart, for each of their roles, while they watch the
 /// listing), and compiling one allocates a whole tree that some other thread later frees; a
 /// schema already in use is compiled once and shared. Holds only weak references: a validator
@@ -257,27 +373,43 @@ struct CompiledSchemas {
 
 #[derive(Default)]
 struct CompiledTable {
-    validators: HashMap<String, Weak<Validator>>,
+    validators: HashMap<String, Weak<Compiled>>,
     prune_at: usize,
 }
 
 impl CompiledSchemas {
-    fn get_or_compile(&self, schema: &Value) -> Result<Arc<Validator>, SchemaError> {
+    /// The compiled `schema` (its nesting checked): shared when some tool uses it already,
+    /// otherwise measured against the bounds, then compiled.
+    fn get_or_compile(&self, schema: &Value) -> Result<Arc<Compiled>, SchemaError> {
         // Written straight to a buffer: `Display` goes through the formatter piece by piece.
         let key = serde_json::to_string(schema).expect("a JSON value serialises");
-        if let Some(validator) = self.table().validators.get(&key).and_then(Weak::upgrade) {
-            return Ok(validator);
+        if key.len() > MAX_SCHEMA_BYTES {
+            return Err(LimitError::TooLarge { bytes: key.len() }.into());
         }
+        if let Some(compiled) = self.table().validators.get(&key).and_then(Weak::upgrade) {
+            return Ok(compiled);
+        }
+        // Measured before it is compiled: compiling follows the `$ref`s too, recursively. A
+        // reference the measure cannot follow is left to the compiler to explain when it cannot
+        // be resolved at all.
+        let measured = schema_limits::measure(schema)?;
         // Compiled outside the lock: two threads compiling the same new schema at once both
         // succeed, and the table keeps one of them.
-        let validator = Arc::new(compile(schema)?);
+        let validator = compile(schema)?;
+        if let Some(unresolved) = measured.unresolved {
+            return Err(unresolved.into());
+        }
+        let compiled = Arc::new(Compiled {
+            validator,
+            cost: measured.cost,
+        });
         let mut table = self.table();
-        table.validators.insert(key, Arc::downgrade(&validator));
+        table.validators.insert(key, Arc::downgrade(&compiled));
         if table.validators.len() > table.prune_at.max(COMPILED_PRUNE_AT) {
             table.validators.retain(|_, v| v.strong_count() > 0);
             table.prune_at = 2 * table.validators.len();
         }
-        Ok(validator)
+        Ok(compiled)
     }
 
     fn table(&self) -> MutexGuard<'_, CompiledTable> {
@@ -325,11 +457,12 @@ fn schema_problems<'a>(errors: impl Iterator<Item = ValidationError<'a>>) -> Opt
 /// meta-schema could not see, keeps the validator's words: a `$ref` that cannot be resolved says
 /// which reference.
 fn schema_problem(error: &ValidationError<'_>) -> String {
+    let mut budget = MAX_VIOLATION_BYTES;
     let what = match error.kind() {
         ValidationErrorKind::Referencing(e) => format!(
             "a \"$ref\" cannot be resolved ({e}); only references inside the schema are followed"
         ),
-        _ => describe(error, "the schema").join("; "),
+        _ => describe(error, "the schema", &mut budget).join("; "),
     };
     format!("not a valid JSON Schema (draft 2020-12): {what}")
 }
@@ -337,12 +470,17 @@ fn schema_problem(error: &ValidationError<'_>) -> String {
 /// What one validation error says, as violations: each starts with the JSON pointer of the
 /// value it is about and says what was expected, and what was there. `additionalProperties`
 /// gives one violation per unexpected property.
-fn describe(error: &ValidationError<'_>, root: &str) -> Vec<String> {
+///
+/// `budget` is the bytes of text still to be written: each text written is taken from it, and
+/// once it is spent, alternatives and unexpected properties are no longer described (the text
+/// says so). Nested alternatives recurse, as deep as the schema's subschemas nest
+/// ([`schema_limits::MAX_SUBSCHEMA_DEPTH`]).
+fn describe(error: &ValidationError<'_>, root: &str, budget: &mut usize) -> Vec<String> {
     let at = error.instance_path().as_str();
     let here = if at.is_empty() { root } else { at };
     let got = || quote_back(error.instance());
     let one = |text: String| vec![text];
-    match error.kind() {
+    let texts = match error.kind() {
         ValidationErrorKind::Required { property } => one(format!(
             "{at}/{} is required",
             pointer_token(&plain_text(property))
@@ -404,15 +542,25 @@ fn describe(error: &ValidationError<'_>, root: &str) -> Vec<String> {
             got()
         )),
         ValidationErrorKind::AdditionalProperties { unexpected }
-        | ValidationErrorKind::UnevaluatedProperties { unexpected } => unexpected
-            .iter()
-            .map(|name| {
-                format!(
+        | ValidationErrorKind::UnevaluatedProperties { unexpected } => {
+            let mut texts = Vec::new();
+            for (i, name) in unexpected.iter().enumerate() {
+                if *budget == 0 {
+                    texts.push(format!(
+                        "{here}: {} more unknown properties are not allowed",
+                        unexpected.len() - i
+                    ));
+                    break;
+                }
+                let text = format!(
                     "{at}/{} is not allowed (unknown property)",
                     pointer_token(name)
-                )
-            })
-            .collect(),
+                );
+                spend(budget, &text);
+                texts.push(text);
+            }
+            return texts;
+        }
         ValidationErrorKind::MinItems { limit } => one(format!(
             "{here} must have at least {limit} {} (got {})",
             plural(*limit, "item", "items"),
@@ -440,10 +588,10 @@ fn describe(error: &ValidationError<'_>, root: &str) -> Vec<String> {
             count_of(error.instance())
         )),
         ValidationErrorKind::AnyOf { context } | ValidationErrorKind::OneOfNotValid { context } => {
-            one(format!(
-                "{here} must match one of its allowed forms: {}",
-                alternatives(context, root)
-            ))
+            // The alternatives' texts are taken from the budget as they are written.
+            let opening = format!("{here} must match one of its allowed forms: ");
+            spend(budget, &opening);
+            return one(opening + &alternatives(context, root, budget));
         }
         ValidationErrorKind::OneOfMultipleValid { .. } => one(format!(
             "{here} must match exactly one of its allowed forms, but matches more than one"
@@ -455,31 +603,55 @@ fn describe(error: &ValidationError<'_>, root: &str) -> Vec<String> {
         // Anything rarer (content encodings, property names, a regular expression that gave up)
         // keeps the validator's own words, still located.
         _ => one(format!("{here}: {error}")),
+    };
+    for text in &texts {
+        spend(budget, text);
+    }
+    texts
+}
+
+/// Takes `text` from the bytes still to be written.
+fn spend(budget: &mut usize, text: &str) {
+    *budget = budget.saturating_sub(text.len());
+}
+
+/// How many violations [`describe`] gives for `error`, without describing it.
+fn violation_count(error: &ValidationError<'_>) -> usize {
+    match error.kind() {
+        ValidationErrorKind::AdditionalProperties { unexpected }
+        | ValidationErrorKind::UnevaluatedProperties { unexpected } => unexpected.len(),
+        _ => 1,
     }
 }
 
-/// `either A, or B` for the alternatives of an `anyOf` / `oneOf`, each by its first violations.
-fn alternatives(context: &[Vec<ValidationError<'static>>], root: &str) -> String {
-    let mut described: Vec<String> = context
-        .iter()
-        .take(MAX_LISTED_ALTERNATIVES)
-        .map(|branch| {
-            let violations: Vec<String> = branch.iter().flat_map(|e| describe(e, root)).collect();
-            let mut text = violations
-                .iter()
-                .take(MAX_VIOLATIONS_PER_ALTERNATIVE)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(" and ");
-            if violations.len() > MAX_VIOLATIONS_PER_ALTERNATIVE {
-                text.push_str(&format!(
-                    " (and {} more)",
-                    violations.len() - MAX_VIOLATIONS_PER_ALTERNATIVE
-                ));
+/// `either A, or B` for the alternatives of an `anyOf` / `oneOf`, each by its first violations;
+/// only what `budget` leaves room for is described (`…` marks where describing stopped).
+fn alternatives(
+    context: &[Vec<ValidationError<'static>>],
+    root: &str,
+    budget: &mut usize,
+) -> String {
+    let mut described: Vec<String> = Vec::new();
+    for branch in context.iter().take(MAX_LISTED_ALTERNATIVES) {
+        if *budget == 0 {
+            described.push("…".to_owned());
+            break;
+        }
+        let total: usize = branch.iter().map(violation_count).sum();
+        let mut violations: Vec<String> = Vec::new();
+        for error in branch {
+            if violations.len() >= MAX_VIOLATIONS_PER_ALTERNATIVE || *budget == 0 {
+                break;
             }
-            text
-        })
-        .collect();
+            violations.extend(describe(error, root, budget));
+        }
+        violations.truncate(MAX_VIOLATIONS_PER_ALTERNATIVE);
+        let mut text = violations.join(" and ");
+        if total > violations.len() {
+            text.push_str(&format!(" (and {} more)", total - violations.len()));
+        }
+        described.push(text);
+    }
     if context.len() > MAX_LISTED_ALTERNATIVES {
         described.push(format!(
             "{} other forms",
@@ -923,9 +1095,9 @@ mod tests {
         let schema = json!({"properties": {"shared_once": {"type": "string"}}});
         let a = parameters(schema.clone());
         let b = parameters(schema.clone());
-        assert!(Arc::ptr_eq(&a.validator, &b.validator));
+        assert!(Arc::ptr_eq(&a.compiled, &b.compiled));
         let other = parameters(json!({"properties": {"shared_once": {"type": "integer"}}}));
-        assert!(!Arc::ptr_eq(&a.validator, &other.validator));
+        assert!(!Arc::ptr_eq(&a.compiled, &other.compiled));
         let key = Value::Object(a.schema().clone()).to_string();
         drop((a, b));
         let entry = COMPILED.table().validators.get(&key).cloned();
@@ -980,6 +1152,219 @@ mod tests {
         let p = parameters(json!({"description": "d", "type": "object"}));
         let keys: Vec<&String> = p.schema().keys().collect();
         assert_eq!(keys, ["description", "type", "properties"]);
+    }
+
+    #[test]
+    fn the_text_for_the_model_is_cut_to_its_bound_with_a_note() {
+        // Ten levels of two alternatives each: 2^10 leaves if nothing bounded the text.
+        let p = parameters(schema_limits::levels(
+            10,
+            |r| json!({"anyOf": [r.clone(), r]}),
+        ));
+        let message = p.check(r#"{"x": 1}"#).unwrap_err().message("t");
+        assert!(message.len() <= MAX_FIX_IT_BYTES, "{}", message.len());
+        assert!(message.starts_with(
+            "arguments for t do not match its parameters: /x must match one of its allowed \
+             forms: either /x must match one of its allowed forms: either"
+        ));
+        assert!(message.contains("…"), "{message}");
+        assert!(message.ends_with(". Call t again with arguments that match."));
+        // Many long violations: the list is cut, and says how much it left out.
+        let long = ArgumentError::Mismatch {
+            violations: vec!["v".repeat(MAX_VIOLATION_BYTES); MAX_LISTED_VIOLATIONS],
+            unlisted: 3,
+        };
+        let message = long.message("t");
+        assert!(message.len() <= MAX_FIX_IT_BYTES, "{}", message.len());
+        let note = regex_free_note(&message);
+        assert!(note.ends_with(" more bytes left out)"), "{note}");
+        // Multi-byte characters are cut at a character boundary.
+        let wide = ArgumentError::Mismatch {
+            violations: vec!["雪".repeat(MAX_FIX_IT_BYTES)],
+            unlisted: 0,
+        };
+        assert!(wide.message("t").len() <= MAX_FIX_IT_BYTES);
+    }
+
+    /// The part of a cut text from its `…` on.
+    fn regex_free_note(message: &str) -> &str {
+        let start = message.rfind('…').expect("a cut text has a note");
+        let end = message.rfind(". Call").expect("the closing sentence");
+        &message[start..end]
+    }
+
+    /// The largest schema of a family the bounds let through.
+    fn largest_accepted(family: &dyn Fn(usize) -> Value) -> (usize, Parameters) {
+        let (mut accepted, mut refused) = (1, 20_000);
+        while refused - accepted > 1 {
+            let n = (accepted + refused) / 2;
+            match Parameters::new(object(family(n))) {
+                Ok(_) => accepted = n,
+                Err(SchemaError::Limit(_)) => refused = n,
+                Err(e) => panic!("{n}: {e}"),
+            }
+        }
+        (accepted, parameters(family(accepted)))
+    }
+
+    #[test]
+    fn the_largest_schemas_allowed_are_checked_on_a_small_stack() {
+        type Family = Box<dyn Fn(usize) -> Value>;
+        // An eighth of a server thread's 2 MiB: what the bounds allow fits with room to spare.
+        let checked = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(|| {
+                let families: [(&str, Family); 5] = [
+                    ("chain", Box::new(|n| schema_limits::levels(n, |r| r))),
+                    (
+                        "nest",
+                        Box::new(|n| schema_limits::levels(n, |r| json!({"anyOf": [r]}))),
+                    ),
+                    (
+                        "oneOf nest",
+                        Box::new(|n| {
+                            schema_limits::levels(n, |r| json!({"oneOf": [r, {"type": "null"}]}))
+                        }),
+                    ),
+                    (
+                        "doubling",
+                        Box::new(|n| {
+                            schema_limits::levels(n, |r| json!({"anyOf": [r.clone(), r]}))
+                        }),
+                    ),
+                    (
+                        "properties",
+                        Box::new(|n| schema_limits::levels(n, |r| json!({"properties": {"x": r}}))),
+                    ),
+                ];
+                let mut largest = Vec::new();
+                for (name, family) in &families {
+                    let (n, p) = largest_accepted(family.as_ref());
+                    let verdict = if *name == "properties" {
+                        // As deep as arguments are checked: each level is an object, so the
+                        // string at the bottom is never reached.
+                        let mut arguments = json!(1);
+                        for _ in 0..MAX_CHECKED_ARGUMENT_DEPTH {
+                            arguments = json!({"x": arguments});
+                        }
+                        p.check(&arguments.to_string())
+                    } else {
+                        p.check(r#"{"x": 1}"#)
+                    };
+                    match verdict {
+                        Ok(()) => assert_eq!(*name, "properties"),
+                        Err(refused) => {
+                            let message = refused.message("t");
+                            assert!(message.len() <= MAX_FIX_IT_BYTES, "{name}: {message}");
+                        }
+                    }
+                    largest.push((*name, n));
+                }
+                largest
+            })
+            .unwrap()
+            .join()
+            .expect("no stack overflow");
+        assert_eq!(
+            checked,
+            [
+                ("chain", 254),
+                ("nest", 127),
+                ("oneOf nest", 127),
+                ("doubling", 12),
+                ("properties", 127)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_recursive_schema_checks_arguments_to_its_measured_depth() {
+        let tree = parameters(json!({
+            "$defs": {"node": {"type": "object", "properties": {
+                "name": {"type": "string"},
+                "child": {"$ref": "#/$defs/node"}
+            }}},
+            "$ref": "#/$defs/node"
+        }));
+        let nested = |levels: usize, leaf: Value| {
+            let mut v = json!({"name": leaf});
+            for _ in 1..levels {
+                v = json!({"child": v});
+            }
+            v.to_string()
+        };
+        // 64 levels below the top: checked, and the wrong leaf found.
+        let deepest = nested(MAX_CHECKED_ARGUMENT_DEPTH, json!(5));
+        let Err(ArgumentError::Mismatch { violations, .. }) = tree.check(&deepest) else {
+            panic!("the leaf is wrong")
+        };
+        assert!(violations[0].ends_with("/name must be a string (got 5)"));
+        assert_eq!(
+            tree.check(&nested(MAX_CHECKED_ARGUMENT_DEPTH + 1, json!("a"))),
+            Err(ArgumentError::TooDeep {
+                depth: MAX_CHECKED_ARGUMENT_DEPTH + 1,
+                limit: MAX_CHECKED_ARGUMENT_DEPTH
+            })
+        );
+        // A schema that does not reach that deep leaves deeper arguments alone.
+        let mut deep = json!(1);
+        for _ in 0..100 {
+            deep = json!([deep]);
+        }
+        assert_eq!(
+            weather().check(&json!({"location": "x", "extra": deep}).to_string()),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn arguments_too_large_to_check_or_to_explain_are_answered_plainly() {
+        let p = parameters(json!({"properties": {"n": {"type": "array", "items": {
+            "anyOf": [{"type": "integer"}, {"type": "string"}]}}}}));
+        // Each item meets five subschemas on its way: the top, `n`, `items` and its two
+        // alternatives. 3 003 values (the top, `n`'s name, the array and its items) make 15 015
+        // checks at most; 5 003, 25 015.
+        let items = |n: usize, item: Value| json!({"n": vec![item; n]}).to_string();
+        assert_eq!(p.check(&items(3_000, json!(1))), Ok(()));
+        let Err(ArgumentError::Mismatch { unlisted, .. }) = p.check(&items(3_000, json!(null)))
+        else {
+            panic!("nulls are neither integers nor strings")
+        };
+        assert_eq!(unlisted, 3_000 - MAX_LISTED_VIOLATIONS);
+        assert_eq!(
+            p.check(&items(5_000, json!(null))),
+            Err(ArgumentError::Unexplained {
+                values: 5_003,
+                per_path: 5
+            })
+        );
+        assert!(matches!(
+            p.check(&items(300_000, json!(1))),
+            Err(ArgumentError::TooLarge {
+                values: 300_003,
+                ..
+            })
+        ));
+        assert_eq!(
+            ArgumentError::TooLarge {
+                values: 300_003,
+                per_path: 5
+            }
+            .message("t"),
+            "arguments for t are too large to check against its parameters: 300003 values, \
+             each checked against up to 5 subschemas, is more than the 1000000 checks one call \
+             may take. Call t again with fewer values."
+        );
+        assert_eq!(
+            ArgumentError::Unexplained {
+                values: 5_003,
+                per_path: 5
+            }
+            .message("t"),
+            "arguments for t do not match its parameters; listing what is wrong would take more \
+             than one call may (5003 values, each checked against up to 5 subschemas). Call t \
+             again with arguments that match."
+        );
     }
 
     fn schema_error(v: Value) -> SchemaError {

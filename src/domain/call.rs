@@ -16,6 +16,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::images::ToolImage;
+use super::peer_text;
 
 /// How many characters of an HTTP error body a tool error quotes.
 pub const ERROR_BODY_QUOTE_CHARS: usize = 200;
@@ -432,16 +433,17 @@ fn is_truthy(value: &Value) -> bool {
 }
 
 /// The error text of an envelope: its `error` string, the exact JSON text of any other non-null
-/// value, or a stock text when there is none.
+/// value, or a stock text when there is none; cut to the bound of peer text (the output, which
+/// the tool may make as large as the response cap, carries what is long).
 fn error_text(error: Option<&RawValue>) -> String {
     const NO_MESSAGE: &str = "remote tool reported an error without a message";
     let Some(raw) = error else {
         return NO_MESSAGE.to_owned();
     };
     match serde_json::from_str::<Option<String>>(raw.get()) {
-        Ok(Some(text)) if !text.is_empty() => text,
+        Ok(Some(text)) if !text.is_empty() => peer_text::bounded(text),
         Ok(_) => NO_MESSAGE.to_owned(),
-        Err(_) => raw.get().to_owned(),
+        Err(_) => peer_text::bounded_str(raw.get()),
     }
 }
 
@@ -595,11 +597,31 @@ mod tests {
         let answer = map_callback_response(200, deep.as_bytes());
         assert_eq!(answer.error.as_deref(), Some("deep"));
         assert_eq!(answer.output.get(), nested);
+        // A deep `is_error` is honoured; the error's text, like any a peer sends, is cut.
         let flag = format!(r#"{{"is_error": {nested}, "error": {nested}}}"#);
         let answer = map_callback_response(200, flag.as_bytes());
-        assert_eq!(answer.error.as_deref(), Some(nested.as_str()));
+        assert_eq!(
+            answer.error,
+            Some(peer_text::bounded_str(&nested)),
+            "cut to the bound of peer text"
+        );
         let bare = map_callback_response(200, nested.as_bytes());
         assert_eq!((bare.error, bare.output.get()), (None, nested.as_str()));
+    }
+
+    #[test]
+    fn a_long_error_text_is_cut_and_marked() {
+        let body = format!(
+            r#"{{"is_error": true, "error": "{}"}}"#,
+            "e".repeat(4 << 20)
+        );
+        let answer = map_callback_response(200, body.as_bytes());
+        let error = answer.error.unwrap();
+        assert!(error.len() <= peer_text::MAX_PEER_TEXT_BYTES);
+        assert!(
+            error.ends_with("… (cut: 4194304 bytes in all)"),
+            "{error:.40}"
+        );
     }
 
     #[test]

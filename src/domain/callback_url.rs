@@ -4,7 +4,8 @@
 //! exactly as the caller wrote it, because the `url` crate (like every WHATWG parser) rewrites
 //! `127.1`, `2130706433` and `0x7f000001` into `127.0.0.1`, which would let obfuscated spellings
 //! through. Only after the written form passes is the URL parsed, to send requests to and to
-//! derive its [`CallbackOrigin`].
+//! derive its [`CallbackOrigin`]. The rules of the written form that every URL from a caller
+//! keeps are shared with the URL of an attached call (`call_url`).
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -61,37 +62,14 @@ pub enum CallbackUrlError {
 impl CallbackUrl {
     /// Checks `written` against the loopback rule.
     pub fn parse(written: &str) -> Result<Self, CallbackUrlError> {
-        if written.len() > MAX_CALLBACK_URL_BYTES {
-            return Err(CallbackUrlError::TooLong(written.len()));
-        }
-        if written
-            .chars()
-            .any(|c| c.is_whitespace() || c.is_control() || c == '\\')
-        {
-            return Err(CallbackUrlError::ForbiddenCharacter);
-        }
-        let (scheme, rest) = written.split_once("://").ok_or(CallbackUrlError::Scheme)?;
-        if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
-            return Err(CallbackUrlError::Scheme);
-        }
-        let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let authority = &rest[..authority_end];
-        if authority.contains('@') {
-            return Err(CallbackUrlError::UserInfo);
-        }
-        let (host, port) = split_host_port(authority)?;
-        if host.is_empty() {
-            return Err(CallbackUrlError::MissingHost);
-        }
-        if let Some(port) = port {
-            let valid = !port.is_empty()
-                && port.len() <= 5
-                && port.bytes().all(|b| b.is_ascii_digit())
-                && matches!(port.parse::<u16>(), Ok(p) if p != 0);
-            if !valid {
-                return Err(CallbackUrlError::Port);
-            }
-        }
+        let (_, host) = written_parts(written, &["http", "https"]).map_err(|e| match e {
+            WrittenError::TooLong(n) => CallbackUrlError::TooLong(n),
+            WrittenError::ForbiddenCharacter => CallbackUrlError::ForbiddenCharacter,
+            WrittenError::Scheme => CallbackUrlError::Scheme,
+            WrittenError::MissingHost => CallbackUrlError::MissingHost,
+            WrittenError::UserInfo => CallbackUrlError::UserInfo,
+            WrittenError::Port => CallbackUrlError::Port,
+        })?;
         if !is_loopback_host(host) {
             return Err(CallbackUrlError::NotLoopback(host.to_owned()));
         }
@@ -168,6 +146,60 @@ impl fmt::Display for CallbackOrigin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// How the written form of a URL breaks the rules callback URLs and call URLs share.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WrittenError {
+    TooLong(usize),
+    ForbiddenCharacter,
+    Scheme,
+    MissingHost,
+    UserInfo,
+    Port,
+}
+
+/// The scheme and host of `written` as written (the host without IPv6 brackets), once it passes
+/// the rules every URL a caller gives the server must keep: at most
+/// [`MAX_CALLBACK_URL_BYTES`], no whitespace, control character or backslash, one of `schemes`
+/// (any letter case), a host, no user information, and a port (if any) of 1 to 65535 in plain
+/// digits. Read from the text, not from a parse, which would rewrite what it reads.
+pub(crate) fn written_parts<'a>(
+    written: &'a str,
+    schemes: &[&str],
+) -> Result<(&'a str, &'a str), WrittenError> {
+    if written.len() > MAX_CALLBACK_URL_BYTES {
+        return Err(WrittenError::TooLong(written.len()));
+    }
+    if written
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == '\\')
+    {
+        return Err(WrittenError::ForbiddenCharacter);
+    }
+    let (scheme, rest) = written.split_once("://").ok_or(WrittenError::Scheme)?;
+    if !schemes.iter().any(|s| scheme.eq_ignore_ascii_case(s)) {
+        return Err(WrittenError::Scheme);
+    }
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..authority_end];
+    if authority.contains('@') {
+        return Err(WrittenError::UserInfo);
+    }
+    let (host, port) = split_host_port(authority).map_err(|_| WrittenError::Port)?;
+    if host.is_empty() {
+        return Err(WrittenError::MissingHost);
+    }
+    if let Some(port) = port {
+        let valid = !port.is_empty()
+            && port.len() <= 5
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && matches!(port.parse::<u16>(), Ok(p) if p != 0);
+        if !valid {
+            return Err(WrittenError::Port);
+        }
+    }
+    Ok((scheme, host))
 }
 
 /// Splits an authority into host and optional port text, keeping IPv6 brackets out of the host.

@@ -6,6 +6,7 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use serde::Serialize;
 use serde_json::Map;
 
 use super::arguments::Parameters;
@@ -148,6 +149,62 @@ pub fn empty_parameters() -> Parameters {
 
 /// A shared, immutable tool definition.
 pub type SharedTool = Arc<ToolSpec>;
+
+/// A tool's model-facing definition: name, description and the parameters schema.
+#[derive(Serialize)]
+struct FunctionBody<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Map<String, serde_json::Value>,
+}
+
+impl<'a> FunctionBody<'a> {
+    fn new(tool: &'a ToolSpec) -> Self {
+        Self {
+            name: &tool.name,
+            description: &tool.description,
+            parameters: tool.parameters.schema(),
+        }
+    }
+}
+
+/// A tool as OpenAI's chat completions (and Qwen's realtime) take it:
+/// `{"type": "function", "function": {"name", "description", "parameters"}}`, serialised
+/// straight from the shared tool.
+#[derive(Serialize)]
+pub struct NestedTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: FunctionBody<'a>,
+}
+
+impl<'a> NestedTool<'a> {
+    pub fn new(tool: &'a ToolSpec) -> Self {
+        Self {
+            kind: "function",
+            function: FunctionBody::new(tool),
+        }
+    }
+}
+
+/// A tool as OpenAI's realtime sessions take it:
+/// `{"type": "function", "name", "description", "parameters"}`.
+#[derive(Serialize)]
+pub struct FlatTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(flatten)]
+    body: FunctionBody<'a>,
+}
+
+impl<'a> FlatTool<'a> {
+    pub fn new(tool: &'a ToolSpec) -> Self {
+        Self {
+            kind: "function",
+            body: FunctionBody::new(tool),
+        }
+    }
+}
 
 /// Remote tools of these names (empty description and schema, `plugin:w`), for unit tests.
 #[cfg(test)]

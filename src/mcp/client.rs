@@ -32,6 +32,7 @@ use super::settings::{McpServerSettings, McpTransport};
 use super::status::{McpBoard, McpState};
 use crate::actors::router::{ReplaceSource, Router};
 use crate::domain::call::{LocalHandler, LocalToolHandler, ToolCall, ToolOutcome};
+use crate::domain::peer_text;
 
 /// First wait before starting a server again; doubled per failed attempt up to [`MAX_BACKOFF`].
 pub const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
@@ -134,6 +135,8 @@ impl McpClient {
         ctx.wait(opening.into_actor(self).map(|opened, act, ctx| match opened {
             Ok(opened) => act.on_connected(opened, ctx),
             Err(error) => {
+                // It may quote the server's own message: kept in `GET /api/mcp` and logged.
+                let error = peer_text::bounded(error);
                 tracing::warn!(mcp_server = %act.name(), %error, "MCP server could not be reached");
                 act.board.update(act.name(), |r| {
                     r.state = McpState::Backoff;
@@ -164,10 +167,10 @@ impl McpClient {
         let me = ctx.address();
         let connection = self.connection;
         actix::spawn(async move {
-            let reason = match service.waiting().await {
+            let reason = peer_text::bounded(match service.waiting().await {
                 Ok(reason) => format!("the connection ended ({reason:?})"),
                 Err(e) => format!("the connection failed ({e})"),
-            };
+            });
             // The process goes with its connection (it is killed if it has not exited).
             drop(child);
             me.do_send(ConnectionEnded { connection, reason });
@@ -264,7 +267,8 @@ impl Handler<ToolListChanged> for McpClient {
         ctx.wait(listing.into_actor(self).map(|listed, act, ctx| match listed {
             Ok(Ok(tools)) => act.apply(tools, ctx),
             Ok(Err(e)) => {
-                tracing::warn!(mcp_server = %act.name(), error = %e, "MCP server could not list its changed tools");
+                let error = peer_text::bounded(e.to_string());
+                tracing::warn!(mcp_server = %act.name(), %error, "MCP server could not list its changed tools");
             }
             Err(_) => {
                 tracing::warn!(mcp_server = %act.name(), "MCP server did not list its changed tools within {} s", LIST_TIMEOUT.as_secs());
@@ -402,7 +406,9 @@ impl LocalHandler for McpToolHandler {
             let request = CallToolRequestParams::new(call.name).with_arguments(call.arguments);
             match tokio::time::timeout(timeout, peer.call_tool(request)).await {
                 Ok(Ok(result)) => mapping::outcome(result),
-                Ok(Err(e)) => Err(format!("MCP server {server} could not run the call: {e}")),
+                Ok(Err(e)) => Err(peer_text::bounded(format!(
+                    "MCP server {server} could not run the call: {e}"
+                ))),
                 Err(_) => Err(format!(
                     "MCP server {server} did not answer tools/call within {} s",
                     mapping::seconds(timeout)

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use crate::domain::arguments::Parameters;
 use crate::domain::call::{LocalToolHandler, ToolOutcome};
+use crate::domain::peer_text;
 use crate::domain::tool::ToolSpec;
 
 /// Longest tool name this server accepts (the name rule of a registration).
@@ -109,7 +110,7 @@ pub fn outcome(result: CallToolResult) -> ToolOutcome {
         return Err(if text.is_empty() {
             "MCP tool reported an error without a message".to_owned()
         } else {
-            text
+            peer_text::bounded(text)
         });
     }
     let output = match result.structured_content {
@@ -235,6 +236,11 @@ mod tests {
             outcome(CallToolResult::error(vec![])),
             Err("MCP tool reported an error without a message".to_owned())
         );
+        // A server's error text is cut like every peer's.
+        let long = CallToolResult::error(vec![ContentBlock::text("w".repeat(4 << 20))]);
+        let error = outcome(long).unwrap_err();
+        assert!(error.len() <= peer_text::MAX_PEER_TEXT_BYTES);
+        assert!(error.ends_with("… (cut: 4194304 bytes in all)"));
 
         let image = CallToolResult::success(vec![
             ContentBlock::text("here:"),

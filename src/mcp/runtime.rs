@@ -414,7 +414,11 @@ impl McpPlugins {
             act.answered(&name, generation);
             let Ok(report) = report else {
                 // Nothing can be registered any more: the connection is not kept for nothing.
-                if act.servers.get(&name).is_some_and(|s| s.generation == generation) {
+                if act
+                    .servers
+                    .get(&name)
+                    .is_some_and(|s| s.generation == generation)
+                {
                     act.retire(&name, "the tool router has stopped", false, false);
                 }
                 return Err(McpPluginError::RouterStopped);

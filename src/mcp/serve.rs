@@ -5,8 +5,13 @@
 //! own path: same dispatcher, same result mapping), and `notifications/tools/list_changed` follows
 //! `GET /api/events`. Errors are `isError` results carrying the text the model would see. Stdout
 //! is the protocol: everything else goes to the log on stderr.
+//!
+//! A call's arguments reach the server exactly as the client wrote them, as the model's do:
+//! stdin passes through a tap that keeps the text of each `tools/call`'s `arguments` by request
+//! id ([`ExactArguments`]) before the SDK parses it (parsing rounds numbers beyond an `f64`).
 
-use std::sync::Arc;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -52,19 +57,46 @@ pub struct ServeSettings {
     pub role: Option<String>,
 }
 
+/// Calls whose argument text is kept while the SDK has not asked for it yet. Each is taken when
+/// its call runs, at once; only messages the SDK refuses (malformed ones) leave theirs behind, so
+/// this bounds what a misbehaving client can make the tap hold.
+pub const MAX_KEPT_ARGUMENTS: usize = 1024;
+
+/// Bytes of stdin the tap reads ahead of the SDK: one pipe's worth.
+const TAP_BUFFER: usize = 64 * 1024;
+
 /// Serves MCP on stdin / stdout until the client closes it.
 pub async fn run(settings: ServeSettings) -> anyhow::Result<()> {
-    serve(settings, rmcp::transport::stdio()).await
+    let exact = ExactArguments::default();
+    let (sdk_side, tap_side) = tokio::io::duplex(TAP_BUFFER);
+    tokio::spawn(tap(tokio::io::stdin(), tap_side, exact.clone()));
+    serve_with(settings, (sdk_side, tokio::io::stdout()), exact).await
 }
 
-/// Serves MCP over `transport` until the client closes it.
+/// Serves MCP over `transport` until the client closes it. Arguments go to the server as the
+/// SDK parsed them (numbers beyond an `f64` rounded); [`run`] keeps them exact.
 pub async fn serve<T, E, A>(settings: ServeSettings, transport: T) -> anyhow::Result<()>
 where
     T: rmcp::transport::IntoTransport<RoleServer, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
+    serve_with(settings, transport, ExactArguments::default()).await
+}
+
+async fn serve_with<T, E, A>(
+    settings: ServeSettings,
+    transport: T,
+    exact: ExactArguments,
+) -> anyhow::Result<()>
+where
+    T: rmcp::transport::IntoTransport<RoleServer, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
     let api = Api::new(&settings)?;
-    let handler = CharacterTools { api: api.clone() };
+    let handler = CharacterTools {
+        api: api.clone(),
+        exact,
+    };
     let running = handler
         .serve(transport)
         .await
@@ -138,13 +170,22 @@ impl Api {
         Ok(listed_tools(&body))
     }
 
-    async fn invoke(&self, name: &str, arguments: Map<String, Value>) -> CallToolResult {
-        let request = json!({"name": name, "arguments": arguments, "role": self.role});
+    /// Runs the call through the server's invoke route; `arguments` is the exact JSON text of
+    /// the arguments object.
+    async fn invoke(&self, name: &str, arguments: &RawValue) -> CallToolResult {
+        let request = InvokeBody {
+            name,
+            arguments,
+            role: self.role.as_deref(),
+        };
+        // Strings and exact JSON text: serialising cannot fail.
+        let request = serde_json::to_vec(&request).unwrap_or_default();
         let answer = async {
             let response = self
                 .http
                 .post(format!("{}/api/tools/invoke", self.base))
-                .json(&request)
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(request)
                 .timeout(INVOKE_TIMEOUT)
                 .send()
                 .await?;
@@ -269,9 +310,124 @@ fn error_result(name: &str, error: String) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(result.model_text())])
 }
 
+/// The body of an invoke, the arguments as exact text.
+#[derive(serde::Serialize)]
+struct InvokeBody<'a> {
+    name: &'a str,
+    arguments: &'a RawValue,
+    role: Option<&'a str>,
+}
+
+/// The exact text of each `tools/call`'s arguments, by request id, from the tap until the call
+/// takes it.
+#[derive(Clone, Default)]
+struct ExactArguments(Arc<Mutex<KeptArguments>>);
+
+#[derive(Default)]
+struct KeptArguments {
+    by_id: HashMap<String, JsonText>,
+    /// Ids in arrival order, to forget the oldest past [`MAX_KEPT_ARGUMENTS`].
+    order: VecDeque<String>,
+}
+
+impl ExactArguments {
+    fn keep(&self, id: String, arguments: JsonText) {
+        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if kept.by_id.insert(id.clone(), arguments).is_none() {
+            kept.order.push_back(id);
+        }
+        while kept.order.len() > MAX_KEPT_ARGUMENTS {
+            if let Some(oldest) = kept.order.pop_front() {
+                kept.by_id.remove(&oldest);
+            }
+        }
+    }
+
+    /// The text kept for call `id`, if it is the text of `parsed` (what the SDK made of the same
+    /// message): a message the tap read differently is never used.
+    fn take(&self, id: &str, parsed: &Map<String, Value>) -> Option<JsonText> {
+        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let text = kept.by_id.remove(id)?;
+        kept.order.retain(|k| k != id);
+        drop(kept);
+        let same = serde_json::from_str::<Map<String, Value>>(text.get()).ok()? == *parsed;
+        same.then_some(text)
+    }
+}
+
+/// One JSON-RPC message as the tap reads it: only what a `tools/call` needs.
+#[derive(Deserialize)]
+struct Incoming<'a> {
+    id: Option<Value>,
+    #[serde(borrow)]
+    method: Option<std::borrow::Cow<'a, str>>,
+    #[serde(borrow)]
+    params: Option<IncomingParams<'a>>,
+}
+
+#[derive(Deserialize)]
+struct IncomingParams<'a> {
+    #[serde(borrow)]
+    arguments: Option<&'a RawValue>,
+}
+
+/// Copies the client's messages (one per line) from `input` to the SDK, keeping the exact
+/// argument text of every `tools/call` in `exact` first.
+async fn tap<R, W>(input: R, mut sdk: W, exact: ExactArguments)
+where
+    R: tokio::io::AsyncRead + Unpin,
+    W: tokio::io::AsyncWrite + Unpin,
+{
+    use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+    let mut input = tokio::io::BufReader::new(input);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match input.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        keep_arguments(&line, &exact);
+        if sdk.write_all(&line).await.is_err() {
+            break;
+        }
+    }
+    // The client closed stdin: so does the SDK's side.
+    let _ = sdk.shutdown().await;
+}
+
+/// Keeps the argument text of each `tools/call` request in `line` (a message or a batch).
+fn keep_arguments(line: &[u8], exact: &ExactArguments) {
+    let one = |message: &RawValue| {
+        let Ok(incoming) = serde_json::from_str::<Incoming<'_>>(message.get()) else {
+            return;
+        };
+        if incoming.method.as_deref() != Some("tools/call") {
+            return;
+        }
+        if let (Some(id), Some(arguments)) =
+            (incoming.id, incoming.params.and_then(|p| p.arguments))
+            && arguments.get().trim_start().starts_with('{')
+        {
+            exact.keep(id.to_string(), arguments.to_owned());
+        }
+    };
+    let Ok(message) = serde_json::from_slice::<&RawValue>(line) else {
+        return;
+    };
+    if message.get().starts_with('[') {
+        if let Ok(batch) = serde_json::from_str::<Vec<&RawValue>>(message.get()) {
+            batch.into_iter().for_each(one);
+        }
+    } else {
+        one(message);
+    }
+}
+
 /// The MCP server: one character's tools.
 struct CharacterTools {
     api: Api,
+    exact: ExactArguments,
 }
 
 impl ServerHandler for CharacterTools {
@@ -310,10 +466,17 @@ impl ServerHandler for CharacterTools {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResult, ErrorData> {
-        let arguments = request.arguments.unwrap_or_default();
-        Ok(self.api.invoke(&request.name, arguments).await)
+        let parsed = request.arguments.unwrap_or_default();
+        let id = serde_json::to_string(&context.id).unwrap_or_default();
+        // The client's own text when the tap kept it (it always does under `run`); otherwise
+        // the SDK's parse, written out again.
+        let arguments = self.exact.take(&id, &parsed).unwrap_or_else(|| {
+            let text = serde_json::to_string(&parsed).unwrap_or_else(|_| "{}".to_owned());
+            RawValue::from_string(text).unwrap_or_else(|_| RawValue::NULL.to_owned())
+        });
+        Ok(self.api.invoke(&request.name, &arguments).await)
     }
 }
 
@@ -378,6 +541,49 @@ async fn follow(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_tap_keeps_each_calls_argument_text_until_its_call_takes_it() {
+        let exact = ExactArguments::default();
+        let big = r#"{"n": 123456789012345678901234567890, "s": "\u00e9"}"#;
+        keep_arguments(
+            format!(
+                r#"{{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{{"name":"t","arguments":{big}}}}}"#
+            )
+            .as_bytes(),
+            &exact,
+        );
+        // A batch, a string id, and messages that are not calls.
+        keep_arguments(
+            br#"[{"jsonrpc":"2.0","id":"a","method":"tools/call","params":{"name":"t","arguments":{"x":1}}},{"jsonrpc":"2.0","method":"notifications/initialized"}]"#,
+            &exact,
+        );
+        keep_arguments(br#"{"jsonrpc":"2.0","id":8,"method":"tools/list"}"#, &exact);
+        keep_arguments(b"not json", &exact);
+        let parsed: Map<String, Value> = serde_json::from_str(big).unwrap();
+        assert_eq!(exact.take("7", &parsed).unwrap().get(), big);
+        assert!(exact.take("7", &parsed).is_none(), "taken once");
+        let x: Map<String, Value> = serde_json::from_str(r#"{"x": 1}"#).unwrap();
+        assert_eq!(exact.take("\"a\"", &x).unwrap().get(), r#"{"x":1}"#);
+        assert!(exact.take("8", &Map::new()).is_none());
+        // Text that is not what the SDK parsed is never used.
+        keep_arguments(
+            br#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"t","arguments":{"x":2}}}"#,
+            &exact,
+        );
+        assert!(exact.take("9", &x).is_none());
+    }
+
+    #[test]
+    fn the_tap_forgets_the_oldest_past_its_bound() {
+        let exact = ExactArguments::default();
+        for id in 0..MAX_KEPT_ARGUMENTS + 10 {
+            exact.keep(id.to_string(), RawValue::from_string("{}".into()).unwrap());
+        }
+        let kept = exact.0.lock().unwrap();
+        assert_eq!(kept.by_id.len(), MAX_KEPT_ARGUMENTS);
+        assert!(!kept.by_id.contains_key("9") && kept.by_id.contains_key("10"));
+    }
 
     #[test]
     fn listing_becomes_mcp_tools_first_definition_wins() {

@@ -15,10 +15,11 @@ use awc::error::WsProtocolError;
 use awc::ws::{self, Frame};
 use futures_util::stream::StreamExt;
 
-use super::core::{SessionCore, Transport};
+use super::core::{Seen, SessionCore};
+use super::realtime::Realtime;
 use super::settings::SessionSettings;
 use super::shell::{self, Link, Reassembly, Shell, Whole};
-use super::{CloseSession, ConnectionState, SessionStatus, SyncTools};
+use super::{CloseSession, ConnectionKind, ConnectionState};
 use crate::dispatch::Dispatcher;
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
@@ -50,11 +51,13 @@ impl RealtimeSession {
     ) -> Addr<Self> {
         let core = SessionCore::new(
             character,
-            Transport::Client,
+            ConnectionKind::Client,
+            Box::new(Realtime(settings.dialect)),
             settings.url.clone(),
             &settings,
             events,
             tools,
+            false,
         );
         let session = RealtimeSession {
             link: Link::new(core, dispatcher),
@@ -81,7 +84,9 @@ impl RealtimeSession {
                         ctx.add_stream(stream);
                         tracing::info!(character = %act.link.core.character(), "model session connected");
                         act.attempt = 0;
-                        act.link.connected(sink, None, ctx);
+                        act.link.connected(sink, ctx);
+                        // Nobody else talks in this conversation: the tools go at once.
+                        act.link.core.sync_now();
                         shell::run_effects(act, ctx);
                     }
                     Err(error) => {
@@ -94,7 +99,16 @@ impl RealtimeSession {
 
     fn on_whole(&mut self, message: Whole, ctx: &mut Context<Self>) {
         if let Whole::Text(text) = message {
-            self.link.core.from_upstream(&text);
+            let character = self.link.core.character().to_owned();
+            match self.link.core.from_upstream(&text) {
+                Seen::Error { message, event_id } => {
+                    tracing::warn!(%character, error = %message, event_id = ?event_id, "model session reported an error");
+                }
+                Seen::Unreadable(e) => {
+                    tracing::warn!(%character, error = %e, "ignoring a malformed event from the model session");
+                }
+                Seen::Pass | Seen::Ours | Seen::Described { .. } => {}
+            }
             shell::run_effects(self, ctx);
         }
     }
@@ -206,21 +220,7 @@ impl StreamHandler<Result<Frame, WsProtocolError>> for RealtimeSession {
     }
 }
 
-impl Handler<SyncTools> for RealtimeSession {
-    type Result = ResponseFuture<Result<(), String>>;
-
-    fn handle(&mut self, SyncTools(tools): SyncTools, ctx: &mut Self::Context) -> Self::Result {
-        shell::sync_tools(self, tools, ctx)
-    }
-}
-
-impl Handler<SessionStatus> for RealtimeSession {
-    type Result = MessageResult<SessionStatus>;
-
-    fn handle(&mut self, _: SessionStatus, _: &mut Self::Context) -> Self::Result {
-        MessageResult(self.link.core.report())
-    }
-}
+crate::session_handlers!(RealtimeSession);
 
 impl Handler<CloseSession> for RealtimeSession {
     type Result = ResponseFuture<()>;

@@ -1,7 +1,9 @@
-//! Live model sessions. One protocol core ([`core::SessionCore`]: acknowledged tool sync, the
-//! open responses and their calls answered with their exact output and images, the runaway
-//! guard, the session's own tools, the connection's state and its `session.state` / `tool.call`
-//! events) serves three kinds of connection, each a thin actor:
+//! Live model sessions. One core ([`core::SessionCore`]: acknowledged tool sync, the open turns
+//! and their calls answered with their exact output and images, the runaway guard, the
+//! session's own tools, the connection's state and its `session.state` / `tool.call` events)
+//! speaks each wire protocol through an adapter ([`realtime`]: the OpenAI Realtime family) and
+//! serves three kinds of connection, each a thin actor that says what its kind does
+//! differently:
 //!
 //! - [`RealtimeSession`] (`client.rs`): the server's own websocket to the model, supervised and
 //!   reconnected with backoff (`mode = "client"`: headless use and the demo);
@@ -21,7 +23,7 @@ pub mod calls;
 mod client;
 pub mod core;
 pub mod outbox;
-pub mod protocol;
+pub mod realtime;
 pub mod relay;
 pub mod settings;
 pub mod shell;
@@ -32,7 +34,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use serde::Serialize;
 
-pub use self::core::SyncOutcome;
+pub use self::core::{SyncError, SyncOutcome};
 pub use client::{INITIAL_BACKOFF, MAX_BACKOFF, RealtimeSession};
 pub use shell::MAX_EVENT_BYTES;
 
@@ -41,9 +43,10 @@ use crate::domain::tool::SharedTool;
 /// Push a character's current tool list into a session and wait for its acknowledgement.
 /// Answers at once when the session is not connected (the list goes out on connect). Every
 /// active session of a character handles it: the server's own, relays, attachments, and an
-/// application's in-process session.
+/// application's in-process session (which says why it did not take a list with
+/// [`SyncError::Other`]).
 #[derive(Message, Debug)]
-#[rtype(result = "Result<(), String>")]
+#[rtype(result = "Result<(), SyncError>")]
 pub struct SyncTools(pub Arc<[SharedTool]>);
 
 /// One connection's state, for `GET /api/sessions`.
@@ -74,7 +77,8 @@ pub enum ConnectionState {
 
 /// Which kind of connection an active session is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-#[serde(rename_all = "lowercase")]
+#[serde(into = "&'static str")]
+#[schema(rename_all = "lowercase")]
 pub enum ConnectionKind {
     /// The server's own connection (`mode = "client"`).
     Client,
@@ -87,6 +91,25 @@ pub enum ConnectionKind {
     /// A text chat through `POST /v1/chat/completions` (the server runs the tool loop of each
     /// request); never one of a manager's sessions.
     Chat,
+}
+
+impl ConnectionKind {
+    /// The kind as the API spells it (reports, events, log lines, error texts).
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnectionKind::Client => "client",
+            ConnectionKind::Relay => "relay",
+            ConnectionKind::Attach => "attach",
+            ConnectionKind::Embedded => "embedded",
+            ConnectionKind::Chat => "chat",
+        }
+    }
+}
+
+impl From<ConnectionKind> for &'static str {
+    fn from(kind: ConnectionKind) -> Self {
+        kind.name()
+    }
 }
 
 /// One active session of a character.

@@ -17,13 +17,14 @@ use actix_http::ws::{CloseCode, CloseReason, Message, ProtocolError};
 use awc::ws::{self, Frame};
 use futures_util::stream::StreamExt;
 
-use super::core::{SessionCore, Transport};
+use super::core::{Seen, SessionCore};
 use super::outbox::{
     AppOutbox, MAX_APP_QUEUE_BYTES, NOT_READING_CODE, OutboxBody, not_reading_reason,
 };
+use super::realtime::{self, Dialect, Realtime};
 use super::settings::SessionSettings;
 use super::shell::{self, Link, Reassembly, Shell, UpstreamSocket, Whole};
-use super::{CloseSession, ConnectionState, SessionStatus, SyncTools};
+use super::{CloseSession, ConnectionKind, ConnectionState};
 use crate::dispatch::Dispatcher;
 use crate::events::EventHub;
 
@@ -103,6 +104,8 @@ pub async fn connect_upstream(
 
 pub struct Relay {
     link: Link,
+    /// The dialect the app and the model speak: the app's `session.update` is rewritten in it.
+    dialect: Dialect,
     app: AppOutbox,
     /// A message from the app arriving in fragments.
     from_app: Reassembly,
@@ -126,12 +129,15 @@ impl Relay {
         let Upstream { url, socket } = upstream;
         let core = SessionCore::new(
             character,
-            Transport::Relay,
+            ConnectionKind::Relay,
+            Box::new(Realtime(settings.dialect)),
             url,
             settings,
             events,
             Arc::from([]),
+            false,
         );
+        let dialect = settings.dialect;
         let (app, body) = AppOutbox::new();
         let relay = Relay::create(|ctx| {
             // Frames are handled in arrival order, each side's in its own stream; an unbounded
@@ -144,6 +150,7 @@ impl Relay {
             link.open_sink(sink, ctx);
             Relay {
                 link,
+                dialect,
                 app,
                 from_app: Reassembly::default(),
                 ending: false,
@@ -167,7 +174,9 @@ impl Relay {
     fn upstream_message(&mut self, message: Whole, ctx: &mut Context<Self>) {
         match message {
             Whole::Text(text) => {
-                if self.link.core.from_upstream(&text) {
+                // Everything but the answers to the server's own updates reaches the app, as
+                // it came (an error or an event the server cannot read may be the app's).
+                if self.link.core.from_upstream(&text) != Seen::Ours {
                     self.send_to_app(Message::Text(text), ctx);
                 }
                 shell::run_effects(self, ctx);
@@ -178,10 +187,15 @@ impl Relay {
 
     fn app_message(&mut self, message: Whole, ctx: &mut Context<Self>) {
         let message = match message {
-            Whole::Text(text) => match self.link.core.from_app(&text) {
-                Some(merged) => ws::Message::Text(merged.into()),
-                None => ws::Message::Text(text),
-            },
+            Whole::Text(text) => {
+                let core = &mut self.link.core;
+                let merged = realtime::app::session_update(self.dialect, core.registered(), &text)
+                    .and_then(|update| core.app_update(update));
+                match merged {
+                    Some(merged) => ws::Message::Text(merged.into()),
+                    None => ws::Message::Text(text),
+                }
+            }
             Whole::Binary(bytes) => ws::Message::Binary(bytes),
         };
         shell::send_upstream(self, message, ctx);
@@ -231,7 +245,9 @@ impl Actor for Relay {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         tracing::info!(character = %self.link.core.character(), upstream = %self.link.core.upstream(), "relay opened");
-        self.link.core.connected(None);
+        self.link.core.connected();
+        // The app sends its own settings: the tools go now only when there are any.
+        self.link.core.sync_if_registered(None);
         shell::run_effects(self, ctx);
     }
 
@@ -364,21 +380,7 @@ impl StreamHandler<Result<Message, ProtocolError>> for Relay {
     }
 }
 
-impl Handler<SyncTools> for Relay {
-    type Result = ResponseFuture<Result<(), String>>;
-
-    fn handle(&mut self, SyncTools(tools): SyncTools, ctx: &mut Self::Context) -> Self::Result {
-        shell::sync_tools(self, tools, ctx)
-    }
-}
-
-impl Handler<SessionStatus> for Relay {
-    type Result = MessageResult<SessionStatus>;
-
-    fn handle(&mut self, _: SessionStatus, _: &mut Self::Context) -> Self::Result {
-        MessageResult(self.link.core.report())
-    }
-}
+crate::session_handlers!(Relay);
 
 impl Handler<CloseSession> for Relay {
     type Result = ResponseFuture<()>;

@@ -1,11 +1,13 @@
-//! `[character.session]`: how a character's live model session is reached.
+//! `[character.session]`: how a character's live model session is reached, and what attaching
+//! to its calls may do (which hosts, which keys, how many at once).
 
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
-use super::protocol::Dialect;
+use super::realtime::Dialect;
+use crate::domain::call_url::CallUrl;
 
 /// How long a change waits for `session.updated` unless configured.
 pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(5);
@@ -18,6 +20,19 @@ pub const DEFAULT_MAX_TOOL_CALLS_PER_WINDOW: usize = 8;
 
 /// The runaway guard's window.
 pub const DEFAULT_TOOL_CALL_WINDOW: Duration = Duration::from_secs(15);
+
+/// Live calls a character may be attached to at once, by default. Each holds a websocket, a
+/// session and its calls; eight covers a handful of parallel calls of one character (a phone
+/// line and a browser or two) while keeping a caller from opening hundreds.
+pub const DEFAULT_MAX_ATTACHMENTS: usize = 8;
+
+/// Most attachments a configuration may allow one character: each is a connection to a
+/// provider, and a thousand is far past any one character's calls.
+pub const MAX_ATTACHMENTS: usize = 1000;
+
+/// The hosts a `wss://` attachment may go to by default: OpenAI's Realtime API, whose calls
+/// (WebRTC, SIP) take a second websocket with `?call_id=`.
+pub const DEFAULT_ATTACH_HOSTS: &[&str] = &["api.openai.com"];
 
 /// Whether the server opens its own connection to the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -42,6 +57,99 @@ pub struct SessionSettings {
     pub sync_timeout: Duration,
     pub max_tool_calls_per_window: usize,
     pub tool_call_window: Duration,
+    /// What attaching to this character's calls may do.
+    pub attach: AttachSettings,
+}
+
+/// What attaching to a character's live calls may do (`POST /api/sessions/attach`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachSettings {
+    /// Environment variables besides the session's `api_key_env` whose key an attach may send.
+    pub api_key_envs: Vec<String>,
+    /// Hosts a `wss://` attachment may go to (lower case).
+    pub hosts: Vec<String>,
+    /// Attachments open at once.
+    pub max_attachments: usize,
+}
+
+impl Default for AttachSettings {
+    fn default() -> Self {
+        Self {
+            api_key_envs: Vec::new(),
+            hosts: DEFAULT_ATTACH_HOSTS
+                .iter()
+                .map(|h| (*h).to_owned())
+                .collect(),
+            max_attachments: DEFAULT_MAX_ATTACHMENTS,
+        }
+    }
+}
+
+/// Why an attach is refused: the request field at fault, and why, in words that are the same
+/// whether or not a variable it names exists.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachRefusal {
+    pub field: &'static str,
+    pub reason: String,
+}
+
+/// The key an attach to `url` for a character with `session` (if it has one) sends: none when
+/// the request names none (`key_env`); otherwise the key of a variable the configuration allows
+/// for it, and only to a place the configuration names (a `wss://` provider host, or the
+/// character's own session endpoint). `wss://` goes only to the configured hosts.
+pub fn attach_key(
+    session: Option<&SessionSettings>,
+    url: &CallUrl,
+    key_env: Option<&str>,
+) -> Result<Option<String>, AttachRefusal> {
+    let defaults = AttachSettings::default();
+    let attach = session.map_or(&defaults, |s| &s.attach);
+    let own_endpoint = session.is_some_and(|s| url.same_origin_as(&s.url));
+    if url.is_secure() && !own_endpoint && !attach.hosts.iter().any(|h| h == url.host()) {
+        return Err(AttachRefusal {
+            field: "url",
+            reason: format!(
+                "{:?} is wss:// to {}, which is not a provider host this character may attach to \
+                 (the character's attach_hosts: {})",
+                url.as_written(),
+                url.host(),
+                attach.hosts.join(", ")
+            ),
+        });
+    }
+    let Some(name) = key_env.filter(|n| !n.is_empty()) else {
+        return Ok(None);
+    };
+    let allowed = session.is_some_and(|s| s.api_key_env.as_deref() == Some(name))
+        || attach.api_key_envs.iter().any(|n| n == name);
+    if !allowed {
+        // Said the same way whether the variable exists or not: a caller learns nothing about
+        // the server's environment.
+        return Err(AttachRefusal {
+            field: "api_key_env",
+            reason: format!(
+                "{name:?} is not a key this character may attach with: the configuration names \
+                 them ([character.session] api_key_env and attach_api_key_envs)"
+            ),
+        });
+    }
+    if !url.is_secure() && !own_endpoint {
+        return Err(AttachRefusal {
+            field: "api_key_env",
+            reason: format!(
+                "a key is sent only over wss:// to a provider host, or to the character's own \
+                 session endpoint; {:?} is neither",
+                url.as_written()
+            ),
+        });
+    }
+    match std::env::var(name) {
+        Ok(key) => Ok(Some(key)),
+        Err(_) => Err(AttachRefusal {
+            field: "api_key_env",
+            reason: format!("environment variable {name} is not set on the server"),
+        }),
+    }
 }
 
 impl SessionSettings {
@@ -55,7 +163,20 @@ impl SessionSettings {
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
             max_tool_calls_per_window: DEFAULT_MAX_TOOL_CALLS_PER_WINDOW,
             tool_call_window: DEFAULT_TOOL_CALL_WINDOW,
+            attach: AttachSettings::default(),
         }
+    }
+
+    /// Checks that every variable the configuration names for a key is set (`api_key_env`, then
+    /// `attach_api_key_envs`), so a missing one stops start-up rather than fail a later attach.
+    pub fn check_keys(&self) -> anyhow::Result<()> {
+        self.api_key()?;
+        for name in &self.attach.api_key_envs {
+            std::env::var(name).with_context(|| {
+                format!("environment variable {name} (session.attach_api_key_envs) is not set")
+            })?;
+        }
+        Ok(())
     }
 
     /// The bearer token, read from the environment variable the configuration names.
@@ -88,6 +209,9 @@ pub struct FileSession {
     sync_timeout_seconds: Option<f64>,
     max_tool_calls_per_window: Option<i64>,
     tool_call_window_seconds: Option<f64>,
+    attach_api_key_envs: Option<Vec<String>>,
+    attach_hosts: Option<Vec<String>>,
+    max_attachments: Option<i64>,
 }
 
 impl FileSession {
@@ -119,6 +243,30 @@ impl FileSession {
             settings.tool_call_window =
                 seconds("tool_call_window_seconds", s, Duration::from_secs(3600))?;
         }
+        if let Some(names) = self.attach_api_key_envs {
+            if let Some(bad) = names.iter().find(|n| n.is_empty() || n.contains('=')) {
+                bail!("key `attach_api_key_envs`: {bad:?} is not an environment variable name");
+            }
+            settings.attach.api_key_envs = names;
+        }
+        if let Some(hosts) = self.attach_hosts {
+            settings.attach.hosts = Vec::with_capacity(hosts.len());
+            for host in hosts {
+                // Written as a URL's host is: a name, or an IP address (IPv6 in brackets); kept
+                // as a parsed URL's host reads, so the two compare.
+                let parsed = url::Host::parse(&host)
+                    .ok()
+                    .filter(|_| !host.is_empty())
+                    .with_context(|| format!("key `attach_hosts`: {host:?} is not a host name"))?;
+                settings.attach.hosts.push(parsed.to_string());
+            }
+        }
+        if let Some(n) = self.max_attachments {
+            if !(0..=MAX_ATTACHMENTS as i64).contains(&n) {
+                bail!("key `max_attachments`: must be between 0 and {MAX_ATTACHMENTS}, got {n}");
+            }
+            settings.attach.max_attachments = n as usize;
+        }
         Ok(settings)
     }
 }
@@ -131,4 +279,111 @@ fn seconds(key: &str, value: f64, max: Duration) -> anyhow::Result<Duration> {
         );
     }
     Ok(Duration::from_secs_f64(value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn url(text: &str) -> CallUrl {
+        CallUrl::parse(text).unwrap()
+    }
+
+    fn session(url: &str, key: Option<&str>, allowed: &[&str]) -> SessionSettings {
+        let mut s = SessionSettings::new(url, Dialect::Openai);
+        s.api_key_env = key.map(str::to_owned);
+        s.attach.api_key_envs = allowed.iter().map(|n| (*n).to_owned()).collect();
+        s
+    }
+
+    #[test]
+    fn a_request_names_no_key_and_gets_none() {
+        let openai = url("wss://api.openai.com/v1/realtime?call_id=c");
+        assert_eq!(attach_key(None, &openai, None), Ok(None));
+        assert_eq!(attach_key(None, &openai, Some("")), Ok(None));
+        let loopback = url("ws://127.0.0.1:9/v1/realtime");
+        let mio = session("wss://api.openai.com/v1/realtime", Some("PATH"), &[]);
+        assert_eq!(attach_key(Some(&mio), &loopback, None), Ok(None));
+    }
+
+    #[test]
+    fn a_name_the_configuration_does_not_allow_is_refused_alike_whether_set_or_not() {
+        let openai = url("wss://api.openai.com/v1/realtime?call_id=c");
+        let mio = session("wss://api.openai.com/v1/realtime", Some("PATH"), &["CALLS"]);
+        let refusal = |name: &str| attach_key(Some(&mio), &openai, Some(name)).unwrap_err();
+        for name in ["HOME", "RUNTIME_TOOLS_TEST_NEVER_SET"] {
+            assert_eq!(
+                refusal(name),
+                AttachRefusal {
+                    field: "api_key_env",
+                    reason: format!(
+                        "{name:?} is not a key this character may attach with: the configuration \
+                         names them ([character.session] api_key_env and attach_api_key_envs)"
+                    )
+                }
+            );
+        }
+        // Without a session, no name is allowed.
+        assert_eq!(
+            attach_key(None, &openai, Some("HOME")).unwrap_err().field,
+            "api_key_env"
+        );
+        // The character's own key, and an allowed one, are read.
+        assert_eq!(
+            attach_key(Some(&mio), &openai, Some("PATH")),
+            Ok(Some(std::env::var("PATH").unwrap()))
+        );
+        assert_eq!(
+            refusal("CALLS").reason,
+            "environment variable CALLS is not set on the server"
+        );
+    }
+
+    #[test]
+    fn keys_go_only_where_the_configuration_points() {
+        let mio = session("ws://127.0.0.1:9000/v1/realtime", Some("PATH"), &[]);
+        // The character's own endpoint takes its key, another loopback port does not.
+        let own = url("ws://127.0.0.1:9000/v1/realtime?call_id=c");
+        assert!(
+            attach_key(Some(&mio), &own, Some("PATH"))
+                .unwrap()
+                .is_some()
+        );
+        let other = url("ws://127.0.0.1:9001/v1/realtime?call_id=c");
+        assert_eq!(
+            attach_key(Some(&mio), &other, Some("PATH"))
+                .unwrap_err()
+                .reason,
+            "a key is sent only over wss:// to a provider host, or to the character's own \
+             session endpoint; \"ws://127.0.0.1:9001/v1/realtime?call_id=c\" is neither"
+        );
+        // wss:// goes only to the configured hosts.
+        let evil = url("wss://evil.example/v1/realtime");
+        assert_eq!(
+            attach_key(Some(&mio), &evil, None),
+            Err(AttachRefusal {
+                field: "url",
+                reason: "\"wss://evil.example/v1/realtime\" is wss:// to evil.example, which is \
+                         not a provider host this character may attach to (the character's \
+                         attach_hosts: api.openai.com)"
+                    .into()
+            })
+        );
+        assert!(attach_key(None, &evil, None).is_err());
+        // The character's own endpoint is allowed, wss:// or not, without being listed.
+        let provider = session("wss://realtime.example/v1", Some("PATH"), &[]);
+        let own = url("wss://realtime.example/v1?call_id=c");
+        assert!(
+            attach_key(Some(&provider), &own, Some("PATH"))
+                .unwrap()
+                .is_some()
+        );
+        let mut listed = mio.clone();
+        listed.attach.hosts.push("evil.example".into());
+        assert!(
+            attach_key(Some(&listed), &evil, Some("PATH"))
+                .unwrap()
+                .is_some()
+        );
+    }
 }

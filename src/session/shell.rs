@@ -1,6 +1,8 @@
-//! What the three session actors share around their [`SessionCore`]: the upstream websocket
+//! What the session actors share around their [`SessionCore`]: the upstream websocket
 //! (connecting, writing, reassembling fragmented messages), carrying out the core's effects
-//! (sending, the sync timer, running calls through the dispatcher), and answering `SyncTools`.
+//! (sending, the sync timer, running calls through the dispatcher), and the handlers of
+//! `SyncTools` and `SessionStatus` ([`session_handlers!`](crate::session_handlers)), the same
+//! for every kind of connection.
 
 use std::cell::Cell;
 use std::pin::Pin;
@@ -20,7 +22,7 @@ use futures_util::Sink;
 use futures_util::stream::SplitSink;
 use tokio::sync::oneshot;
 
-use super::core::{CLOSED_BEFORE_ACK, Effect, Run, SessionCore, not_acknowledged};
+use super::core::{Effect, Run, SessionCore, SyncError};
 use crate::dispatch::Dispatcher;
 use crate::domain::tool::SharedTool;
 
@@ -191,18 +193,14 @@ impl Link {
         self.sink = Some(SinkWrite::new(metered, ctx));
     }
 
-    /// The connection is up, writing through `half`; `waiter` hears how the core's first
-    /// update went (see [`SessionCore::connected`]).
-    pub fn connected<A>(
-        &mut self,
-        half: UpstreamHalf,
-        waiter: Option<super::core::Waiter>,
-        ctx: &mut Context<A>,
-    ) where
+    /// The connection is up, writing through `half` (see [`SessionCore::connected`]: what goes
+    /// first is the actor's to say).
+    pub fn connected<A>(&mut self, half: UpstreamHalf, ctx: &mut Context<A>)
+    where
         A: Actor<Context = Context<A>> + actix::io::WriteHandler<actix_http::ws::ProtocolError>,
     {
         self.open_sink(half, ctx);
-        self.core.connected(waiter);
+        self.core.connected();
     }
 }
 
@@ -302,7 +300,7 @@ pub fn sync_tools<A: Shell>(
     act: &mut A,
     tools: Arc<[SharedTool]>,
     ctx: &mut Context<A>,
-) -> ResponseFuture<Result<(), String>> {
+) -> ResponseFuture<Result<(), SyncError>> {
     let (tx, rx) = oneshot::channel();
     if let Some(waiter) = act.link().core.tools_changed(tools, Some(tx)) {
         let _ = waiter.send(Ok(()));
@@ -312,10 +310,44 @@ pub fn sync_tools<A: Shell>(
     Box::pin(async move {
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(outcome)) => outcome,
-            Ok(Err(_)) => Err(CLOSED_BEFORE_ACK.into()),
-            Err(_) => Err(not_acknowledged(timeout)),
+            Ok(Err(_)) => Err(SyncError::Closed),
+            Err(_) => Err(SyncError::NotAcknowledged(timeout)),
         }
     })
+}
+
+/// The handlers of [`SyncTools`](super::SyncTools) (the new list, to the core, answered when
+/// the session acknowledged it) and [`SessionStatus`](super::SessionStatus) (the core's report),
+/// the same for every actor that holds a [`Link`] (implements [`Shell`]). A macro, since actix's
+/// `Handler` cannot be implemented once for every such actor.
+#[macro_export]
+#[doc(hidden)]
+macro_rules! session_handlers {
+    ($actor:ty) => {
+        impl ::actix::Handler<$crate::session::SyncTools> for $actor {
+            type Result = ::actix::ResponseFuture<Result<(), $crate::session::SyncError>>;
+
+            fn handle(
+                &mut self,
+                $crate::session::SyncTools(tools): $crate::session::SyncTools,
+                ctx: &mut Self::Context,
+            ) -> Self::Result {
+                $crate::session::shell::sync_tools(self, tools, ctx)
+            }
+        }
+
+        impl ::actix::Handler<$crate::session::SessionStatus> for $actor {
+            type Result = ::actix::MessageResult<$crate::session::SessionStatus>;
+
+            fn handle(
+                &mut self,
+                _: $crate::session::SessionStatus,
+                _: &mut Self::Context,
+            ) -> Self::Result {
+                ::actix::MessageResult($crate::session::shell::Shell::link(self).core.report())
+            }
+        }
+    };
 }
 
 /// One whole message, after reassembly.

@@ -11,7 +11,7 @@ use runtime_tools::actors::router::RegisterTool;
 use runtime_tools::domain::arguments::Parameters;
 use runtime_tools::domain::call::ToolOutcome;
 use runtime_tools::domain::tool::ToolSpec;
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::SessionSettings;
 use serde_json::{Map, Value, json};
 
@@ -199,7 +199,7 @@ async fn app_with(fake: Option<&FakeRealtime>, validate: bool) -> TestApp {
 
 /// The model plays `call_id` with this argument text; returns what it is answered (the
 /// `function_call_output` text, parsed).
-async fn model_calls(fake: &FakeRealtime, call_id: &str, name: &str, raw: &str) -> Value {
+pub async fn model_calls(fake: &FakeRealtime, call_id: &str, name: &str, raw: &str) -> Value {
     fake.push(call_event(&format!("resp_{call_id}"), call_id, name, raw))
         .await;
     let item = fake

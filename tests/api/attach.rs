@@ -3,10 +3,16 @@
 //! app's own tools): the call keeps its tools and gets the registered ones, the server answers
 //! only the calls of registered tools, follows the app's own tool changes, and the attachment
 //! ends with the call or on detach. Its state and the calls it answers are announced on the
-//! event stream.
+//! event stream. What a caller may not make it do: send a key the configuration does not name,
+//! or send one anywhere the configuration does not point; reach a `ws://` host the callback rule
+//! refuses or a `wss://` host not configured; hold more calls than the character may; and a
+//! call that refuses with megabytes of text gets that text copied nowhere whole.
 
 use serde_json::{Value, json};
 
+use runtime_tools::domain::peer_text::MAX_PEER_TEXT_BYTES;
+use runtime_tools::session::realtime::Dialect;
+use runtime_tools::session::settings::{DEFAULT_MAX_ATTACHMENTS, SessionMode};
 use runtime_tools::session::shell::MAX_UPSTREAM_QUEUE_BYTES;
 
 use crate::callback_server::{CallbackServer, Reply};
@@ -14,7 +20,7 @@ use crate::deaf_model::DeafModel;
 use crate::event_stream::{EventReader, open};
 use crate::events::{assert_call, assert_state, state};
 use crate::fake_realtime::{AckMode, EVENT_DEADLINE, FakeRealtime};
-use crate::helpers::{TestApp, spawn_app, tool_body};
+use crate::helpers::{TestApp, app_with_session, spawn_app, tool_body};
 use crate::schema::validate_client_events;
 
 fn app_tool(name: &str) -> Value {
@@ -34,7 +40,12 @@ async fn an_attachment_keeps_the_calls_tools_and_answers_only_registered_calls()
     let fake = FakeRealtime::start(AckMode::Immediate).await;
     fake.set_created_tools(vec![app_tool("app_clock")]);
     let weather = CallbackServer::with("/cb", Reply::output(json!({"temperature_c": 28})));
-    let app = spawn_app(&["Mio", "Lanlan"]).await;
+    // Mio's own session is this model (apps only, through the relay), with its key.
+    let app = app_with_session(&fake.url, &["Lanlan"], Dialect::Openai, |s| {
+        s.mode = SessionMode::Relay;
+        s.api_key_env = Some("HOME".into());
+    })
+    .await;
     let (status, _) = app
         .register(&tool_body("get_weather", &weather.url("/cb"), "plugin:w"))
         .await;
@@ -199,7 +210,7 @@ async fn announced_joining_and_calls(events: &mut EventReader, url: &str) {
 
 #[actix_web::test]
 async fn an_attach_the_call_does_not_take_says_why_and_stays() {
-    use runtime_tools::session::protocol::Dialect;
+    use runtime_tools::session::realtime::Dialect;
     use runtime_tools::session::settings::SessionMode;
     // Mio's settings apply to its attachments: a short sync timeout; relay mode, so the server
     // keeps no connection of its own to the fake.
@@ -319,11 +330,12 @@ async fn an_attachment_ends_with_the_call_and_bad_attaches_are_refused() {
         .iter()
         .map(|e| &e["loc"][1])
         .collect();
-    assert_eq!(failing, ["role", "url", "api_key_env"]);
+    assert_eq!(failing, ["role", "url"]);
     assert_eq!(
         body["detail"][1]["msg"],
-        "\"ws://10.0.0.1/v1/realtime\" is ws:// to a host that is not loopback: the call's URL \
-         must be wss://, or ws:// on loopback (localhost, 127.x.x.x or [::1]), e.g. \
+        "Value error, \"ws://10.0.0.1/v1/realtime\" is ws:// to a host that is not loopback, or \
+         not written plainly: the call's URL must be wss:// to a provider the configuration \
+         names, or ws:// on loopback (localhost, 127.x.x.x or [::1]), e.g. \
          wss://api.openai.com/v1/realtime?call_id=rtc_123"
     );
     let (status, body) = app
@@ -391,4 +403,257 @@ async fn an_attachment_whose_model_stops_reading_ends() {
     }
     // The attachment ended; it does not come back on its own (the call is the app's).
     assert_eq!(model.connections(), 1);
+}
+
+/// The 422 of an attach request, its one failing field and message.
+fn refused(field: &str, msg: &str) -> (u16, Value) {
+    (
+        422,
+        json!({"ok": false, "detail": [{"loc": ["body", field], "msg": format!("Value error, {msg}"),
+                                       "type": "value_error"}]}),
+    )
+}
+
+#[actix_web::test]
+async fn a_key_comes_only_from_the_configuration_and_goes_only_where_it_points() {
+    // Mio's own endpoint is `model`, with its key in HOME; `spy` is any other local listener.
+    let model = FakeRealtime::start(AckMode::Immediate).await;
+    let spy = FakeRealtime::start(AckMode::Immediate).await;
+    let app = app_with_session(&model.url, &["Lanlan"], Dialect::Openai, |s| {
+        s.mode = SessionMode::Relay;
+        s.api_key_env = Some("HOME".into());
+    })
+    .await;
+    let spy_call = format!("{}&call_id=rtc_spy", spy.url);
+
+    // A name the configuration does not allow: the same 422 whether it is set or not.
+    for (role, name) in [
+        ("Lanlan", "PATH"),
+        ("Lanlan", "HOME"),
+        ("Lanlan", "RUNTIME_TOOLS_TEST_NEVER_SET"),
+        ("Mio", "PATH"),
+        ("Mio", "RUNTIME_TOOLS_TEST_NEVER_SET"),
+    ] {
+        let (status, body) = app
+            .post(
+                "/api/sessions/attach",
+                &json!({"role": role, "url": spy_call, "api_key_env": name}),
+            )
+            .await;
+        assert_eq!(
+            (status, body),
+            refused(
+                "api_key_env",
+                &format!(
+                    "{name:?} is not a key this character may attach with: the configuration \
+                     names them ([character.session] api_key_env and attach_api_key_envs)"
+                )
+            ),
+            "{role} {name}"
+        );
+    }
+    // Mio's own key, but to a place the configuration does not point at.
+    let (status, body) = app
+        .post(
+            "/api/sessions/attach",
+            &json!({"role": "Mio", "url": spy_call, "api_key_env": "HOME"}),
+        )
+        .await;
+    assert_eq!(
+        (status, body),
+        refused(
+            "api_key_env",
+            &format!(
+                "a key is sent only over wss:// to a provider host, or to the character's own \
+                 session endpoint; {spy_call:?} is neither"
+            )
+        )
+    );
+    // Nothing reached the listener.
+    assert_eq!((spy.connections(), spy.authorizations()), (0, vec![]));
+
+    // Without a key, attaching there is fine, and nothing is sent with it.
+    let (status, body) = app
+        .post(
+            "/api/sessions/attach",
+            &json!({"role": "Mio", "url": spy_call}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(spy.authorizations(), [None]);
+    // To its own endpoint, Mio's key goes.
+    let own_call = format!("{}&call_id=rtc_own", model.url);
+    let (status, body) = app
+        .post(
+            "/api/sessions/attach",
+            &json!({"role": "Mio", "url": own_call, "api_key_env": "HOME"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let key = std::env::var("HOME").unwrap();
+    assert_eq!(model.authorizations(), [Some(format!("Bearer {key}"))]);
+}
+
+#[actix_web::test]
+async fn attach_urls_keep_the_callback_host_rule_and_the_configured_provider_hosts() {
+    let spy = FakeRealtime::start(AckMode::Immediate).await;
+    let port = spy
+        .url
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap();
+    let app = spawn_app(&["Lanlan"]).await;
+    // Spellings of loopback the callback rule refuses (the URL parser would rewrite each into
+    // 127.0.0.1, the spy's address).
+    for written in [
+        format!("ws://127.1:{port}/v1/realtime?call_id=c"),
+        format!("ws://0x7f000001:{port}/v1/realtime?call_id=c"),
+        format!("ws://2130706433:{port}/v1/realtime?call_id=c"),
+        format!("ws://localhost.:{port}/v1/realtime?call_id=c"),
+    ] {
+        let (status, body) = app
+            .post(
+                "/api/sessions/attach",
+                &json!({"role": "Lanlan", "url": written}),
+            )
+            .await;
+        assert_eq!(
+            (status, body),
+            refused(
+                "url",
+                &format!(
+                    "{written:?} is ws:// to a host that is not loopback, or not written \
+                     plainly: the call's URL must be wss:// to a provider the configuration \
+                     names, or ws:// on loopback (localhost, 127.x.x.x or [::1]), e.g. \
+                     wss://api.openai.com/v1/realtime?call_id=rtc_123"
+                )
+            )
+        );
+    }
+    assert_eq!(spy.connections(), 0);
+    // wss:// only to a configured provider host (by default the OpenAI API's).
+    let (status, body) = app
+        .post(
+            "/api/sessions/attach",
+            &json!({"role": "Lanlan", "url": "wss://evil.example/v1/realtime?call_id=c"}),
+        )
+        .await;
+    assert_eq!(
+        (status, body),
+        refused(
+            "url",
+            "\"wss://evil.example/v1/realtime?call_id=c\" is wss:// to evil.example, which is not \
+             a provider host this character may attach to (the character's attach_hosts: \
+             api.openai.com)"
+        )
+    );
+}
+
+#[actix_web::test]
+async fn a_character_holds_at_most_its_number_of_attachments() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let app = spawn_app(&["Lanlan"]).await;
+    let call = |n: usize| format!("{}&call_id=rtc_{n}", fake.url);
+    for n in 0..DEFAULT_MAX_ATTACHMENTS {
+        let (status, body) = app
+            .post(
+                "/api/sessions/attach",
+                &json!({"role": "Lanlan", "url": call(n)}),
+            )
+            .await;
+        assert_eq!(status, 200, "attachment {n}: {body}");
+    }
+    let one_more = json!({"role": "Lanlan", "url": call(DEFAULT_MAX_ATTACHMENTS)});
+    let (status, body) = app.post("/api/sessions/attach", &one_more).await;
+    assert_eq!(
+        (status, body),
+        (
+            409,
+            json!({"ok": false, "detail": "Lanlan is attached to 8 calls already, the most its \
+                   configuration allows ([character.session] max_attachments); detach one first"})
+        )
+    );
+    assert_eq!(fake.connections(), DEFAULT_MAX_ATTACHMENTS);
+    // Attaching again to a call it holds is still fine; leaving one makes room.
+    let (status, _) = app
+        .post(
+            "/api/sessions/attach",
+            &json!({"role": "Lanlan", "url": call(0)}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = app
+        .post(
+            "/api/sessions/detach",
+            &json!({"role": "Lanlan", "url": call(0)}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, body) = app.post("/api/sessions/attach", &one_more).await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[actix_web::test]
+async fn a_calls_refusal_of_megabytes_is_cut_wherever_it_is_copied() {
+    let huge = "r".repeat(4 << 20);
+    let fake = FakeRealtime::start(AckMode::Error(huge)).await;
+    let app = spawn_app(&["Lanlan"]).await;
+    let (status, _) = app
+        .register(&tool_body("first", "http://127.0.0.1:9/cb", "s"))
+        .await;
+    assert_eq!(status, 200);
+    let mut stream = open(&app, "", None).await.expect("stream opens");
+    stream.expect("hello").await;
+    let url = format!("{}&call_id=rtc_refuses", fake.url);
+    let (status, body) = app
+        .post(
+            "/api/sessions/attach",
+            &json!({"role": "Lanlan", "url": url}),
+        )
+        .await;
+    assert_eq!((status, &body["ok"]), (200, &json!(false)), "{body}");
+    let bounded = |text: &str| {
+        // The provider's message, cut and marked, inside our own words.
+        assert!(
+            text.len() <= MAX_PEER_TEXT_BYTES + 200,
+            "{} bytes",
+            text.len()
+        );
+        assert!(
+            text.ends_with("… (cut: 4194320 bytes in all)"),
+            "{}",
+            &text[text.len().saturating_sub(80)..]
+        );
+    };
+    bounded(body["error"].as_str().unwrap());
+    let state = stream
+        .wait_for("session.state", |d| d["last_sync"]["ok"] == json!(false))
+        .await;
+    assert!(state.data.to_string().len() < 4 * MAX_PEER_TEXT_BYTES);
+
+    // Every change the call refuses: its answer, the listing and the events stay small.
+    for n in 0..3 {
+        let (status, body) = app
+            .register(&tool_body(&format!("t{n}"), "http://127.0.0.1:9/cb", "s"))
+            .await;
+        assert_eq!(status, 200);
+        bounded(body["failed_roles"][0]["error"].as_str().unwrap());
+        assert!(body.to_string().len() < 4 * MAX_PEER_TEXT_BYTES, "{n}");
+    }
+    let (status, listing) = app.get("/api/sessions").await;
+    assert_eq!(status, 200);
+    assert!(
+        listing.to_string().len() < 4 * MAX_PEER_TEXT_BYTES,
+        "{} bytes",
+        listing.to_string().len()
+    );
+    for n in 0..3 {
+        let changed = stream
+            .wait_for("tools.changed", |d| d["name"] == json!(format!("t{n}")))
+            .await;
+        bounded(changed.data["failed_roles"][0]["error"].as_str().unwrap());
+    }
 }

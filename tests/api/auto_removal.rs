@@ -3,7 +3,7 @@
 //! and nothing else does.
 
 use runtime_tools::actors::router::RebuildCharacter;
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::SessionSettings;
 use serde_json::{Value, json};
 

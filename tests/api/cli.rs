@@ -1,5 +1,6 @@
 //! The `runtime-tools` command itself: the listening line, serving, dual-stack binding, a clean
-//! exit (code 0) on SIGTERM and SIGINT, and start-up errors that name the key and the file.
+//! exit (code 0) on SIGTERM and SIGINT, start-up errors that name the key and the file, and a
+//! log pipe nobody reads, which must not stop the server.
 //!
 //! Each test runs the built binary as a child process and waits on its events (its stdout line,
 //! its exit) with deadlines, never with sleeps.
@@ -7,7 +8,7 @@
 use std::io::{BufRead, BufReader, Read};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::process::{Command, ExitStatus, Stdio};
+use std::process::{ChildStderr, Command, ExitStatus, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -22,16 +23,28 @@ const DEADLINE: Duration = Duration::from_secs(60);
 const BINARY: &str = env!("CARGO_BIN_EXE_runtime-tools");
 
 /// A running (or finished) `runtime-tools` child process.
-struct Child {
+pub struct Child {
     pid: u32,
     stdout: Receiver<String>,
     exit: Receiver<ExitStatus>,
     stderr: Option<JoinHandle<String>>,
+    /// The read end of a stderr pipe that is never read, held open.
+    _unread_stderr: Option<ChildStderr>,
     exited: Option<ExitStatus>,
 }
 
 impl Child {
-    fn start(args: &[&str]) -> Self {
+    pub fn start(args: &[&str]) -> Self {
+        Self::start_reading_stderr(args, true)
+    }
+
+    /// Starts the command with its stderr on a pipe that nobody reads, as an app that launches
+    /// the server and ignores its output would.
+    pub fn start_with_unread_stderr(args: &[&str]) -> Self {
+        Self::start_reading_stderr(args, false)
+    }
+
+    fn start_reading_stderr(args: &[&str], read: bool) -> Self {
         let mut child = Command::new(BINARY)
             .args(args)
             .env("RUST_LOG", "info")
@@ -42,7 +55,7 @@ impl Child {
             .expect("runtime-tools starts");
         let pid = child.id();
         let out = child.stdout.take().unwrap();
-        let mut err = child.stderr.take().unwrap();
+        let err = child.stderr.take().unwrap();
         let (line_tx, stdout) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines() {
@@ -52,11 +65,17 @@ impl Child {
                 }
             }
         });
-        let stderr = std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = err.read_to_string(&mut text);
-            text
-        });
+        let (stderr, unread) = if read {
+            let reader = std::thread::spawn(move || {
+                let mut err = err;
+                let mut text = String::new();
+                let _ = err.read_to_string(&mut text);
+                text
+            });
+            (Some(reader), None)
+        } else {
+            (None, Some(err))
+        };
         let (exit_tx, exit) = mpsc::channel();
         std::thread::spawn(move || {
             let status = child.wait().expect("child waited for");
@@ -66,7 +85,8 @@ impl Child {
             pid,
             stdout,
             exit,
-            stderr: Some(stderr),
+            stderr,
+            _unread_stderr: unread,
             exited: None,
         }
     }
@@ -77,7 +97,7 @@ impl Child {
     }
 
     /// Reads the listening line and returns the address it announces.
-    fn listening(&mut self, host: &str) -> SocketAddr {
+    pub fn listening(&mut self, host: &str) -> SocketAddr {
         let line = match self.next_line() {
             Ok(line) => line,
             Err(e) => panic!(
@@ -95,7 +115,7 @@ impl Child {
         SocketAddr::new(ip.parse().unwrap(), port)
     }
 
-    fn signal(&self, signal: &str) {
+    pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .args([format!("-{signal}"), self.pid.to_string()])
             .status()
@@ -104,7 +124,7 @@ impl Child {
     }
 
     /// Waits for the child to exit on its own (at most until the deadline).
-    fn wait(&mut self) -> ExitStatus {
+    pub fn wait(&mut self) -> ExitStatus {
         if let Some(status) = self.exited {
             return status;
         }
@@ -168,13 +188,13 @@ impl Drop for Child {
 }
 
 /// `GET path` on `addr` with a matching `Host`, over a connection that closes afterwards.
-fn get(addr: SocketAddr, path: &str) -> (u16, Value) {
+pub fn get(addr: SocketAddr, path: &str) -> (u16, Value) {
     let host = addr.to_string();
     let response = raw_exchange(addr, raw_head("GET", path, &[("Host", &host)]));
     (response.status, response.json())
 }
 
-fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
+pub fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
     let host = addr.to_string();
     let body = serde_json::to_vec(body).unwrap();
     let length = body.len().to_string();
@@ -529,4 +549,35 @@ fn a_bad_bind_option_stops_start_up_naming_the_option() {
     assert!(stderr.contains("option --bind"), "{stderr}");
     assert!(stderr.contains("\"nowhere\""), "{stderr}");
     assert_eq!(child.remaining_stdout(), Vec::<String>::new());
+}
+
+#[test]
+fn a_log_pipe_nobody_reads_never_stops_the_server() {
+    let mut child = Child::start_with_unread_stderr(&[
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+        "--character",
+        "Lanlan",
+    ]);
+    let addr = child.listening("127.0.0.1");
+    // Each registration logs a line at info (the default): far more than the 64 KiB a pipe
+    // holds.
+    const REGISTRATIONS: usize = 2000;
+    for i in 0..REGISTRATIONS {
+        let (status, body) = post(
+            addr,
+            "/api/tools/register",
+            &json!({"name": format!("t{i}"), "callback_url": "http://127.0.0.1:9/cb"}),
+        );
+        assert_eq!(status, 200, "registration {i}: {body}");
+    }
+    let (status, listing) = get(addr, "/api/tools");
+    assert_eq!(status, 200);
+    assert_eq!(
+        listing["tools_by_role"]["Lanlan"].as_array().map(Vec::len),
+        Some(REGISTRATIONS)
+    );
+    child.signal("TERM");
+    assert_eq!(child.wait().code(), Some(0));
 }

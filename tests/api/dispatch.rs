@@ -240,6 +240,58 @@ async fn an_answer_that_is_not_http_is_an_error() {
 }
 
 #[actix_web::test]
+async fn a_callback_that_switches_protocols_is_an_error() {
+    let app = spawn_app(&["Lanlan"]).await;
+    let server = CallbackServer::with(
+        "/cb",
+        Reply::Raw(
+            b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+                .to_vec(),
+        ),
+    );
+    weather_on(&app, &server, 30.0).await;
+    let result = invoke_ok(&app, "weather", json!({"city": "Shanghai"})).await;
+    assert_eq!(
+        error_text(&result),
+        "remote tool callback answered 101 Switching Protocols: a tool callback must answer \
+         with a final HTTP status, not switch protocols"
+    );
+    // The switched connection is not kept: the next call is answered on a new one.
+    server.route("/cb", Reply::output(json!("sunny")));
+    let result = invoke_ok(&app, "weather", json!({"city": "Shanghai"})).await;
+    assert_eq!(result["output"], json!("sunny"), "{result}");
+}
+
+#[actix_web::test]
+async fn a_tls_handshake_that_stalls_fails_as_a_connection_within_its_own_bound() {
+    // Accepts every connection and never answers the ClientHello.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    actix_web::rt::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    let app = spawn_app(&["Lanlan"]).await;
+    let url = format!("https://127.0.0.1:{port}/cb");
+    // A tool timeout well past the bound: the call must not wait for it.
+    register(
+        &app,
+        tool_with_timeout("weather", &url, "plugin:tls", 120.0),
+    )
+    .await;
+    let result = invoke_ok(&app, "weather", json!({"city": "Shanghai"})).await;
+    assert_eq!(
+        error_text(&result),
+        format!(
+            "could not connect to remote tool callback https://127.0.0.1:{port}: the connection \
+             and its TLS handshake did not finish within 10 s"
+        )
+    );
+}
+
+#[actix_web::test]
 async fn a_localhost_callback_is_reached() {
     let app = spawn_app(&["Lanlan"]).await;
     let server = CallbackServer::with("/cb", Reply::output(json!("via localhost")));

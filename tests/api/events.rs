@@ -1,5 +1,6 @@
 //! `GET /api/events` over real sockets: `hello`, each event kind with its exact data, the role
-//! filter, resuming with `Last-Event-ID` and the `reset` when that is no longer possible, a stuck
+//! filter, resuming with `Last-Event-ID` and the `reset` when that is no longer possible (or
+//! would replay more than a subscriber's buffer holds), a stuck
 //! subscriber dropped while registrations keep answering and other subscribers keep everything,
 //! the keep-alive comment, and the loopback / `Host` / `Origin` guard.
 
@@ -11,7 +12,8 @@ use runtime_tools::actors::router::RegisterTool;
 use runtime_tools::config::Settings;
 use runtime_tools::domain::callback_url::CallbackUrl;
 use runtime_tools::domain::tool::{ToolSpec, empty_parameters};
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::events::{RING_CAPACITY, SUBSCRIBER_BUFFER};
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::SessionSettings;
 use serde_json::{Value, json};
 
@@ -342,14 +344,19 @@ async fn last_event_id_resumes_exactly_after_it() {
 #[actix_web::test]
 async fn an_id_the_ring_no_longer_holds_gets_a_reset() {
     let app = spawn_app(&["Lanlan"]).await;
-    let total = runtime_tools::events::RING_CAPACITY + 5;
+    let total = RING_CAPACITY + 5;
     register_many(&app, total).await;
     let total = total as u64;
 
-    // Resuming from just before the oldest held event misses nothing.
-    let mut edge = open(&app, "", Some("5")).await.expect("stream opens");
-    assert_eq!(edge.expect("hello").await.id, 5);
-    assert_eq!(edge.expect("tools.changed").await.id, 6);
+    // Resuming with as many events missed as a subscriber's buffer holds misses nothing.
+    let from = total - SUBSCRIBER_BUFFER as u64;
+    let mut edge = open(&app, "", Some(&from.to_string()))
+        .await
+        .expect("stream opens");
+    assert_eq!(edge.expect("hello").await.id, from);
+    for id in from + 1..=total {
+        assert_eq!(edge.expect("tools.changed").await.id, id);
+    }
 
     for lost in ["4", "1", "999999", "yesterday"] {
         let mut events = open(&app, "", Some(lost)).await.expect("stream opens");
@@ -361,6 +368,32 @@ async fn an_id_the_ring_no_longer_holds_gets_a_reset() {
             reset.data,
             json!({"last_event_id": lost, "oldest_event_id": 6, "newest_event_id": total})
         );
+    }
+}
+
+#[actix_web::test]
+async fn a_resume_that_missed_more_than_a_subscribers_buffer_gets_a_reset() {
+    let app = spawn_app(&["Lanlan"]).await;
+    let total = 2 * SUBSCRIBER_BUFFER as u64;
+    register_many(&app, total as usize).await;
+    // All of them are still in the ring, but one more than the buffer would be replayed: each of
+    // these subscribers gets `hello` and a `reset`, then only what happens next, rather than
+    // hold the replay.
+    let from = (total - SUBSCRIBER_BUFFER as u64 - 1).to_string();
+    let mut resumed = Vec::new();
+    for _ in 0..20 {
+        let mut events = open(&app, "", Some(&from)).await.expect("stream opens");
+        assert_eq!(events.expect("hello").await.id, total);
+        let reset = events.expect("reset").await;
+        assert_eq!(
+            reset.data,
+            json!({"last_event_id": from, "oldest_event_id": 1, "newest_event_id": total})
+        );
+        resumed.push(events);
+    }
+    register_many(&app, 1).await;
+    for events in &mut resumed {
+        assert_eq!(events.next_event().await.id, total + 1);
     }
 }
 

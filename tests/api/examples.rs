@@ -14,7 +14,7 @@
 use std::process::Command;
 
 use runtime_tools::config::Settings;
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::{SessionMode, SessionSettings};
 use serde_json::{Value, json};
 

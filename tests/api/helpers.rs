@@ -7,7 +7,7 @@ use std::time::Duration;
 use actix::Addr;
 use runtime_tools::actors::router::Router;
 use runtime_tools::config::{CharacterSettings, Settings};
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::SessionSettings;
 use runtime_tools::startup::Application;
 use serde_json::Value;

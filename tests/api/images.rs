@@ -13,7 +13,7 @@ use runtime_tools::actors::local_tool::{CallLocalTool, local_handler};
 use runtime_tools::actors::router::RegisterTool;
 use runtime_tools::domain::call::ToolOutcome;
 use runtime_tools::domain::tool::{ToolSpec, empty_parameters};
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::SessionSettings;
 use serde_json::{Value, json};
 

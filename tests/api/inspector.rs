@@ -11,7 +11,7 @@ use futures_util::SinkExt;
 use indexmap::IndexMap;
 use runtime_tools::config::Settings;
 use runtime_tools::mcp::settings::{McpServerSettings, McpTransport};
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::{SessionMode, SessionSettings};
 use serde_json::{Value, json};
 
@@ -1222,7 +1222,15 @@ async fn mcp_servers_show_with_their_state_and_a_dead_plugins_removal_is_flagged
     ] {
         assert!(text.contains(shown), "{shown:?} not in {text:?}");
     }
-    assert!(browser.wait_css("#mcp-empty").await.attr("hidden").await.unwrap().is_some());
+    assert!(
+        browser
+            .wait_css("#mcp-empty")
+            .await
+            .attr("hidden")
+            .await
+            .unwrap()
+            .is_some()
+    );
     let runs = format!(
         "{}//dl[contains(@class,'meta')]/div[2]",
         xpath_card("Lanlan", "get_weather")

@@ -5,7 +5,7 @@
 use runtime_tools::actors::router::{
     AddCharacter, ListCharacters, RebuildCharacter, RemoveCharacter, RouterError,
 };
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::SessionSettings;
 use serde_json::json;
 

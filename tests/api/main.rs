@@ -29,6 +29,7 @@ mod fake_realtime;
 mod faults;
 mod guard;
 mod hostile_input;
+mod hostile_schemas;
 mod images;
 mod inspector;
 mod invoke;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use indexmap::IndexMap;
 use runtime_tools::config::Settings;
 use runtime_tools::mcp::settings::{McpServerSettings, McpTransport};
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, ClosedPort, Reply, invoke_ok};

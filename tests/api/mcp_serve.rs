@@ -2,7 +2,8 @@
 //! tests/requirements.txt): the real binary over stdio against the real server: initialize, list
 //! (one character's tools, with their schemas), a call, a tool error and an unknown tool as
 //! `isError` results with the model's text, and `notifications/tools/list_changed` after a
-//! registration.
+//! registration. And, spoken to line by line, arguments passed on exactly as the client wrote
+//! them.
 
 use std::process::Command;
 
@@ -95,4 +96,61 @@ async fn an_mcp_client_lists_calls_and_hears_of_changes() {
         json!(["get_weather", "broken", "get_time"])
     );
     assert_eq!(client.wait_exit().await, Some(0));
+}
+
+/// Sends one JSON-RPC message (its exact text) and returns the answer with `id`.
+async fn exchange(server: &mut LineChild, message: &str, id: u64) -> Value {
+    server.send_line(message);
+    loop {
+        let line = server
+            .next_line()
+            .await
+            .expect("an answer in time")
+            .expect("the server is running");
+        let answer: Value = serde_json::from_str(&line).expect("a JSON-RPC message");
+        if answer["id"] == json!(id) {
+            return answer;
+        }
+    }
+}
+
+#[actix_web::test]
+async fn arguments_reach_the_callback_exactly_as_the_client_wrote_them() {
+    let app = spawn_app(&["Lanlan"]).await;
+    let callback = CallbackServer::with("/exact", Reply::output(json!("ok")));
+    let mut body = tool_body("exact", &callback.url("/exact"), "plugin:mcp-test");
+    body["parameters"] = json!({"type": "object"});
+    let (status, answer) = app.register(&body).await;
+    assert_eq!(status, 200, "{answer}");
+
+    let mut server = LineChild::spawn_talking(
+        Command::new(env!("CARGO_BIN_EXE_runtime-tools"))
+            .args(["mcp", "--server", &app.base, "--role", "Lanlan"])
+            .env("RUST_LOG", "warn"),
+    );
+    let init = exchange(
+        &mut server,
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"test","version":"1"}}}"#,
+        1,
+    )
+    .await;
+    assert_eq!(init["result"]["serverInfo"]["name"], json!("runtime-tools"));
+    server.send_line(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    // Written by hand: a JSON library would round the number on the way.
+    let arguments = r#"{"big": 123456789012345678901234567890, "text": "\u00e9"}"#;
+    let called = exchange(
+        &mut server,
+        &format!(
+            r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"exact","arguments":{arguments}}}}}"#
+        ),
+        2,
+    )
+    .await;
+    assert_eq!(called["result"]["isError"], json!(false), "{called}");
+    let received = callback.wait_for_requests(1).await;
+    let sent = String::from_utf8(received[0].body.clone()).expect("UTF-8");
+    assert!(
+        sent.contains(&format!(r#""arguments":{arguments}"#)),
+        "the callback got {sent}"
+    );
 }

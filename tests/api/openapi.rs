@@ -5,7 +5,7 @@
 
 use actix_web::http::Method;
 use runtime_tools::actors::router::InjectRouterStop;
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::SessionSettings;
 use serde_json::{Value, json};
 
@@ -310,7 +310,10 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     );
     let chat_model = FakeChat::start();
     let mut config = settings(&["Mio", "Lanlan"]);
-    config.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
+    let mut session = SessionSettings::new(&fake.url, Dialect::Openai);
+    // Mio may not be attached to any call: an attach is a 409.
+    session.attach.max_attachments = 0;
+    config.characters[0].session = Some(session);
     let mut chat = ChatSettings::new(chat_model.base());
     chat.timeout = std::time::Duration::from_secs(1);
     config.characters[0].chat = Some(chat);
@@ -406,6 +409,8 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     }
     let dead = json!({"role": "Lanlan", "url": dead_url});
     run("post", "/api/sessions/attach", None, Body::Json(dead)).await;
+    let full = json!({"role": "Mio", "url": call_url});
+    run("post", "/api/sessions/attach", None, Body::Json(full)).await;
 
     let call_body =
         json!({"name": "get_weather", "arguments": {"city": "Kyoto"}, "call_id": "call_1"});
@@ -488,7 +493,13 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     assert_eq!(status, 200);
     let closed = ClosedPort::new();
     let peer_mcp = json!({"name": "peer", "url": peer.url("/mcp"), "source": "plugin:peer-mcp"});
-    run("post", "/api/mcp/register", None, Body::Json(peer_mcp.clone())).await;
+    run(
+        "post",
+        "/api/mcp/register",
+        None,
+        Body::Json(peer_mcp.clone()),
+    )
+    .await;
     let gone = json!({"name": "gone", "url": closed.url("/mcp")});
     run("post", "/api/mcp/register", None, Body::Json(gone.clone())).await;
     run("post", "/api/mcp/register", foreign, Body::Json(gone)).await;
@@ -500,11 +511,23 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     run("post", "/api/mcp/register", None, Body::Json(bad)).await;
     run("get", "/api/mcp", None, Body::None).await;
     let unknown = json!({"name": "nobody"});
-    run("post", "/api/mcp/unregister", None, Body::Json(unknown.clone())).await;
+    run(
+        "post",
+        "/api/mcp/unregister",
+        None,
+        Body::Json(unknown.clone()),
+    )
+    .await;
     run("post", "/api/mcp/unregister", foreign, Body::Json(unknown)).await;
     run("get", "/api/mcp/unregister", None, Body::None).await;
     run("post", "/api/mcp/unregister", None, too_large()).await;
-    run("post", "/api/mcp/unregister", None, Body::Json(json!({"name": ""}))).await;
+    run(
+        "post",
+        "/api/mcp/unregister",
+        None,
+        Body::Json(json!({"name": ""})),
+    )
+    .await;
     // Text chat: an answer, each refusal, and an upstream that answers nonsense or nothing.
     chat_model.script([
         Answer::Json(200, completion("c1", "Hello.", (1, 1))),
@@ -703,7 +726,8 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     // Every answer is documented for its route and matches the schema given for it...
     for exchange in &exchanges {
         check_against_document(&doc, exchange);
-        let mcp_stream = exchange.path == MCP && exchange.status == 200 && exchange.method != "delete";
+        let mcp_stream =
+            exchange.path == MCP && exchange.status == 200 && exchange.method != "delete";
         if exchange.status == 200 && exchange.path == EVENTS || mcp_stream {
             assert_eq!(
                 exchange.content_type.as_deref(),

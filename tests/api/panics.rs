@@ -6,12 +6,12 @@ use runtime_tools::actors::local_tool::{CallLocalTool, local_handler};
 use std::time::Duration;
 
 use runtime_tools::actors::router::{
-    InjectManagerPanic, RegisterTool, ReplaceSource, RoleFailure, UnregisterTool,
+    ChangeFailure, InjectManagerPanic, RegisterTool, ReplaceSource, RoleFailure, UnregisterTool,
 };
 use runtime_tools::domain::call::ToolOutcome;
 use runtime_tools::domain::callback_url::CallbackUrl;
 use runtime_tools::domain::tool::{ToolSpec, empty_parameters};
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::SessionSettings;
 use serde_json::json;
 
@@ -144,8 +144,12 @@ async fn a_panicking_manager_is_reported_then_restarted_with_its_tools() {
         report.failed_roles,
         [RoleFailure {
             role: "Mio".into(),
-            error: "session manager stopped before answering".into()
+            error: ChangeFailure::Stopped
         }]
+    );
+    assert_eq!(
+        report.failed_roles[0].error.to_string(),
+        "session manager stopped before answering"
     );
     // Restarted with every tool that applied to it, the failed change included: its new
     // session's first update carries them, in order, and the listing shows the same.

@@ -15,7 +15,7 @@ use std::rc::Rc;
 use std::time::Duration;
 
 use runtime_tools::session::outbox::{MAX_APP_QUEUE_BYTES, not_reading_reason};
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::{SessionMode, SessionSettings};
 use runtime_tools::session::shell::{MAX_UPSTREAM_QUEUE_BYTES, model_not_reading_reason};
 use serde_json::{Value, json};

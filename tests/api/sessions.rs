@@ -4,7 +4,7 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::SessionSettings;
 use serde_json::{Value, json};
 

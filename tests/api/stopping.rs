@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use runtime_tools::actors::router::CloseAllConnections;
 use runtime_tools::events::EventKind;
-use runtime_tools::session::protocol::Dialect;
+use runtime_tools::session::realtime::Dialect;
 use runtime_tools::session::settings::{SessionMode, SessionSettings};
 use serde_json::{Value, json};
 

@@ -14,13 +14,10 @@ use actix::Recipient;
 use tokio::sync::oneshot;
 
 use super::directory::Directory;
-use super::{ChangeReport, RoleFailure};
+use super::{ChangeFailure, ChangeReport, RoleFailure};
 use crate::actors::manager::{ChangeOutcome, ManagerGone};
 use crate::domain::failures::SharedFailures;
 use crate::domain::role::RoleName;
-
-/// The text of a character whose manager stopped (a panic) with the change in its mailbox.
-pub const STOPPED_BEFORE_ANSWERING: &str = "session manager stopped before answering";
 
 /// One target of a change: its character, the incarnation of its manager, and its answer.
 pub(super) struct Target {
@@ -38,7 +35,7 @@ pub(super) enum Reply {
     /// The manager stopped without answering.
     Stopped,
     /// The change did not reach the character, for this reason.
-    Failed(String),
+    Failed(ChangeFailure),
 }
 
 /// What the gathering needs besides the targets.
@@ -96,7 +93,7 @@ pub(super) async fn gather(mut targets: Vec<Target>, how: Gathering) -> ChangeRe
             }
             Reply::Stopped => report.failed_roles.push(RoleFailure {
                 role: role.into(),
-                error: STOPPED_BEFORE_ANSWERING.to_owned(),
+                error: ChangeFailure::Stopped,
             }),
             Reply::Failed(error) => report.failed_roles.push(RoleFailure {
                 role: role.into(),
@@ -131,10 +128,7 @@ async fn settle(targets: &mut [Target], deadline: tokio::time::Instant, wait: Du
         }
         for target in targets.iter_mut() {
             if matches!(target.reply, Reply::Waiting(_)) {
-                target.reply = Reply::Failed(format!(
-                    "session manager did not answer within {} s",
-                    wait.as_secs_f64()
-                ));
+                target.reply = Reply::Failed(ChangeFailure::NoAnswer(wait));
             }
         }
         Poll::Ready(())

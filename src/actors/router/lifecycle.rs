@@ -140,9 +140,9 @@ impl Router {
 }
 
 /// Refuses session settings that cannot work, as start-up does: a named API-key variable that
-/// is not set.
+/// is not set (the session's, or one allowed for attaching).
 fn check_session(character: &str, session: Option<&SessionSettings>) -> Result<(), RouterError> {
-    match session.map(SessionSettings::api_key) {
+    match session.map(SessionSettings::check_keys) {
         Some(Err(e)) => Err(RouterError::InvalidSession {
             character: character.to_owned(),
             reason: format!("{e:#}"),

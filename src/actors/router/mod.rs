@@ -36,6 +36,7 @@ use crate::domain::role::RoleName;
 use crate::domain::snapshot::ToolCell;
 use crate::events::EventHub;
 use crate::session::settings::SessionSettings;
+use crate::session::{ConnectionKind, SyncError};
 
 mod directory;
 mod faults;
@@ -84,11 +85,55 @@ impl ChangeReport {
     }
 }
 
-/// A character that could not take a change, and why.
+/// A character that could not take a change, and why (the answers and events carry the reason
+/// as its text).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct RoleFailure {
     pub role: String,
-    pub error: String,
+    #[serde(serialize_with = "as_text")]
+    #[schema(value_type = String)]
+    pub error: ChangeFailure,
+}
+
+/// Why a character did not take a change: typed until the edge, where its text is what the
+/// HTTP answers, the events and the log say.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChangeFailure {
+    /// Its sessions did not take the new list: the one, or each of several with its kind.
+    #[error("{}", sessions_text(.0))]
+    Sessions(Vec<(ConnectionKind, SyncError)>),
+    /// A newer manager of the character took over its tools, this change included.
+    #[error("session manager was replaced before answering")]
+    Superseded,
+    /// The manager stopped (a panic) with the change in its mailbox; it was restarted with it.
+    #[error("session manager stopped before answering")]
+    Stopped,
+    /// The manager was found stopped as the change was routed; it was restarted with it.
+    #[error("session manager had stopped; it was restarted with its tools")]
+    Restarted,
+    /// The manager did not answer within the request's deadline.
+    #[error("session manager did not answer within {} s", .0.as_secs_f64())]
+    NoAnswer(Duration),
+    /// The change named a character that does not exist (an MCP server's `roles`).
+    #[error("unknown role: {0}")]
+    UnknownRole(String),
+}
+
+/// With one session, its reason speaks for itself; with several, each says which kind of
+/// connection it was.
+fn sessions_text(failures: &[(ConnectionKind, SyncError)]) -> String {
+    match failures {
+        [(_, only)] => only.to_string(),
+        several => several
+            .iter()
+            .map(|(kind, error)| format!("{} session: {error}", kind.name()))
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
+fn as_text<S: serde::Serializer>(error: &ChangeFailure, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(error)
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -114,6 +159,16 @@ pub enum RouterError {
     /// A chat request named no character, or one without `[character.chat]`.
     #[error("{0}")]
     NoChat(String),
+    /// The character's configuration does not let this attach happen: `field` of the request
+    /// is at fault.
+    #[error("{reason}")]
+    AttachRefused { field: &'static str, reason: String },
+    /// The character is attached to as many calls as its configuration allows.
+    #[error(
+        "{character} is attached to {max} calls already, the most its configuration allows \
+         ([character.session] max_attachments); detach one first"
+    )]
+    TooManyAttachments { character: String, max: usize },
 }
 
 fn character_required_text(with_sessions: &[String]) -> String {

@@ -15,7 +15,7 @@ use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
 
 use super::gather::{Gathering, Reply, Target, gather};
-use super::{ChangeReport, RoleFailure, Router, RouterError};
+use super::{ChangeFailure, ChangeReport, RoleFailure, Router, RouterError};
 use crate::actors::manager::ApplyChange;
 use crate::domain::call::LocalToolHandler;
 use crate::domain::callback_url::CallbackOrigin;
@@ -87,9 +87,6 @@ pub struct SourceCleared {
 #[rtype(result = "()")]
 pub struct WatchClears(pub Recipient<SourceCleared>);
 
-/// What a character whose manager was found dead when a change was routed reports.
-const RESTARTED: &str = "session manager had stopped; it was restarted with its tools";
-
 impl Router {
     /// Numbers `change` for each of `targets`, remembers it until their snapshots show it, and
     /// sends it to their managers; the future gathers the outcomes.
@@ -114,7 +111,7 @@ impl Router {
                 pending.push(Target {
                     role,
                     generation: self.characters[i].generation,
-                    reply: Reply::Failed(RESTARTED.to_owned()),
+                    reply: Reply::Failed(ChangeFailure::Restarted),
                 });
                 continue;
             }
@@ -221,13 +218,7 @@ impl Subject {
     /// name on every registration was a measurable share of a register's CPU); never the tool's
     /// arguments or payloads.
     fn log(&self, report: &ChangeReport) {
-        let route = match self.op {
-            ChangeOp::Register => "register",
-            ChangeOp::Unregister => "unregister",
-            ChangeOp::Clear => "clear",
-            ChangeOp::AutoRemoved => "auto_removed",
-            ChangeOp::Mcp => "mcp",
-        };
+        let route = self.op.name();
         let name = self.name.as_deref().unwrap_or_default();
         let source = self.source.as_deref().unwrap_or_default();
         let failed = report.failed_role_names();
@@ -339,7 +330,7 @@ impl Handler<ReplaceSource> for Router {
                     if found.is_none() {
                         unknown.push(RoleFailure {
                             role: role.clone(),
-                            error: RouterError::UnknownRole(role.clone()).to_string(),
+                            error: ChangeFailure::UnknownRole(role.clone()),
                         });
                     }
                     found

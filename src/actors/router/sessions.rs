@@ -1,17 +1,21 @@
 //! The sessions a character holds besides its own client connection: an app's relay resolved
 //! to its character and joined as one of that character's active sessions, an application's
-//! in-process session joined the same way, live calls attached and detached, and every relay and
-//! attachment closed when the server stops. The character's manager holds them all; the router
-//! only finds the manager.
+//! in-process session joined the same way, live calls attached and detached (the character's
+//! settings, which the router holds, decide the call's host and the key sent with it), and every
+//! relay and attachment closed when the server stops. The character's manager holds them all;
+//! the router only finds the manager.
 
 use actix::prelude::*;
 use futures_util::future::join_all;
 
 use super::{Character, MANAGER_REPLY_TIMEOUT, Router, RouterError};
-use crate::actors::manager::{AddSession, CloseConnections, JoinCall, LeaveCall, SessionManager};
+use crate::actors::manager::{
+    AddSession, AttachmentsFull, CloseConnections, JoinCall, LeaveCall, SessionManager,
+};
+use crate::domain::call_url::CallUrl;
 use crate::session::SessionHandle;
 use crate::session::attach::Joined;
-use crate::session::settings::SessionSettings;
+use crate::session::settings::{DEFAULT_MAX_ATTACHMENTS, SessionSettings, attach_key};
 use crate::session::shell::CONNECT_TIMEOUT;
 
 /// The character an app's relay serves and how its model is reached: `character`, or (for
@@ -33,14 +37,16 @@ pub struct JoinSession {
     pub session: SessionHandle,
 }
 
-/// Join the live call at `url` for `role`; see [`Joined`].
+/// Join the live call at `url` for `role`; see [`Joined`]. The character's configuration
+/// decides whether it may ([`attach_key`]): the hosts, the key, how many calls at once.
 #[derive(Message, Debug)]
 #[rtype(result = "Result<Joined, RouterError>")]
 pub struct AttachCall {
     pub role: String,
-    pub url: String,
-    /// Sent as `Authorization: Bearer <key>`.
-    pub api_key: Option<String>,
+    pub url: CallUrl,
+    /// The variable whose key is sent as `Authorization: Bearer <key>`: one the character's
+    /// configuration allows, or none.
+    pub api_key_env: Option<String>,
 }
 
 /// Leave the live call at `url` that `role` joined; `true` if it had.
@@ -152,15 +158,39 @@ impl Handler<AttachCall> for Router {
         if self.stopping {
             return Box::pin(async { Err(RouterError::Stopping) });
         }
-        // The manager bounds the handshake and the first tool update to this, less the margin.
-        let wait = self
-            .position(&msg.role)
-            .map(|i| CONNECT_TIMEOUT + self.characters[i].reply_timeout());
-        let join = JoinCall {
-            url: msg.url,
-            api_key: msg.api_key,
+        let Some(i) = self.position(&msg.role) else {
+            return Box::pin(async move { Err(RouterError::UnknownRole(msg.role)) });
         };
-        self.ask_manager(msg.role, wait, join)
+        let character = &self.characters[i];
+        let session = character.session.as_ref();
+        let api_key = match attach_key(session, &msg.url, msg.api_key_env.as_deref()) {
+            Ok(key) => key,
+            Err(refusal) => {
+                return Box::pin(async move {
+                    Err(RouterError::AttachRefused {
+                        field: refusal.field,
+                        reason: refusal.reason,
+                    })
+                });
+            }
+        };
+        // The manager bounds the handshake and the first tool update to this, less the margin.
+        let wait = CONNECT_TIMEOUT + character.reply_timeout();
+        let join = JoinCall {
+            url: msg.url.as_written().to_owned(),
+            api_key,
+            max: session.map_or(DEFAULT_MAX_ATTACHMENTS, |s| s.attach.max_attachments),
+        };
+        let role = msg.role;
+        let joined = self.ask_manager(role.clone(), Some(wait), join);
+        Box::pin(async move {
+            joined
+                .await?
+                .map_err(|AttachmentsFull(max)| RouterError::TooManyAttachments {
+                    character: role,
+                    max,
+                })
+        })
     }
 }
 

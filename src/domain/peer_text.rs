@@ -1,0 +1,68 @@
+//! The bound on text a peer writes that the server passes on: a model's error when it refuses a
+//! tool update, an MCP server's message, a tool callback's error. Such text is copied into
+//! change answers, the sessions listing, events and logs, so it is cut by [`bounded`] where it
+//! enters, before it is stored, answered, listed or announced.
+
+/// Longest peer text kept, in bytes, the mark of a cut included. An error worth reading fits
+/// (providers' messages are a sentence or two); a peer that sends megabytes cannot make the
+/// server copy megabytes into every answer, listing and event that quotes it.
+pub const MAX_PEER_TEXT_BYTES: usize = 2 * 1024;
+
+/// `text`, or when it is longer than [`MAX_PEER_TEXT_BYTES`], its start (cut at a character
+/// boundary) followed by a mark that says it was cut and how long it was.
+pub fn bounded(text: String) -> String {
+    if text.len() <= MAX_PEER_TEXT_BYTES {
+        return text;
+    }
+    bounded_str(&text)
+}
+
+/// [`bounded`], for borrowed text: copies at most the bound.
+pub fn bounded_str(text: &str) -> String {
+    if text.len() <= MAX_PEER_TEXT_BYTES {
+        return text.to_owned();
+    }
+    let mark = format!("… (cut: {} bytes in all)", text.len());
+    let mut end = MAX_PEER_TEXT_BYTES - mark.len();
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut cut = String::with_capacity(end + mark.len());
+    cut.push_str(&text[..end]);
+    cut.push_str(&mark);
+    cut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_text_is_kept_whole() {
+        assert_eq!(bounded("invalid tool".to_owned()), "invalid tool");
+        let exact = "x".repeat(MAX_PEER_TEXT_BYTES);
+        assert_eq!(bounded(exact.clone()), exact);
+        assert_eq!(bounded_str(&exact), exact);
+    }
+
+    #[test]
+    fn long_text_is_cut_to_the_bound_and_marked() {
+        let long = "y".repeat(4 * 1024 * 1024);
+        let cut = bounded(long.clone());
+        assert!(cut.len() <= MAX_PEER_TEXT_BYTES, "{}", cut.len());
+        assert!(cut.starts_with("yyyy"));
+        assert!(cut.ends_with("… (cut: 4194304 bytes in all)"), "{cut}");
+        assert_eq!(bounded_str(&long), cut);
+    }
+
+    #[test]
+    fn cuts_fall_between_characters() {
+        // Three bytes a character: the bound falls inside one.
+        let wide = "雪".repeat(MAX_PEER_TEXT_BYTES);
+        for cut in [bounded(wide.clone()), bounded_str(&wide)] {
+            assert!(cut.len() <= MAX_PEER_TEXT_BYTES);
+            assert!(cut.starts_with("雪雪"));
+            assert!(cut.ends_with("bytes in all)"));
+        }
+    }
+}

@@ -1,0 +1,510 @@
+//! `SessionCore`: what a live session does with the character's tools and the model's calls,
+//! whatever the wire protocol and however the bytes travel.
+//!
+//! It owns the acknowledged tool sync (one update in flight, newer changes merged into the
+//! next), the acknowledgements still awaited — the app's and the server's, matched in the order
+//! they were sent, since the two can interleave on one connection — the open turns and their
+//! calls (one request to go on after the last answer), the runaway guard, and the tools the
+//! session has of its own (the app's), which are kept in every update and never answered by the
+//! server. It answers each call with its exact output and the images the model takes, and
+//! announces the connection's state, each settled sync (`session.state`) and each answered call
+//! (`tool.call`) on the event hub.
+//!
+//! Plain code, in the core's own words: the wire protocol is a [`Protocol`] adapter that reads
+//! the model's frames into [`ModelEvent`]s and writes the frames the core decides on; the actor
+//! that holds the core (one per kind of connection) feeds it, carries out the [`Effect`]s it
+//! asks for, and decides what a kind of connection does differently — when the first update
+//! goes, and what becomes of what the session says that is not an answer to the server
+//! ([`Seen`]).
+
+mod acks;
+mod answers;
+#[cfg(test)]
+mod tests;
+mod words;
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+use tokio::sync::oneshot;
+
+pub use self::acks::AppUpdate;
+use self::acks::Pending;
+pub use self::words::{
+    Call, ForeignTool, Keep, ModelEvent, Protocol, ReadError, Seen, SyncError, without_clashes,
+};
+use super::calls::{CallLimiter, ResponseCalls};
+use super::settings::SessionSettings;
+use super::sync::SyncState;
+use super::{ConnectionKind, ConnectionReport, ConnectionState};
+use crate::domain::call::ToolCall;
+use crate::domain::tool::SharedTool;
+use crate::events::EventHub;
+
+/// Who waits for one tool update to settle.
+pub type Waiter = oneshot::Sender<Result<(), SyncError>>;
+
+/// Something the actor must do for the core.
+#[derive(Debug)]
+pub enum Effect {
+    /// Send this text frame upstream.
+    Upstream(String),
+    /// Start (or restart) the sync timer of the update in flight; when it fires, call
+    /// [`SessionCore::sync_timer_fired`] with this version.
+    ArmSyncTimer(u64),
+    /// Run this call of a registered tool, then hand the result and the ticket to
+    /// [`SessionCore::answered`]. Boxed: a call is far larger than the other effects.
+    Run(Box<Run>),
+}
+
+/// One call of a registered tool to run.
+#[derive(Debug)]
+pub struct Run {
+    pub call: ToolCall,
+    pub ticket: Ticket,
+}
+
+/// What the core needs back with a call's result.
+#[derive(Debug)]
+pub struct Ticket {
+    pub tool: SharedTool,
+    pub turn: Option<String>,
+    /// The connection the call came on: an answer that outlives it is not sent on the next.
+    pub connection: u64,
+    /// When the model's call arrived (the `tool.call` event's duration).
+    pub started: Instant,
+}
+
+/// The outcome of a tool update, as the sessions listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct SyncOutcome {
+    pub ok: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// RFC 3339, UTC.
+    pub at: String,
+}
+
+impl SyncOutcome {
+    /// The outcome of a sync settled now.
+    pub fn now(outcome: &Result<(), SyncError>) -> Self {
+        Self {
+            ok: outcome.is_ok(),
+            error: outcome.as_ref().err().map(ToString::to_string),
+            at: rfc3339_now(),
+        }
+    }
+}
+
+/// The current time as RFC 3339, UTC, to the millisecond.
+pub fn rfc3339_now() -> String {
+    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+}
+
+/// The protocol state of one session connection.
+#[derive(Debug)]
+pub struct SessionCore {
+    character: String,
+    /// What kind of connection it is, for its report, its events and its log lines.
+    kind: ConnectionKind,
+    protocol: Box<dyn Protocol>,
+    /// The model endpoint (an attachment's: the call's URL).
+    upstream: String,
+    /// Where the connection's state and the calls it answers are announced.
+    events: EventHub,
+    state: ConnectionState,
+    /// When it connected (the client: its current connection or attempt).
+    since: String,
+    sync_timeout: Duration,
+    /// Other connections update the same session (an attached call, which the app updates over
+    /// its own): an acknowledgement that matches nothing awaited is theirs.
+    shared: bool,
+    /// The character's tools, newest list.
+    registered: Arc<[SharedTool]>,
+    /// The registered tools the last server update carried.
+    sent_registered: Arc<[SharedTool]>,
+    /// The session's own tools (the app's), kept in every update; their calls are the app's.
+    own_tools: Vec<ForeignTool>,
+    /// The app's session settings, merged over its updates (relay) or read from the session's
+    /// events (attach).
+    own_settings: Map<String, Value>,
+    /// Counts connections; 0 before the first.
+    connection: u64,
+    connected: bool,
+    /// Connected, and able to take an update (an attachment: once the session said which tools
+    /// it has).
+    ready: bool,
+    /// Why an update held until the session is ready fails, when it never is.
+    not_ready: Option<SyncError>,
+    sync: SyncState<Waiter>,
+    /// Updates awaiting their acknowledgement (or an error), in the order sent.
+    pending: VecDeque<Pending>,
+    /// Tool names of the last acknowledgement, to recognise a late repeat of it.
+    acknowledged: Option<Vec<String>>,
+    calls: ResponseCalls,
+    limiter: CallLimiter,
+    clashes: Vec<String>,
+    last_sync: Option<SyncOutcome>,
+    acknowledged_tools: usize,
+    calls_answered: u64,
+    next_event: u64,
+    effects: Vec<Effect>,
+}
+
+impl SessionCore {
+    /// The core of a `kind` connection to `upstream`, speaking `protocol`; it starts out
+    /// `connecting`. `shared`: other connections update the same session.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        character: String,
+        kind: ConnectionKind,
+        protocol: Box<dyn Protocol>,
+        upstream: String,
+        settings: &SessionSettings,
+        events: EventHub,
+        tools: Arc<[SharedTool]>,
+        shared: bool,
+    ) -> Self {
+        Self {
+            character,
+            kind,
+            protocol,
+            upstream,
+            events,
+            state: ConnectionState::Connecting,
+            since: rfc3339_now(),
+            sync_timeout: settings.sync_timeout,
+            shared,
+            registered: tools,
+            sent_registered: Arc::from([]),
+            own_tools: Vec::new(),
+            own_settings: Map::new(),
+            connection: 0,
+            connected: false,
+            ready: false,
+            not_ready: None,
+            sync: SyncState::new(),
+            pending: VecDeque::new(),
+            acknowledged: None,
+            calls: ResponseCalls::default(),
+            limiter: CallLimiter::new(
+                settings.max_tool_calls_per_window,
+                settings.tool_call_window,
+            ),
+            clashes: Vec::new(),
+            last_sync: None,
+            acknowledged_tools: 0,
+            calls_answered: 0,
+            next_event: 0,
+            effects: Vec::new(),
+        }
+    }
+
+    pub fn character(&self) -> &str {
+        &self.character
+    }
+
+    pub fn sync_timeout(&self) -> Duration {
+        self.sync_timeout
+    }
+
+    /// The model endpoint (an attachment's: the call's URL).
+    pub fn upstream(&self) -> &str {
+        &self.upstream
+    }
+
+    pub fn state(&self) -> ConnectionState {
+        self.state
+    }
+
+    /// The character's tools, newest list.
+    pub fn registered(&self) -> &[SharedTool] {
+        &self.registered
+    }
+
+    /// The registered tools the last server update carried.
+    pub fn sent_registered(&self) -> &[SharedTool] {
+        &self.sent_registered
+    }
+
+    /// Moves to `state`, announcing it when it is a change; a new attempt to connect starts a
+    /// new `since`.
+    pub fn set_state(&mut self, state: ConnectionState) {
+        if state == ConnectionState::Connecting {
+            self.since = rfc3339_now();
+        }
+        if self.state != state {
+            self.state = state;
+            self.announce();
+        }
+    }
+
+    /// Announces the connection's report as `session.state`.
+    pub fn announce(&self) {
+        self.events.session_state(&self.character, &self.report());
+    }
+
+    /// This connection's entry in `GET /api/sessions` (and its `session.state` event).
+    pub fn report(&self) -> ConnectionReport {
+        ConnectionReport {
+            kind: self.kind,
+            since: self.since.clone(),
+            upstream: Some(self.upstream.clone()),
+            state: self.state,
+            last_sync: self.last_sync.clone(),
+            acknowledged_tools: self.acknowledged_tools,
+            calls_answered: self.calls_answered,
+            clashes: self.clashes.clone(),
+        }
+    }
+
+    /// The effects asked for since the last call, in order.
+    pub fn take_effects(&mut self) -> Vec<Effect> {
+        std::mem::take(&mut self.effects)
+    }
+
+    fn event_id(&mut self, kind: &str) -> String {
+        self.next_event += 1;
+        format!("rt_{kind}_{}", self.next_event)
+    }
+
+    /// The connection is up: a new conversation (no calls, no updates awaited). What goes first
+    /// is the actor's to say: [`sync_now`](Self::sync_now),
+    /// [`sync_if_registered`](Self::sync_if_registered) or
+    /// [`hold_until_described`](Self::hold_until_described).
+    pub fn connected(&mut self) {
+        self.connection += 1;
+        self.connected = true;
+        self.since = rfc3339_now();
+        self.set_state(ConnectionState::Connected);
+        self.limiter.reset();
+        self.calls.clear();
+        self.pending.clear();
+    }
+
+    /// Sends the current tools at once (a session the server itself opened).
+    pub fn sync_now(&mut self) {
+        self.ready = true;
+        self.sync.connected();
+        self.send_update();
+    }
+
+    /// Sends the current tools when there are any (a relay: the app's own settings come from
+    /// the app); `waiter` hears how that went, or at once when nothing was to be sent.
+    pub fn sync_if_registered(&mut self, waiter: Option<Waiter>) {
+        self.ready = true;
+        if self.registered.is_empty() {
+            // Nothing to add until the app sends its settings or a tool is registered.
+            if let Some(waiter) = waiter {
+                let _ = waiter.send(Ok(()));
+            }
+        } else if self.sync.changed(waiter).is_some() {
+            self.send_update();
+        }
+    }
+
+    /// Sends nothing until the session says which tools it has ([`described`](Self::described)),
+    /// so its own are kept; `waiter` hears how the first update went, or `why_not` when the
+    /// session never says within the sync timeout.
+    pub fn hold_until_described(&mut self, waiter: Option<Waiter>, why_not: SyncError) {
+        self.ready = false;
+        self.not_ready = Some(why_not);
+        if let Some(waiter) = waiter {
+            self.sync.changed(Some(waiter));
+        }
+        let version = self.sync.connected();
+        self.effects.push(Effect::ArmSyncTimer(version));
+    }
+
+    /// The connection is gone: every waiter fails; nothing is in flight.
+    pub fn disconnected(&mut self) {
+        self.connected = false;
+        self.ready = false;
+        self.pending.clear();
+        for waiter in self.sync.disconnected() {
+            let _ = waiter.send(Err(SyncError::Closed));
+        }
+    }
+
+    /// The character's tools changed. Returns the waiter when there is nothing to wait for: the
+    /// session is not connected (the list goes out on connect, so the change succeeds at once),
+    /// or it already has this very list.
+    pub fn tools_changed(
+        &mut self,
+        tools: Arc<[SharedTool]>,
+        waiter: Option<Waiter>,
+    ) -> Option<Waiter> {
+        let unchanged = same_tools(&self.registered, &tools);
+        self.registered = tools;
+        if !self.connected {
+            return waiter;
+        }
+        // The list the session has (or is getting) already: e.g. the one a relay starts with,
+        // sent again as it joins its character's sessions. After a failed update it goes again.
+        if unchanged
+            && self.sync.in_flight().is_none()
+            && self.last_sync.as_ref().is_none_or(|s| s.ok)
+        {
+            return waiter;
+        }
+        if self.sync.changed(waiter).is_some() && self.ready {
+            self.send_update();
+        }
+        None
+    }
+
+    /// The session's own tools and settings changed elsewhere (an attached call that the app
+    /// updated, or that described itself): they are kept from now on. A session held until it
+    /// described itself is ready now, and its first update goes.
+    pub fn described(&mut self, own_tools: Vec<ForeignTool>, settings: Option<Map<String, Value>>) {
+        if let Some(settings) = settings {
+            self.own_settings = settings;
+        }
+        self.own_tools = own_tools;
+        if !self.ready && self.connected {
+            self.ready = true;
+            if self.registered.is_empty() {
+                // Nothing to add: the session already has everything.
+                if self.sync.in_flight().is_some() {
+                    self.settle(Ok(()), 0);
+                }
+            } else {
+                if self.sync.in_flight().is_none() {
+                    self.sync.changed(None);
+                }
+                self.send_update();
+            }
+        }
+    }
+
+    /// Only the session's settings changed elsewhere.
+    pub fn described_settings(&mut self, settings: Map<String, Value>) {
+        self.own_settings = settings;
+    }
+
+    /// Sends the tools again (an attached call whose app left them out of its own update).
+    pub fn resend(&mut self) {
+        if self.ready && self.sync.changed(None).is_some() {
+            self.send_update();
+        }
+    }
+
+    /// Sends an update with the session's own tools and the registered ones.
+    fn send_update(&mut self) {
+        let Some(version) = self.sync.in_flight() else {
+            return;
+        };
+        let event_id = self.event_id("sync");
+        let kept: Arc<[SharedTool]> = if self.own_tools.is_empty() {
+            self.registered.clone()
+        } else {
+            let (kept, clashes) = without_clashes(&self.registered, &self.own_tools);
+            self.note_clashes(clashes);
+            kept.into()
+        };
+        let keep = Keep {
+            tools: &self.own_tools,
+            settings: Some(&self.own_settings),
+        };
+        let text = self.protocol.tool_update(&kept, keep, &event_id);
+        self.sent_registered = kept.clone();
+        self.expect_acknowledgement(event_id, kept);
+        self.effects.push(Effect::Upstream(text));
+        self.effects.push(Effect::ArmSyncTimer(version));
+    }
+
+    fn note_clashes(&mut self, clashes: Vec<String>) {
+        if clashes != self.clashes {
+            if !clashes.is_empty() {
+                tracing::warn!(
+                    character = %self.character,
+                    kind = self.kind.name(),
+                    tools = ?clashes,
+                    "registered tools left out of the session: the app has tools of the same name"
+                );
+            }
+            self.clashes = clashes;
+        }
+    }
+
+    /// The sync timer of `version` fired: if that update is still unsettled, it failed.
+    pub fn sync_timer_fired(&mut self, version: u64) {
+        if self.sync.in_flight() != Some(version) {
+            return;
+        }
+        let error = if self.ready {
+            self.abandon_server_updates();
+            SyncError::NotAcknowledged(self.sync_timeout)
+        } else {
+            self.not_ready
+                .clone()
+                .unwrap_or(SyncError::NotAcknowledged(self.sync_timeout))
+        };
+        self.settle(Err(error), 0);
+    }
+
+    /// Settles the server update in flight and sends the next one if changes are waiting.
+    fn settle(&mut self, outcome: Result<(), SyncError>, registered: usize) {
+        let settled = match outcome {
+            Ok(()) => self.sync.acknowledged(),
+            Err(_) => self.sync.failed(),
+        };
+        let Some(settled) = settled else {
+            tracing::debug!(character = %self.character, "ignoring an acknowledgement with no update in flight");
+            return;
+        };
+        match &outcome {
+            Ok(()) => self.acknowledged_tools = registered,
+            Err(error) => {
+                tracing::warn!(character = %self.character, kind = self.kind.name(), %error, "tool update not acknowledged")
+            }
+        }
+        self.last_sync = Some(SyncOutcome::now(&outcome));
+        // Announced before anyone waiting hears the outcome, so the change's own event
+        // (`tools.changed`, after every session settled) always follows it.
+        self.announce();
+        for waiter in settled.waiters {
+            let _ = waiter.send(outcome.clone());
+        }
+        if settled.send_next.is_some() && self.ready {
+            self.send_update();
+        }
+    }
+
+    /// A text frame from upstream: what the session does with it, and what became of it.
+    pub fn from_upstream(&mut self, text: &str) -> Seen {
+        match self.protocol.read(text) {
+            Ok(ModelEvent::Started { tools }) => Seen::Described {
+                started: true,
+                tools,
+            },
+            Ok(ModelEvent::Updated { tools }) => self.on_updated(tools),
+            Ok(ModelEvent::Refused { message, event_id }) => self.on_refused(message, event_id),
+            Ok(ModelEvent::Call(call)) => {
+                self.on_call(call);
+                Seen::Pass
+            }
+            Ok(ModelEvent::TurnDone { turn, calls }) => {
+                for call in calls {
+                    self.on_call(call);
+                }
+                if let Some(turn) = turn
+                    && self.calls.done(&turn)
+                {
+                    self.continue_turn();
+                }
+                Seen::Pass
+            }
+            Ok(ModelEvent::Other) => Seen::Pass,
+            Err(e) => Seen::Unreadable(e),
+        }
+    }
+}
+
+/// The same tool definitions (the very same registrations), in the same order.
+fn same_tools(a: &[SharedTool], b: &[SharedTool]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(a, b)| Arc::ptr_eq(a, b))
+}

@@ -1,0 +1,189 @@
+//! The core's words: the [`Protocol`] an adapter implements, what the model says
+//! ([`ModelEvent`]), what the core makes of it for the actor ([`Seen`]), the session's own tools
+//! ([`ForeignTool`]) and why an update fails ([`SyncError`]).
+
+use std::time::Duration;
+
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::domain::call::ToolResult;
+use crate::domain::tool::SharedTool;
+
+/// A wire protocol, as the core uses it: what the model's frames mean, and the frames that
+/// carry what the core decides. One implementation per protocol (today the OpenAI-Realtime
+/// family, [`super::realtime::Realtime`]); the core names no wire field.
+pub trait Protocol: std::fmt::Debug {
+    /// Reads one text frame of the model's.
+    fn read(&self, text: &str) -> Result<ModelEvent, ReadError>;
+
+    /// The update that gives the session its own tools (`keep.tools`, first, as written) and
+    /// the registered `tools`.
+    fn tool_update(&self, tools: &[SharedTool], keep: Keep<'_>, event_id: &str) -> String;
+
+    /// The frame that answers one call with `output`, the text the model reads.
+    fn call_output(&self, call_id: &str, output: &str, event_id: &str) -> String;
+
+    /// Whether the model takes images in the conversation.
+    fn takes_images(&self) -> bool;
+
+    /// The frame that shows the model a result's images (called only when it takes images and
+    /// the result has some).
+    fn images(&self, result: &ToolResult, event_id: &str) -> String;
+
+    /// What the model is told instead of `dropped` images it cannot take.
+    fn images_not_taken(&self, dropped: usize) -> String;
+
+    /// The frame that asks the model to go on once every call of a turn is answered.
+    fn continue_turn(&self, event_id: &str) -> String;
+}
+
+/// What the model said, as far as the session acts on it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelEvent {
+    /// The session describes itself as it starts; `tools` are its tools, when it lists them.
+    Started { tools: Option<Vec<ForeignTool>> },
+    /// An update was applied; `tools` are the tools it echoed, when it echoed a list: they tell
+    /// whose update this acknowledges, and a late duplicate from the awaited one.
+    Updated { tools: Option<Vec<ForeignTool>> },
+    /// The model refused something; `event_id` names the event when it says.
+    Refused {
+        message: String,
+        event_id: Option<String>,
+    },
+    /// The model finished the arguments of a call.
+    Call(Call),
+    /// A turn (a response) finished; `calls` are the calls it made.
+    TurnDone {
+        turn: Option<String>,
+        calls: Vec<Call>,
+    },
+    /// Audio, transcripts, everything else: not the session's to act on.
+    Other,
+}
+
+/// One call of a tool, as the model made it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    /// The turn (response) it belongs to, when the model says.
+    pub turn: Option<String>,
+    pub call_id: String,
+    pub name: String,
+    /// The exact argument text the model produced.
+    pub arguments: String,
+}
+
+/// Why a frame could not be read as an event of the model's.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReadError {
+    #[error("server event is not a JSON object with a \"type\": {0}")]
+    Malformed(String),
+    #[error("{kind} event lacks {field}")]
+    MissingField {
+        kind: &'static str,
+        field: &'static str,
+    },
+}
+
+/// A tool the session has that the server did not register: the app's own, kept byte for byte
+/// as the app (or the session's own events) wrote it.
+#[derive(Debug, Clone)]
+pub struct ForeignTool {
+    pub name: String,
+    pub json: Box<RawValue>,
+}
+
+impl PartialEq for ForeignTool {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name && self.json.get() == other.json.get()
+    }
+}
+
+/// What a server-built update carries besides the registered tools: the tools the session
+/// already has of its own, and the app's last session settings, whose values win over the
+/// protocol's defaults for the keys a tool update touches.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Keep<'a> {
+    pub tools: &'a [ForeignTool],
+    pub settings: Option<&'a Map<String, Value>>,
+}
+
+/// The registered tools whose names none of `own` has, and the names of those left out: the
+/// session's (the app's) own tool wins a clash.
+pub fn without_clashes(
+    tools: &[SharedTool],
+    own: &[ForeignTool],
+) -> (Vec<SharedTool>, Vec<String>) {
+    let mut clashes = Vec::new();
+    let kept = tools
+        .iter()
+        .filter(|t| {
+            let clash = own.iter().any(|o| o.name == t.name);
+            if clash {
+                clashes.push(t.name.clone());
+            }
+            !clash
+        })
+        .cloned()
+        .collect();
+    (kept, clashes)
+}
+
+/// What became of a frame of the model's, for the actor to act on: what a kind of connection
+/// does with it is the actor's (a relay passes it to its app, an attachment learns from it).
+#[derive(Debug, PartialEq)]
+pub enum Seen {
+    /// Anything an app may see.
+    Pass,
+    /// The answer to one of the server's own updates (or a late or repeated one): the app never
+    /// sees it.
+    Ours,
+    /// The session described its tools in an event nobody here awaited — as it started
+    /// (`started`), or after an update someone else made — with these tools when it listed
+    /// them. An app sees it.
+    Described {
+        started: bool,
+        tools: Option<Vec<ForeignTool>>,
+    },
+    /// A refusal that names nothing of the server's: the app's, or nobody's.
+    Error {
+        message: String,
+        event_id: Option<String>,
+    },
+    /// A frame that could not be read: an app gets it as it came.
+    Unreadable(ReadError),
+}
+
+/// Why a session did not take a tool list: typed until the edge, where it becomes the text of
+/// `failed_roles`, of the sessions listing and of the log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SyncError {
+    /// The session answered the update with an error.
+    #[error("model session refused the tool update: {0}")]
+    Refused(String),
+    /// No acknowledgement within the sync timeout.
+    #[error(
+        "model session did not acknowledge the tool update (no session.updated within {} s)",
+        .0.as_secs_f64()
+    )]
+    NotAcknowledged(Duration),
+    /// The connection ended first.
+    #[error("model session closed before acknowledging the tool update")]
+    Closed,
+    /// An attached call's session never said which tools it has, so nothing was sent.
+    #[error(
+        "the call's session did not say which tools it has (no session.created or \
+         session.updated within {} s); the tools were not sent, so the app's are kept",
+        .0.as_secs_f64()
+    )]
+    NotDescribed(Duration),
+    /// The session's actor is gone.
+    #[error("model session actor is not running")]
+    Gone,
+    /// An attachment's handshake and first update took longer than the join may wait.
+    #[error("the call did not take the tools within {} s", .0.as_secs_f64())]
+    NotJoined(Duration),
+    /// An in-process session's own reason.
+    #[error("{0}")]
+    Other(String),
+}

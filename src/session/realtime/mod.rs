@@ -1,0 +1,249 @@
+//! The OpenAI Realtime protocol family, as a [`Protocol`] adapter: the client events the
+//! session sends (per dialect), the server events it acts on ([`read`]), and the one client
+//! event of an app it rewrites (its `session.update`, whose `tools` get the character's
+//! registered tools merged in, [`app`]). No I/O here.
+//!
+//! The `openai` dialect speaks the GA OpenAI Realtime protocol (`session.type = "realtime"`).
+//! Qwen-Omni and GLM realtime endpoints follow the older shape with small differences.
+
+pub mod app;
+pub mod read;
+
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Deserialize, Serialize, Serializer};
+use serde_json::{Map, Value, json};
+
+use super::core::{ForeignTool, Keep, ModelEvent, Protocol, ReadError};
+use crate::domain::call::ToolResult;
+use crate::domain::tool::{FlatTool, NestedTool, SharedTool};
+
+/// Which flavour of the OpenAI Realtime protocol the endpoint speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dialect {
+    /// OpenAI Realtime, GA protocol.
+    Openai,
+    /// Qwen-Omni realtime: nested function tools, `enable_search: false`.
+    Qwen,
+    /// GLM realtime: flat tools, explicit server VAD.
+    Glm,
+}
+
+impl Dialect {
+    /// Whether the session takes images in the conversation (`input_image` content).
+    pub fn takes_images(self) -> bool {
+        matches!(self, Dialect::Openai)
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Dialect::Openai => "openai",
+            Dialect::Qwen => "qwen",
+            Dialect::Glm => "glm",
+        }
+    }
+}
+
+/// The adapter of one dialect.
+#[derive(Debug, Clone, Copy)]
+pub struct Realtime(pub Dialect);
+
+impl Protocol for Realtime {
+    fn read(&self, text: &str) -> Result<ModelEvent, ReadError> {
+        read::server_event(text)
+    }
+
+    fn tool_update(&self, tools: &[SharedTool], keep: Keep<'_>, event_id: &str) -> String {
+        merged_update_text(self.0, tools, keep, event_id)
+    }
+
+    fn call_output(&self, call_id: &str, output: &str, event_id: &str) -> String {
+        json!({
+            "type": "conversation.item.create",
+            "event_id": event_id,
+            "item": {"type": "function_call_output", "call_id": call_id, "output": output},
+        })
+        .to_string()
+    }
+
+    fn takes_images(&self) -> bool {
+        self.0.takes_images()
+    }
+
+    fn images(&self, result: &ToolResult, event_id: &str) -> String {
+        image_message(result, event_id)
+    }
+
+    fn images_not_taken(&self, dropped: usize) -> String {
+        format!(
+            "{dropped} image(s) not shown: this model session ({} dialect) takes no images",
+            self.0.name()
+        )
+    }
+
+    fn continue_turn(&self, event_id: &str) -> String {
+        json!({"type": "response.create", "event_id": event_id}).to_string()
+    }
+}
+
+/// The user message that shows the model a call's images, sent right after the call's output:
+/// for each image a line naming the call and what to look for, then the image as a `data:` URL.
+fn image_message(result: &ToolResult, event_id: &str) -> String {
+    let mut content = Vec::with_capacity(result.images.len() * 2);
+    for image in &result.images {
+        let mut caption = format!(
+            "Image from tool {} (call_id {})",
+            result.name, result.call_id
+        );
+        if !image.vision_prompt.is_empty() {
+            caption.push_str(": ");
+            caption.push_str(&image.vision_prompt);
+        }
+        content.push(json!({"type": "input_text", "text": caption}));
+        content.push(json!({"type": "input_image", "image_url": image.data_url()}));
+    }
+    json!({
+        "type": "conversation.item.create",
+        "event_id": event_id,
+        "item": {"type": "message", "role": "user", "content": content},
+    })
+    .to_string()
+}
+
+/// `session.update` carrying the session's own tools (`keep.tools`, first, unchanged) and the
+/// registered `tools`, shaped for `dialect`, as the text sent on the wire, serialised straight
+/// from the shared tools: every sync carries the whole list, and building a JSON tree of it
+/// first (copying each schema) was most of a sync's cost with many tools. The dialect's other
+/// keys take the app's values from `keep.settings` where it set them.
+pub fn merged_update_text(
+    dialect: Dialect,
+    tools: &[SharedTool],
+    keep: Keep<'_>,
+    event_id: &str,
+) -> String {
+    let update = SessionUpdate {
+        kind: "session.update",
+        event_id,
+        session: UpdatedSession {
+            dialect,
+            tools,
+            keep,
+        },
+    };
+    serde_json::to_string(&update).expect("a session update always serialises")
+}
+
+#[derive(Serialize)]
+struct SessionUpdate<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    event_id: &'a str,
+    session: UpdatedSession<'a>,
+}
+
+/// The `session` object of an update; its fields depend on the dialect.
+struct UpdatedSession<'a> {
+    dialect: Dialect,
+    tools: &'a [SharedTool],
+    keep: Keep<'a>,
+}
+
+impl UpdatedSession<'_> {
+    /// The app's value of `key` if it set one, else the dialect's default.
+    fn setting(&self, key: &str, default: Value) -> Value {
+        self.keep
+            .settings
+            .and_then(|s| s.get(key))
+            .cloned()
+            .unwrap_or(default)
+    }
+}
+
+impl Serialize for UpdatedSession<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let tools = ToolList {
+            dialect: self.dialect,
+            foreign: self.keep.tools,
+            tools: self.tools,
+        };
+        let any = !self.tools.is_empty() || !self.keep.tools.is_empty();
+        let mut session = serializer.serialize_map(None)?;
+        match self.dialect {
+            Dialect::Openai => {
+                session.serialize_entry("type", &self.setting("type", json!("realtime")))?;
+                session.serialize_entry("tools", &tools)?;
+                if any {
+                    session.serialize_entry(
+                        "tool_choice",
+                        &self.setting("tool_choice", json!("auto")),
+                    )?;
+                }
+            }
+            Dialect::Qwen => {
+                session.serialize_entry("tools", &tools)?;
+                if any {
+                    session.serialize_entry(
+                        "enable_search",
+                        &self.setting("enable_search", json!(false)),
+                    )?;
+                }
+            }
+            Dialect::Glm => {
+                session.serialize_entry("tools", &tools)?;
+                session.serialize_entry(
+                    "turn_detection",
+                    &self.setting("turn_detection", json!({"type": "server_vad"})),
+                )?;
+            }
+        }
+        session.end()
+    }
+}
+
+/// A `tools` array: the session's own tools as written, then the registered ones in the
+/// dialect's shape, serialised straight from the shared tools.
+struct ToolList<'a> {
+    dialect: Dialect,
+    foreign: &'a [ForeignTool],
+    tools: &'a [SharedTool],
+}
+
+impl Serialize for ToolList<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut list = serializer.serialize_seq(Some(self.foreign.len() + self.tools.len()))?;
+        for tool in self.foreign {
+            list.serialize_element(&tool.json)?;
+        }
+        for tool in self.tools {
+            match self.dialect {
+                Dialect::Qwen => list.serialize_element(&NestedTool::new(tool))?,
+                Dialect::Openai | Dialect::Glm => list.serialize_element(&FlatTool::new(tool))?,
+            }
+        }
+        list.end()
+    }
+}
+
+/// One registered tool as an entry of a `tools` array in `dialect`'s shape.
+fn registered_tool_value(dialect: Dialect, tool: &SharedTool) -> Value {
+    let value = match dialect {
+        Dialect::Qwen => serde_json::to_value(NestedTool::new(tool)),
+        Dialect::Openai | Dialect::Glm => serde_json::to_value(FlatTool::new(tool)),
+    };
+    value.expect("a tool serialises")
+}
+
+/// The `session` object of a session event, whole, its tools left out: what an attached call's
+/// session is set to.
+pub fn session_settings(text: &str) -> Option<Map<String, Value>> {
+    #[derive(Deserialize)]
+    struct Event {
+        session: Map<String, Value>,
+    }
+    let mut session = serde_json::from_str::<Event>(text).ok()?.session;
+    session.remove("tools");
+    Some(session)
+}
+
+#[cfg(test)]
+mod tests;
