@@ -3,10 +3,12 @@
 free loopback port, then registers itself with a runtime-tools server:
 
     python mcp_plugin.py SERVER_URL NAME [--source S] [--role R] [--extra-tools N] [--long-name]
+                         [--list-fails]
 
 Its tools: `get_weather(city)`, and `add_tool(name)`, which adds a tool of that name (it greets)
 and sends `notifications/tools/list_changed`; `--extra-tools N` adds N more (`tool_0001`...),
-`--long-name` one whose name is 65 characters long. It prints one line per event on stdout:
+`--long-name` one whose name is 65 characters long. With `--list-fails`, `tools/list` answers
+with a JSON-RPC error (the server initializes, but cannot list). It prints one line per event on stdout:
 `listening PORT`, `registered JSON` (the registration's answer), and `request METHOD PATH` for
 each HTTP request it receives (so the test sees the DELETE that ends its MCP session).
 """
@@ -22,6 +24,7 @@ from typing import TypedDict
 import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
 
 
 class Weather(TypedDict):
@@ -33,8 +36,15 @@ def say(*parts):
     print(*parts, flush=True)
 
 
-def build(name, extra_tools, long_name):
-    server = MCPServer(name)
+class ListingFails(MCPServer):
+    """An MCP server whose listing always fails."""
+
+    async def list_tools(self):
+        raise MCPError(-32603, "the tool index is being rebuilt")
+
+
+def build(name, extra_tools, long_name, list_fails):
+    server = (ListingFails if list_fails else MCPServer)(name)
 
     @server.tool()
     def get_weather(city: str) -> Weather:
@@ -99,7 +109,7 @@ async def main(args):
     sock.listen(128)
     port = sock.getsockname()[1]
     say("listening", port)
-    server = build(args.name, args.extra_tools, args.long_name)
+    server = build(args.name, args.extra_tools, args.long_name, args.list_fails)
     app = logged(server.streamable_http_app(host="127.0.0.1"))
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     http = uvicorn.Server(config)
@@ -122,5 +132,6 @@ if __name__ == "__main__":
     parser.add_argument("--role")
     parser.add_argument("--extra-tools", type=int, default=0)
     parser.add_argument("--long-name", action="store_true")
+    parser.add_argument("--list-fails", action="store_true")
     anyio.run(main, parser.parse_args())
     sys.exit(0)

@@ -1246,7 +1246,10 @@ async fn mcp_servers_show_with_their_state_and_a_dead_plugins_removal_is_flagged
         .await;
 
     // Killed: a failed call marks it unreachable; the third removes it, flagged in the feed.
+    // Its exit is waited for: a call that still found its socket accepting would count as
+    // reaching it.
     plugin.child.signal("KILL");
+    plugin.child.wait_exit().await;
     for _ in 0..3 {
         let (status, _) = app
             .post(

@@ -13,10 +13,10 @@ use base64::engine::general_purpose::STANDARD;
 use image::{DynamicImage, ImageBuffer, ImageFormat, Rgb};
 use serde_json::{Value, json};
 
-use crate::callback_server::{CallbackServer, Reply};
+use crate::callback_server::{CallbackServer, Reply, spawn_invoke};
 use crate::child::LineChild;
 use crate::event_stream::open;
-use crate::helpers::{TestApp, parse_json, spawn_app, tool_body};
+use crate::helpers::{TestApp, parse_json, settings, spawn_app, spawn_app_with, tool_body};
 use crate::python::{repo_file, venv_python};
 
 /// One step the client script printed, as JSON.
@@ -304,4 +304,133 @@ async fn the_transport_keeps_sessions_and_refuses_in_json_rpc() {
         (status, parse_json(body.as_bytes())),
         (404, refusal(-32600, "Not Found: Session not found"))
     );
+}
+
+/// Opens a session of `/mcp` (initialize, then `notifications/initialized`); returns its id.
+async fn open_session(app: &TestApp) -> String {
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}})
+    .to_string();
+    let (status, headers, body) =
+        exchange(app, "POST", "/mcp", &[JSON_AND_SSE, JSON], &initialize).await;
+    assert_eq!(status, 200, "{body}");
+    let session = header(&headers, "mcp-session-id")
+        .expect("a session id")
+        .to_owned();
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string();
+    let in_session = [
+        JSON_AND_SSE,
+        JSON,
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-06-18"),
+    ];
+    let (status, _, _) = exchange(app, "POST", "/mcp", &in_session, &initialized).await;
+    assert_eq!(status, 202);
+    session
+}
+
+#[actix_web::test]
+async fn an_open_session_stream_ends_as_the_stop_begins() {
+    use futures_util::StreamExt;
+
+    // A grace period far past the test's deadlines: a call may run through it.
+    let mut long_grace = settings(&["Lanlan"]);
+    long_grace.stop_grace = std::time::Duration::from_secs(3600);
+    let app = spawn_app_with(long_grace).await;
+    let callback = CallbackServer::with("/slow", Reply::after_gate(Reply::output(json!("done"))));
+    let mut slow = tool_body("slow", &callback.url("/slow"), "plugin:slow");
+    slow["timeout_seconds"] = json!(300);
+    let (status, answer) = app.register(&slow).await;
+    assert_eq!(status, 200, "{answer}");
+    let session = open_session(&app).await;
+    let client = awc::Client::builder()
+        .timeout(crate::helpers::HTTP_DEADLINE)
+        .finish();
+    let mut stream = client
+        .get(app.url("/mcp"))
+        .insert_header(("accept", "text/event-stream"))
+        .insert_header(("mcp-session-id", session.as_str()))
+        .insert_header(("mcp-protocol-version", "2025-06-18"))
+        .send()
+        .await
+        .expect("the stream opens");
+    assert_eq!(stream.status().as_u16(), 200);
+    // Its first event is there: the stream is open.
+    stream.next().await.expect("a first chunk").expect("read");
+
+    // A call runs (held by its plugin) when the stop begins.
+    let call = spawn_invoke(&app, "slow");
+    callback.wait_for_requests(1).await;
+    let stopper = app.stopper.clone();
+    let stopping = actix_web::rt::spawn(async move { stopper.stop().await });
+    // The session's stream ends at once, while the call still runs: it neither waits for the
+    // calls nor holds the stop.
+    let ended = tokio::time::timeout(crate::child::DEADLINE, async {
+        while let Some(Ok(_)) = stream.next().await {}
+    })
+    .await;
+    assert!(ended.is_ok(), "the session's stream outlived the stop");
+    assert!(
+        !call.is_finished(),
+        "the session's stream ended only after the running call"
+    );
+    callback.open_gate();
+    assert_eq!(call.await.expect("the invoke")["output"], json!("done"));
+    tokio::time::timeout(crate::child::DEADLINE, stopping)
+        .await
+        .expect("the stop ends once the call has")
+        .expect("the server stopped");
+}
+
+#[actix_web::test]
+async fn a_loopback_page_may_be_an_mcp_client() {
+    let app = spawn_app(&["Lanlan"]).await;
+    let page = "http://localhost:6274";
+    let preflight = app
+        .client
+        .request(awc::http::Method::OPTIONS, app.url("/mcp"))
+        .insert_header(("origin", page))
+        .insert_header(("access-control-request-method", "DELETE"))
+        .insert_header(("access-control-request-headers", "mcp-session-id"))
+        .send()
+        .await
+        .expect("preflight answered");
+    assert_eq!(preflight.status().as_u16(), 200);
+    let value = |r: &awc::ClientResponse<_>, name: &str| {
+        r.headers()
+            .get(name)
+            .map(|v| v.to_str().unwrap().to_ascii_lowercase())
+            .unwrap_or_default()
+    };
+    assert!(
+        value(&preflight, "access-control-allow-methods").contains("delete"),
+        "{:?}",
+        preflight.headers()
+    );
+    assert!(
+        value(&preflight, "access-control-allow-headers").contains("mcp-session-id"),
+        "{:?}",
+        preflight.headers()
+    );
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "page", "version": "1"}}})
+    .to_string();
+    let (status, headers, _) = exchange(
+        &app,
+        "POST",
+        "/mcp",
+        &[JSON_AND_SSE, JSON, ("origin", page)],
+        &initialize,
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(header(&headers, "access-control-allow-origin"), Some(page));
+    assert!(
+        header(&headers, "access-control-expose-headers")
+            .is_some_and(|v| v.to_ascii_lowercase().contains("mcp-session-id")),
+        "{headers:?}"
+    );
+    assert!(header(&headers, "mcp-session-id").is_some());
 }
