@@ -24,6 +24,7 @@ use hyper::body::Body as _;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tower_service::Service;
 use utoipa::ToSchema;
 
@@ -35,6 +36,7 @@ use super::error::{
 use super::requests::{McpRegisterRequest, McpUnregisterRequest};
 use crate::actors::router::RoleFailure;
 use crate::domain::role::RoleName;
+use crate::mcp::exact::{self, CallArguments};
 use crate::mcp::mapping::Skipped;
 use crate::mcp::runtime::{McpStage, RegisterMcpServer, UnregisterMcpServer};
 use crate::mcp::status::{McpServerReport, RuntimeMcpReport};
@@ -292,15 +294,16 @@ async fn mcp_post(
     let service = character(&state, &http)?;
     let mut payload = payload.into_inner();
     let body = read_body(&http, &mut payload, MAX_BODY_BYTES).await?;
-    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
-        return Err(ApiError::Validation(vec![FieldError::body(
+    let message = serde_json::from_slice::<&RawValue>(&body).map_err(|e| {
+        ApiError::Validation(vec![FieldError::body(
             "",
             "json_invalid",
             format!("JSON decode error: {e}"),
         )])
-        .into());
-    }
-    serve(service, &http, Bytes::from(body)).await
+    })?;
+    // A call's arguments go to the tool as the client wrote them, not as the SDK parses them.
+    let arguments = exact::tools_call_arguments(message).map(|(_, text)| CallArguments(text));
+    serve(service, &http, Bytes::from(body), arguments).await
 }
 
 /// The session's stream of the server's own messages (`notifications/tools/list_changed`).
@@ -323,7 +326,7 @@ async fn mcp_get(
     http: HttpRequest,
 ) -> Result<HttpResponse, McpHttpError> {
     let service = character(&state, &http)?;
-    serve(service, &http, Bytes::new()).await
+    serve(service, &http, Bytes::new(), None).await
 }
 
 /// End a session.
@@ -345,7 +348,7 @@ async fn mcp_delete(
     http: HttpRequest,
 ) -> Result<HttpResponse, McpHttpError> {
     let service = character(&state, &http)?;
-    let mut ended = serve(service, &http, Bytes::new()).await?;
+    let mut ended = serve(service, &http, Bytes::new(), None).await?;
     // The transport says 202; MCP's official clients take 200 (or 204) as the session ended.
     if ended.status() == StatusCode::ACCEPTED {
         *ended.status_mut() = StatusCode::OK;
@@ -358,13 +361,18 @@ async fn mcp_other() -> Result<HttpResponse, McpHttpError> {
     Err(ApiError::MethodNotAllowed.into())
 }
 
-/// Hands the request to the character's transport and turns its answer into actix-web's.
+/// Hands the request (with the exact text of a call's `arguments`, when it is a call) to the
+/// character's transport and turns its answer into actix-web's.
 async fn serve(
     mut service: crate::mcp::http_serve::CharacterService,
     http: &HttpRequest,
     body: Bytes,
+    arguments: Option<CallArguments>,
 ) -> Result<HttpResponse, McpHttpError> {
-    let request = transport_request(http, body)?;
+    let mut request = transport_request(http, body)?;
+    if let Some(arguments) = arguments {
+        request.extensions_mut().insert(arguments);
+    }
     let Ok(response) = service.call(request).await;
     answer(response).await
 }

@@ -10,8 +10,8 @@
 //!
 //! What a session serves: `tools/list` reads the character's published tools (no message to any
 //! actor), `tools/call` runs the tool through the dispatcher exactly as a model's call (the
-//! arguments checked, images delivered as MCP image content, failures as `isError` results) and
-//! announces it as a `tool.call` event, and `notifications/tools/list_changed` follows the
+//! arguments checked, and passed on as the client wrote them; images delivered as MCP image
+//! content, failures as `isError` results) and announces it as a `tool.call` event, and `notifications/tools/list_changed` follows the
 //! character's `tools.changed` events.
 
 use std::collections::HashMap;
@@ -30,6 +30,7 @@ use rmcp::{Peer, RoleServer, ServerHandler};
 use serde_json::Value;
 use tokio::sync::watch;
 
+use super::exact::{self, CallArguments};
 use crate::actors::router::{Directory, RouterError};
 use crate::dispatch::Dispatcher;
 use crate::domain::call::{ToolCall, ToolResult};
@@ -190,8 +191,18 @@ impl ServerHandler for SessionTools {
     ) -> Result<CallToolResult, ErrorData> {
         let name = request.name.to_string();
         let call_id = format!("mcp_{}", uuid::Uuid::new_v4().simple());
-        let call =
-            ToolCall::from_arguments(call_id, name.clone(), request.arguments.unwrap_or_default());
+        let parsed = request.arguments.unwrap_or_default();
+        // The route kept the client's own text of the arguments (the SDK's parse rounds numbers
+        // beyond an `f64`).
+        let written = context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<CallArguments>())
+            .and_then(|CallArguments(text)| exact::if_parsed_as(text.clone(), &parsed));
+        let call = match written {
+            Some(text) => ToolCall::from_text(call_id, name.clone(), text, parsed),
+            None => ToolCall::from_arguments(call_id, name.clone(), parsed),
+        };
         let resolved = match self.directory.resolve(Some(&self.role), &name) {
             Ok(resolved) => resolved,
             Err(e) => return Ok(call_result(call.error(e.to_string()))),

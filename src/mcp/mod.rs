@@ -11,11 +11,13 @@
 //!   runs the model's calls as `tools/call`.
 //! - [`runtime`]: MCP servers plugins register at run time (`POST /api/mcp/register`) as tool
 //!   sources, with the lifecycle of an HTTP plugin's callbacks (replacement, clear, auto-removal).
-//! - [`settings`], [`mapping`], [`listing`], [`status`]: the configuration, the plain conversions
-//!   between MCP and this server's tools and results, the bounded listing of a server's tools,
-//!   and the state `GET /api/mcp` reports (and `mcp.state` events announce).
+//! - [`settings`], [`mapping`], [`listing`], [`status`], [`exact`]: the configuration, the plain
+//!   conversions between MCP and this server's tools and results, the bounded listing of a
+//!   server's tools, the state `GET /api/mcp` reports (and `mcp.state` events announce), and a
+//!   call's argument text as the client wrote it.
 
 pub mod client;
+pub mod exact;
 pub mod http_serve;
 pub mod listing;
 pub mod mapping;

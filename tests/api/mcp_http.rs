@@ -235,6 +235,31 @@ async fn the_transport_keeps_sessions_and_refuses_in_json_rpc() {
     assert_eq!(status, 200);
     assert_eq!(rpc_answer(&body)["result"]["tools"], json!([]));
 
+    // A call's arguments reach the tool exactly as the client wrote them (written by hand here:
+    // a JSON library would round the number on the way).
+    let callback = CallbackServer::with("/exact", Reply::output(json!("ok")));
+    let mut exact = tool_body("exact", &callback.url("/exact"), "plugin:mcp-test");
+    exact["parameters"] = json!({"type": "object"});
+    let (status, answer) = app.register(&exact).await;
+    assert_eq!(status, 200, "{answer}");
+    let arguments = r#"{"big": 123456789012345678901234567890, "text": "\u00e9"}"#;
+    let call = format!(
+        r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"exact","arguments":{arguments}}}}}"#
+    );
+    let (status, _, body) = exchange(&app, "POST", "/mcp", &with_session, &call).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        rpc_answer(&body)["result"]["isError"],
+        json!(false),
+        "{body}"
+    );
+    let received = callback.wait_for_requests(1).await;
+    let sent = String::from_utf8(received[0].body.clone()).expect("UTF-8");
+    assert!(
+        sent.contains(&format!(r#""arguments":{arguments}"#)),
+        "the callback got {sent}"
+    );
+
     // The refusals, each a JSON-RPC error without an id.
     let refusal = |code: i64, message: &str| json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}});
     let (status, _, body) = exchange(
