@@ -721,10 +721,10 @@ impl Handler<ConnectionEnded> for McpPlugins {
     type Result = ();
 
     fn handle(&mut self, msg: ConnectionEnded, ctx: &mut Self::Context) {
-        if !self
+        if self
             .servers
             .get(&msg.name)
-            .is_some_and(|s| s.generation == msg.generation)
+            .is_none_or(|s| s.generation != msg.generation)
         {
             return;
         }
