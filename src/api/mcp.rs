@@ -530,6 +530,7 @@ mod tests {
     use serde_json::{Map, json};
 
     use super::*;
+    use crate::mcp::runtime::McpPluginError;
 
     fn body(value: Value) -> Map<String, Value> {
         match value {
@@ -628,6 +629,26 @@ mod tests {
         assert_eq!(fields(&errors), ["body.name"]);
         let ok = McpUnregisterRequest::parse(&body(json!({"name": "weather"})), |_| false);
         assert_eq!(ok.unwrap().name, "weather");
+    }
+
+    #[test]
+    fn a_registration_refused_for_what_is_registered_is_a_422_naming_the_field() {
+        let too_many = ApiError::from(McpPluginError::TooMany);
+        assert_eq!(
+            actix_web::ResponseError::status_code(&too_many),
+            StatusCode::UNPROCESSABLE_ENTITY
+        );
+        let ApiError::Validation(fields) = too_many else {
+            panic!("not a validation error");
+        };
+        assert_eq!(
+            (fields[0].loc.join("."), fields[0].msg.as_str()),
+            (
+                "body.name".to_owned(),
+                "Value error, 256 MCP servers are registered already (the most at once): \
+                 unregister one first"
+            )
+        );
     }
 
     #[test]

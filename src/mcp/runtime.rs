@@ -20,6 +20,7 @@
 //! answers are awaited by the futures that reply. Changes still reach the router in the order
 //! this actor decides them (`send` enqueues at once), so one server's listings apply in order.
 
+use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -265,35 +266,19 @@ impl McpPlugins {
         if let Some(role) = &registration.role {
             self.directory.list(Some(role))?;
         }
-        let others = self
+        let registered = self
             .servers
             .iter()
-            .map(|(name, s)| (name, &s.registration.source))
-            .chain(
-                self.pending
-                    .iter()
-                    .map(|(name, (_, source))| (name, source)),
-            );
-        for (name, source) in others {
-            if *name != registration.name && *source == registration.source {
-                return Err(McpPluginError::SourceTaken {
-                    taken: source.clone(),
-                    server: name.clone(),
-                });
-            }
-        }
-        if let Some(server) = self.board.configured_with_source(&registration.source) {
-            return Err(McpPluginError::SourceTaken {
-                taken: registration.source.clone(),
-                server,
-            });
-        }
-        let known = self.servers.contains_key(&registration.name)
-            || self.pending.contains_key(&registration.name);
-        if !known && self.servers.len() + self.pending.len() >= MAX_RUNTIME_SERVERS {
-            return Err(McpPluginError::TooMany);
-        }
-        Ok(())
+            .map(|(name, s)| (name.as_str(), s.registration.source.as_str()));
+        let connecting = self
+            .pending
+            .iter()
+            .map(|(name, (_, source))| (name.as_str(), source.as_str()));
+        admit(
+            registration,
+            registered.chain(connecting),
+            self.board.configured_with_source(&registration.source),
+        )
     }
 
     /// Makes a connected server the one of its name: registers its tools (replacing those of
@@ -772,6 +757,37 @@ impl Handler<ServerDead> for McpPlugins {
     }
 }
 
+/// Whether `registration` may join the servers in `others` (every server registered or still
+/// connecting, by name and source) when `configured` is the configured server with its source,
+/// if any: a source names one server's tools, and at most [`MAX_RUNTIME_SERVERS`] are held at
+/// once (a name registered again replaces its server: it is not one more).
+fn admit<'a>(
+    registration: &McpRegistration,
+    others: impl IntoIterator<Item = (&'a str, &'a str)>,
+    configured: Option<String>,
+) -> Result<(), McpPluginError> {
+    let mut names = HashSet::new();
+    for (name, source) in others {
+        if name != registration.name && source == registration.source {
+            return Err(McpPluginError::SourceTaken {
+                taken: source.to_owned(),
+                server: name.to_owned(),
+            });
+        }
+        names.insert(name);
+    }
+    if let Some(server) = configured {
+        return Err(McpPluginError::SourceTaken {
+            taken: registration.source.clone(),
+            server,
+        });
+    }
+    if !names.contains(registration.name.as_str()) && names.len() >= MAX_RUNTIME_SERVERS {
+        return Err(McpPluginError::TooMany);
+    }
+    Ok(())
+}
+
 /// The characters a registration's tools go to (`None`: every character).
 fn targets(registration: &McpRegistration) -> Option<Vec<String>> {
     registration.role.clone().map(|role| vec![role])
@@ -1032,5 +1048,61 @@ impl LocalHandler for PluginToolHandler {
 
     fn timeout(&self) -> Option<Duration> {
         Some(self.0.timeout)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registration(name: &str, source: &str) -> McpRegistration {
+        McpRegistration {
+            name: name.to_owned(),
+            url: CallbackUrl::parse("http://127.0.0.1:9400/mcp").unwrap(),
+            role: None,
+            source: source.to_owned(),
+            timeout: Duration::from_secs(30),
+        }
+    }
+
+    #[test]
+    fn a_source_belongs_to_one_server_and_the_servers_are_bounded() {
+        let names: Vec<String> = (0..MAX_RUNTIME_SERVERS).map(|i| format!("s{i}")).collect();
+        let sources: Vec<String> = names.iter().map(|n| format!("mcp:{n}")).collect();
+        let full = || {
+            names
+                .iter()
+                .zip(&sources)
+                .map(|(n, s)| (n.as_str(), s.as_str()))
+        };
+        assert_eq!(
+            admit(&registration("new", "mcp:new"), full(), None),
+            Err(McpPluginError::TooMany)
+        );
+        // One of them registered again, or still connecting as well: not one more.
+        let again = full().chain([("s3", "mcp:s3")]);
+        assert_eq!(admit(&registration("s3", "mcp:s3"), again, None), Ok(()));
+        assert_eq!(
+            admit(&registration("new", "mcp:new"), full().skip(1), None),
+            Ok(())
+        );
+        assert_eq!(
+            admit(&registration("new", "mcp:s7"), full().take(10), None),
+            Err(McpPluginError::SourceTaken {
+                taken: "mcp:s7".into(),
+                server: "s7".into()
+            })
+        );
+        assert_eq!(
+            admit(
+                &registration("new", "mcp:cfg"),
+                full().take(1),
+                Some("cfg".into())
+            ),
+            Err(McpPluginError::SourceTaken {
+                taken: "mcp:cfg".into(),
+                server: "cfg".into()
+            })
+        );
     }
 }
