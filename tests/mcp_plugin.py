@@ -2,13 +2,16 @@
 `MCPServer`, over the streamable-http transport), for tests/api/mcp_plugins.rs. It listens on a
 free loopback port, then registers itself with a runtime-tools server:
 
-    python mcp_plugin.py SERVER_URL NAME [--source S] [--role R] [--extra-tools N] [--long-name]
-                         [--list-fails]
+    python mcp_plugin.py SERVER_URL NAME [--source S] [--role R] [--timeout S] [--extra-tools N]
+                         [--long-name] [--list-fails] [--wait-tool] [--port P] [--no-register]
 
 Its tools: `get_weather(city)`, and `add_tool(name)`, which adds a tool of that name (it greets)
 and sends `notifications/tools/list_changed`; `--extra-tools N` adds N more (`tool_0001`...),
 `--long-name` one whose name is 65 characters long. With `--list-fails`, `tools/list` answers
-with a JSON-RPC error (the server initializes, but cannot list). It prints one line per event on stdout:
+with a JSON-RPC error (the server initializes, but cannot list); with `--wait-tool`, a tool
+`wait(seconds)` answers after that long. `--port P` listens on port P (the same plugin started
+again), `--no-register` does not register (a plugin that comes back and finds its registration
+still there), `--timeout S` registers with `timeout_seconds` S. It prints one line per event on stdout:
 `listening PORT`, `registered JSON` (the registration's answer), and `request METHOD PATH` for
 each HTTP request it receives (so the test sees the DELETE that ends its MCP session).
 """
@@ -43,7 +46,7 @@ class ListingFails(MCPServer):
         raise MCPError(-32603, "the tool index is being rebuilt")
 
 
-def build(name, extra_tools, long_name, list_fails):
+def build(name, extra_tools, long_name, list_fails, wait_tool):
     server = (ListingFails if list_fails else MCPServer)(name)
 
     @server.tool()
@@ -61,6 +64,14 @@ def build(name, extra_tools, long_name, list_fails):
         server.add_tool(greet, name=name, description=f"Greets, as {name}.")
         await ctx.session.send_tool_list_changed()
         return f"added {name}"
+
+    if wait_tool:
+
+        @server.tool()
+        async def wait(seconds: float) -> str:
+            """Answers after `seconds`."""
+            await anyio.sleep(seconds)
+            return "waited"
 
     def adder(i):
         def numbered(x: int) -> int:
@@ -105,19 +116,25 @@ def register(server_url, body):
 
 async def main(args):
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
+    # Started again on its old port, it must not wait for the old connections to time out.
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))
     sock.listen(128)
     port = sock.getsockname()[1]
     say("listening", port)
-    server = build(args.name, args.extra_tools, args.long_name, args.list_fails)
+    server = build(args.name, args.extra_tools, args.long_name, args.list_fails, args.wait_tool)
     app = logged(server.streamable_http_app(host="127.0.0.1"))
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     http = uvicorn.Server(config)
     body = {"name": args.name, "url": f"http://127.0.0.1:{port}/mcp", "role": args.role}
     if args.source:
         body["source"] = args.source
+    if args.timeout:
+        body["timeout_seconds"] = args.timeout
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(http.serve, [sock])
+        if args.no_register:
+            return
         # The socket listens already: the server's connection waits in its queue until uvicorn
         # takes it.
         status, answer = await anyio.to_thread.run_sync(register, args.server, body)
@@ -133,5 +150,9 @@ if __name__ == "__main__":
     parser.add_argument("--extra-tools", type=int, default=0)
     parser.add_argument("--long-name", action="store_true")
     parser.add_argument("--list-fails", action="store_true")
+    parser.add_argument("--wait-tool", action="store_true")
+    parser.add_argument("--timeout", type=float)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--no-register", action="store_true")
     anyio.run(main, parser.parse_args())
     sys.exit(0)

@@ -1034,13 +1034,16 @@ impl LocalHandler for PluginToolHandler {
                         }
                     }
                 }
-                // A server that went quiet is not a dead one (as for a callback's read
-                // timeout).
-                Err(_) => Err(format!(
-                    "MCP server {} did not answer tools/call within {} s",
-                    this.name,
-                    mapping::seconds(this.timeout)
-                )),
+                // A server that went quiet is not a dead one: as a callback's read timeout,
+                // this starts the count again.
+                Err(_) => {
+                    this.reached();
+                    Err(format!(
+                        "MCP server {} did not answer tools/call within {} s",
+                        this.name,
+                        mapping::seconds(this.timeout)
+                    ))
+                }
             }
         }
         .boxed()

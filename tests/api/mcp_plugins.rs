@@ -235,6 +235,96 @@ async fn a_python_sdk_plugin_registers_itself_serves_the_model_and_is_removed_wh
     fake.update_with_tools(&[]).await;
 }
 
+/// Starts `tests/mcp_plugin.py` again on `port`, without registering: a plugin that comes back
+/// on its old address.
+async fn start_again(app: &TestApp, name: &str, port: u16, args: &[&str]) -> LineChild {
+    let python = venv_python().await;
+    let mut child = LineChild::spawn(
+        Command::new(python)
+            .arg(repo_file("tests/mcp_plugin.py"))
+            .arg(&app.base)
+            .arg(name)
+            .args(["--port", &port.to_string(), "--no-register"])
+            .args(args),
+    );
+    child.expect_line(&format!("listening {port}")).await;
+    child
+}
+
+/// Kills a plugin and waits until it is gone: a call that still found its socket accepting
+/// would count as reaching it.
+async fn kill(mut child: LineChild) {
+    child.signal("KILL");
+    child.wait_exit().await;
+}
+
+#[actix_web::test]
+async fn only_three_failed_calls_in_a_row_remove_a_plugins_mcp_server() {
+    let app = spawn_app(&["Lanlan"]).await;
+    let mut events = open(&app, "", None).await.expect("stream opens");
+    let args = ["--source", "plugin:flaky", "--wait-tool", "--timeout", "10"];
+    let plugin = start_plugin(&app, "flaky", &args).await;
+    assert_eq!(plugin.answer["ok"], json!(true), "{}", plugin.answer);
+    let port = plugin.port;
+    let refused = format!(
+        "MCP server flaky could not be reached: could not connect to http://127.0.0.1:{port}"
+    );
+    let fails_to_connect = || async {
+        let failed = invoke_ok(&app, "get_weather", json!({"city": "Kyoto"})).await;
+        let error = failed["error"].as_str().unwrap().to_owned();
+        assert!(error.starts_with(&refused), "{error}");
+        assert_eq!(
+            app.tool_names(None).await,
+            json!({"Lanlan": ["get_weather", "add_tool", "wait"]}),
+            "removed too early"
+        );
+    };
+
+    // Two failures, then a call that reaches it (on its way back, the connection opens a new
+    // MCP session): the count starts again.
+    kill(plugin.child).await;
+    fails_to_connect().await;
+    fails_to_connect().await;
+    assert_eq!(
+        runtime_servers(&app).await["flaky"]["state"],
+        json!("unreachable")
+    );
+    let back = start_again(&app, "flaky", port, &args).await;
+    let reached = invoke_ok(&app, "get_weather", json!({"city": "Kyoto"})).await;
+    assert_eq!(
+        reached["output"],
+        json!({"city": "Kyoto", "temperature_c": 28}),
+        "{reached}"
+    );
+    let connected = mcp_state(&mut events, "flaky", "connected").await;
+    assert_eq!(connected["last_error"], json!(null));
+
+    // Two failures, then a call it does not answer in time: a quiet server is not a dead one,
+    // and the count starts again too.
+    kill(back).await;
+    fails_to_connect().await;
+    fails_to_connect().await;
+    let back = start_again(&app, "flaky", port, &args).await;
+    let quiet = invoke_ok(&app, "wait", json!({"seconds": 600})).await;
+    assert_eq!(
+        quiet["error"],
+        json!("MCP server flaky did not answer tools/call within 10 s"),
+        "{quiet}"
+    );
+
+    // Three failures in a row: its tools are removed.
+    kill(back).await;
+    fails_to_connect().await;
+    fails_to_connect().await;
+    let third = invoke_ok(&app, "get_weather", json!({"city": "Kyoto"})).await;
+    assert!(
+        third["error"].as_str().unwrap().starts_with(&refused),
+        "{third}"
+    );
+    assert_eq!(app.tool_names(None).await, json!({"Lanlan": []}));
+    assert_eq!(runtime_servers(&app).await, json!({}));
+}
+
 #[actix_web::test]
 async fn clear_unregister_and_a_new_registration_end_the_plugins_mcp_session() {
     let app = spawn_app(&["Lanlan", "Mio"]).await;
