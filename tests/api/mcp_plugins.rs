@@ -253,7 +253,7 @@ async fn start_again(app: &TestApp, name: &str, port: u16, args: &[&str]) -> Lin
 
 /// Kills a plugin and waits until it is gone: a call that still found its socket accepting
 /// would count as reaching it.
-async fn kill(mut child: LineChild) {
+async fn kill(child: LineChild) {
     child.signal("KILL");
     child.wait_exit().await;
 }
