@@ -3,12 +3,14 @@
 free loopback port, then registers itself with a runtime-tools server:
 
     python mcp_plugin.py SERVER_URL NAME [--source S] [--role R] [--timeout S] [--extra-tools N]
-                         [--long-name] [--list-fails] [--wait-tool] [--port P] [--no-register]
+                         [--long-name] [--list-fails] [--endless-pages] [--wait-tool] [--port P]
+                         [--no-register]
 
 Its tools: `get_weather(city)`, and `add_tool(name)`, which adds a tool of that name (it greets)
 and sends `notifications/tools/list_changed`; `--extra-tools N` adds N more (`tool_0001`...),
 `--long-name` one whose name is 65 characters long. With `--list-fails`, `tools/list` answers
-with a JSON-RPC error (the server initializes, but cannot list); with `--wait-tool`, a tool
+with a JSON-RPC error (the server initializes, but cannot list); with `--endless-pages`, every
+page of its listing has one tool and a cursor to the next, without end; with `--wait-tool`, a tool
 `wait(seconds)` answers after that long. `--port P` listens on port P (the same plugin started
 again), `--no-register` does not register (a plugin that comes back and finds its registration
 still there), `--timeout S` registers with `timeout_seconds` S. It prints one line per event on stdout:
@@ -25,6 +27,7 @@ import urllib.request
 from typing import TypedDict
 
 import anyio
+import mcp_types as types
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.shared.exceptions import MCPError
@@ -46,8 +49,18 @@ class ListingFails(MCPServer):
         raise MCPError(-32603, "the tool index is being rebuilt")
 
 
-def build(name, extra_tools, long_name, list_fails, wait_tool):
-    server = (ListingFails if list_fails else MCPServer)(name)
+class EndlessPages(MCPServer):
+    """An MCP server whose listing never ends: each page has one tool and a cursor to the next."""
+
+    async def _handle_list_tools(self, ctx, params):
+        page = int(params.cursor) if params is not None and params.cursor else 1
+        tool = types.Tool(name=f"page_{page:04}", input_schema={"type": "object"})
+        return types.ListToolsResult(tools=[tool], next_cursor=str(page + 1))
+
+
+def build(name, extra_tools, long_name, list_fails, wait_tool, endless_pages):
+    kind = ListingFails if list_fails else EndlessPages if endless_pages else MCPServer
+    server = kind(name)
 
     @server.tool()
     def get_weather(city: str) -> Weather:
@@ -122,7 +135,8 @@ async def main(args):
     sock.listen(128)
     port = sock.getsockname()[1]
     say("listening", port)
-    server = build(args.name, args.extra_tools, args.long_name, args.list_fails, args.wait_tool)
+    server = build(args.name, args.extra_tools, args.long_name, args.list_fails, args.wait_tool,
+                   args.endless_pages)
     app = logged(server.streamable_http_app(host="127.0.0.1"))
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     http = uvicorn.Server(config)
@@ -151,6 +165,7 @@ if __name__ == "__main__":
     parser.add_argument("--long-name", action="store_true")
     parser.add_argument("--list-fails", action="store_true")
     parser.add_argument("--wait-tool", action="store_true")
+    parser.add_argument("--endless-pages", action="store_true")
     parser.add_argument("--timeout", type=float)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--no-register", action="store_true")

@@ -194,15 +194,13 @@ async fn a_python_sdk_plugin_registers_itself_serves_the_model_and_is_removed_wh
         json!(["get_weather", "add_tool", "greet"])
     );
 
-    // Killed: two calls fail (the tools stay), the third removes them everywhere. Its exit is
-    // waited for: a call that still found its socket accepting would count as reaching it.
+    // Killed: two calls fail (the tools stay), the third removes them everywhere.
     let url = plugin.url();
     let refused = format!(
         "MCP server weather could not be reached: could not connect to http://127.0.0.1:{}",
         plugin.port
     );
-    plugin.child.signal("KILL");
-    plugin.child.wait_exit().await;
+    kill(plugin.child).await;
     for _ in 0..2 {
         let failed = invoke_ok(&app, "get_weather", json!({"city": "Kyoto"})).await;
         let error = failed["error"].as_str().unwrap();
@@ -233,6 +231,40 @@ async fn a_python_sdk_plugin_registers_itself_serves_the_model_and_is_removed_wh
                "reason": format!("auto_removed: 3 calls in a row could not connect to {url}")})
     );
     fake.update_with_tools(&[]).await;
+}
+
+#[actix_web::test]
+async fn a_listing_is_read_within_its_bounds() {
+    let app = spawn_app(&["Lanlan"]).await;
+    let cut = |reason: &str| json!([{"name": "…", "reason": reason}]);
+
+    // More tools than are taken from one listing: the first 1,024 are registered.
+    let many = start_plugin(&app, "many", &["--extra-tools", "1100"]).await;
+    let tools = many.answer["tools"].as_array().expect("tools");
+    assert_eq!(
+        (tools.len(), &tools[1023], &many.answer["ok"]),
+        (1024, &json!("tool_1022"), &json!(true))
+    );
+    assert_eq!(
+        many.answer["skipped"],
+        cut("the listing has more than 1024 tools: the rest were not read")
+    );
+
+    // A listing whose pages never end: read up to 256 pages.
+    let endless = start_plugin(&app, "endless", &["--endless-pages"]).await;
+    let tools = endless.answer["tools"].as_array().expect("tools");
+    assert_eq!(
+        (tools.len(), &tools[0], &tools[255]),
+        (256, &json!("page_0001"), &json!("page_0256"))
+    );
+    assert_eq!(
+        endless.answer["skipped"],
+        cut("the listing goes on past 256 pages: the rest were not read")
+    );
+    assert_eq!(
+        runtime_servers(&app).await["endless"]["skipped"],
+        endless.answer["skipped"]
+    );
 }
 
 /// Starts `tests/mcp_plugin.py` again on `port`, without registering: a plugin that comes back
