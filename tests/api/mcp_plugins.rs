@@ -234,6 +234,31 @@ async fn a_python_sdk_plugin_registers_itself_serves_the_model_and_is_removed_wh
 }
 
 #[actix_web::test]
+async fn a_registration_no_character_takes_is_not_ok_and_keeps_the_tools() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let app = app_with_session(&fake.url, &[], Dialect::Openai, |_| {}).await;
+    fake.nth_update(1).await;
+    fake.set_mode(AckMode::Error("tools are locked".into()));
+    let plugin = start_plugin(&app, "weather", &[]).await;
+    assert_eq!(
+        plugin.answer,
+        json!({"ok": false, "registered": "weather", "tools": ["get_weather", "add_tool"],
+               "skipped": [], "affected_roles": [],
+               "failed_roles": [{"role": "Mio", "error": "model session refused the tool update: tools are locked (invalid_value)"}],
+               "error": "no role accepted the registration"})
+    );
+    // As for a registration: the character has the tools, and the server stays registered.
+    assert_eq!(
+        app.tool_names(None).await,
+        json!({"Mio": ["get_weather", "add_tool"]})
+    );
+    assert_eq!(
+        runtime_servers(&app).await["weather"]["state"],
+        json!("connected")
+    );
+}
+
+#[actix_web::test]
 async fn a_listing_is_read_within_its_bounds() {
     let app = spawn_app(&["Lanlan"]).await;
     let cut = |reason: &str| json!([{"name": "…", "reason": reason}]);
