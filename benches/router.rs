@@ -23,19 +23,13 @@ use actix::prelude::*;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use futures_util::StreamExt;
-use runtime_tools::actors::local_tool::{CallLocalTool, local_handler};
-use runtime_tools::actors::router::{
-    ClearSource, ListSessions, ListTools, RegisterTool, ResolveTool, Router, UnregisterTool,
+use runtime_tools::embedding::ConnectionState;
+use runtime_tools::{
+    CallLocalTool, CallbackUrl, CharacterSettings, ClearSource, Dialect, DispatchSettings,
+    EventHub, EventSettings, ListSessions, ListTools, Parameters, RegisterTool, ResolveTool,
+    Router, SessionSettings, SharedTool, ToolCall, ToolOutcome, ToolSpec, UnregisterTool,
+    local_handler,
 };
-use runtime_tools::config::{CharacterSettings, DispatchSettings};
-use runtime_tools::domain::arguments::Parameters;
-use runtime_tools::domain::call::{ToolCall, ToolOutcome};
-use runtime_tools::domain::callback_url::CallbackUrl;
-use runtime_tools::domain::tool::{SharedTool, ToolSpec};
-use runtime_tools::events::{EventHub, EventSettings};
-use runtime_tools::session::ConnectionState;
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::SessionSettings;
 use serde_json::{Map, Value, json};
 
 /// Character counts of the fan-out grid (the grid).

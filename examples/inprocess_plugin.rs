@@ -12,13 +12,10 @@
 
 use actix::prelude::*;
 use anyhow::{Context as _, bail};
-use runtime_tools::actors::local_tool::{CallLocalTool, local_handler};
-use runtime_tools::actors::router::RegisterTool;
-use runtime_tools::config::{CharacterSettings, Settings};
-use runtime_tools::domain::arguments::Parameters;
-use runtime_tools::domain::call::ToolOutcome;
-use runtime_tools::domain::tool::ToolSpec;
-use runtime_tools::startup::Application;
+use runtime_tools::{
+    Application, CallLocalTool, CharacterSettings, Parameters, RegisterTool, Settings, ToolOutcome,
+    ToolSpec, local_handler,
+};
 use serde_json::{Map, Value, json};
 
 /// The tool: converts degrees Celsius to Fahrenheit. An actor, so it may keep state (here, a

@@ -3,7 +3,9 @@
 //! `CloseSession` joins the character with `JoinSession`; from then on every registration waits
 //! for it, as for any session. When its model calls a tool, it runs the call with the
 //! dispatcher directly. It announces its own state on the server's event hub
-//! (`GET /api/events`, `session.state`), as the server's sessions do.
+//! (`GET /api/events`, `session.state`), as the server's sessions do. When the person interrupts,
+//! it cancels the calls still running (the dispatcher drops them), answers each with the text the
+//! server's own sessions give the model, and announces it as a cancelled `tool.call`.
 //!
 //! ```text
 //! cargo run --release --example inprocess_session
@@ -11,28 +13,29 @@
 //!
 //! Here the "model" is scripted: it takes the tool lists and, once `convert_temperature` is
 //! there, calls it. It builds the server on a free port, joins `Lanlan`, registers an in-process
-//! tool through the router, makes the call, reads `GET /api/sessions` and the `session.state`
-//! events it announced, prints each step and exits 0. The test suite runs [`run`] (`tests/api/examples.rs`).
+//! tool through the router, makes the call, then calls a slow tool and the person interrupts;
+//! it reads `GET /api/sessions` and the events it announced, prints each step and exits 0. The
+//! test suite runs [`run`] (`tests/api/examples.rs`).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use actix::prelude::*;
 use anyhow::{Context as _, bail};
-use runtime_tools::actors::local_tool::{CallLocalTool, local_handler};
-use runtime_tools::actors::router::{JoinSession, RegisterTool};
-use runtime_tools::config::{CharacterSettings, Settings};
-use runtime_tools::dispatch::Dispatcher;
-use runtime_tools::domain::arguments::Parameters;
-use runtime_tools::domain::call::{ToolCall, ToolOutcome};
-use runtime_tools::domain::tool::{SharedTool, ToolSpec};
-use runtime_tools::events::{EventHub, EventKind};
-use runtime_tools::session::core::rfc3339_now;
-use runtime_tools::session::{
-    CloseSession, ConnectionKind, ConnectionReport, ConnectionState, SessionHandle, SessionStatus,
-    SyncError, SyncOutcome, SyncTools,
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use runtime_tools::embedding::{
+    CallCanceller, Caller, CloseSession, ConnectionKind, ConnectionReport, ConnectionState,
+    SessionHandle, SessionStatus, SyncError, SyncOutcome, SyncTools, ToolCallFinished, ToolResult,
+    rfc3339_now,
 };
-use runtime_tools::startup::Application;
+use runtime_tools::{
+    Application, CallLocalTool, CharacterSettings, Dispatcher, EventHub, EventKind, JoinSession,
+    LocalHandler, LocalToolHandler, Parameters, RegisterTool, Settings, SharedTool, ToolCall,
+    ToolOutcome, ToolSpec, local_handler,
+};
 use serde_json::{Map, Value, json};
+use tokio::sync::oneshot;
 
 /// The application's own model session. A real one would send each tool list to its model
 /// and answer `SyncTools` when the model acknowledged it.
@@ -46,6 +49,16 @@ struct ScriptedModel {
     dispatcher: Dispatcher,
     /// Where it announces its state, as `session.state`.
     events: EventHub,
+    /// The calls running now, each stoppable.
+    running: Vec<RunningCall>,
+}
+
+/// A call of the model's that runs beside the conversation.
+struct RunningCall {
+    tool: SharedTool,
+    call_id: String,
+    started: Instant,
+    canceller: CallCanceller,
 }
 
 impl ScriptedModel {
@@ -130,6 +143,108 @@ impl Handler<ModelCalls> for ScriptedModel {
     }
 }
 
+/// The model calls a tool that takes its time: it runs beside the conversation.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct ModelStartsCall {
+    name: String,
+    call_id: String,
+}
+
+impl Handler<ModelStartsCall> for ScriptedModel {
+    type Result = ();
+
+    fn handle(&mut self, call: ModelStartsCall, ctx: &mut Self::Context) {
+        let Some(tool) = self.tools.iter().find(|t| t.name == call.name).cloned() else {
+            return;
+        };
+        let model_call = ToolCall::from_raw(call.call_id.clone(), call.name, "{}".into());
+        let (canceller, running) = self
+            .dispatcher
+            .dispatch_cancellable(tool.clone(), model_call);
+        self.running.push(RunningCall {
+            tool,
+            call_id: call.call_id.clone(),
+            started: Instant::now(),
+            canceller,
+        });
+        ctx.spawn(running.into_actor(self).map(move |result, act, _| {
+            // `None`: cancelled, and answered when it was.
+            if result.is_some() {
+                act.running.retain(|r| r.call_id != call.call_id);
+                act.calls_answered += 1;
+            }
+        }));
+    }
+}
+
+/// The person starts speaking: the calls of the turn they interrupt are cancelled. Returns the
+/// text the model gets for each.
+#[derive(Message)]
+#[rtype(result = "Vec<String>")]
+struct PersonInterrupts;
+
+impl Handler<PersonInterrupts> for ScriptedModel {
+    type Result = Vec<String>;
+
+    fn handle(&mut self, _: PersonInterrupts, _: &mut Self::Context) -> Vec<String> {
+        let mut answers = Vec::new();
+        for call in std::mem::take(&mut self.running) {
+            // The call's dispatch is dropped: its callback's connection closes, an MCP server
+            // is told, an in-process tool's future is dropped.
+            call.canceller.cancel();
+            let ran = call.started.elapsed();
+            let result = ToolResult::interrupted(call.call_id.clone(), call.tool.name.clone(), ran);
+            self.calls_answered += 1;
+            self.events.tool_call(&ToolCallFinished {
+                role: &self.character,
+                tool: &call.tool.name,
+                source: Some(&call.tool.source),
+                call_id: &call.call_id,
+                caller: Caller::Model,
+                kind: Some(ConnectionKind::Embedded),
+                duration_ms: ran.as_secs_f64() * 1000.0,
+                is_error: true,
+                cancelled: true,
+            });
+            answers.push(result.model_text());
+        }
+        answers
+    }
+}
+
+/// An in-process tool that waits for a courier who never comes: only a cancel ends its call.
+/// It says when a call started and when the call's future was dropped.
+struct Courier {
+    started: Mutex<Option<oneshot::Sender<()>>>,
+    dropped: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+/// Sends when dropped.
+struct OnDrop(Option<oneshot::Sender<()>>);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        if let Some(signal) = self.0.take() {
+            let _ = signal.send(());
+        }
+    }
+}
+
+impl LocalHandler for Courier {
+    fn call(&self, _: ToolCall) -> BoxFuture<'static, ToolOutcome> {
+        if let Some(started) = self.started.lock().unwrap().take() {
+            let _ = started.send(());
+        }
+        let dropped = OnDrop(self.dropped.lock().unwrap().take());
+        async move {
+            let _dropped = dropped;
+            std::future::pending::<ToolOutcome>().await
+        }
+        .boxed()
+    }
+}
+
 /// An in-process tool for the model to call.
 struct TemperatureConverter;
 
@@ -150,6 +265,14 @@ impl Handler<CallLocalTool> for TemperatureConverter {
     }
 }
 
+/// A tool that takes no arguments.
+fn no_parameters() -> Map<String, Value> {
+    let Value::Object(schema) = json!({"type": "object", "properties": {}}) else {
+        unreachable!("the schema is an object")
+    };
+    schema
+}
+
 fn parameters() -> Map<String, Value> {
     let Value::Object(schema) = json!({
         "type": "object",
@@ -162,8 +285,9 @@ fn parameters() -> Map<String, Value> {
 }
 
 /// Starts a server, joins an in-process session to `Lanlan`, registers a tool (which waits for
-/// that session), lets the session's model call it, and reads the sessions listing and the
-/// events. Returns `{"updates", "answer", "connections", "announced"}`.
+/// that session), lets the session's model call it, then a slow tool the person interrupts, and
+/// reads the sessions listing and the events. Returns `{"updates", "answer", "interrupted",
+/// "courier_dropped", "connections", "announced", "cancelled"}`.
 pub async fn run() -> anyhow::Result<Value> {
     let settings = Settings {
         bind: "127.0.0.1:0".parse()?,
@@ -185,6 +309,7 @@ pub async fn run() -> anyhow::Result<Value> {
         calls_answered: 0,
         dispatcher: app.dispatcher(),
         events: app.events(),
+        running: Vec::new(),
     }
     .start();
     actix_web::rt::spawn(app.run_until_stopped());
@@ -227,6 +352,42 @@ pub async fn run() -> anyhow::Result<Value> {
         .map_err(anyhow::Error::msg)?;
     println!("the model called convert_temperature and got {answer}");
 
+    // A slow tool: the model calls it, and the person speaks before it answers.
+    let (started, courier_started) = oneshot::channel();
+    let (dropped, courier_dropped) = oneshot::channel();
+    let courier = ToolSpec::local(
+        "wait_for_courier",
+        "Wait until the courier arrives.",
+        Parameters::new(no_parameters()).context("the courier's parameters")?,
+        "inproc:courier",
+        LocalToolHandler(Arc::new(Courier {
+            started: Mutex::new(Some(started)),
+            dropped: Mutex::new(Some(dropped)),
+        })),
+    );
+    router
+        .send(RegisterTool {
+            tool: courier,
+            role: None,
+        })
+        .await
+        .context("the router stopped")??;
+    model
+        .send(ModelStartsCall {
+            name: "wait_for_courier".into(),
+            call_id: "call_model_2".into(),
+        })
+        .await?;
+    tokio::time::timeout(Duration::from_secs(10), courier_started)
+        .await
+        .context("the courier's call did not start")??;
+    let interrupted = model.send(PersonInterrupts).await?;
+    println!("the person interrupted; the model was told {interrupted:?}");
+    let courier_dropped = tokio::time::timeout(Duration::from_secs(10), courier_dropped)
+        .await
+        .is_ok_and(|signal| signal.is_ok());
+    println!("the courier's call was dropped: {courier_dropped}");
+
     let sessions: Value = awc::Client::new()
         .get(format!("{base}/api/sessions"))
         .send()
@@ -238,11 +399,16 @@ pub async fn run() -> anyhow::Result<Value> {
     let connections = sessions["sessions_by_role"]["Lanlan"]["connections"].clone();
     println!("GET /api/sessions -> Lanlan's connections: {connections}");
 
-    let mut announced = 0;
+    let (mut announced, mut cancelled) = (0, 0);
     while let Ok(event) = events.events.try_recv() {
         announced += u64::from(event.kind == EventKind::SessionState);
+        cancelled += u64::from(
+            event.kind == EventKind::ToolCall
+                && std::str::from_utf8(event.frame())
+                    .is_ok_and(|f| f.contains("\"cancelled\":true")),
+        );
     }
-    println!("the session announced its state {announced} times");
+    println!("the session announced its state {announced} times and {cancelled} cancelled call");
 
     handle.stop(true).await;
     if report.affected_roles != ["Lanlan"] {
@@ -250,8 +416,9 @@ pub async fn run() -> anyhow::Result<Value> {
     }
     let updates = model.send(Updates).await?;
     Ok(
-        json!({"updates": updates, "answer": answer, "connections": connections,
-              "announced": announced}),
+        json!({"updates": updates, "answer": answer, "interrupted": interrupted,
+               "courier_dropped": courier_dropped, "connections": connections,
+               "announced": announced, "cancelled": cancelled}),
     )
 }
 

@@ -9,35 +9,27 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
-use crate::chat::settings::{ChatSettings, FileChat};
+use crate::actors::settings::CharacterSettings;
+use crate::chat::settings::FileChat;
+use crate::dispatch::settings::{DispatchSettings, FileDispatch};
 use crate::events::EventSettings;
 use crate::mcp::settings::{FileMcpServer, McpServerSettings, servers_from_file};
-use crate::session::settings::{FileSession, SessionSettings};
+use crate::session::settings::FileSession;
 
 /// Where the server listens unless told otherwise: loopback only, a fixed port plugins know.
-pub const DEFAULT_BIND: &str = "127.0.0.1:48911";
+pub(crate) const DEFAULT_BIND: &str = "127.0.0.1:48911";
 
 /// The one character of the embedded default configuration.
-pub const DEFAULT_CHARACTER: &str = "Lanlan";
+pub(crate) const DEFAULT_CHARACTER: &str = "Lanlan";
 
 /// How long a graceful stop (SIGTERM, SIGINT) lets running tool calls finish before they are
 /// answered with a tool error: long enough for the usual tool, short enough for a supervisor's
 /// stop timeout (systemd's default is 90 s, Docker's 10 s after which it kills: 8 s leaves the
 /// answers time to go out).
-pub const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(8);
+pub(crate) const DEFAULT_STOP_GRACE: Duration = Duration::from_secs(8);
 
-/// Longest configurable grace period: a tool's own timeout is at most 300 s.
-pub const MAX_STOP_GRACE: Duration = Duration::from_secs(300);
-
-/// Largest callback response body accepted by default (after decompression): 4 MiB holds any
-/// sensible tool output while bounding what a misbehaving plugin can make us buffer.
-pub const DEFAULT_MAX_RESPONSE_BYTES: usize = 4 * 1024 * 1024;
-
-/// Callback exchanges in flight at once, by default. Each holds a socket (an invoke holds two:
-/// its client's and the callback's), so 4096 stays well inside the 20 000-descriptor limits of
-/// common service setups while leaving room for thousands of slow tools at once; past it a call
-/// is refused with a tool error instead of the process running out of descriptors.
-pub const DEFAULT_MAX_CALLBACKS_IN_FLIGHT: usize = 4096;
+/// Longest configurable grace period: no call runs longer than a tool's own timeout may be.
+pub(crate) const MAX_STOP_GRACE: Duration = crate::domain::tool::MAX_TIMEOUT;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
@@ -47,42 +39,12 @@ pub struct Settings {
     pub characters: Vec<CharacterSettings>,
     /// HTTP worker threads; `None` is one per CPU.
     pub workers: Option<usize>,
-    /// How long a graceful stop lets running calls finish (see [`DEFAULT_STOP_GRACE`]).
+    /// How long a graceful stop lets running calls finish (see `DEFAULT_STOP_GRACE`, 8 s).
     pub stop_grace: Duration,
     /// The event stream's tunables (not in the file: the defaults suit every deployment).
     pub events: EventSettings,
     /// MCP servers whose tools the characters get, in configuration order.
     pub mcp_servers: Vec<McpServerSettings>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DispatchSettings {
-    pub max_response_bytes: usize,
-    /// Callback exchanges in flight at once, over the whole server.
-    pub max_callbacks_in_flight: usize,
-    /// Check every call's arguments against the tool's schema before calling it (the
-    /// default); `false` passes them through unchecked.
-    pub validate_arguments: bool,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CharacterSettings {
-    pub name: String,
-    /// The character's live model session, if it has one.
-    pub session: Option<SessionSettings>,
-    /// The character's text chat upstream (`POST /v1/chat/completions`), if it has one.
-    pub chat: Option<ChatSettings>,
-}
-
-impl CharacterSettings {
-    /// A character without a model session.
-    pub fn new(name: impl Into<String>) -> Self {
-        Self {
-            name: name.into(),
-            session: None,
-            chat: None,
-        }
-    }
 }
 
 impl Default for Settings {
@@ -101,16 +63,6 @@ impl Default for Settings {
     }
 }
 
-impl Default for DispatchSettings {
-    fn default() -> Self {
-        Self {
-            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
-            max_callbacks_in_flight: DEFAULT_MAX_CALLBACKS_IN_FLIGHT,
-            validate_arguments: true,
-        }
-    }
-}
-
 /// The configuration file as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -123,14 +75,6 @@ struct FileConfig {
     character: Vec<FileCharacter>,
     #[serde(default)]
     mcp_server: Vec<FileMcpServer>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FileDispatch {
-    max_response_bytes: Option<i64>,
-    max_callbacks_in_flight: Option<i64>,
-    validate_arguments: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -166,25 +110,7 @@ impl Settings {
             }
             settings.stop_grace = Duration::from_secs_f64(grace);
         }
-        if let Some(max) = file.dispatch.max_response_bytes {
-            if max <= 0 {
-                bail!(
-                    "key `dispatch.max_response_bytes`: must be a positive number of bytes, got {max}"
-                );
-            }
-            settings.dispatch.max_response_bytes =
-                usize::try_from(max).context("key `dispatch.max_response_bytes`: too large")?;
-        }
-        if let Some(max) = file.dispatch.max_callbacks_in_flight {
-            if max <= 0 {
-                bail!("key `dispatch.max_callbacks_in_flight`: must be at least 1, got {max}");
-            }
-            settings.dispatch.max_callbacks_in_flight = usize::try_from(max)
-                .context("key `dispatch.max_callbacks_in_flight`: too large")?;
-        }
-        if let Some(validate) = file.dispatch.validate_arguments {
-            settings.dispatch.validate_arguments = validate;
-        }
+        settings.dispatch = file.dispatch.into_settings()?;
         settings.characters = Vec::with_capacity(file.character.len());
         for (i, c) in file.character.into_iter().enumerate() {
             settings
@@ -250,7 +176,7 @@ pub fn parse_bind(text: &str) -> anyhow::Result<SocketAddr> {
 }
 
 /// A character name is what `role` fields carry: non-empty, without control characters.
-pub fn validate_character_name(name: &str) -> anyhow::Result<()> {
+pub(crate) fn validate_character_name(name: &str) -> anyhow::Result<()> {
     if name.is_empty() {
         bail!("character name must not be empty");
     }
@@ -263,6 +189,7 @@ pub fn validate_character_name(name: &str) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::dispatch::settings::{DEFAULT_MAX_CALLBACKS_IN_FLIGHT, DEFAULT_MAX_RESPONSE_BYTES};
 
     #[test]
     fn full_file() {
@@ -359,6 +286,31 @@ mod tests {
         assert_eq!(mode("mode = \"relay\"\n"), SessionMode::Relay);
         let e = error_of(&session("mode = \"proxy\"\n"));
         assert!(e.contains("mode") && e.contains("proxy"), "{e}");
+    }
+
+    #[test]
+    fn calls_are_cancelled_on_interruption_unless_switched_off() {
+        let session = |extra: &str| {
+            format!(
+                "[[character]]\nname = \"Mio\"\n[character.session]\nkind = \"openai-realtime\"\n\
+                 url = \"ws://127.0.0.1:9/v1/realtime\"\n{extra}"
+            )
+        };
+        let cancels = |extra: &str| {
+            Settings::from_toml(&session(extra)).unwrap().characters[0]
+                .session
+                .as_ref()
+                .unwrap()
+                .cancel_on_interruption
+        };
+        assert!(cancels(""));
+        assert!(cancels("cancel_on_interruption = true\n"));
+        assert!(!cancels("cancel_on_interruption = false\n"));
+        let e = error_of(&session("cancel_on_interruption = \"no\"\n"));
+        assert!(
+            e.contains("cancel_on_interruption") && e.contains("line 6"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -23,8 +23,9 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::actors::router::RemoveCharacter;
-use crate::config::{CharacterSettings, Settings};
-use crate::session::realtime::Dialect;
+use crate::actors::settings::CharacterSettings;
+use crate::config::Settings;
+use crate::session::settings::Dialect;
 use crate::session::settings::SessionSettings;
 use crate::startup::Application;
 

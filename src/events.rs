@@ -18,7 +18,7 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use futures_util::Stream;
@@ -26,8 +26,8 @@ use serde::Serialize;
 use sse_stream::Sse;
 use tokio::sync::mpsc;
 
+use crate::domain::connection::ConnectionKind;
 use crate::domain::role::RoleName;
-use crate::session::ConnectionKind;
 
 /// Events kept for `Last-Event-ID` resumption: enough for a client that reconnects within a
 /// busy minute, small enough (a few hundred bytes each) to never matter for memory.
@@ -40,7 +40,7 @@ pub const SUBSCRIBER_BUFFER: usize = 256;
 
 /// How often an idle stream gets a comment line: under the idle timeouts of common proxies and
 /// clients (30 s and up), so a quiet connection is neither closed nor mistaken for a dead one.
-pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(15);
+pub(crate) const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(15);
 
 /// The comment an idle stream sends every [`KEEP_ALIVE_INTERVAL`].
 const KEEP_ALIVE_FRAME: &[u8] = b": keep-alive\n\n";
@@ -213,7 +213,7 @@ pub struct ToolsChanged<'a, F> {
 
 /// The data of `session.state`: the role and its session report (`R`), flattened.
 #[derive(Debug, Serialize)]
-pub struct SessionState<'a, R> {
+pub(crate) struct SessionState<'a, R> {
     pub role: &'a str,
     #[serde(flatten)]
     pub report: &'a R,
@@ -245,9 +245,56 @@ pub struct ToolCallFinished<'a> {
     /// absent for an invoke.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<ConnectionKind>,
-    /// Wall time from the call's start to its result, in milliseconds.
+    /// Wall time from the call's start to its result (a cancelled call: to its cancellation),
+    /// in milliseconds.
     pub duration_ms: f64,
     pub is_error: bool,
+    /// The call was cancelled before it finished (the person interrupted, or its caller went
+    /// away); such a call is also `is_error`.
+    pub cancelled: bool,
+}
+
+/// A call being run, announced as `tool.call` when it ends: [`finished`](Self::finished) with
+/// its outcome; dropped before that — its caller went away, which drops the call too — as
+/// cancelled, with how long it ran.
+pub(crate) struct CallAnnouncement<'a> {
+    hub: &'a EventHub,
+    call: ToolCallFinished<'a>,
+    started: Instant,
+    done: bool,
+}
+
+impl<'a> CallAnnouncement<'a> {
+    /// `call` starts now; its `duration_ms`, `is_error` and `cancelled` are set when it ends.
+    pub(crate) fn start(hub: &'a EventHub, call: ToolCallFinished<'a>) -> Self {
+        Self {
+            hub,
+            call,
+            started: Instant::now(),
+            done: false,
+        }
+    }
+
+    /// The call finished.
+    pub(crate) fn finished(mut self, is_error: bool) {
+        self.announce(is_error, false);
+    }
+
+    fn announce(&mut self, is_error: bool, cancelled: bool) {
+        self.done = true;
+        self.call.duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
+        self.call.is_error = is_error;
+        self.call.cancelled = cancelled;
+        self.hub.tool_call(&self.call);
+    }
+}
+
+impl Drop for CallAnnouncement<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.announce(true, true);
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -488,14 +535,14 @@ impl EventHub {
 /// A subscription as an SSE response body: the opening frames, then each event, with a
 /// keep-alive comment whenever the stream has been idle for the keep-alive interval. It ends when
 /// the hub drops the subscriber.
-pub struct EventStream {
+pub(crate) struct EventStream {
     opening: VecDeque<Bytes>,
     events: mpsc::Receiver<Arc<Event>>,
     keep_alive: tokio::time::Interval,
 }
 
 impl EventStream {
-    pub fn new(subscription: Subscription, keep_alive: Duration) -> Self {
+    pub(crate) fn new(subscription: Subscription, keep_alive: Duration) -> Self {
         let mut interval = tokio::time::interval_at(
             tokio::time::Instant::now() + keep_alive,
             keep_alive.max(Duration::from_millis(1)),
@@ -572,6 +619,7 @@ mod tests {
             kind: None,
             duration_ms: 1.5,
             is_error: false,
+            cancelled: false,
         });
     }
 
@@ -611,7 +659,42 @@ mod tests {
         assert_eq!(
             data,
             json!({"role": "B", "tool": "t", "source": "s", "call_id": "c2", "caller": "invoke",
-                   "duration_ms": 1.5, "is_error": false})
+                   "duration_ms": 1.5, "is_error": false, "cancelled": false})
+        );
+    }
+
+    #[test]
+    fn a_call_is_announced_once_as_it_ended_and_as_cancelled_when_dropped_unfinished() {
+        let hub = hub(8);
+        let mut sub = hub.subscribe(None, None);
+        let call = |call_id| ToolCallFinished {
+            role: "A",
+            tool: "t",
+            source: Some("s"),
+            call_id,
+            caller: Caller::Model,
+            kind: Some(ConnectionKind::Relay),
+            duration_ms: 0.0,
+            is_error: false,
+            cancelled: false,
+        };
+        CallAnnouncement::start(&hub, call("c1")).finished(false);
+        drop(CallAnnouncement::start(&hub, call("c2")));
+        let mut announced = Vec::new();
+        while let Ok(event) = sub.events.try_recv() {
+            let (_, _, mut data) = parse(event.frame());
+            assert!(data["duration_ms"].as_f64().unwrap() >= 0.0, "{data}");
+            data["duration_ms"] = json!(null);
+            announced.push(data);
+        }
+        assert_eq!(
+            announced,
+            [
+                json!({"role": "A", "tool": "t", "source": "s", "call_id": "c1", "caller": "model",
+                       "kind": "relay", "duration_ms": null, "is_error": false, "cancelled": false}),
+                json!({"role": "A", "tool": "t", "source": "s", "call_id": "c2", "caller": "model",
+                       "kind": "relay", "duration_ms": null, "is_error": true, "cancelled": true}),
+            ]
         );
     }
 

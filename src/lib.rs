@@ -1,21 +1,126 @@
 //! runtime-tools: turns local plugins' HTTP callbacks into tools a live AI model session can
 //! call.
 //!
-//! A plugin registers a tool over `POST /api/tools/register`; the [`actors::router::Router`]
-//! fans it out to each target character's [`actors::manager::SessionManager`], which owns that
-//! character's registry. The [`dispatch::Dispatcher`] runs calls against plugin callbacks.
-//! [`events::EventHub`] numbers and fans out the change events of `GET /api/events`.
-//! [`startup::Application`] is the seam that builds and runs the server.
+//! A plugin registers a tool over `POST /api/tools/register`; the [`Router`] fans it out to
+//! each target character's session manager, which owns that character's registry and pushes the
+//! new list into the character's live sessions. The [`Dispatcher`] runs the calls. An
+//! application embeds the server through [`Application`], and may register in-process tools
+//! ([`local_handler`]) and run its own model session ([`embedding`]) next to the HTTP plugins.
+//!
+//! # Layout
+//!
+//! Each module imports only the ones listed after it (`tests/layout.rs` checks it):
+//!
+//! - `startup`: [`Application`], the seam that builds the actors and the HTTP server and runs
+//!   them; `demo` uses it.
+//! - `api`: the HTTP handlers, their request and answer shapes, the caller guard, the OpenAPI
+//!   document and the inspector page. Handlers talk to the router and the event hub.
+//! - `config`: reads the TOML file (and the command line) into each module's settings.
+//! - `mcp`: MCP servers as tool sources, and a character's tools served over MCP.
+//! - `actors`: the [`Router`], one session manager per character, in-process tools.
+//! - `chat`: text chat (`POST /v1/chat/completions`), the server running the tool loop.
+//! - `session`: live model sessions: one protocol-agnostic core, one adapter per wire protocol,
+//!   one actor per kind of connection.
+//! - `dispatch`: the [`Dispatcher`], which runs a call against a callback or a local tool.
+//! - `events`: the [`EventHub`] behind `GET /api/events`.
+//! - `domain`: plain values and rules (tools, arguments, calls, callback URLs, registries); it
+//!   imports nothing of the actor system or the web framework.
+//! - `telemetry`: logging.
+//!
+//! Everything else is private to the crate (`unreachable_pub` keeps a `pub` from pretending
+//! otherwise); what is exported below is the whole public surface.
 
-pub mod actors;
-pub mod api;
-pub mod chat;
-pub mod config;
+#![warn(unreachable_pub)]
+
+mod actors;
+mod api;
+mod chat;
+mod config;
 pub mod demo;
-pub mod dispatch;
-pub mod domain;
-pub mod events;
-pub mod mcp;
-pub mod session;
-pub mod startup;
+mod dispatch;
+mod domain;
+mod events;
+mod mcp;
+mod session;
+mod startup;
 pub mod telemetry;
+
+// The application seam and its settings.
+pub use actors::settings::CharacterSettings;
+pub use chat::settings::ChatSettings;
+pub use config::{Settings, parse_bind};
+pub use dispatch::settings::DispatchSettings;
+pub use events::{EventHub, EventKind, EventSettings};
+pub use mcp::settings::{McpServerSettings, McpTransport};
+pub use session::settings::{Dialect, SessionMode, SessionSettings};
+pub use startup::{Application, Stopper};
+
+// The router and the messages it takes.
+pub use actors::change::{ChangeFailure, ChangeReport, RoleFailure};
+pub use actors::router::{
+    AddCharacter, ClearSource, JoinSession, ListCharacters, ListSessions, ListTools,
+    RebuildCharacter, RegisterTool, RemoveCharacter, ReplaceSource, ResolveTool, Router,
+    RouterError, UnregisterTool,
+};
+
+// Tools, their calls, and in-process tools.
+pub use actors::local_tool::{CallLocalTool, local_handler};
+pub use dispatch::Dispatcher;
+pub use domain::arguments::Parameters;
+pub use domain::call::{LocalHandler, LocalToolHandler, ToolCall, ToolOutcome};
+pub use domain::callback_url::CallbackUrl;
+pub use domain::tool::{SharedTool, ToolHandler, ToolSpec, empty_parameters};
+
+/// An application's own model session, joined to a character with [`JoinSession`]: the
+/// messages it handles and the report it gives.
+pub mod embedding {
+    pub use crate::actors::manager::SessionReport;
+    pub use crate::dispatch::CallCanceller;
+    pub use crate::domain::call::ToolResult;
+    pub use crate::domain::connection::ConnectionKind;
+    pub use crate::events::{Caller, ToolCallFinished};
+    pub use crate::session::core::rfc3339_now;
+    pub use crate::session::{
+        CloseSession, ConnectionReport, ConnectionState, SessionHandle, SessionStatus, SyncError,
+        SyncOutcome, SyncTools,
+    };
+}
+
+/// The `runtime-tools mcp` command: a character's tools served to an MCP client over stdio.
+pub mod mcp_bridge {
+    pub use crate::mcp::serve::{DEFAULT_SERVER, ServeSettings, run};
+}
+
+/// The bounds the server keeps (docs/reliability.md): what a caller, a plugin or a model may
+/// send, and how long the server waits. Tests and operators read them here.
+pub mod limits {
+    pub use crate::api::body::{BODY_READ_TIMEOUT, MAX_BODY_BYTES};
+    pub use crate::api::requests::MAX_NAME_CHARS;
+    pub use crate::domain::arguments::MAX_FIX_IT_BYTES;
+    pub use crate::domain::callback_url::{ACCEPTED_FORMS, MAX_CALLBACK_URL_BYTES};
+    pub use crate::domain::peer_text::MAX_PEER_TEXT_BYTES;
+    pub use crate::domain::tool::MAX_TIMEOUT;
+    pub use crate::events::{RING_CAPACITY, SUBSCRIBER_BUFFER};
+    pub use crate::session::MAX_EVENT_BYTES;
+    pub use crate::session::outbox::MAX_APP_QUEUE_BYTES;
+    pub use crate::session::settings::DEFAULT_MAX_ATTACHMENTS;
+    pub use crate::session::shell::MAX_UPSTREAM_QUEUE_BYTES;
+    pub use crate::startup::{NON_LOOPBACK_WARNING, REQUEST_HEAD_TIMEOUT};
+}
+
+/// Fault injection, for tests of how the server contains failures: a manager that panics, a
+/// router that stops, every connection closed as a stopping server does.
+#[doc(hidden)]
+pub mod faults {
+    pub use crate::actors::router::{CloseAllConnections, InjectManagerPanic, InjectRouterStop};
+}
+
+/// The request parsers, for the fuzz targets (`fuzz/`).
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::api::body::parse_object;
+    pub use crate::api::requests::{
+        ClearRequest, InvokeRequest, RegisterRequest, UnregisterRequest,
+    };
+}

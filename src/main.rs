@@ -5,9 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use runtime_tools::config::{Settings, parse_bind};
-use runtime_tools::startup::Application;
-use runtime_tools::telemetry;
+use runtime_tools::{Application, Settings, parse_bind, telemetry};
 
 /// mimalloc instead of the system allocator: the server allocates and frees many short-lived
 /// buffers of a few kilobytes per call (frames, HTTP exchanges, JSON), which glibc's allocator
@@ -40,7 +38,7 @@ enum Command {
 #[derive(clap::Args)]
 struct McpArgs {
     /// The runtime-tools server.
-    #[arg(long, value_name = "URL", env = "RUNTIME_TOOLS_URL", default_value = runtime_tools::mcp::serve::DEFAULT_SERVER)]
+    #[arg(long, value_name = "URL", env = "RUNTIME_TOOLS_URL", default_value = runtime_tools::mcp_bridge::DEFAULT_SERVER)]
     server: String,
     /// The character whose tools to serve (default: every character's, as invoke resolves them).
     #[arg(long, value_name = "NAME")]
@@ -77,7 +75,7 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => serve(args),
         // Stdout carries the protocol: the log (on stderr) is the only other output.
         Command::Mcp(args) => actix_web::rt::System::new().block_on(
-            runtime_tools::mcp::serve::run(runtime_tools::mcp::serve::ServeSettings {
+            runtime_tools::mcp_bridge::run(runtime_tools::mcp_bridge::ServeSettings {
                 server: args.server,
                 role: args.role,
             }),

@@ -34,7 +34,7 @@ pub const REQUEST_HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Time the HTTP server gives the answers of abandoned calls to go out after the grace period,
 /// before it closes the connections still open: answering is immediate, a second is plenty.
-pub const ANSWER_MARGIN: Duration = Duration::from_secs(1);
+pub(crate) const ANSWER_MARGIN: Duration = Duration::from_secs(1);
 
 pub struct Application {
     server: Server,
@@ -67,7 +67,7 @@ impl Stopper {
     /// running then are answered with a tool error saying the server is stopping. Then closes
     /// every relay (its app and its model get 1001 "going away") and attachment, so none
     /// outlives the server, and waits until each is gone (its model answered the close, or
-    /// [`CLOSE_GRACE`](crate::session::shell::CLOSE_GRACE) passed). Resolves once the server has
+    /// `CLOSE_GRACE` (two seconds) passed). Resolves once the server has
     /// stopped and no call is running.
     pub async fn stop(&self) {
         // Event streams never end by themselves: ended now, the stop does not wait for their

@@ -8,7 +8,8 @@
 //! overflows the stack nor runs away, and the text the model would get stays within
 //! `MAX_FIX_IT_BYTES`.
 
-use runtime_tools::domain::arguments::{MAX_FIX_IT_BYTES, Parameters};
+use runtime_tools::Parameters;
+use runtime_tools::limits::MAX_FIX_IT_BYTES;
 use serde_json::Value;
 
 /// Runs one input; panics when a bound does not hold.

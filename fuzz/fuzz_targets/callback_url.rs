@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use runtime_tools::domain::callback_url::CallbackUrl;
+use runtime_tools::CallbackUrl;
 use url::Host;
 
 fuzz_target!(|data: &[u8]| {

@@ -3,10 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use runtime_tools::api::body::parse_object;
-use runtime_tools::api::requests::{
-    ClearRequest, InvokeRequest, RegisterRequest, UnregisterRequest,
-};
+use runtime_tools::fuzzing::{parse_object, ClearRequest, InvokeRequest, RegisterRequest, UnregisterRequest};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(body) = parse_object(data) else {

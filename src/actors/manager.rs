@@ -25,19 +25,23 @@ use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, join_all};
 use tokio::sync::oneshot;
 
-use crate::actors::router::ChangeFailure;
+use serde::Serialize;
+
+use crate::actors::change::ChangeFailure;
+use crate::chat::ChatReport;
 use crate::dispatch::Dispatcher;
+use crate::domain::connection::ConnectionKind;
 use crate::domain::registry::Change;
 use crate::domain::snapshot::{Superseded, ToolCell, ToolWriter};
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
 use crate::session::attach::{Attachment, JoinError, Joined};
-use crate::session::realtime::Dialect;
+use crate::session::settings::Dialect;
 use crate::session::settings::{DEFAULT_SYNC_TIMEOUT, SessionMode, SessionSettings};
-use crate::session::shell::CONNECT_TIMEOUT;
+use crate::session::shell::MODEL_CONNECT_TIMEOUT;
 use crate::session::{
-    CloseSession, ConnectionKind, ConnectionReport, ConnectionState, RealtimeSession,
-    SessionHandle, SessionReport, SessionStatus, SyncError, SyncTools,
+    CloseSession, ConnectionReport, ConnectionState, RealtimeSession, SessionHandle, SessionStatus,
+    SyncError, SyncOutcome, SyncTools,
 };
 
 /// Apply change number `number` to this character's tools, publish the result and sync the
@@ -46,7 +50,7 @@ use crate::session::{
 /// manager beyond the channel, and wait for them all against one deadline.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub struct ApplyChange {
+pub(crate) struct ApplyChange {
     /// The router numbers each character's changes from 1, in the order it sends them.
     pub number: u64,
     pub change: Arc<Change>,
@@ -55,29 +59,91 @@ pub struct ApplyChange {
 
 /// What a change did to one character.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ChangeOutcome {
+pub(crate) struct ChangeOutcome {
     /// Tools removed.
     pub removed: usize,
     /// `Err` says why the change did not reach every live session (or the character at all).
     pub sync: Result<(), ChangeFailure>,
 }
 
+/// A character's sessions, for `GET /api/sessions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct SessionReport {
+    /// The server's own connection (`mode = "client"`); without one, `connected` while any
+    /// relay or attachment is open and `none` otherwise.
+    pub state: ConnectionState,
+    /// The most recent tool update of any of its connections.
+    #[schema(required = true)]
+    pub last_sync: Option<SyncOutcome>,
+    /// Tools in the last update the server's own connection (or, without one, the most
+    /// recently synced connection) acknowledged.
+    pub acknowledged_tools: usize,
+    /// Every active session: the server's own, relays, attachments, in-process ones.
+    pub connections: Vec<ConnectionReport>,
+    /// The character's text chat endpoint (`POST /v1/chat/completions`), present only when it
+    /// has `[character.chat]`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false)]
+    pub chat: Option<ChatReport>,
+}
+
+impl SessionReport {
+    /// The report of a character without a session.
+    pub fn none() -> Self {
+        Self {
+            state: ConnectionState::None,
+            last_sync: None,
+            acknowledged_tools: 0,
+            connections: Vec::new(),
+            chat: None,
+        }
+    }
+
+    /// Sums up a character's connections; `client` is its own connection's report, if it has
+    /// one (it is also listed in `connections`). Connections that closed meanwhile are left out.
+    pub fn of(mut connections: Vec<ConnectionReport>) -> Self {
+        connections.retain(|c| c.state != ConnectionState::Closed);
+        let client = connections
+            .iter()
+            .find(|c| c.kind == ConnectionKind::Client);
+        let latest = connections
+            .iter()
+            .filter(|c| c.last_sync.is_some())
+            .max_by(|a, b| {
+                let at = |c: &ConnectionReport| c.last_sync.as_ref().map(|s| s.at.clone());
+                at(a).cmp(&at(b))
+            });
+        let state = match client {
+            Some(client) => client.state,
+            None if connections.is_empty() => ConnectionState::None,
+            None => ConnectionState::Connected,
+        };
+        Self {
+            state,
+            last_sync: client.or(latest).and_then(|c| c.last_sync.clone()),
+            acknowledged_tools: client.or(latest).map_or(0, |c| c.acknowledged_tools),
+            connections,
+            chat: None,
+        }
+    }
+}
+
 /// The character's model-session state.
 #[derive(Message, Debug)]
 #[rtype(result = "SessionReport")]
-pub struct ReportSession;
+pub(crate) struct ReportSession;
 
 /// Make `session` one of this character's active sessions; it is sent the current tool list
 /// at once, before this is answered.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub struct AddSession(pub SessionHandle);
+pub(crate) struct AddSession(pub SessionHandle);
 
 /// Join the live call at `url` (an attachment); answers once the first tool update settled, or
 /// at once with [`AttachmentsFull`] when the character holds `max` attachments already.
 #[derive(Message, Debug)]
 #[rtype(result = "Result<Joined, AttachmentsFull>")]
-pub struct JoinCall {
+pub(crate) struct JoinCall {
     pub url: String,
     pub api_key: Option<String>,
     pub max: usize,
@@ -85,12 +151,12 @@ pub struct JoinCall {
 
 /// The character is attached to this many calls, its most.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AttachmentsFull(pub usize);
+pub(crate) struct AttachmentsFull(pub usize);
 
 /// Leave the call at `url`; answers whether an attachment to it was open.
 #[derive(Message, Debug)]
 #[rtype(result = "bool")]
-pub struct LeaveCall {
+pub(crate) struct LeaveCall {
     pub url: String,
 }
 
@@ -98,13 +164,13 @@ pub struct LeaveCall {
 /// is gone, its close frames sent.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub struct CloseConnections;
+pub(crate) struct CloseConnections;
 
 /// Fault injection for tests of panic containment: makes this manager panic.
 #[doc(hidden)]
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
-pub struct InjectPanic;
+pub(crate) struct InjectPanic;
 
 /// Sent by a manager as it goes away, so its owner can bring back one that died unexpectedly.
 #[derive(Message, Debug)]
@@ -117,12 +183,12 @@ pub struct ManagerGone {
 
 /// Who to tell when a manager ends, and which incarnation it is.
 #[derive(Clone)]
-pub struct Watcher {
+pub(crate) struct Watcher {
     pub recipient: Recipient<ManagerGone>,
     pub generation: u64,
 }
 
-pub struct SessionManager {
+pub(crate) struct SessionManager {
     character: String,
     tools: ToolWriter,
     /// How the character's model is reached (`None`: no `[character.session]`).
@@ -142,7 +208,7 @@ impl SessionManager {
     /// published before this returns; then its own model session, when `settings` say how to
     /// reach one in client mode. Its sessions run calls with `dispatcher` and announce their
     /// state and the calls they answer on `events`.
-    pub fn launch<'a>(
+    pub(crate) fn launch<'a>(
         character: String,
         cell: ToolCell,
         replay: impl IntoIterator<Item = (u64, &'a Arc<Change>)>,
@@ -389,7 +455,7 @@ impl Handler<JoinCall> for SessionManager {
         ));
         // The handshake, then the call's description and the first update: bounded, so the
         // request answers; an update still pending then is reported, and may still succeed.
-        let wait = CONNECT_TIMEOUT + settings.sync_timeout;
+        let wait = MODEL_CONNECT_TIMEOUT + settings.sync_timeout;
         Box::pin(async move {
             Ok(match tokio::time::timeout(wait, joined).await {
                 Ok(Ok(joined)) => joined,
@@ -443,5 +509,53 @@ impl Handler<InjectPanic> for SessionManager {
             "fault injected into the session manager of {}",
             self.character
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn connection(
+        kind: ConnectionKind,
+        state: ConnectionState,
+        at: &str,
+        tools: usize,
+    ) -> ConnectionReport {
+        ConnectionReport {
+            kind,
+            since: at.into(),
+            upstream: Some("ws://127.0.0.1:9/v1/realtime".into()),
+            state,
+            last_sync: Some(SyncOutcome {
+                ok: true,
+                error: None,
+                at: at.into(),
+            }),
+            acknowledged_tools: tools,
+            calls_answered: 0,
+            clashes: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_summary_follows_the_client_or_the_latest_sync_and_drops_closed_connections() {
+        let (early, late) = ("2026-01-01T00:00:00.000Z", "2026-01-01T00:00:01.000Z");
+        let relay = connection(ConnectionKind::Relay, ConnectionState::Connected, late, 2);
+        let closed = connection(ConnectionKind::Attach, ConnectionState::Closed, late, 3);
+        let client = connection(ConnectionKind::Client, ConnectionState::Backoff, early, 1);
+
+        let with_client = SessionReport::of(vec![relay.clone(), client.clone()]);
+        assert_eq!(with_client.state, ConnectionState::Backoff);
+        assert_eq!(with_client.last_sync.unwrap().at, early);
+        assert_eq!(with_client.acknowledged_tools, 1);
+        assert_eq!(with_client.connections, [relay.clone(), client]);
+
+        let relays_only = SessionReport::of(vec![relay.clone(), closed.clone()]);
+        assert_eq!(relays_only.state, ConnectionState::Connected);
+        assert_eq!(relays_only.acknowledged_tools, 2);
+        assert_eq!(relays_only.connections, [relay]);
+
+        assert_eq!(SessionReport::of(vec![closed]), SessionReport::none());
     }
 }

@@ -30,12 +30,12 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A request body that is a JSON object.
 #[derive(Debug)]
-pub struct JsonObject(pub Map<String, Value>);
+pub(crate) struct JsonObject(pub Map<String, Value>);
 
 /// A request body that is a JSON object, with the text it was parsed from (for a route that
 /// passes part of it on exactly as the client wrote it).
 #[derive(Debug)]
-pub struct JsonObjectText {
+pub(crate) struct JsonObjectText {
     pub object: Map<String, Value>,
     pub text: Vec<u8>,
 }
@@ -66,7 +66,7 @@ impl FromRequest for JsonObjectText {
 
 /// The whole body, within `limit` bytes and the time limit, once the headers pass (a JSON
 /// content type, a declared length within the limit).
-pub fn read_body(
+pub(crate) fn read_body(
     req: &HttpRequest,
     payload: &mut Payload,
     limit: usize,
@@ -159,7 +159,7 @@ fn is_json_content_type(value: &str) -> bool {
 }
 
 /// Parses a body that must be a JSON object.
-pub fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+pub(crate) fn parse_object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     match serde_json::from_slice::<UniqueKeys>(body) {
         Ok(UniqueKeys(Value::Object(map))) => Ok(map),
         Ok(_) => Err(ApiError::Validation(vec![FieldError::body(

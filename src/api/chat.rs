@@ -24,12 +24,12 @@ use crate::chat::wire::ChatRequest;
 
 /// Largest chat request body: a conversation's history carries its images as data URLs, and a
 /// few photos of a phone's camera are tens of megabytes of base64.
-pub const MAX_CHAT_BODY_BYTES: usize = 32 * 1024 * 1024;
+pub(crate) const MAX_CHAT_BODY_BYTES: usize = 32 * 1024 * 1024;
 
 /// The header that names the character, for apps that cannot add a query parameter.
-pub const CHARACTER_HEADER: &str = "x-character";
+pub(crate) const CHARACTER_HEADER: &str = "x-character";
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
+pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(resource("/v1/chat/completions").route(web::post().to(chat_completions)))
         .service(resource("/v1/models").route(super::read_route().to(list_models)))
         .service(resource("/v1/models/{model:.+}").route(super::read_route().to(get_model)));

@@ -14,7 +14,7 @@ use crate::mcp::runtime::McpPluginError;
 
 /// One failing field of a request body, as FastAPI reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
-pub struct FieldError {
+pub(crate) struct FieldError {
     /// Where the failure is: `["body"]` for the body as a whole, `["body", FIELD]` for a field.
     #[schema(example = json!(["body", "callback_url"]))]
     pub loc: Vec<String>,
@@ -30,7 +30,7 @@ pub struct FieldError {
 /// built: handlers answer with [`ApiError`]).
 #[derive(utoipa::IntoResponses)]
 #[allow(dead_code)]
-pub enum BodyRouteErrors {
+pub(crate) enum BodyRouteErrors {
     /// Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`
     #[response(status = 403)]
     Forbidden(ErrorBody),
@@ -50,7 +50,7 @@ pub enum BodyRouteErrors {
 
 /// The body of every error but 422: `{"ok": false, "detail": TEXT}`.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorBody {
+pub(crate) struct ErrorBody {
     /// Always `false`.
     pub ok: bool,
     /// What is wrong, in words.
@@ -60,7 +60,7 @@ pub struct ErrorBody {
 
 /// The body of a 422: `{"ok": false, "detail": [FieldError, ...]}`, naming every failing field.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ValidationErrorBody<'a> {
+pub(crate) struct ValidationErrorBody<'a> {
     /// Always `false`.
     pub ok: bool,
     pub detail: &'a [FieldError],
@@ -68,7 +68,7 @@ pub struct ValidationErrorBody<'a> {
 
 impl FieldError {
     /// An error located at `body.<field>` (or at `body` itself when `field` is empty).
-    pub fn body(field: &str, kind: &'static str, msg: impl Into<String>) -> Self {
+    pub(crate) fn body(field: &str, kind: &'static str, msg: impl Into<String>) -> Self {
         let mut loc = vec!["body".to_owned()];
         if !field.is_empty() {
             loc.push(field.to_owned());
@@ -82,7 +82,7 @@ impl FieldError {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum ApiError {
+pub(crate) enum ApiError {
     /// 403: not a loopback caller, or a foreign `Host`.
     #[error("{0}")]
     Forbidden(String),
@@ -110,9 +110,6 @@ pub enum ApiError {
     /// 502: the model (or the call) could not be reached.
     #[error("{0}")]
     BadGateway(String),
-    /// 406: an MCP client that does not accept the answer's media types (`/mcp`).
-    #[error("{0}")]
-    NotAcceptable(String),
     /// 500: something that should not happen did (the MCP transport failed inside).
     #[error("{0}")]
     Internal(String),
@@ -193,7 +190,6 @@ impl ResponseError for ApiError {
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
-            ApiError::NotAcceptable(_) => StatusCode::NOT_ACCEPTABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
         }
@@ -218,7 +214,7 @@ impl ResponseError for ApiError {
 /// shape OpenAI's SDKs parse: `{"error": {"message", "type", "param", "code"}}`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
-pub struct OpenAiError {
+pub(crate) struct OpenAiError {
     pub status: StatusCode,
     pub message: String,
     /// OpenAI's error type, e.g. `invalid_request_error`.
@@ -229,7 +225,7 @@ pub struct OpenAiError {
 
 impl OpenAiError {
     /// A 400 about the request.
-    pub fn invalid(message: impl Into<String>, param: Option<&'static str>) -> Self {
+    pub(crate) fn invalid(message: impl Into<String>, param: Option<&'static str>) -> Self {
         Self {
             status: StatusCode::BAD_REQUEST,
             message: message.into(),
@@ -240,7 +236,7 @@ impl OpenAiError {
     }
 
     /// The body, as JSON.
-    pub fn body(&self) -> serde_json::Value {
+    pub(crate) fn body(&self) -> serde_json::Value {
         crate::chat::wire::error_body(&self.message, self.kind, self.param, self.code)
     }
 }
@@ -304,14 +300,14 @@ impl ResponseError for OpenAiError {
 #[allow(dead_code)]
 #[schema(example = json!({"error": {"message": "messages is required",
     "type": "invalid_request_error", "param": "messages", "code": null}}))]
-pub struct OpenAiErrorBody {
+pub(crate) struct OpenAiErrorBody {
     error: OpenAiErrorDetail,
 }
 
 /// What went wrong, in OpenAI's words.
 #[derive(ToSchema)]
 #[allow(dead_code)]
-pub struct OpenAiErrorDetail {
+pub(crate) struct OpenAiErrorDetail {
     message: String,
     /// `invalid_request_error`, `permission_error`, `upstream_error`, ...
     #[schema(rename = "type")]
@@ -325,13 +321,13 @@ pub struct OpenAiErrorDetail {
 }
 
 /// JSON-RPC's error codes `/mcp` answers with.
-pub mod rpc_code {
+pub(crate) mod rpc_code {
     /// The body is not JSON.
-    pub const PARSE_ERROR: i64 = -32700;
+    pub(crate) const PARSE_ERROR: i64 = -32700;
     /// Anything else about the request (its headers, its session, its size, its caller).
-    pub const INVALID_REQUEST: i64 = -32600;
+    pub(crate) const INVALID_REQUEST: i64 = -32600;
     /// Something that should not happen did.
-    pub const INTERNAL_ERROR: i64 = -32603;
+    pub(crate) const INTERNAL_ERROR: i64 = -32603;
 }
 
 /// An error of `/mcp` (MCP's Streamable HTTP transport), in the shape MCP clients read: a
@@ -339,7 +335,7 @@ pub mod rpc_code {
 /// with the HTTP status the transport asks for.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
-pub struct McpHttpError {
+pub(crate) struct McpHttpError {
     pub status: StatusCode,
     pub code: i64,
     pub message: String,
@@ -397,7 +393,7 @@ impl ResponseError for McpHttpError {
 #[allow(dead_code)]
 #[schema(example = json!({"jsonrpc": "2.0", "id": null,
     "error": {"code": -32600, "message": "unknown role: Nobody"}}))]
-pub struct JsonRpcErrorBody {
+pub(crate) struct JsonRpcErrorBody {
     /// Always `"2.0"`.
     jsonrpc: String,
     /// Always `null`: the error is about the HTTP request, not one message.
@@ -409,18 +405,18 @@ pub struct JsonRpcErrorBody {
 /// What went wrong, as JSON-RPC says it.
 #[derive(ToSchema)]
 #[allow(dead_code)]
-pub struct JsonRpcErrorDetail {
+pub(crate) struct JsonRpcErrorDetail {
     /// `-32700` (the body is not JSON), `-32600` (anything else about the request) or `-32603`.
     code: i64,
     message: String,
 }
 
 /// Whether `path` is `/mcp`, whose errors take JSON-RPC's shape.
-pub fn is_mcp_path(path: &str) -> bool {
+pub(crate) fn is_mcp_path(path: &str) -> bool {
     path == "/mcp"
 }
 
 /// Whether `path` is one of the OpenAI-compatible routes, whose errors take OpenAI's shape.
-pub fn is_openai_path(path: &str) -> bool {
+pub(crate) fn is_openai_path(path: &str) -> bool {
     path == "/v1/chat/completions" || path == "/v1/models" || path.starts_with("/v1/models/")
 }

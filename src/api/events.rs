@@ -16,7 +16,7 @@ use crate::events::EventStream;
 /// The request header a reconnecting client names its last event with.
 const LAST_EVENT_ID: &str = "last-event-id";
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
+pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
         super::resource("/api/events")
             .app_data(super::query_config())
@@ -26,7 +26,7 @@ pub fn configure(cfg: &mut web::ServiceConfig) {
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-pub struct EventsQuery {
+pub(crate) struct EventsQuery {
     /// Only the events of this character (and those for everyone: `hello`, `reset`); every
     /// event when absent or empty.
     role: Option<String>,

@@ -25,11 +25,11 @@ use crate::domain::loopback::{is_loopback_host_header, is_loopback_ip, is_loopba
 
 /// How long a browser may cache a preflight's answer: the rule never changes while the server
 /// runs, so an hour spares a loopback page a preflight per request.
-pub const CORS_MAX_AGE: Duration = Duration::from_secs(3600);
+pub(crate) const CORS_MAX_AGE: Duration = Duration::from_secs(3600);
 
 /// Middleware: 403 unless the caller is loopback, names a loopback host, and (when a browser
 /// sent it) comes from a loopback origin.
-pub async fn loopback_only(
+pub(crate) async fn loopback_only(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
@@ -55,7 +55,7 @@ pub async fn loopback_only(
 
 /// The CORS middleware: preflights and answers for pages served from loopback. Every other
 /// origin is refused before it runs (by [`loopback_only`]).
-pub fn cors() -> Cors {
+pub(crate) fn cors() -> Cors {
     Cors::default()
         .allowed_origin_fn(|origin, _| origin.to_str().is_ok_and(is_loopback_origin))
         // DELETE ends an MCP session of `/mcp`.
@@ -92,7 +92,8 @@ fn header_text(value: &HeaderValue) -> &str {
 /// Decides whether a caller may use the API: `peer` is its socket address, `host` its `Host`
 /// header (absent for HTTP/1.0 clients, which is allowed), `origin` its `Origin` header (absent
 /// for every client but a browser, which is allowed).
-pub fn check_caller(
+#[cfg(test)]
+fn check_caller(
     peer: Option<SocketAddr>,
     host: Option<&str>,
     origin: Option<&str>,
@@ -147,6 +148,9 @@ fn check_origin(origin: &str) -> Result<(), ApiError> {
 
 #[cfg(test)]
 mod tests {
+    use actix_web::ResponseError;
+    use serde_json::{Value, json};
+
     use super::*;
 
     fn peer(s: &str) -> Option<SocketAddr> {
@@ -198,5 +202,88 @@ mod tests {
              http://localhost or http://127.0.0.1 pages"
         );
         assert!(check_caller(local, Some("localhost"), Some("https://evil.example")).is_err());
+    }
+
+    fn foreign_host(host: &str) -> Value {
+        json!({"ok": false, "detail": format!("Host header {host:?} is not a loopback name or address")})
+    }
+
+    fn foreign_peer(ip: &str) -> Value {
+        json!({"ok": false, "detail": format!("only loopback clients may use this API (caller {ip})")})
+    }
+
+    async fn response_json(error: &ApiError) -> (u16, Value) {
+        let response = error.error_response();
+        let status = response.status().as_u16();
+        let bytes = actix_web::body::to_bytes(response.into_body())
+            .await
+            .expect("error body");
+        (
+            status,
+            serde_json::from_slice(&bytes).expect("JSON error body"),
+        )
+    }
+
+    #[actix_web::test]
+    async fn the_guard_seam_refuses_non_loopback_peers_with_a_403() {
+        for (peer, ip) in [
+            ("10.0.0.2:5000", "10.0.0.2"),
+            ("192.168.1.5:80", "192.168.1.5"),
+            ("8.8.8.8:443", "8.8.8.8"),
+            ("0.0.0.0:1", "0.0.0.0"),
+            ("[2001:db8::1]:5000", "2001:db8::1"),
+            ("[::ffff:10.0.0.1]:5000", "::ffff:10.0.0.1"),
+            ("[::]:1", "::"),
+            ("[fe80::1]:1", "fe80::1"),
+        ] {
+            let peer: SocketAddr = peer.parse().unwrap();
+            // Whatever the Host says, and whatever a forwarded header would have said.
+            for host in [Some("127.0.0.1:48911"), Some("localhost"), None] {
+                let error = check_caller(Some(peer), host, None).unwrap_err();
+                assert_eq!(
+                    response_json(&error).await,
+                    (403, foreign_peer(ip)),
+                    "{peer}"
+                );
+            }
+        }
+        let error = check_caller(None, Some("localhost"), None).unwrap_err();
+        assert_eq!(
+            response_json(&error).await,
+            (
+                403,
+                json!({"ok": false, "detail": "only loopback clients may use this API (caller address unknown)"})
+            )
+        );
+    }
+
+    #[actix_web::test]
+    async fn the_guard_seam_passes_loopback_peers_and_checks_their_host() {
+        for peer in [
+            "127.0.0.1:5000",
+            "127.8.9.10:1",
+            "[::1]:5000",
+            "[::ffff:127.0.0.1]:5000",
+            "[::ffff:127.2.3.4]:5000",
+        ] {
+            let peer: SocketAddr = peer.parse().unwrap();
+            for host in [
+                None,
+                Some("localhost:1"),
+                Some("127.0.0.1"),
+                Some("[::1]:48911"),
+            ] {
+                assert!(
+                    matches!(check_caller(Some(peer), host, None), Ok(())),
+                    "{peer} {host:?}"
+                );
+            }
+            let error = check_caller(Some(peer), Some("evil.example"), None).unwrap_err();
+            assert_eq!(
+                response_json(&error).await,
+                (403, foreign_host("evil.example")),
+                "{peer}"
+            );
+        }
     }
 }

@@ -46,7 +46,7 @@ const ASSETS: [Asset; 4] = [
 const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; img-src 'self' data:; \
      object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
+pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     for asset in &ASSETS {
         cfg.service(
             super::resource(asset.path).route(super::read_route().to(move || serve(asset))),

@@ -12,9 +12,9 @@ use super::requests::InvokeRequest;
 use crate::dispatch::HOP_HEADER;
 use crate::domain::call::{JsonText, ToolCall, ToolResult};
 use crate::domain::images::ToolImage;
-use crate::events::{Caller, ToolCallFinished};
+use crate::events::{CallAnnouncement, Caller, ToolCallFinished};
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
+pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/invoke").route(web::post().to(invoke)));
 }
 
@@ -58,25 +58,31 @@ async fn invoke(
     let resolved = state
         .directory
         .resolve(request.role.as_deref(), &call.name)?;
-    let started = std::time::Instant::now();
-    // If the client goes away, actix drops this future, which cancels the callback exchange.
+    let call_id = call.call_id.clone();
+    // If the client goes away, actix drops this future, which cancels the callback exchange;
+    // the call is then announced as cancelled.
+    let announcement = CallAnnouncement::start(
+        &state.events,
+        ToolCallFinished {
+            role: &resolved.role,
+            tool: &resolved.tool.name,
+            source: Some(&resolved.tool.source),
+            call_id: &call_id,
+            caller: Caller::Invoke,
+            kind: None,
+            duration_ms: 0.0,
+            is_error: false,
+            cancelled: false,
+        },
+    );
     let result = state.dispatcher.dispatch(&resolved.tool, call).await;
-    state.events.tool_call(&ToolCallFinished {
-        role: &resolved.role,
-        tool: &result.name,
-        source: Some(&resolved.tool.source),
-        call_id: &result.call_id,
-        caller: Caller::Invoke,
-        kind: None,
-        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-        is_error: result.is_error,
-    });
+    announcement.finished(result.is_error);
     Ok(HttpResponse::Ok().json(InvokeResponse::from(result)))
 }
 
 /// The result of a call, as the model would get it.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct InvokeResponse {
+pub(crate) struct InvokeResponse {
     pub ok: bool,
     pub name: String,
     pub call_id: String,
@@ -102,7 +108,7 @@ pub struct InvokeResponse {
 
 /// One delivered image.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct InvokeImage {
+pub(crate) struct InvokeImage {
     /// `image/png` or `image/jpeg`.
     pub mime: &'static str,
     pub width: u32,
@@ -152,7 +158,7 @@ fn new_call_id() -> String {
 #[allow(dead_code)]
 #[derive(ToSchema)]
 #[schema(example = json!({"name": "get_weather", "arguments": {"location": "Shanghai"}, "role": null}))]
-pub struct InvokeBody {
+pub(crate) struct InvokeBody {
     #[schema(min_length = 1, max_length = 64)]
     name: String,
     /// The call's arguments (default `{}`). Arguments that do not match the tool's schema are

@@ -34,7 +34,7 @@ use super::error::{
     ApiError, BodyRouteErrors, ErrorBody, FieldError, JsonRpcErrorBody, McpHttpError, rpc_code,
 };
 use super::requests::{McpRegisterRequest, McpUnregisterRequest};
-use crate::actors::router::RoleFailure;
+use crate::actors::change::RoleFailure;
 use crate::domain::role::RoleName;
 use crate::mcp::exact::{self, CallArguments};
 use crate::mcp::mapping::Skipped;
@@ -44,15 +44,15 @@ use crate::mcp::status::{McpServerReport, RuntimeMcpReport};
 /// Beyond a registration's own `timeout_seconds` (its connect, initialize and listing), how
 /// long its handler waits for the answer: the router's own bound on registering the tools
 /// ([`super::ROUTER_REPLY_TIMEOUT`]) and a margin.
-pub const REGISTER_MARGIN: Duration = Duration::from_secs(5);
+pub(crate) const REGISTER_MARGIN: Duration = Duration::from_secs(5);
 
 /// How long an unregistration is waited for: the router's bound on removing the tools, the
 /// close of the connection and a margin.
-pub const UNREGISTER_TIMEOUT: Duration = Duration::from_secs(
+pub(crate) const UNREGISTER_TIMEOUT: Duration = Duration::from_secs(
     super::ROUTER_REPLY_TIMEOUT.as_secs() + crate::mcp::runtime::CLOSE_TIMEOUT.as_secs() + 5,
 );
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
+pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/mcp").route(super::read_route().to(list_mcp_servers)))
         .service(super::resource("/api/mcp/register").route(web::post().to(register)))
         .service(super::resource("/api/mcp/unregister").route(web::post().to(unregister)))
@@ -86,7 +86,7 @@ async fn list_mcp_servers(state: web::Data<AppState>) -> Result<HttpResponse, Ap
 
 /// The MCP servers listing.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct McpResponse {
+pub(crate) struct McpResponse {
     pub ok: bool,
     /// The configured servers (`[[mcp_server]]`), `{name: server, ...}` in configuration order.
     pub mcp_servers: IndexMap<String, McpServerReport>,
@@ -156,7 +156,7 @@ fn unavailable(e: MailboxError) -> ApiError {
 
 /// The answer to an MCP server's registration.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct McpRegisterResponse {
+pub(crate) struct McpRegisterResponse {
     /// False when nothing was registered, or no role accepted the tools.
     pub ok: bool,
     /// The server's name.
@@ -222,7 +222,7 @@ async fn unregister(
 
 /// The answer to an MCP server's unregistration.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct McpUnregisterResponse {
+pub(crate) struct McpUnregisterResponse {
     /// True unless some role failed and nothing was removed.
     pub ok: bool,
     /// Whether a server of that name was registered.
@@ -488,7 +488,7 @@ fn refusal(status: StatusCode, body: &[u8]) -> McpHttpError {
     "source": "plugin:weather",
     "timeout_seconds": 30
 }))]
-pub struct McpRegisterBody {
+pub(crate) struct McpRegisterBody {
     /// Letters, digits, `-`, `_`, `.`, at most 64 characters; not the name of a configured MCP
     /// server. Registering a name again replaces that server (its connection and its tools).
     #[schema(min_length = 1, max_length = 64, pattern = "^[A-Za-z0-9._-]+$")]
@@ -519,7 +519,7 @@ pub struct McpRegisterBody {
 #[allow(dead_code)]
 #[derive(ToSchema)]
 #[schema(example = json!({"name": "weather"}))]
-pub struct McpUnregisterBody {
+pub(crate) struct McpUnregisterBody {
     /// A server registered with `POST /api/mcp/register` (a configured one is a 422).
     #[schema(min_length = 1, max_length = 64)]
     name: String,

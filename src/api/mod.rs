@@ -6,17 +6,19 @@
 //! (`GET /` and its assets) is served from here too, as embedded files, and so is `/mcp`, a
 //! character's tools over MCP's Streamable HTTP transport (adapted to rmcp's tower service).
 
-pub mod body;
+pub(crate) mod body;
 mod chat;
-pub mod error;
+pub(crate) mod error;
 mod events;
-pub mod guard;
+pub(crate) mod guard;
 mod inspector;
 mod invoke;
 mod mcp;
-pub mod openapi;
-pub mod realtime;
-pub mod requests;
+pub(crate) mod openapi;
+#[cfg(test)]
+mod properties;
+pub(crate) mod realtime;
+pub(crate) mod requests;
 mod sessions;
 mod tools;
 
@@ -32,15 +34,15 @@ use crate::mcp::http_serve::McpEndpoint;
 use crate::mcp::runtime::McpPlugins;
 use crate::mcp::status::McpBoard;
 use crate::session::settings::MAX_SYNC_TIMEOUT;
-use crate::session::shell::CONNECT_TIMEOUT;
+use crate::session::shell::MODEL_CONNECT_TIMEOUT;
 use error::ApiError;
 
 /// How long a handler waits for the router: longer than the router's own wait for any manager
 /// (a session's sync timeout is at most [`MAX_SYNC_TIMEOUT`], after the websocket handshake of
-/// an attachment, at most [`CONNECT_TIMEOUT`]), so the router's per-character report, not this
+/// an attachment, at most [`MODEL_CONNECT_TIMEOUT`]), so the router's per-character report, not this
 /// backstop, is what a slow character produces.
-pub const ROUTER_REPLY_TIMEOUT: Duration = Duration::from_secs(
-    CONNECT_TIMEOUT.as_secs()
+pub(crate) const ROUTER_REPLY_TIMEOUT: Duration = Duration::from_secs(
+    MODEL_CONNECT_TIMEOUT.as_secs()
         + if MANAGER_REPLY_TIMEOUT.as_secs() > MAX_SYNC_TIMEOUT.as_secs() {
             MANAGER_REPLY_TIMEOUT.as_secs()
         } else {
@@ -50,7 +52,7 @@ pub const ROUTER_REPLY_TIMEOUT: Duration = Duration::from_secs(
 );
 
 /// What every handler shares.
-pub struct AppState {
+pub(crate) struct AppState {
     pub router: Addr<Router>,
     pub dispatcher: Dispatcher,
     /// Every character's published tools, read directly by the listing and the invoke route.
@@ -70,7 +72,7 @@ pub struct AppState {
 }
 
 /// The whole route tree.
-pub fn configure(cfg: &mut web::ServiceConfig) {
+pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.configure(tools::configure)
         .configure(invoke::configure)
         .configure(sessions::configure)
@@ -109,7 +111,7 @@ fn query_config() -> web::QueryConfig {
 }
 
 /// The answer for paths that do not exist.
-pub async fn not_found() -> Result<HttpResponse, ApiError> {
+pub(crate) async fn not_found() -> Result<HttpResponse, ApiError> {
     Err(ApiError::NotFound("Not Found".into()))
 }
 

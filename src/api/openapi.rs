@@ -30,17 +30,17 @@ use super::tools::{
     self, ClearBody, ClearResponse, ListResponse, RegisterBody, RegisterResponse, ToolView,
     UnregisterBody, UnregisterResponse,
 };
-use crate::actors::router::RoleFailure;
+use crate::actors::change::RoleFailure;
+use crate::actors::manager::SessionReport;
 use crate::chat::{ChatFailure, ChatReport, ToolsRefused};
+use crate::domain::connection::ConnectionKind;
 use crate::mcp::mapping::Skipped;
 use crate::mcp::runtime::McpStage;
 use crate::mcp::status::{McpServerReport, McpState, RuntimeMcpReport, RuntimeMcpState};
-use crate::session::{
-    ConnectionKind, ConnectionReport, ConnectionState, SessionReport, SyncOutcome,
-};
+use crate::session::{ConnectionReport, ConnectionState, SyncOutcome};
 
 /// Where the document is served.
-pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
+pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
 
 /// The whole HTTP API.
 #[derive(OpenApi)]
@@ -124,7 +124,7 @@ pub const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         (name = "meta", description = "This document"),
     )
 )]
-pub struct ApiDoc;
+pub(crate) struct ApiDoc;
 
 /// The document as served, built once.
 static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
@@ -133,7 +133,7 @@ static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
         .expect("the OpenAPI document serialises")
 });
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
+pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource(OPENAPI_PATH).route(super::read_route().to(openapi_document)));
 }
 

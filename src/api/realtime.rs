@@ -15,14 +15,15 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use super::error::ApiError;
 use super::{AppState, ask_router};
 use crate::actors::router::{JoinSession, ResolveRelay};
+use crate::domain::connection::ConnectionKind;
 use crate::session::relay::{self, Relay};
 use crate::session::shell::MAX_EVENT_BYTES;
-use crate::session::{CloseSession, ConnectionKind, SessionHandle};
+use crate::session::{CloseSession, SessionHandle};
 
 /// Where apps connect; `websocket_base_url` is this without `/realtime`.
-pub const RELAY_PATH: &str = "/v1/realtime";
+pub(crate) const RELAY_PATH: &str = "/v1/realtime";
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
+pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource(RELAY_PATH).route(web::get().to(open_relay)));
 }
 

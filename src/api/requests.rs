@@ -16,40 +16,42 @@ use crate::domain::arguments::{Parameters, SchemaError};
 use crate::domain::call::JsonText;
 use crate::domain::call_url::{ACCEPTED_CALL_URLS, CallUrl, CallUrlError};
 use crate::domain::callback_url::{ACCEPTED_FORMS, CallbackUrl, CallbackUrlError};
-use crate::domain::tool::{DEFAULT_SOURCE, DEFAULT_TIMEOUT, ToolSpec, empty_parameters};
+use crate::domain::tool::{
+    DEFAULT_SOURCE, DEFAULT_TIMEOUT, MAX_TIMEOUT, ToolSpec, empty_parameters,
+};
 use crate::mcp::runtime::McpRegistration;
 use crate::mcp::settings::MCP_SOURCE_PREFIX;
 
 /// Longest tool name, in characters (the spec's rule; OpenAI's function names share it).
 pub const MAX_NAME_CHARS: usize = 64;
 
-/// Longest timeout a tool may ask for, in seconds.
-pub const MAX_TIMEOUT_SECONDS: f64 = 300.0;
+/// Longest timeout a tool may ask for, in seconds ([`MAX_TIMEOUT`]).
+pub(crate) const MAX_TIMEOUT_SECONDS: f64 = MAX_TIMEOUT.as_secs() as f64;
 
 /// `POST /api/tools/register`.
 #[derive(Debug)]
-pub struct RegisterRequest {
+pub(crate) struct RegisterRequest {
     pub tool: ToolSpec,
     pub role: Option<String>,
 }
 
 /// `POST /api/tools/unregister`.
 #[derive(Debug)]
-pub struct UnregisterRequest {
+pub(crate) struct UnregisterRequest {
     pub name: String,
     pub role: Option<String>,
 }
 
 /// `POST /api/tools/clear`.
 #[derive(Debug)]
-pub struct ClearRequest {
+pub(crate) struct ClearRequest {
     pub source: String,
     pub role: Option<String>,
 }
 
 /// `POST /api/tools/invoke`.
 #[derive(Debug)]
-pub struct InvokeRequest {
+pub(crate) struct InvokeRequest {
     pub name: String,
     /// The arguments, parsed (for logic).
     pub arguments: Map<String, Value>,
@@ -61,7 +63,7 @@ pub struct InvokeRequest {
 
 /// `POST /api/sessions/attach`.
 #[derive(Debug)]
-pub struct AttachRequest {
+pub(crate) struct AttachRequest {
     pub role: String,
     pub url: CallUrl,
     /// The name of the variable whose key to send, if any: the character's configuration
@@ -71,20 +73,20 @@ pub struct AttachRequest {
 
 /// `POST /api/sessions/detach`.
 #[derive(Debug)]
-pub struct DetachRequest {
+pub(crate) struct DetachRequest {
     pub role: String,
     pub url: String,
 }
 
 /// `POST /api/mcp/register`.
 #[derive(Debug)]
-pub struct McpRegisterRequest {
+pub(crate) struct McpRegisterRequest {
     pub server: McpRegistration,
 }
 
 /// `POST /api/mcp/unregister`.
 #[derive(Debug)]
-pub struct McpUnregisterRequest {
+pub(crate) struct McpUnregisterRequest {
     pub name: String,
 }
 
@@ -93,7 +95,7 @@ type Checked<T> = Result<T, Vec<FieldError>>;
 impl RegisterRequest {
     /// `server` is the address this server listens on: a callback there would be the server
     /// calling itself.
-    pub fn parse(mut body: Map<String, Value>, server: SocketAddr) -> Checked<Self> {
+    pub(crate) fn parse(mut body: Map<String, Value>, server: SocketAddr) -> Checked<Self> {
         // The schema becomes the tool's: moved out of the body, not copied.
         let schema = body.get_mut("parameters").map(Value::take);
         let mut f = Fields::new(&body);
@@ -124,7 +126,7 @@ impl RegisterRequest {
 }
 
 impl UnregisterRequest {
-    pub fn parse(body: &Map<String, Value>) -> Checked<Self> {
+    pub(crate) fn parse(body: &Map<String, Value>) -> Checked<Self> {
         let mut f = Fields::new(body);
         let name = f.name("name");
         let role = f.role();
@@ -137,7 +139,7 @@ impl UnregisterRequest {
 }
 
 impl ClearRequest {
-    pub fn parse(body: &Map<String, Value>) -> Checked<Self> {
+    pub(crate) fn parse(body: &Map<String, Value>) -> Checked<Self> {
         let mut f = Fields::new(body);
         let source = f.required_non_empty_string("source");
         let role = f.role();
@@ -151,7 +153,7 @@ impl ClearRequest {
 
 impl InvokeRequest {
     /// `text` is the body `body` was parsed from: the arguments are taken from it as written.
-    pub fn parse(mut body: Map<String, Value>, text: &[u8]) -> Checked<Self> {
+    pub(crate) fn parse(mut body: Map<String, Value>, text: &[u8]) -> Checked<Self> {
         let mut f = Fields::new(&body);
         let name = f.name("name");
         f.object("arguments");
@@ -177,7 +179,7 @@ impl InvokeRequest {
 }
 
 impl AttachRequest {
-    pub fn parse(body: &Map<String, Value>) -> Checked<Self> {
+    pub(crate) fn parse(body: &Map<String, Value>) -> Checked<Self> {
         let mut f = Fields::new(body);
         let role = f.required_non_empty_string("role");
         let url = f.call_url("url");
@@ -195,7 +197,7 @@ impl AttachRequest {
 }
 
 impl DetachRequest {
-    pub fn parse(body: &Map<String, Value>) -> Checked<Self> {
+    pub(crate) fn parse(body: &Map<String, Value>) -> Checked<Self> {
         let mut f = Fields::new(body);
         let role = f.required_non_empty_string("role");
         let url = f.required_non_empty_string("url");
@@ -211,7 +213,7 @@ impl McpRegisterRequest {
     /// `server` is the address this server listens on (an MCP server there would be this
     /// server itself); `configured` tells the names of the configured MCP servers, which a
     /// plugin's server may not take.
-    pub fn parse(
+    pub(crate) fn parse(
         body: &Map<String, Value>,
         server: SocketAddr,
         configured: impl Fn(&str) -> bool,
@@ -245,7 +247,10 @@ impl McpRegisterRequest {
 impl McpUnregisterRequest {
     /// `configured` tells the names of the configured MCP servers, which only the configuration
     /// removes.
-    pub fn parse(body: &Map<String, Value>, configured: impl Fn(&str) -> bool) -> Checked<Self> {
+    pub(crate) fn parse(
+        body: &Map<String, Value>,
+        configured: impl Fn(&str) -> bool,
+    ) -> Checked<Self> {
         let mut f = Fields::new(body);
         let name = f.mcp_server_name("name", &configured);
         f.finish()?;

@@ -11,10 +11,10 @@ use super::body::JsonObject;
 use super::error::{ApiError, BodyRouteErrors, ErrorBody};
 use super::requests::{AttachRequest, DetachRequest};
 use super::{AppState, ask_router};
+use crate::actors::manager::SessionReport;
 use crate::actors::router::{AttachCall, DetachCall, ListSessions};
-use crate::session::SessionReport;
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
+pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/sessions").route(super::read_route().to(list_sessions)))
         .service(super::resource("/api/sessions/attach").route(web::post().to(attach)))
         .service(super::resource("/api/sessions/detach").route(web::post().to(detach)));
@@ -42,7 +42,7 @@ async fn list_sessions(state: web::Data<AppState>) -> Result<HttpResponse, ApiEr
 
 /// The sessions listing.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct SessionsResponse {
+pub(crate) struct SessionsResponse {
     pub ok: bool,
     /// `{role: session, ...}`, roles in configuration order (`state: "none"` without a session).
     pub sessions_by_role: IndexMap<String, SessionReport>,
@@ -95,7 +95,7 @@ async fn attach(
 
 /// The answer to an attach.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct AttachResponse {
+pub(crate) struct AttachResponse {
     /// Whether the call took the character's tools.
     pub ok: bool,
     pub role: String,
@@ -144,7 +144,7 @@ async fn detach(
 
 /// The answer to a detach.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct DetachResponse {
+pub(crate) struct DetachResponse {
     /// Always `true`: leaving a call the character is not in is not an error.
     pub ok: bool,
     pub role: String,
@@ -164,7 +164,7 @@ pub struct DetachResponse {
     "url": "wss://api.openai.com/v1/realtime?call_id=rtc_123",
     "api_key_env": null
 }))]
-pub struct AttachBody {
+pub(crate) struct AttachBody {
     /// The character whose tools the call gets.
     #[schema(min_length = 1)]
     role: String,
@@ -188,7 +188,7 @@ pub struct AttachBody {
 #[allow(dead_code)]
 #[derive(ToSchema)]
 #[schema(example = json!({"role": "Mio", "url": "wss://api.openai.com/v1/realtime?call_id=rtc_123"}))]
-pub struct DetachBody {
+pub(crate) struct DetachBody {
     #[schema(min_length = 1)]
     role: String,
     /// The URL the call was attached with.

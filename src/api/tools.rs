@@ -13,13 +13,12 @@ use super::body::JsonObject;
 use super::error::{ApiError, BodyRouteErrors, ErrorBody, ValidationErrorBody};
 use super::requests::{ClearRequest, RegisterRequest, UnregisterRequest};
 use super::{AppState, ask_router};
-use crate::actors::router::{
-    ChangeReport, ClearSource, RegisterTool, RoleFailure, RoleTools, UnregisterTool,
-};
+use crate::actors::change::{ChangeReport, RoleFailure};
+use crate::actors::router::{ClearSource, RegisterTool, RoleTools, UnregisterTool};
 use crate::dispatch::LOCAL_TOOL_TIMEOUT;
 use crate::domain::role::RoleName;
 
-pub fn configure(cfg: &mut web::ServiceConfig) {
+pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/register").route(web::post().to(register)))
         .service(super::resource("/api/tools/unregister").route(web::post().to(unregister)))
         .service(super::resource("/api/tools/clear").route(web::post().to(clear)))
@@ -74,7 +73,7 @@ async fn register(
 
 /// The answer to a registration.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct RegisterResponse {
+pub(crate) struct RegisterResponse {
     /// False only when no role accepted the registration.
     pub ok: bool,
     /// The tool's name.
@@ -133,7 +132,7 @@ fn removal_ok(report: &ChangeReport) -> bool {
 
 /// The answer to an unregistration.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct UnregisterResponse {
+pub(crate) struct UnregisterResponse {
     /// True unless some role failed and nothing was removed.
     pub ok: bool,
     /// Whether any role had the tool.
@@ -182,7 +181,7 @@ async fn clear(
 
 /// The answer to a clear.
 #[derive(Debug, Serialize, ToSchema)]
-pub struct ClearResponse {
+pub(crate) struct ClearResponse {
     /// True unless some role failed and nothing was removed.
     pub ok: bool,
     /// Registry entries removed, summed over characters.
@@ -248,7 +247,7 @@ async fn list(
 
 /// The listing.
 #[derive(Serialize, ToSchema)]
-pub struct ListResponse<'a> {
+pub(crate) struct ListResponse<'a> {
     pub ok: bool,
     /// `{role: [tool, ...], ...}`, roles in configuration order.
     #[schema(value_type = indexmap::IndexMap<String, Vec<ToolView>>)]
@@ -264,7 +263,7 @@ struct ToolsByRole<'a> {
 
 /// One listed tool.
 #[derive(Serialize, ToSchema)]
-pub struct ToolView<'a> {
+pub(crate) struct ToolView<'a> {
     name: &'a str,
     description: &'a str,
     /// The lifecycle tag `clear` uses.
@@ -325,7 +324,7 @@ impl Serialize for ToolsByRole<'_> {
     "source": "plugin:weather",
     "timeout_seconds": 30
 }))]
-pub struct RegisterBody {
+pub(crate) struct RegisterBody {
     /// The tool's name: 1 to 64 characters, no control characters. Replaces a tool of the
     /// same name.
     #[schema(min_length = 1, max_length = 64)]
@@ -361,7 +360,7 @@ pub struct RegisterBody {
 #[allow(dead_code)]
 #[derive(ToSchema)]
 #[schema(example = json!({"name": "get_weather", "role": null}))]
-pub struct UnregisterBody {
+pub(crate) struct UnregisterBody {
     #[schema(min_length = 1, max_length = 64)]
     name: String,
     /// One existing character; null or `""` means every current character.
@@ -373,7 +372,7 @@ pub struct UnregisterBody {
 #[allow(dead_code)]
 #[derive(ToSchema)]
 #[schema(example = json!({"source": "plugin:weather", "role": null}))]
-pub struct ClearBody {
+pub(crate) struct ClearBody {
     /// Every tool registered with this `source` is removed.
     #[schema(min_length = 1)]
     source: String,

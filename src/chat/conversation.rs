@@ -12,10 +12,10 @@
 
 use serde_json::{Map, Value};
 
+use super::answer::{ModelCall, RoundAnswer, add_usage};
 use super::turns::HandedTurn;
 use super::wire::{
-    self, ChatRequest, ModelCall, Raw, RoundAnswer, assistant_turn, call_value, round_separator,
-    tool_message,
+    self, ChatRequest, Raw, assistant_turn, call_value, round_separator, tool_message,
 };
 use crate::domain::call::ToolResult;
 use crate::domain::images::TurnBudget;
@@ -23,24 +23,19 @@ use crate::domain::tool::SharedTool;
 
 /// Calls of one round the server runs; more are answered with an error. A model asking for
 /// more parallel calls than this in one turn is looping, and each call may open a connection.
-pub const MAX_CALLS_PER_ROUND: usize = 32;
+pub(crate) const MAX_CALLS_PER_ROUND: usize = 32;
 
 /// What a round asks of the upstream.
 #[derive(Debug)]
-pub struct Round {
+pub(crate) struct Round {
     pub body: Vec<u8>,
-    /// The registered tools sent (without those whose names the app's tools take).
-    pub tools: Vec<SharedTool>,
-    /// Whether the round carries tools at all (the last round, and a model that refuses
-    /// tools, get none).
-    pub with_tools: bool,
     /// Registered tools left out because the app has a tool of the same name.
     pub clashes: Vec<String>,
 }
 
 /// What the loop does after an answer.
 #[derive(Debug)]
-pub enum Step {
+pub(crate) enum Step {
     /// The answer is the app's: no (runnable) call in it.
     Deliver { finish_reason: String },
     /// Run the server's calls, then ask again.
@@ -55,7 +50,7 @@ pub enum Step {
 }
 
 #[derive(Debug)]
-pub struct Conversation {
+pub(crate) struct Conversation {
     request: ChatRequest,
     /// The conversation the upstream sees next: the app's (with handed-back turns put together
     /// again), then every server round of this request.
@@ -80,7 +75,7 @@ pub struct Conversation {
 
 impl Conversation {
     /// `messages` is the app's conversation, handed-back turns already completed.
-    pub fn new(
+    pub(crate) fn new(
         request: ChatRequest,
         messages: Vec<Raw>,
         default_model: Option<String>,
@@ -103,12 +98,12 @@ impl Conversation {
         }
     }
 
-    pub fn request(&self) -> &ChatRequest {
+    pub(crate) fn request(&self) -> &ChatRequest {
         &self.request
     }
 
     /// The model the upstream is asked for: the app's, or the configured default.
-    pub fn model(&self) -> &str {
+    pub(crate) fn model(&self) -> &str {
         self.request
             .model
             .as_deref()
@@ -118,7 +113,7 @@ impl Conversation {
 
     /// The next round's request, offering `registered` (the character's tools now) unless
     /// tools are withheld or the rounds that may run tools are used up.
-    pub fn next_round(&mut self, registered: &[SharedTool]) -> Round {
+    pub(crate) fn next_round(&mut self, registered: &[SharedTool]) -> Round {
         let with_tools = !self.withhold_tools && self.tool_rounds < self.max_tool_rounds;
         let (tools, clashes) = if with_tools {
             crate::session::core::without_clashes(registered, &self.request.app_tools)
@@ -134,22 +129,17 @@ impl Conversation {
         self.sent.clone_from(&tools);
         self.sent_tools = with_tools;
         self.rounds += 1;
-        Round {
-            body,
-            tools,
-            with_tools,
-            clashes,
-        }
+        Round { body, clashes }
     }
 
     /// Tools are withheld from the start: the model is known to refuse them.
-    pub fn withhold_tools(&mut self) {
+    pub(crate) fn withhold_tools(&mut self) {
         self.withhold_tools = true;
     }
 
     /// The upstream refused the last round's tools: they are withheld from now on, and the
     /// round is asked again (true) unless it carried none of ours to withhold (false).
-    pub fn refuse_tools(&mut self) -> bool {
+    pub(crate) fn refuse_tools(&mut self) -> bool {
         if !self.sent_tools || self.sent.is_empty() || self.withhold_tools {
             return false;
         }
@@ -159,10 +149,10 @@ impl Conversation {
     }
 
     /// Takes the last round's answer and says what to do next.
-    pub fn answered(&mut self, answer: &mut RoundAnswer) -> Step {
+    pub(crate) fn answered(&mut self, answer: &mut RoundAnswer) -> Step {
         if let Some(usage) = answer.usage.take() {
             match &mut self.usage {
-                Some(total) => wire::add_usage(total, &usage),
+                Some(total) => add_usage(total, &usage),
                 None => self.usage = Some(usage),
             }
         }
@@ -214,19 +204,19 @@ impl Conversation {
     }
 
     /// The registered tool a call of the last round names, if it was sent.
-    pub fn tool_for(&self, name: &str) -> Option<&SharedTool> {
+    pub(crate) fn tool_for(&self, name: &str) -> Option<&SharedTool> {
         self.sent.iter().find(|t| t.name == name)
     }
 
     /// The names of the tools the last round sent, for the error a call of another name gets.
-    pub fn sent_names(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn sent_names(&self) -> impl Iterator<Item = &str> {
         self.sent.iter().map(|t| t.name.as_str())
     }
 
     /// The server's calls of a round ran: the assistant turn (with the round's text), one tool
     /// message per call in the model's order, and the images the model takes go into the
     /// conversation for the next round.
-    pub fn ran(&mut self, text: &str, calls: &[ModelCall], results: Vec<ToolResult>) {
+    pub(crate) fn ran(&mut self, text: &str, calls: &[ModelCall], results: Vec<ToolResult>) {
         self.tool_rounds += 1;
         self.messages.push(assistant_turn(text, calls));
         let (answers, images) = self.answers(results);
@@ -236,7 +226,7 @@ impl Conversation {
 
     /// The round ends the request with the app's own calls: what the server ran of it is kept
     /// for the app's next request.
-    pub fn hand_off(
+    pub(crate) fn hand_off(
         &mut self,
         calls: &[ModelCall],
         server: Vec<ModelCall>,
@@ -275,12 +265,12 @@ impl Conversation {
     }
 
     /// Every round's text so far, as the app sees it.
-    pub fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         &self.text
     }
 
     /// Usage summed over every round so far.
-    pub fn usage(&self) -> Option<&Map<String, Value>> {
+    pub(crate) fn usage(&self) -> Option<&Map<String, Value>> {
         self.usage.as_ref()
     }
 
@@ -379,7 +369,6 @@ mod tests {
         let mut c = conversation("null", 2, false);
         let registered = [tool("get_weather")];
         let first = c.next_round(&registered);
-        assert!(first.with_tools);
         assert_eq!(sent(&first)["tools"][0]["function"]["name"], "get_weather");
         let calls = vec![call("c1", "get_weather")];
         let Step::Run(run) = c.answered(&mut answer("Let me check.", calls.clone())) else {
@@ -405,7 +394,6 @@ mod tests {
         };
         c.ran("", &calls, vec![result(&calls[0], "1", vec![])]);
         let last = c.next_round(&registered);
-        assert!(!last.with_tools);
         assert_eq!(sent(&last).get("tools"), None);
         let Step::Deliver { finish_reason } = c.answered(&mut answer("It is sunny.", vec![]))
         else {
@@ -422,7 +410,13 @@ mod tests {
         let mut c = conversation(APP_CLOCK, 3, false);
         let round = c.next_round(&[tool("get_weather"), tool("app_clock")]);
         assert_eq!(round.clashes, ["app_clock"]);
-        assert_eq!(round.tools.len(), 1);
+        let sent_tools = sent(&round)["tools"].as_array().unwrap().clone();
+        let names: Vec<&Value> = sent_tools.iter().map(|t| &t["function"]["name"]).collect();
+        assert_eq!(
+            names,
+            ["app_clock", "get_weather"],
+            "the app's, then the registered"
+        );
         let calls = vec![call("s1", "get_weather"), call("a1", "app_clock")];
         let Step::HandOff { all, server, app } = c.answered(&mut answer("", calls.clone())) else {
             panic!("a mixed turn is handed off")
@@ -443,7 +437,7 @@ mod tests {
         c.next_round(&[tool("w")]);
         assert!(c.refuse_tools());
         let again = c.next_round(&[tool("w")]);
-        assert!(!again.with_tools);
+        assert_eq!(sent(&again).get("tools"), None);
         assert_eq!(c.rounds(), 1);
         assert!(!c.refuse_tools(), "only once");
         let mut none = conversation("null", 3, false);

@@ -14,12 +14,13 @@
 //! - [`upstream`]: the HTTP client of the upstream;
 //! - [`settings`]: the `[character.chat]` table.
 
-pub mod conversation;
-pub mod run;
-pub mod settings;
-pub mod turns;
-pub mod upstream;
-pub mod wire;
+pub(crate) mod answer;
+pub(crate) mod conversation;
+pub(crate) mod run;
+pub(crate) mod settings;
+pub(crate) mod turns;
+pub(crate) mod upstream;
+pub(crate) mod wire;
 
 use std::sync::{Mutex, PoisonError};
 use std::time::Instant;

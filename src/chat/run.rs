@@ -10,7 +10,6 @@
 //! and the running callbacks (their connections close).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::future::{Either, join_all, select};
@@ -20,26 +19,24 @@ use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
 
 use super::ChatEndpoint;
+use super::answer::{self, ModelCall, RoundAnswer, StreamRound};
 use super::conversation::{Conversation, MAX_CALLS_PER_ROUND, Step};
 use super::upstream::{AppHeaders, UpstreamError};
-use super::wire::{
-    self, AppStream, ChatRequest, ModelCall, RoundAnswer, StreamRound, error_body, error_text,
-    refuses_tools,
-};
+use super::wire::{self, AppStream, ChatRequest, error_body, error_text, refuses_tools};
 use crate::dispatch::Dispatcher;
 use crate::domain::call::{ToolCall, ToolResult};
+use crate::domain::connection::ConnectionKind;
 use crate::domain::registry::not_registered_text;
 use crate::domain::snapshot::ToolCell;
 use crate::domain::tool::SharedTool;
-use crate::events::{Caller, EventHub, ToolCallFinished};
-use crate::session::ConnectionKind;
+use crate::events::{CallAnnouncement, Caller, EventHub, ToolCallFinished};
 
 /// Chunks waiting for an app that reads its stream slowly: the upstream is read only as fast
 /// as the app takes what came before.
 const STREAM_BUFFER: usize = 64;
 
 /// What a request needs besides its body.
-pub struct ChatContext {
+pub(crate) struct ChatContext {
     pub role: String,
     pub endpoint: Arc<ChatEndpoint>,
     /// The character's published tools.
@@ -52,7 +49,7 @@ pub struct ChatContext {
 
 /// The app's answer.
 #[derive(Debug)]
-pub enum Reply {
+pub(crate) enum Reply {
     /// A whole answer: status, content type and body (a completion, or an error).
     Whole {
         status: u16,
@@ -172,7 +169,7 @@ impl Failure {
 }
 
 /// Serves one chat request.
-pub async fn complete(ctx: ChatContext, mut request: ChatRequest) -> Reply {
+pub(crate) async fn complete(ctx: ChatContext, mut request: ChatRequest) -> Reply {
     let settings = ctx.endpoint.settings();
     let (messages, restored) = ctx.endpoint.begin(std::mem::take(&mut request.messages));
     if restored.missed > 0 {
@@ -441,7 +438,7 @@ impl Driver {
             .read(body)
             .await
             .map_err(Failure::Upstream)?;
-        let Some(completion) = wire::read_completion(&body) else {
+        let Some(completion) = answer::read_completion(&body) else {
             return Err(Failure::Invalid(format!(
                 "the upstream answered with success, but not with a chat completion: {}",
                 error_text(&body)
@@ -482,7 +479,21 @@ impl Driver {
             let tool = self.conversation.tool_for(&model_call.name).cloned();
             let sent = &sent;
             async move {
-                let started = Instant::now();
+                // A request dropped (its app went away) drops its calls: announced as cancelled.
+                let announcement = CallAnnouncement::start(
+                    &self.ctx.events,
+                    ToolCallFinished {
+                        role: &self.ctx.role,
+                        tool: &model_call.name,
+                        source: tool.as_ref().map(|t| t.source.as_str()),
+                        call_id: &model_call.id,
+                        caller: Caller::Model,
+                        kind: Some(ConnectionKind::Chat),
+                        duration_ms: 0.0,
+                        is_error: false,
+                        cancelled: false,
+                    },
+                );
                 let result = match &tool {
                     _ if i >= MAX_CALLS_PER_ROUND => call.error(format!(
                         "too many tool calls in one turn: at most {MAX_CALLS_PER_ROUND} run; \
@@ -494,16 +505,7 @@ impl Driver {
                         call.error(error)
                     }
                 };
-                self.ctx.events.tool_call(&ToolCallFinished {
-                    role: &self.ctx.role,
-                    tool: &result.name,
-                    source: tool.as_ref().map(|t| t.source.as_str()),
-                    call_id: &result.call_id,
-                    caller: Caller::Model,
-                    kind: Some(ConnectionKind::Chat),
-                    duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-                    is_error: result.is_error,
-                });
+                announcement.finished(result.is_error);
                 result
             }
         });

@@ -8,20 +8,20 @@ use serde::Deserialize;
 
 /// Model calls of one chat request that may run tools, unless configured: the reference's cap
 /// (three rounds of tools, then one last call for words).
-pub const DEFAULT_MAX_TOOL_ROUNDS: usize = 3;
+pub(crate) const DEFAULT_MAX_TOOL_ROUNDS: usize = 3;
 
 /// Most configurable tool rounds: each round is a model call and a set of tool calls, so a
 /// request past a few dozen rounds is a model looping, not a conversation.
-pub const MAX_TOOL_ROUNDS: usize = 32;
+pub(crate) const MAX_TOOL_ROUNDS: usize = 32;
 
 /// How long the upstream may take to start its answer, and then between two parts of a
 /// streamed answer, unless configured. A local model on a CPU can take minutes to read a long
 /// history before its first token; five minutes leaves room for that and still ends a request
 /// to a model that hung.
-pub const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Longest configurable upstream timeout.
-pub const MAX_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3600);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChatSettings {
@@ -68,7 +68,7 @@ impl ChatSettings {
 /// `[character.chat]` as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileChat {
+pub(crate) struct FileChat {
     url: String,
     api_key_env: Option<String>,
     model: Option<String>,
@@ -79,7 +79,7 @@ pub struct FileChat {
 
 impl FileChat {
     /// Checks the values; errors name the key.
-    pub fn into_settings(self) -> anyhow::Result<ChatSettings> {
+    pub(crate) fn into_settings(self) -> anyhow::Result<ChatSettings> {
         let url = url::Url::parse(&self.url)
             .with_context(|| format!("key `url`: {:?} is not a URL", self.url))?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {

@@ -18,11 +18,11 @@ use serde_json::{Map, Value};
 use super::wire::{MessageHead, Raw};
 
 /// Turns kept per character: far more than the conversations one person has going at once.
-pub const MAX_HANDED_TURNS: usize = 256;
+pub(crate) const MAX_HANDED_TURNS: usize = 256;
 
 /// How long a turn is kept after it was last used: an app that answers its own tool a day
 /// later has a different conversation.
-pub const HANDED_TURN_TTL: Duration = Duration::from_secs(3600);
+pub(crate) const HANDED_TURN_TTL: Duration = Duration::from_secs(3600);
 
 /// Call ids of forgotten turns remembered, so a request that carries one is logged as a miss.
 const MAX_FORGOTTEN_IDS: usize = 4 * MAX_HANDED_TURNS;
@@ -61,7 +61,7 @@ pub struct Restored {
 }
 
 #[derive(Debug, Default)]
-pub struct HandedTurns {
+pub(crate) struct HandedTurns {
     turns: IndexMap<u64, (HandedTurn, Instant)>,
     by_call: HashMap<String, u64>,
     forgotten: VecDeque<String>,
@@ -71,7 +71,7 @@ pub struct HandedTurns {
 
 impl HandedTurns {
     /// Keeps a turn handed back to the app, keyed by the ids of the calls the app got.
-    pub fn keep(&mut self, turn: HandedTurn, now: Instant) {
+    pub(crate) fn keep(&mut self, turn: HandedTurn, now: Instant) {
         self.expire(now);
         while self.turns.len() >= MAX_HANDED_TURNS {
             self.forget_oldest();
@@ -84,18 +84,19 @@ impl HandedTurns {
         self.turns.insert(key, (turn, now));
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.turns.len()
     }
 
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.turns.is_empty()
     }
 
     /// Puts every handed-back turn of `messages` together again: the assistant turn gets
     /// back the server's calls, in the model's order, and its tool results are followed by the
     /// server's (the app's own results kept as the app wrote them).
-    pub fn restore(&mut self, messages: Vec<Raw>, now: Instant) -> (Vec<Raw>, Restored) {
+    pub(crate) fn restore(&mut self, messages: Vec<Raw>, now: Instant) -> (Vec<Raw>, Restored) {
         self.expire(now);
         let mut restored = Restored::default();
         if self.turns.is_empty() && self.forgotten.is_empty() {

@@ -20,19 +20,15 @@ use hyper_util::rt::TokioExecutor;
 use sse_stream::{Sse, SseStream};
 
 use super::settings::ChatSettings;
-
-/// Longest wait for a connection to the upstream: a provider across the internet (with its TLS
-/// handshake) takes well under a second; ten leaves room for a slow network, and a local model
-/// server accepts at once.
-pub const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::session::shell::MODEL_CONNECT_TIMEOUT;
 
 /// How long an idle connection to the upstream is kept for the next request: providers close
 /// theirs after about a minute; half of that is never cut under us.
-pub const UPSTREAM_KEEP_ALIVE: Duration = Duration::from_secs(30);
+pub(crate) const UPSTREAM_KEEP_ALIVE: Duration = Duration::from_secs(30);
 
 /// Largest upstream answer read (a whole completion, a streamed round, or an error body): a
 /// completion is kilobytes; this only bounds a misbehaving upstream.
-pub const MAX_UPSTREAM_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+pub(crate) const MAX_UPSTREAM_ANSWER_BYTES: usize = 64 * 1024 * 1024;
 
 /// Headers an app sends that pass upstream unchanged (the provider's own routing headers).
 const PASSED_HEADERS: [&str; 4] = [
@@ -53,7 +49,7 @@ fn client() -> Client<HttpsConnector<HttpConnector>, Body> {
         cell.get_or_init(|| {
             let mut http = HttpConnector::new();
             http.enforce_http(false);
-            http.set_connect_timeout(Some(UPSTREAM_CONNECT_TIMEOUT));
+            http.set_connect_timeout(Some(MODEL_CONNECT_TIMEOUT));
             // Requests and streamed answers are small writes that must not wait.
             http.set_nodelay(true);
             let https = hyper_rustls::HttpsConnectorBuilder::new()

@@ -1,7 +1,6 @@
 //! The chat-completions wire format, as plain types and functions: the app's request with every
-//! field kept as its exact JSON text, the body sent upstream each round, a round's answer read
-//! from a completion or from stream chunks (tool-call fragments put together whatever the
-//! upstream's quirks), the messages the server adds to the conversation, usage summed over
+//! field kept as its exact JSON text, the body sent upstream each round (a round's answer is read
+//! in [`super::answer`]), the messages the server adds to the conversation, usage summed over
 //! rounds, what the app gets (one stream that looks like one message, or one completion), and
 //! errors in OpenAI's shape. No I/O.
 
@@ -14,6 +13,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
+use super::answer::ModelCall;
 use crate::domain::call::ToolResult;
 use crate::domain::images::ToolImage;
 use crate::domain::tool::NestedTool;
@@ -21,11 +21,11 @@ use crate::domain::tool::SharedTool;
 use crate::session::core::ForeignTool;
 
 /// JSON text kept exactly as the app or the upstream wrote it.
-pub type Raw = Box<RawValue>;
+pub(crate) type Raw = Box<RawValue>;
 
 /// What is wrong with an app's request, for a 400 in OpenAI's shape.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct RequestError {
+pub(crate) struct RequestError {
     pub message: String,
     /// The field at fault, when there is one.
     pub param: Option<&'static str>,
@@ -43,7 +43,7 @@ impl RequestError {
 /// An app's `POST /v1/chat/completions` body. Only what the loop needs is read; every field
 /// passes upstream as the app wrote it, in its order.
 #[derive(Debug)]
-pub struct ChatRequest {
+pub(crate) struct ChatRequest {
     fields: IndexMap<String, Raw>,
     /// The conversation, one entry per message, each as written.
     pub messages: Vec<Raw>,
@@ -57,7 +57,7 @@ pub struct ChatRequest {
 }
 
 impl ChatRequest {
-    pub fn parse(body: &[u8]) -> Result<Self, RequestError> {
+    pub(crate) fn parse(body: &[u8]) -> Result<Self, RequestError> {
         let fields: IndexMap<String, Raw> =
             serde_json::from_slice(body).map_err(|e| RequestError {
                 message: format!("the request body must be a JSON object: {e}"),
@@ -105,7 +105,7 @@ impl ChatRequest {
     }
 
     /// Whether the app declared a tool of this name (its calls are the app's to answer).
-    pub fn is_app_tool(&self, name: &str) -> bool {
+    pub(crate) fn is_app_tool(&self, name: &str) -> bool {
         self.app_tools.iter().any(|t| t.name == name)
     }
 
@@ -113,7 +113,7 @@ impl ChatRequest {
     /// `messages` the conversation so far, `tools` the app's then `registered` (or, when
     /// `with_tools` is false, no `tools`, `tool_choice` or `parallel_tool_calls` at all),
     /// `model` the default when the app named none, and the usage always asked for.
-    pub fn upstream_body(
+    pub(crate) fn upstream_body(
         &self,
         messages: &[Raw],
         registered: &[SharedTool],
@@ -213,289 +213,9 @@ impl Serialize for ToolList<'_> {
     }
 }
 
-/// One tool call the model made, put together from its fragments.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModelCall {
-    pub id: String,
-    pub name: String,
-    /// The argument text exactly as the model wrote it.
-    pub arguments: String,
-}
-
-/// What one round's answer holds for the loop.
-#[derive(Debug, Default)]
-pub struct RoundAnswer {
-    /// The text of the first choice (what a stream sent as `content` deltas).
-    pub text: String,
-    pub calls: Vec<ModelCall>,
-    pub finish_reason: Option<String>,
-    pub usage: Option<Map<String, Value>>,
-}
-
-/// A whole (non-streamed) completion and what it holds for the loop.
-#[derive(Debug)]
-pub struct Completion {
-    pub object: Map<String, Value>,
-    pub answer: RoundAnswer,
-}
-
-/// Reads a completion. `None` when the body is not one (not a JSON object with `choices`).
-pub fn read_completion(body: &[u8]) -> Option<Completion> {
-    let object: Map<String, Value> = serde_json::from_slice(body).ok()?;
-    let choice = object.get("choices")?.as_array()?.first();
-    let message = choice.and_then(|c| c.get("message"));
-    let mut answer = RoundAnswer {
-        text: message
-            .and_then(|m| m.get("content"))
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned(),
-        finish_reason: choice
-            .and_then(|c| c.get("finish_reason"))
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-        usage: object.get("usage").and_then(Value::as_object).cloned(),
-        calls: Vec::new(),
-    };
-    let mut fragments = CallFragments::default();
-    for call in message
-        .and_then(|m| m.get("tool_calls"))
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        fragments.whole(call);
-    }
-    answer.calls = fragments.finish();
-    Some(Completion { object, answer })
-}
-
-/// The tool calls of a streamed answer, put together from their fragments. The usual form
-/// is a first fragment with `index`, `id`, `type` and `function.name`, then argument fragments
-/// with the same `index`. Upstream quirks are taken too: every parallel call with index 0, each
-/// whole in one fragment (Ollama); fragments without `id`; a name repeated in every fragment;
-/// arguments sent as a JSON object instead of its text.
-#[derive(Debug, Default)]
-pub struct CallFragments {
-    calls: Vec<PartialCall>,
-}
-
-#[derive(Debug, Default)]
-struct PartialCall {
-    index: Option<u64>,
-    id: Option<String>,
-    name: String,
-    arguments: String,
-}
-
-impl PartialCall {
-    /// Whether its argument text is a whole JSON value already (a further named fragment is
-    /// then a new call, not more of this one).
-    fn is_complete(&self) -> bool {
-        !self.arguments.is_empty() && serde_json::from_str::<Value>(&self.arguments).is_ok()
-    }
-}
-
-impl CallFragments {
-    /// Takes one fragment of a `delta.tool_calls` array.
-    pub fn fragment(&mut self, fragment: &Value) {
-        let index = fragment.get("index").and_then(Value::as_u64);
-        let id = fragment
-            .get("id")
-            .and_then(Value::as_str)
-            .filter(|id| !id.is_empty());
-        let function = fragment.get("function");
-        let name = function
-            .and_then(|f| f.get("name"))
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty());
-        let arguments = function.and_then(|f| f.get("arguments"));
-        let target = self
-            .calls
-            .iter()
-            .rposition(|c| index.is_none() || c.index == index);
-        let continues = target.is_some_and(|i| {
-            let call = &self.calls[i];
-            match (id, &call.id) {
-                (Some(id), Some(known)) => id == known,
-                // A new id for a call that had none: its first fragment came without one.
-                (Some(_), None) => call.name.is_empty() || !call.is_complete(),
-                (None, _) => match name {
-                    Some(name) => {
-                        call.name.is_empty() || (call.name == name && !call.is_complete())
-                    }
-                    None => true,
-                },
-            }
-        });
-        let call = if let (true, Some(i)) = (continues, target) {
-            &mut self.calls[i]
-        } else {
-            self.calls.push(PartialCall {
-                index,
-                ..PartialCall::default()
-            });
-            self.calls.last_mut().expect("just pushed")
-        };
-        if let (Some(id), None) = (id, &call.id) {
-            call.id = Some(id.to_owned());
-        }
-        if let Some(name) = name
-            && call.name.is_empty()
-        {
-            call.name = name.to_owned();
-        }
-        match arguments {
-            Some(Value::String(text)) => call.arguments.push_str(text),
-            Some(Value::Null) | None => {}
-            // Some servers send the arguments object itself.
-            Some(other) => call.arguments.push_str(&other.to_string()),
-        }
-    }
-
-    /// Takes one whole call of a completion's `message.tool_calls`.
-    fn whole(&mut self, call: &Value) {
-        let function = call.get("function");
-        self.calls.push(PartialCall {
-            index: None,
-            id: call
-                .get("id")
-                .and_then(Value::as_str)
-                .filter(|id| !id.is_empty())
-                .map(str::to_owned),
-            name: function
-                .and_then(|f| f.get("name"))
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-            arguments: match function.and_then(|f| f.get("arguments")) {
-                Some(Value::String(text)) => text.clone(),
-                None | Some(Value::Null) => String::new(),
-                Some(other) => other.to_string(),
-            },
-        });
-    }
-
-    /// The calls in the order the model made them; a call without an id gets a fresh one.
-    pub fn finish(self) -> Vec<ModelCall> {
-        self.calls
-            .into_iter()
-            .map(|c| ModelCall {
-                id: c
-                    .id
-                    .unwrap_or_else(|| format!("call_{}", uuid::Uuid::new_v4().simple())),
-                name: c.name,
-                arguments: c.arguments,
-            })
-            .collect()
-    }
-}
-
-/// One streamed round as it arrives: the text, the calls, the finish reason and the usage of
-/// its first choice.
-#[derive(Debug, Default)]
-pub struct StreamRound {
-    text: String,
-    calls: CallFragments,
-    finish_reason: Option<String>,
-    usage: Option<Map<String, Value>>,
-}
-
-impl StreamRound {
-    /// Takes one chunk, and strips from it what the app must not see as it is (the tool-call
-    /// fragments, the round's finish reason and usage, the role); returns whether something is
-    /// left to forward (text, a refusal, reasoning, log probabilities).
-    pub fn take(&mut self, chunk: &mut Map<String, Value>) -> bool {
-        if let Some(usage) = chunk.remove("usage").and_then(|u| match u {
-            Value::Object(u) => Some(u),
-            _ => None,
-        }) {
-            self.usage = Some(usage);
-        }
-        let Some(choices) = chunk.get_mut("choices").and_then(Value::as_array_mut) else {
-            return false;
-        };
-        let mut forward = false;
-        choices.retain_mut(|choice| {
-            let Some(choice) = choice.as_object_mut() else {
-                return false;
-            };
-            if choice.get("index").and_then(Value::as_u64).unwrap_or(0) != 0 {
-                // Only the first choice runs tools; others pass as they are.
-                forward = true;
-                return true;
-            }
-            if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-                self.finish_reason = Some(reason.to_owned());
-            }
-            choice.insert("finish_reason".into(), Value::Null);
-            let mut keep = choice.get("logprobs").is_some_and(|l| !l.is_null());
-            if let Some(delta) = choice.get_mut("delta").and_then(Value::as_object_mut) {
-                delta.remove("role");
-                if let Some(Value::Array(fragments)) = delta.remove("tool_calls") {
-                    for fragment in &fragments {
-                        self.calls.fragment(fragment);
-                    }
-                }
-                match delta.get("content") {
-                    Some(Value::String(text)) if !text.is_empty() => {
-                        self.text.push_str(text);
-                        keep = true;
-                    }
-                    Some(Value::String(_)) | Some(Value::Null) => {
-                        delta.remove("content");
-                    }
-                    _ => {}
-                }
-                delta.retain(|_, v| !v.is_null());
-                keep |= !delta.is_empty();
-            }
-            forward |= keep;
-            keep
-        });
-        forward
-    }
-
-    pub fn finish(self) -> RoundAnswer {
-        RoundAnswer {
-            text: self.text,
-            calls: self.calls.finish(),
-            finish_reason: self.finish_reason,
-            usage: self.usage,
-        }
-    }
-}
-
-/// Adds one round's usage to the total: numbers summed wherever both have them (nested details
-/// included), anything else kept from the first round that had it.
-pub fn add_usage(total: &mut Map<String, Value>, round: &Map<String, Value>) {
-    for (key, value) in round {
-        match (total.get_mut(key), value) {
-            (None, value) => {
-                total.insert(key.clone(), value.clone());
-            }
-            (Some(Value::Object(sum)), Value::Object(more)) => add_usage(sum, more),
-            (Some(Value::Number(sum)), Value::Number(more)) => {
-                let added = match (sum.as_u64(), more.as_u64()) {
-                    (Some(a), Some(b)) => Some(Value::from(a.saturating_add(b))),
-                    _ => sum
-                        .as_f64()
-                        .zip(more.as_f64())
-                        .and_then(|(a, b)| serde_json::Number::from_f64(a + b))
-                        .map(Value::Number),
-                };
-                if let Some(added) = added {
-                    total.insert(key.clone(), added);
-                }
-            }
-            (Some(_), _) => {}
-        }
-    }
-}
-
 /// The assistant turn the server adds for a round that called tools: its text (or `null`) and
 /// every call, in the model's order.
-pub fn assistant_turn(text: &str, calls: &[ModelCall]) -> Raw {
+pub(crate) fn assistant_turn(text: &str, calls: &[ModelCall]) -> Raw {
     let calls: Vec<Value> = calls.iter().map(call_value).collect();
     let content = if text.is_empty() {
         Value::Null
@@ -506,7 +226,7 @@ pub fn assistant_turn(text: &str, calls: &[ModelCall]) -> Raw {
 }
 
 /// One call as a non-streamed `tool_calls` entry.
-pub fn call_value(call: &ModelCall) -> Value {
+pub(crate) fn call_value(call: &ModelCall) -> Value {
     json!({
         "id": call.id,
         "type": "function",
@@ -515,7 +235,7 @@ pub fn call_value(call: &ModelCall) -> Value {
 }
 
 /// The `role: "tool"` message that answers one call with the text the model reads.
-pub fn tool_message(result: &ToolResult) -> Raw {
+pub(crate) fn tool_message(result: &ToolResult) -> Raw {
     raw(&json!({
         "role": "tool",
         "tool_call_id": result.call_id,
@@ -526,7 +246,7 @@ pub fn tool_message(result: &ToolResult) -> Raw {
 
 /// The user message that shows the model a round's result images: for each a line naming the
 /// call and what to look for, then the image as a `data:` URL. `None` without images.
-pub fn images_message(results: &[ToolResult]) -> Option<Raw> {
+pub(crate) fn images_message(results: &[ToolResult]) -> Option<Raw> {
     let mut content = Vec::new();
     for result in results {
         for image in &result.images {
@@ -556,7 +276,7 @@ fn raw(value: &Value) -> Raw {
 /// What goes between the text the app has seen (ending in `before`) and a later round's text
 /// (starting with `next`): a paragraph break between two rounds' words, so "Let me check." and
 /// "It is sunny." do not run together; nothing where either side is empty or already spaced.
-pub fn round_separator(before: Option<char>, next: Option<char>) -> &'static str {
+pub(crate) fn round_separator(before: Option<char>, next: Option<char>) -> &'static str {
     match (before, next) {
         (Some(b), Some(n)) if !b.is_whitespace() && !n.is_whitespace() => "\n\n",
         _ => "",
@@ -567,7 +287,7 @@ pub fn round_separator(before: Option<char>, next: Option<char>) -> &'static str
 /// once, the app's own calls as proper deltas, one finish reason, the usage chunk when asked
 /// for, then `[DONE]`.
 #[derive(Debug)]
-pub struct AppStream {
+pub(crate) struct AppStream {
     header: Option<Map<String, Value>>,
     include_usage: bool,
     role_sent: bool,
@@ -577,7 +297,7 @@ pub struct AppStream {
 }
 
 impl AppStream {
-    pub fn new(include_usage: bool) -> Self {
+    pub(crate) fn new(include_usage: bool) -> Self {
         Self {
             header: None,
             include_usage,
@@ -588,13 +308,13 @@ impl AppStream {
     }
 
     /// A new round begins: its first text is set apart from the last round's.
-    pub fn new_round(&mut self) {
+    pub(crate) fn new_round(&mut self) {
         self.fresh_round = true;
     }
 
     /// Takes the stream's `id`, `created`, `model` and `system_fingerprint` from the first
     /// chunk of the first round; later rounds' chunks carry them too.
-    pub fn adopt_header(&mut self, chunk: &Map<String, Value>) {
+    pub(crate) fn adopt_header(&mut self, chunk: &Map<String, Value>) {
         if self.header.is_none() {
             let header = ["id", "created", "model", "system_fingerprint"]
                 .into_iter()
@@ -607,7 +327,7 @@ impl AppStream {
     /// A chunk of the upstream's (already stripped by [`StreamRound::take`]), as the app gets
     /// it: the stream's header, the role if it is the first, and the first text of a round set
     /// apart from the text before it.
-    pub fn forward(&mut self, mut chunk: Map<String, Value>) -> Bytes {
+    pub(crate) fn forward(&mut self, mut chunk: Map<String, Value>) -> Bytes {
         self.adopt_header(&chunk);
         if let Some(header) = &self.header {
             for (key, value) in header {
@@ -640,7 +360,7 @@ impl AppStream {
 
     /// The app's own calls of a turn handed back to it: per call a first delta with `index`
     /// (renumbered from 0), `id`, `type` and `function.name`, then one with the arguments.
-    pub fn app_calls(&mut self, calls: &[ModelCall]) -> Vec<Bytes> {
+    pub(crate) fn app_calls(&mut self, calls: &[ModelCall]) -> Vec<Bytes> {
         let mut frames = Vec::with_capacity(calls.len() * 2);
         for (index, call) in calls.iter().enumerate() {
             let first = json!([{
@@ -655,12 +375,12 @@ impl AppStream {
     }
 
     /// The chunk that ends the message.
-    pub fn finish(&mut self, reason: &str) -> Bytes {
+    pub(crate) fn finish(&mut self, reason: &str) -> Bytes {
         self.delta(json!({}), Value::String(reason.to_owned()))
     }
 
     /// The usage chunk (summed over every round), when the app asked for it.
-    pub fn usage(&self, usage: Option<Map<String, Value>>) -> Option<Bytes> {
+    pub(crate) fn usage(&self, usage: Option<Map<String, Value>>) -> Option<Bytes> {
         if !self.include_usage {
             return None;
         }
@@ -671,13 +391,13 @@ impl AppStream {
     }
 
     /// The end of the stream.
-    pub fn done() -> Bytes {
+    pub(crate) fn done() -> Bytes {
         sse_data("[DONE]")
     }
 
     /// An error after the stream began (the SDKs raise it): the upstream's error object, or
     /// one of ours.
-    pub fn error(error: &Value) -> Bytes {
+    pub(crate) fn error(error: &Value) -> Bytes {
         sse_data(&json!({"error": error}).to_string())
     }
 
@@ -736,7 +456,7 @@ fn sse_data(data: &str) -> Bytes {
 /// The completion the app gets without streaming: the last round's, with the first round's
 /// `id` and `created`, the text of every round, only the app's own calls (or none), the final
 /// finish reason, and usage summed over every round.
-pub fn final_completion(
+pub(crate) fn final_completion(
     mut last: Map<String, Value>,
     first: Option<&Map<String, Value>>,
     text: &str,
@@ -777,13 +497,18 @@ pub fn final_completion(
 }
 
 /// An error body in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`.
-pub fn error_body(message: &str, kind: &str, param: Option<&str>, code: Option<&str>) -> Value {
+pub(crate) fn error_body(
+    message: &str,
+    kind: &str,
+    param: Option<&str>,
+    code: Option<&str>,
+) -> Value {
     json!({"error": {"message": message, "type": kind, "param": param, "code": code}})
 }
 
 /// The error object of an upstream's error answer, for a stream that already began: its own
 /// `error` object when it sent one, else one that quotes it.
-pub fn upstream_error_object(status: u16, body: &[u8]) -> Value {
+pub(crate) fn upstream_error_object(status: u16, body: &[u8]) -> Value {
     if let Ok(Value::Object(mut object)) = serde_json::from_slice::<Value>(body)
         && let Some(error) = object.remove("error")
         && error.is_object()
@@ -804,7 +529,7 @@ const ERROR_QUOTE_CHARS: usize = 500;
 /// What an upstream's error answer says: its message when it is one of the usual JSON shapes
 /// (`{"error": {"message"}}`, `{"error": "..."}`, `{"message"}`, `{"detail"}`), else its text;
 /// cut to [`ERROR_QUOTE_CHARS`].
-pub fn error_text(body: &[u8]) -> String {
+pub(crate) fn error_text(body: &[u8]) -> String {
     let value = serde_json::from_slice::<Value>(body).ok();
     let message = value.as_ref().and_then(|v| {
         let error = v.get("error");
@@ -825,7 +550,7 @@ pub fn error_text(body: &[u8]) -> String {
 
 /// Whether an upstream's error answer refuses the request's tools (it names tools or
 /// functions): the request is then sent again without them.
-pub fn refuses_tools(status: u16, body: &[u8]) -> bool {
+pub(crate) fn refuses_tools(status: u16, body: &[u8]) -> bool {
     if status < 400 {
         return false;
     }
@@ -834,7 +559,7 @@ pub fn refuses_tools(status: u16, body: &[u8]) -> bool {
 }
 
 /// A fresh completion id in OpenAI's style, for a stream whose upstream sent none.
-pub fn new_completion_id() -> String {
+pub(crate) fn new_completion_id() -> String {
     format!("chatcmpl-{}", uuid::Uuid::new_v4().simple())
 }
 
@@ -846,7 +571,7 @@ fn unix_now() -> u64 {
 
 /// The parts of a message the loop reads to put a handed-back turn together again.
 #[derive(Debug, Default, Deserialize)]
-pub struct MessageHead {
+pub(crate) struct MessageHead {
     #[serde(default)]
     pub role: Option<String>,
     #[serde(default)]
@@ -856,19 +581,19 @@ pub struct MessageHead {
 }
 
 #[derive(Debug, Default, Deserialize)]
-pub struct CallHead {
+pub(crate) struct CallHead {
     #[serde(default)]
     pub id: Option<String>,
 }
 
 impl MessageHead {
     /// The head of one message; a message that is not an object has none of these parts.
-    pub fn of(message: &RawValue) -> Self {
+    pub(crate) fn of(message: &RawValue) -> Self {
         serde_json::from_str(message.get()).unwrap_or_default()
     }
 
     /// The ids of an assistant turn's calls.
-    pub fn call_ids(&self) -> Vec<&str> {
+    pub(crate) fn call_ids(&self) -> Vec<&str> {
         if self.role.as_deref() != Some("assistant") {
             return Vec::new();
         }
@@ -886,6 +611,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::chat::answer::{CallFragments, StreamRound, add_usage};
     use crate::domain::callback_url::CallbackUrl;
     use crate::domain::tool::{ToolSpec, empty_parameters};
 

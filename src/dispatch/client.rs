@@ -30,14 +30,14 @@ use tokio::net::TcpStream;
 use tower_service::Service;
 
 use super::{
-    CALLBACK_CONNECTION_LIMIT, CALLBACK_KEEP_ALIVE, CONNECT_TIMEOUT, TLS_HANDSHAKE_TIMEOUT,
+    CALLBACK_CONNECT_TIMEOUT, CALLBACK_CONNECTION_LIMIT, CALLBACK_KEEP_ALIVE, TLS_HANDSHAKE_TIMEOUT,
 };
 
 type Io = MaybeHttpsStream<TokioIo<TcpStream>>;
 type Body = Full<Bytes>;
 
 /// Why an exchange got no response.
-pub enum SendError {
+pub(crate) enum SendError {
     /// No connection could be made (or its TLS handshake failed).
     Connect(Box<dyn std::error::Error + Send + Sync>),
     /// A connection was made, and the exchange on it failed before the response head.
@@ -52,7 +52,7 @@ thread_local! {
 fn connector() -> HttpsConnector<HttpConnector> {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
-    http.set_connect_timeout(Some(CONNECT_TIMEOUT));
+    http.set_connect_timeout(Some(CALLBACK_CONNECT_TIMEOUT));
     // Calls are one small request each: waiting to fill a segment only adds latency.
     http.set_nodelay(true);
     hyper_rustls::HttpsConnectorBuilder::new()
@@ -65,7 +65,7 @@ fn connector() -> HttpsConnector<HttpConnector> {
 
 /// A connection to one callback origin: the request side and the connection future that does
 /// its reads and writes, polled only while an exchange runs on it.
-pub struct Connection {
+pub(crate) struct Connection {
     sender: SendRequest<Body>,
     driver: Driver,
     /// It served an exchange before (it came from the pool).
@@ -114,13 +114,13 @@ impl Driver {
 
 impl Connection {
     /// Runs `work` (reading the response's body) while polling the connection.
-    pub async fn drive<T>(&mut self, work: impl Future<Output = T>) -> T {
+    pub(crate) async fn drive<T>(&mut self, work: impl Future<Output = T>) -> T {
         self.driver.drive(work).await
     }
 
     /// Gives the connection back to this thread's pool for the next exchange with `origin`,
     /// unless it is closing. Call only after the response was read whole.
-    pub fn release(mut self, origin: &str) {
+    pub(crate) fn release(mut self, origin: &str) {
         // One poll without waiting lets the connection finish a close the answer asked for
         // (`Connection: close`, a close-delimited body) instead of being pooled first.
         if self.driver.has_ended() || self.sender.is_closed() {
@@ -134,7 +134,7 @@ impl Connection {
 /// origin-form URI) on a pooled connection or a new one, and returns the response with the
 /// connection its body arrives on: read the body inside [`Connection::drive`], then
 /// [`Connection::release`] it.
-pub async fn send(
+pub(crate) async fn send(
     origin: &str,
     mut request: Request<Body>,
 ) -> Result<(Response<hyper::body::Incoming>, Connection), SendError> {
@@ -174,7 +174,7 @@ async fn open(origin: &str) -> Result<Connection, SendError> {
     // The connector bounds the TCP connection itself; an https connection then has its TLS
     // handshake, which it does not bound.
     let io = if tls {
-        let bound = CONNECT_TIMEOUT + TLS_HANDSHAKE_TIMEOUT;
+        let bound = CALLBACK_CONNECT_TIMEOUT + TLS_HANDSHAKE_TIMEOUT;
         match tokio::time::timeout(bound, connecting).await {
             Ok(io) => io,
             Err(_) => Err(format!(

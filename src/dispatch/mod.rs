@@ -9,14 +9,10 @@
 //! threads. When the server stops, calls still running at the end of the grace period are
 //! answered with a tool error saying so ([`Dispatcher::abandon_calls`]).
 
-use std::fmt;
-use std::io::{self, Write};
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use actix_web::rt::net::TcpStream;
 use bytes::Bytes;
 use futures_util::future::{Either, select};
 use http_body_util::{BodyExt, Full};
@@ -24,42 +20,51 @@ use hyper::header::{
     CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, HOST, HeaderName, HeaderValue,
 };
 use tokio::sync::{Notify, watch};
-use url::{Host, Position, Url};
+use url::Position;
 
-use crate::config::DispatchSettings;
-use crate::domain::call::{ToolAnswer, ToolCall, ToolResult, map_callback_response};
+use self::settings::DispatchSettings;
+use crate::domain::call::{ToolAnswer, ToolCall, ToolResult, map_callback_response, seconds};
 use crate::domain::failures::{DeadOrigin, DeadOriginRemover, Liveness, SharedFailures};
 use crate::domain::images::{ToolImage, accept_images};
 use crate::domain::tool::{RemoteEndpoint, SharedTool, ToolHandler};
 
+use self::body::BodySink;
+use self::failure::{CallFailure, body_failure, send_failure};
+
+mod body;
+mod cancel;
 mod client;
+mod failure;
+pub(crate) mod settings;
+
+pub use self::cancel::CallCanceller;
 
 /// Idle connections to callbacks kept per thread and origin. Above the concurrency any realistic
 /// client uses, so calls never queue behind each other for a connection.
-pub const CALLBACK_CONNECTION_LIMIT: usize = 4096;
+pub(crate) const CALLBACK_CONNECTION_LIMIT: usize = 4096;
 
 /// Longest wait for a TCP connection to a callback. On loopback a listening plugin accepts at
 /// once; this only bounds a full accept queue, and counts as a connection failure.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CALLBACK_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Longest wait for the TLS handshake of an `https` callback once its TCP connection is made
-/// (a connection and its handshake get [`CONNECT_TIMEOUT`] and this together). On loopback a
+/// (a connection and its handshake get [`CALLBACK_CONNECT_TIMEOUT`] and this together). On loopback a
 /// handshake takes milliseconds; this bounds a peer that accepts and never answers, which
 /// counts as a connection failure rather than costing the call its whole timeout.
-pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long an idle keep-alive connection to a callback is kept for reuse. Just under the 5 s
 /// idle timeout of the usual plugin servers (uvicorn, Node, actix-web), so we let a connection go
 /// before the plugin closes it under a call we are sending.
-pub const CALLBACK_KEEP_ALIVE: Duration = Duration::from_secs(4);
+pub(crate) const CALLBACK_KEEP_ALIVE: Duration = Duration::from_secs(4);
 
 /// Upper bound on an in-process tool's run: the largest timeout a remote tool may ask for.
-pub const LOCAL_TOOL_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const LOCAL_TOOL_TIMEOUT: Duration = crate::domain::tool::MAX_TIMEOUT;
 
 /// The header every callback request carries. The invoke route refuses a request that has it:
 /// a tool whose callback is an invoke route (this server's, or another's that calls back here)
 /// would otherwise call itself without end.
-pub const HOP_HEADER: &str = "x-runtime-tools-hop";
+pub(crate) const HOP_HEADER: &str = "x-runtime-tools-hop";
 
 #[derive(Clone)]
 pub struct Dispatcher {
@@ -130,7 +135,7 @@ impl Dispatcher {
         // Arguments that do not match the schema never reach the tool: the model gets the
         // reason to fix them, and nothing counts towards the tool's auto-removal.
         if self.inner.validate_arguments
-            && let Err(refused) = tool.parameters.check_call(&mut call)
+            && let Err(refused) = call.check_arguments(&tool.parameters)
         {
             tracing::debug!(tool = %call.name, call_id = %call.call_id, "arguments do not match the tool's parameters; not called");
             return call.error(refused.message(&tool.name));
@@ -145,7 +150,7 @@ impl Dispatcher {
                 let grace = grace.ok().and_then(|g| *g).unwrap_or_default();
                 ToolAnswer::error(format!(
                     "the server is stopping: the call did not finish within the {} s grace period",
-                    format_seconds(grace)
+                    seconds(grace)
                 ))
             }
         };
@@ -218,7 +223,7 @@ impl Dispatcher {
         let (liveness, answer) = match exchange.await {
             Ok(Ok((status, body))) => (Liveness::Reachable, map_callback_response(status, &body)),
             Ok(Err(failure)) => (failure.liveness, ToolAnswer::error(failure.error)),
-            // A connect that takes too long ends in the connector (`CONNECT_TIMEOUT`) and
+            // A connect that takes too long ends in the connector (`CALLBACK_CONNECT_TIMEOUT`) and
             // counts; reaching the tool's own deadline first means the callback went quiet
             // (or the tool allows less time than a connect may take): a read timeout, which
             // never counts.
@@ -226,7 +231,7 @@ impl Dispatcher {
                 Liveness::Reachable,
                 ToolAnswer::error(format!(
                     "remote tool callback timed out after {} s",
-                    format_seconds(endpoint.timeout)
+                    seconds(endpoint.timeout)
                 )),
             ),
         };
@@ -369,285 +374,5 @@ impl<'a> InFlight<'a> {
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-/// Collects a response body up to the size cap, decoding an unasked-for `gzip` or `deflate`
-/// answer on the way (we never advertise compression: on loopback it only costs CPU).
-enum BodySink {
-    Plain(Capped),
-    Gzip(flate2::write::GzDecoder<Capped>),
-    Deflate(flate2::write::ZlibDecoder<Capped>),
-}
-
-/// A buffer that refuses to grow past the cap.
-struct Capped {
-    bytes: Vec<u8>,
-    cap: usize,
-}
-
-impl Write for Capped {
-    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
-        if self.bytes.len() + data.len() > self.cap {
-            return Err(io::Error::other(OverCap));
-        }
-        self.bytes.extend_from_slice(data);
-        Ok(data.len())
-    }
-
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-#[derive(Debug)]
-struct OverCap;
-
-impl fmt::Display for OverCap {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("over the response size cap")
-    }
-}
-
-impl std::error::Error for OverCap {}
-
-impl BodySink {
-    fn new(encoding: Option<&[u8]>, cap: usize) -> Result<Self, CallFailure> {
-        let capped = Capped {
-            bytes: Vec::new(),
-            cap,
-        };
-        let encoding = encoding.map(|e| String::from_utf8_lossy(e).trim().to_ascii_lowercase());
-        Ok(match encoding.as_deref() {
-            None | Some("") | Some("identity") => BodySink::Plain(capped),
-            Some("gzip") | Some("x-gzip") => BodySink::Gzip(flate2::write::GzDecoder::new(capped)),
-            Some("deflate") => BodySink::Deflate(flate2::write::ZlibDecoder::new(capped)),
-            Some(other) => {
-                return Err(CallFailure::reachable(format!(
-                    "remote tool callback answered with Content-Encoding {other:?}, which is not \
-                     supported; send the answer uncompressed"
-                )));
-            }
-        })
-    }
-
-    fn write(&mut self, data: &[u8]) -> Result<(), CallFailure> {
-        let written = match self {
-            BodySink::Plain(c) => c.write_all(data),
-            BodySink::Gzip(d) => d.write_all(data),
-            BodySink::Deflate(d) => d.write_all(data),
-        };
-        written.map_err(|e| self.failure(&e))
-    }
-
-    fn finish(self) -> Result<Vec<u8>, CallFailure> {
-        let cap = self.cap();
-        let finished = match self {
-            BodySink::Plain(c) => Ok(c),
-            BodySink::Gzip(d) => d.finish(),
-            BodySink::Deflate(d) => d.finish(),
-        };
-        finished
-            .map(|c| c.bytes)
-            .map_err(|e| size_or_decode_failure(&e, cap))
-    }
-
-    fn cap(&self) -> usize {
-        match self {
-            BodySink::Plain(c) => c.cap,
-            BodySink::Gzip(d) => d.get_ref().cap,
-            BodySink::Deflate(d) => d.get_ref().cap,
-        }
-    }
-
-    fn failure(&self, e: &io::Error) -> CallFailure {
-        size_or_decode_failure(e, self.cap())
-    }
-}
-
-fn size_or_decode_failure(e: &io::Error, cap: usize) -> CallFailure {
-    if e.get_ref().is_some_and(|inner| inner.is::<OverCap>()) {
-        CallFailure::reachable(format!(
-            "remote tool callback response exceeded the {cap}-byte limit (dispatch.max_response_bytes)"
-        ))
-    } else {
-        CallFailure::reachable(format!(
-            "remote tool callback response could not be decompressed: {e}"
-        ))
-    }
-}
-
-/// A body that broke off after the head arrived.
-fn body_failure(e: &hyper::Error, received: u64, declared: Option<u64>) -> CallFailure {
-    let cut_short = e.is_incomplete_message()
-        || io_kind(e).is_some_and(|kind| {
-            matches!(
-                kind,
-                io::ErrorKind::UnexpectedEof
-                    | io::ErrorKind::ConnectionReset
-                    | io::ErrorKind::ConnectionAborted
-                    | io::ErrorKind::BrokenPipe
-            )
-        });
-    if !cut_short {
-        return CallFailure::reachable(format!(
-            "remote tool callback response could not be read: {}",
-            error_chain(e)
-        ));
-    }
-    let got = match declared {
-        Some(total) => format!("{received} of {total} bytes received"),
-        None => format!("{received} bytes received"),
-    };
-    CallFailure::reachable(format!(
-        "remote tool callback closed the connection in the middle of its answer ({got})"
-    ))
-}
-
-/// The kind of the I/O error somewhere under `e`, if there is one.
-fn io_kind(e: &(dyn std::error::Error + 'static)) -> Option<io::ErrorKind> {
-    let mut source = Some(e);
-    while let Some(error) = source {
-        if let Some(io) = error.downcast_ref::<io::Error>() {
-            return Some(io.kind());
-        }
-        source = error.source();
-    }
-    None
-}
-
-/// `e` and its sources, `: `-separated, as one line.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(error) = source {
-        let next = error.to_string();
-        if !text.contains(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        source = error.source();
-    }
-    text
-}
-
-/// Why an exchange produced no response to map, and what it says about the callback's origin.
-struct CallFailure {
-    liveness: Liveness,
-    error: String,
-}
-
-impl CallFailure {
-    fn reachable(error: String) -> Self {
-        Self {
-            liveness: Liveness::Reachable,
-            error,
-        }
-    }
-
-    fn connect_failed(endpoint: &RemoteEndpoint, detail: impl fmt::Display) -> Self {
-        Self {
-            liveness: Liveness::ConnectFailed,
-            error: format!(
-                "could not connect to remote tool callback {}: {detail}",
-                endpoint.callback_url.origin()
-            ),
-        }
-    }
-}
-
-/// Classifies a request that got no response.
-async fn send_failure(endpoint: &RemoteEndpoint, error: client::SendError) -> CallFailure {
-    let e = match error {
-        client::SendError::Connect(e) => {
-            return CallFailure::connect_failed(endpoint, error_chain(&*e));
-        }
-        client::SendError::Exchange(e) => e,
-    };
-    if e.is_parse() {
-        CallFailure::reachable(format!(
-            "remote tool callback failed: its answer is not HTTP/1.1 ({})",
-            error_chain(&e)
-        ))
-    } else if e.is_incomplete_message() || e.is_canceled() || e.is_closed() {
-        // The connection was made and then ended before the response head: the plugin may have
-        // died since it was kept alive, or it closed on this call.
-        connection_lost(endpoint, "closed the connection without answering").await
-    } else if io_kind(&e).is_some() {
-        connection_lost(
-            endpoint,
-            format!("connection failed before answering ({})", error_chain(&e)),
-        )
-        .await
-    } else {
-        CallFailure::reachable(format!("remote tool callback failed: {}", error_chain(&e)))
-    }
-}
-
-/// An exchange broke on a connection that had been made. It may have been a kept-alive
-/// connection whose plugin has since exited, so a fresh connection attempt (no request is sent
-/// on it) tells a dead plugin, whose failure counts towards removal, from a live one that
-/// misbehaved.
-async fn connection_lost(endpoint: &RemoteEndpoint, what: impl fmt::Display) -> CallFailure {
-    match probe(endpoint.callback_url.url()).await {
-        Ok(()) => CallFailure::reachable(format!(
-            "remote tool callback {} {what}",
-            endpoint.callback_url.origin()
-        )),
-        Err(e) => CallFailure::connect_failed(
-            endpoint,
-            format!("the callback {what}, and a new connection failed: {e}"),
-        ),
-    }
-}
-
-/// Opens (and at once closes) a TCP connection to `url`'s host and port.
-async fn probe(url: &Url) -> io::Result<()> {
-    let port = url.port_or_known_default().unwrap_or(80);
-    let connect = async {
-        match url.host() {
-            Some(Host::Ipv4(ip)) => TcpStream::connect((IpAddr::V4(ip), port)).await,
-            Some(Host::Ipv6(ip)) => TcpStream::connect((IpAddr::V6(ip), port)).await,
-            Some(Host::Domain(name)) => TcpStream::connect((name, port)).await,
-            None => Err(io::Error::new(io::ErrorKind::InvalidInput, "no host")),
-        }
-    };
-    match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
-        Ok(stream) => stream.map(drop),
-        Err(_) => Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            "timeout while establishing connection",
-        )),
-    }
-}
-
-/// `30`, `0.5`, `2.25`: seconds as a person would write them.
-fn format_seconds(d: Duration) -> String {
-    let text = format!("{:.3}", d.as_secs_f64());
-    text.trim_end_matches('0').trim_end_matches('.').to_owned()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn seconds_read_naturally() {
-        assert_eq!(format_seconds(Duration::from_secs(30)), "30");
-        assert_eq!(format_seconds(Duration::from_millis(500)), "0.5");
-        assert_eq!(format_seconds(Duration::from_millis(2250)), "2.25");
-    }
-
-    #[test]
-    fn the_body_sink_caps_plain_and_decoded_bodies() {
-        let mut plain = BodySink::new(None, 4).ok().unwrap();
-        plain.write(b"abcd").ok().unwrap();
-        assert!(plain.write(b"e").is_err());
-        let unknown = BodySink::new(Some(b"br"), 4).err().unwrap();
-        assert_eq!(
-            unknown.error,
-            "remote tool callback answered with Content-Encoding \"br\", which is not \
-             supported; send the answer uncompressed"
-        );
     }
 }

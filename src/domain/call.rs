@@ -7,6 +7,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use indexmap::IndexMap;
@@ -15,19 +16,14 @@ use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::arguments::{ArgumentError, ArgumentsRead, Parameters, read_arguments};
 use super::images::ToolImage;
+pub(crate) use super::json_text::JsonText;
+use super::json_text::{null_text, text_of};
 use super::peer_text;
 
 /// How many characters of an HTTP error body a tool error quotes.
-pub const ERROR_BODY_QUOTE_CHARS: usize = 200;
-
-/// JSON text kept exactly as it was written.
-pub type JsonText = Box<RawValue>;
-
-/// The JSON text `null`.
-fn null_text() -> JsonText {
-    RawValue::NULL.to_owned()
-}
+pub(crate) const ERROR_BODY_QUOTE_CHARS: usize = 200;
 
 /// One call of a tool, as the model (or the invoke route) made it. Serialised, it is the body
 /// POSTed to a remote tool's callback: `{name, arguments, call_id, raw_arguments}`, where
@@ -36,7 +32,7 @@ fn null_text() -> JsonText {
 pub struct ToolCall {
     pub name: String,
     /// The arguments as a parsed JSON object, for logic and the argument check (see
-    /// [`parse_arguments`]). Numbers beyond an `f64` are rounded here; the callback receives the
+    /// `read_arguments`). Numbers beyond an `f64` are rounded here; the callback receives the
     /// exact text instead.
     pub arguments: Map<String, Value>,
     pub call_id: String,
@@ -46,18 +42,6 @@ pub struct ToolCall {
     arguments_text: JsonText,
     /// How `raw_arguments` read, so the argument check need not parse it again.
     read: ArgumentsRead,
-}
-
-/// How a call's argument text read as JSON.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ArgumentsRead {
-    /// Empty, or a JSON object: the call's `arguments` are its parse.
-    Object,
-    /// JSON, but not an object; `found` says what it is ("an array").
-    NotAnObject { found: &'static str },
-    /// Not JSON (the argument check parses the text again for the reason: a rare case, and
-    /// it keeps every call small).
-    NotJson,
 }
 
 impl Serialize for ToolCall {
@@ -127,7 +111,7 @@ impl fmt::Debug for LocalToolHandler {
 }
 
 impl ToolCall {
-    /// A call from the model's argument text, read as [`parse_arguments`] says.
+    /// A call from the model's argument text, read as `read_arguments` says.
     pub fn from_raw(call_id: String, name: String, raw_arguments: String) -> Self {
         let (arguments, arguments_text, read) = read_arguments(&raw_arguments);
         Self {
@@ -173,9 +157,12 @@ impl ToolCall {
         }
     }
 
-    /// How the argument text read: when it is an object, `arguments` is its parse.
-    pub fn arguments_read(&self) -> &ArgumentsRead {
-        &self.read
+    /// Checks the call's arguments against `parameters`, from the parse the call already holds
+    /// (the text is not read again): the verdict and the text for the model are those of
+    /// [`Parameters::check`] of its argument text.
+    pub fn check_arguments(&mut self, parameters: &Parameters) -> Result<(), ArgumentError> {
+        self.read.as_object()?;
+        parameters.check_object_map(&mut self.arguments)
     }
 
     /// The arguments object as the callback receives it.
@@ -238,6 +225,26 @@ impl ToolAnswer {
 }
 
 impl ToolResult {
+    /// The result of a call cancelled because the person interrupted (a new user turn began)
+    /// after it had run for `ran`: a tool error that says so, so the conversation has an answer
+    /// for every call the model made. The same text on every kind of session.
+    pub fn interrupted(call_id: String, name: String, ran: Duration) -> Self {
+        let error = format!(
+            "cancelled because the person interrupted: a new user turn began after the call had \
+             run {} s, so its result was discarded",
+            seconds(ran)
+        );
+        Self {
+            call_id,
+            name,
+            output: null_text(),
+            is_error: true,
+            error: Some(error),
+            images: Vec::new(),
+            image_warnings: Vec::new(),
+        }
+    }
+
     /// The text the model receives: the output's exact JSON text, or for an error a JSON object
     /// text carrying the error (and the output the tool sent with it), so the model always
     /// learns what went wrong and reads whatever the tool explained.
@@ -293,51 +300,8 @@ fn with_image_warnings(output: &RawValue, warnings: &[String]) -> JsonText {
     text_of(serde_json::to_string(&object).unwrap_or_default())
 }
 
-/// Exact JSON text of text known to be JSON.
-fn text_of(json: String) -> JsonText {
-    RawValue::from_string(json).unwrap_or_else(|_| null_text())
-}
-
-/// The model's argument text as a JSON object: empty text is `{}`, a JSON value that is not an
-/// object is `{"value": it}`, and text that is not JSON is `{"_raw": text}`.
-pub fn parse_arguments(raw: &str) -> Map<String, Value> {
-    read_arguments(raw).0
-}
-
-/// [`parse_arguments`], with the exact JSON text of the resulting object (the model's own text
-/// whenever it is an object) and how the text read.
-fn read_arguments(raw: &str) -> (Map<String, Value>, JsonText, ArgumentsRead) {
-    let trimmed = raw.trim();
-    if trimmed.is_empty() {
-        return (Map::new(), text_of("{}".to_owned()), ArgumentsRead::Object);
-    }
-    // The whole text, not the trimmed one, so a parse error's column counts from its start.
-    match serde_json::from_str::<Value>(raw) {
-        Ok(Value::Object(map)) => {
-            let text = RawValue::from_string(trimmed.to_owned()).unwrap_or_else(|_| {
-                text_of(serde_json::to_string(&map).unwrap_or_else(|_| "{}".into()))
-            });
-            (map, text, ArgumentsRead::Object)
-        }
-        Ok(other) => {
-            let text = text_of(format!("{{\"value\":{trimmed}}}"));
-            let found = super::arguments::kind_of(&other);
-            (
-                Map::from_iter([("value".to_owned(), other)]),
-                text,
-                ArgumentsRead::NotAnObject { found },
-            )
-        }
-        Err(_) => {
-            let map = Map::from_iter([("_raw".to_owned(), Value::String(raw.to_owned()))]);
-            let text = text_of(serde_json::to_string(&map).unwrap_or_default());
-            (map, text, ArgumentsRead::NotJson)
-        }
-    }
-}
-
 /// Maps a completed callback exchange to the tool's answer.
-pub fn map_callback_response(status: u16, body: &[u8]) -> ToolAnswer {
+pub(crate) fn map_callback_response(status: u16, body: &[u8]) -> ToolAnswer {
     if (300..400).contains(&status) {
         return ToolAnswer::error(format!(
             "remote tool callback answered with a redirect (HTTP {status}); redirects are not followed"
@@ -447,6 +411,12 @@ fn error_text(error: Option<&RawValue>) -> String {
     }
 }
 
+/// `30`, `0.5`, `2.25`: seconds as a person would write them (to the millisecond).
+pub(crate) fn seconds(d: Duration) -> String {
+    let text = format!("{:.3}", d.as_secs_f64());
+    text.trim_end_matches('0').trim_end_matches('.').to_owned()
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -459,19 +429,19 @@ mod tests {
 
     #[test]
     fn arguments_rule() {
-        assert_eq!(parse_arguments(""), Map::new());
-        assert_eq!(parse_arguments("  "), Map::new());
+        assert_eq!(read_arguments("").0, Map::new());
+        assert_eq!(read_arguments("  ").0, Map::new());
         assert_eq!(
-            Value::Object(parse_arguments(r#"{"a":1}"#)),
+            Value::Object(read_arguments(r#"{"a":1}"#).0),
             json!({"a": 1})
         );
         assert_eq!(
-            Value::Object(parse_arguments("[1,2]")),
+            Value::Object(read_arguments("[1,2]").0),
             json!({"value": [1, 2]})
         );
-        assert_eq!(Value::Object(parse_arguments("7")), json!({"value": 7}));
+        assert_eq!(Value::Object(read_arguments("7").0), json!({"value": 7}));
         assert_eq!(
-            Value::Object(parse_arguments("{oops")),
+            Value::Object(read_arguments("{oops").0),
             json!({"_raw": "{oops"})
         );
     }
@@ -702,5 +672,29 @@ mod tests {
         assert_eq!(call.raw_arguments, r#"{"city":"Tokyo"}"#);
         assert_eq!(call.arguments_text().get(), r#"{"city":"Tokyo"}"#);
         assert_eq!(call.arguments, args);
+    }
+
+    #[test]
+    fn seconds_read_naturally() {
+        assert_eq!(seconds(Duration::from_secs(30)), "30");
+        assert_eq!(seconds(Duration::from_millis(500)), "0.5");
+        assert_eq!(seconds(Duration::from_millis(2250)), "2.25");
+        assert_eq!(seconds(Duration::from_micros(1_234_567)), "1.235");
+    }
+
+    #[test]
+    fn an_interrupted_call_says_why_and_how_long_it_ran() {
+        let result = ToolResult::interrupted(
+            "call_1".into(),
+            "get_weather".into(),
+            Duration::from_millis(1500),
+        );
+        assert!(result.is_error);
+        assert_eq!(
+            serde_json::from_str::<Value>(&result.model_text()).unwrap(),
+            json!({"error": "cancelled because the person interrupted: a new user turn began \
+                             after the call had run 1.5 s, so its result was discarded",
+                   "is_error": true})
+        );
     }
 }

@@ -13,7 +13,7 @@ use super::callback_url::{WrittenError, written_parts};
 use super::loopback::{is_loopback_host, is_loopback_v6};
 
 /// The forms accepted, quoted by every refusal.
-pub const ACCEPTED_CALL_URLS: &str = "the call's URL must be wss:// to a provider the \
+pub(crate) const ACCEPTED_CALL_URLS: &str = "the call's URL must be wss:// to a provider the \
      configuration names, or ws:// on loopback (localhost, 127.x.x.x or [::1]), e.g. \
      wss://api.openai.com/v1/realtime?call_id=rtc_123";
 

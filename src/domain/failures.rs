@@ -14,7 +14,7 @@ use super::callback_url::CallbackOrigin;
 use super::tool::PLUGIN_SOURCE_PREFIX;
 
 /// Consecutive connection failures after which a plugin origin's tools are removed.
-pub const REMOVAL_THRESHOLD: u32 = 3;
+pub(crate) const REMOVAL_THRESHOLD: u32 = 3;
 
 /// What one exchange with a callback taught us about its origin.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -17,30 +17,30 @@ use serde::Serialize;
 use serde_json::Value;
 
 /// Images one result may carry: a tool that shows more is asking the model to skim.
-pub const MAX_IMAGES_PER_RESULT: usize = 2;
+pub(crate) const MAX_IMAGES_PER_RESULT: usize = 2;
 
 /// Largest base64 text accepted for one image (2 MiB of text, about 1.5 MiB of image).
-pub const MAX_IMAGE_BASE64_CHARS: usize = 2 * 1024 * 1024;
+pub(crate) const MAX_IMAGE_BASE64_CHARS: usize = 2 * 1024 * 1024;
 
 /// Largest picture accepted: 4K UHD. Larger frames stall the decode and say no more to a model.
-pub const MAX_IMAGE_PIXELS: u64 = 3840 * 2160;
+pub(crate) const MAX_IMAGE_PIXELS: u64 = 3840 * 2160;
 
 /// Longest `vision_prompt` kept; longer ones are cut (it is a caption, not a document).
-pub const MAX_VISION_PROMPT_CHARS: usize = 2000;
+pub(crate) const MAX_VISION_PROMPT_CHARS: usize = 2000;
 
 /// Largest base64 text delivered per image; a larger image is re-encoded down to it. 500 KiB
 /// keeps two images and their turn well inside a realtime event.
-pub const DELIVERY_MAX_BASE64_CHARS: usize = 500 * 1024;
+pub(crate) const DELIVERY_MAX_BASE64_CHARS: usize = 500 * 1024;
 
 /// The re-encoding steps tried in order until one fits: (height, JPEG quality). The first is
 /// the usual model frame (720p at quality 80); each later one gives up some size and quality.
-pub const REENCODE_STEPS: [(u32, u8); 4] = [(720, 80), (720, 60), (540, 55), (480, 45)];
+pub(crate) const REENCODE_STEPS: [(u32, u8); 4] = [(720, 80), (720, 60), (540, 55), (480, 45)];
 
 /// Images a realtime model turn takes, over every call of the turn.
-pub const MAX_IMAGES_PER_TURN: usize = 2;
+pub(crate) const MAX_IMAGES_PER_TURN: usize = 2;
 
 /// Base64 text a realtime model turn takes, over every call of the turn.
-pub const MAX_BASE64_PER_TURN: usize = 4 * 1024 * 1024;
+pub(crate) const MAX_BASE64_PER_TURN: usize = 4 * 1024 * 1024;
 
 const PNG_MAGIC: &[u8] = b"\x89PNG\r\n\x1a\n";
 const JPEG_MAGIC: &[u8] = b"\xff\xd8";
@@ -67,7 +67,7 @@ impl ToolImage {
 
 /// Checks the `images` field of a result: returns the images that pass and a warning for every
 /// one dropped or changed.
-pub fn accept_images(images: &Value) -> (Vec<ToolImage>, Vec<String>) {
+pub(crate) fn accept_images(images: &Value) -> (Vec<ToolImage>, Vec<String>) {
     let Value::Array(entries) = images else {
         return (
             Vec::new(),
@@ -236,7 +236,7 @@ fn reencode(image: &DynamicImage) -> Option<(String, u32, u32)> {
 
 /// What one model turn has left for images.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TurnBudget {
+pub(crate) struct TurnBudget {
     images: usize,
     base64: usize,
 }
@@ -252,7 +252,7 @@ impl Default for TurnBudget {
 
 impl TurnBudget {
     /// Keeps the images the turn still has room for, in order; returns the warning for the rest.
-    pub fn take(&mut self, images: &mut Vec<ToolImage>) -> Option<String> {
+    pub(crate) fn take(&mut self, images: &mut Vec<ToolImage>) -> Option<String> {
         let before = images.len();
         images.retain(|image| {
             let fits = self.images > 0 && image.data_b64.len() <= self.base64;

@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// 127.0.0.0/8, `::1`, or an IPv4-mapped IPv6 address of 127.0.0.0/8.
-pub fn is_loopback_ip(ip: IpAddr) -> bool {
+pub(crate) fn is_loopback_ip(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => v4.is_loopback(),
         IpAddr::V6(v6) => is_loopback_v6(&v6),
@@ -12,7 +12,7 @@ pub fn is_loopback_ip(ip: IpAddr) -> bool {
 }
 
 /// `::1`, or an IPv4-mapped address (`::ffff:a.b.c.d`) whose IPv4 part is loopback.
-pub fn is_loopback_v6(ip: &Ipv6Addr) -> bool {
+pub(crate) fn is_loopback_v6(ip: &Ipv6Addr) -> bool {
     ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
 }
 
@@ -20,7 +20,7 @@ pub fn is_loopback_v6(ip: &Ipv6Addr) -> bool {
 /// 127.0.0.0/8, or (without brackets) `::1` / IPv4-mapped loopback. Everything else — other
 /// names, short or numeric IPv4 forms, leading zeros, zone ids, percent-encoding, a trailing
 /// dot — is refused.
-pub fn is_loopback_host(host: &str) -> bool {
+pub(crate) fn is_loopback_host(host: &str) -> bool {
     if host.eq_ignore_ascii_case("localhost") {
         return true;
     }
@@ -49,7 +49,7 @@ fn is_strict_dotted_quad(host: &str) -> bool {
 
 /// Whether a `Host` header names loopback: `localhost`, `127.x.y.z` or `[::1]`, with any port.
 /// A browser page that reaches us through DNS rebinding carries its own domain here.
-pub fn is_loopback_host_header(value: &str) -> bool {
+pub(crate) fn is_loopback_host_header(value: &str) -> bool {
     let (host, port) = match value.strip_prefix('[') {
         Some(inner) => match inner.split_once(']') {
             Some((host, "")) => (host, None),
@@ -80,7 +80,7 @@ fn is_port(text: &str) -> bool {
 /// Whether a browser's `Origin` header names a page served from loopback:
 /// `http(s)://` + a loopback `Host` form (`localhost`, `127.x.y.z`, `[::1]`, any port), nothing
 /// after it. `null` (sandboxed frames, `file:` pages, redirects) and every other origin are not.
-pub fn is_loopback_origin(value: &str) -> bool {
+pub(crate) fn is_loopback_origin(value: &str) -> bool {
     let Some((scheme, authority)) = value.split_once("://") else {
         return false;
     };

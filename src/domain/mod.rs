@@ -4,16 +4,18 @@
 //! peer sends. Nothing here imports the actor system or the web framework;
 //! the actors and the HTTP layer hold these types and do the messaging.
 
-pub mod arguments;
-pub mod call;
-pub mod call_url;
-pub mod callback_url;
-pub mod failures;
-pub mod images;
-pub mod loopback;
-pub mod peer_text;
-pub mod registry;
-pub mod role;
-pub mod schema_limits;
-pub mod snapshot;
-pub mod tool;
+pub(crate) mod arguments;
+pub(crate) mod call;
+pub(crate) mod call_url;
+pub(crate) mod callback_url;
+pub(crate) mod connection;
+pub(crate) mod failures;
+pub(crate) mod images;
+pub(crate) mod json_text;
+pub(crate) mod loopback;
+pub(crate) mod peer_text;
+pub(crate) mod registry;
+pub(crate) mod role;
+pub(crate) mod schema_limits;
+pub(crate) mod snapshot;
+pub(crate) mod tool;

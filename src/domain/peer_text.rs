@@ -10,7 +10,7 @@ pub const MAX_PEER_TEXT_BYTES: usize = 2 * 1024;
 
 /// `text`, or when it is longer than [`MAX_PEER_TEXT_BYTES`], its start (cut at a character
 /// boundary) followed by a mark that says it was cut and how long it was.
-pub fn bounded(text: String) -> String {
+pub(crate) fn bounded(text: String) -> String {
     if text.len() <= MAX_PEER_TEXT_BYTES {
         return text;
     }
@@ -18,7 +18,7 @@ pub fn bounded(text: String) -> String {
 }
 
 /// [`bounded`], for borrowed text: copies at most the bound.
-pub fn bounded_str(text: &str) -> String {
+pub(crate) fn bounded_str(text: &str) -> String {
     if text.len() <= MAX_PEER_TEXT_BYTES {
         return text.to_owned();
     }

@@ -174,7 +174,7 @@ impl ToolRegistry {
 
 /// The error of a call or a lookup that names a tool not registered (for `role`, when a role was
 /// given): it lists the tools that are, so the model or the caller can correct itself.
-pub fn not_registered_text<'a>(
+pub(crate) fn not_registered_text<'a>(
     name: &str,
     role: Option<&str>,
     available: impl IntoIterator<Item = &'a str>,

@@ -41,10 +41,10 @@ impl ToolSnapshot {
 
 /// Where a character's current snapshot is published; shared by its manager (the writer) and
 /// every reader.
-pub type ToolCell = Arc<ArcSwap<ToolSnapshot>>;
+pub(crate) type ToolCell = Arc<ArcSwap<ToolSnapshot>>;
 
 /// A new cell holding no tools.
-pub fn empty_cell() -> ToolCell {
+pub(crate) fn empty_cell() -> ToolCell {
     Arc::new(ArcSwap::from_pointee(ToolSnapshot::default()))
 }
 
@@ -52,11 +52,11 @@ pub fn empty_cell() -> ToolCell {
 /// and this writer must not publish again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("session manager was replaced before answering")]
-pub struct Superseded;
+pub(crate) struct Superseded;
 
 /// The only writer of one [`ToolCell`].
 #[derive(Debug)]
-pub struct ToolWriter {
+pub(crate) struct ToolWriter {
     cell: ToolCell,
     /// What this writer published last (the cell holds it too, unless superseded).
     current: Arc<ToolSnapshot>,
@@ -68,7 +68,7 @@ impl ToolWriter {
     /// Takes over `cell`: starts from what it holds, applies the `replay` changes it lacks
     /// (numbered, in order; those it already includes are skipped) and publishes the result,
     /// so a writer that published there before is superseded from now on.
-    pub fn resume<'a>(
+    pub(crate) fn resume<'a>(
         cell: ToolCell,
         replay: impl IntoIterator<Item = (u64, &'a Arc<Change>)>,
     ) -> Self {
@@ -89,13 +89,17 @@ impl ToolWriter {
     }
 
     /// What this writer published last.
-    pub fn current(&self) -> &Arc<ToolSnapshot> {
+    pub(crate) fn current(&self) -> &Arc<ToolSnapshot> {
         &self.current
     }
 
     /// Applies change number `number` and publishes the result. A change the current snapshot
     /// already includes is not applied again (`Effect` of nothing).
-    pub fn apply(&mut self, number: u64, change: &Arc<Change>) -> Result<Effect, Superseded> {
+    pub(crate) fn apply(
+        &mut self,
+        number: u64,
+        change: &Arc<Change>,
+    ) -> Result<Effect, Superseded> {
         if number <= self.current.applied {
             return Ok(Effect {
                 removed: 0,

@@ -14,13 +14,18 @@ use super::call::LocalToolHandler;
 use super::callback_url::{CallbackOrigin, CallbackUrl};
 
 /// `source` of a registration that names none.
-pub const DEFAULT_SOURCE: &str = "external";
+pub(crate) const DEFAULT_SOURCE: &str = "external";
 
 /// Timeout of a remote tool that names none (the spec's default).
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Longest a tool call may run: the contract caps `timeout_seconds` at 300 s. Every other wait
+/// on a call is bounded by it: a registration's and an MCP server's timeout, an in-process tool's
+/// run, the grace a stopping server gives running calls.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Sources with this prefix are plugins whose dead callback origins are removed automatically.
-pub const PLUGIN_SOURCE_PREFIX: &str = "plugin:";
+pub(crate) const PLUGIN_SOURCE_PREFIX: &str = "plugin:";
 
 /// One tool as the model sees it, plus how to run it.
 #[derive(Debug)]
@@ -172,14 +177,14 @@ impl<'a> FunctionBody<'a> {
 /// `{"type": "function", "function": {"name", "description", "parameters"}}`, serialised
 /// straight from the shared tool.
 #[derive(Serialize)]
-pub struct NestedTool<'a> {
+pub(crate) struct NestedTool<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     function: FunctionBody<'a>,
 }
 
 impl<'a> NestedTool<'a> {
-    pub fn new(tool: &'a ToolSpec) -> Self {
+    pub(crate) fn new(tool: &'a ToolSpec) -> Self {
         Self {
             kind: "function",
             function: FunctionBody::new(tool),
@@ -190,7 +195,7 @@ impl<'a> NestedTool<'a> {
 /// A tool as OpenAI's realtime sessions take it:
 /// `{"type": "function", "name", "description", "parameters"}`.
 #[derive(Serialize)]
-pub struct FlatTool<'a> {
+pub(crate) struct FlatTool<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     #[serde(flatten)]
@@ -198,7 +203,7 @@ pub struct FlatTool<'a> {
 }
 
 impl<'a> FlatTool<'a> {
-    pub fn new(tool: &'a ToolSpec) -> Self {
+    pub(crate) fn new(tool: &'a ToolSpec) -> Self {
         Self {
             kind: "function",
             body: FunctionBody::new(tool),
@@ -208,7 +213,7 @@ impl<'a> FlatTool<'a> {
 
 /// Remote tools of these names (empty description and schema, `plugin:w`), for unit tests.
 #[cfg(test)]
-pub fn test_tools(names: &[&str]) -> Vec<SharedTool> {
+pub(crate) fn test_tools(names: &[&str]) -> Vec<SharedTool> {
     names
         .iter()
         .map(|n| {

@@ -10,42 +10,41 @@
 //! it again after a capped backoff, and the tools come back with the new connection.
 //!
 //! A call of such a tool never passes through this actor: each registered tool holds the
-//! connection's peer and sends `tools/call` itself, bounded by the server's `timeout_seconds`.
+//! connection's peer and sends `tools/call` itself ([`super::call`]).
 
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use futures_util::FutureExt;
-use futures_util::future::BoxFuture;
-use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientInfo, Implementation};
+use rmcp::model::{ClientCapabilities, ClientInfo, Implementation};
 use rmcp::service::{NotificationContext, RunningService, RunningServiceCancellationToken};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use super::call::McpToolHandler;
 use super::listing::{Listing, list_every_tool};
 use super::mapping::{self, Definition};
 use super::settings::{McpServerSettings, McpTransport};
 use super::status::{McpBoard, McpState};
 use crate::actors::router::{ReplaceSource, Router};
-use crate::domain::call::{LocalHandler, LocalToolHandler, ToolCall, ToolOutcome};
+use crate::domain::call::LocalToolHandler;
 use crate::domain::peer_text;
 
 /// First wait before starting a server again; doubled per failed attempt up to [`MAX_BACKOFF`].
-pub const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
+pub(crate) const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
 
 /// Longest wait between attempts: a server that keeps failing is retried twice a minute.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
 /// Longest a start takes: the process starting (a `uvx` or `npx` server may first install
 /// itself), the initialize handshake and the first listing.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Longest a listing after `notifications/tools/list_changed` takes.
-pub const LIST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const LIST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The server announced `notifications/tools/list_changed`.
 #[derive(Message, Debug)]
@@ -70,7 +69,7 @@ struct Opened {
     tools: Listing,
 }
 
-pub struct McpClient {
+pub(crate) struct McpClient {
     settings: Arc<McpServerSettings>,
     router: Addr<Router>,
     board: McpBoard,
@@ -86,7 +85,7 @@ pub struct McpClient {
 
 impl McpClient {
     /// Starts the supervised client of one MCP server.
-    pub fn launch(
+    pub(crate) fn launch(
         settings: McpServerSettings,
         router: Addr<Router>,
         board: McpBoard,
@@ -197,11 +196,11 @@ impl McpClient {
             tracing::debug!(mcp_server = %self.name(), "MCP tool listing unchanged");
             return;
         }
-        let handler = LocalToolHandler(Arc::new(McpToolHandler {
-            server: self.settings.name.as_str().into(),
+        let handler = LocalToolHandler(Arc::new(McpToolHandler::new(
+            &self.settings.name,
             peer,
-            timeout: self.settings.timeout,
-        }));
+            self.settings.timeout,
+        )));
         let source = self.settings.source();
         let specs = definitions
             .iter()
@@ -389,36 +388,5 @@ impl ClientHandler for Listener {
         self.actor.do_send(ToolListChanged {
             connection: self.connection,
         });
-    }
-}
-
-/// Runs a call of an MCP server's tool: `tools/call` on the connection it was listed on.
-struct McpToolHandler {
-    server: Arc<str>,
-    peer: Peer<RoleClient>,
-    timeout: Duration,
-}
-
-impl LocalHandler for McpToolHandler {
-    fn call(&self, call: ToolCall) -> BoxFuture<'static, ToolOutcome> {
-        let (server, peer, timeout) = (self.server.clone(), self.peer.clone(), self.timeout);
-        async move {
-            let request = CallToolRequestParams::new(call.name).with_arguments(call.arguments);
-            match tokio::time::timeout(timeout, peer.call_tool(request)).await {
-                Ok(Ok(result)) => mapping::outcome(result),
-                Ok(Err(e)) => Err(peer_text::bounded(format!(
-                    "MCP server {server} could not run the call: {e}"
-                ))),
-                Err(_) => Err(format!(
-                    "MCP server {server} did not answer tools/call within {} s",
-                    mapping::seconds(timeout)
-                )),
-            }
-        }
-        .boxed()
-    }
-
-    fn timeout(&self) -> Option<Duration> {
-        Some(self.timeout)
     }
 }

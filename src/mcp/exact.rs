@@ -19,7 +19,7 @@ use crate::domain::call::JsonText;
 /// The argument text of the `tools/call` a `POST /mcp` carries: put in the request's extensions
 /// by the route, read by the session's `call_tool`.
 #[derive(Debug, Clone)]
-pub struct CallArguments(pub JsonText);
+pub(crate) struct CallArguments(pub JsonText);
 
 /// One JSON-RPC message, read only as far as a `tools/call` needs.
 #[derive(Deserialize)]
@@ -39,7 +39,7 @@ struct IncomingParams<'a> {
 
 /// The request id and the exact argument text of `message`, when it is a `tools/call` request
 /// whose arguments are an object.
-pub fn tools_call_arguments(message: &RawValue) -> Option<(Value, JsonText)> {
+pub(crate) fn tools_call_arguments(message: &RawValue) -> Option<(Value, JsonText)> {
     let incoming = serde_json::from_str::<Incoming<'_>>(message.get()).ok()?;
     if incoming.method.as_deref() != Some("tools/call") {
         return None;
@@ -53,7 +53,7 @@ pub fn tools_call_arguments(message: &RawValue) -> Option<(Value, JsonText)> {
 
 /// `text` when it is the text of `parsed` (what the SDK made of the same message): text read
 /// differently is never used.
-pub fn if_parsed_as(text: JsonText, parsed: &Map<String, Value>) -> Option<JsonText> {
+pub(crate) fn if_parsed_as(text: JsonText, parsed: &Map<String, Value>) -> Option<JsonText> {
     let same = serde_json::from_str::<Map<String, Value>>(text.get()).ok()? == *parsed;
     same.then_some(text)
 }

@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::future::{Either, select};
 use rmcp::model::{
@@ -34,24 +34,24 @@ use super::exact::{self, CallArguments};
 use crate::actors::router::{Directory, RouterError};
 use crate::dispatch::Dispatcher;
 use crate::domain::call::{ToolCall, ToolResult};
-use crate::events::{Caller, EventHub, EventKind, ToolCallFinished};
+use crate::events::{CallAnnouncement, Caller, EventHub, EventKind, ToolCallFinished};
 
 /// How long a session may go without a request before it is let go: an MCP client left open in
 /// an editor may be quiet for long, but a session nobody ends (no `DELETE`) must not live for
 /// ever. A client that comes back after it gets 404 and initializes again, as the transport
 /// says.
-pub const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
+pub(crate) const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// Interval of the keep-alive comment on a session's event streams: under the idle timeouts of
 /// common clients (30 s and up), as for `GET /api/events`.
-pub const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
+pub(crate) const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// The transport of one character's sessions.
-pub type CharacterService = StreamableHttpService<SessionTools, LocalSessionManager>;
+pub(crate) type CharacterService = StreamableHttpService<SessionTools, LocalSessionManager>;
 
 /// Why a request to `/mcp` names no character.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum McpEndpointError {
+pub(crate) enum McpEndpointError {
     #[error(transparent)]
     Router(#[from] RouterError),
     #[error("this server has no character: /mcp serves the tools of one")]
@@ -60,7 +60,7 @@ pub enum McpEndpointError {
 
 /// `/mcp`'s state: each character's transport, created on its first request; cheap to clone.
 #[derive(Clone)]
-pub struct McpEndpoint(Arc<Inner>);
+pub(crate) struct McpEndpoint(Arc<Inner>);
 
 struct Inner {
     directory: Directory,
@@ -71,7 +71,7 @@ struct Inner {
 }
 
 impl McpEndpoint {
-    pub fn new(directory: Directory, dispatcher: Dispatcher, events: EventHub) -> Self {
+    pub(crate) fn new(directory: Directory, dispatcher: Dispatcher, events: EventHub) -> Self {
         let config = StreamableHttpServerConfig::default()
             // The API's guard has already refused every peer, `Host` and `Origin` that is not
             // loopback (with every loopback form the other routes take: rmcp's own list would
@@ -90,7 +90,7 @@ impl McpEndpoint {
 
     /// The character a request names (`None` or `""`: the first character, in configuration
     /// order), and the transport of its sessions.
-    pub fn service(
+    pub(crate) fn service(
         &self,
         role: Option<&str>,
     ) -> Result<(String, CharacterService), McpEndpointError> {
@@ -129,13 +129,13 @@ impl McpEndpoint {
 
     /// Ends every session and stream (the server is stopping: an open stream would otherwise
     /// hold the graceful stop until its end).
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.0.config.cancellation_token.cancel();
     }
 }
 
 /// One MCP session: the tools of one character.
-pub struct SessionTools {
+pub(crate) struct SessionTools {
     role: String,
     directory: Directory,
     dispatcher: Dispatcher,
@@ -207,9 +207,24 @@ impl ServerHandler for SessionTools {
             Ok(resolved) => resolved,
             Err(e) => return Ok(call_result(call.error(e.to_string()))),
         };
-        let started = Instant::now();
         // A client that cancels the request (`notifications/cancelled`) drops the dispatch,
-        // which closes a callback's exchange, as a cancelled invoke does.
+        // which closes a callback's exchange, as a cancelled invoke does; the call is then
+        // announced as cancelled.
+        let call_id = call.call_id.clone();
+        let announcement = CallAnnouncement::start(
+            &self.events,
+            ToolCallFinished {
+                role: &resolved.role,
+                tool: &resolved.tool.name,
+                source: Some(&resolved.tool.source),
+                call_id: &call_id,
+                caller: Caller::Mcp,
+                kind: None,
+                duration_ms: 0.0,
+                is_error: false,
+                cancelled: false,
+            },
+        );
         let dispatch = std::pin::pin!(self.dispatcher.dispatch(&resolved.tool, call));
         let cancelled = std::pin::pin!(context.ct.cancelled());
         let result = match select(dispatch, cancelled).await {
@@ -218,16 +233,7 @@ impl ServerHandler for SessionTools {
                 return Err(ErrorData::internal_error("the call was cancelled", None));
             }
         };
-        self.events.tool_call(&ToolCallFinished {
-            role: &resolved.role,
-            tool: &result.name,
-            source: Some(&resolved.tool.source),
-            call_id: &result.call_id,
-            caller: Caller::Mcp,
-            kind: None,
-            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-            is_error: result.is_error,
-        });
+        announcement.finished(result.is_error);
         Ok(call_result(result))
     }
 

@@ -11,16 +11,16 @@ use super::mapping::{self, Definition, Skipped};
 /// Most tools taken from one server's listing: far more than any model is usefully given (the
 /// OpenAI APIs take 128 functions per request), small enough that a server listing without end
 /// cannot fill the memory. The rest are reported as skipped.
-pub const MAX_LISTED_TOOLS: usize = 1024;
+pub(crate) const MAX_LISTED_TOOLS: usize = 1024;
 
 /// Most pages read from one listing: a server whose cursors never end (each page empty, say)
 /// stops being read here.
-pub const MAX_LIST_PAGES: usize = 256;
+pub(crate) const MAX_LIST_PAGES: usize = 256;
 
 /// One complete listing: the tools taken, and whether the server had more than the bounds let
 /// through.
 #[derive(Debug, Clone, Default)]
-pub struct Listing {
+pub(crate) struct Listing {
     pub tools: Vec<Tool>,
     /// What was left unread, in words, when the listing was cut short.
     pub cut: Option<String>,
@@ -29,7 +29,7 @@ pub struct Listing {
 impl Listing {
     /// The tools as this server's definitions, and those that cannot be registered (with the
     /// part of the listing left unread, if any, as one more entry).
-    pub fn definitions(&self) -> (Vec<Definition>, Vec<Skipped>) {
+    pub(crate) fn definitions(&self) -> (Vec<Definition>, Vec<Skipped>) {
         let mut definitions = Vec::with_capacity(self.tools.len());
         let mut skipped = Vec::new();
         for tool in &self.tools {
@@ -50,7 +50,7 @@ impl Listing {
 
 /// Lists every page of `peer`'s tools, up to [`MAX_LISTED_TOOLS`] tools and [`MAX_LIST_PAGES`]
 /// pages.
-pub async fn list_every_tool(peer: &Peer<RoleClient>) -> Result<Listing, ServiceError> {
+pub(crate) async fn list_every_tool(peer: &Peer<RoleClient>) -> Result<Listing, ServiceError> {
     let mut listing = Listing::default();
     let mut cursor = None;
     for _ in 0..MAX_LIST_PAGES {

@@ -1,8 +1,6 @@
 //! Plain conversions between an MCP server's tools and this server's: an MCP tool as a
 //! [`ToolSpec`] (or why it cannot be one), and a `tools/call` result as the call's outcome.
 
-use std::time::Duration;
-
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use serde_json::{Value, json};
 
@@ -12,12 +10,12 @@ use crate::domain::peer_text;
 use crate::domain::tool::ToolSpec;
 
 /// Longest tool name this server accepts (the name rule of a registration).
-pub const MAX_TOOL_NAME_CHARS: usize = 64;
+pub(crate) const MAX_TOOL_NAME_CHARS: usize = 64;
 
 /// What the model sees of an MCP tool (its schema checked and compiled), compared to tell
 /// whether a new listing changed anything.
 #[derive(Clone)]
-pub struct Definition {
+pub(crate) struct Definition {
     pub name: String,
     pub description: String,
     pub parameters: Parameters,
@@ -43,14 +41,14 @@ impl std::fmt::Debug for Definition {
 
 /// A tool of the listing that could not be registered, and why.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
-pub struct Skipped {
+pub(crate) struct Skipped {
     pub name: String,
     pub reason: String,
 }
 
 /// The model-facing definition of an MCP tool, or why it cannot be one: a name that breaks this
 /// server's name rule, or an `inputSchema` a registration would refuse.
-pub fn definition(tool: &Tool) -> Result<Definition, Skipped> {
+pub(crate) fn definition(tool: &Tool) -> Result<Definition, Skipped> {
     let name = tool.name.to_string();
     let chars = name.chars().count();
     let problem = if chars == 0 {
@@ -82,7 +80,11 @@ pub fn definition(tool: &Tool) -> Result<Definition, Skipped> {
 }
 
 /// The tool a definition becomes, run by `handler` and registered as `source`.
-pub fn tool_spec(definition: &Definition, source: &str, handler: LocalToolHandler) -> ToolSpec {
+pub(crate) fn tool_spec(
+    definition: &Definition,
+    source: &str,
+    handler: LocalToolHandler,
+) -> ToolSpec {
     ToolSpec::local(
         definition.name.clone(),
         definition.description.clone(),
@@ -96,7 +98,7 @@ pub fn tool_spec(definition: &Definition, source: &str, handler: LocalToolHandle
 /// otherwise `structuredContent` is the output when there is one, else the content as text.
 /// Images go to the image channel (the in-process envelope `{"output", "images"}`), where they
 /// are checked and delivered like a callback's; anything else but text is described in words.
-pub fn outcome(result: CallToolResult) -> ToolOutcome {
+pub(crate) fn outcome(result: CallToolResult) -> ToolOutcome {
     let (images, rest): (Vec<&ContentBlock>, Vec<&ContentBlock>) = result
         .content
         .iter()
@@ -157,12 +159,6 @@ fn describe(block: &ContentBlock) -> String {
             serde_json::to_string(other).unwrap_or_default()
         ),
     }
-}
-
-/// A call timeout in words, for the error a late call gets.
-pub fn seconds(timeout: Duration) -> String {
-    let text = format!("{:.3}", timeout.as_secs_f64());
-    text.trim_end_matches('0').trim_end_matches('.').to_owned()
 }
 
 #[cfg(test)]

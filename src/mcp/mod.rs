@@ -8,7 +8,8 @@
 //!   the dispatcher, `notifications/tools/list_changed` from the event hub.
 //! - [`client`]: an MCP server of the configuration (`[[mcp_server]]`) as a tool source: one
 //!   supervised actor per server registers its tools with the router (source `mcp:<name>`) and
-//!   runs the model's calls as `tools/call`.
+//!   runs the model's calls as `tools/call` ([`call`]: with `notifications/cancelled` when a call
+//!   is cancelled or times out).
 //! - [`runtime`]: MCP servers plugins register at run time (`POST /api/mcp/register`) as tool
 //!   sources, with the lifecycle of an HTTP plugin's callbacks (replacement, clear, auto-removal).
 //! - [`settings`], [`mapping`], [`listing`], [`status`], [`exact`]: the configuration, the plain
@@ -16,12 +17,13 @@
 //!   server's tools, the state `GET /api/mcp` reports (and `mcp.state` events announce), and a
 //!   call's argument text as the client wrote it.
 
-pub mod client;
-pub mod exact;
-pub mod http_serve;
-pub mod listing;
-pub mod mapping;
-pub mod runtime;
-pub mod serve;
-pub mod settings;
-pub mod status;
+mod call;
+pub(crate) mod client;
+pub(crate) mod exact;
+pub(crate) mod http_serve;
+pub(crate) mod listing;
+pub(crate) mod mapping;
+pub(crate) mod runtime;
+pub(crate) mod serve;
+pub(crate) mod settings;
+pub(crate) mod status;

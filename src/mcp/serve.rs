@@ -35,18 +35,18 @@ pub const DEFAULT_SERVER: &str = "http://127.0.0.1:48911";
 
 /// Longest wait for a listing: the server answers it from memory, so this only catches a server
 /// that stopped answering.
-pub const LIST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const LIST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Longest wait for an invoke: the longest tool timeout (300 s) and a margin for the server.
-pub const INVOKE_TIMEOUT: Duration = Duration::from_secs(330);
+pub(crate) const INVOKE_TIMEOUT: Duration = Duration::from_secs(330);
 
 /// First wait before reconnecting to the event stream; doubled per failure up to
 /// [`MAX_EVENTS_BACKOFF`].
-pub const EVENTS_BACKOFF: Duration = Duration::from_millis(250);
+pub(crate) const EVENTS_BACKOFF: Duration = Duration::from_millis(250);
 
 /// Longest wait between reconnections to the event stream: a restarted server is noticed within
 /// this time.
-pub const MAX_EVENTS_BACKOFF: Duration = Duration::from_secs(5);
+pub(crate) const MAX_EVENTS_BACKOFF: Duration = Duration::from_secs(5);
 
 /// What to serve: the server's address and the character whose tools to expose.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,7 +61,7 @@ pub struct ServeSettings {
 /// Calls whose argument text is kept while the SDK has not asked for it yet. Each is taken when
 /// its call runs, at once; only messages the SDK refuses (malformed ones) leave theirs behind, so
 /// this bounds what a misbehaving client can make the tap hold.
-pub const MAX_KEPT_ARGUMENTS: usize = 1024;
+pub(crate) const MAX_KEPT_ARGUMENTS: usize = 1024;
 
 /// Bytes of stdin the tap reads ahead of the SDK: one pipe's worth.
 const TAP_BUFFER: usize = 64 * 1024;
@@ -72,16 +72,6 @@ pub async fn run(settings: ServeSettings) -> anyhow::Result<()> {
     let (sdk_side, tap_side) = tokio::io::duplex(TAP_BUFFER);
     tokio::spawn(tap(tokio::io::stdin(), tap_side, exact.clone()));
     serve_with(settings, (sdk_side, tokio::io::stdout()), exact).await
-}
-
-/// Serves MCP over `transport` until the client closes it. Arguments go to the server as the
-/// SDK parsed them (numbers beyond an `f64` rounded); [`run`] keeps them exact.
-pub async fn serve<T, E, A>(settings: ServeSettings, transport: T) -> anyhow::Result<()>
-where
-    T: rmcp::transport::IntoTransport<RoleServer, E, A>,
-    E: std::error::Error + Send + Sync + 'static,
-{
-    serve_with(settings, transport, ExactArguments::default()).await
 }
 
 async fn serve_with<T, E, A>(

@@ -14,13 +14,13 @@ use crate::domain::callback_url::CallbackUrl;
 
 /// How long a call of an MCP server's tool may take unless configured: the default timeout of
 /// a registered tool.
-pub const DEFAULT_MCP_TIMEOUT: Duration = crate::domain::tool::DEFAULT_TIMEOUT;
+pub(crate) const DEFAULT_MCP_TIMEOUT: Duration = crate::domain::tool::DEFAULT_TIMEOUT;
 
 /// Longest configurable call timeout: the longest a registered tool may ask for.
-pub const MAX_MCP_TIMEOUT_SECONDS: f64 = 300.0;
+pub(crate) const MAX_MCP_TIMEOUT_SECONDS: f64 = crate::domain::tool::MAX_TIMEOUT.as_secs() as f64;
 
 /// The `source` prefix of an MCP server's tools: `mcp:<name>`.
-pub const MCP_SOURCE_PREFIX: &str = "mcp:";
+pub(crate) const MCP_SOURCE_PREFIX: &str = "mcp:";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct McpServerSettings {
@@ -65,7 +65,7 @@ impl McpServerSettings {
 /// `[[mcp_server]]` as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileMcpServer {
+pub(crate) struct FileMcpServer {
     name: String,
     command: Option<String>,
     args: Option<Vec<String>>,
@@ -77,7 +77,7 @@ pub struct FileMcpServer {
 
 impl FileMcpServer {
     /// Checks every key; `characters` are the configured character names.
-    pub fn into_settings(self, characters: &[&str]) -> anyhow::Result<McpServerSettings> {
+    pub(crate) fn into_settings(self, characters: &[&str]) -> anyhow::Result<McpServerSettings> {
         if self.name.is_empty()
             || !self
                 .name
@@ -151,7 +151,7 @@ impl FileMcpServer {
 }
 
 /// Checks a list of servers: each as [`FileMcpServer::into_settings`], and no name twice.
-pub fn servers_from_file(
+pub(crate) fn servers_from_file(
     servers: Vec<FileMcpServer>,
     characters: &[&str],
 ) -> anyhow::Result<Vec<McpServerSettings>> {

@@ -16,7 +16,7 @@ use crate::events::EventHub;
 /// Where an MCP server's connection stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum McpState {
+pub(crate) enum McpState {
     /// Starting the process or connecting, then initializing and listing.
     Connecting,
     /// Its tools are registered.
@@ -27,7 +27,7 @@ pub enum McpState {
 
 /// One MCP server, as `GET /api/mcp` reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
-pub struct McpServerReport {
+pub(crate) struct McpServerReport {
     pub state: McpState,
     /// `stdio` or `http`.
     pub transport: &'static str,
@@ -53,7 +53,7 @@ pub struct McpServerReport {
 /// Where the connection to an MCP server registered at run time stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "lowercase")]
-pub enum RuntimeMcpState {
+pub(crate) enum RuntimeMcpState {
     /// Registered; its last exchange (the listing, or a call) reached it.
     Connected,
     /// Its last call could not connect to it (a `plugin:` source's tools are removed after
@@ -64,7 +64,7 @@ pub enum RuntimeMcpState {
 /// One MCP server a plugin registered at run time (`POST /api/mcp/register`), as
 /// `GET /api/mcp` reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
-pub struct RuntimeMcpReport {
+pub(crate) struct RuntimeMcpReport {
     pub state: RuntimeMcpState,
     /// Always `http` (Streamable HTTP).
     pub transport: &'static str,
@@ -99,7 +99,7 @@ struct Removed<'a> {
 
 /// Every MCP server's report; cheap to clone.
 #[derive(Debug, Clone, Default)]
-pub struct McpBoard(Arc<Inner>);
+pub(crate) struct McpBoard(Arc<Inner>);
 
 #[derive(Debug, Default)]
 struct Inner {
@@ -119,7 +119,7 @@ struct Reports {
 impl McpBoard {
     /// A board with every configured server connecting, and none registered at run time; its
     /// changes are announced on `events`.
-    pub fn new(servers: &[McpServerSettings], events: EventHub) -> Self {
+    pub(crate) fn new(servers: &[McpServerSettings], events: EventHub) -> Self {
         let configured = servers
             .iter()
             .map(|s| {
@@ -155,7 +155,7 @@ impl McpBoard {
     }
 
     /// Changes one configured server's report (announced when it changed).
-    pub fn update(&self, name: &str, change: impl FnOnce(&mut McpServerReport)) {
+    pub(crate) fn update(&self, name: &str, change: impl FnOnce(&mut McpServerReport)) {
         let mut reports = self.reports();
         if let Some(report) = reports.configured.get_mut(name) {
             let before = report.clone();
@@ -167,22 +167,22 @@ impl McpBoard {
     }
 
     /// Every configured server's report, in configuration order.
-    pub fn configured(&self) -> IndexMap<String, McpServerReport> {
+    pub(crate) fn configured(&self) -> IndexMap<String, McpServerReport> {
         self.reports().configured.clone()
     }
 
     /// Every server registered at run time, in registration order.
-    pub fn runtime(&self) -> IndexMap<String, RuntimeMcpReport> {
+    pub(crate) fn runtime(&self) -> IndexMap<String, RuntimeMcpReport> {
         self.reports().runtime.clone()
     }
 
     /// Whether a configured server has this name.
-    pub fn is_configured(&self, name: &str) -> bool {
+    pub(crate) fn is_configured(&self, name: &str) -> bool {
         self.reports().configured.contains_key(name)
     }
 
     /// The configured server whose tools have this source, if any.
-    pub fn configured_with_source(&self, source: &str) -> Option<String> {
+    pub(crate) fn configured_with_source(&self, source: &str) -> Option<String> {
         self.reports()
             .configured
             .iter()
@@ -191,7 +191,7 @@ impl McpBoard {
     }
 
     /// Records (or replaces) a server registered at run time, and announces it.
-    pub fn set_runtime(&self, name: &str, report: RuntimeMcpReport) {
+    pub(crate) fn set_runtime(&self, name: &str, report: RuntimeMcpReport) {
         let mut reports = self.reports();
         self.announce(name, "runtime", &report);
         // A replacement keeps its place: it is the same server, registered again.
@@ -199,7 +199,7 @@ impl McpBoard {
     }
 
     /// Changes the report of a server registered at run time (announced when it changed).
-    pub fn update_runtime(&self, name: &str, change: impl FnOnce(&mut RuntimeMcpReport)) {
+    pub(crate) fn update_runtime(&self, name: &str, change: impl FnOnce(&mut RuntimeMcpReport)) {
         let mut reports = self.reports();
         if let Some(report) = reports.runtime.get_mut(name) {
             let before = report.clone();
@@ -211,7 +211,7 @@ impl McpBoard {
     }
 
     /// Forgets a server registered at run time, announcing why it went.
-    pub fn remove_runtime(&self, name: &str, reason: &str) {
+    pub(crate) fn remove_runtime(&self, name: &str, reason: &str) {
         let mut reports = self.reports();
         if reports.runtime.shift_remove(name).is_some() {
             let removed = Removed {

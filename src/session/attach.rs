@@ -20,14 +20,15 @@ use super::core::{ForeignTool, Seen, SessionCore, SyncError};
 use super::realtime::{self, Realtime};
 use super::settings::SessionSettings;
 use super::shell::{self, Link, Shell, Whole};
-use super::{CloseSession, ConnectionKind, ConnectionState};
+use super::{CloseSession, ConnectionState};
 use crate::dispatch::Dispatcher;
+use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
 
 /// How joining a call went: `Err` when the websocket could not be opened, otherwise the outcome
 /// of the first tool update (`Err` says why the call did not take the tools).
-pub type Joined = Result<Result<(), SyncError>, JoinError>;
+pub(crate) type Joined = Result<Result<(), SyncError>, JoinError>;
 
 /// Why no websocket to the call was opened.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -39,7 +40,7 @@ pub enum JoinError {
     Ended,
 }
 
-pub struct Attachment {
+pub(crate) struct Attachment {
     link: Link,
     authorization: Option<String>,
     /// Who waits for the join, until it is settled.
@@ -51,7 +52,7 @@ pub struct Attachment {
 impl Attachment {
     /// Joins the call at `url` for `character`; the receiver hears how it went. Its state and
     /// the calls it answers are announced on `events`.
-    pub fn launch(
+    pub(crate) fn launch(
         character: String,
         settings: &SessionSettings,
         url: String,
@@ -179,8 +180,9 @@ impl Actor for Attachment {
     fn stopped(&mut self, _: &mut Self::Context) {
         tracing::info!(character = %self.link.core.character(), url = %self.link.core.upstream(), "attachment ended");
         self.link.sink = None;
+        // Its running calls go with it, announced before it says it closed.
+        self.link.disconnected();
         self.link.core.set_state(ConnectionState::Closed);
-        self.link.core.disconnected();
     }
 }
 
@@ -229,7 +231,7 @@ impl StreamHandler<Result<Frame, WsProtocolError>> for Attachment {
         match whole {
             Ok(Some(Whole::Text(text))) => {
                 let character = self.link.core.character().to_owned();
-                match self.link.core.from_upstream(&text) {
+                match self.link.core.on_upstream(&text) {
                     Seen::Described { started, tools } => {
                         learn(&mut self.link.core, &text, started, tools)
                     }
@@ -278,7 +280,7 @@ mod tests {
     use crate::domain::tool::test_tools;
     use crate::events::{EventHub, EventSettings};
     use crate::session::core::Effect;
-    use crate::session::realtime::Dialect;
+    use crate::session::settings::Dialect;
 
     /// What the attachment sends upstream since the last look, as JSON.
     fn sent(core: &mut SessionCore) -> Vec<Value> {
@@ -302,7 +304,7 @@ mod tests {
 
     /// A frame of the call's, as the attachment reads it.
     fn from_call(core: &mut SessionCore, text: &str) {
-        if let Seen::Described { started, tools } = core.from_upstream(text) {
+        if let Seen::Described { started, tools } = core.on_upstream(text) {
             learn(core, text, started, tools);
         }
     }

@@ -1,6 +1,7 @@
 //! Bookkeeping for the model's function calls: which calls each response made and which are
-//! answered (so exactly one `response.create` follows the last answer), the images each model
-//! turn still takes, and the runaway guard.
+//! answered (so exactly one `response.create` follows the last answer), which responses the
+//! person abandoned by interrupting (never continued; their later calls are not run), the images
+//! each model turn still takes, and the runaway guard.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -9,7 +10,7 @@ use crate::domain::images::TurnBudget;
 
 /// Calls of the responses still open.
 #[derive(Debug, Default)]
-pub struct ResponseCalls {
+pub(crate) struct ResponseCalls {
     responses: HashMap<String, OpenResponse>,
     /// The budget of a call that belongs to no known response: a turn of its own.
     lone: TurnBudget,
@@ -22,27 +23,61 @@ struct OpenResponse {
     done: bool,
     /// It also called tools the app answers: the app asks for the next response.
     foreign: bool,
+    /// The person interrupted it: nobody asks it to go on, and its later calls are not run.
+    abandoned: bool,
     images: TurnBudget,
 }
 
+/// What a call that arrives is to the session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Arrival {
+    /// A new call: to run.
+    New,
+    /// Announced before (e.g. again in `response.done`): not run twice.
+    Repeated,
+    /// A new call of a response the person abandoned: answered as cancelled, not run.
+    Abandoned,
+}
+
 impl ResponseCalls {
-    /// A call was announced. Returns false if it was already known (not to be run twice).
-    pub fn started(&mut self, response_id: Option<&str>, call_id: &str) -> bool {
-        match response_id {
-            Some(r) => self
-                .responses
-                .entry(r.to_owned())
-                .or_default()
-                .calls
-                .insert(call_id.to_owned()),
-            None => true,
+    /// A call was announced: what it is to the session.
+    pub(crate) fn started(&mut self, response_id: Option<&str>, call_id: &str) -> Arrival {
+        let Some(r) = response_id else {
+            return Arrival::New;
+        };
+        let open = self.responses.entry(r.to_owned()).or_default();
+        if !open.calls.insert(call_id.to_owned()) {
+            Arrival::Repeated
+        } else if open.abandoned {
+            Arrival::Abandoned
+        } else {
+            Arrival::New
         }
+    }
+
+    /// The person interrupted the response (or it was cancelled): it is never continued, and
+    /// calls of it still to come are not run. Forgotten once it is done.
+    pub(crate) fn abandon(&mut self, response_id: &str) {
+        let open = self.responses.entry(response_id.to_owned()).or_default();
+        if open.done {
+            self.responses.remove(response_id);
+        } else {
+            open.abandoned = true;
+        }
+    }
+
+    /// The person began a new turn: every response open now is abandoned.
+    pub(crate) fn abandon_all(&mut self) {
+        self.responses.retain(|_, open| {
+            open.abandoned = true;
+            !open.done
+        });
     }
 
     /// A call of a tool the app answers was announced: the app, which sees its own calls and
     /// sends its own `response.create`, continues this response; the server never sends a
     /// second one.
-    pub fn foreign(&mut self, response_id: &str) {
+    pub(crate) fn foreign(&mut self, response_id: &str) {
         self.responses
             .entry(response_id.to_owned())
             .or_default()
@@ -50,7 +85,7 @@ impl ResponseCalls {
     }
 
     /// A call was answered. Returns true when `response.create` must be sent now.
-    pub fn answered(&mut self, response_id: Option<&str>, call_id: &str) -> bool {
+    pub(crate) fn answered(&mut self, response_id: Option<&str>, call_id: &str) -> bool {
         let Some(r) = response_id else {
             return true;
         };
@@ -61,7 +96,7 @@ impl ResponseCalls {
     }
 
     /// The response finished. Returns true when `response.create` must be sent now.
-    pub fn done(&mut self, response_id: &str) -> bool {
+    pub(crate) fn done(&mut self, response_id: &str) -> bool {
         match self.responses.get_mut(response_id) {
             Some(open) => open.done = true,
             None => return false,
@@ -69,13 +104,13 @@ impl ResponseCalls {
         self.close_if_complete(response_id)
     }
 
-    /// Forgets a response once it is done and every call the server runs is answered; true
-    /// when the server is the one to ask for the next response (it ran calls, the app none).
+    /// Forgets a response once it is done and every call the server runs is answered (an
+    /// abandoned one once it is done); true when the server is the one to ask for the next
+    /// response (it ran calls, the app none, and the person did not interrupt).
     fn close_if_complete(&mut self, response_id: &str) -> bool {
-        let complete = self
-            .responses
-            .get(response_id)
-            .is_some_and(|open| open.done && open.calls.is_subset(&open.answered));
+        let complete = self.responses.get(response_id).is_some_and(|open| {
+            open.done && (open.abandoned || open.calls.is_subset(&open.answered))
+        });
         if !complete {
             return false;
         }
@@ -83,11 +118,11 @@ impl ResponseCalls {
             .responses
             .remove(response_id)
             .expect("a complete response is open");
-        !open.calls.is_empty() && !open.foreign
+        !open.calls.is_empty() && !open.foreign && !open.abandoned
     }
 
     /// The images the turn of `response_id` still takes (shared by every call of the response).
-    pub fn image_budget(&mut self, response_id: Option<&str>) -> &mut TurnBudget {
+    pub(crate) fn image_budget(&mut self, response_id: Option<&str>) -> &mut TurnBudget {
         match response_id {
             Some(r) => &mut self.responses.entry(r.to_owned()).or_default().images,
             None => {
@@ -98,21 +133,21 @@ impl ResponseCalls {
     }
 
     /// Forgets everything (a new connection starts a new conversation state).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.responses.clear();
     }
 }
 
 /// Admits at most `max` calls within any `window`.
 #[derive(Debug)]
-pub struct CallLimiter {
+pub(crate) struct CallLimiter {
     max: usize,
     window: Duration,
     recent: VecDeque<Instant>,
 }
 
 impl CallLimiter {
-    pub fn new(max: usize, window: Duration) -> Self {
+    pub(crate) fn new(max: usize, window: Duration) -> Self {
         Self {
             max,
             window,
@@ -121,7 +156,7 @@ impl CallLimiter {
     }
 
     /// Whether a call made at `now` may run.
-    pub fn admit(&mut self, now: Instant) -> bool {
+    pub(crate) fn admit(&mut self, now: Instant) -> bool {
         while self
             .recent
             .front()
@@ -136,15 +171,15 @@ impl CallLimiter {
         true
     }
 
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.recent.clear();
     }
 
-    pub fn max(&self) -> usize {
+    pub(crate) fn max(&self) -> usize {
         self.max
     }
 
-    pub fn window(&self) -> Duration {
+    pub(crate) fn window(&self) -> Duration {
         self.window
     }
 }
@@ -156,9 +191,9 @@ mod tests {
     #[test]
     fn one_response_create_after_the_last_answer() {
         let mut r = ResponseCalls::default();
-        assert!(r.started(Some("r1"), "a"));
-        assert!(r.started(Some("r1"), "b"));
-        assert!(!r.started(Some("r1"), "a"));
+        assert_eq!(r.started(Some("r1"), "a"), Arrival::New);
+        assert_eq!(r.started(Some("r1"), "b"), Arrival::New);
+        assert_eq!(r.started(Some("r1"), "a"), Arrival::Repeated);
         assert!(!r.answered(Some("r1"), "a"));
         assert!(!r.done("r1"));
         assert!(r.answered(Some("r1"), "b"));
@@ -188,8 +223,49 @@ mod tests {
     #[test]
     fn calls_without_a_response_answer_alone() {
         let mut r = ResponseCalls::default();
-        assert!(r.started(None, "a"));
+        assert_eq!(r.started(None, "a"), Arrival::New);
+        assert_eq!(r.started(None, "a"), Arrival::New);
         assert!(r.answered(None, "a"));
+    }
+
+    #[test]
+    fn an_abandoned_response_is_never_continued_and_runs_no_more_calls() {
+        let mut r = ResponseCalls::default();
+        r.started(Some("r1"), "a");
+        r.abandon("r1");
+        assert_eq!(r.started(Some("r1"), "b"), Arrival::Abandoned);
+        assert_eq!(r.started(Some("r1"), "a"), Arrival::Repeated);
+        assert!(!r.answered(Some("r1"), "a"));
+        assert!(!r.done("r1"), "no response.create for it");
+        assert!(r.responses.is_empty(), "forgotten once done");
+
+        // Done before the interruption, with a call still running: forgotten at once.
+        r.started(Some("r2"), "c");
+        assert!(!r.done("r2"));
+        r.started(Some("r3"), "d");
+        r.abandon_all();
+        assert!(!r.responses.contains_key("r2"));
+        assert!(!r.answered(Some("r2"), "c"));
+        assert_eq!(r.started(Some("r3"), "e"), Arrival::Abandoned);
+        assert!(!r.done("r3"));
+
+        // A response cancelled before any call of it arrived: its calls are not run either.
+        r.abandon("r4");
+        assert_eq!(r.started(Some("r4"), "f"), Arrival::Abandoned);
+        assert!(!r.done("r4"));
+        assert!(r.responses.is_empty());
+
+        // A response after the interruption goes on as ever.
+        assert_eq!(r.started(Some("r5"), "g"), Arrival::New);
+        assert!(!r.done("r5"));
+        assert!(r.answered(Some("r5"), "g"));
+
+        // Every call answered, the response not done yet, when the person speaks: it is not
+        // continued either.
+        r.started(Some("r6"), "h");
+        assert!(!r.answered(Some("r6"), "h"));
+        r.abandon_all();
+        assert!(!r.done("r6"));
     }
 
     #[test]

@@ -19,18 +19,19 @@ use super::core::{Seen, SessionCore};
 use super::realtime::Realtime;
 use super::settings::SessionSettings;
 use super::shell::{self, Link, Reassembly, Shell, Whole};
-use super::{CloseSession, ConnectionKind, ConnectionState};
+use super::{CloseSession, ConnectionState};
 use crate::dispatch::Dispatcher;
+use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
 
 /// First reconnect delay; doubled per failed attempt up to [`MAX_BACKOFF`].
-pub const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
+pub(crate) const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
 
 /// Longest reconnect delay: a provider outage is retried at least twice a minute.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(30);
 
-pub struct RealtimeSession {
+pub(crate) struct RealtimeSession {
     link: Link,
     api_key: Option<String>,
     /// Failed connection attempts in a row (drives the backoff).
@@ -41,7 +42,7 @@ pub struct RealtimeSession {
 impl RealtimeSession {
     /// Starts the supervised session for `character` with its current `tools`; its state and
     /// the calls it answers are announced on `events`.
-    pub fn launch(
+    pub(crate) fn launch(
         character: String,
         settings: SessionSettings,
         api_key: Option<String>,
@@ -100,7 +101,7 @@ impl RealtimeSession {
     fn on_whole(&mut self, message: Whole, ctx: &mut Context<Self>) {
         if let Whole::Text(text) = message {
             let character = self.link.core.character().to_owned();
-            match self.link.core.from_upstream(&text) {
+            match self.link.core.on_upstream(&text) {
                 Seen::Error { message, event_id } => {
                     tracing::warn!(%character, error = %message, event_id = ?event_id, "model session reported an error");
                 }
@@ -155,7 +156,7 @@ impl Actor for RealtimeSession {
         if !self.closing {
             self.link.core.set_state(ConnectionState::Backoff);
         }
-        self.link.core.disconnected();
+        self.link.disconnected();
     }
 }
 

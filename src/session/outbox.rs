@@ -25,10 +25,10 @@ use futures_util::Stream;
 pub const MAX_APP_QUEUE_BYTES: usize = 8 * 1024 * 1024;
 
 /// The close code a relay sends when its app stopped reading (1008, policy violation).
-pub const NOT_READING_CODE: u16 = 1008;
+pub(crate) const NOT_READING_CODE: u16 = 1008;
 
 /// The close reason a relay sends when its app stopped reading.
-pub fn not_reading_reason() -> String {
+pub(crate) fn not_reading_reason() -> String {
     format!("app is not reading: more than {MAX_APP_QUEUE_BYTES} bytes were waiting for it")
 }
 
@@ -43,23 +43,23 @@ struct State {
 
 /// The writing end, held by the relay.
 #[derive(Clone)]
-pub struct AppOutbox(Rc<RefCell<State>>);
+pub(crate) struct AppOutbox(Rc<RefCell<State>>);
 
 /// The reading end: the body of the websocket's HTTP response.
-pub struct OutboxBody(Rc<RefCell<State>>);
+pub(crate) struct OutboxBody(Rc<RefCell<State>>);
 
 /// The app is not reading: the queue is past [`MAX_APP_QUEUE_BYTES`].
 #[derive(Debug, PartialEq, Eq)]
-pub struct Overflow;
+pub(crate) struct Overflow;
 
 impl AppOutbox {
-    pub fn new() -> (Self, OutboxBody) {
+    pub(crate) fn new() -> (Self, OutboxBody) {
         let state = Rc::new(RefCell::new(State::default()));
         (Self(state.clone()), OutboxBody(state))
     }
 
     /// Queues one frame. After a close it is dropped: the connection is ending.
-    pub fn send(&self, message: Message) -> Result<(), Overflow> {
+    pub(crate) fn send(&self, message: Message) -> Result<(), Overflow> {
         let mut state = self.0.borrow_mut();
         if state.closed {
             return Ok(());
@@ -80,13 +80,13 @@ impl AppOutbox {
     }
 
     /// Queues a close frame after everything queued; the body ends once it is taken.
-    pub fn close(&self, reason: Option<actix_http::ws::CloseReason>) {
+    pub(crate) fn close(&self, reason: Option<actix_http::ws::CloseReason>) {
         self.close_with(reason, false);
     }
 
     /// Drops everything queued and queues a close frame alone: the app gets it as soon as it
     /// reads what the socket already holds.
-    pub fn abort(&self, reason: actix_http::ws::CloseReason) {
+    pub(crate) fn abort(&self, reason: actix_http::ws::CloseReason) {
         self.close_with(Some(reason), true);
     }
 
@@ -107,11 +107,13 @@ impl AppOutbox {
     }
 
     /// Bytes queued and not yet taken by the connection.
-    pub fn queued(&self) -> usize {
+    #[cfg(test)]
+    fn queued(&self) -> usize {
         self.0.borrow().buffer.len()
     }
 
-    pub fn is_closed(&self) -> bool {
+    #[cfg(test)]
+    fn is_closed(&self) -> bool {
         self.0.borrow().closed
     }
 }

@@ -4,10 +4,11 @@
 //! Everything passes both ways in order and unchanged — text and binary frames byte for byte —
 //! except: the app's `session.update` goes up with the registered tools merged into its `tools`;
 //! the server's own `session.update`s, function-call outputs and `response.create`s go up between
-//! the app's events; and the answers to the server's own updates (`session.updated`, or an
-//! `error` naming one) do not come down, so the app's acknowledgements stay one per update it
-//! sent. Pings are answered on each side. Either side closing closes the other with the same
-//! code and reason; an app that stops reading is closed past [`MAX_APP_QUEUE_BYTES`].
+//! the app's events (the outputs of calls a new user turn of the app's cancels just before that
+//! turn); and the answers to the server's own updates (`session.updated`, or an `error` naming
+//! one) do not come down, so the app's acknowledgements stay one per update it sent. Pings are
+//! answered on each side. Either side closing closes the other with the same code and reason; an
+//! app that stops reading is closed past [`MAX_APP_QUEUE_BYTES`].
 
 use std::sync::Arc;
 
@@ -21,23 +22,26 @@ use super::core::{Seen, SessionCore};
 use super::outbox::{
     AppOutbox, MAX_APP_QUEUE_BYTES, NOT_READING_CODE, OutboxBody, not_reading_reason,
 };
-use super::realtime::{self, Dialect, Realtime};
+use super::realtime::app::AppEvent;
+use super::realtime::{self, Realtime};
+use super::settings::Dialect;
 use super::settings::SessionSettings;
 use super::shell::{self, Link, Reassembly, Shell, UpstreamSocket, Whole};
-use super::{CloseSession, ConnectionKind, ConnectionState};
+use super::{CloseSession, ConnectionState};
 use crate::dispatch::Dispatcher;
+use crate::domain::connection::ConnectionKind;
 use crate::events::EventHub;
 
 /// The close code sent to the app when the model's connection ended without a close frame or
 /// broke (1014, bad gateway).
-pub const UPSTREAM_LOST_CODE: u16 = 1014;
+pub(crate) const UPSTREAM_LOST_CODE: u16 = 1014;
 
 /// The app's stream of frames, as actix-ws decodes them.
-pub type AppStream = actix_ws::MessageStream;
+pub(crate) type AppStream = actix_ws::MessageStream;
 
 /// What an app asked for in the relay's query string.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RelayQuery {
+pub(crate) struct RelayQuery {
     /// `character`, when given (not empty).
     pub character: Option<String>,
     /// Every other parameter (e.g. `model`), in order: they go upstream.
@@ -45,7 +49,7 @@ pub struct RelayQuery {
 }
 
 impl RelayQuery {
-    pub fn parse(query: &str) -> Self {
+    pub(crate) fn parse(query: &str) -> Self {
         let mut parsed = Self::default();
         for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
             if key == "character" {
@@ -62,7 +66,7 @@ impl RelayQuery {
 
 /// `base` with the app's parameters: one that `base` already has is replaced, the others are
 /// added, so an app may choose e.g. its `model`.
-pub fn upstream_url(base: &str, parameters: &[(String, String)]) -> Result<String, String> {
+pub(crate) fn upstream_url(base: &str, parameters: &[(String, String)]) -> Result<String, String> {
     let mut url = url::Url::parse(base).map_err(|e| format!("{base:?} is not a URL: {e}"))?;
     if parameters.is_empty() {
         return Ok(url.into());
@@ -79,14 +83,14 @@ pub fn upstream_url(base: &str, parameters: &[(String, String)]) -> Result<Strin
 }
 
 /// A connected upstream websocket and where it goes.
-pub struct Upstream {
+pub(crate) struct Upstream {
     pub url: String,
     socket: UpstreamSocket,
 }
 
 /// Opens the model's side of a relay: the character's URL with the app's parameters, and its
 /// configured key or, when it has none, the app's own `Authorization`.
-pub async fn connect_upstream(
+pub(crate) async fn connect_upstream(
     settings: &SessionSettings,
     query: &RelayQuery,
     app_authorization: Option<String>,
@@ -102,7 +106,7 @@ pub async fn connect_upstream(
     Ok(Upstream { url, socket })
 }
 
-pub struct Relay {
+pub(crate) struct Relay {
     link: Link,
     /// The dialect the app and the model speak: the app's `session.update` is rewritten in it.
     dialect: Dialect,
@@ -118,7 +122,7 @@ impl Relay {
     /// response's, out) and `upstream`. It starts with no tools: joining the character's
     /// sessions brings the current list. Its state and the calls it answers are announced on
     /// `events`.
-    pub fn open(
+    pub(crate) fn open(
         character: String,
         settings: &SessionSettings,
         upstream: Upstream,
@@ -176,7 +180,7 @@ impl Relay {
             Whole::Text(text) => {
                 // Everything but the answers to the server's own updates reaches the app, as
                 // it came (an error or an event the server cannot read may be the app's).
-                if self.link.core.from_upstream(&text) != Seen::Ours {
+                if self.link.core.on_upstream(&text) != Seen::Ours {
                     self.send_to_app(Message::Text(text), ctx);
                 }
                 shell::run_effects(self, ctx);
@@ -189,11 +193,19 @@ impl Relay {
         let message = match message {
             Whole::Text(text) => {
                 let core = &mut self.link.core;
-                let merged = realtime::app::session_update(self.dialect, core.registered(), &text)
-                    .and_then(|update| core.app_update(update));
-                match merged {
-                    Some(merged) => ws::Message::Text(merged.into()),
-                    None => ws::Message::Text(text),
+                match realtime::app::app_event(self.dialect, core.registered(), &text) {
+                    AppEvent::Update(update) => match core.app_update(update) {
+                        Some(merged) => ws::Message::Text(merged.into()),
+                        None => ws::Message::Text(text),
+                    },
+                    AppEvent::Interrupts(interruption) => {
+                        // The calls it abandons are answered (cancelled) before the app's new
+                        // turn goes up, so the model reads them in order.
+                        core.interrupted(interruption);
+                        shell::run_effects(self, ctx);
+                        ws::Message::Text(text)
+                    }
+                    AppEvent::Other => ws::Message::Text(text),
                 }
             }
             Whole::Binary(bytes) => ws::Message::Binary(bytes),
@@ -256,8 +268,9 @@ impl Actor for Relay {
         // Whatever ended it, the app's side is not left open; the model's closes with the sink.
         self.app.close(None);
         self.link.sink = None;
+        // Its running calls go with it, announced before it says it closed.
+        self.link.disconnected();
         self.link.core.set_state(ConnectionState::Closed);
-        self.link.core.disconnected();
     }
 }
 

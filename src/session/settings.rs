@@ -6,20 +6,19 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
-use super::realtime::Dialect;
 use crate::domain::call_url::CallUrl;
 
 /// How long a change waits for `session.updated` unless configured.
-pub const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Longest configurable sync wait: a change request must answer within a human-scale time.
-pub const MAX_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const MAX_SYNC_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Tool calls a session runs per window before the runaway guard answers for the plugin.
-pub const DEFAULT_MAX_TOOL_CALLS_PER_WINDOW: usize = 8;
+pub(crate) const DEFAULT_MAX_TOOL_CALLS_PER_WINDOW: usize = 8;
 
 /// The runaway guard's window.
-pub const DEFAULT_TOOL_CALL_WINDOW: Duration = Duration::from_secs(15);
+pub(crate) const DEFAULT_TOOL_CALL_WINDOW: Duration = Duration::from_secs(15);
 
 /// Live calls a character may be attached to at once, by default. Each holds a websocket, a
 /// session and its calls; eight covers a handful of parallel calls of one character (a phone
@@ -28,11 +27,38 @@ pub const DEFAULT_MAX_ATTACHMENTS: usize = 8;
 
 /// Most attachments a configuration may allow one character: each is a connection to a
 /// provider, and a thousand is far past any one character's calls.
-pub const MAX_ATTACHMENTS: usize = 1000;
+pub(crate) const MAX_ATTACHMENTS: usize = 1000;
 
 /// The hosts a `wss://` attachment may go to by default: OpenAI's Realtime API, whose calls
 /// (WebRTC, SIP) take a second websocket with `?call_id=`.
-pub const DEFAULT_ATTACH_HOSTS: &[&str] = &["api.openai.com"];
+pub(crate) const DEFAULT_ATTACH_HOSTS: &[&str] = &["api.openai.com"];
+
+/// Which flavour of the OpenAI Realtime protocol the endpoint speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dialect {
+    /// OpenAI Realtime, GA protocol.
+    Openai,
+    /// Qwen-Omni realtime: nested function tools, `enable_search: false`.
+    Qwen,
+    /// GLM realtime: flat tools, explicit server VAD.
+    Glm,
+}
+
+impl Dialect {
+    /// Whether the session takes images in the conversation (`input_image` content).
+    pub fn takes_images(self) -> bool {
+        matches!(self, Dialect::Openai)
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Dialect::Openai => "openai",
+            Dialect::Qwen => "qwen",
+            Dialect::Glm => "glm",
+        }
+    }
+}
 
 /// Whether the server opens its own connection to the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -57,6 +83,10 @@ pub struct SessionSettings {
     pub sync_timeout: Duration,
     pub max_tool_calls_per_window: usize,
     pub tool_call_window: Duration,
+    /// A new user turn (the person speaks, types, or the app cancels the response), or the
+    /// provider's cancellation of a response, cancels the calls still running of the turns it
+    /// abandons.
+    pub cancel_on_interruption: bool,
     /// What attaching to this character's calls may do.
     pub attach: AttachSettings,
 }
@@ -88,7 +118,7 @@ impl Default for AttachSettings {
 /// Why an attach is refused: the request field at fault, and why, in words that are the same
 /// whether or not a variable it names exists.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttachRefusal {
+pub(crate) struct AttachRefusal {
     pub field: &'static str,
     pub reason: String,
 }
@@ -97,7 +127,7 @@ pub struct AttachRefusal {
 /// the request names none (`key_env`); otherwise the key of a variable the configuration allows
 /// for it, and only to a place the configuration names (a `wss://` provider host, or the
 /// character's own session endpoint). `wss://` goes only to the configured hosts.
-pub fn attach_key(
+pub(crate) fn attach_key(
     session: Option<&SessionSettings>,
     url: &CallUrl,
     key_env: Option<&str>,
@@ -163,6 +193,7 @@ impl SessionSettings {
             sync_timeout: DEFAULT_SYNC_TIMEOUT,
             max_tool_calls_per_window: DEFAULT_MAX_TOOL_CALLS_PER_WINDOW,
             tool_call_window: DEFAULT_TOOL_CALL_WINDOW,
+            cancel_on_interruption: true,
             attach: AttachSettings::default(),
         }
     }
@@ -192,7 +223,7 @@ impl SessionSettings {
 
 /// The only session kind there is today; named so configurations stay explicit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub enum SessionKind {
+pub(crate) enum SessionKind {
     #[serde(rename = "openai-realtime")]
     OpenaiRealtime,
 }
@@ -200,7 +231,7 @@ pub enum SessionKind {
 /// `[character.session]` as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct FileSession {
+pub(crate) struct FileSession {
     kind: SessionKind,
     url: String,
     mode: Option<SessionMode>,
@@ -209,6 +240,7 @@ pub struct FileSession {
     sync_timeout_seconds: Option<f64>,
     max_tool_calls_per_window: Option<i64>,
     tool_call_window_seconds: Option<f64>,
+    cancel_on_interruption: Option<bool>,
     attach_api_key_envs: Option<Vec<String>>,
     attach_hosts: Option<Vec<String>>,
     max_attachments: Option<i64>,
@@ -216,7 +248,7 @@ pub struct FileSession {
 
 impl FileSession {
     /// Checks the values; errors name the key (relative to `[character.session]`).
-    pub fn into_settings(self) -> anyhow::Result<SessionSettings> {
+    pub(crate) fn into_settings(self) -> anyhow::Result<SessionSettings> {
         let SessionKind::OpenaiRealtime = self.kind;
         let url = url::Url::parse(&self.url)
             .with_context(|| format!("key `url`: {:?} is not a URL", self.url))?;
@@ -242,6 +274,9 @@ impl FileSession {
         if let Some(s) = self.tool_call_window_seconds {
             settings.tool_call_window =
                 seconds("tool_call_window_seconds", s, Duration::from_secs(3600))?;
+        }
+        if let Some(cancel) = self.cancel_on_interruption {
+            settings.cancel_on_interruption = cancel;
         }
         if let Some(names) = self.attach_api_key_envs {
             if let Some(bad) = names.iter().find(|n| n.is_empty() || n.contains('=')) {

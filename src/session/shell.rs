@@ -1,10 +1,11 @@
 //! What the session actors share around their [`SessionCore`]: the upstream websocket
 //! (connecting, writing, reassembling fragmented messages), carrying out the core's effects
-//! (sending, the sync timer, running calls through the dispatcher), and the handlers of
-//! `SyncTools` and `SessionStatus` ([`session_handlers!`](crate::session_handlers)), the same
-//! for every kind of connection.
+//! (sending, the sync timer, running calls through the dispatcher and cancelling them), and the
+//! handlers of `SyncTools` and `SessionStatus` ([`session_handlers!`](crate::session_handlers)),
+//! the same for every kind of connection.
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -22,12 +23,16 @@ use futures_util::Sink;
 use futures_util::stream::SplitSink;
 use tokio::sync::oneshot;
 
-use super::core::{Effect, Run, SessionCore, SyncError};
-use crate::dispatch::Dispatcher;
+use super::core::{Effect, Run, SessionCore, SyncError, Ticket};
+use crate::dispatch::{CallCanceller, Dispatcher};
 use crate::domain::tool::SharedTool;
 
-/// Longest wait for a websocket handshake with the model.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest wait for a connection to a model provider (TCP, TLS and, for a websocket, its
+/// handshake): a provider across the internet answers well under a second; ten leaves room for a
+/// slow network, and a local model server accepts at once. Text chat's upstream shares it.
+/// A plugin's callback has its own, shorter bound (`dispatch::CALLBACK_CONNECT_TIMEOUT`): it is on
+/// loopback.
+pub(crate) const MODEL_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Largest event accepted, whole or reassembled from fragments: `session.updated` echoes the
 /// whole configuration, tools included, which can run to megabytes with many large schemas.
@@ -39,20 +44,20 @@ pub const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 pub const MAX_UPSTREAM_QUEUE_BYTES: usize = 8 * 1024 * 1024;
 
 /// Why a session whose model stopped reading was ended.
-pub fn model_not_reading_reason() -> String {
+pub(crate) fn model_not_reading_reason() -> String {
     format!("model is not reading: more than {MAX_UPSTREAM_QUEUE_BYTES} bytes were waiting for it")
 }
 
 /// The write half of an upstream websocket.
-pub type UpstreamSink = SinkWrite<ws::Message, Metered>;
+pub(crate) type UpstreamSink = SinkWrite<ws::Message, Metered>;
 
 /// The split write half of a connected upstream websocket.
-pub type UpstreamHalf = SplitSink<actix_codec::Framed<BoxedSocket, Codec>, ws::Message>;
+pub(crate) type UpstreamHalf = SplitSink<actix_codec::Framed<BoxedSocket, Codec>, ws::Message>;
 
 /// An upstream write half that counts down the bytes it takes: with what the shell counts up
 /// as it writes, the count is what waits in the [`SinkWrite`]'s queue (which has no bound of its
 /// own) for a model that does not read.
-pub struct Metered {
+pub(crate) struct Metered {
     inner: UpstreamHalf,
     queued: Rc<Cell<usize>>,
 }
@@ -102,11 +107,14 @@ fn payload_len(message: &ws::Message) -> usize {
 }
 
 /// An upstream websocket, connected.
-pub type UpstreamSocket = actix_codec::Framed<BoxedSocket, Codec>;
+pub(crate) type UpstreamSocket = actix_codec::Framed<BoxedSocket, Codec>;
 
-/// Opens a websocket to `url` (HTTP/1.1, [`CONNECT_TIMEOUT`], frames up to
+/// Opens a websocket to `url` (HTTP/1.1, [`MODEL_CONNECT_TIMEOUT`], frames up to
 /// [`MAX_EVENT_BYTES`]) with `authorization` as its `Authorization` header.
-pub async fn connect(url: &str, authorization: Option<&str>) -> Result<UpstreamSocket, String> {
+pub(crate) async fn connect(
+    url: &str,
+    authorization: Option<&str>,
+) -> Result<UpstreamSocket, String> {
     // Events are small writes that must not wait for the model's acknowledgement of the one
     // before (Nagle's algorithm): each connection is made with TCP_NODELAY.
     let tcp = actix_service::ServiceExt::map(
@@ -123,7 +131,7 @@ pub async fn connect(url: &str, authorization: Option<&str>) -> Result<UpstreamS
         .connector(awc::Connector::new().connector(tcp))
         // Websockets need HTTP/1.1; TLS would otherwise offer h2 through ALPN.
         .max_http_version(awc::http::Version::HTTP_11)
-        .timeout(CONNECT_TIMEOUT)
+        .timeout(MODEL_CONNECT_TIMEOUT)
         .finish();
     let mut request = client.ws(url).max_frame_size(MAX_EVENT_BYTES);
     if let Some(authorization) = authorization {
@@ -136,13 +144,13 @@ pub async fn connect(url: &str, authorization: Option<&str>) -> Result<UpstreamS
 }
 
 /// `Bearer <key>`.
-pub fn bearer(key: &str) -> String {
+pub(crate) fn bearer(key: &str) -> String {
     format!("Bearer {key}")
 }
 
 /// What every session actor holds: its [`SessionCore`] (which also keeps the connection's state
 /// and report) and its upstream websocket.
-pub struct Link {
+pub(crate) struct Link {
     pub core: SessionCore,
     pub sink: Option<UpstreamSink>,
     /// Bytes written to `sink` and not yet taken by the connection.
@@ -152,12 +160,14 @@ pub struct Link {
     /// The sync timer now armed, if any.
     pub sync_timer: Option<SpawnHandle>,
     pub dispatcher: Dispatcher,
+    /// The calls running now, each stoppable.
+    running: HashMap<Ticket, CallCanceller>,
     /// Who asked it to close ([`super::CloseSession`]): they hear when the actor is gone.
     close_waiters: Vec<oneshot::Sender<()>>,
 }
 
 impl Link {
-    pub fn new(core: SessionCore, dispatcher: Dispatcher) -> Self {
+    pub(crate) fn new(core: SessionCore, dispatcher: Dispatcher) -> Self {
         Self {
             core,
             sink: None,
@@ -165,6 +175,7 @@ impl Link {
             fragments: Reassembly::default(),
             sync_timer: None,
             dispatcher,
+            running: HashMap::new(),
             close_waiters: Vec::new(),
         }
     }
@@ -172,7 +183,7 @@ impl Link {
     /// The reply to a [`super::CloseSession`]: it settles once the actor is gone (its senders
     /// are dropped with it), so whoever asked knows the close frames went out, or were given
     /// [`CLOSE_GRACE`].
-    pub fn closed(&mut self) -> ResponseFuture<()> {
+    pub(crate) fn closed(&mut self) -> ResponseFuture<()> {
         let (tx, rx) = oneshot::channel();
         self.close_waiters.push(tx);
         Box::pin(async move {
@@ -181,7 +192,7 @@ impl Link {
     }
 
     /// Writes to the model through `half` from now on (a new connection: nothing queued).
-    pub fn open_sink<A>(&mut self, half: UpstreamHalf, ctx: &mut Context<A>)
+    pub(crate) fn open_sink<A>(&mut self, half: UpstreamHalf, ctx: &mut Context<A>)
     where
         A: Actor<Context = Context<A>> + actix::io::WriteHandler<actix_http::ws::ProtocolError>,
     {
@@ -195,17 +206,24 @@ impl Link {
 
     /// The connection is up, writing through `half` (see [`SessionCore::connected`]: what goes
     /// first is the actor's to say).
-    pub fn connected<A>(&mut self, half: UpstreamHalf, ctx: &mut Context<A>)
+    pub(crate) fn connected<A>(&mut self, half: UpstreamHalf, ctx: &mut Context<A>)
     where
         A: Actor<Context = Context<A>> + actix::io::WriteHandler<actix_http::ws::ProtocolError>,
     {
         self.open_sink(half, ctx);
         self.core.connected();
     }
+
+    /// The connection is gone, and the actor's calls with it (a stopping actor drops what it
+    /// spawned): see [`SessionCore::disconnected`].
+    pub(crate) fn disconnected(&mut self) {
+        self.running.clear();
+        self.core.disconnected();
+    }
 }
 
 /// An actor that holds a [`Link`].
-pub trait Shell: Actor<Context = Context<Self>> {
+pub(crate) trait Shell: Actor<Context = Context<Self>> {
     fn link(&mut self) -> &mut Link;
 
     /// More than [`MAX_UPSTREAM_QUEUE_BYTES`] wait for the model: it stopped reading. The
@@ -217,7 +235,7 @@ pub trait Shell: Actor<Context = Context<Self>> {
 }
 
 /// Carries out every effect the core asked for.
-pub fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
+pub(crate) fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
     for effect in act.link().core.take_effects() {
         match effect {
             Effect::Upstream(text) => send_upstream(act, ws::Message::Text(text.into()), ctx),
@@ -235,24 +253,30 @@ pub fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
             }
             Effect::Run(run) => {
                 // The receive loop never waits on a call: it runs beside it and answers later.
-                let dispatcher = act.link().dispatcher.clone();
-                let Run { call, ticket } = *run;
-                let tool = ticket.tool.clone();
-                ctx.spawn(
-                    async move { dispatcher.dispatch(&tool, call).await }
-                        .into_actor(act)
-                        .map(move |result, act, ctx| {
-                            act.link().core.answered(ticket, result);
-                            run_effects(act, ctx);
-                        }),
-                );
+                let Run { call, tool, ticket } = *run;
+                let link = act.link();
+                let (canceller, running) = link.dispatcher.dispatch_cancellable(tool, call);
+                link.running.insert(ticket, canceller);
+                ctx.spawn(running.into_actor(act).map(move |result, act, ctx| {
+                    act.link().running.remove(&ticket);
+                    // A cancelled call has no result: the core answered it when it cancelled it.
+                    if let Some(result) = result {
+                        act.link().core.answered(ticket, result);
+                        run_effects(act, ctx);
+                    }
+                }));
+            }
+            Effect::Cancel(ticket) => {
+                if let Some(canceller) = act.link().running.remove(&ticket) {
+                    canceller.cancel();
+                }
             }
         }
     }
 }
 
 /// Writes one message upstream; a closed sink stops the actor.
-pub fn send_upstream<A: Shell>(act: &mut A, message: ws::Message, ctx: &mut Context<A>) {
+pub(crate) fn send_upstream<A: Shell>(act: &mut A, message: ws::Message, ctx: &mut Context<A>) {
     let link = act.link();
     let Some(sink) = &mut link.sink else {
         return;
@@ -274,14 +298,18 @@ pub fn send_upstream<A: Shell>(act: &mut A, message: ws::Message, ctx: &mut Cont
 }
 
 /// How long a closing actor waits for its close frame to leave before it drops the connection.
-pub const CLOSE_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// Sends the upstream websocket a close frame with `reason`; the actor stops when the model
 /// answers it and ends the connection (its stream finishes), or after [`CLOSE_GRACE`]. Stopping
 /// at once would drop the frame unsent, and a client that shuts its side down right after the
 /// frame leaves the server reading an end of stream instead of the close (RFC 6455 §7.1.1: the
 /// server closes the TCP connection).
-pub fn close_upstream<A: Shell>(act: &mut A, reason: Option<CloseReason>, ctx: &mut Context<A>) {
+pub(crate) fn close_upstream<A: Shell>(
+    act: &mut A,
+    reason: Option<CloseReason>,
+    ctx: &mut Context<A>,
+) {
     let written = act
         .link()
         .sink
@@ -296,7 +324,7 @@ pub fn close_upstream<A: Shell>(act: &mut A, reason: Option<CloseReason>, ctx: &
 
 /// Hands a new tool list to the core; the future settles when the session acknowledged it (or
 /// at once when it is not connected: the list goes out on connect).
-pub fn sync_tools<A: Shell>(
+pub(crate) fn sync_tools<A: Shell>(
     act: &mut A,
     tools: Arc<[SharedTool]>,
     ctx: &mut Context<A>,
@@ -352,20 +380,20 @@ macro_rules! session_handlers {
 
 /// One whole message, after reassembly.
 #[derive(Debug)]
-pub enum Whole {
+pub(crate) enum Whole {
     Text(ByteString),
     Binary(Bytes),
 }
 
 /// Reassembles messages sent in continuation frames, up to [`MAX_EVENT_BYTES`] in all.
 #[derive(Debug, Default)]
-pub struct Reassembly {
+pub(crate) struct Reassembly {
     partial: Option<(bool, BytesMut)>,
 }
 
 impl Reassembly {
     /// Takes one fragment; returns the message it completes, if it does.
-    pub fn push(&mut self, item: Item) -> Result<Option<Whole>, String> {
+    pub(crate) fn push(&mut self, item: Item) -> Result<Option<Whole>, String> {
         let (part, last) = match item {
             Item::FirstText(part) => {
                 self.partial = Some((true, BytesMut::new()));
@@ -405,6 +433,6 @@ impl Reassembly {
 }
 
 /// A text frame's payload as text, if it is valid UTF-8.
-pub fn text_of(bytes: Bytes) -> Result<ByteString, String> {
+pub(crate) fn text_of(bytes: Bytes) -> Result<ByteString, String> {
     ByteString::try_from(bytes).map_err(|_| "a text message is not valid UTF-8".into())
 }

@@ -6,7 +6,7 @@
 
 /// One update in flight and the waiters of the versions not yet settled.
 #[derive(Debug)]
-pub struct SyncState<W> {
+pub(crate) struct SyncState<W> {
     /// Version of the newest tool list.
     latest: u64,
     /// Version of the last update sent.
@@ -28,13 +28,13 @@ impl<W> Default for SyncState<W> {
 }
 
 impl<W> SyncState<W> {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// A new tool list arrived (with whoever waits for it). Returns the version to send now, if
     /// nothing is in flight.
-    pub fn changed(&mut self, waiter: Option<W>) -> Option<u64> {
+    pub(crate) fn changed(&mut self, waiter: Option<W>) -> Option<u64> {
         self.latest += 1;
         if let Some(w) = waiter {
             self.waiters.push((self.latest, w));
@@ -43,29 +43,29 @@ impl<W> SyncState<W> {
     }
 
     /// The connection is (re)established: the current list must go out first.
-    pub fn connected(&mut self) -> u64 {
+    pub(crate) fn connected(&mut self) -> u64 {
         self.in_flight = Some(self.latest);
         self.sent = self.latest;
         self.latest
     }
 
-    pub fn in_flight(&self) -> Option<u64> {
+    pub(crate) fn in_flight(&self) -> Option<u64> {
         self.in_flight
     }
 
     /// The update in flight was acknowledged. Returns the waiters it satisfies and the version
     /// to send next, if newer changes are waiting.
-    pub fn acknowledged(&mut self) -> Option<Settled<W>> {
+    pub(crate) fn acknowledged(&mut self) -> Option<Settled<W>> {
         self.settle()
     }
 
     /// The update in flight was refused or timed out: its waiters fail; newer changes go next.
-    pub fn failed(&mut self) -> Option<Settled<W>> {
+    pub(crate) fn failed(&mut self) -> Option<Settled<W>> {
         self.settle()
     }
 
     /// The connection is gone: every waiter fails, nothing is in flight.
-    pub fn disconnected(&mut self) -> Vec<W> {
+    pub(crate) fn disconnected(&mut self) -> Vec<W> {
         self.in_flight = None;
         self.waiters.drain(..).map(|(_, w)| w).collect()
     }
@@ -94,7 +94,7 @@ impl<W> SyncState<W> {
 
 /// What settling one update decided.
 #[derive(Debug)]
-pub struct Settled<W> {
+pub(crate) struct Settled<W> {
     pub waiters: Vec<W>,
     pub send_next: Option<u64>,
 }

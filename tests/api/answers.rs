@@ -239,8 +239,8 @@ async fn an_error_nested_deeper_than_the_parser_limit_stays_an_error() {
 
 #[actix_web::test]
 async fn a_realtime_model_reads_the_error_with_its_output_and_its_numbers_exactly() {
-    use runtime_tools::session::realtime::Dialect;
-    use runtime_tools::session::settings::SessionSettings;
+    use runtime_tools::Dialect;
+    use runtime_tools::SessionSettings;
 
     use crate::fake_realtime::{AckMode, FakeRealtime};
 

@@ -6,13 +6,10 @@
 //! reference Python implementation of JSON Schema judges the same schemas and arguments.
 
 use actix::prelude::*;
-use runtime_tools::actors::local_tool::{CallLocalTool, local_handler};
-use runtime_tools::actors::router::RegisterTool;
-use runtime_tools::domain::arguments::Parameters;
-use runtime_tools::domain::call::ToolOutcome;
-use runtime_tools::domain::tool::ToolSpec;
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::SessionSettings;
+use runtime_tools::{
+    CallLocalTool, Dialect, Parameters, RegisterTool, SessionSettings, ToolOutcome, ToolSpec,
+    local_handler,
+};
 use serde_json::{Map, Value, json};
 
 use crate::callback_server::{

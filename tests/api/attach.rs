@@ -10,10 +10,10 @@
 
 use serde_json::{Value, json};
 
-use runtime_tools::domain::peer_text::MAX_PEER_TEXT_BYTES;
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::{DEFAULT_MAX_ATTACHMENTS, SessionMode};
-use runtime_tools::session::shell::MAX_UPSTREAM_QUEUE_BYTES;
+use runtime_tools::limits::{
+    DEFAULT_MAX_ATTACHMENTS, MAX_PEER_TEXT_BYTES, MAX_UPSTREAM_QUEUE_BYTES,
+};
+use runtime_tools::{Dialect, SessionMode};
 
 use crate::callback_server::{CallbackServer, Reply};
 use crate::deaf_model::DeafModel;
@@ -203,15 +203,15 @@ async fn announced_joining_and_calls(events: &mut EventReader, url: &str) {
         assert_call(
             call,
             json!({"role": "Mio", "tool": "get_weather", "source": "plugin:w", "call_id": id,
-                   "caller": "model", "kind": "attach", "is_error": false}),
+                   "caller": "model", "kind": "attach", "is_error": false, "cancelled": false}),
         );
     }
 }
 
 #[actix_web::test]
 async fn an_attach_the_call_does_not_take_says_why_and_stays() {
-    use runtime_tools::session::realtime::Dialect;
-    use runtime_tools::session::settings::SessionMode;
+    use runtime_tools::Dialect;
+    use runtime_tools::SessionMode;
     // Mio's settings apply to its attachments: a short sync timeout; relay mode, so the server
     // keeps no connection of its own to the fake.
     let fake = FakeRealtime::start(AckMode::Error("tools are locked".into())).await;

@@ -2,9 +2,7 @@
 //! callback origin of a `plugin:` source remove that origin's tools of that source everywhere,
 //! and nothing else does.
 
-use runtime_tools::actors::router::RebuildCharacter;
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::SessionSettings;
+use runtime_tools::{Dialect, RebuildCharacter, SessionSettings};
 use serde_json::{Value, json};
 
 use crate::callback_server::{

@@ -5,7 +5,7 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use runtime_tools::domain::callback_url::MAX_CALLBACK_URL_BYTES;
+use runtime_tools::limits::MAX_CALLBACK_URL_BYTES;
 use serde_json::{Value, json};
 
 use crate::helpers::{HTTP_DEADLINE, TestApp, raw_head, spawn_app, tool_body};

@@ -1,7 +1,7 @@
 //! The callback-URL rule over HTTP: every vector of issue 2, accepted (200) or refused (422 at
 //! `body.callback_url`, with the reason and the accepted forms).
 
-use runtime_tools::domain::callback_url::ACCEPTED_FORMS;
+use runtime_tools::limits::ACCEPTED_FORMS;
 use serde_json::{Value, json};
 
 use crate::helpers::spawn_app;

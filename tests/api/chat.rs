@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use runtime_tools::chat::settings::ChatSettings;
+use runtime_tools::ChatSettings;
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, ClosedPort, Reply};
@@ -172,7 +172,7 @@ async fn a_server_round_then_words_without_streaming() {
     crate::events::assert_call(
         &call,
         json!({"role": "Mio", "tool": "get_weather", "source": "plugin:weather",
-               "call_id": "call_1", "caller": "model", "kind": "chat", "is_error": false}),
+               "call_id": "call_1", "caller": "model", "kind": "chat", "is_error": false, "cancelled": false}),
     );
     // The sessions listing counts what the chat did.
     let (_, sessions) = app.get("/api/sessions").await;
@@ -692,14 +692,27 @@ async fn an_app_that_goes_away_cancels_the_upstream_request_and_the_running_call
         &[("call_1", "get_weather", json!({"location": "Tokyo"}))],
     ))]);
     let mut sdk = sdk(&app).await;
+    let mut events = open(&app, "?role=Mio", None).await.expect("stream opens");
+    events.expect("hello").await;
 
     let first = sdk.open_stream(ask_weather()).await;
     assert_eq!(first["choices"][0]["delta"]["content"], "Let me check.");
     callback.wait_for_requests(1).await;
     sdk.close_stream().await;
 
-    // The plugin sees its connection close.
+    // The plugin sees its connection close, and the call is announced as cancelled.
     callback.wait_for_closed(1).await;
+    let call = events.wait_for("tool.call", |_| true).await;
+    assert_eq!(
+        (
+            &call.data["call_id"],
+            &call.data["kind"],
+            &call.data["is_error"],
+            &call.data["cancelled"]
+        ),
+        (&json!("call_1"), &json!("chat"), &json!(true), &json!(true)),
+        "{call:?}"
+    );
 
     // Without streaming: the app's connection closes while the upstream thinks.
     upstream.script([Answer::HoldOpen]);

@@ -8,13 +8,10 @@ use std::io::Read;
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use runtime_tools::actors::router::RegisterTool;
-use runtime_tools::config::Settings;
-use runtime_tools::domain::callback_url::CallbackUrl;
-use runtime_tools::domain::tool::{ToolSpec, empty_parameters};
-use runtime_tools::events::{RING_CAPACITY, SUBSCRIBER_BUFFER};
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::SessionSettings;
+use runtime_tools::limits::{RING_CAPACITY, SUBSCRIBER_BUFFER};
+use runtime_tools::{
+    CallbackUrl, Dialect, RegisterTool, SessionSettings, Settings, ToolSpec, empty_parameters,
+};
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply};
@@ -137,7 +134,7 @@ async fn hello_then_every_kind_of_event_with_its_exact_data() {
     assert_call(
         &events.next_event().await,
         json!({"role": "Lanlan", "tool": "get_weather", "source": "plugin:w",
-               "call_id": "call_hand", "caller": "invoke", "is_error": false}),
+               "call_id": "call_hand", "caller": "invoke", "is_error": false, "cancelled": false}),
     );
     fake.push(
         json!({"type": "response.function_call_arguments.done", "event_id": "e1",
@@ -148,7 +145,7 @@ async fn hello_then_every_kind_of_event_with_its_exact_data() {
     assert_call(
         &events.next_event().await,
         json!({"role": "Mio", "tool": "get_weather", "source": "plugin:w",
-               "call_id": "call_model", "caller": "model", "kind": "client", "is_error": false}),
+               "call_id": "call_model", "caller": "model", "kind": "client", "is_error": false, "cancelled": false}),
     );
     // A model call of a tool the character does not have has no source and is an error.
     fake.push(
@@ -160,7 +157,7 @@ async fn hello_then_every_kind_of_event_with_its_exact_data() {
     assert_call(
         &events.next_event().await,
         json!({"role": "Mio", "tool": "ghost", "source": null,
-               "call_id": "call_ghost", "caller": "model", "kind": "client", "is_error": true}),
+               "call_id": "call_ghost", "caller": "model", "kind": "client", "is_error": true, "cancelled": false}),
     );
 
     // Unregister and clear.
@@ -400,7 +397,7 @@ async fn a_resume_that_missed_more_than_a_subscribers_buffer_gets_a_reset() {
 #[actix_web::test]
 async fn idle_streams_get_a_keep_alive_comment() {
     let app = spawn_app_with(Settings {
-        events: runtime_tools::events::EventSettings {
+        events: runtime_tools::EventSettings {
             keep_alive: Duration::from_millis(200),
             ..Default::default()
         },
@@ -448,7 +445,7 @@ fn stuck_subscriber(addr: SocketAddr) -> TcpStream {
 async fn a_stuck_subscriber_is_dropped_and_slows_nobody() {
     let buffer = 8;
     let app = spawn_app_with(Settings {
-        events: runtime_tools::events::EventSettings {
+        events: runtime_tools::EventSettings {
             subscriber_buffer: buffer,
             ..Default::default()
         },

@@ -13,9 +13,7 @@
 
 use std::process::Command;
 
-use runtime_tools::config::Settings;
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::{SessionMode, SessionSettings};
+use runtime_tools::{Dialect, SessionMode, SessionSettings, Settings};
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply};
@@ -308,10 +306,24 @@ async fn inprocess_plugin_example_calls_its_actor_tool_over_http() {
 #[actix_web::test]
 async fn inprocess_session_example_takes_the_tools_and_its_model_calls_one() {
     let outcome = inprocess_session::run().await.expect("the example runs");
-    // The join's list (empty), then the registration's; each announced as `session.state`.
-    assert_eq!(outcome["updates"], 2);
-    assert_eq!(outcome["announced"], 2);
+    // The join's list (empty), then the two registrations'; each announced as `session.state`.
+    assert_eq!(outcome["updates"], 3);
+    assert_eq!(outcome["announced"], 3);
     assert_eq!(outcome["answer"], r#"{"fahrenheit":82.4}"#);
+    // The slow call the person interrupted: dropped, answered as cancelled, announced so.
+    assert_eq!(outcome["courier_dropped"], true);
+    let interrupted = outcome["interrupted"]
+        .as_array()
+        .expect("one answer per call");
+    assert_eq!(interrupted.len(), 1, "{outcome}");
+    let told: Value = serde_json::from_str(interrupted[0].as_str().unwrap()).unwrap();
+    assert!(
+        told["error"].as_str().is_some_and(|e| e.starts_with(
+            "cancelled because the person interrupted: a new user turn began after the call had run "
+        )),
+        "{told}"
+    );
+    assert_eq!(outcome["cancelled"], 1);
     let connections = &outcome["connections"];
     assert_eq!(
         connections.as_array().map(Vec::len),
@@ -319,8 +331,8 @@ async fn inprocess_session_example_takes_the_tools_and_its_model_calls_one() {
         "{connections}"
     );
     assert_eq!(connections[0]["kind"], "embedded");
-    assert_eq!(connections[0]["acknowledged_tools"], 1);
-    assert_eq!(connections[0]["calls_answered"], 1);
+    assert_eq!(connections[0]["acknowledged_tools"], 2);
+    assert_eq!(connections[0]["calls_answered"], 2);
     assert_eq!(connections[0]["last_sync"]["ok"], true);
 }
 

@@ -9,8 +9,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::SessionSettings;
+use runtime_tools::{Dialect, SessionSettings};
 use serde_json::{Value, json};
 
 use crate::callback_server::{
@@ -101,7 +100,7 @@ async fn an_endless_chunked_answer_is_cut_at_the_limit() {
     let _healthy = healthy_tool(&app).await;
     let endless = CallbackServer::with("/cb", Reply::Chunked { total: None });
     register(&app, tool_body("endless", &endless.url("/cb"), "plugin:e")).await;
-    let limit = runtime_tools::config::DispatchSettings::default().max_response_bytes;
+    let limit = runtime_tools::DispatchSettings::default().max_response_bytes;
     for result in calls_side_by_side(&app, "endless", 4, 20).await {
         assert_eq!(
             error_text(&result),
@@ -154,7 +153,7 @@ async fn a_gzip_bomb_is_cut_at_the_limit_after_decompression() {
         },
     );
     register(&app, tool_body("bomb", &server.url("/cb"), "plugin:bomb")).await;
-    let limit = runtime_tools::config::DispatchSettings::default().max_response_bytes;
+    let limit = runtime_tools::DispatchSettings::default().max_response_bytes;
     for result in calls_side_by_side(&app, "bomb", 3, 20).await {
         assert_eq!(
             error_text(&result),
@@ -459,7 +458,7 @@ async fn a_peer_that_never_answers_fails_the_sync_after_its_timeout() {
 
 #[actix_web::test]
 async fn a_fragmented_message_is_assembled_up_to_the_limit_and_refused_past_it() {
-    use runtime_tools::session::MAX_EVENT_BYTES;
+    use runtime_tools::limits::MAX_EVENT_BYTES;
 
     let fake = FakeRealtime::start(AckMode::Immediate).await;
     let app = app_with_session(&fake, Duration::from_secs(5)).await;

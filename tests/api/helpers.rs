@@ -5,11 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use actix::Addr;
-use runtime_tools::actors::router::Router;
-use runtime_tools::config::{CharacterSettings, Settings};
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::SessionSettings;
-use runtime_tools::startup::Application;
+use runtime_tools::{Application, CharacterSettings, Dialect, Router, SessionSettings, Settings};
 use serde_json::Value;
 
 /// Generous upper bound for any single HTTP exchange in tests (a loaded 2-core machine).
@@ -22,9 +18,9 @@ pub struct TestApp {
     pub client: awc::Client,
     pub handle: actix_web::dev::ServerHandle,
     /// Stops the server as `main` does on SIGTERM.
-    pub stopper: runtime_tools::startup::Stopper,
+    pub stopper: runtime_tools::Stopper,
     /// The server's event hub, for tests that watch its events in-process.
-    pub events: runtime_tools::events::EventHub,
+    pub events: runtime_tools::EventHub,
 }
 
 /// Settings for a test server on 127.0.0.1:0 with these characters.

@@ -6,7 +6,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use runtime_tools::api::body::{BODY_READ_TIMEOUT, MAX_BODY_BYTES};
+use runtime_tools::limits::{BODY_READ_TIMEOUT, MAX_BODY_BYTES};
 use serde_json::{Value, json};
 
 use crate::helpers::{HTTP_DEADLINE, TestApp, chunked, raw_head, spawn_app, tool_body};
@@ -394,7 +394,7 @@ async fn a_request_head_that_never_ends_times_out() {
     .unwrap();
     assert_eq!(status, 408);
     assert!(
-        elapsed < runtime_tools::startup::REQUEST_HEAD_TIMEOUT + Duration::from_secs(5),
+        elapsed < runtime_tools::limits::REQUEST_HEAD_TIMEOUT + Duration::from_secs(5),
         "answered after {elapsed:?}"
     );
     assert_unchanged(&app, &before).await;

@@ -8,9 +8,8 @@ use std::path::Path;
 
 use serde_json::{Map, Value, json};
 
-use runtime_tools::domain::arguments::MAX_FIX_IT_BYTES;
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::SessionSettings;
+use runtime_tools::limits::MAX_FIX_IT_BYTES;
+use runtime_tools::{Dialect, SessionSettings};
 
 use crate::arguments::model_calls;
 use crate::callback_server::{error_text, invoke};

@@ -9,12 +9,10 @@ use actix::prelude::*;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use image::{DynamicImage, ImageBuffer, ImageFormat, Rgb};
-use runtime_tools::actors::local_tool::{CallLocalTool, local_handler};
-use runtime_tools::actors::router::RegisterTool;
-use runtime_tools::domain::call::ToolOutcome;
-use runtime_tools::domain::tool::{ToolSpec, empty_parameters};
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::SessionSettings;
+use runtime_tools::{
+    CallLocalTool, Dialect, RegisterTool, SessionSettings, ToolOutcome, ToolSpec, empty_parameters,
+    local_handler,
+};
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply, invoke_ok, register};

@@ -9,14 +9,13 @@ use awc::ws;
 use fantoccini::key::Key;
 use futures_util::SinkExt;
 use indexmap::IndexMap;
-use runtime_tools::config::Settings;
-use runtime_tools::mcp::settings::{McpServerSettings, McpTransport};
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::{SessionMode, SessionSettings};
+use runtime_tools::{
+    Dialect, McpServerSettings, McpTransport, SessionMode, SessionSettings, Settings,
+};
 use serde_json::{Value, json};
 
 use crate::browser::Browser;
-use crate::callback_server::{CallbackServer, ClosedPort, Reply, register};
+use crate::callback_server::{CallbackServer, ClosedPort, Reply, register, tool_with_timeout};
 use crate::chat::{chat_server, register_weather};
 use crate::examples::WeatherPlugin;
 use crate::fake_chat::{Answer, FakeChat, calls_completion, completion};
@@ -417,6 +416,32 @@ async fn the_page_shows_characters_tools_calls_and_removals_as_they_happen() {
             "{property}"
         );
     }
+
+    // Mio's model calls a slow tool and the person speaks over it: the call is cancelled, and
+    // the feed says so, with how long it ran.
+    let held = CallbackServer::with("/held", Reply::HoldOpen);
+    register(
+        &app,
+        tool_with_timeout("find_flight", &held.url("/held"), "plugin:travel", 300.0),
+    )
+    .await;
+    fake.update_with_tools(&["find_flight"]).await;
+    fake.push_call("r1", "c1", "find_flight").await;
+    held.wait_for_requests(1).await;
+    fake.push(json!({"type": "input_audio_buffer.speech_started", "audio_start_ms": 900}))
+        .await;
+    let cancelled = browser
+        .wait_xpath(&feed_line(
+            "tool.call",
+            "Mio · find_flight · called by own connection · cancelled after ",
+        ))
+        .await;
+    assert_eq!(
+        cancelled.attr("data-flag").await.unwrap().as_deref(),
+        Some("cancelled")
+    );
+    let text = cancelled.text().await.unwrap();
+    assert!(text.ends_with(" ms"), "{text}");
     browser.close().await;
 }
 

@@ -2,10 +2,9 @@
 //! and in-process tools.
 
 use actix::prelude::*;
-use runtime_tools::actors::local_tool::{CallLocalTool, local_handler};
-use runtime_tools::actors::router::RegisterTool;
-use runtime_tools::domain::call::ToolOutcome;
-use runtime_tools::domain::tool::{ToolSpec, empty_parameters};
+use runtime_tools::{
+    CallLocalTool, RegisterTool, ToolOutcome, ToolSpec, empty_parameters, local_handler,
+};
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply, error_text, invoke, invoke_ok, register};

@@ -2,11 +2,10 @@
 //! every tool that applied to it, a character added later starts without earlier global
 //! registrations, and a removed character's registrations are forgotten.
 
-use runtime_tools::actors::router::{
-    AddCharacter, ListCharacters, RebuildCharacter, RemoveCharacter, RouterError,
+use runtime_tools::{
+    AddCharacter, Dialect, ListCharacters, RebuildCharacter, RemoveCharacter, RouterError,
+    SessionSettings,
 };
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::SessionSettings;
 use serde_json::json;
 
 use crate::fake_realtime::{AckMode, FakeRealtime, update_tool_names};

@@ -217,14 +217,10 @@ impl actix::Actor for Idle {
     type Context = actix::Context<Self>;
 }
 
-impl actix::Handler<runtime_tools::actors::local_tool::CallLocalTool> for Idle {
-    type Result = runtime_tools::domain::call::ToolOutcome;
+impl actix::Handler<runtime_tools::CallLocalTool> for Idle {
+    type Result = runtime_tools::ToolOutcome;
 
-    fn handle(
-        &mut self,
-        _: runtime_tools::actors::local_tool::CallLocalTool,
-        _: &mut Self::Context,
-    ) -> Self::Result {
+    fn handle(&mut self, _: runtime_tools::CallLocalTool, _: &mut Self::Context) -> Self::Result {
         Ok(json!(null))
     }
 }
@@ -232,9 +228,9 @@ impl actix::Handler<runtime_tools::actors::local_tool::CallLocalTool> for Idle {
 #[actix_web::test]
 async fn detail_full_adds_parameters_and_timeout_and_nothing_else_changes() {
     use actix::Actor;
-    use runtime_tools::actors::local_tool::local_handler;
-    use runtime_tools::actors::router::RegisterTool;
-    use runtime_tools::domain::tool::{ToolSpec, empty_parameters};
+    use runtime_tools::RegisterTool;
+    use runtime_tools::local_handler;
+    use runtime_tools::{ToolSpec, empty_parameters};
 
     let app = spawn_app(&["Lanlan"]).await;
     let mut remote = tool_body("get_weather", "http://127.0.0.1:9333/cb", "plugin:w");

@@ -3,11 +3,9 @@
 //! `POST /api/tools/invoke` reaches the actor and returns its output.
 
 use actix::prelude::*;
-use runtime_tools::actors::local_tool::{CallLocalTool, local_handler};
-use runtime_tools::actors::router::{ChangeReport, RegisterTool};
-use runtime_tools::domain::arguments::Parameters;
-use runtime_tools::domain::call::ToolOutcome;
-use runtime_tools::domain::tool::ToolSpec;
+use runtime_tools::{
+    CallLocalTool, ChangeReport, Parameters, RegisterTool, ToolOutcome, ToolSpec, local_handler,
+};
 use serde_json::{Value, json};
 
 use crate::helpers::{TestApp, spawn_app, tool_body};

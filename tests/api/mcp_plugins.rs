@@ -11,9 +11,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use indexmap::IndexMap;
-use runtime_tools::config::Settings;
-use runtime_tools::mcp::settings::{McpServerSettings, McpTransport};
-use runtime_tools::session::realtime::Dialect;
+use runtime_tools::Dialect;
+use runtime_tools::Settings;
+use runtime_tools::{McpServerSettings, McpTransport};
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, ClosedPort, Reply, invoke_ok};

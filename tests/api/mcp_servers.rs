@@ -2,22 +2,28 @@
 //! (PyPI) over stdio, `@modelcontextprotocol/server-everything` (npm) over stdio and Streamable
 //! HTTP, and a small server written with the official MCP Python SDK whose tool list changes at
 //! run time. Each: the tools registered for the characters (source `mcp:<name>`, with an event),
-//! a call, an error result, an image, a `tools/list_changed`, and a killed server coming back.
+//! a call, an error result, an image, a `tools/list_changed`, and a killed server coming back;
+//! and a call of `server-everything`'s long-running tool that the person interrupts, or that
+//! times out, reaches the server as `notifications/cancelled` naming its request.
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
 use indexmap::IndexMap;
-use runtime_tools::config::Settings;
-use runtime_tools::mcp::settings::{McpServerSettings, McpTransport};
+use runtime_tools::{Dialect, McpServerSettings, McpTransport, SessionSettings, Settings};
 use serde_json::{Value, json};
+
+use actix_web::rt::net::TcpListener;
+use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::child::LineChild;
 use crate::event_stream::{EventReader, open};
+use crate::fake_realtime::{AckMode, EVENT_DEADLINE, FakeRealtime, update_tool_names};
 use crate::helpers::{TestApp, settings, spawn_app_with};
 use crate::node::server_everything;
 use crate::python::{python, repo_file, venv};
+use crate::sessions::{call_event, response_done};
 
 /// A stdio MCP server of the configuration.
 fn stdio(name: &str, command: PathBuf, args: &[&str]) -> McpServerSettings {
@@ -315,4 +321,170 @@ async fn a_tool_added_at_run_time_arrives_by_list_changed() {
         mcp_report(&app, "dynamic").await["tools"],
         json!(["add_tool", "greet"])
     );
+}
+
+/// What passes between the server and an MCP server, as `tests/mcp_tap.py` tells it: one
+/// `{"to": "server" | "client", "message": M}` per message, in order.
+struct Tap {
+    lines: tokio::io::Lines<BufReader<actix_web::rt::net::TcpStream>>,
+    seen: Vec<Value>,
+}
+
+impl Tap {
+    /// The tap of the server started with `listener`'s port.
+    async fn accept(listener: TcpListener) -> Self {
+        let (socket, _) = tokio::time::timeout(EVENT_DEADLINE, listener.accept())
+            .await
+            .expect("the tap connects")
+            .unwrap();
+        Self {
+            lines: BufReader::new(socket).lines(),
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads until a message `to` one side satisfies `matches`; returns it.
+    async fn wait_for(&mut self, what: &str, to: &str, matches: impl Fn(&Value) -> bool) -> Value {
+        let found = tokio::time::timeout(EVENT_DEADLINE, async {
+            loop {
+                let line = self.lines.next_line().await.expect("the tap reads");
+                let line = line.unwrap_or_else(|| panic!("the tap ended before {what}"));
+                let record: Value = serde_json::from_str(&line).expect("the tap writes JSON");
+                self.seen.push(record.clone());
+                if record["to"] == to && matches(&record["message"]) {
+                    return record["message"].clone();
+                }
+            }
+        })
+        .await;
+        found.unwrap_or_else(|_| panic!("no {what} within {EVENT_DEADLINE:?}: {:#?}", self.seen))
+    }
+}
+
+/// Waits until the model got an answer to `call_id` whose output contains `text`.
+async fn answered_with(fake: &FakeRealtime, call_id: &str, text: &str) {
+    fake.wait_for(&format!("{call_id}'s answer with {text:?}"), |events| {
+        events
+            .iter()
+            .any(|e| {
+                e["item"]["call_id"] == call_id
+                    && e["item"]["output"]
+                        .as_str()
+                        .is_some_and(|o| o.contains(text))
+            })
+            .then_some(())
+    })
+    .await;
+}
+
+/// `server-everything` over stdio behind `tests/mcp_tap.py` (its calls bounded by `timeout`), and
+/// the listener its tap reports to.
+async fn tapped_everything(timeout: Duration) -> (McpServerSettings, TcpListener) {
+    let entry = provisioned(server_everything, "npm install of server-everything").await;
+    let python = provisioned(python, "the test virtualenv (tests/requirements.txt)").await;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let tap_script = repo_file("tests/mcp_tap.py");
+    let mut everything = stdio(
+        "everything",
+        python,
+        &[
+            &tap_script.to_string_lossy(),
+            &port,
+            "node",
+            &entry.to_string_lossy(),
+            "stdio",
+        ],
+    );
+    everything.timeout = timeout;
+    (everything, listener)
+}
+
+#[actix_web::test]
+async fn a_timed_out_call_of_the_long_running_tool_is_cancelled_on_the_mcp_server() {
+    let (everything, listener) = tapped_everything(Duration::from_secs(1)).await;
+    let (app, mut events) = start(&["Lanlan"], vec![everything]).await;
+    let mut tap = Tap::accept(listener).await;
+    mcp_change(&mut events, "mcp:everything").await;
+    let answer = invoke(
+        &app,
+        "trigger-long-running-operation",
+        json!({"duration": 120, "steps": 120}),
+    )
+    .await;
+    assert_eq!(
+        answer["error"],
+        "MCP server everything did not answer tools/call within 1 s"
+    );
+    let call = tap
+        .wait_for("the tools/call", "server", |m| m["method"] == "tools/call")
+        .await;
+    let notice = tap
+        .wait_for("notifications/cancelled", "server", |m| {
+            m["method"] == "notifications/cancelled"
+        })
+        .await;
+    assert_eq!(
+        notice["params"],
+        json!({"requestId": call["id"], "reason": "the call timed out after 1 s"})
+    );
+}
+
+#[actix_web::test]
+async fn an_interrupted_call_of_the_long_running_tool_is_cancelled_on_the_mcp_server() {
+    // Longer than the call takes: its end is the interruption's, not a timeout's.
+    let (everything, listener) = tapped_everything(Duration::from_secs(300)).await;
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let mut config = settings(&["Mio"]);
+    config.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
+    config.mcp_servers = vec![everything];
+    let _app = spawn_app_with(config).await;
+    let mut tap = Tap::accept(listener).await;
+    let tool = "trigger-long-running-operation";
+    fake.wait_for("the MCP server's tools in the session", |events| {
+        events
+            .iter()
+            .any(|e| {
+                e["type"] == "session.update" && update_tool_names(e).iter().any(|n| n == tool)
+            })
+            .then_some(())
+    })
+    .await;
+    // Two minutes: only the interruption ends it within the test's deadline.
+    let arguments = r#"{"duration": 120, "steps": 120}"#;
+    let is_call = |m: &Value| m["method"] == "tools/call" && m["params"]["name"] == tool;
+
+    fake.push(call_event("r1", "c1", tool, arguments)).await;
+    fake.push(response_done("r1", &[("c1", tool, arguments)]))
+        .await;
+    let first = tap
+        .wait_for("the first tools/call", "server", is_call)
+        .await;
+    fake.push(json!({"type": "input_audio_buffer.speech_started", "audio_start_ms": 700}))
+        .await;
+    // The server is told, with the request's id.
+    let notice = tap
+        .wait_for("notifications/cancelled", "server", |m| {
+            m["method"] == "notifications/cancelled"
+        })
+        .await;
+    assert_eq!(notice["params"]["requestId"], first["id"], "{notice}");
+    assert_eq!(
+        notice["params"]["reason"], "the call was cancelled",
+        "{notice}"
+    );
+    answered_with(&fake, "c1", "cancelled because the person interrupted").await;
+
+    // The connection goes on: the next call is answered.
+    let echo = r#"{"message": "still here"}"#;
+    fake.push(call_event("r2", "c2", "echo", echo)).await;
+    fake.push(response_done("r2", &[("c2", "echo", echo)]))
+        .await;
+    answered_with(&fake, "c2", "Echo: still here").await;
+    // The interrupted call was never answered.
+    let answered = tap
+        .seen
+        .iter()
+        .any(|r| r["to"] == "client" && r["message"]["id"] == first["id"]);
+    assert!(!answered, "{:#?}", tap.seen);
 }

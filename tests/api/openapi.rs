@@ -4,9 +4,8 @@
 //! schema the document gives for it (JSON Schema 2020-12, with the document's components).
 
 use actix_web::http::Method;
-use runtime_tools::actors::router::InjectRouterStop;
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::SessionSettings;
+use runtime_tools::faults::InjectRouterStop;
+use runtime_tools::{ChatSettings, Dialect, SessionSettings};
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, ClosedPort, Reply};
@@ -15,7 +14,6 @@ use crate::fake_realtime::{AckMode, FakeRealtime};
 use crate::helpers::{
     TestApp, parse_json, raw_exchange_async, raw_head, settings, spawn_app_with, tool_body,
 };
-use runtime_tools::chat::settings::ChatSettings;
 
 const OPENAPI: &str = "/api/tools/openapi.json";
 

@@ -2,17 +2,13 @@
 //! manager is reported in `failed_roles` and comes back with every tool that applied to it.
 
 use actix::prelude::*;
-use runtime_tools::actors::local_tool::{CallLocalTool, local_handler};
+use runtime_tools::faults::InjectManagerPanic;
+use runtime_tools::{
+    CallLocalTool, CallbackUrl, ChangeFailure, Dialect, RegisterTool, ReplaceSource, RoleFailure,
+    SessionSettings, ToolOutcome, ToolSpec, UnregisterTool, empty_parameters, local_handler,
+};
 use std::time::Duration;
 
-use runtime_tools::actors::router::{
-    ChangeFailure, InjectManagerPanic, RegisterTool, ReplaceSource, RoleFailure, UnregisterTool,
-};
-use runtime_tools::domain::call::ToolOutcome;
-use runtime_tools::domain::callback_url::CallbackUrl;
-use runtime_tools::domain::tool::{ToolSpec, empty_parameters};
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::SessionSettings;
 use serde_json::json;
 
 use crate::fake_realtime::{AckMode, FakeRealtime, update_tool_names};

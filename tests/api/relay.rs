@@ -14,10 +14,8 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use runtime_tools::session::outbox::{MAX_APP_QUEUE_BYTES, not_reading_reason};
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::{SessionMode, SessionSettings};
-use runtime_tools::session::shell::{MAX_UPSTREAM_QUEUE_BYTES, model_not_reading_reason};
+use runtime_tools::limits::{MAX_APP_QUEUE_BYTES, MAX_UPSTREAM_QUEUE_BYTES};
+use runtime_tools::{Dialect, SessionMode, SessionSettings};
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply};
@@ -32,7 +30,7 @@ use crate::sdk_app::SdkApp;
 
 /// A server whose `Mio` relays to `fake` (`mode = "relay"`: no connection of its own), with
 /// `others` beside it.
-async fn relay_app(
+pub async fn relay_app(
     fake: &FakeRealtime,
     others: &[&str],
     dialect: Dialect,
@@ -46,7 +44,7 @@ async fn relay_app(
 }
 
 /// The relay's base URL for the SDK's `websocket_base_url`.
-fn base(app: &TestApp) -> String {
+pub fn base(app: &TestApp) -> String {
     format!("ws://{}/v1", app.addr)
 }
 
@@ -67,7 +65,7 @@ fn registered_view(name: &str) -> Value {
 }
 
 /// The events the server itself sent upstream: its own updates, outputs and `response.create`s.
-fn server_events(fake: &FakeRealtime) -> Vec<Value> {
+pub fn server_events(fake: &FakeRealtime) -> Vec<Value> {
     fake.events()
         .into_iter()
         .filter(|e| {
@@ -222,7 +220,7 @@ async fn the_sdk_app_talks_through_the_relay_and_the_server_does_only_its_part()
             .wait_for("tool.call", |d| d["call_id"] == "call_1")
             .await,
         json!({"role": "Mio", "tool": "get_weather", "source": "plugin:w", "call_id": "call_1",
-               "caller": "model", "kind": "relay", "is_error": false}),
+               "caller": "model", "kind": "relay", "is_error": false, "cancelled": false}),
     );
 
     // A call of the app's own tool: only the app answers it.
@@ -329,7 +327,7 @@ async fn the_models_close_reaches_the_app_with_its_code_and_reason() {
 
 #[actix_web::test]
 async fn removing_the_character_closes_its_relays() {
-    use runtime_tools::actors::router::RemoveCharacter;
+    use runtime_tools::RemoveCharacter;
     let fake = FakeRealtime::start(AckMode::Immediate).await;
     let app = relay_app(&fake, &["Lanlan"], Dialect::Openai, |_| {}).await;
     let mut sdk = SdkApp::start().await;
@@ -347,7 +345,7 @@ async fn removing_the_character_closes_its_relays() {
 
 #[actix_web::test]
 async fn a_restarted_manager_closes_its_relays_and_a_reconnecting_app_gets_the_tools_back() {
-    use runtime_tools::actors::router::InjectManagerPanic;
+    use runtime_tools::faults::InjectManagerPanic;
     let fake = FakeRealtime::start(AckMode::Immediate).await;
     let weather = callback();
     let app = relay_app(&fake, &[], Dialect::Openai, |_| {}).await;
@@ -456,7 +454,8 @@ async fn an_app_that_stops_reading_is_closed_not_buffered() {
         (!f.closes().is_empty()).then_some(())
     })
     .await;
-    let reason = not_reading_reason();
+    let reason =
+        format!("app is not reading: more than {MAX_APP_QUEUE_BYTES} bytes were waiting for it");
     assert_eq!(fake.closes(), [(1008, reason.clone())]);
     // The app, reading again, finds what the socket held, then the close and its reason.
     let (code, got, skipped) = sdk.wait_close().await;
@@ -496,7 +495,12 @@ async fn a_model_that_stops_reading_is_dropped_and_the_app_told_why() {
     let (code, reason, _) = sdk.wait_close().await;
     assert_eq!(
         (code, reason),
-        (json!(1014), json!(model_not_reading_reason()))
+        (
+            json!(1014),
+            json!(format!(
+                "model is not reading: more than {MAX_UPSTREAM_QUEUE_BYTES} bytes were waiting for it"
+            ))
+        )
     );
     // The relay is gone from the character's connections.
     loop_until_no_connections(&app).await;

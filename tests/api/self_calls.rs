@@ -1,7 +1,7 @@
 //! No tool may call the server itself: register refuses a callback on the server's own address,
 //! a call that arrives through a tool callback is refused (which also ends a loop between two
 //! servers), callback exchanges in flight are bounded, and an invoke whose client goes away
-//! stops its callback exchange.
+//! stops its callback exchange and is announced as cancelled.
 
 use futures_util::future::join_all;
 use serde_json::{Value, json};
@@ -10,6 +10,8 @@ use tokio::io::AsyncWriteExt;
 use crate::callback_server::{
     CallbackServer, Reply, error_text, invoke, invoke_ok, register, spawn_invoke, tool_with_timeout,
 };
+use crate::event_stream::{Received, open};
+use crate::events::assert_call;
 use crate::helpers::{TestApp, settings, spawn_app, spawn_app_with, tool_body};
 
 /// What a refused invoke's `error` says.
@@ -135,6 +137,8 @@ async fn a_callback_exchange_ends_when_the_invoke_client_goes_away() {
         tool_with_timeout("held", &held.url("/cb"), "plugin:held", 300.0),
     )
     .await;
+    let mut events = open(&app, "", None).await.expect("stream opens");
+    events.expect("hello").await;
     let body = json!({"name": "held", "arguments": {}}).to_string();
     let mut client = actix_web::rt::net::TcpStream::connect(app.addr)
         .await
@@ -154,6 +158,21 @@ async fn a_callback_exchange_ends_when_the_invoke_client_goes_away() {
     drop(client);
     // The server closes its connection to the callback: the exchange is over.
     held.wait_for_closed(1).await;
+    // And the call is announced as cancelled, with how long it ran.
+    let cancelled = events.wait_for("tool.call", |d| d["tool"] == "held").await;
+    assert!(
+        cancelled.data["call_id"]
+            .as_str()
+            .unwrap()
+            .starts_with("call_")
+    );
+    let mut data = cancelled.data.clone();
+    data["call_id"] = json!(null);
+    assert_call(
+        &Received { data, ..cancelled },
+        json!({"role": "Lanlan", "tool": "held", "source": "plugin:held", "call_id": null,
+               "caller": "invoke", "is_error": true, "cancelled": true}),
+    );
     // And its slot is free again (the limit is 1).
     let ok = CallbackServer::with("/cb", Reply::output(json!("free")));
     register(&app, tool_body("ok", &ok.url("/cb"), "plugin:ok")).await;

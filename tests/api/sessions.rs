@@ -4,8 +4,8 @@
 use std::rc::Rc;
 use std::time::Duration;
 
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::SessionSettings;
+use runtime_tools::limits::MAX_UPSTREAM_QUEUE_BYTES;
+use runtime_tools::{Dialect, SessionSettings};
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply};
@@ -13,7 +13,6 @@ use crate::deaf_model::DeafModel;
 use crate::fake_realtime::{AckMode, EVENT_DEADLINE, FakeRealtime, update_tool_names};
 use crate::helpers::{TestApp, tool_body};
 use crate::schema::validate_client_events;
-use runtime_tools::session::shell::MAX_UPSTREAM_QUEUE_BYTES;
 
 async fn app_with_session_at(url: &str, tweak: impl FnOnce(&mut SessionSettings)) -> TestApp {
     crate::helpers::app_with_session(url, &[], Dialect::Openai, tweak).await
@@ -552,7 +551,7 @@ async fn removals_that_the_session_refuses_still_remove() {
 
 #[actix_web::test]
 async fn a_session_whose_api_key_variable_is_unset_is_refused() {
-    use runtime_tools::actors::router::{AddCharacter, RouterError};
+    use runtime_tools::{AddCharacter, RouterError};
     let app = crate::helpers::spawn_app(&["Lanlan"]).await;
     let mut session = SessionSettings::new("ws://127.0.0.1:9/v1/realtime", Dialect::Openai);
     session.api_key_env = Some("RUNTIME_TOOLS_TEST_UNSET_KEY".into());

@@ -7,10 +7,8 @@
 
 use std::time::Duration;
 
-use runtime_tools::actors::router::CloseAllConnections;
-use runtime_tools::events::EventKind;
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::{SessionMode, SessionSettings};
+use runtime_tools::faults::CloseAllConnections;
+use runtime_tools::{Dialect, EventKind, SessionMode, SessionSettings};
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply};

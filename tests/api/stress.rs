@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 use serde_json::{Value, json};
 
-use runtime_tools::session::realtime::Dialect;
-use runtime_tools::session::settings::SessionSettings;
+use runtime_tools::{Dialect, SessionSettings};
 
 use crate::callback_server::{CallbackServer, Reply};
 use crate::fake_realtime::{AckMode, FakeRealtime, update_tool_names};

@@ -239,7 +239,7 @@ fn binding_a_non_loopback_address_warns_loudly_on_stderr() {
     let mut seen = Vec::new();
     let found = loop {
         match rx.recv_timeout(HTTP_DEADLINE) {
-            Ok(line) if line.starts_with(runtime_tools::startup::NON_LOOPBACK_WARNING) => {
+            Ok(line) if line.starts_with(runtime_tools::limits::NON_LOOPBACK_WARNING) => {
                 break Some(line);
             }
             Ok(line) => seen.push(line),

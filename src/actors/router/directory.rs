@@ -20,7 +20,7 @@ use crate::domain::tool::SharedTool;
 
 /// One character as readers see it.
 #[derive(Debug, Clone)]
-pub struct Listed {
+pub(crate) struct Listed {
     pub character: String,
     pub tools: ToolCell,
     /// Its text chat endpoint, if it has one.

@@ -14,7 +14,7 @@ use actix::Recipient;
 use tokio::sync::oneshot;
 
 use super::directory::Directory;
-use super::{ChangeFailure, ChangeReport, RoleFailure};
+use crate::actors::change::{ChangeFailure, ChangeReport, RoleFailure};
 use crate::actors::manager::{ChangeOutcome, ManagerGone};
 use crate::domain::failures::SharedFailures;
 use crate::domain::role::RoleName;

@@ -24,19 +24,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use serde::Serialize;
 
 use super::manager::{ManagerGone, SessionManager, Watcher};
+use crate::actors::settings::CharacterSettings;
 use crate::chat::ChatEndpoint;
-use crate::config::{CharacterSettings, DispatchSettings};
 use crate::dispatch::Dispatcher;
+use crate::dispatch::settings::DispatchSettings;
 use crate::domain::failures::SharedFailures;
 use crate::domain::registry::Change;
 use crate::domain::role::RoleName;
 use crate::domain::snapshot::ToolCell;
 use crate::events::EventHub;
 use crate::session::settings::SessionSettings;
-use crate::session::{ConnectionKind, SyncError};
 
 mod directory;
 mod faults;
@@ -46,95 +45,23 @@ mod reads;
 mod routing;
 mod sessions;
 
-pub use directory::{ChatTarget, Directory, ResolvedTool, RoleTools};
+pub(crate) use directory::{ChatTarget, Directory, RoleTools};
 pub use faults::{InjectManagerPanic, InjectRouterStop};
 pub use lifecycle::{AddCharacter, RebuildCharacter, RemoveCharacter};
-pub use reads::{ListCharacters, ListSessions, ListTools, ResolveTool, ShareDirectory};
-pub use routing::{
-    ClearSource, RegisterTool, RemoveDeadOrigin, ReplaceSource, SourceCleared, UnregisterTool,
-    WatchClears,
-};
-pub use sessions::{
-    AttachCall, CloseAllConnections, DetachCall, JoinSession, RelayTarget, ResolveRelay,
-};
+pub(crate) use reads::ShareDirectory;
+pub use reads::{ListCharacters, ListSessions, ListTools, ResolveTool};
+pub use routing::{ClearSource, RegisterTool, ReplaceSource, UnregisterTool};
+pub(crate) use routing::{RemoveDeadOrigin, SourceCleared, WatchClears};
+pub(crate) use sessions::{AttachCall, DetachCall, ResolveRelay};
+pub use sessions::{CloseAllConnections, JoinSession};
 
 /// How long the router waits for a manager that has no live session to sync. Managers answer
 /// at once unless they wait on a session, so this only catches a stuck or overloaded actor.
-pub const MANAGER_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const MANAGER_REPLY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Extra time a manager with a session gets beyond its session's sync timeout, so the session's
 /// own, more precise timeout is the one that reports.
-pub const SYNC_REPLY_MARGIN: Duration = Duration::from_secs(1);
-
-/// Per-character outcome of a change.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct ChangeReport {
-    /// Characters whose tools changed and whose session took the new list.
-    pub affected_roles: Vec<RoleName>,
-    /// Characters that could not take the change (or its sync), and why.
-    pub failed_roles: Vec<RoleFailure>,
-    /// Registry entries removed, summed over the characters whose manager answered
-    /// (unregister, clear, auto-removal).
-    pub removed: usize,
-}
-
-impl ChangeReport {
-    /// The characters of `failed_roles`, in order.
-    pub fn failed_role_names(&self) -> Vec<&str> {
-        self.failed_roles.iter().map(|f| f.role.as_str()).collect()
-    }
-}
-
-/// A character that could not take a change, and why (the answers and events carry the reason
-/// as its text).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct RoleFailure {
-    pub role: String,
-    #[serde(serialize_with = "as_text")]
-    #[schema(value_type = String)]
-    pub error: ChangeFailure,
-}
-
-/// Why a character did not take a change: typed until the edge, where its text is what the
-/// HTTP answers, the events and the log say.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ChangeFailure {
-    /// Its sessions did not take the new list: the one, or each of several with its kind.
-    #[error("{}", sessions_text(.0))]
-    Sessions(Vec<(ConnectionKind, SyncError)>),
-    /// A newer manager of the character took over its tools, this change included.
-    #[error("session manager was replaced before answering")]
-    Superseded,
-    /// The manager stopped (a panic) with the change in its mailbox; it was restarted with it.
-    #[error("session manager stopped before answering")]
-    Stopped,
-    /// The manager was found stopped as the change was routed; it was restarted with it.
-    #[error("session manager had stopped; it was restarted with its tools")]
-    Restarted,
-    /// The manager did not answer within the request's deadline.
-    #[error("session manager did not answer within {} s", .0.as_secs_f64())]
-    NoAnswer(Duration),
-    /// The change named a character that does not exist (an MCP server's `roles`).
-    #[error("unknown role: {0}")]
-    UnknownRole(String),
-}
-
-/// With one session, its reason speaks for itself; with several, each says which kind of
-/// connection it was.
-fn sessions_text(failures: &[(ConnectionKind, SyncError)]) -> String {
-    match failures {
-        [(_, only)] => only.to_string(),
-        several => several
-            .iter()
-            .map(|(kind, error)| format!("{} session: {error}", kind.name()))
-            .collect::<Vec<_>>()
-            .join("; "),
-    }
-}
-
-fn as_text<S: serde::Serializer>(error: &ChangeFailure, serializer: S) -> Result<S::Ok, S::Error> {
-    serializer.collect_str(error)
-}
+pub(crate) const SYNC_REPLY_MARGIN: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RouterError {

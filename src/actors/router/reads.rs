@@ -8,7 +8,7 @@ use futures_util::future::join_all;
 use super::directory::{Directory, ResolvedTool, RoleTools};
 use super::{MANAGER_REPLY_TIMEOUT, Router, RouterError};
 use crate::actors::manager::ReportSession;
-use crate::session::SessionReport;
+use crate::actors::manager::SessionReport;
 
 /// The tools of one character or of every character, in configuration order.
 #[derive(Message, Debug)]

@@ -15,7 +15,8 @@ use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
 
 use super::gather::{Gathering, Reply, Target, gather};
-use super::{ChangeFailure, ChangeReport, RoleFailure, Router, RouterError};
+use super::{Router, RouterError};
+use crate::actors::change::{ChangeFailure, ChangeReport, RoleFailure};
 use crate::actors::manager::ApplyChange;
 use crate::domain::call::LocalToolHandler;
 use crate::domain::callback_url::CallbackOrigin;

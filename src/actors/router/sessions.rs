@@ -16,7 +16,7 @@ use crate::domain::call_url::CallUrl;
 use crate::session::SessionHandle;
 use crate::session::attach::Joined;
 use crate::session::settings::{DEFAULT_MAX_ATTACHMENTS, SessionSettings, attach_key};
-use crate::session::shell::CONNECT_TIMEOUT;
+use crate::session::shell::MODEL_CONNECT_TIMEOUT;
 
 /// The character an app's relay serves and how its model is reached: `character`, or (for
 /// `None`) the only character that has a session.
@@ -66,7 +66,7 @@ pub struct RelayTarget {
 
 /// Close every character's relays (their apps get 1001 "going away") and attachments: the
 /// server is stopping. Answers once every one of them is gone, its close frames sent (or its
-/// manager did not answer in time). From then on [`JoinSession`] and [`AttachCall`] are refused
+/// manager did not answer in time). From then on [`JoinSession`] and `AttachCall` are refused
 /// ([`RouterError::Stopping`]).
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
@@ -175,7 +175,7 @@ impl Handler<AttachCall> for Router {
             }
         };
         // The manager bounds the handshake and the first tool update to this, less the margin.
-        let wait = CONNECT_TIMEOUT + character.reply_timeout();
+        let wait = MODEL_CONNECT_TIMEOUT + character.reply_timeout();
         let join = JoinCall {
             url: msg.url.as_written().to_owned(),
             api_key,

@@ -594,17 +594,18 @@ const handlers = {
     refreshSessions();
   },
   "tool.call": (data) => {
-    const outcome = data.is_error ? "error" : "ok";
     const by =
       data.kind === "chat" ? "text chat"
       : data.kind ? kindName(data.kind)
       : data.caller === "mcp" ? "an MCP client (/mcp)"
       : data.caller;
-    addFeed(
-      "tool.call",
-      `${data.role} · ${data.tool} · called by ${by} · ${formatMs(Number(data.duration_ms))} · ${outcome}`,
-      data.is_error ? "error" : null,
-    );
+    const ran = formatMs(Number(data.duration_ms));
+    // A cancelled call (the person interrupted, or its caller went away) says how long it ran.
+    const outcome = data.cancelled
+      ? `cancelled after ${ran}`
+      : `${ran} · ${data.is_error ? "error" : "ok"}`;
+    const flag = data.cancelled ? "cancelled" : data.is_error ? "error" : null;
+    addFeed("tool.call", `${data.role} · ${data.tool} · called by ${by} · ${outcome}`, flag);
     // A chat keeps no connection: its counters move with its calls.
     if (data.kind === "chat") refreshSessions();
   },

@@ -67,7 +67,7 @@ fn matching(expected: Option<&Names>, echoed: Option<&[String]>) -> bool {
 
 /// An app's own update of the session's tools (a relay's), as it goes upstream.
 #[derive(Debug)]
-pub struct AppUpdate {
+pub(crate) struct AppUpdate {
     /// The event as it goes upstream, when it differs from what the app sent.
     pub rewritten: Option<String>,
     pub event_id: Option<String>,
@@ -113,7 +113,7 @@ impl SessionCore {
 
     /// The app sent its own update of the session (a relay); the text to send upstream instead
     /// of the app's, when the registered tools were merged into it.
-    pub fn app_update(&mut self, update: AppUpdate) -> Option<String> {
+    pub(crate) fn app_update(&mut self, update: AppUpdate) -> Option<String> {
         self.own_settings.extend(update.settings);
         let mut registered = 0;
         if let Some(own) = update.tools {

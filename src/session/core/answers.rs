@@ -1,14 +1,27 @@
 //! The model's calls and their answers: a call of the app's own tool is left to the app; every
 //! other call is checked against the runaway guard and the tools the session has, run by the
 //! actor, and answered with its exact output and the images the model takes; the turn goes on
-//! (one request) once its last call is answered, unless the app has calls of its own in it.
+//! (one request) once its last call is answered, unless the app has calls of its own in it or
+//! the person interrupted it.
 
 use std::time::Instant;
 
 use super::{Call, Effect, Run, SessionCore, Ticket};
 use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::registry::not_registered_text;
+use crate::domain::tool::SharedTool;
 use crate::events::{Caller, ToolCallFinished};
+use crate::session::calls::Arrival;
+
+/// A call the actor runs now.
+#[derive(Debug)]
+pub(super) struct RunningCall {
+    pub(super) tool: SharedTool,
+    pub(super) turn: Option<String>,
+    pub(super) call_id: String,
+    /// When the model's call arrived (the `tool.call` event's duration).
+    pub(super) started: Instant,
+}
 
 impl SessionCore {
     /// Whether the server answers calls of `name`: every call but those of the session's own
@@ -24,11 +37,19 @@ impl SessionCore {
             }
             return;
         }
-        if !self.calls.started(call.turn.as_deref(), &call.call_id) {
-            return;
+        let started = Instant::now();
+        match self.calls.started(call.turn.as_deref(), &call.call_id) {
+            Arrival::New => {}
+            Arrival::Repeated => return,
+            Arrival::Abandoned => {
+                // A call of a turn the person interrupted: not run, answered as cancelled.
+                let source = self.tool(&call.name).map(|t| t.source.clone());
+                let result = ToolResult::interrupted(call.call_id, call.name, started.elapsed());
+                self.answer_cancelled(&result, source.as_deref(), started);
+                return;
+            }
         }
         let turn = call.turn;
-        let started = Instant::now();
         let tool_call = ToolCall::from_raw(call.call_id, call.name, call.arguments);
         if !self.limiter.admit(started) {
             let error = format!(
@@ -41,12 +62,7 @@ impl SessionCore {
             self.answer(turn, result, None, started);
             return;
         }
-        let Some(tool) = self
-            .registered
-            .iter()
-            .find(|t| t.name == tool_call.name)
-            .cloned()
-        else {
+        let Some(tool) = self.tool(&tool_call.name).cloned() else {
             let available = self
                 .registered
                 .iter()
@@ -57,36 +73,48 @@ impl SessionCore {
             self.answer(turn, result, None, started);
             return;
         };
-        self.effects.push(Effect::Run(Box::new(Run {
-            call: tool_call,
-            ticket: Ticket {
-                tool,
+        let ticket = Ticket(self.next_ticket);
+        self.next_ticket += 1;
+        self.running.insert(
+            ticket,
+            RunningCall {
+                tool: tool.clone(),
                 turn,
-                connection: self.connection,
+                call_id: tool_call.call_id.clone(),
                 started,
             },
+        );
+        self.effects.push(Effect::Run(Box::new(Run {
+            call: tool_call,
+            tool,
+            ticket,
         })));
     }
 
-    /// A call the core asked to run finished.
-    pub fn answered(&mut self, ticket: Ticket, result: ToolResult) {
-        let Ticket {
-            tool,
-            turn,
-            connection,
-            started,
-        } = ticket;
-        if connection != self.connection || !self.connected {
-            self.announce_call(&result, Some(&tool.source), started);
-            tracing::debug!(character = %self.character, call_id = %result.call_id, "dropping the answer to a call of a connection that has ended");
+    /// The registered tool of this name.
+    fn tool(&self, name: &str) -> Option<&SharedTool> {
+        self.registered.iter().find(|t| t.name == name)
+    }
+
+    /// A call the core asked to run finished. The result of a call cancelled meanwhile (or of
+    /// a connection that has ended) is dropped: it was answered, or announced, then.
+    pub(crate) fn answered(&mut self, ticket: Ticket, result: ToolResult) {
+        let Some(call) = self.running.remove(&ticket) else {
+            tracing::debug!(character = %self.character, call_id = %result.call_id, "dropping the result of a cancelled call");
             return;
-        }
-        self.answer(turn, result, Some(&tool.source), started);
+        };
+        self.answer(call.turn, result, Some(&call.tool.source), call.started);
     }
 
     /// Announces a finished call of the model's (`source` is `None` for a tool the character
     /// does not have, or a call the runaway guard refused).
-    fn announce_call(&self, result: &ToolResult, source: Option<&str>, started: Instant) {
+    pub(super) fn announce_call(
+        &self,
+        result: &ToolResult,
+        source: Option<&str>,
+        started: Instant,
+        cancelled: bool,
+    ) {
         self.events.tool_call(&ToolCallFinished {
             role: &self.character,
             tool: &result.name,
@@ -96,6 +124,7 @@ impl SessionCore {
             kind: Some(self.kind),
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
             is_error: result.is_error,
+            cancelled,
         });
     }
 
@@ -109,7 +138,7 @@ impl SessionCore {
         source: Option<&str>,
         started: Instant,
     ) {
-        self.announce_call(&result, source, started);
+        self.announce_call(&result, source, started, false);
         let warning = if self.protocol.takes_images() {
             self.calls
                 .image_budget(turn.as_deref())
@@ -119,20 +148,37 @@ impl SessionCore {
             (dropped > 0).then(|| self.protocol.images_not_taken(dropped))
         };
         result.add_image_warnings(warning.into_iter().collect());
-        let event_id = self.event_id("call");
-        let output = self
-            .protocol
-            .call_output(&result.call_id, &result.model_text(), &event_id);
-        self.effects.push(Effect::Upstream(output));
+        self.send_output(&result);
         if !result.images.is_empty() {
             let event_id = self.event_id("images");
             let images = self.protocol.images(&result, &event_id);
             self.effects.push(Effect::Upstream(images));
         }
-        self.calls_answered += 1;
         if self.calls.answered(turn.as_deref(), &result.call_id) {
             self.continue_turn();
         }
+    }
+
+    /// Answers a call the person interrupted with `result` (which says so), announced as
+    /// cancelled. Its turn is abandoned: nothing asks it to go on.
+    pub(super) fn answer_cancelled(
+        &mut self,
+        result: &ToolResult,
+        source: Option<&str>,
+        started: Instant,
+    ) {
+        self.announce_call(result, source, started, true);
+        self.send_output(result);
+    }
+
+    /// The frame that gives the model a call's output.
+    fn send_output(&mut self, result: &ToolResult) {
+        let event_id = self.event_id("call");
+        let output = self
+            .protocol
+            .call_output(&result.call_id, &result.model_text(), &event_id);
+        self.effects.push(Effect::Upstream(output));
+        self.calls_answered += 1;
     }
 
     pub(super) fn continue_turn(&mut self) {

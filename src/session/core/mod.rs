@@ -6,8 +6,9 @@
 //! they were sent, since the two can interleave on one connection — the open turns and their
 //! calls (one request to go on after the last answer), the runaway guard, and the tools the
 //! session has of its own (the app's), which are kept in every update and never answered by the
-//! server. It answers each call with its exact output and the images the model takes, and
-//! announces the connection's state, each settled sync (`session.state`) and each answered call
+//! server. It answers each call with its exact output and the images the model takes, decides
+//! which running calls a new user turn abandons (and answers them as cancelled), and announces
+//! the connection's state, each settled sync (`session.state`) and each answered call
 //! (`tool.call`) on the event hub.
 //!
 //! Plain code, in the core's own words: the wire protocol is a [`Protocol`] adapter that reads
@@ -19,37 +20,41 @@
 
 mod acks;
 mod answers;
+mod interruptions;
 #[cfg(test)]
 mod tests;
 mod words;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
-pub use self::acks::AppUpdate;
+pub(crate) use self::acks::AppUpdate;
 use self::acks::Pending;
-pub use self::words::{
-    Call, ForeignTool, Keep, ModelEvent, Protocol, ReadError, Seen, SyncError, without_clashes,
+use self::answers::RunningCall;
+pub use self::words::SyncError;
+pub(crate) use self::words::{
+    Call, ForeignTool, Interruption, Keep, ModelEvent, Protocol, ReadError, Seen, without_clashes,
 };
 use super::calls::{CallLimiter, ResponseCalls};
 use super::settings::SessionSettings;
 use super::sync::SyncState;
-use super::{ConnectionKind, ConnectionReport, ConnectionState};
+use super::{ConnectionReport, ConnectionState};
 use crate::domain::call::ToolCall;
+use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
 
 /// Who waits for one tool update to settle.
-pub type Waiter = oneshot::Sender<Result<(), SyncError>>;
+pub(crate) type Waiter = oneshot::Sender<Result<(), SyncError>>;
 
 /// Something the actor must do for the core.
 #[derive(Debug)]
-pub enum Effect {
+pub(crate) enum Effect {
     /// Send this text frame upstream.
     Upstream(String),
     /// Start (or restart) the sync timer of the update in flight; when it fires, call
@@ -58,25 +63,22 @@ pub enum Effect {
     /// Run this call of a registered tool, then hand the result and the ticket to
     /// [`SessionCore::answered`]. Boxed: a call is far larger than the other effects.
     Run(Box<Run>),
+    /// Cancel the call of this ticket, which still runs: drop it at once. The core has answered
+    /// it already, and drops a result that comes anyway.
+    Cancel(Ticket),
 }
 
 /// One call of a registered tool to run.
 #[derive(Debug)]
-pub struct Run {
+pub(crate) struct Run {
     pub call: ToolCall,
+    pub tool: SharedTool,
     pub ticket: Ticket,
 }
 
-/// What the core needs back with a call's result.
-#[derive(Debug)]
-pub struct Ticket {
-    pub tool: SharedTool,
-    pub turn: Option<String>,
-    /// The connection the call came on: an answer that outlives it is not sent on the next.
-    pub connection: u64,
-    /// When the model's call arrived (the `tool.call` event's duration).
-    pub started: Instant,
-}
+/// Names one call the core asked to run: what the actor hands back with its result, or cancels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Ticket(u64);
 
 /// The outcome of a tool update, as the sessions listing shows it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
@@ -106,7 +108,7 @@ pub fn rfc3339_now() -> String {
 
 /// The protocol state of one session connection.
 #[derive(Debug)]
-pub struct SessionCore {
+pub(crate) struct SessionCore {
     character: String,
     /// What kind of connection it is, for its report, its events and its log lines.
     kind: ConnectionKind,
@@ -131,8 +133,6 @@ pub struct SessionCore {
     /// The app's session settings, merged over its updates (relay) or read from the session's
     /// events (attach).
     own_settings: Map<String, Value>,
-    /// Counts connections; 0 before the first.
-    connection: u64,
     connected: bool,
     /// Connected, and able to take an update (an attachment: once the session said which tools
     /// it has).
@@ -145,6 +145,12 @@ pub struct SessionCore {
     /// Tool names of the last acknowledgement, to recognise a late repeat of it.
     acknowledged: Option<Vec<String>>,
     calls: ResponseCalls,
+    /// The calls the actor runs now, by ticket.
+    running: HashMap<Ticket, RunningCall>,
+    /// The number of the next ticket (in the order calls start).
+    next_ticket: u64,
+    /// A new user turn cancels the calls it abandons (`cancel_on_interruption`).
+    cancel_on_interruption: bool,
     limiter: CallLimiter,
     clashes: Vec<String>,
     last_sync: Option<SyncOutcome>,
@@ -158,7 +164,7 @@ impl SessionCore {
     /// The core of a `kind` connection to `upstream`, speaking `protocol`; it starts out
     /// `connecting`. `shared`: other connections update the same session.
     #[allow(clippy::too_many_arguments)]
-    pub fn new(
+    pub(crate) fn new(
         character: String,
         kind: ConnectionKind,
         protocol: Box<dyn Protocol>,
@@ -182,7 +188,6 @@ impl SessionCore {
             sent_registered: Arc::from([]),
             own_tools: Vec::new(),
             own_settings: Map::new(),
-            connection: 0,
             connected: false,
             ready: false,
             not_ready: None,
@@ -190,6 +195,9 @@ impl SessionCore {
             pending: VecDeque::new(),
             acknowledged: None,
             calls: ResponseCalls::default(),
+            running: HashMap::new(),
+            next_ticket: 0,
+            cancel_on_interruption: settings.cancel_on_interruption,
             limiter: CallLimiter::new(
                 settings.max_tool_calls_per_window,
                 settings.tool_call_window,
@@ -203,36 +211,36 @@ impl SessionCore {
         }
     }
 
-    pub fn character(&self) -> &str {
+    pub(crate) fn character(&self) -> &str {
         &self.character
     }
 
-    pub fn sync_timeout(&self) -> Duration {
+    pub(crate) fn sync_timeout(&self) -> Duration {
         self.sync_timeout
     }
 
     /// The model endpoint (an attachment's: the call's URL).
-    pub fn upstream(&self) -> &str {
+    pub(crate) fn upstream(&self) -> &str {
         &self.upstream
     }
 
-    pub fn state(&self) -> ConnectionState {
+    pub(crate) fn state(&self) -> ConnectionState {
         self.state
     }
 
     /// The character's tools, newest list.
-    pub fn registered(&self) -> &[SharedTool] {
+    pub(crate) fn registered(&self) -> &[SharedTool] {
         &self.registered
     }
 
     /// The registered tools the last server update carried.
-    pub fn sent_registered(&self) -> &[SharedTool] {
+    pub(crate) fn sent_registered(&self) -> &[SharedTool] {
         &self.sent_registered
     }
 
     /// Moves to `state`, announcing it when it is a change; a new attempt to connect starts a
     /// new `since`.
-    pub fn set_state(&mut self, state: ConnectionState) {
+    pub(crate) fn set_state(&mut self, state: ConnectionState) {
         if state == ConnectionState::Connecting {
             self.since = rfc3339_now();
         }
@@ -243,12 +251,12 @@ impl SessionCore {
     }
 
     /// Announces the connection's report as `session.state`.
-    pub fn announce(&self) {
+    pub(crate) fn announce(&self) {
         self.events.session_state(&self.character, &self.report());
     }
 
     /// This connection's entry in `GET /api/sessions` (and its `session.state` event).
-    pub fn report(&self) -> ConnectionReport {
+    pub(crate) fn report(&self) -> ConnectionReport {
         ConnectionReport {
             kind: self.kind,
             since: self.since.clone(),
@@ -262,7 +270,7 @@ impl SessionCore {
     }
 
     /// The effects asked for since the last call, in order.
-    pub fn take_effects(&mut self) -> Vec<Effect> {
+    pub(crate) fn take_effects(&mut self) -> Vec<Effect> {
         std::mem::take(&mut self.effects)
     }
 
@@ -275,8 +283,7 @@ impl SessionCore {
     /// is the actor's to say: [`sync_now`](Self::sync_now),
     /// [`sync_if_registered`](Self::sync_if_registered) or
     /// [`hold_until_described`](Self::hold_until_described).
-    pub fn connected(&mut self) {
-        self.connection += 1;
+    pub(crate) fn connected(&mut self) {
         self.connected = true;
         self.since = rfc3339_now();
         self.set_state(ConnectionState::Connected);
@@ -286,7 +293,7 @@ impl SessionCore {
     }
 
     /// Sends the current tools at once (a session the server itself opened).
-    pub fn sync_now(&mut self) {
+    pub(crate) fn sync_now(&mut self) {
         self.ready = true;
         self.sync.connected();
         self.send_update();
@@ -294,7 +301,7 @@ impl SessionCore {
 
     /// Sends the current tools when there are any (a relay: the app's own settings come from
     /// the app); `waiter` hears how that went, or at once when nothing was to be sent.
-    pub fn sync_if_registered(&mut self, waiter: Option<Waiter>) {
+    pub(crate) fn sync_if_registered(&mut self, waiter: Option<Waiter>) {
         self.ready = true;
         if self.registered.is_empty() {
             // Nothing to add until the app sends its settings or a tool is registered.
@@ -309,7 +316,7 @@ impl SessionCore {
     /// Sends nothing until the session says which tools it has ([`described`](Self::described)),
     /// so its own are kept; `waiter` hears how the first update went, or `why_not` when the
     /// session never says within the sync timeout.
-    pub fn hold_until_described(&mut self, waiter: Option<Waiter>, why_not: SyncError) {
+    pub(crate) fn hold_until_described(&mut self, waiter: Option<Waiter>, why_not: SyncError) {
         self.ready = false;
         self.not_ready = Some(why_not);
         if let Some(waiter) = waiter {
@@ -319,8 +326,10 @@ impl SessionCore {
         self.effects.push(Effect::ArmSyncTimer(version));
     }
 
-    /// The connection is gone: every waiter fails; nothing is in flight.
-    pub fn disconnected(&mut self) {
+    /// The connection is gone: every waiter fails; nothing is in flight, and the calls still
+    /// running go with it (announced as cancelled).
+    pub(crate) fn disconnected(&mut self) {
+        self.drop_running();
         self.connected = false;
         self.ready = false;
         self.pending.clear();
@@ -332,7 +341,7 @@ impl SessionCore {
     /// The character's tools changed. Returns the waiter when there is nothing to wait for: the
     /// session is not connected (the list goes out on connect, so the change succeeds at once),
     /// or it already has this very list.
-    pub fn tools_changed(
+    pub(crate) fn tools_changed(
         &mut self,
         tools: Arc<[SharedTool]>,
         waiter: Option<Waiter>,
@@ -359,7 +368,11 @@ impl SessionCore {
     /// The session's own tools and settings changed elsewhere (an attached call that the app
     /// updated, or that described itself): they are kept from now on. A session held until it
     /// described itself is ready now, and its first update goes.
-    pub fn described(&mut self, own_tools: Vec<ForeignTool>, settings: Option<Map<String, Value>>) {
+    pub(crate) fn described(
+        &mut self,
+        own_tools: Vec<ForeignTool>,
+        settings: Option<Map<String, Value>>,
+    ) {
         if let Some(settings) = settings {
             self.own_settings = settings;
         }
@@ -381,12 +394,12 @@ impl SessionCore {
     }
 
     /// Only the session's settings changed elsewhere.
-    pub fn described_settings(&mut self, settings: Map<String, Value>) {
+    pub(crate) fn described_settings(&mut self, settings: Map<String, Value>) {
         self.own_settings = settings;
     }
 
     /// Sends the tools again (an attached call whose app left them out of its own update).
-    pub fn resend(&mut self) {
+    pub(crate) fn resend(&mut self) {
         if self.ready && self.sync.changed(None).is_some() {
             self.send_update();
         }
@@ -431,7 +444,7 @@ impl SessionCore {
     }
 
     /// The sync timer of `version` fired: if that update is still unsettled, it failed.
-    pub fn sync_timer_fired(&mut self, version: u64) {
+    pub(crate) fn sync_timer_fired(&mut self, version: u64) {
         if self.sync.in_flight() != Some(version) {
             return;
         }
@@ -475,7 +488,7 @@ impl SessionCore {
     }
 
     /// A text frame from upstream: what the session does with it, and what became of it.
-    pub fn from_upstream(&mut self, text: &str) -> Seen {
+    pub(crate) fn on_upstream(&mut self, text: &str) -> Seen {
         match self.protocol.read(text) {
             Ok(ModelEvent::Started { tools }) => Seen::Described {
                 started: true,
@@ -487,7 +500,14 @@ impl SessionCore {
                 self.on_call(call);
                 Seen::Pass
             }
-            Ok(ModelEvent::TurnDone { turn, calls }) => {
+            Ok(ModelEvent::TurnDone {
+                turn,
+                calls,
+                cancelled,
+            }) => {
+                if cancelled && let Some(turn) = &turn {
+                    self.interrupted(Interruption::Turn(turn.clone()));
+                }
                 for call in calls {
                     self.on_call(call);
                 }
@@ -496,6 +516,10 @@ impl SessionCore {
                 {
                     self.continue_turn();
                 }
+                Seen::Pass
+            }
+            Ok(ModelEvent::Interrupted(interruption)) => {
+                self.interrupted(interruption);
                 Seen::Pass
             }
             Ok(ModelEvent::Other) => Seen::Pass,

@@ -7,7 +7,8 @@ use crate::domain::call::{ToolAnswer, ToolResult};
 use crate::domain::images::ToolImage;
 use crate::domain::tool::test_tools;
 use crate::events::{EventSettings, Subscription};
-use crate::session::realtime::{self, Dialect, Realtime};
+use crate::session::realtime::{self, Realtime};
+use crate::session::settings::Dialect;
 
 const URL: &str = "ws://127.0.0.1:9/v1/realtime";
 
@@ -174,14 +175,14 @@ fn acknowledgements_are_matched_in_order_and_only_the_apps_reach_the_app() {
 
     // The first answer is the server's: the app does not see it; the change goes out next,
     // keeping the app's tool.
-    assert!(!passed(relay.from_upstream(&updated(&["lookup"]))));
+    assert!(!passed(relay.on_upstream(&updated(&["lookup"]))));
     let next = sent(&mut relay);
     assert_eq!(names(&next[0]), ["own", "lookup", "more"]);
     // The second answer is the app's: it sees it.
-    assert!(passed(relay.from_upstream(&updated(&["own", "lookup"]))));
+    assert!(passed(relay.on_upstream(&updated(&["own", "lookup"]))));
     assert!(rx.try_recv().is_err(), "not settled by the app's answer");
     assert!(!passed(
-        relay.from_upstream(&updated(&["own", "lookup", "more"]))
+        relay.on_upstream(&updated(&["own", "lookup", "more"]))
     ));
     assert_eq!(rx.try_recv().unwrap(), Ok(()));
     assert_eq!(relay.report().acknowledged_tools, 2);
@@ -198,11 +199,11 @@ fn errors_settle_the_update_they_name() {
     );
     let app_error = json!({"type": "error", "error": {"message": "bad", "event_id": "a1"}});
     assert!(
-        passed(relay.from_upstream(&app_error.to_string())),
+        passed(relay.on_upstream(&app_error.to_string())),
         "the app's error is the app's"
     );
     let ours = json!({"type": "error", "error": {"message": "no", "event_id": update["event_id"]}});
-    assert!(!passed(relay.from_upstream(&ours.to_string())));
+    assert!(!passed(relay.on_upstream(&ours.to_string())));
     assert_eq!(
         relay.report().last_sync.unwrap().error.as_deref(),
         Some("model session refused the tool update: no")
@@ -210,7 +211,7 @@ fn errors_settle_the_update_they_name() {
     // An error that names nothing of the server's is reported to the actor as such.
     let nobodys = json!({"type": "error", "error": {"message": "who", "event_id": "x9"}});
     assert_eq!(
-        relay.from_upstream(&nobodys.to_string()),
+        relay.on_upstream(&nobodys.to_string()),
         Seen::Error {
             message: "who".into(),
             event_id: Some("x9".into())
@@ -233,13 +234,13 @@ fn calls_of_the_apps_tools_are_left_to_the_app() {
                "call_id": id, "name": name, "arguments": "{}"})
         .to_string()
     };
-    assert!(passed(relay.from_upstream(&call("c1", "own"))));
+    assert!(passed(relay.on_upstream(&call("c1", "own"))));
     assert!(relay.take_effects().is_empty(), "the app's call is not run");
-    assert!(passed(relay.from_upstream(&call("c2", "get_weather"))));
+    assert!(passed(relay.on_upstream(&call("c2", "get_weather"))));
     let run = the_run(&mut relay);
     assert_eq!(run.call.call_id, "c2");
     let done = json!({"type": "response.done", "response": {"id": "r1", "output": []}});
-    relay.from_upstream(&done.to_string());
+    relay.on_upstream(&done.to_string());
     let result = output(&run.call, "1", Vec::new());
     relay.answered(run.ticket, result);
     let answers = sent(&mut relay);
@@ -258,7 +259,7 @@ fn a_timed_out_update_fails_and_its_late_answer_is_swallowed() {
     let (w, mut rx) = waiter();
     connect(&mut client, ConnectionKind::Client, None);
     sent(&mut client);
-    client.from_upstream(&updated(&["a"]));
+    client.on_upstream(&updated(&["a"]));
     client.tools_changed(tools(&["a", "b"]), Some(w));
     let version = client.sync.in_flight().unwrap();
     client.sync_timer_fired(version);
@@ -270,9 +271,9 @@ fn a_timed_out_update_fails_and_its_late_answer_is_swallowed() {
     let (w, mut rx) = waiter();
     client.tools_changed(tools(&["a", "b", "c"]), Some(w));
     sent(&mut client);
-    client.from_upstream(&updated(&["a", "b"]));
+    client.on_upstream(&updated(&["a", "b"]));
     assert!(rx.try_recv().is_err(), "the late answer settles nothing");
-    client.from_upstream(&updated(&["a", "b", "c"]));
+    client.on_upstream(&updated(&["a", "b", "c"]));
     assert_eq!(rx.try_recv().unwrap(), Ok(()));
 }
 
@@ -300,7 +301,7 @@ fn answers_carry_exact_output_and_images_on_every_kind_and_are_announced() {
             json!(transport),
             "the event names the kind of connection"
         );
-        session.from_upstream(
+        session.on_upstream(
             &json!({"type": "response.function_call_arguments.done", "response_id": "r1",
                     "call_id": "c1", "name": "cam", "arguments": "{}"})
             .to_string(),
@@ -329,7 +330,7 @@ fn answers_carry_exact_output_and_images_on_every_kind_and_are_announced() {
         assert_eq!(
             data,
             json!({"role": "Mio", "tool": "cam", "source": "plugin:w", "call_id": "c1",
-                   "caller": "model", "kind": kind, "is_error": false}),
+                   "caller": "model", "kind": kind, "is_error": false, "cancelled": false}),
             "{transport:?}: no arguments, no output, the kind of session"
         );
     }
@@ -340,7 +341,7 @@ fn a_session_that_takes_no_images_is_told_what_it_missed() {
     let mut relay = core_on(ConnectionKind::Relay, &["cam"], Dialect::Glm, &hub());
     connect(&mut relay, ConnectionKind::Relay, None);
     sent(&mut relay);
-    relay.from_upstream(
+    relay.on_upstream(
         &json!({"type": "response.function_call_arguments.done", "response_id": "r1",
                 "call_id": "c1", "name": "cam", "arguments": "{}"})
         .to_string(),
@@ -366,11 +367,267 @@ fn a_settled_sync_is_announced_with_the_connections_report() {
     let (w, mut rx) = waiter();
     assert!(relay.tools_changed(tools(&["a"]), Some(w)).is_none());
     sent(&mut relay);
-    relay.from_upstream(&updated(&["a"]));
+    relay.on_upstream(&updated(&["a"]));
     assert_eq!(rx.try_recv().unwrap(), Ok(()));
     let state = published(&mut subscription);
     assert_eq!(state.len(), 1, "{state:?}");
     assert_eq!(state[0].1["kind"], "relay");
     assert_eq!(state[0].1["last_sync"]["ok"], true);
     assert_eq!(state[0].1["acknowledged_tools"], 1);
+}
+
+// ---- Interruptions ----------------------------------------------------------------------------
+
+/// A core of `kind`, connected and past its first update, with `cancel_on_interruption` as given.
+fn interruptible(kind: ConnectionKind, cancel: bool, events: &EventHub) -> SessionCore {
+    interruptible_in(kind, Dialect::Openai, cancel, events)
+}
+
+fn interruptible_in(
+    kind: ConnectionKind,
+    dialect: Dialect,
+    cancel: bool,
+    events: &EventHub,
+) -> SessionCore {
+    let mut settings = SessionSettings::new(URL, dialect);
+    settings.cancel_on_interruption = cancel;
+    let mut core = SessionCore::new(
+        "Mio".into(),
+        kind,
+        Box::new(Realtime(dialect)),
+        URL.into(),
+        &settings,
+        events.clone(),
+        tools(&["slow", "quick"]),
+        kind == ConnectionKind::Attach,
+    );
+    connect(&mut core, kind, None);
+    if kind == ConnectionKind::Attach {
+        core.described(Vec::new(), None);
+    }
+    sent(&mut core);
+    core
+}
+
+/// The model calls `name` in `response`; `done`: the response ends (completed).
+fn model_calls(core: &mut SessionCore, response: &str, call_id: &str, name: &str, done: bool) {
+    core.on_upstream(
+        &json!({"type": "response.function_call_arguments.done", "response_id": response,
+                "call_id": call_id, "name": name, "arguments": "{}"})
+        .to_string(),
+    );
+    if done {
+        core.on_upstream(&response_done(response, "completed", &[]));
+    }
+}
+
+/// `response.done` of `response` with `status`, listing these calls of `slow`.
+fn response_done(response: &str, status: &str, calls: &[&str]) -> String {
+    let output: Vec<Value> = calls
+        .iter()
+        .map(|c| json!({"type": "function_call", "call_id": c, "name": "slow", "arguments": "{}"}))
+        .collect();
+    json!({"type": "response.done", "response": {"id": response, "status": status,
+           "output": output}})
+    .to_string()
+}
+
+const SPEECH_STARTED: &str = r#"{"type":"input_audio_buffer.speech_started","audio_start_ms":800}"#;
+
+/// The text a cancelled call's output carries, `ran` left out.
+fn is_cancelled_output(event: &Value, call_id: &str) -> bool {
+    let output: Value = serde_json::from_str(event["item"]["output"].as_str().unwrap()).unwrap();
+    event["item"]["type"] == "function_call_output"
+        && event["item"]["call_id"] == call_id
+        && output["is_error"] == true
+        && output["error"].as_str().is_some_and(|e| {
+            e.starts_with("cancelled because the person interrupted: a new user turn began")
+        })
+}
+
+/// The `tool.call` events published since the last look, `duration_ms` checked and left out.
+fn calls_announced(subscription: &mut Subscription) -> Vec<Value> {
+    published(subscription)
+        .into_iter()
+        .filter(|(kind, _)| kind == "tool.call")
+        .map(|(_, mut data)| {
+            assert!(data["duration_ms"].as_f64().unwrap() >= 0.0, "{data}");
+            data.as_object_mut().unwrap().remove("duration_ms");
+            data
+        })
+        .collect()
+}
+
+#[test]
+fn speech_cancels_the_running_calls_which_are_answered_as_cancelled_and_not_continued() {
+    // Every kind, and every dialect (one each, in turn).
+    for (kind, dialect) in [
+        (ConnectionKind::Client, Dialect::Openai),
+        (ConnectionKind::Relay, Dialect::Qwen),
+        (ConnectionKind::Attach, Dialect::Glm),
+    ] {
+        let events = hub();
+        let mut core = interruptible_in(kind, dialect, true, &events);
+        let mut subscription = events.subscribe(None, None);
+        // r1 calls two tools; the quick one answers, the slow one still runs when the person
+        // speaks.
+        model_calls(&mut core, "r1", "c1", "slow", false);
+        let slow = the_run(&mut core);
+        model_calls(&mut core, "r1", "c2", "quick", true);
+        let quick = the_run(&mut core);
+        let result = output(&quick.call, "2", Vec::new());
+        core.answered(quick.ticket, result);
+        assert_eq!(
+            sent(&mut core).len(),
+            1,
+            "{kind:?}: c2's output, r1 waits for c1"
+        );
+        published(&mut subscription);
+
+        assert_eq!(
+            core.on_upstream(SPEECH_STARTED),
+            Seen::Pass,
+            "the app sees it"
+        );
+        let effects = core.take_effects();
+        assert!(
+            matches!(effects[0], Effect::Cancel(ticket) if ticket == slow.ticket),
+            "{kind:?}: the slow call is dropped: {effects:?}"
+        );
+        let Effect::Upstream(text) = &effects[1] else {
+            panic!("{kind:?}: {effects:?}")
+        };
+        let answered: Value = serde_json::from_str(text).unwrap();
+        assert!(is_cancelled_output(&answered, "c1"), "{kind:?}: {answered}");
+        assert_eq!(
+            effects.len(),
+            2,
+            "{kind:?}: no response.create: {effects:?}"
+        );
+        assert_eq!(
+            calls_announced(&mut subscription),
+            [
+                json!({"role": "Mio", "tool": "slow", "source": "plugin:w", "call_id": "c1",
+                    "caller": "model", "kind": kind, "is_error": true, "cancelled": true})
+            ],
+            "{kind:?}"
+        );
+
+        // Its result comes anyway: dropped, not announced again.
+        let late = output(&slow.call, "1", Vec::new());
+        core.answered(slow.ticket, late);
+        assert!(core.take_effects().is_empty(), "{kind:?}");
+        assert!(calls_announced(&mut subscription).is_empty(), "{kind:?}");
+        // Nothing runs: a second interruption cancels nothing.
+        core.on_upstream(SPEECH_STARTED);
+        assert!(core.take_effects().is_empty(), "{kind:?}");
+
+        // The next turn goes on as ever.
+        model_calls(&mut core, "r2", "c3", "quick", true);
+        let next = the_run(&mut core);
+        let result = output(&next.call, "3", Vec::new());
+        core.answered(next.ticket, result);
+        let answers = sent(&mut core);
+        assert_eq!(answers[0]["item"]["output"], "3", "{kind:?}");
+        assert_eq!(answers[1]["type"], "response.create", "{kind:?}");
+        assert_eq!(core.report().calls_answered, 3, "{kind:?}");
+    }
+}
+
+#[test]
+fn a_cancelled_response_cancels_its_own_calls_only_and_runs_none_it_lists_later() {
+    let events = hub();
+    let mut core = interruptible(ConnectionKind::Relay, true, &events);
+    model_calls(&mut core, "r1", "c1", "slow", true);
+    let other = the_run(&mut core);
+    model_calls(&mut core, "r2", "c2", "slow", false);
+    let cancelled = the_run(&mut core);
+    // The provider cancels r2; its response.done lists c2 and a call never announced before.
+    core.on_upstream(&response_done("r2", "cancelled", &["c2", "c3"]));
+    let effects = core.take_effects();
+    assert!(
+        matches!(effects[0], Effect::Cancel(t) if t == cancelled.ticket),
+        "{effects:?}"
+    );
+    let outputs: Vec<Value> = effects[1..]
+        .iter()
+        .map(|e| match e {
+            Effect::Upstream(text) => serde_json::from_str(text).unwrap(),
+            other => panic!("c3 is not run: {other:?}"),
+        })
+        .collect();
+    assert_eq!(outputs.len(), 2, "{outputs:?}");
+    assert!(is_cancelled_output(&outputs[0], "c2"), "{outputs:?}");
+    assert!(is_cancelled_output(&outputs[1], "c3"), "{outputs:?}");
+    // r1 was not cancelled: its call answers and it goes on.
+    let result = output(&other.call, "1", Vec::new());
+    core.answered(other.ticket, result);
+    let answers = sent(&mut core);
+    assert_eq!(answers[0]["item"]["call_id"], "c1");
+    assert_eq!(answers[1]["type"], "response.create");
+}
+
+#[test]
+fn calls_the_provider_cancels_by_id_are_cancelled_and_their_turn_not_continued() {
+    let mut core = interruptible(ConnectionKind::Client, true, &hub());
+    model_calls(&mut core, "r1", "c1", "slow", false);
+    let first = the_run(&mut core);
+    model_calls(&mut core, "r1", "c2", "slow", true);
+    let second = the_run(&mut core);
+    core.interrupted(Interruption::Calls(vec!["c2".into()]));
+    let effects = core.take_effects();
+    assert!(
+        matches!(effects[0], Effect::Cancel(t) if t == second.ticket),
+        "{effects:?}"
+    );
+    assert_eq!(effects.len(), 2, "{effects:?}");
+    let result = output(&first.call, "1", Vec::new());
+    core.answered(first.ticket, result);
+    let answers = sent(&mut core);
+    assert_eq!(
+        answers.len(),
+        1,
+        "c1's output, and r1 is not continued: {answers:?}"
+    );
+}
+
+#[test]
+fn without_cancel_on_interruption_calls_run_to_their_end_and_the_turn_goes_on() {
+    let events = hub();
+    let mut core = interruptible(ConnectionKind::Relay, false, &events);
+    let mut subscription = events.subscribe(None, None);
+    model_calls(&mut core, "r1", "c1", "slow", false);
+    let run = the_run(&mut core);
+    core.on_upstream(SPEECH_STARTED);
+    core.interrupted(Interruption::NewTurn);
+    core.on_upstream(&response_done("r1", "cancelled", &["c1"]));
+    assert!(core.take_effects().is_empty(), "nothing cancelled");
+    let result = output(&run.call, "1", Vec::new());
+    core.answered(run.ticket, result);
+    let answers = sent(&mut core);
+    assert_eq!(answers[0]["item"]["output"], "1");
+    assert_eq!(answers[1]["type"], "response.create", "as before");
+    assert_eq!(
+        calls_announced(&mut subscription)[0]["cancelled"],
+        json!(false)
+    );
+}
+
+#[test]
+fn calls_running_when_the_connection_ends_are_announced_as_cancelled() {
+    let events = hub();
+    let mut core = interruptible(ConnectionKind::Client, true, &events);
+    let mut subscription = events.subscribe(None, None);
+    model_calls(&mut core, "r1", "c1", "slow", true);
+    let run = the_run(&mut core);
+    core.disconnected();
+    let announced = calls_announced(&mut subscription);
+    assert_eq!(
+        (&announced[0]["call_id"], &announced[0]["cancelled"]),
+        (&json!("c1"), &json!(true))
+    );
+    // Its result, had it come, goes nowhere.
+    let result = output(&run.call, "1", Vec::new());
+    core.answered(run.ticket, result);
+    assert!(core.take_effects().is_empty());
 }

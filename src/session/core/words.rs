@@ -1,6 +1,7 @@
 //! The core's words: the [`Protocol`] an adapter implements, what the model says
-//! ([`ModelEvent`]), what the core makes of it for the actor ([`Seen`]), the session's own tools
-//! ([`ForeignTool`]) and why an update fails ([`SyncError`]).
+//! ([`ModelEvent`]) and what a new user turn abandons ([`Interruption`]), what the core makes of
+//! it for the actor ([`Seen`]), the session's own tools ([`ForeignTool`]) and why an update fails
+//! ([`SyncError`]).
 
 use std::time::Duration;
 
@@ -13,7 +14,7 @@ use crate::domain::tool::SharedTool;
 /// A wire protocol, as the core uses it: what the model's frames mean, and the frames that
 /// carry what the core decides. One implementation per protocol (today the OpenAI-Realtime
 /// family, [`super::realtime::Realtime`]); the core names no wire field.
-pub trait Protocol: std::fmt::Debug {
+pub(crate) trait Protocol: std::fmt::Debug {
     /// Reads one text frame of the model's.
     fn read(&self, text: &str) -> Result<ModelEvent, ReadError>;
 
@@ -40,7 +41,7 @@ pub trait Protocol: std::fmt::Debug {
 
 /// What the model said, as far as the session acts on it.
 #[derive(Debug, Clone, PartialEq)]
-pub enum ModelEvent {
+pub(crate) enum ModelEvent {
     /// The session describes itself as it starts; `tools` are its tools, when it lists them.
     Started { tools: Option<Vec<ForeignTool>> },
     /// An update was applied; `tools` are the tools it echoed, when it echoed a list: they tell
@@ -53,18 +54,39 @@ pub enum ModelEvent {
     },
     /// The model finished the arguments of a call.
     Call(Call),
-    /// A turn (a response) finished; `calls` are the calls it made.
+    /// A turn (a response) finished; `calls` are the calls it made. `cancelled`: the provider
+    /// cancelled it before it was complete (the person spoke over it, or the app cancelled it).
     TurnDone {
         turn: Option<String>,
         calls: Vec<Call>,
+        cancelled: bool,
     },
+    /// The person interrupted, or the provider cancelled calls: see [`Interruption`].
+    Interrupted(Interruption),
     /// Audio, transcripts, everything else: not the session's to act on.
     Other,
 }
 
+/// What a new user turn, or the provider's cancellation, abandons: the calls of those turns
+/// that still run are cancelled, each answered as cancelled, and none of those turns is asked
+/// to go on. Each protocol's adapter says which of its events (the provider's and, behind a
+/// relay, the app's) mean which.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Interruption {
+    /// The person began a new turn (they started speaking, a message of theirs was added, or
+    /// the app cancelled the response): every turn before it.
+    NewTurn,
+    /// This turn (response) was cancelled.
+    Turn(String),
+    /// The provider cancelled these calls, by id (a protocol that names them). The core
+    /// handles it; no adapter sends it yet (Gemini Live's `toolCallCancellation` will).
+    #[allow(dead_code)]
+    Calls(Vec<String>),
+}
+
 /// One call of a tool, as the model made it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Call {
+pub(crate) struct Call {
     /// The turn (response) it belongs to, when the model says.
     pub turn: Option<String>,
     pub call_id: String,
@@ -75,7 +97,7 @@ pub struct Call {
 
 /// Why a frame could not be read as an event of the model's.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     #[error("server event is not a JSON object with a \"type\": {0}")]
     Malformed(String),
     #[error("{kind} event lacks {field}")]
@@ -88,7 +110,7 @@ pub enum ReadError {
 /// A tool the session has that the server did not register: the app's own, kept byte for byte
 /// as the app (or the session's own events) wrote it.
 #[derive(Debug, Clone)]
-pub struct ForeignTool {
+pub(crate) struct ForeignTool {
     pub name: String,
     pub json: Box<RawValue>,
 }
@@ -103,14 +125,14 @@ impl PartialEq for ForeignTool {
 /// already has of its own, and the app's last session settings, whose values win over the
 /// protocol's defaults for the keys a tool update touches.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Keep<'a> {
+pub(crate) struct Keep<'a> {
     pub tools: &'a [ForeignTool],
     pub settings: Option<&'a Map<String, Value>>,
 }
 
 /// The registered tools whose names none of `own` has, and the names of those left out: the
 /// session's (the app's) own tool wins a clash.
-pub fn without_clashes(
+pub(crate) fn without_clashes(
     tools: &[SharedTool],
     own: &[ForeignTool],
 ) -> (Vec<SharedTool>, Vec<String>) {
@@ -132,7 +154,7 @@ pub fn without_clashes(
 /// What became of a frame of the model's, for the actor to act on: what a kind of connection
 /// does with it is the actor's (a relay passes it to its app, an attachment learns from it).
 #[derive(Debug, PartialEq)]
-pub enum Seen {
+pub(crate) enum Seen {
     /// Anything an app may see.
     Pass,
     /// The answer to one of the server's own updates (or a late or repeated one): the app never

@@ -6,47 +6,21 @@
 //! The `openai` dialect speaks the GA OpenAI Realtime protocol (`session.type = "realtime"`).
 //! Qwen-Omni and GLM realtime endpoints follow the older shape with small differences.
 
-pub mod app;
-pub mod read;
+pub(crate) mod app;
+pub(crate) mod read;
 
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value, json};
 
 use super::core::{ForeignTool, Keep, ModelEvent, Protocol, ReadError};
+use super::settings::Dialect;
 use crate::domain::call::ToolResult;
 use crate::domain::tool::{FlatTool, NestedTool, SharedTool};
 
-/// Which flavour of the OpenAI Realtime protocol the endpoint speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Dialect {
-    /// OpenAI Realtime, GA protocol.
-    Openai,
-    /// Qwen-Omni realtime: nested function tools, `enable_search: false`.
-    Qwen,
-    /// GLM realtime: flat tools, explicit server VAD.
-    Glm,
-}
-
-impl Dialect {
-    /// Whether the session takes images in the conversation (`input_image` content).
-    pub fn takes_images(self) -> bool {
-        matches!(self, Dialect::Openai)
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Dialect::Openai => "openai",
-            Dialect::Qwen => "qwen",
-            Dialect::Glm => "glm",
-        }
-    }
-}
-
 /// The adapter of one dialect.
 #[derive(Debug, Clone, Copy)]
-pub struct Realtime(pub Dialect);
+pub(crate) struct Realtime(pub Dialect);
 
 impl Protocol for Realtime {
     fn read(&self, text: &str) -> Result<ModelEvent, ReadError> {
@@ -88,7 +62,7 @@ impl Protocol for Realtime {
 
 /// The user message that shows the model a call's images, sent right after the call's output:
 /// for each image a line naming the call and what to look for, then the image as a `data:` URL.
-fn image_message(result: &ToolResult, event_id: &str) -> String {
+pub(crate) fn image_message(result: &ToolResult, event_id: &str) -> String {
     let mut content = Vec::with_capacity(result.images.len() * 2);
     for image in &result.images {
         let mut caption = format!(
@@ -115,7 +89,7 @@ fn image_message(result: &ToolResult, event_id: &str) -> String {
 /// from the shared tools: every sync carries the whole list, and building a JSON tree of it
 /// first (copying each schema) was most of a sync's cost with many tools. The dialect's other
 /// keys take the app's values from `keep.settings` where it set them.
-pub fn merged_update_text(
+pub(crate) fn merged_update_text(
     dialect: Dialect,
     tools: &[SharedTool],
     keep: Keep<'_>,
@@ -235,7 +209,7 @@ fn registered_tool_value(dialect: Dialect, tool: &SharedTool) -> Value {
 
 /// The `session` object of a session event, whole, its tools left out: what an attached call's
 /// session is set to.
-pub fn session_settings(text: &str) -> Option<Map<String, Value>> {
+pub(crate) fn session_settings(text: &str) -> Option<Map<String, Value>> {
     #[derive(Deserialize)]
     struct Event {
         session: Map<String, Value>,

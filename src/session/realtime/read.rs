@@ -14,7 +14,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::domain::peer_text;
-use crate::session::core::{Call, ForeignTool, ModelEvent, ReadError};
+use crate::session::core::{Call, ForeignTool, Interruption, ModelEvent, ReadError};
 
 /// The `type` of an event whose first member it is, read without scanning the rest: audio
 /// deltas and appends carry kilobytes of base64 after it, and nearly every event is written
@@ -45,13 +45,21 @@ pub(super) fn event_type(text: &str) -> Option<Cow<'_, str>> {
 }
 
 /// The types the session acts on.
-const ACTED_ON: [&str; 5] = [
+const ACTED_ON: [&str; 6] = [
     "error",
     "response.function_call_arguments.done",
     "response.done",
     "session.updated",
     "session.created",
+    SPEECH_STARTED,
 ];
+
+/// The provider heard the person start speaking: a new user turn.
+const SPEECH_STARTED: &str = "input_audio_buffer.speech_started";
+
+/// A response's `status` when it was cancelled before it was complete (the person spoke over
+/// it, or a client cancelled it).
+const CANCELLED: &str = "cancelled";
 
 /// A server event, as far as the session reads it. Every member is taken as its raw text: see
 /// the module's header.
@@ -79,6 +87,9 @@ struct Event<'a> {
     /// A response's output items.
     #[serde(borrow)]
     output: Option<&'a RawValue>,
+    /// A response's status.
+    #[serde(borrow)]
+    status: Option<&'a RawValue>,
     /// A session's tools.
     #[serde(borrow)]
     tools: Option<&'a RawValue>,
@@ -103,7 +114,7 @@ impl<'a> Event<'a> {
 }
 
 /// A member as a string; `None` when absent or not a string.
-fn text<'a>(raw: Option<&'a RawValue>) -> Option<Cow<'a, str>> {
+pub(super) fn text<'a>(raw: Option<&'a RawValue>) -> Option<Cow<'a, str>> {
     let raw = raw?;
     if !raw.get().starts_with('"') {
         return None;
@@ -116,7 +127,7 @@ fn owned(raw: Option<&RawValue>) -> Option<String> {
 }
 
 /// Reads one server event.
-pub fn server_event(text: &str) -> Result<ModelEvent, ReadError> {
+pub(crate) fn server_event(text: &str) -> Result<ModelEvent, ReadError> {
     // The quick look: an event the session does not act on is not read further.
     if text.trim_start().starts_with('{')
         && let Some(kind) = event_type(text)
@@ -198,8 +209,13 @@ fn from_event(event: Event<'_>) -> Result<ModelEvent, ReadError> {
                 .filter(|item| text(item.kind).as_deref() == Some("function_call"))
                 .filter_map(|item| call_of(&item, turn.clone()))
                 .collect();
-            Ok(ModelEvent::TurnDone { turn, calls })
+            Ok(ModelEvent::TurnDone {
+                turn,
+                calls,
+                cancelled: text(response.status).as_deref() == Some(CANCELLED),
+            })
         }
+        SPEECH_STARTED => Ok(ModelEvent::Interrupted(Interruption::NewTurn)),
         _ => Ok(ModelEvent::Other),
     }
 }
@@ -235,7 +251,7 @@ struct FunctionName {
 
 impl ForeignTool {
     /// Reads one entry of a `tools` array; flat (`name`) or nested (`function.name`).
-    pub fn from_raw(json: Box<RawValue>) -> Self {
+    pub(crate) fn from_raw(json: Box<RawValue>) -> Self {
         let name = serde_json::from_str::<ToolName>(json.get())
             .ok()
             .and_then(|t| t.name.or_else(|| t.function?.name))

@@ -8,7 +8,7 @@ use super::*;
 use crate::domain::callback_url::CallbackUrl;
 use crate::domain::images::ToolImage;
 use crate::domain::tool::{ToolSpec, empty_parameters, test_tools};
-use crate::session::core::Call;
+use crate::session::core::{Call, Interruption};
 
 fn session_update(dialect: Dialect, tools: &[SharedTool], event_id: &str) -> Value {
     serde_json::from_str(&merged_update_text(
@@ -307,7 +307,11 @@ fn calls_are_read_leniently_a_member_of_the_wrong_type_being_absent() {
         Ok(call(None, "c\n1", "", ""))
     );
     let done = |text: &str| match server_event(text) {
-        Ok(ModelEvent::TurnDone { turn, calls }) => (turn, calls),
+        Ok(ModelEvent::TurnDone {
+            turn,
+            calls,
+            cancelled: false,
+        }) => (turn, calls),
         other => panic!("{text}: {other:?}"),
     };
     assert_eq!(
@@ -375,11 +379,108 @@ fn server_events() {
         r#"{"type":"response.done","response":{"id":"r1","output":[{"type":"function_call","call_id":"c1","name":"n","arguments":"{}"},{"type":"message"}]}}"#,
     )
     .unwrap();
-    let ModelEvent::TurnDone { turn, calls } = done else {
+    let ModelEvent::TurnDone {
+        turn,
+        calls,
+        cancelled: false,
+    } = done
+    else {
         panic!("response.done")
     };
     assert_eq!(turn.as_deref(), Some("r1"));
     assert_eq!(calls.len(), 1);
     assert!(server_event("not json").is_err());
     assert!(server_event("[1]").is_err());
+}
+
+#[test]
+fn the_person_speaking_and_a_cancelled_response_are_interruptions() {
+    assert_eq!(
+        server_event(
+            r#"{"type":"input_audio_buffer.speech_started","event_id":"e1","audio_start_ms":1000,"item_id":"i1"}"#
+        ),
+        Ok(ModelEvent::Interrupted(Interruption::NewTurn))
+    );
+    // Written with its type last: read whole, the same.
+    assert_eq!(
+        server_event(r#"{"audio_start_ms":1000,"type":"input_audio_buffer.speech_started"}"#),
+        Ok(ModelEvent::Interrupted(Interruption::NewTurn))
+    );
+    assert_eq!(
+        server_event(r#"{"type":"input_audio_buffer.speech_stopped","audio_end_ms":9}"#),
+        Ok(ModelEvent::Other)
+    );
+    assert_eq!(
+        server_event(
+            r#"{"type":"response.done","response":{"id":"r1","status":"cancelled","status_details":{"type":"cancelled","reason":"turn_detected"},"output":[{"type":"function_call","call_id":"c1","name":"n","arguments":"{}"}]}}"#
+        ),
+        Ok(ModelEvent::TurnDone {
+            turn: Some("r1".into()),
+            calls: vec![call(Some("r1"), "c1", "n", "{}")],
+            cancelled: true
+        })
+    );
+    for status in [r#""incomplete""#, r#""failed""#, "7", "null"] {
+        let done =
+            format!(r#"{{"type":"response.done","response":{{"id":"r1","status":{status}}}}}"#);
+        assert!(
+            matches!(
+                server_event(&done),
+                Ok(ModelEvent::TurnDone {
+                    cancelled: false,
+                    ..
+                })
+            ),
+            "{done}"
+        );
+    }
+}
+
+#[test]
+fn an_apps_user_message_and_response_cancel_begin_a_new_turn() {
+    let turn = |text: &str| match app::app_event(Dialect::Openai, &[], text) {
+        app::AppEvent::Interrupts(interruption) => Some(interruption),
+        app::AppEvent::Update(_) => panic!("{text} is no update"),
+        app::AppEvent::Other => None,
+    };
+    assert_eq!(
+        turn(
+            r#"{"type":"conversation.item.create","item":{"type":"message","role":"user","content":[{"type":"input_text","text":"Stop, what about Osaka?"}]}}"#
+        ),
+        Some(Interruption::NewTurn)
+    );
+    assert_eq!(
+        turn(r#"{"type":"conversation.item.create","item":{"role":"user","content":[]}}"#),
+        Some(Interruption::NewTurn)
+    );
+    assert_eq!(
+        turn(r#"{"type":"response.cancel","event_id":"a1"}"#),
+        Some(Interruption::NewTurn)
+    );
+    assert_eq!(
+        turn(r#"{"type":"response.cancel","response_id":"resp_7"}"#),
+        Some(Interruption::Turn("resp_7".into()))
+    );
+    for not_a_turn in [
+        // The app answering a call of its own tool, or the assistant's or the system's words.
+        r#"{"type":"conversation.item.create","item":{"type":"function_call_output","call_id":"c","output":"{}"}}"#,
+        r#"{"type":"conversation.item.create","item":{"type":"message","role":"assistant","content":[]}}"#,
+        r#"{"type":"conversation.item.create","item":{"type":"message","role":"system","content":[]}}"#,
+        r#"{"type":"conversation.item.create","item":{"type":"message","role":7}}"#,
+        r#"{"type":"conversation.item.create","item":"user"}"#,
+        r#"{"type":"conversation.item.create"}"#,
+        r#"{"type":"input_audio_buffer.append","audio":"AAAA"}"#,
+        r#"{"type":"response.create"}"#,
+        "not json",
+    ] {
+        assert_eq!(turn(not_a_turn), None, "{not_a_turn}");
+    }
+    assert!(matches!(
+        app::app_event(
+            Dialect::Openai,
+            &[],
+            r#"{"type":"session.update","session":{"type":"realtime"}}"#
+        ),
+        app::AppEvent::Update(_)
+    ));
 }

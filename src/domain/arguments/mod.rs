@@ -15,11 +15,15 @@ use std::fmt;
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
 
 use indexmap::IndexSet;
-use jsonschema::error::{TypeKind, ValidationErrorKind};
+use jsonschema::error::ValidationErrorKind;
 use jsonschema::{ValidationError, Validator};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::call::{ArgumentsRead, ToolCall};
+mod describe;
+
+use self::describe::{describe, kind_of, violation_count};
+use super::json_text::{JsonText, text_of};
 use super::schema_limits::{
     self, ArgumentShape, LimitError, MAX_CHECKED_ARGUMENT_DEPTH, MAX_SCHEMA_BYTES, SchemaCost,
 };
@@ -27,31 +31,31 @@ use super::schema_limits::{
 /// Violations of one call listed in the model's text. Enough for a model to fix every mistake
 /// of a realistic call in one retry; bounded so a wildly wrong argument (a long array of wrong
 /// items) cannot flood the model's context.
-pub const MAX_LISTED_VIOLATIONS: usize = 10;
+pub(crate) const MAX_LISTED_VIOLATIONS: usize = 10;
 
 /// Violations of one call put in order before the first [`MAX_LISTED_VIOLATIONS`] are listed;
 /// any beyond are only counted. Bounds the work a pathological argument (a huge array of wrong
 /// items) can cause, far above what a model's call has.
-pub const MAX_SORTED_VIOLATIONS: usize = 1000;
+pub(crate) const MAX_SORTED_VIOLATIONS: usize = 1000;
 
 /// Problems of one schema listed in a 422: the same bound, for the same reason (a plugin author
 /// fixes a schema from the first few problems, then registers again).
-pub const MAX_LISTED_SCHEMA_PROBLEMS: usize = 10;
+pub(crate) const MAX_LISTED_SCHEMA_PROBLEMS: usize = 10;
 
 /// Characters of a value quoted in a violation (`got "..."`, an `enum` option): enough to
 /// recognise it, short enough that a long string argument does not repeat itself into the
 /// model's context.
-pub const MAX_QUOTED_CHARS: usize = 60;
+pub(crate) const MAX_QUOTED_CHARS: usize = 60;
 
 /// `enum` options listed in a violation; longer lists end with how many were left out.
-pub const MAX_LISTED_OPTIONS: usize = 20;
+pub(crate) const MAX_LISTED_OPTIONS: usize = 20;
 
 /// Alternatives of an `anyOf` / `oneOf` described in a violation, each by its first few
 /// violations: enough to show the model the shapes it may use, bounded for deep schemas.
-pub const MAX_LISTED_ALTERNATIVES: usize = 5;
+pub(crate) const MAX_LISTED_ALTERNATIVES: usize = 5;
 
 /// Violations quoted per alternative of an `anyOf` / `oneOf`.
-pub const MAX_VIOLATIONS_PER_ALTERNATIVE: usize = 3;
+pub(crate) const MAX_VIOLATIONS_PER_ALTERNATIVE: usize = 3;
 
 /// Longest text the model gets for arguments that do not match, in bytes: ten violations with
 /// their alternatives fit, and per-level caps alone do not bound a nest of alternatives (each
@@ -60,22 +64,22 @@ pub const MAX_FIX_IT_BYTES: usize = 8 * 1024;
 
 /// Bytes of text one violation is described in, its alternatives included; describing stops
 /// there (and says so), which bounds the work of describing as well as the text.
-pub const MAX_VIOLATION_BYTES: usize = 2 * 1024;
+pub(crate) const MAX_VIOLATION_BYTES: usize = 2 * 1024;
 
 /// Most subschema checks one call's check may make (argument values times the subschemas one
 /// value can meet, [`SchemaCost::work`]): a few milliseconds of checking. Arguments past it are
 /// refused as too large to check, rather than hold a server thread.
-pub const MAX_CHECK_WORK: u64 = 1_000_000;
+pub(crate) const MAX_CHECK_WORK: u64 = 1_000_000;
 
 /// Most subschema checks past which a mismatch is reported without listing what is wrong: the
 /// validator builds every violation before the first can be read (a few hundred bytes each), so
 /// this bounds that memory to a few megabytes.
-pub const MAX_EXPLAINED_WORK: u64 = 20_000;
+pub(crate) const MAX_EXPLAINED_WORK: u64 = 20_000;
 
 /// Deepest arguments checked against a schema that does not reach deeper: serde_json's own
 /// limit when it reads text, so only arguments built in-process can meet it. The validator
 /// compares values (`const`, `enum`, `uniqueItems`) by recursing into them.
-pub const MAX_ARGUMENT_DEPTH: usize = 128;
+pub(crate) const MAX_ARGUMENT_DEPTH: usize = 128;
 
 /// A tool's parameters schema: what the model sees, and the compiled check of its arguments.
 ///
@@ -139,7 +143,7 @@ pub enum ArgumentError {
 
 impl Parameters {
     /// Checks `schema` (draft 2020-12, describing an object, within the bounds of
-    /// [`schema_limits`]), adds what the model needs to see (`"type": "object"`,
+    /// the schema limits (docs/reliability.md)), adds what the model needs to see (`"type": "object"`,
     /// `"properties": {}`) and compiles it. Never fetches anything: a `$ref` outside the schema
     /// is an error.
     pub fn new(schema: Map<String, Value>) -> Result<Self, SchemaError> {
@@ -163,39 +167,24 @@ impl Parameters {
         &self.schema
     }
 
-    /// Checks a call's argument text. Empty text is `{}` (models send it for a tool without
-    /// parameters).
+    /// Checks a call's argument text, read as `read_arguments` says: text that is not a JSON
+    /// object is refused, an object is checked against the schema.
     pub fn check(&self, raw_arguments: &str) -> Result<(), ArgumentError> {
-        let arguments = if raw_arguments.trim().is_empty() {
-            Value::Object(Map::new())
-        } else {
-            serde_json::from_str::<Value>(raw_arguments).map_err(|e| ArgumentError::NotJson {
-                reason: e.to_string(),
-            })?
-        };
-        if !arguments.is_object() {
-            return Err(ArgumentError::NotAnObject {
-                found: kind_of(&arguments),
-            });
-        }
-        self.check_object(&arguments)
+        let (mut arguments, _, read) = read_arguments(raw_arguments);
+        read.as_object()?;
+        self.check_object_map(&mut arguments)
     }
 
-    /// [`Parameters::check`] of a call's argument text, from the parse the call already holds
-    /// (the text is not read again). The same verdict, the same text for the model.
-    pub fn check_call(&self, call: &mut ToolCall) -> Result<(), ArgumentError> {
-        match call.arguments_read() {
-            ArgumentsRead::Object => {}
-            ArgumentsRead::NotAnObject { found } => {
-                return Err(ArgumentError::NotAnObject { found });
-            }
-            ArgumentsRead::NotJson => return self.check(&call.raw_arguments),
-        }
-        // The validator reads a `Value`: the map is moved in and back, not copied.
-        let arguments = Value::Object(std::mem::take(&mut call.arguments));
-        let verdict = self.check_object(&arguments);
-        if let Value::Object(map) = arguments {
-            call.arguments = map;
+    /// Checks an arguments object; the validator reads a `Value`, so the map is moved in and
+    /// back, not copied.
+    pub(crate) fn check_object_map(
+        &self,
+        arguments: &mut Map<String, Value>,
+    ) -> Result<(), ArgumentError> {
+        let value = Value::Object(std::mem::take(arguments));
+        let verdict = self.check_object(&value);
+        if let Value::Object(map) = value {
+            *arguments = map;
         }
         verdict
     }
@@ -357,7 +346,7 @@ fn compile(schema: &Value) -> Result<Validator, SchemaError> {
 /// Entries the compiled-schema table holds before it first drops those no tool uses any more.
 /// Past it, the table is pruned each time it doubles, so it stays within twice the schemas in
 /// use (plus this), at an amortised constant cost per registration.
-pub const COMPILED_PRUNE_AT: usize = 64;
+pub(crate) const COMPILED_PRUNE_AT: usize = 64;
 
 /// The compiled schemas tools use now, by the schema's JSON text. Plugins register the
 /// same schema again and again (after a restart, for each of their roles, while they watch the
@@ -467,299 +456,63 @@ fn schema_problem(error: &ValidationError<'_>) -> String {
     format!("not a valid JSON Schema (draft 2020-12): {what}")
 }
 
-/// What one validation error says, as violations: each starts with the JSON pointer of the
-/// value it is about and says what was expected, and what was there. `additionalProperties`
-/// gives one violation per unexpected property.
-///
-/// `budget` is the bytes of text still to be written: each text written is taken from it, and
-/// once it is spent, alternatives and unexpected properties are no longer described (the text
-/// says so). Nested alternatives recurse, as deep as the schema's subschemas nest
-/// ([`schema_limits::MAX_SUBSCHEMA_DEPTH`]).
-fn describe(error: &ValidationError<'_>, root: &str, budget: &mut usize) -> Vec<String> {
-    let at = error.instance_path().as_str();
-    let here = if at.is_empty() { root } else { at };
-    let got = || quote_back(error.instance());
-    let one = |text: String| vec![text];
-    let texts = match error.kind() {
-        ValidationErrorKind::Required { property } => one(format!(
-            "{at}/{} is required",
-            pointer_token(&plain_text(property))
-        )),
-        ValidationErrorKind::Type { kind } => one(format!(
-            "{here} must be {} (got {})",
-            expected_types(kind),
-            got()
-        )),
-        ValidationErrorKind::Enum { options } => one(format!(
-            "{here} must be one of {} (got {})",
-            list_options(options),
-            got()
-        )),
-        ValidationErrorKind::Constant { expected_value } => one(format!(
-            "{here} must be {} (got {})",
-            quote(expected_value),
-            got()
-        )),
-        ValidationErrorKind::Minimum { limit } => {
-            one(format!("{here} must be at least {limit} (got {})", got()))
+/// How a call's argument text read as JSON.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ArgumentsRead {
+    /// Empty, or a JSON object: the call's `arguments` are its parse.
+    Object,
+    /// JSON, but not an object; `found` says what it is ("an array").
+    NotAnObject { found: &'static str },
+    /// Not JSON; `reason` is the parser's.
+    NotJson { reason: String },
+}
+
+impl ArgumentsRead {
+    /// `Ok` when the text read as an object; otherwise the check's refusal.
+    pub(crate) fn as_object(&self) -> Result<(), ArgumentError> {
+        match self {
+            ArgumentsRead::Object => Ok(()),
+            ArgumentsRead::NotAnObject { found } => Err(ArgumentError::NotAnObject { found }),
+            ArgumentsRead::NotJson { reason } => Err(ArgumentError::NotJson {
+                reason: reason.clone(),
+            }),
         }
-        ValidationErrorKind::Maximum { limit } => {
-            one(format!("{here} must be at most {limit} (got {})", got()))
+    }
+}
+
+/// The one reader of a call's argument text. It gives the text as a JSON object — empty text is
+/// `{}`, a JSON value that is not an object is `{"value": it}`, and text that is not JSON is
+/// `{"_raw": text}` — with that object's exact JSON text (the model's own text whenever it is an
+/// object) and how the text read.
+pub(crate) fn read_arguments(raw: &str) -> (Map<String, Value>, JsonText, ArgumentsRead) {
+    let trimmed = raw.trim();
+    if trimmed.is_empty() {
+        return (Map::new(), text_of("{}".to_owned()), ArgumentsRead::Object);
+    }
+    // The whole text, not the trimmed one, so a parse error's column counts from its start.
+    match serde_json::from_str::<Value>(raw) {
+        Ok(Value::Object(map)) => {
+            let text = RawValue::from_string(trimmed.to_owned()).unwrap_or_else(|_| {
+                text_of(serde_json::to_string(&map).unwrap_or_else(|_| "{}".into()))
+            });
+            (map, text, ArgumentsRead::Object)
         }
-        ValidationErrorKind::ExclusiveMinimum { limit } => one(format!(
-            "{here} must be greater than {limit} (got {})",
-            got()
-        )),
-        ValidationErrorKind::ExclusiveMaximum { limit } => {
-            one(format!("{here} must be less than {limit} (got {})", got()))
+        Ok(other) => {
+            let text = text_of(format!("{{\"value\":{trimmed}}}"));
+            let found = kind_of(&other);
+            (
+                Map::from_iter([("value".to_owned(), other)]),
+                text,
+                ArgumentsRead::NotAnObject { found },
+            )
         }
-        ValidationErrorKind::MultipleOf { multiple_of } => one(format!(
-            "{here} must be a multiple of {multiple_of} (got {})",
-            got()
-        )),
-        ValidationErrorKind::MinLength { limit } => one(format!(
-            "{here} must be at least {limit} {} long (got {})",
-            plural(*limit, "character", "characters"),
-            length_of(error.instance())
-        )),
-        ValidationErrorKind::MaxLength { limit } => one(format!(
-            "{here} must be at most {limit} {} long (got {})",
-            plural(*limit, "character", "characters"),
-            length_of(error.instance())
-        )),
-        ValidationErrorKind::Pattern { pattern } => one(format!(
-            "{here} must match the regular expression {} (got {})",
-            Value::String(pattern.clone()),
-            got()
-        )),
-        ValidationErrorKind::Format { format } if format == "regex" => one(format!(
-            "{here} must be a valid regular expression (got {})",
-            got()
-        )),
-        ValidationErrorKind::Format { format } => one(format!(
-            "{here} must be in the {} format (got {})",
-            Value::String(format.clone()),
-            got()
-        )),
-        ValidationErrorKind::AdditionalProperties { unexpected }
-        | ValidationErrorKind::UnevaluatedProperties { unexpected } => {
-            let mut texts = Vec::new();
-            for (i, name) in unexpected.iter().enumerate() {
-                if *budget == 0 {
-                    texts.push(format!(
-                        "{here}: {} more unknown properties are not allowed",
-                        unexpected.len() - i
-                    ));
-                    break;
-                }
-                let text = format!(
-                    "{at}/{} is not allowed (unknown property)",
-                    pointer_token(name)
-                );
-                spend(budget, &text);
-                texts.push(text);
-            }
-            return texts;
+        Err(error) => {
+            let map = Map::from_iter([("_raw".to_owned(), Value::String(raw.to_owned()))]);
+            let text = text_of(serde_json::to_string(&map).unwrap_or_default());
+            let reason = error.to_string();
+            (map, text, ArgumentsRead::NotJson { reason })
         }
-        ValidationErrorKind::MinItems { limit } => one(format!(
-            "{here} must have at least {limit} {} (got {})",
-            plural(*limit, "item", "items"),
-            count_of(error.instance())
-        )),
-        ValidationErrorKind::MaxItems { limit } => one(format!(
-            "{here} must have at most {limit} {} (got {})",
-            plural(*limit, "item", "items"),
-            count_of(error.instance())
-        )),
-        ValidationErrorKind::UniqueItems => {
-            one(format!("{here} must not contain the same item twice"))
-        }
-        ValidationErrorKind::Contains => one(format!(
-            "{here} must contain at least one item that matches its schema"
-        )),
-        ValidationErrorKind::MinProperties { limit } => one(format!(
-            "{here} must have at least {limit} {} (got {})",
-            plural(*limit, "property", "properties"),
-            count_of(error.instance())
-        )),
-        ValidationErrorKind::MaxProperties { limit } => one(format!(
-            "{here} must have at most {limit} {} (got {})",
-            plural(*limit, "property", "properties"),
-            count_of(error.instance())
-        )),
-        ValidationErrorKind::AnyOf { context } | ValidationErrorKind::OneOfNotValid { context } => {
-            // The alternatives' texts are taken from the budget as they are written.
-            let opening = format!("{here} must match one of its allowed forms: ");
-            spend(budget, &opening);
-            return one(opening + &alternatives(context, root, budget));
-        }
-        ValidationErrorKind::OneOfMultipleValid { .. } => one(format!(
-            "{here} must match exactly one of its allowed forms, but matches more than one"
-        )),
-        ValidationErrorKind::Not { schema } => {
-            one(format!("{here} must not match {}", quote(schema)))
-        }
-        ValidationErrorKind::FalseSchema => one(format!("{here} is not allowed")),
-        // Anything rarer (content encodings, property names, a regular expression that gave up)
-        // keeps the validator's own words, still located.
-        _ => one(format!("{here}: {error}")),
-    };
-    for text in &texts {
-        spend(budget, text);
     }
-    texts
-}
-
-/// Takes `text` from the bytes still to be written.
-fn spend(budget: &mut usize, text: &str) {
-    *budget = budget.saturating_sub(text.len());
-}
-
-/// How many violations [`describe`] gives for `error`, without describing it.
-fn violation_count(error: &ValidationError<'_>) -> usize {
-    match error.kind() {
-        ValidationErrorKind::AdditionalProperties { unexpected }
-        | ValidationErrorKind::UnevaluatedProperties { unexpected } => unexpected.len(),
-        _ => 1,
-    }
-}
-
-/// `either A, or B` for the alternatives of an `anyOf` / `oneOf`, each by its first violations;
-/// only what `budget` leaves room for is described (`…` marks where describing stopped).
-fn alternatives(
-    context: &[Vec<ValidationError<'static>>],
-    root: &str,
-    budget: &mut usize,
-) -> String {
-    let mut described: Vec<String> = Vec::new();
-    for branch in context.iter().take(MAX_LISTED_ALTERNATIVES) {
-        if *budget == 0 {
-            described.push("…".to_owned());
-            break;
-        }
-        let total: usize = branch.iter().map(violation_count).sum();
-        let mut violations: Vec<String> = Vec::new();
-        for error in branch {
-            if violations.len() >= MAX_VIOLATIONS_PER_ALTERNATIVE || *budget == 0 {
-                break;
-            }
-            violations.extend(describe(error, root, budget));
-        }
-        violations.truncate(MAX_VIOLATIONS_PER_ALTERNATIVE);
-        let mut text = violations.join(" and ");
-        if total > violations.len() {
-            text.push_str(&format!(" (and {} more)", total - violations.len()));
-        }
-        described.push(text);
-    }
-    if context.len() > MAX_LISTED_ALTERNATIVES {
-        described.push(format!(
-            "{} other forms",
-            context.len() - MAX_LISTED_ALTERNATIVES
-        ));
-    }
-    format!("either {}", described.join(", or "))
-}
-
-/// `"c", "f"`: the options of an `enum`, as JSON.
-fn list_options(options: &Value) -> String {
-    let Value::Array(options) = options else {
-        return quote(options);
-    };
-    let mut listed: Vec<String> = options.iter().take(MAX_LISTED_OPTIONS).map(quote).collect();
-    if options.len() > MAX_LISTED_OPTIONS {
-        listed.push(format!("or {} more", options.len() - MAX_LISTED_OPTIONS));
-    }
-    listed.join(", ")
-}
-
-/// `a string`, `an integer or null`: the types a `type` keyword allows.
-fn expected_types(kind: &TypeKind) -> String {
-    let names: Vec<&str> = match kind {
-        TypeKind::Single(t) => vec![type_phrase(&t.to_string())],
-        TypeKind::Multiple(set) => set.iter().map(|t| type_phrase(&t.to_string())).collect(),
-    };
-    match names.split_last() {
-        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
-        Some((last, _)) => (*last).to_owned(),
-        None => "of no type".to_owned(),
-    }
-}
-
-fn type_phrase(name: &str) -> &'static str {
-    match name {
-        "array" => "an array",
-        "boolean" => "a boolean",
-        "integer" => "an integer",
-        "null" => "null",
-        "number" => "a number",
-        "object" => "an object",
-        _ => "a string",
-    }
-}
-
-/// What a value is, with an article: `an array`, `a string`.
-pub(crate) fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// A value of the schema quoted: its JSON text, cut at [`MAX_QUOTED_CHARS`] characters.
-fn quote(value: &Value) -> String {
-    let text = value.to_string();
-    match text.char_indices().nth(MAX_QUOTED_CHARS) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text,
-    }
-}
-
-/// A value of the arguments quoted back: like [`quote`], but arrays and objects are named only
-/// (their text could be long, and the pointer already says where they are).
-fn quote_back(value: &Value) -> String {
-    match value {
-        Value::Array(_) | Value::Object(_) => kind_of(value).to_owned(),
-        _ => quote(value),
-    }
-}
-
-/// A string's length in characters, as JSON Schema counts them (code points).
-fn length_of(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.chars().count().to_string(),
-        other => kind_of(other).to_owned(),
-    }
-}
-
-/// How many items (or properties) a value has.
-fn count_of(value: &Value) -> String {
-    match value {
-        Value::Array(a) => a.len().to_string(),
-        Value::Object(o) => o.len().to_string(),
-        other => kind_of(other).to_owned(),
-    }
-}
-
-fn plural(n: u64, one: &'static str, many: &'static str) -> &'static str {
-    if n == 1 { one } else { many }
-}
-
-/// A property name as JSON text would show it, without quotes when it is a string.
-fn plain_text(value: &Value) -> String {
-    match value {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// A property name as one JSON pointer token (RFC 6901: `~` is `~0`, `/` is `~1`).
-fn pointer_token(name: &str) -> String {
-    name.replace('~', "~0").replace('/', "~1")
 }
 
 #[cfg(test)]
@@ -767,6 +520,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::domain::call::ToolCall;
     use crate::domain::tool::empty_parameters;
 
     fn object(v: Value) -> Map<String, Value> {
@@ -809,7 +563,7 @@ mod tests {
         ] {
             let mut call = ToolCall::from_raw("call_1".into(), "get_weather".into(), raw.into());
             let arguments = call.arguments.clone();
-            assert_eq!(p.check_call(&mut call), p.check(raw), "{raw:?}");
+            assert_eq!(call.check_arguments(&p), p.check(raw), "{raw:?}");
             assert_eq!(
                 call.arguments, arguments,
                 "{raw:?}: the call keeps its arguments"
@@ -822,7 +576,7 @@ mod tests {
         .unwrap();
         let mut call = ToolCall::from_text("call_2".into(), "get_weather".into(), text, map);
         assert_eq!(
-            p.check_call(&mut call),
+            call.check_arguments(&p),
             p.check(r#"{"location": "Tokyo", "unit": "x"}"#)
         );
     }

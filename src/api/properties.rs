@@ -7,16 +7,17 @@ use std::net::Ipv6Addr;
 
 use proptest::prelude::*;
 use proptest::test_runner::Config;
-use runtime_tools::api::body::parse_object;
-use runtime_tools::api::error::{ApiError, FieldError};
-use runtime_tools::api::requests::{
+use serde_json::{Map, Value};
+use url::Host;
+
+use crate::api::body::parse_object;
+use crate::api::error::{ApiError, FieldError};
+use crate::api::requests::{
     ClearRequest, InvokeRequest, MAX_NAME_CHARS, MAX_TIMEOUT_SECONDS, RegisterRequest,
     UnregisterRequest,
 };
-use runtime_tools::domain::callback_url::CallbackUrl;
-use runtime_tools::domain::tool::ToolHandler;
-use serde_json::{Map, Value};
-use url::Host;
+use crate::domain::callback_url::CallbackUrl;
+use crate::domain::tool::ToolHandler;
 
 /// Cases per property: enough to cover every trick many times over, quick in a release build.
 const CASES: u32 = 2048;

@@ -21,9 +21,8 @@
 //! this actor decides them (`send` enqueues at once), so one server's listings apply in order.
 
 use std::collections::HashSet;
-use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use actix::fut::LocalBoxActorFuture;
@@ -31,187 +30,44 @@ use actix::prelude::*;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use indexmap::IndexMap;
-use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientInfo, Implementation};
-use rmcp::service::{
-    NotificationContext, RunningService, RunningServiceCancellationToken, ServiceError,
-};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
-use serde::Serialize;
+use rmcp::service::RunningServiceCancellationToken;
 use tokio::sync::watch;
-use url::Host;
 
 use super::listing::{Listing, list_every_tool};
 use super::mapping::{self, Definition, Skipped};
 use super::status::{McpBoard, RuntimeMcpReport, RuntimeMcpState};
-use crate::actors::router::{
-    ChangeReport, Directory, ReplaceSource, Router, RouterError, SourceCleared,
-};
-use crate::domain::call::{LocalHandler, LocalToolHandler, ToolCall, ToolOutcome};
-use crate::domain::callback_url::CallbackUrl;
-use crate::domain::failures::{FailureTracker, Liveness};
+use crate::actors::change::ChangeReport;
+use crate::actors::router::{Directory, ReplaceSource, Router, SourceCleared};
+use crate::domain::call::{LocalToolHandler, seconds};
+use crate::domain::failures::FailureTracker;
 
 /// Most MCP servers registered at run time at once: each holds a connection and an event
 /// stream; a plugin that registers without end is refused past this.
-pub const MAX_RUNTIME_SERVERS: usize = 256;
+pub(crate) const MAX_RUNTIME_SERVERS: usize = 256;
 
 /// Longest wait for a TCP connection to a server (the first step of a registration, and the
 /// probe after a failed call). On loopback a listening server accepts at once; this only bounds
 /// a full accept queue.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Longest a closed connection is waited for: rmcp gives the `DELETE` that ends the MCP session
 /// 5 s; one more for the rest of the close.
-pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(6);
+pub(crate) const CLOSE_TIMEOUT: Duration = Duration::from_secs(6);
 
 /// What no role accepting a server's tools reports in `error`, as a registration does.
 const NO_ROLE_ACCEPTED: &str = "no role accepted the registration";
 
-/// One MCP server as a plugin registers it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct McpRegistration {
-    /// Letters, digits, `-`, `_`, `.`: unique among MCP servers.
-    pub name: String,
-    /// Its Streamable HTTP endpoint, on loopback.
-    pub url: CallbackUrl,
-    /// The character that gets its tools; `None`: every character that exists when its tools
-    /// are (re)listed.
-    pub role: Option<String>,
-    pub source: String,
-    /// The longest the registration's connect, initialize and listing take together, and the
-    /// longest one `tools/call` takes.
-    pub timeout: Duration,
-}
+mod connection;
+mod messages;
+mod tool;
 
-/// Register (or replace) an MCP server; answers once its tools are registered and synced, or
-/// why it could not be reached.
-#[derive(Message, Debug)]
-#[rtype(result = "Result<McpRegistered, McpPluginError>")]
-pub struct RegisterMcpServer(pub McpRegistration);
-
-/// Remove an MCP server registered at run time: its tools from every character, its connection
-/// closed.
-#[derive(Message, Debug)]
-#[rtype(result = "Result<McpUnregistered, McpPluginError>")]
-pub struct UnregisterMcpServer {
-    pub name: String,
-}
-
-/// Close every connection (the server is stopping); answers once each is closed (or
-/// [`CLOSE_TIMEOUT`] passed).
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-pub struct CloseMcpPlugins;
-
-/// A server announced `notifications/tools/list_changed`.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-struct ToolListChanged {
-    name: String,
-    generation: u64,
-}
-
-/// A connection ended by itself (the MCP session was closed under us).
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-struct ConnectionEnded {
-    name: String,
-    generation: u64,
-    reason: String,
-}
-
-/// The third call in a row of a `plugin:` server's tools could not connect to it; answered
-/// once its tools are gone.
-#[derive(Message, Debug)]
-#[rtype(result = "()")]
-struct ServerDead {
-    name: String,
-    generation: u64,
-    failures: u32,
-}
-
-/// Which step of a registration failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub enum McpStage {
-    /// The TCP connection to the endpoint.
-    #[serde(rename = "connect")]
-    Connect,
-    /// MCP's `initialize` handshake.
-    #[serde(rename = "initialize")]
-    Initialize,
-    /// Listing the tools.
-    #[serde(rename = "tools/list")]
-    ToolsList,
-}
-
-impl McpStage {
-    fn name(self) -> &'static str {
-        match self {
-            McpStage::Connect => "connect",
-            McpStage::Initialize => "initialize",
-            McpStage::ToolsList => "tools/list",
-        }
-    }
-}
-
-/// What a registration did.
-#[derive(Debug, Clone, Default)]
-pub struct McpRegistered {
-    /// The tools registered, in the server's order.
-    pub tools: Vec<String>,
-    /// Tools of its listing that could not be registered, and why.
-    pub skipped: Vec<Skipped>,
-    pub report: ChangeReport,
-    /// Why nothing was registered (or no role took the tools), when that is so.
-    pub error: Option<String>,
-    /// The step that failed, when the server could not be reached.
-    pub stage: Option<McpStage>,
-}
-
-impl McpRegistered {
-    /// True when the server's tools are registered (and some role took them, if it has any).
-    pub fn ok(&self) -> bool {
-        self.error.is_none()
-    }
-
-    fn failed(stage: Option<McpStage>, error: String) -> Self {
-        Self {
-            error: Some(error),
-            stage,
-            ..Self::default()
-        }
-    }
-}
-
-/// What an unregistration did.
-#[derive(Debug, Clone, Default)]
-pub struct McpUnregistered {
-    /// Whether a server of that name was registered.
-    pub removed: bool,
-    pub report: ChangeReport,
-}
-
-/// Why a registration was refused before anything was tried.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum McpPluginError {
-    #[error(transparent)]
-    Router(#[from] RouterError),
-    /// Another MCP server's tools have this source: a source names one server's tools.
-    #[error(
-        "source {taken:?} is the source of MCP server {server:?}: each MCP server needs a source \
-         of its own"
-    )]
-    SourceTaken { taken: String, server: String },
-    #[error(
-        "{MAX_RUNTIME_SERVERS} MCP servers are registered already (the most at once): unregister \
-         one first"
-    )]
-    TooMany,
-    /// The router has stopped: the tools could not be registered (or removed).
-    #[error("the tool router has stopped")]
-    RouterStopped,
-}
+use connection::{Listener, Opened, close, open};
+pub(crate) use messages::{
+    CloseMcpPlugins, McpPluginError, McpRegistered, McpRegistration, McpStage, McpUnregistered,
+    RegisterMcpServer, UnregisterMcpServer,
+};
+use messages::{ConnectionEnded, ServerDead, ToolListChanged};
+use tool::{PluginTool, PluginToolHandler};
 
 /// One registered server.
 struct Server {
@@ -237,7 +93,7 @@ impl Server {
     }
 }
 
-pub struct McpPlugins {
+pub(crate) struct McpPlugins {
     router: Addr<Router>,
     directory: Directory,
     board: McpBoard,
@@ -248,7 +104,11 @@ pub struct McpPlugins {
 }
 
 impl McpPlugins {
-    pub fn launch(router: Addr<Router>, directory: Directory, board: McpBoard) -> Addr<Self> {
+    pub(crate) fn launch(
+        router: Addr<Router>,
+        directory: Directory,
+        board: McpBoard,
+    ) -> Addr<Self> {
         McpPlugins {
             router,
             directory,
@@ -458,10 +318,7 @@ impl McpPlugins {
                 Ok(Err(e)) => act.listing_failed(&name, format!("tools/list failed: {e}")),
                 Err(_) => act.listing_failed(
                     &name,
-                    format!(
-                        "tools/list did not answer within {} s",
-                        mapping::seconds(timeout)
-                    ),
+                    format!("tools/list did not answer within {} s", seconds(timeout)),
                 ),
             }
             if again {
@@ -799,264 +656,10 @@ fn log_skipped(name: &str, skipped: &[Skipped]) {
     }
 }
 
-/// Cancels a connection (its MCP session is ended with `DELETE`) and waits until it has closed,
-/// at most [`CLOSE_TIMEOUT`].
-async fn close(cancel: RunningServiceCancellationToken, mut closed: watch::Receiver<bool>) {
-    cancel.cancel();
-    let _ = tokio::time::timeout(CLOSE_TIMEOUT, closed.wait_for(|c| *c)).await;
-}
-
-/// A connected, initialized server and its listing.
-struct Opened {
-    service: RunningService<RoleClient, Listener>,
-    listing: Listing,
-}
-
-/// Why a registration's connection attempt failed.
-struct OpenFailure {
-    stage: McpStage,
-    error: String,
-}
-
-impl OpenFailure {
-    fn at(stage: McpStage, error: impl Into<String>) -> Self {
-        Self {
-            stage,
-            error: error.into(),
-        }
-    }
-}
-
-/// Connects, initializes and lists every page of tools, all within the registration's timeout.
-async fn open(
-    registration: Arc<McpRegistration>,
-    listener: Listener,
-) -> Result<Opened, OpenFailure> {
-    let deadline = tokio::time::Instant::now() + registration.timeout;
-    let url = registration.url.as_written();
-    let late = |stage: McpStage| {
-        OpenFailure::at(
-            stage,
-            format!(
-                "no answer within {} s (timeout_seconds)",
-                mapping::seconds(registration.timeout)
-            ),
-        )
-    };
-    match tokio::time::timeout_at(deadline, probe(&registration.url)).await {
-        Err(_) => return Err(late(McpStage::Connect)),
-        Ok(Err(e)) => {
-            return Err(OpenFailure::at(
-                McpStage::Connect,
-                format!("could not connect to {}: {e}", registration.url.origin()),
-            ));
-        }
-        Ok(Ok(())) => {}
-    }
-    let http = reqwest::Client::builder()
-        // The server is on loopback: an HTTP proxy of the environment must not see it.
-        .no_proxy()
-        // Never followed, as for a callback: a loopback server must not be able to send the
-        // calls elsewhere.
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| OpenFailure::at(McpStage::Connect, format!("HTTP client: {e}")))?;
-    let transport = StreamableHttpClientTransport::with_client(
-        http,
-        StreamableHttpClientTransportConfig::with_uri(url),
-    );
-    let service = match tokio::time::timeout_at(deadline, listener.serve(transport)).await {
-        Err(_) => return Err(late(McpStage::Initialize)),
-        Ok(Err(e)) => {
-            return Err(OpenFailure::at(
-                McpStage::Initialize,
-                format!("{url} did not complete MCP's initialize handshake: {e}"),
-            ));
-        }
-        Ok(Ok(service)) => service,
-    };
-    // On failure from here the service is dropped, which ends its session.
-    let listing = match tokio::time::timeout_at(deadline, list_every_tool(service.peer())).await {
-        Err(_) => return Err(late(McpStage::ToolsList)),
-        Ok(Err(e)) => return Err(OpenFailure::at(McpStage::ToolsList, e.to_string())),
-        Ok(Ok(listing)) => listing,
-    };
-    Ok(Opened { service, listing })
-}
-
-/// Opens (and at once closes) a TCP connection to `url`'s host and port.
-async fn probe(url: &CallbackUrl) -> std::io::Result<()> {
-    let url = url.url();
-    let port = url.port_or_known_default().unwrap_or(80);
-    let connect = async {
-        match url.host() {
-            Some(Host::Ipv4(ip)) => tokio::net::TcpStream::connect((IpAddr::V4(ip), port)).await,
-            Some(Host::Ipv6(ip)) => tokio::net::TcpStream::connect((IpAddr::V6(ip), port)).await,
-            Some(Host::Domain(name)) => tokio::net::TcpStream::connect((name, port)).await,
-            None => Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidInput,
-                "no host",
-            )),
-        }
-    };
-    match tokio::time::timeout(CONNECT_TIMEOUT, connect).await {
-        Ok(stream) => stream.map(drop),
-        Err(_) => Err(std::io::Error::new(
-            std::io::ErrorKind::TimedOut,
-            format!("no connection within {} s", CONNECT_TIMEOUT.as_secs()),
-        )),
-    }
-}
-
-/// The client side of one connection: tells the actor when the tool list changed.
-struct Listener {
-    plugins: Addr<McpPlugins>,
-    name: String,
-    generation: u64,
-}
-
-impl ClientHandler for Listener {
-    fn get_info(&self) -> ClientInfo {
-        ClientInfo::new(
-            ClientCapabilities::default(),
-            Implementation::new("runtime-tools", env!("CARGO_PKG_VERSION")),
-        )
-    }
-
-    async fn on_tool_list_changed(&self, _: NotificationContext<RoleClient>) {
-        self.plugins.do_send(ToolListChanged {
-            name: self.name.clone(),
-            generation: self.generation,
-        });
-    }
-}
-
-/// Runs a call of a registered server's tool — `tools/call` on its connection, bounded by its
-/// `timeout_seconds` — and counts the calls that could not connect to it: for a `plugin:`
-/// source the third in a row has the server removed before the call answers.
-struct PluginTool {
-    name: Arc<str>,
-    generation: u64,
-    source: String,
-    url: CallbackUrl,
-    peer: Peer<RoleClient>,
-    timeout: Duration,
-    failures: Mutex<FailureTracker>,
-    /// The last call could not connect (so the board says so).
-    was_unreachable: AtomicBool,
-    plugins: Addr<McpPlugins>,
-    board: McpBoard,
-}
-
-impl PluginTool {
-    /// The call reached the server: the count starts again, and the board says it is back.
-    fn reached(&self) {
-        self.failures
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .record(&self.source, self.url.origin(), Liveness::Reachable);
-        if self.was_unreachable.swap(false, Ordering::AcqRel) {
-            self.board.update_runtime(&self.name, |r| {
-                r.state = RuntimeMcpState::Connected;
-                r.last_error = None;
-            });
-        }
-    }
-
-    /// The call could not connect; the third time in a row (for a `plugin:` source), the
-    /// server's tools are removed before this returns.
-    async fn unreachable(&self, error: &str) {
-        let reached = self
-            .failures
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .record(&self.source, self.url.origin(), Liveness::ConnectFailed);
-        self.was_unreachable.store(true, Ordering::Release);
-        self.board.update_runtime(&self.name, |r| {
-            r.state = RuntimeMcpState::Unreachable;
-            r.last_error = Some(error.to_owned());
-        });
-        if let Some(failures) = reached {
-            let dead = ServerDead {
-                name: self.name.to_string(),
-                generation: self.generation,
-                failures,
-            };
-            if self.plugins.send(dead).await.is_err() {
-                tracing::warn!(mcp_server = %self.name, "could not remove the tools of a dead MCP server: its registry has stopped");
-            }
-        }
-    }
-}
-
-/// The handler of a server's tools: one per registration, so its address tells the server's
-/// tools from any other tool of the same source.
-struct PluginToolHandler(Arc<PluginTool>);
-
-impl LocalHandler for PluginToolHandler {
-    fn call(&self, call: ToolCall) -> BoxFuture<'static, ToolOutcome> {
-        let this = self.0.clone();
-        async move {
-            let request = CallToolRequestParams::new(call.name).with_arguments(call.arguments);
-            match tokio::time::timeout(this.timeout, this.peer.call_tool(request)).await {
-                Ok(Ok(result)) => {
-                    this.reached();
-                    mapping::outcome(result)
-                }
-                // An error answer is an answer: the server is there.
-                Ok(Err(ServiceError::McpError(e))) => {
-                    this.reached();
-                    Err(format!(
-                        "MCP server {} could not run the call: {e}",
-                        this.name
-                    ))
-                }
-                Ok(Err(e)) => {
-                    // A failure of the transport: whether the server can still be connected to
-                    // decides whether it counts towards removal.
-                    match probe(&this.url).await {
-                        Ok(()) => {
-                            this.reached();
-                            Err(format!(
-                                "MCP server {} could not run the call: {e}",
-                                this.name
-                            ))
-                        }
-                        Err(connect) => {
-                            let error = format!(
-                                "MCP server {} could not be reached: could not connect to {}: \
-                                 {connect}",
-                                this.name,
-                                this.url.origin()
-                            );
-                            this.unreachable(&error).await;
-                            Err(error)
-                        }
-                    }
-                }
-                // A server that went quiet is not a dead one: as a callback's read timeout,
-                // this starts the count again.
-                Err(_) => {
-                    this.reached();
-                    Err(format!(
-                        "MCP server {} did not answer tools/call within {} s",
-                        this.name,
-                        mapping::seconds(this.timeout)
-                    ))
-                }
-            }
-        }
-        .boxed()
-    }
-
-    fn timeout(&self) -> Option<Duration> {
-        Some(self.0.timeout)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::callback_url::CallbackUrl;
 
     fn registration(name: &str, source: &str) -> McpRegistration {
         McpRegistration {

@@ -1,0 +1,81 @@
+//! What a new user turn abandons. In a voice conversation the person talks over the model: when
+//! they begin a new turn, or the provider cancels a response, the calls of the turns left behind
+//! still running are cancelled — answered at once with the text that says so (the model has an
+//! answer for every call it made), announced as cancelled with how long they ran, and dropped by
+//! the actor — and none of those turns is asked to go on: a result that comes late would make
+//! the model speak of what nobody asks about any more. Which events of a protocol mean a new
+//! turn is its adapter's to say ([`Interruption`]); `cancel_on_interruption = false` keeps every
+//! call running to its end, as if nothing had happened.
+
+use super::answers::RunningCall;
+use super::{Effect, Interruption, SessionCore, Ticket};
+use crate::domain::call::ToolResult;
+
+impl SessionCore {
+    /// The person interrupted, or the provider cancelled (see [`Interruption`]): the turns it
+    /// abandons are never continued, and their calls still running are cancelled
+    /// ([`Effect::Cancel`]), each answered as cancelled. Nothing, when the character has
+    /// `cancel_on_interruption` off.
+    pub(crate) fn interrupted(&mut self, interruption: Interruption) {
+        if !self.cancel_on_interruption {
+            return;
+        }
+        match &interruption {
+            Interruption::NewTurn => self.calls.abandon_all(),
+            Interruption::Turn(turn) => self.calls.abandon(turn),
+            Interruption::Calls(_) => {}
+        }
+        let cancelled = self.take_running(|call| match &interruption {
+            Interruption::NewTurn => true,
+            Interruption::Turn(turn) => call.turn.as_deref() == Some(turn.as_str()),
+            Interruption::Calls(ids) => ids.contains(&call.call_id),
+        });
+        if cancelled.is_empty() {
+            return;
+        }
+        tracing::debug!(character = %self.character, kind = self.kind.name(), calls = cancelled.len(), ?interruption, "cancelling the calls of an abandoned turn");
+        for (ticket, call) in cancelled {
+            if let Some(turn) = &call.turn {
+                // A call the provider cancelled by id abandons its turn too.
+                self.calls.abandon(turn);
+            }
+            self.effects.push(Effect::Cancel(ticket));
+            let source = call.tool.source.clone();
+            let result = ToolResult::interrupted(
+                call.call_id,
+                call.tool.name.clone(),
+                call.started.elapsed(),
+            );
+            self.answer_cancelled(&result, Some(&source), call.started);
+        }
+    }
+
+    /// The connection ended under its running calls: the actor drops them with it, and they are
+    /// announced as cancelled (nobody is left to answer).
+    pub(super) fn drop_running(&mut self) {
+        for (_, call) in self.take_running(|_| true) {
+            let result = ToolResult::interrupted(
+                call.call_id,
+                call.tool.name.clone(),
+                call.started.elapsed(),
+            );
+            self.announce_call(&result, Some(&call.tool.source), call.started, true);
+        }
+    }
+
+    /// Takes the running calls `which` picks, in the order they started (so the model gets
+    /// their answers in its own order).
+    fn take_running(&mut self, which: impl Fn(&RunningCall) -> bool) -> Vec<(Ticket, RunningCall)> {
+        let mut tickets: Vec<Ticket> = self
+            .running
+            .iter()
+            .filter(|(_, call)| which(call))
+            .map(|(ticket, _)| *ticket)
+            .collect();
+        tickets.sort_unstable();
+        tickets
+            .into_iter()
+            .filter_map(|ticket| self.running.remove(&ticket).map(|call| (ticket, call)))
+            .collect()
+    }
+}
