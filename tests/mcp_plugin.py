@@ -11,7 +11,8 @@ and sends `notifications/tools/list_changed`; `--extra-tools N` adds N more (`to
 `--long-name` one whose name is 65 characters long. With `--list-fails`, `tools/list` answers
 with a JSON-RPC error (the server initializes, but cannot list); with `--endless-pages`, every
 page of its listing has one tool and a cursor to the next, without end; with `--wait-tool`, a tool
-`wait(seconds)` answers after that long. `--port P` listens on port P (the same plugin started
+`wait(seconds)` answers after that long (and prints `cancelled wait SECONDS` when the
+client cancels it). `--port P` listens on port P (the same plugin started
 again), `--no-register` does not register (a plugin that comes back and finds its registration
 still there), `--timeout S` registers with `timeout_seconds` S. It prints one line per event on stdout:
 `listening PORT`, `registered JSON` (the registration's answer), and `request METHOD PATH` for
@@ -83,7 +84,12 @@ def build(name, extra_tools, long_name, list_fails, wait_tool, endless_pages):
         @server.tool()
         async def wait(seconds: float) -> str:
             """Answers after `seconds`."""
-            await anyio.sleep(seconds)
+            try:
+                await anyio.sleep(seconds)
+            except anyio.get_cancelled_exc_class():
+                # The client sent `notifications/cancelled` for this call.
+                say("cancelled wait", seconds)
+                raise
             return "waited"
 
     def adder(i):

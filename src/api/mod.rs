@@ -18,6 +18,7 @@ pub(crate) mod openapi;
 #[cfg(test)]
 mod properties;
 pub(crate) mod realtime;
+mod reports;
 pub(crate) mod requests;
 mod sessions;
 mod tools;

@@ -7,14 +7,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use indexmap::IndexMap;
 use serde::Serialize;
-use utoipa::ToSchema;
 
 use super::mapping::Skipped;
 use super::settings::McpServerSettings;
 use crate::events::EventHub;
 
 /// Where an MCP server's connection stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum McpState {
     /// Starting the process or connecting, then initializing and listing.
@@ -26,7 +25,7 @@ pub(crate) enum McpState {
 }
 
 /// One MCP server, as `GET /api/mcp` reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub(crate) struct McpServerReport {
     pub state: McpState,
     /// `stdio` or `http`.
@@ -34,24 +33,21 @@ pub(crate) struct McpServerReport {
     /// The source its tools are registered with: `mcp:<name>`.
     pub source: String,
     /// The characters that get its tools; `null`: every character.
-    #[schema(required = true)]
     pub roles: Option<Vec<String>>,
     /// The tools registered from its last listing, in its order.
     pub tools: Vec<String>,
     /// Tools of the listing that break this server's name rule, and why.
     pub skipped: Vec<Skipped>,
     /// Why the last connection failed or ended; `null` once connected.
-    #[schema(required = true)]
     pub last_error: Option<String>,
     /// How many times it was started again after a failure or a disconnection.
     pub restarts: u32,
     /// The child process, for a stdio server that is running.
-    #[schema(required = true)]
     pub pid: Option<u32>,
 }
 
 /// Where the connection to an MCP server registered at run time stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub(crate) enum RuntimeMcpState {
     /// Registered; its last exchange (the listing, or a call) reached it.
@@ -63,7 +59,7 @@ pub(crate) enum RuntimeMcpState {
 
 /// One MCP server a plugin registered at run time (`POST /api/mcp/register`), as
 /// `GET /api/mcp` reports it.
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub(crate) struct RuntimeMcpReport {
     pub state: RuntimeMcpState,
     /// Always `http` (Streamable HTTP).
@@ -74,7 +70,6 @@ pub(crate) struct RuntimeMcpReport {
     pub source: String,
     /// The character that gets its tools; `null`: every character that existed at its
     /// registration (and at each listing since).
-    #[schema(required = true)]
     pub role: Option<String>,
     /// The tools registered from its last listing, in its order.
     pub tools: Vec<String>,
@@ -85,7 +80,6 @@ pub(crate) struct RuntimeMcpReport {
     /// When it was registered (RFC 3339, UTC).
     pub registered_at: String,
     /// Why its last listing or call failed; `null` after an exchange that reached it.
-    #[schema(required = true)]
     pub last_error: Option<String>,
 }
 

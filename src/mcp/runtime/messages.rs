@@ -76,7 +76,7 @@ pub(super) struct ServerDead {
 }
 
 /// Which step of a registration failed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub(crate) enum McpStage {
     /// The TCP connection to the endpoint.
     #[serde(rename = "connect")]
