@@ -70,7 +70,8 @@ pub struct ReplaceSource {
     pub tools: Vec<ToolSpec>,
     pub roles: Option<Vec<String>>,
     /// Only the tools of `source` this handler runs are replaced (`None`: every tool of
-    /// `source`): see [`Change::ReplaceSource`].
+    /// `source`): an MCP server registered at run time replaces its own tools, never an HTTP
+    /// tool a plugin registered under the same source.
     pub owner: Option<LocalToolHandler>,
 }
 
