@@ -1,7 +1,8 @@
 //! `EventHub`: the change events behind `GET /api/events` (Server-Sent Events).
 //!
 //! A plain type, shared by handle: the router publishes `tools.changed`, each model session
-//! `session.state` and the calls it answers, the invoke route the calls it runs (`tool.call`).
+//! `session.state` and the calls it answers, the invoke route and the `/mcp` endpoint the calls
+//! they run (`tool.call`), the MCP board each MCP server's state (`mcp.state`).
 //! Every event gets the next id and is kept in a bounded ring, so a client that reconnects with
 //! `Last-Event-ID` gets what it missed (or a `reset` when the ring no longer holds it, or when it
 //! missed more than its buffer holds). Each subscriber has a bounded buffer, which the replay
@@ -78,6 +79,9 @@ pub enum EventKind {
     /// A character's chat endpoint changed: a model refused tools (or is offered them again),
     /// a request failed, or the tools left out for clashes changed.
     ChatState,
+    /// An MCP server (configured, or registered at run time) changed state, or one registered
+    /// at run time was registered or removed.
+    McpState,
 }
 
 impl EventKind {
@@ -89,6 +93,7 @@ impl EventKind {
             EventKind::SessionState => "session.state",
             EventKind::ToolCall => "tool.call",
             EventKind::ChatState => "chat.state",
+            EventKind::McpState => "mcp.state",
         }
     }
 }
@@ -222,6 +227,8 @@ pub enum Caller {
     Model,
     /// `POST /api/tools/invoke`.
     Invoke,
+    /// An MCP client of `/mcp` (`tools/call`).
+    Mcp,
 }
 
 /// The data of `tool.call`. Never the arguments or the output: they may carry the user's
@@ -430,6 +437,23 @@ impl EventHub {
             EventKind::ChatState,
             Scope::Roles(vec![role.into()]),
             &SessionState { role, report },
+        );
+    }
+
+    /// `mcp.state` of one MCP server: its name and kind, then its report (`R`), flattened. Every
+    /// subscriber gets it: an MCP server is not one character's.
+    pub fn mcp_state<R: Serialize>(&self, name: &str, kind: &str, report: &R) {
+        #[derive(Serialize)]
+        struct McpState<'a, R> {
+            name: &'a str,
+            kind: &'a str,
+            #[serde(flatten)]
+            report: &'a R,
+        }
+        self.publish(
+            EventKind::McpState,
+            Scope::All,
+            &McpState { name, kind, report },
         );
     }
 

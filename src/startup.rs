@@ -13,12 +13,14 @@ use actix_web::{App, HttpServer, middleware, web};
 use anyhow::Context;
 use socket2::{Domain, Socket, Type};
 
-use crate::actors::router::{CloseAllConnections, Router, ShareDirectory};
+use crate::actors::router::{CloseAllConnections, Router, ShareDirectory, WatchClears};
 use crate::api::{self, AppState};
 use crate::config::Settings;
 use crate::dispatch::Dispatcher;
 use crate::events::EventHub;
 use crate::mcp::client::McpClient;
+use crate::mcp::http_serve::McpEndpoint;
+use crate::mcp::runtime::{CloseMcpPlugins, McpPlugins};
 use crate::mcp::status::McpBoard;
 
 /// Pending connections the kernel queues for us: enough for bursts of plugin start-ups and
@@ -43,6 +45,8 @@ pub struct Application {
     events: EventHub,
     /// Kept for as long as the server runs: an actor with no address left would stop.
     _mcp_clients: Vec<Addr<McpClient>>,
+    mcp_plugins: Addr<McpPlugins>,
+    mcp_endpoint: McpEndpoint,
 }
 
 /// Stops a running [`Application`] gracefully; cheap to clone.
@@ -53,6 +57,8 @@ pub struct Stopper {
     dispatcher: Dispatcher,
     events: EventHub,
     grace: Duration,
+    mcp_plugins: Addr<McpPlugins>,
+    mcp_endpoint: McpEndpoint,
 }
 
 impl Stopper {
@@ -65,8 +71,9 @@ impl Stopper {
     /// stopped and no call is running.
     pub async fn stop(&self) {
         // Event streams never end by themselves: ended now, the stop does not wait for their
-        // clients.
+        // clients. Neither do the streams of `/mcp`'s sessions.
         self.events.close();
+        self.mcp_endpoint.close();
         // No new connection from now on, but the open ones are still served. The server itself
         // is stopped only once no call runs: actix-server 2.6 can drop a request still running
         // when its graceful stop closes the workers' connection channel.
@@ -88,6 +95,9 @@ impl Stopper {
         // whatever still runs there, a close frame not yet sent included. A router that is gone
         // has no sessions left to close.
         let _ = self.router.send(CloseAllConnections).await;
+        // The MCP sessions this server opened with plugins' servers are ended (`DELETE`), so a
+        // plugin is not left holding one. An actor that has stopped has none left.
+        let _ = self.mcp_plugins.send(CloseMcpPlugins).await;
         self.server.stop(true).await;
     }
 }
@@ -132,7 +142,7 @@ impl Application {
         );
         // One supervised client per MCP server: each registers its server's tools through the
         // router as soon as it has listed them.
-        let mcp = McpBoard::new(&settings.mcp_servers);
+        let mcp = McpBoard::new(&settings.mcp_servers, events.clone());
         let mcp_clients = settings
             .mcp_servers
             .iter()
@@ -142,6 +152,14 @@ impl Application {
             .send(ShareDirectory)
             .await
             .context("the router stopped during start-up")?;
+        // The MCP servers plugins register at run time; the router tells it about clears, which
+        // end the connection of a server of the cleared source.
+        let mcp_plugins = McpPlugins::launch(router.clone(), directory.clone(), mcp.clone());
+        router
+            .send(WatchClears(mcp_plugins.clone().recipient()))
+            .await
+            .context("the router stopped during start-up")?;
+        let mcp_endpoint = McpEndpoint::new(directory.clone(), dispatcher.clone(), events.clone());
         let state = web::Data::new(AppState {
             router: router.clone(),
             dispatcher: dispatcher.clone(),
@@ -149,6 +167,8 @@ impl Application {
             events: events.clone(),
             keep_alive: settings.events.keep_alive,
             mcp,
+            mcp_plugins: mcp_plugins.clone(),
+            mcp_endpoint: mcp_endpoint.clone(),
             local_addr,
         });
 
@@ -191,6 +211,8 @@ impl Application {
             stop_grace: settings.stop_grace,
             events,
             _mcp_clients: mcp_clients,
+            mcp_plugins,
+            mcp_endpoint,
         })
     }
 
@@ -202,6 +224,8 @@ impl Application {
             dispatcher: self.dispatcher.clone(),
             events: self.events.clone(),
             grace: self.stop_grace,
+            mcp_plugins: self.mcp_plugins.clone(),
+            mcp_endpoint: self.mcp_endpoint.clone(),
         }
     }
 

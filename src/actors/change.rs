@@ -31,11 +31,10 @@ impl ChangeReport {
 
 /// A character that could not take a change, and why (the answers and events carry the reason
 /// as its text).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RoleFailure {
     pub role: String,
     #[serde(serialize_with = "as_text")]
-    #[schema(value_type = String)]
     pub error: ChangeFailure,
 }
 

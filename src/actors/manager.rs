@@ -67,13 +67,12 @@ pub(crate) struct ChangeOutcome {
 }
 
 /// A character's sessions, for `GET /api/sessions`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SessionReport {
     /// The server's own connection (`mode = "client"`); without one, `connected` while any
     /// relay or attachment is open and `none` otherwise.
     pub state: ConnectionState,
     /// The most recent tool update of any of its connections.
-    #[schema(required = true)]
     pub last_sync: Option<SyncOutcome>,
     /// Tools in the last update the server's own connection (or, without one, the most
     /// recently synced connection) acknowledged.
@@ -83,7 +82,6 @@ pub struct SessionReport {
     /// The character's text chat endpoint (`POST /v1/chat/completions`), present only when it
     /// has `[character.chat]`.
     #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(required = false, nullable = false)]
     pub chat: Option<ChatReport>,
 }
 

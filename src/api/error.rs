@@ -9,6 +9,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::actors::router::RouterError;
+use crate::mcp::http_serve::McpEndpointError;
+use crate::mcp::runtime::McpPluginError;
 
 /// One failing field of a request body, as FastAPI reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
@@ -108,6 +110,9 @@ pub(crate) enum ApiError {
     /// 502: the model (or the call) could not be reached.
     #[error("{0}")]
     BadGateway(String),
+    /// 500: something that should not happen did (the MCP transport failed inside).
+    #[error("{0}")]
+    Internal(String),
     /// 409: the request conflicts with what the server holds now (a character attached to as
     /// many calls as it may be).
     #[error("{0}")]
@@ -145,6 +150,34 @@ impl From<RouterError> for ApiError {
     }
 }
 
+impl From<McpPluginError> for ApiError {
+    fn from(e: McpPluginError) -> Self {
+        match e {
+            McpPluginError::Router(e) => e.into(),
+            McpPluginError::SourceTaken { .. } => ApiError::Validation(vec![FieldError::body(
+                "source",
+                "value_error",
+                format!("Value error, {e}"),
+            )]),
+            McpPluginError::TooMany => ApiError::Validation(vec![FieldError::body(
+                "name",
+                "value_error",
+                format!("Value error, {e}"),
+            )]),
+            McpPluginError::RouterStopped => ApiError::Unavailable(e.to_string()),
+        }
+    }
+}
+
+impl From<McpEndpointError> for ApiError {
+    fn from(e: McpEndpointError) -> Self {
+        match e {
+            McpEndpointError::Router(e) => e.into(),
+            McpEndpointError::NoCharacter => ApiError::NotFound(e.to_string()),
+        }
+    }
+}
+
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
@@ -157,6 +190,7 @@ impl ResponseError for ApiError {
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::BadGateway(_) => StatusCode::BAD_GATEWAY,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
         }
     }
@@ -284,6 +318,102 @@ pub(crate) struct OpenAiErrorDetail {
     /// A stable code, e.g. `character_not_found`, `upstream_unreachable`.
     #[schema(required = true)]
     code: Option<String>,
+}
+
+/// JSON-RPC's error codes `/mcp` answers with.
+pub(crate) mod rpc_code {
+    /// The body is not JSON.
+    pub(crate) const PARSE_ERROR: i64 = -32700;
+    /// Anything else about the request (its headers, its session, its size, its caller).
+    pub(crate) const INVALID_REQUEST: i64 = -32600;
+    /// Something that should not happen did.
+    pub(crate) const INTERNAL_ERROR: i64 = -32603;
+}
+
+/// An error of `/mcp` (MCP's Streamable HTTP transport), in the shape MCP clients read: a
+/// JSON-RPC error without an id, `{"jsonrpc": "2.0", "id": null, "error": {"code", "message"}}`,
+/// with the HTTP status the transport asks for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub(crate) struct McpHttpError {
+    pub status: StatusCode,
+    pub code: i64,
+    pub message: String,
+}
+
+impl From<ApiError> for McpHttpError {
+    /// The errors every route shares (the loopback guard, the body's size and time limits, the
+    /// query) and the unknown character.
+    fn from(e: ApiError) -> Self {
+        let status = e.status_code();
+        let (code, message) = match &e {
+            ApiError::Validation(errors) => {
+                let code = if errors.iter().any(|f| f.kind == "json_invalid") {
+                    rpc_code::PARSE_ERROR
+                } else {
+                    rpc_code::INVALID_REQUEST
+                };
+                let texts: Vec<&str> = errors.iter().map(|f| f.msg.as_str()).collect();
+                (code, texts.join("; "))
+            }
+            ApiError::Internal(_) => (rpc_code::INTERNAL_ERROR, e.to_string()),
+            _ => (rpc_code::INVALID_REQUEST, e.to_string()),
+        };
+        Self {
+            status,
+            code,
+            message,
+        }
+    }
+}
+
+impl From<McpEndpointError> for McpHttpError {
+    fn from(e: McpEndpointError) -> Self {
+        ApiError::from(e).into()
+    }
+}
+
+impl ResponseError for McpHttpError {
+    fn status_code(&self) -> StatusCode {
+        self.status
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        HttpResponse::build(self.status).json(serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": self.code, "message": self.message},
+        }))
+    }
+}
+
+/// The body of an error of `/mcp`, for the OpenAPI document (never built: the route answers
+/// with [`McpHttpError`]).
+#[derive(ToSchema)]
+#[allow(dead_code)]
+#[schema(example = json!({"jsonrpc": "2.0", "id": null,
+    "error": {"code": -32600, "message": "unknown role: Nobody"}}))]
+pub(crate) struct JsonRpcErrorBody {
+    /// Always `"2.0"`.
+    jsonrpc: String,
+    /// Always `null`: the error is about the HTTP request, not one message.
+    #[schema(required = true, value_type = Option<String>)]
+    id: Option<String>,
+    error: JsonRpcErrorDetail,
+}
+
+/// What went wrong, as JSON-RPC says it.
+#[derive(ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct JsonRpcErrorDetail {
+    /// `-32700` (the body is not JSON), `-32600` (anything else about the request) or `-32603`.
+    code: i64,
+    message: String,
+}
+
+/// Whether `path` is `/mcp`, whose errors take JSON-RPC's shape.
+pub(crate) fn is_mcp_path(path: &str) -> bool {
+    path == "/mcp"
 }
 
 /// Whether `path` is one of the OpenAI-compatible routes, whose errors take OpenAI's shape.

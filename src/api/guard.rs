@@ -20,7 +20,7 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::header::{HOST, HeaderValue, ORIGIN};
 use actix_web::middleware::Next;
 
-use super::error::{ApiError, OpenAiError, is_openai_path};
+use super::error::{ApiError, McpHttpError, OpenAiError, is_mcp_path, is_openai_path};
 use crate::domain::loopback::{is_loopback_host_header, is_loopback_ip, is_loopback_origin};
 
 /// How long a browser may cache a preflight's answer: the rule never changes while the server
@@ -34,10 +34,16 @@ pub(crate) async fn loopback_only(
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     if let Err(e) = check_request(&req) {
-        // The OpenAI-compatible routes answer in the shape their SDKs parse.
+        // The OpenAI-compatible routes answer in the shape their SDKs parse; `/mcp` as MCP
+        // clients read it.
         if is_openai_path(req.path()) {
             return Ok(req
                 .error_response(OpenAiError::from(e))
+                .map_into_right_body());
+        }
+        if is_mcp_path(req.path()) {
+            return Ok(req
+                .error_response(McpHttpError::from(e))
                 .map_into_right_body());
         }
         return Ok(req.error_response(e).map_into_right_body());
@@ -52,10 +58,14 @@ pub(crate) async fn loopback_only(
 pub(crate) fn cors() -> Cors {
     Cors::default()
         .allowed_origin_fn(|origin, _| origin.to_str().is_ok_and(is_loopback_origin))
-        .allowed_methods(["GET", "HEAD", "POST"])
+        // DELETE ends an MCP session of `/mcp`.
+        .allowed_methods(["GET", "HEAD", "POST", "DELETE"])
         // A loopback page's chat app sends its SDK's headers (`Authorization`, `X-Character`,
-        // the SDK's own): whatever a loopback page may send is allowed.
+        // the SDK's own; an MCP client `Mcp-Session-Id`, `MCP-Protocol-Version`): whatever a
+        // loopback page may send is allowed.
         .allow_any_header()
+        // A browser MCP client must read the session id `/mcp` gives it.
+        .expose_headers(["mcp-session-id"])
         .max_age(Some(CORS_MAX_AGE.as_secs() as usize))
 }
 

@@ -3,7 +3,8 @@
 //! Every route runs behind the loopback guard; each route module exposes `configure`, and
 //! [`configure`] composes the whole tree. Handlers parse, send one message with a timeout, and
 //! map the reply; [`error`] is the one place errors become status codes. The inspector page
-//! (`GET /` and its assets) is served from here too, as embedded files.
+//! (`GET /` and its assets) is served from here too, as embedded files, and so is `/mcp`, a
+//! character's tools over MCP's Streamable HTTP transport (adapted to rmcp's tower service).
 
 pub(crate) mod body;
 mod chat;
@@ -17,6 +18,7 @@ pub(crate) mod openapi;
 #[cfg(test)]
 mod properties;
 pub(crate) mod realtime;
+mod reports;
 pub(crate) mod requests;
 mod sessions;
 mod tools;
@@ -29,6 +31,8 @@ use actix_web::{HttpResponse, web};
 use crate::actors::router::{Directory, MANAGER_REPLY_TIMEOUT, Router};
 use crate::dispatch::Dispatcher;
 use crate::events::EventHub;
+use crate::mcp::http_serve::McpEndpoint;
+use crate::mcp::runtime::McpPlugins;
 use crate::mcp::status::McpBoard;
 use crate::session::settings::MAX_SYNC_TIMEOUT;
 use crate::session::shell::MODEL_CONNECT_TIMEOUT;
@@ -60,6 +64,10 @@ pub(crate) struct AppState {
     pub keep_alive: Duration,
     /// Each MCP server's state, read by `GET /api/mcp`.
     pub mcp: McpBoard,
+    /// The MCP servers plugins register at run time (`POST /api/mcp/register`, `unregister`).
+    pub mcp_plugins: Addr<McpPlugins>,
+    /// A character's tools over MCP's Streamable HTTP transport (`/mcp`).
+    pub mcp_endpoint: McpEndpoint,
     /// The address the server listens on: register refuses callbacks that point here.
     pub local_addr: std::net::SocketAddr,
 }

@@ -14,11 +14,15 @@ use utoipa::OpenApi;
 
 use super::chat;
 use super::error::{
-    ApiError, ErrorBody, FieldError, OpenAiErrorBody, OpenAiErrorDetail, ValidationErrorBody,
+    ApiError, ErrorBody, FieldError, JsonRpcErrorBody, JsonRpcErrorDetail, OpenAiErrorBody,
+    OpenAiErrorDetail, ValidationErrorBody,
 };
 use super::events;
 use super::invoke::{self, InvokeBody, InvokeImage, InvokeResponse};
-use super::mcp::{self, McpResponse};
+use super::mcp::{
+    self, McpRegisterBody, McpRegisterResponse, McpResponse, McpUnregisterBody,
+    McpUnregisterResponse,
+};
 use super::sessions::{
     self, AttachBody, AttachResponse, DetachBody, DetachResponse, SessionsResponse,
 };
@@ -31,7 +35,8 @@ use crate::actors::manager::SessionReport;
 use crate::chat::{ChatFailure, ChatReport, ToolsRefused};
 use crate::domain::connection::ConnectionKind;
 use crate::mcp::mapping::Skipped;
-use crate::mcp::status::{McpServerReport, McpState};
+use crate::mcp::runtime::McpStage;
+use crate::mcp::status::{McpServerReport, McpState, RuntimeMcpReport, RuntimeMcpState};
 use crate::session::{ConnectionReport, ConnectionState, SyncOutcome};
 
 /// Where the document is served.
@@ -56,6 +61,11 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         sessions::detach,
         events::events,
         mcp::list_mcp_servers,
+        mcp::register,
+        mcp::unregister,
+        mcp::mcp_post,
+        mcp::mcp_get,
+        mcp::mcp_delete,
         chat::chat_completions,
         chat::list_models,
         openapi_document,
@@ -85,6 +95,15 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         McpResponse,
         McpServerReport,
         McpState,
+        RuntimeMcpReport,
+        RuntimeMcpState,
+        McpRegisterBody,
+        McpRegisterResponse,
+        McpStage,
+        McpUnregisterBody,
+        McpUnregisterResponse,
+        JsonRpcErrorBody,
+        JsonRpcErrorDetail,
         ChatReport,
         ChatFailure,
         ToolsRefused,
@@ -100,7 +119,7 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         (name = "tools", description = "Register, remove, list and invoke remote tools"),
         (name = "sessions", description = "The characters' live model sessions: the server's own, apps' relays (`GET /v1/realtime`, a websocket, not in this document), attached calls, in-process ones"),
         (name = "events", description = "Change events, as Server-Sent Events"),
-        (name = "mcp", description = "The MCP servers whose tools the characters get"),
+        (name = "mcp", description = "MCP both ways: the MCP servers whose tools the characters get (configured, and registered by plugins at run time), and a character's tools as an MCP server over Streamable HTTP (`/mcp`)"),
         (name = "chat", description = "The server as an OpenAI-compatible chat endpoint: a character's chat model with its registered tools, the tool loop run by the server (OpenAI's request, answer and error shapes)"),
         (name = "meta", description = "This document"),
     )
@@ -141,8 +160,8 @@ mod tests {
 
     use super::*;
     use crate::api::requests::{
-        AttachRequest, ClearRequest, DetachRequest, InvokeRequest, RegisterRequest,
-        UnregisterRequest,
+        AttachRequest, ClearRequest, DetachRequest, InvokeRequest, McpRegisterRequest,
+        McpUnregisterRequest, RegisterRequest, UnregisterRequest,
     };
 
     type Parse = fn(&Map<String, Value>) -> Result<(), Vec<FieldError>>;
@@ -164,6 +183,13 @@ mod tests {
             }),
             ("AttachBody", |b| AttachRequest::parse(b).map(drop)),
             ("DetachBody", |b| DetachRequest::parse(b).map(drop)),
+            ("McpRegisterBody", |b| {
+                McpRegisterRequest::parse(b, "127.0.0.1:48911".parse().unwrap(), |_| false)
+                    .map(drop)
+            }),
+            ("McpUnregisterBody", |b| {
+                McpUnregisterRequest::parse(b, |_| false).map(drop)
+            }),
         ]
     }
 

@@ -19,6 +19,8 @@ use crate::domain::callback_url::{ACCEPTED_FORMS, CallbackUrl, CallbackUrlError}
 use crate::domain::tool::{
     DEFAULT_SOURCE, DEFAULT_TIMEOUT, MAX_TIMEOUT, ToolSpec, empty_parameters,
 };
+use crate::mcp::runtime::McpRegistration;
+use crate::mcp::settings::MCP_SOURCE_PREFIX;
 
 /// Longest tool name, in characters (the spec's rule; OpenAI's function names share it).
 pub const MAX_NAME_CHARS: usize = 64;
@@ -74,6 +76,18 @@ pub(crate) struct AttachRequest {
 pub(crate) struct DetachRequest {
     pub role: String,
     pub url: String,
+}
+
+/// `POST /api/mcp/register`.
+#[derive(Debug)]
+pub(crate) struct McpRegisterRequest {
+    pub server: McpRegistration,
+}
+
+/// `POST /api/mcp/unregister`.
+#[derive(Debug)]
+pub(crate) struct McpUnregisterRequest {
+    pub name: String,
 }
 
 type Checked<T> = Result<T, Vec<FieldError>>;
@@ -191,6 +205,57 @@ impl DetachRequest {
         Ok(Self {
             role: role.unwrap_or_default(),
             url: url.unwrap_or_default(),
+        })
+    }
+}
+
+impl McpRegisterRequest {
+    /// `server` is the address this server listens on (an MCP server there would be this
+    /// server itself); `configured` tells the names of the configured MCP servers, which a
+    /// plugin's server may not take.
+    pub(crate) fn parse(
+        body: &Map<String, Value>,
+        server: SocketAddr,
+        configured: impl Fn(&str) -> bool,
+    ) -> Checked<Self> {
+        let mut f = Fields::new(body);
+        let name = f.mcp_server_name("name", &configured);
+        let url = f.mcp_url("url", server);
+        let role = f.role();
+        let source = match &name {
+            Some(name) => f.non_empty_string_or("source", &format!("{MCP_SOURCE_PREFIX}{name}")),
+            None => f.non_empty_string_or("source", MCP_SOURCE_PREFIX),
+        };
+        let timeout = f.timeout("timeout_seconds");
+        f.finish()?;
+        let (Some(name), Some(url), Some(source), Some(timeout)) = (name, url, source, timeout)
+        else {
+            unreachable!("every field is present when no field failed")
+        };
+        Ok(Self {
+            server: McpRegistration {
+                name,
+                url,
+                role,
+                source,
+                timeout,
+            },
+        })
+    }
+}
+
+impl McpUnregisterRequest {
+    /// `configured` tells the names of the configured MCP servers, which only the configuration
+    /// removes.
+    pub(crate) fn parse(
+        body: &Map<String, Value>,
+        configured: impl Fn(&str) -> bool,
+    ) -> Checked<Self> {
+        let mut f = Fields::new(body);
+        let name = f.mcp_server_name("name", &configured);
+        f.finish()?;
+        Ok(Self {
+            name: name.unwrap_or_default(),
         })
     }
 }
@@ -427,6 +492,99 @@ impl<'a> Fields<'a> {
                     field,
                     "value_error",
                     format!("Value error, {e}: {ACCEPTED_CALL_URLS}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// The name of an MCP server registered at run time: the `[[mcp_server]]` name rule (letters,
+    /// digits, `-`, `_`, `.`), at most [`MAX_NAME_CHARS`] characters, and not the name of a
+    /// configured server.
+    fn mcp_server_name(
+        &mut self,
+        field: &str,
+        configured: impl Fn(&str) -> bool,
+    ) -> Option<String> {
+        let name = self.required_non_empty_string(field)?;
+        if name.chars().count() > MAX_NAME_CHARS {
+            self.fail(
+                field,
+                "string_too_long",
+                format!("String should have at most {MAX_NAME_CHARS} characters"),
+            );
+            return None;
+        }
+        if !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            self.fail(
+                field,
+                "string_pattern_mismatch",
+                "String should use only letters, digits, `-`, `_` and `.`",
+            );
+            return None;
+        }
+        if configured(&name) {
+            self.fail(
+                field,
+                "value_error",
+                format!(
+                    "Value error, {name:?} is an MCP server of the configuration \
+                     ([[mcp_server]]): a plugin's MCP server needs a name of its own"
+                ),
+            );
+            return None;
+        }
+        Some(name)
+    }
+
+    /// The Streamable HTTP endpoint of an MCP server: the callback URL rule, `http://` only,
+    /// and never this server itself.
+    fn mcp_url(&mut self, field: &str, server: SocketAddr) -> Option<CallbackUrl> {
+        let written = self.string(field, None)?;
+        match CallbackUrl::parse(&written) {
+            Ok(url) if url.reaches(server) => {
+                self.fail(
+                    field,
+                    "value_error",
+                    format!(
+                        "Value error, url points at this server itself ({server}): its tools \
+                         are its own already (and its /mcp serves them); give the MCP server's \
+                         own endpoint"
+                    ),
+                );
+                None
+            }
+            Ok(url) if url.url().scheme() != "http" => {
+                self.fail(
+                    field,
+                    "value_error",
+                    "Value error, only http:// is supported: the MCP server is on loopback, \
+                     e.g. http://127.0.0.1:9400/mcp",
+                );
+                None
+            }
+            Ok(url) => Some(url),
+            Err(e @ CallbackUrlError::TooLong(_)) => {
+                self.fail(
+                    field,
+                    "string_too_long",
+                    e.to_string().replace("callback_url", "url"),
+                );
+                None
+            }
+            Err(e) => {
+                self.fail(
+                    field,
+                    "value_error",
+                    format!(
+                        "Value error, {}: MCP servers must be on loopback; use http:// with host \
+                         localhost, 127.x.x.x, [::1] or [::ffff:127.x.x.x], e.g. \
+                         http://127.0.0.1:9400/mcp",
+                        e.to_string().replace("callback_url", "url")
+                    ),
                 );
                 None
             }

@@ -57,7 +57,7 @@ struct ChatState {
 }
 
 /// An error, and when it happened.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ChatFailure {
     /// RFC 3339, UTC.
     pub at: String,
@@ -65,7 +65,7 @@ pub struct ChatFailure {
 }
 
 /// A model that refused tools.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ToolsRefused {
     pub model: String,
     /// When it refused (RFC 3339, UTC), and what the upstream said.
@@ -74,12 +74,11 @@ pub struct ToolsRefused {
 }
 
 /// A character's chat endpoint, for `GET /api/sessions` and the `chat.state` event.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ChatReport {
     /// The upstream's base URL, as configured.
     pub upstream: String,
     /// The model used when a request names none.
-    #[schema(required = true)]
     pub model: Option<String>,
     /// Chat requests served.
     pub requests: u64,
@@ -89,7 +88,6 @@ pub struct ChatReport {
     pub calls: u64,
     /// The last request's failure (an upstream that could not be reached, or answered with an
     /// error), or null.
-    #[schema(required = true)]
     pub last_error: Option<ChatFailure>,
     /// Registered tools left out of the last request because the app has tools of the same
     /// names.

@@ -4,9 +4,8 @@
 use serde::Serialize;
 
 /// Which kind of connection an active session is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(into = "&'static str")]
-#[schema(rename_all = "lowercase")]
 pub enum ConnectionKind {
     /// The server's own connection (`mode = "client"`).
     Client,

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use foldhash::fast::RandomState;
 use indexmap::IndexSet;
 
+use super::call::LocalToolHandler;
 use super::callback_url::CallbackOrigin;
 use super::tool::SharedTool;
 
@@ -32,10 +33,14 @@ pub enum Change {
     },
     /// The tools of `source` become `tools` (an MCP server's listing; none when it goes away):
     /// those of `source` not among them are removed, each of them is added or replaces the tool
-    /// of the same name in its place, whatever that tool's source.
+    /// of the same name in its place, whatever that tool's source. With an `owner`, only the
+    /// tools of `source` that handler runs are candidates for removal: an MCP server registered
+    /// at run time replaces its own tools, never the HTTP tools a plugin registered under the
+    /// same source.
     ReplaceSource {
         source: String,
         tools: Arc<[SharedTool]>,
+        owner: Option<LocalToolHandler>,
     },
 }
 
@@ -107,9 +112,15 @@ impl ToolRegistry {
             Change::RemoveOrigin { source, origin } => {
                 self.remove_where(|t| t.is_served_by(source, origin))
             }
-            Change::ReplaceSource { source, tools } => {
+            Change::ReplaceSource {
+                source,
+                tools,
+                owner,
+            } => {
                 let removed = self.remove_where(|t| {
-                    t.source == *source && !tools.iter().any(|new| new.name == t.name)
+                    t.source == *source
+                        && owner.as_ref().is_none_or(|owner| t.is_handled_by(owner))
+                        && !tools.iter().any(|new| new.name == t.name)
                 });
                 for tool in tools.iter() {
                     self.insert(tool.clone());
@@ -284,6 +295,7 @@ mod tests {
         let replace = |tools: Vec<SharedTool>| Change::ReplaceSource {
             source: "mcp:x".into(),
             tools: tools.into(),
+            owner: None,
         };
         let effect = r.apply(&replace(vec![
             tool("b", "mcp:x", "http://127.0.0.1:2/b"),
@@ -310,6 +322,49 @@ mod tests {
                 changed: false
             }
         );
+    }
+
+    #[test]
+    fn an_owned_replacement_removes_only_what_its_handler_runs() {
+        struct Nothing;
+        impl crate::domain::call::LocalHandler for Nothing {
+            fn call(
+                &self,
+                _: crate::domain::call::ToolCall,
+            ) -> futures_util::future::BoxFuture<'static, crate::domain::call::ToolOutcome>
+            {
+                Box::pin(async { Ok(serde_json::Value::Null) })
+            }
+        }
+        let local = |name: &str, handler: &LocalToolHandler| -> SharedTool {
+            Arc::new(ToolSpec::local(
+                name,
+                "",
+                empty_parameters(),
+                "plugin:w",
+                handler.clone(),
+            ))
+        };
+        let mine = LocalToolHandler(Arc::new(Nothing));
+        let theirs = LocalToolHandler(Arc::new(Nothing));
+        let mut r = ToolRegistry::new();
+        r.apply(&Change::Register(local("a", &mine)));
+        r.apply(&Change::Register(local("b", &theirs)));
+        register(&mut r, "http", "plugin:w", "http://127.0.0.1:1/h");
+        r.apply(&Change::Register(local("c", &mine)));
+        let replace = |tools: Vec<SharedTool>| Change::ReplaceSource {
+            source: "plugin:w".into(),
+            tools: tools.into(),
+            owner: Some(mine.clone()),
+        };
+        // `c` is gone from the listing: only it goes; `b` (another handler) and the HTTP tool of
+        // the same source stay.
+        assert_eq!(r.apply(&replace(vec![local("a", &mine)])).removed, 1);
+        assert_eq!(names(&r), ["a", "b", "http"]);
+        assert_eq!(r.apply(&replace(vec![])).removed, 1);
+        assert_eq!(names(&r), ["b", "http"]);
+        assert!(r.get("b").unwrap().is_handled_by(&theirs));
+        assert!(!r.get("b").unwrap().is_handled_by(&mine));
     }
 
     #[test]

@@ -126,6 +126,18 @@ impl ToolSpec {
         }
     }
 
+    /// Whether this is an in-process tool run by `handler` (the same handler, not an equal one).
+    pub fn is_handled_by(&self, handler: &LocalToolHandler) -> bool {
+        match &self.handler {
+            // The data pointers, not the fat pointers: the same object may be reached through
+            // vtables of different codegen units.
+            ToolHandler::Local(own) => {
+                std::ptr::addr_eq(Arc::as_ptr(&own.0), Arc::as_ptr(&handler.0))
+            }
+            ToolHandler::Remote(_) => false,
+        }
+    }
+
     /// Whether this is a remote tool of `source` whose callback lives at `origin`.
     pub fn is_served_by(&self, source: &str, origin: &CallbackOrigin) -> bool {
         self.source == source && self.callback_origin() == Some(origin)

@@ -14,10 +14,10 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use rmcp::model::{
-    CallToolRequestParams, CancelledNotificationParam, ClientRequest, Request, RequestId,
-    ServerResult,
+    CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientRequest, Request,
+    RequestId, ServerResult,
 };
-use rmcp::service::PeerRequestOptions;
+use rmcp::service::{PeerRequestOptions, ServiceError};
 use rmcp::{Peer, RoleClient};
 
 use super::mapping;
@@ -49,36 +49,9 @@ impl LocalHandler for McpToolHandler {
     fn call(&self, call: ToolCall) -> BoxFuture<'static, ToolOutcome> {
         let (server, peer, timeout) = (self.server.clone(), self.peer.clone(), self.timeout);
         async move {
-            let params = CallToolRequestParams::new(call.name).with_arguments(call.arguments);
-            let request = ClientRequest::CallToolRequest(Request::new(params));
-            let could_not = |e: &dyn std::fmt::Display| {
-                peer_text::bounded(format!("MCP server {server} could not run the call: {e}"))
-            };
-            let handle = peer
-                .send_cancellable_request(request, PeerRequestOptions::no_options())
-                .await
-                .map_err(|e| could_not(&e))?;
-            let mut unanswered = Unanswered {
-                peer: peer.clone(),
-                id: Some(handle.id.clone()),
-                reason: CANCELLED_REASON.to_owned(),
-            };
-            match tokio::time::timeout(timeout, handle.await_response()).await {
-                Ok(answer) => {
-                    unanswered.id = None;
-                    match answer {
-                        Ok(ServerResult::CallToolResult(result)) => mapping::outcome(result),
-                        Ok(_) => Err(could_not(&"it answered tools/call with another result")),
-                        Err(e) => Err(could_not(&e)),
-                    }
-                }
-                Err(_) => {
-                    unanswered.reason = format!("the call timed out after {} s", seconds(timeout));
-                    Err(format!(
-                        "MCP server {server} did not answer tools/call within {} s",
-                        seconds(timeout)
-                    ))
-                }
+            match call_tool(&peer, call, timeout).await {
+                Ok(result) => mapping::outcome(result),
+                Err(failure) => Err(failure.text(&server, timeout)),
             }
         }
         .boxed()
@@ -86,6 +59,69 @@ impl LocalHandler for McpToolHandler {
 
     fn timeout(&self) -> Option<Duration> {
         Some(self.timeout)
+    }
+}
+
+/// Why a call brought no result.
+#[derive(Debug)]
+pub(super) enum CallFailure {
+    /// The server answered with an error, or with something other than a call's result: it is
+    /// there.
+    Answered(String),
+    /// The request or its answer was lost on the way: the connection failed or closed.
+    Transport(String),
+    /// No answer came within the timeout; the server was told the call is cancelled.
+    TimedOut,
+}
+
+impl CallFailure {
+    /// The tool error the model gets for a call of `server`'s tool bounded by `timeout`.
+    pub(super) fn text(&self, server: &str, timeout: Duration) -> String {
+        match self {
+            CallFailure::Answered(e) | CallFailure::Transport(e) => {
+                peer_text::bounded(format!("MCP server {server} could not run the call: {e}"))
+            }
+            CallFailure::TimedOut => format!(
+                "MCP server {server} did not answer tools/call within {} s",
+                seconds(timeout)
+            ),
+        }
+    }
+}
+
+/// `tools/call` on `peer`, waiting at most `timeout` for the answer. A wait that ends without
+/// the answer (this future dropped, or the timeout) sends the server `notifications/cancelled`
+/// for the request.
+pub(super) async fn call_tool(
+    peer: &Peer<RoleClient>,
+    call: ToolCall,
+    timeout: Duration,
+) -> Result<CallToolResult, CallFailure> {
+    let params = CallToolRequestParams::new(call.name).with_arguments(call.arguments);
+    let request = ClientRequest::CallToolRequest(Request::new(params));
+    let handle = peer
+        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .await
+        .map_err(|e| CallFailure::Transport(e.to_string()))?;
+    let mut unanswered = Unanswered {
+        peer: peer.clone(),
+        id: Some(handle.id.clone()),
+        reason: CANCELLED_REASON.to_owned(),
+    };
+    let Ok(answer) = tokio::time::timeout(timeout, handle.await_response()).await else {
+        unanswered.reason = format!("the call timed out after {} s", seconds(timeout));
+        return Err(CallFailure::TimedOut);
+    };
+    unanswered.id = None;
+    match answer {
+        Ok(ServerResult::CallToolResult(result)) => Ok(result),
+        Ok(_) => Err(CallFailure::Answered(
+            "it answered tools/call with another result".to_owned(),
+        )),
+        Err(e @ (ServiceError::McpError(_) | ServiceError::UnexpectedResponse)) => {
+            Err(CallFailure::Answered(e.to_string()))
+        }
+        Err(e) => Err(CallFailure::Transport(e.to_string())),
     }
 }
 

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
-use rmcp::model::{ClientCapabilities, ClientInfo, Implementation, Tool};
+use rmcp::model::{ClientCapabilities, ClientInfo, Implementation};
 use rmcp::service::{NotificationContext, RunningService, RunningServiceCancellationToken};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -25,7 +25,8 @@ use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use super::call::McpToolHandler;
-use super::mapping::{self, Definition, Skipped};
+use super::listing::{Listing, list_every_tool};
+use super::mapping::{self, Definition};
 use super::settings::{McpServerSettings, McpTransport};
 use super::status::{McpBoard, McpState};
 use crate::actors::router::{ReplaceSource, Router};
@@ -65,7 +66,7 @@ struct ConnectionEnded {
 struct Opened {
     service: RunningService<RoleClient, Listener>,
     child: Option<tokio::process::Child>,
-    tools: Vec<Tool>,
+    tools: Listing,
 }
 
 pub(crate) struct McpClient {
@@ -153,7 +154,7 @@ impl McpClient {
             tools,
         } = opened;
         let pid = child.as_ref().and_then(tokio::process::Child::id);
-        tracing::info!(mcp_server = %self.name(), tools = tools.len(), ?pid, "MCP server connected");
+        tracing::info!(mcp_server = %self.name(), tools = tools.tools.len(), ?pid, "MCP server connected");
         self.attempt = 0;
         self.peer = Some(service.peer().clone());
         self.cancel = Some(service.cancellation_token());
@@ -178,18 +179,11 @@ impl McpClient {
 
     /// Registers a listing (what changed since the last one) through the router; the actor
     /// handles nothing else until the router has answered.
-    fn apply(&mut self, tools: Vec<Tool>, ctx: &mut Context<Self>) {
+    fn apply(&mut self, listing: Listing, ctx: &mut Context<Self>) {
         let Some(peer) = self.peer.clone() else {
             return;
         };
-        let mut definitions = Vec::with_capacity(tools.len());
-        let mut skipped: Vec<Skipped> = Vec::new();
-        for tool in &tools {
-            match mapping::definition(tool) {
-                Ok(definition) => definitions.push(definition),
-                Err(skip) => skipped.push(skip),
-            }
-        }
+        let (definitions, skipped) = listing.definitions();
         for skip in &skipped {
             tracing::warn!(mcp_server = %self.name(), tool = %skip.name, reason = %skip.reason, "MCP tool not registered");
         }
@@ -216,6 +210,7 @@ impl McpClient {
             source,
             tools: specs,
             roles: self.settings.roles.clone(),
+            owner: None,
         });
         self.applied = Some(definitions);
         ctx.wait(change.into_actor(self).map(|report, act, _| {
@@ -267,7 +262,7 @@ impl Handler<ToolListChanged> for McpClient {
             return;
         };
         let listing =
-            async move { tokio::time::timeout(LIST_TIMEOUT, peer.list_all_tools()).await };
+            async move { tokio::time::timeout(LIST_TIMEOUT, list_every_tool(&peer)).await };
         ctx.wait(listing.into_actor(self).map(|listed, act, ctx| match listed {
             Ok(Ok(tools)) => act.apply(tools, ctx),
             Ok(Err(e)) => {
@@ -304,6 +299,7 @@ impl Handler<ConnectionEnded> for McpClient {
             source: self.settings.source(),
             tools: Vec::new(),
             roles: None,
+            owner: None,
         });
         ctx.wait(removal.into_actor(self).map(|_, _, ctx| ctx.stop()));
     }
@@ -338,6 +334,9 @@ async fn open(settings: &McpServerSettings, listener: Listener) -> Result<Opened
             let http = reqwest::Client::builder()
                 // The server is on loopback: an HTTP proxy of the environment must not see it.
                 .no_proxy()
+                // Never followed, as for a callback: a loopback server must not be able to send
+                // the calls elsewhere.
+                .redirect(reqwest::redirect::Policy::none())
                 .build()
                 .map_err(|e| format!("HTTP client: {e}"))?;
             let transport = StreamableHttpClientTransport::with_client(
@@ -351,9 +350,7 @@ async fn open(settings: &McpServerSettings, listener: Listener) -> Result<Opened
             (service, None)
         }
     };
-    let tools = service
-        .peer()
-        .list_all_tools()
+    let tools = list_every_tool(service.peer())
         .await
         .map_err(|e| format!("tools/list failed: {e}"))?;
     Ok(Opened {

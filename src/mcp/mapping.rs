@@ -40,7 +40,7 @@ impl std::fmt::Debug for Definition {
 }
 
 /// A tool of the listing that could not be registered, and why.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub(crate) struct Skipped {
     pub name: String,
     pub reason: String,

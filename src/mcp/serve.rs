@@ -27,6 +27,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use sse_stream::SseStream;
 
+use super::exact;
 use crate::domain::call::{JsonText, ToolResult};
 
 /// The server `runtime-tools mcp` talks to unless told otherwise: the default bind address.
@@ -340,25 +341,8 @@ impl ExactArguments {
         let text = kept.by_id.remove(id)?;
         kept.order.retain(|k| k != id);
         drop(kept);
-        let same = serde_json::from_str::<Map<String, Value>>(text.get()).ok()? == *parsed;
-        same.then_some(text)
+        exact::if_parsed_as(text, parsed)
     }
-}
-
-/// One JSON-RPC message as the tap reads it: only what a `tools/call` needs.
-#[derive(Deserialize)]
-struct Incoming<'a> {
-    id: Option<Value>,
-    #[serde(borrow)]
-    method: Option<std::borrow::Cow<'a, str>>,
-    #[serde(borrow)]
-    params: Option<IncomingParams<'a>>,
-}
-
-#[derive(Deserialize)]
-struct IncomingParams<'a> {
-    #[serde(borrow)]
-    arguments: Option<&'a RawValue>,
 }
 
 /// Copies the client's messages (one per line) from `input` to the SDK, keeping the exact
@@ -389,17 +373,8 @@ where
 /// Keeps the argument text of each `tools/call` request in `line` (a message or a batch).
 fn keep_arguments(line: &[u8], exact: &ExactArguments) {
     let one = |message: &RawValue| {
-        let Ok(incoming) = serde_json::from_str::<Incoming<'_>>(message.get()) else {
-            return;
-        };
-        if incoming.method.as_deref() != Some("tools/call") {
-            return;
-        }
-        if let (Some(id), Some(arguments)) =
-            (incoming.id, incoming.params.and_then(|p| p.arguments))
-            && arguments.get().trim_start().starts_with('{')
-        {
-            exact.keep(id.to_string(), arguments.to_owned());
+        if let Some((id, arguments)) = exact::tools_call_arguments(message) {
+            exact.keep(id.to_string(), arguments);
         }
     };
     let Ok(message) = serde_json::from_slice::<&RawValue>(line) else {

@@ -63,7 +63,7 @@ pub struct SessionStatus;
 #[rtype(result = "()")]
 pub struct CloseSession;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum ConnectionState {
     /// No session is configured.
@@ -78,17 +78,15 @@ pub enum ConnectionState {
 }
 
 /// One active session of a character.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConnectionReport {
     pub kind: ConnectionKind,
     /// When it connected (RFC 3339, UTC); for the client, its current connection or attempt.
     pub since: String,
     /// The model endpoint it talks to; null for an in-process session.
-    #[schema(required = true)]
     pub upstream: Option<String>,
     pub state: ConnectionState,
     /// The outcome of its last tool update, or null before the first.
-    #[schema(required = true)]
     pub last_sync: Option<SyncOutcome>,
     /// Registered tools in the last update it acknowledged.
     pub acknowledged_tools: usize,

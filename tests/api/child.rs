@@ -76,6 +76,11 @@ impl LineChild {
         Ok(line)
     }
 
+    /// Every line read so far.
+    pub fn seen(&self) -> &[String] {
+        &self.seen
+    }
+
     /// Waits for the next line that starts with `prefix`; returns it.
     pub async fn expect_line(&mut self, prefix: &str) -> String {
         let waited = tokio::time::timeout(DEADLINE, async {

@@ -22,6 +22,7 @@ use crate::fake_chat::{Answer, FakeChat, calls_completion, completion};
 use crate::fake_realtime::{AckMode, FakeRealtime};
 use crate::helpers::{TestApp, raw_head, settings, spawn_app, spawn_app_with, tool_body};
 use crate::local_tools::register_dice;
+use crate::mcp_plugins::start_plugin;
 
 /// The page's files and their content types.
 const ASSETS: [(&str, &str); 4] = [
@@ -1213,6 +1214,92 @@ async fn each_tool_says_where_it_runs_and_each_kind_of_field_reads_its_type() {
         hint.text().await.unwrap(),
         "Raw JSON only: the parameters schema uses allOf."
     );
+    browser.close().await;
+}
+
+#[actix_web::test]
+async fn mcp_servers_show_with_their_state_and_a_dead_plugins_removal_is_flagged() {
+    let test = "mcp_servers_show_with_their_state_and_a_dead_plugins_removal_is_flagged";
+    let Some(browser) = Browser::start(test, &[]).await else {
+        return;
+    };
+    let app = spawn_app(&["Lanlan"]).await;
+    browser.open(&app.url("/")).await;
+    browser.wait_css("#mcp-empty:not([hidden])").await;
+
+    // A plugin registers its MCP server: the server shows, with its state and tools, and its
+    // tools say where they run.
+    let plugin = start_plugin(&app, "weather", &["--source", "plugin:weather"]).await;
+    let server = "li.mcp-server[data-name='weather'][data-kind='runtime']";
+    browser
+        .wait_css(&format!(
+            "{server} .connection-head .state[data-state='connected']"
+        ))
+        .await;
+    let text = browser.wait_css(server).await.text().await.unwrap();
+    for shown in [
+        "weather",
+        "registered by a plugin",
+        plugin.url().as_str(),
+        "plugin:weather",
+        "get_weather, add_tool",
+        "registered at",
+    ] {
+        assert!(text.contains(shown), "{shown:?} not in {text:?}");
+    }
+    assert!(
+        browser
+            .wait_css("#mcp-empty")
+            .await
+            .attr("hidden")
+            .await
+            .unwrap()
+            .is_some()
+    );
+    let runs = format!(
+        "{}//dl[contains(@class,'meta')]/div[2]",
+        xpath_card("Lanlan", "get_weather")
+    );
+    browser
+        .wait_xpath(&format!("{runs}[contains(., 'MCP server weather')]"))
+        .await;
+    browser
+        .wait_xpath(&feed_line(
+            "mcp.state",
+            "MCP server weather (registered by a plugin): connected",
+        ))
+        .await;
+
+    // Killed: a failed call marks it unreachable; the third removes it, flagged in the feed.
+    // Its exit is waited for: a call that still found its socket accepting would count as
+    // reaching it.
+    plugin.child.signal("KILL");
+    plugin.child.wait_exit().await;
+    for _ in 0..3 {
+        let (status, _) = app
+            .post(
+                "/api/tools/invoke",
+                &json!({"name": "get_weather", "arguments": {"city": "Kyoto"}}),
+            )
+            .await;
+        assert_eq!(status, 200);
+    }
+    browser
+        .wait_xpath(
+            "//ol[@id='feed']/li[@data-kind='mcp.state'][@data-flag='auto-removed']\
+             [contains(., 'MCP server weather (registered by a plugin) removed: auto_removed')]",
+        )
+        .await;
+    browser
+        .wait_xpath(&feed_line(
+            "mcp.state",
+            "MCP server weather (registered by a plugin): unreachable",
+        ))
+        .await;
+    browser.wait_css("#mcp-empty:not([hidden])").await;
+    browser
+        .wait_css("section[data-role='Lanlan'] ul.tools:empty")
+        .await;
     browser.close().await;
 }
 

@@ -37,6 +37,8 @@ mod invoke;
 mod lifecycle;
 mod listing;
 mod local_tools;
+mod mcp_http;
+mod mcp_plugins;
 mod mcp_serve;
 mod mcp_servers;
 mod node;

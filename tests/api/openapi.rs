@@ -8,7 +8,7 @@ use runtime_tools::faults::InjectRouterStop;
 use runtime_tools::{ChatSettings, Dialect, SessionSettings};
 use serde_json::{Value, json};
 
-use crate::callback_server::{CallbackServer, Reply};
+use crate::callback_server::{CallbackServer, ClosedPort, Reply};
 use crate::fake_chat::{Answer, FakeChat, completion};
 use crate::fake_realtime::{AckMode, FakeRealtime};
 use crate::helpers::{
@@ -29,6 +29,11 @@ const SERVER_ROUTES: &[(&str, &str)] = &[
     ("post", "/api/sessions/detach"),
     ("get", EVENTS),
     ("get", "/api/mcp"),
+    ("post", "/api/mcp/register"),
+    ("post", "/api/mcp/unregister"),
+    ("post", MCP),
+    ("get", MCP),
+    ("delete", MCP),
     ("get", OPENAPI),
     ("post", CHAT),
     ("get", MODELS),
@@ -40,6 +45,9 @@ const MODELS: &str = "/v1/models";
 
 /// The event stream: endless, so only its first frame is read.
 const EVENTS: &str = "/api/events";
+
+/// A character's tools over MCP's Streamable HTTP transport (its answers are event streams).
+const MCP: &str = "/mcp";
 
 /// Methods probed on every documented path: the ones it does not list must be 405.
 const METHODS: &[&str] = &["get", "post", "put", "patch", "delete"];
@@ -64,6 +72,8 @@ struct Exchange {
     status: u16,
     body: Value,
     content_type: Option<String>,
+    /// The session an answer of `/mcp` opened (its `Mcp-Session-Id`).
+    session: Option<String>,
 }
 
 /// Sends one request; `host` replaces the `Host` header when given.
@@ -74,10 +84,22 @@ async fn call(
     host: Option<&str>,
     body: Body,
 ) -> Exchange {
+    let headers: Vec<(&str, &str)> = host.map(|h| ("host", h)).into_iter().collect();
+    call_with(app, method, path_and_query, &headers, body).await
+}
+
+/// Sends one request with these headers.
+async fn call_with(
+    app: &TestApp,
+    method: &str,
+    path_and_query: &str,
+    headers: &[(&str, &str)],
+    body: Body,
+) -> Exchange {
     let http_method = Method::from_bytes(method.to_ascii_uppercase().as_bytes()).unwrap();
     let mut request = app.client.request(http_method, app.url(path_and_query));
-    if let Some(host) = host {
-        request = request.insert_header(("host", host));
+    for header in headers {
+        request = request.insert_header(*header);
     }
     let sent = match body {
         Body::None => request.send().await,
@@ -95,6 +117,11 @@ async fn call(
         .get("content-type")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let session = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let bytes = if content_type.as_deref() == Some("text/event-stream") {
         first_frame(&mut response).await
     } else {
@@ -110,6 +137,7 @@ async fn call(
         status: response.status().as_u16(),
         body: parse_json(&bytes),
         content_type,
+        session,
     }
 }
 
@@ -182,7 +210,12 @@ fn operation_method(doc: &Value, exchange: &Exchange) -> String {
     let methods: Vec<&String> = item.map(|i| i.keys().collect()).unwrap_or_default();
     match methods.as_slice() {
         [only] => (*only).clone(),
-        _ => panic!("{} has {methods:?} operations", exchange.path),
+        // A path of several operations documents its 405 under one of them.
+        _ => methods
+            .iter()
+            .find(|m| doc["paths"][&exchange.path][m.as_str()]["responses"]["405"].is_object())
+            .map(|m| (*m).clone())
+            .unwrap_or_else(|| panic!("{} has {methods:?} operations", exchange.path)),
     }
 }
 
@@ -192,6 +225,12 @@ fn check_against_document(doc: &Value, exchange: &Exchange) {
     let Exchange {
         path, status, body, ..
     } = exchange;
+    // An answer documented without a body has none.
+    let documented = &doc["paths"][path][method]["responses"][status.to_string()];
+    if documented.is_object() && documented.get("content").is_none() {
+        assert_eq!(*body, json!(""), "{method} {path} {status} has a body");
+        return;
+    }
     let schema = response_schema(doc, method, path, *status).unwrap_or_else(|| {
         panic!("{method} {path} answered {status} ({body}), which the document does not list")
     });
@@ -443,6 +482,50 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     run("get", "/api/mcp", None, Body::None).await;
     run("get", "/api/mcp", foreign, Body::None).await;
     run("post", "/api/mcp", None, Body::Json(json!({}))).await;
+    // MCP servers registered at run time: another runtime-tools server's `/mcp` (a real MCP
+    // server), one that does not listen (`ok: false`), and every refusal.
+    let peer = spawn_app_with(settings(&["Peer"])).await;
+    let (status, _) = peer
+        .register(&tool_body("peer_tool", &callback.url("/cb"), "plugin:peer"))
+        .await;
+    assert_eq!(status, 200);
+    let closed = ClosedPort::new();
+    let peer_mcp = json!({"name": "peer", "url": peer.url("/mcp"), "source": "plugin:peer-mcp"});
+    run(
+        "post",
+        "/api/mcp/register",
+        None,
+        Body::Json(peer_mcp.clone()),
+    )
+    .await;
+    let gone = json!({"name": "gone", "url": closed.url("/mcp")});
+    run("post", "/api/mcp/register", None, Body::Json(gone.clone())).await;
+    run("post", "/api/mcp/register", foreign, Body::Json(gone)).await;
+    let nobody = json!({"name": "gone", "url": closed.url("/mcp"), "role": "Nobody"});
+    run("post", "/api/mcp/register", None, Body::Json(nobody)).await;
+    run("get", "/api/mcp/register", None, Body::None).await;
+    run("post", "/api/mcp/register", None, too_large()).await;
+    let bad = json!({"name": "", "url": "http://example.com/mcp", "timeout_seconds": 0});
+    run("post", "/api/mcp/register", None, Body::Json(bad)).await;
+    run("get", "/api/mcp", None, Body::None).await;
+    let unknown = json!({"name": "nobody"});
+    run(
+        "post",
+        "/api/mcp/unregister",
+        None,
+        Body::Json(unknown.clone()),
+    )
+    .await;
+    run("post", "/api/mcp/unregister", foreign, Body::Json(unknown)).await;
+    run("get", "/api/mcp/unregister", None, Body::None).await;
+    run("post", "/api/mcp/unregister", None, too_large()).await;
+    run(
+        "post",
+        "/api/mcp/unregister",
+        None,
+        Body::Json(json!({"name": ""})),
+    )
+    .await;
     // Text chat: an answer, each refusal, and an upstream that answers nonsense or nothing.
     chat_model.script([
         Answer::Json(200, completion("c1", "Hello.", (1, 1))),
@@ -491,6 +574,45 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     drop(chat_model);
     run("get", MODELS, None, Body::None).await;
 
+    // A character's tools over MCP's Streamable HTTP transport: a session opened, used, its
+    // stream and its end, and every refusal (collected apart: `run` holds the list meanwhile).
+    let mut mcp = Vec::new();
+    let accept = ("accept", "application/json, text/event-stream");
+    let stream = ("accept", "text/event-stream");
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "doc", "version": "1"}}});
+    let opened = call_with(&app, "post", MCP, &[accept], Body::Json(initialize.clone())).await;
+    let session = opened.session.clone().expect("a session id");
+    mcp.push(opened);
+    let version = ("mcp-protocol-version", "2025-06-18");
+    let in_session = [accept, ("mcp-session-id", session.as_str()), version];
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    mcp.push(call_with(&app, "post", MCP, &in_session, Body::Json(initialized)).await);
+    mcp.push(call_with(&app, "post", MCP, &in_session, Body::Json(json!({}))).await);
+    let foreign_host = ("host", "evil.example");
+    let init = || Body::Json(initialize.clone());
+    mcp.push(call_with(&app, "post", MCP, &[accept, foreign_host], init()).await);
+    mcp.push(call_with(&app, "post", "/mcp?role=Nobody", &[accept], init()).await);
+    mcp.push(call_with(&app, "put", MCP, &[], Body::None).await);
+    mcp.push(call_with(&app, "post", MCP, &[], init()).await);
+    mcp.push(call_with(&app, "post", MCP, &[accept], too_large()).await);
+    mcp.push(call_with(&app, "post", MCP, &[accept], Body::Raw(b"{".to_vec())).await);
+    let listening = [stream, ("mcp-session-id", session.as_str()), version];
+    mcp.push(call_with(&app, "get", MCP, &listening, Body::None).await);
+    mcp.push(call_with(&app, "get", MCP, &[stream], Body::None).await);
+    mcp.push(call_with(&app, "get", MCP, &[stream, foreign_host], Body::None).await);
+    mcp.push(call_with(&app, "get", "/mcp?role=Nobody", &[stream], Body::None).await);
+    let unaccepted = [("mcp-session-id", session.as_str()), version];
+    mcp.push(call_with(&app, "get", MCP, &unaccepted, Body::None).await);
+    let twice = "/mcp?role=Mio&role=Lanlan";
+    mcp.push(call_with(&app, "get", twice, &[stream], Body::None).await);
+    mcp.push(call_with(&app, "delete", MCP, &in_session, Body::None).await);
+    mcp.push(call_with(&app, "delete", MCP, &[], Body::None).await);
+    mcp.push(call_with(&app, "delete", MCP, &[foreign_host], Body::None).await);
+    mcp.push(call_with(&app, "delete", "/mcp?role=Nobody", &[], Body::None).await);
+    mcp.push(call_with(&app, "delete", twice, &[], Body::None).await);
+
     // The full listing.
     run("get", "/api/tools?detail=full", None, Body::None).await;
     run("get", "/api/tools?detail=everything", None, Body::None).await;
@@ -508,10 +630,13 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         .expect("router stopped");
     for (method, path) in SERVER_ROUTES
         .iter()
-        .filter(|(_, p)| ![OPENAPI, "/api/tools/invoke", "/api/mcp", CHAT, MODELS].contains(p))
+        .filter(|(_, p)| ![OPENAPI, "/api/tools/invoke", "/api/mcp", CHAT, MODELS, MCP].contains(p))
     {
         let body = match *path {
             "/api/tools/register" => register("late"),
+            // The tools of a server that connected cannot be registered, nor removed.
+            "/api/mcp/register" => Body::Json(json!({"name": "late", "url": peer.url("/mcp")})),
+            "/api/mcp/unregister" => Body::Json(json!({"name": "peer"})),
             "/api/tools/unregister" => Body::Json(json!({"name": "late"})),
             "/api/tools/clear" => Body::Json(json!({"source": "plugin:demo"})),
             "/api/sessions/attach" | "/api/sessions/detach" => {
@@ -526,6 +651,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         run(method, &path, None, body).await;
     }
 
+    exchanges.extend(mcp);
     let declared = std::iter::once((CHAT, chat_too_large));
     for (path, response) in declared {
         exchanges.push(Exchange {
@@ -534,6 +660,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
             status: response.status,
             body: response.json(),
             content_type: response.header("content-type").map(str::to_owned),
+            session: None,
         });
     }
     for (path, upload) in stalled {
@@ -544,6 +671,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
             status: response.status,
             body: response.json(),
             content_type: response.header("content-type").map(str::to_owned),
+            session: None,
         });
     }
 
@@ -580,16 +708,33 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         find("get", "/api/sessions", 503).unwrap().body,
         json!({"ok": false, "detail": "the tool router has stopped"})
     );
+    let peer_registered = find("post", "/api/mcp/register", 200).unwrap();
+    assert_eq!(
+        peer_registered.body,
+        json!({"ok": true, "registered": "peer", "tools": ["peer_tool"], "skipped": [],
+               "affected_roles": ["Mio", "Lanlan"], "failed_roles": []})
+    );
+    let mcp_listing = find("get", "/api/mcp", 200).unwrap();
+    assert_eq!(mcp_listing.body["runtime_mcp_servers"], json!({}));
+    assert_eq!(
+        find("post", "/api/mcp/unregister", 503).unwrap().body,
+        json!({"ok": false, "detail": "the tool router has stopped"})
+    );
 
     // Every answer is documented for its route and matches the schema given for it...
     for exchange in &exchanges {
         check_against_document(&doc, exchange);
-        if exchange.status == 200 && exchange.path == EVENTS {
+        let mcp_stream =
+            exchange.path == MCP && exchange.status == 200 && exchange.method != "delete";
+        if exchange.status == 200 && exchange.path == EVENTS || mcp_stream {
             assert_eq!(
                 exchange.content_type.as_deref(),
                 Some("text/event-stream"),
                 "{exchange:?}"
             );
+        } else if exchange.path == MCP && exchange.status < 300 {
+            // Accepted, or a session ended: no body.
+            assert_eq!(exchange.body, json!(""), "{exchange:?}");
         } else if exchange.status != 200 || exchange.path != OPENAPI {
             assert_eq!(
                 exchange.content_type.as_deref(),

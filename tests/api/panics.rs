@@ -238,6 +238,7 @@ async fn an_mcp_replacement_queued_to_a_dead_manager_is_replayed_in_order() {
         source: "mcp:s".into(),
         tools: names.iter().map(|n| remote_tool(n, "mcp:s")).collect(),
         roles: Some(vec!["Mio".into()]),
+        owner: None,
     };
     let report = app
         .router

@@ -8,7 +8,8 @@
 //!
 //! - [`routing`]: register / unregister / clear / dead-origin removal / an MCP source's
 //!   replacement, numbered per character and fanned out to the target managers, each request
-//!   announced as one `tools.changed` event once its answers are in;
+//!   announced as one `tools.changed` event once its answers are in (a clear of every character
+//!   then told to the clear watcher);
 //! - [`gather`]: the managers' answers gathered against one deadline into `affected_roles` and
 //!   `failed_roles`;
 //! - [`lifecycle`]: adding, removing and rebuilding characters, and restarting a manager that
@@ -49,8 +50,8 @@ pub use faults::{InjectManagerPanic, InjectRouterStop};
 pub use lifecycle::{AddCharacter, RebuildCharacter, RemoveCharacter};
 pub(crate) use reads::ShareDirectory;
 pub use reads::{ListCharacters, ListSessions, ListTools, ResolveTool};
-pub(crate) use routing::RemoveDeadOrigin;
 pub use routing::{ClearSource, RegisterTool, ReplaceSource, UnregisterTool};
+pub(crate) use routing::{RemoveDeadOrigin, SourceCleared, WatchClears};
 pub(crate) use sessions::{AttachCall, DetachCall, ResolveRelay};
 pub use sessions::{CloseAllConnections, JoinSession};
 
@@ -164,6 +165,8 @@ pub struct Router {
     /// Set by [`CloseAllConnections`]: from then on no session joins a character, so none
     /// opens after the ones the stop closed.
     stopping: bool,
+    /// Told about each clear of every character ([`WatchClears`]).
+    clear_watcher: Option<Recipient<SourceCleared>>,
 }
 
 impl Router {
@@ -193,6 +196,7 @@ impl Router {
                 me: ctx.address().recipient(),
                 next_generation: 0,
                 stopping: false,
+                clear_watcher: None,
             };
             for c in characters {
                 let chat = c.chat.and_then(|chat| match ChatEndpoint::new(chat) {

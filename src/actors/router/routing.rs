@@ -2,7 +2,9 @@
 //! replacement pick their target characters, number the change per character, remember it until
 //! the character's snapshot shows it, and send it to each target's manager; [`super::gather`]
 //! collects the answers, and the request is then logged and announced as one `tools.changed`
-//! event with the roles it really affected and those that failed.
+//! event with the roles it really affected and those that failed. A clear of every character is
+//! then told to the clear watcher (the MCP servers registered at run time), which ends the
+//! connection of a server of that source before the clear answers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +18,7 @@ use super::gather::{Gathering, Reply, Target, gather};
 use super::{Router, RouterError};
 use crate::actors::change::{ChangeFailure, ChangeReport, RoleFailure};
 use crate::actors::manager::ApplyChange;
+use crate::domain::call::LocalToolHandler;
 use crate::domain::callback_url::CallbackOrigin;
 use crate::domain::failures::{DeadOrigin, DeadOriginRemover};
 use crate::domain::registry::Change;
@@ -66,7 +69,25 @@ pub struct ReplaceSource {
     pub source: String,
     pub tools: Vec<ToolSpec>,
     pub roles: Option<Vec<String>>,
+    /// Only the tools of `source` this handler runs are replaced (`None`: every tool of
+    /// `source`): an MCP server registered at run time replaces its own tools, never an HTTP
+    /// tool a plugin registered under the same source.
+    pub owner: Option<LocalToolHandler>,
 }
+
+/// A clear of every character's tools of `source` was applied: told to whoever watches clears
+/// (the MCP servers registered at run time, whose connection a clear of their source ends), and
+/// answered once it has acted, before the clear's own answer.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub struct SourceCleared {
+    pub source: String,
+}
+
+/// From now on, tell `0` about every clear of every character ([`SourceCleared`]).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WatchClears(pub Recipient<SourceCleared>);
 
 impl Router {
     /// Numbers `change` for each of `targets`, remembers it until their snapshots show it, and
@@ -240,7 +261,25 @@ impl Handler<ClearSource> for Router {
     type Result = ResponseFuture<Result<ChangeReport, RouterError>>;
 
     fn handle(&mut self, msg: ClearSource, _: &mut Self::Context) -> Self::Result {
-        self.route(msg.role.as_deref(), Change::ClearSource(msg.source))
+        let everywhere = msg.role.as_deref().is_none_or(str::is_empty);
+        let report = self.route(msg.role.as_deref(), Change::ClearSource(msg.source.clone()));
+        let watcher = self.clear_watcher.clone().filter(|_| everywhere);
+        Box::pin(async move {
+            let report = report.await?;
+            if let Some(watcher) = watcher {
+                // A watcher that has stopped has nothing left to end.
+                let _ = watcher.send(SourceCleared { source: msg.source }).await;
+            }
+            Ok(report)
+        })
+    }
+}
+
+impl Handler<WatchClears> for Router {
+    type Result = ();
+
+    fn handle(&mut self, WatchClears(watcher): WatchClears, _: &mut Self::Context) {
+        self.clear_watcher = Some(watcher);
     }
 }
 
@@ -304,6 +343,7 @@ impl Handler<ReplaceSource> for Router {
         let change = Change::ReplaceSource {
             source: msg.source,
             tools,
+            owner: msg.owner,
         };
         self.route_to(targets, unknown, change)
     }

@@ -1,8 +1,10 @@
 // The inspector: every character with its model session and its tools, a "try it" form per
-// tool, and a live feed of the server's change events.
+// tool, the MCP servers that give tools (configured, and registered by plugins at run time), and
+// a live feed of the server's change events.
 //
-// It uses only the public HTTP API: GET /api/tools?detail=full and GET /api/sessions for the
-// state, GET /api/events (Server-Sent Events) for changes, POST /api/tools/invoke for calls.
+// It uses only the public HTTP API: GET /api/tools?detail=full, GET /api/sessions and
+// GET /api/mcp for the state, GET /api/events (Server-Sent Events) for changes,
+// POST /api/tools/invoke for calls.
 // Every string from the server is inserted with textContent: tool names, descriptions and
 // schemas come from plugins.
 
@@ -23,6 +25,10 @@ const characters = new Map();
 const sessions = new Map();
 /** The server instance the page last saw (`hello`), to tell a restart. */
 let instanceId = null;
+/** Each MCP server's source, and its name: what runs the tools of that source. */
+const mcpSources = new Map();
+/** The last tool listing, drawn again when the MCP servers change (where a tool runs). */
+let lastTools = null;
 
 function element(tag, className, text) {
   const node = document.createElement(tag);
@@ -97,7 +103,14 @@ function coalesced(load) {
 
 const refreshTools = coalesced(async () => {
   const body = await getJson("/api/tools?detail=full", true);
-  renderCharacters(body.tools_by_role ?? {});
+  lastTools = body.tools_by_role ?? {};
+  renderCharacters(lastTools);
+});
+
+const refreshMcp = coalesced(async () => {
+  const body = await getJson("/api/mcp");
+  renderMcp(body.mcp_servers ?? {}, body.runtime_mcp_servers ?? {});
+  if (lastTools) renderCharacters(lastTools);
 });
 
 const refreshSessions = coalesced(async () => {
@@ -113,6 +126,7 @@ const refreshSessions = coalesced(async () => {
 function startOver() {
   refreshTools();
   refreshSessions();
+  refreshMcp();
 }
 
 // ---- Characters and tools -----------------------------------------------------------------
@@ -176,7 +190,7 @@ function renderTools(character, tools) {
   const items = [];
   const seen = new Set();
   for (const tool of tools) {
-    const signature = JSON.stringify(tool);
+    const signature = JSON.stringify([tool, runsAt(tool)]);
     let entry = character.tools.get(tool.name);
     if (!entry || entry.signature !== signature) {
       // A new or changed definition gets a new card (and a form for its current schema).
@@ -197,6 +211,8 @@ function renderTools(character, tools) {
 /** Where a tool runs: its callback URL, an MCP server, or inside the server's process. */
 function runsAt(tool) {
   if (typeof tool.callback_url === "string") return ["callback", tool.callback_url];
+  const server = mcpSources.get(tool.source);
+  if (server !== undefined) return ["runs on", `MCP server ${server}`];
   if (typeof tool.source === "string" && tool.source.startsWith("mcp:")) {
     return ["runs on", `MCP server ${tool.source.slice(4)}`];
   }
@@ -458,6 +474,45 @@ function renderChat(chat) {
   return box;
 }
 
+// ---- MCP servers --------------------------------------------------------------------------
+
+const mcpOrigin = (kind) => (kind === "runtime" ? "registered by a plugin" : "configured");
+
+/** Every MCP server: the configured ones, then those plugins registered at run time. */
+function renderMcp(configured, runtime) {
+  mcpSources.clear();
+  const items = [];
+  for (const [name, report] of Object.entries(configured)) items.push(mcpServer(name, "configured", report));
+  for (const [name, report] of Object.entries(runtime)) items.push(mcpServer(name, "runtime", report));
+  $("mcp-servers").replaceChildren(...items);
+  $("mcp-empty").hidden = items.length > 0;
+}
+
+/** One MCP server: its name, where it comes from and its state, then every other field the
+ * listing gives for it. */
+function mcpServer(name, kind, report) {
+  if (typeof report?.source === "string") mcpSources.set(report.source, name);
+  const item = element("li", "mcp-server");
+  item.dataset.name = name;
+  item.dataset.kind = kind;
+  const head = element("div", "connection-head");
+  head.append(element("span", "kind", name), " ", element("span", "muted", mcpOrigin(kind)), " ", stateBadge(report?.state));
+  const facts = [];
+  for (const [key, value] of Object.entries(report ?? {})) {
+    if (key === "state") continue;
+    if (key === "skipped") {
+      const skipped = Array.isArray(value) ? value : [];
+      facts.push(["skipped", skipped.length ? skipped.map((s) => `${s.name}: ${s.reason}`).join("; ") : "none"]);
+    } else if (key === "registered_at") {
+      facts.push(["registered at", formatTime(value)]);
+    } else {
+      facts.push([label(key), formatValue(key, value)]);
+    }
+  }
+  item.append(head, definitionList("mcp-facts", facts));
+  return item;
+}
+
 // ---- The live feed ------------------------------------------------------------------------
 
 function roles(list) {
@@ -539,7 +594,11 @@ const handlers = {
     refreshSessions();
   },
   "tool.call": (data) => {
-    const by = data.kind === "chat" ? "text chat" : data.kind ? kindName(data.kind) : data.caller;
+    const by =
+      data.kind === "chat" ? "text chat"
+      : data.kind ? kindName(data.kind)
+      : data.caller === "mcp" ? "an MCP client (/mcp)"
+      : data.caller;
     const ran = formatMs(Number(data.duration_ms));
     // A cancelled call (the person interrupted, or its caller went away) says how long it ran.
     const outcome = data.cancelled
@@ -549,6 +608,20 @@ const handlers = {
     addFeed("tool.call", `${data.role} · ${data.tool} · called by ${by} · ${outcome}`, flag);
     // A chat keeps no connection: its counters move with its calls.
     if (data.kind === "chat") refreshSessions();
+  },
+  "mcp.state": (data) => {
+    const who = `MCP server ${data.name} (${mcpOrigin(data.kind)})`;
+    if (data.state === "removed") {
+      const reason = String(data.reason ?? "");
+      addFeed("mcp.state", `${who} removed: ${reason}`, reason.startsWith("auto_removed") ? "auto-removed" : null);
+    } else {
+      const facts = [`${who}: ${data.state}`];
+      if (Array.isArray(data.tools)) facts.push(`${data.tools.length} tool${data.tools.length === 1 ? "" : "s"}`);
+      if (data.last_error) facts.push(`last error: ${data.last_error}`);
+      const failing = data.state === "unreachable" || data.state === "backoff";
+      addFeed("mcp.state", facts.join(" · "), failing ? "error" : null);
+    }
+    refreshMcp();
   },
   "chat.state": (data) => {
     const facts = [`${data.role}: text chat`];

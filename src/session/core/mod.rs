@@ -118,7 +118,7 @@ pub struct ResumptionReport {
 pub(crate) struct Ticket(u64);
 
 /// The outcome of a tool update, as the sessions listing shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SyncOutcome {
     pub ok: bool,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -1,0 +1,714 @@
+//! `McpPlugins`: the MCP servers plugins register at run time (`POST /api/mcp/register`), each a
+//! tool source with the same contract as an HTTP plugin's callbacks.
+//!
+//! A registration connects to the server's Streamable HTTP endpoint, initializes, lists every
+//! page of its tools and registers them through the router for the registration's role(s) with
+//! its source (`ReplaceSource`, owned by the server's own tool handler: one change per character,
+//! sessions synced before the answer). Registering the same name again replaces the connection
+//! and its tools. `notifications/tools/list_changed` lists again and applies the difference. The
+//! server goes — its tools removed from every character, its MCP session ended with `DELETE` —
+//! on `POST /api/mcp/unregister`, on a clear of its source (the router tells this actor), when
+//! its connection ends by itself, and, for a `plugin:` source, after three calls in a row could
+//! not connect to it (the auto-removal rule of callbacks).
+//!
+//! The HTTP handlers of `/api/mcp/register` and `/api/mcp/unregister` talk to this actor; it
+//! talks to the router and keeps the [`McpBoard`]'s runtime reports. A call of such a tool never
+//! passes through it: each tool's handler ([`PluginTool`]) holds the connection's peer and sends
+//! `tools/call` itself, and counts the connection failures.
+//!
+//! Nothing here waits inside the actor: connecting and listing run beside it, and the router's
+//! answers are awaited by the futures that reply. Changes still reach the router in the order
+//! this actor decides them (`send` enqueues at once), so one server's listings apply in order.
+
+use std::collections::HashSet;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use actix::fut::LocalBoxActorFuture;
+use actix::prelude::*;
+use futures_util::FutureExt;
+use futures_util::future::BoxFuture;
+use indexmap::IndexMap;
+use rmcp::service::RunningServiceCancellationToken;
+use tokio::sync::watch;
+
+use super::listing::{Listing, list_every_tool};
+use super::mapping::{self, Definition, Skipped};
+use super::status::{McpBoard, RuntimeMcpReport, RuntimeMcpState};
+use crate::actors::change::ChangeReport;
+use crate::actors::router::{Directory, ReplaceSource, Router, SourceCleared};
+use crate::domain::call::{LocalToolHandler, seconds};
+use crate::domain::failures::FailureTracker;
+
+/// Most MCP servers registered at run time at once: each holds a connection and an event
+/// stream; a plugin that registers without end is refused past this.
+pub(crate) const MAX_RUNTIME_SERVERS: usize = 256;
+
+/// Longest wait for a TCP connection to a server (the first step of a registration, and the
+/// probe after a failed call). On loopback a listening server accepts at once; this only bounds
+/// a full accept queue.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Longest a closed connection is waited for: rmcp gives the `DELETE` that ends the MCP session
+/// 5 s; one more for the rest of the close.
+pub(crate) const CLOSE_TIMEOUT: Duration = Duration::from_secs(6);
+
+/// What no role accepting a server's tools reports in `error`, as a registration does.
+const NO_ROLE_ACCEPTED: &str = "no role accepted the registration";
+
+mod connection;
+mod messages;
+mod tool;
+
+use connection::{Listener, Opened, close, open};
+pub(crate) use messages::{
+    CloseMcpPlugins, McpPluginError, McpRegistered, McpRegistration, McpStage, McpUnregistered,
+    RegisterMcpServer, UnregisterMcpServer,
+};
+use messages::{ConnectionEnded, ServerDead, ToolListChanged};
+use tool::{PluginTool, PluginToolHandler};
+
+/// One registered server.
+struct Server {
+    registration: Arc<McpRegistration>,
+    generation: u64,
+    /// The handler every tool of this server runs on: also what marks them as its own.
+    tool: Arc<PluginToolHandler>,
+    cancel: RunningServiceCancellationToken,
+    /// Becomes true once the connection has closed.
+    closed: watch::Receiver<bool>,
+    /// What the last applied listing registered.
+    applied: Vec<Definition>,
+    /// A listing is running; another was asked for meanwhile.
+    listing: bool,
+    relist: bool,
+    /// Changes sent to the router and not answered yet.
+    applying: usize,
+}
+
+impl Server {
+    fn owner(&self) -> LocalToolHandler {
+        LocalToolHandler(self.tool.clone())
+    }
+}
+
+pub(crate) struct McpPlugins {
+    router: Addr<Router>,
+    directory: Directory,
+    board: McpBoard,
+    servers: IndexMap<String, Server>,
+    /// Registrations still connecting: their generation and source, by name.
+    pending: IndexMap<String, (u64, String)>,
+    next_generation: u64,
+}
+
+impl McpPlugins {
+    pub(crate) fn launch(
+        router: Addr<Router>,
+        directory: Directory,
+        board: McpBoard,
+    ) -> Addr<Self> {
+        McpPlugins {
+            router,
+            directory,
+            board,
+            servers: IndexMap::new(),
+            pending: IndexMap::new(),
+            next_generation: 0,
+        }
+        .start()
+    }
+
+    /// The refusals decided before connecting: an unknown role, a source another server has,
+    /// one server too many.
+    fn check(&self, registration: &McpRegistration) -> Result<(), McpPluginError> {
+        if let Some(role) = &registration.role {
+            self.directory.list(Some(role))?;
+        }
+        let registered = self
+            .servers
+            .iter()
+            .map(|(name, s)| (name.as_str(), s.registration.source.as_str()));
+        let connecting = self
+            .pending
+            .iter()
+            .map(|(name, (_, source))| (name.as_str(), source.as_str()));
+        admit(
+            registration,
+            registered.chain(connecting),
+            self.board.configured_with_source(&registration.source),
+        )
+    }
+
+    /// Makes a connected server the one of its name: registers its tools (replacing those of
+    /// the server it replaces), and resolves to what the registration did.
+    fn install(
+        &mut self,
+        registration: Arc<McpRegistration>,
+        generation: u64,
+        opened: Opened,
+        ctx: &mut Context<Self>,
+    ) -> LocalBoxActorFuture<Self, Result<McpRegistered, McpPluginError>> {
+        let Opened { service, listing } = opened;
+        let name = registration.name.clone();
+        let (definitions, skipped) = listing.definitions();
+        log_skipped(&name, &skipped);
+        let tool = Arc::new(PluginToolHandler(Arc::new(PluginTool {
+            name: name.as_str().into(),
+            generation,
+            source: registration.source.clone(),
+            url: registration.url.clone(),
+            peer: service.peer().clone(),
+            timeout: registration.timeout,
+            failures: Mutex::new(FailureTracker::new()),
+            was_unreachable: AtomicBool::new(false),
+            plugins: ctx.address(),
+            board: self.board.clone(),
+        })));
+        let cancel = service.cancellation_token();
+        let (closed_tx, closed) = watch::channel(false);
+        let me = ctx.address();
+        let watched = name.clone();
+        actix::spawn(async move {
+            let reason = match service.waiting().await {
+                Ok(reason) => format!("the connection ended ({reason:?})"),
+                Err(e) => format!("the connection failed ({e})"),
+            };
+            closed_tx.send_replace(true);
+            me.do_send(ConnectionEnded {
+                name: watched,
+                generation,
+                reason,
+            });
+        });
+        let names: Vec<String> = definitions.iter().map(|d| d.name.clone()).collect();
+        self.board.set_runtime(
+            &name,
+            RuntimeMcpReport {
+                state: RuntimeMcpState::Connected,
+                transport: "http",
+                url: registration.url.as_written().to_owned(),
+                source: registration.source.clone(),
+                role: registration.role.clone(),
+                tools: names.clone(),
+                skipped: skipped.clone(),
+                timeout_seconds: registration.timeout.as_secs_f64(),
+                registered_at: humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+                last_error: None,
+            },
+        );
+        let server = Server {
+            registration: registration.clone(),
+            generation,
+            tool,
+            cancel,
+            closed,
+            applied: definitions.clone(),
+            listing: false,
+            relist: false,
+            applying: 1,
+        };
+        let old = self.servers.shift_remove(&name);
+        // The tools of the server replaced, if any, are the ones this listing replaces: they
+        // are the candidates for removal where the new tools go.
+        let owner = match &old {
+            Some(old) if old.registration.source == registration.source => old.owner(),
+            _ => server.owner(),
+        };
+        let specs = definitions
+            .iter()
+            .map(|d| mapping::tool_spec(d, &registration.source, server.owner()))
+            .collect();
+        let registered = self.router.send(ReplaceSource {
+            source: registration.source.clone(),
+            tools: specs,
+            roles: targets(&registration),
+            owner: Some(owner),
+        });
+        // What the replaced server left where the new one does not go (another source, or
+        // other characters) is removed after; with its owner, nothing else can be.
+        let leftovers = old
+            .as_ref()
+            .filter(|old| {
+                old.registration.source != registration.source
+                    || (old.registration.role != registration.role && registration.role.is_some())
+            })
+            .map(|old| {
+                self.router.send(ReplaceSource {
+                    source: old.registration.source.clone(),
+                    tools: Vec::new(),
+                    roles: None,
+                    owner: Some(old.owner()),
+                })
+            });
+        if let Some(old) = old {
+            tracing::info!(mcp_server = %name, "MCP server registered again: the old connection is closed");
+            actix::spawn(close(old.cancel, old.closed));
+        }
+        self.servers.insert(name.clone(), server);
+        tracing::info!(mcp_server = %name, url = %registration.url.as_written(), tools = names.len(), "MCP server registered");
+        let waiting = async move {
+            let report = registered.await;
+            if let Some(leftovers) = leftovers {
+                let _ = leftovers.await;
+            }
+            report
+        };
+        Box::pin(waiting.into_actor(self).map(move |report, act, _| {
+            act.answered(&name, generation);
+            let Ok(report) = report else {
+                // Nothing can be registered any more: the connection is not kept for nothing.
+                if act
+                    .servers
+                    .get(&name)
+                    .is_some_and(|s| s.generation == generation)
+                {
+                    act.retire(&name, "the tool router has stopped", false, false);
+                }
+                return Err(McpPluginError::RouterStopped);
+            };
+            let error = (!names.is_empty() && report.affected_roles.is_empty())
+                .then(|| NO_ROLE_ACCEPTED.to_owned());
+            Ok(McpRegistered {
+                tools: names,
+                skipped,
+                report,
+                error,
+                stage: None,
+            })
+        }))
+    }
+
+    /// A change for server `name` (this incarnation) was answered.
+    fn answered(&mut self, name: &str, generation: u64) {
+        if let Some(server) = self
+            .servers
+            .get_mut(name)
+            .filter(|s| s.generation == generation)
+        {
+            server.applying = server.applying.saturating_sub(1);
+        }
+    }
+
+    /// Lists server `name`'s tools again, then applies what changed (and lists once more if
+    /// asked meanwhile).
+    fn relist(&mut self, name: String, ctx: &mut Context<Self>) {
+        let Some(server) = self.servers.get_mut(&name) else {
+            return;
+        };
+        server.listing = true;
+        server.relist = false;
+        let generation = server.generation;
+        let peer = server.tool.0.peer.clone();
+        let timeout = server.registration.timeout;
+        let listing = async move { tokio::time::timeout(timeout, list_every_tool(&peer)).await };
+        ctx.spawn(listing.into_actor(self).map(move |listed, act, ctx| {
+            let Some(server) = act
+                .servers
+                .get_mut(&name)
+                .filter(|s| s.generation == generation)
+            else {
+                return;
+            };
+            server.listing = false;
+            let again = server.relist;
+            match listed {
+                Ok(Ok(listing)) => act.apply(&name, listing, ctx),
+                Ok(Err(e)) => act.listing_failed(&name, format!("tools/list failed: {e}")),
+                Err(_) => act.listing_failed(
+                    &name,
+                    format!("tools/list did not answer within {} s", seconds(timeout)),
+                ),
+            }
+            if again {
+                act.relist(name, ctx);
+            }
+        }));
+    }
+
+    fn listing_failed(&mut self, name: &str, error: String) {
+        tracing::warn!(mcp_server = %name, %error, "MCP server could not list its changed tools");
+        self.board
+            .update_runtime(name, |r| r.last_error = Some(error));
+    }
+
+    /// Registers what a new listing changed.
+    fn apply(&mut self, name: &str, listing: Listing, ctx: &mut Context<Self>) {
+        let Some(server) = self.servers.get_mut(name) else {
+            return;
+        };
+        let (definitions, skipped) = listing.definitions();
+        log_skipped(name, &skipped);
+        let names: Vec<String> = definitions.iter().map(|d| d.name.clone()).collect();
+        self.board.update_runtime(name, |r| {
+            r.tools = names;
+            r.skipped = skipped;
+            r.last_error = None;
+        });
+        if server.applied == definitions {
+            tracing::debug!(mcp_server = %name, "MCP tool listing unchanged");
+            return;
+        }
+        let registration = server.registration.clone();
+        let specs = definitions
+            .iter()
+            .map(|d| mapping::tool_spec(d, &registration.source, server.owner()))
+            .collect();
+        let change = self.router.send(ReplaceSource {
+            source: registration.source.clone(),
+            tools: specs,
+            roles: targets(&registration),
+            owner: Some(server.owner()),
+        });
+        server.applied = definitions;
+        server.applying += 1;
+        let (name, generation) = (name.to_owned(), server.generation);
+        ctx.spawn(change.into_actor(self).map(move |report, act, _| {
+            act.answered(&name, generation);
+            if report.is_err() {
+                tracing::warn!(mcp_server = %name, "the router did not take the MCP tools");
+            }
+        }));
+    }
+
+    /// Takes server `name` away: its tools from every character (`remove_tools`), its report
+    /// from the board; resolves to the router's report once the tools are gone and the
+    /// connection is closed (or [`CLOSE_TIMEOUT`] passed; not awaited when `wait_close` is
+    /// false), or to the router having stopped.
+    fn retire(
+        &mut self,
+        name: &str,
+        reason: &str,
+        remove_tools: bool,
+        wait_close: bool,
+    ) -> Option<BoxFuture<'static, Result<ChangeReport, McpPluginError>>> {
+        let server = self.servers.shift_remove(name)?;
+        self.board.remove_runtime(name, reason);
+        let removal = remove_tools.then(|| {
+            self.router.send(ReplaceSource {
+                source: server.registration.source.clone(),
+                tools: Vec::new(),
+                roles: None,
+                owner: Some(server.owner()),
+            })
+        });
+        let closing = close(server.cancel, server.closed);
+        let closing = if wait_close {
+            closing.boxed()
+        } else {
+            actix::spawn(closing);
+            async {}.boxed()
+        };
+        Some(
+            async move {
+                let report = match removal {
+                    Some(removal) => removal.await.map_err(|_| McpPluginError::RouterStopped),
+                    None => Ok(ChangeReport::default()),
+                };
+                closing.await;
+                report
+            }
+            .boxed(),
+        )
+    }
+}
+
+impl Actor for McpPlugins {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // Plugins register at any rate; an unbounded mailbox keeps each sender's order.
+        ctx.set_mailbox_capacity(0);
+    }
+
+    fn stopped(&mut self, _: &mut Self::Context) {
+        for (_, server) in self.servers.drain(..) {
+            server.cancel.cancel();
+        }
+    }
+}
+
+impl Handler<RegisterMcpServer> for McpPlugins {
+    type Result = ResponseActFuture<Self, Result<McpRegistered, McpPluginError>>;
+
+    fn handle(
+        &mut self,
+        RegisterMcpServer(registration): RegisterMcpServer,
+        ctx: &mut Self::Context,
+    ) -> Self::Result {
+        if let Err(refused) = self.check(&registration) {
+            return Box::pin(fut::ready(Err(refused)));
+        }
+        self.next_generation += 1;
+        let generation = self.next_generation;
+        let name = registration.name.clone();
+        self.pending
+            .insert(name.clone(), (generation, registration.source.clone()));
+        let registration = Arc::new(registration);
+        let listener = Listener {
+            plugins: ctx.address(),
+            name: name.clone(),
+            generation,
+        };
+        let opening = open(registration.clone(), listener);
+        Box::pin(opening.into_actor(self).then(move |opened, act, ctx| {
+            // Registrations of one name take effect in the order they arrived: one that a later
+            // one overtook while connecting is dropped.
+            let latest = act.pending.get(&name).map(|(g, _)| *g) == Some(generation);
+            if latest {
+                act.pending.shift_remove(&name);
+            }
+            let done: LocalBoxActorFuture<Self, Result<McpRegistered, McpPluginError>> =
+                match opened {
+                    Err(failure) => {
+                        tracing::warn!(mcp_server = %name, url = %registration.url.as_written(), stage = failure.stage.name(), error = %failure.error, "MCP server could not be registered");
+                        Box::pin(fut::ready(Ok(McpRegistered::failed(
+                            Some(failure.stage),
+                            format!("{}: {}", failure.stage.name(), failure.error),
+                        ))))
+                    }
+                    Ok(_) if !latest => Box::pin(fut::ready(Ok(McpRegistered::failed(
+                        None,
+                        "a later registration of the same name was made while this one \
+                         connected; it replaced this one"
+                            .to_owned(),
+                    )))),
+                    Ok(opened) => act.install(registration, generation, opened, ctx),
+                };
+            done
+        }))
+    }
+}
+
+impl Handler<UnregisterMcpServer> for McpPlugins {
+    type Result = ResponseFuture<Result<McpUnregistered, McpPluginError>>;
+
+    fn handle(&mut self, msg: UnregisterMcpServer, _: &mut Self::Context) -> Self::Result {
+        match self.retire(&msg.name, "unregistered", true, true) {
+            None => Box::pin(async { Ok(McpUnregistered::default()) }),
+            Some(retired) => {
+                tracing::info!(mcp_server = %msg.name, "MCP server unregistered");
+                Box::pin(async move {
+                    Ok(McpUnregistered {
+                        removed: true,
+                        report: retired.await?,
+                    })
+                })
+            }
+        }
+    }
+}
+
+impl Handler<SourceCleared> for McpPlugins {
+    type Result = ResponseFuture<()>;
+
+    /// The clear removed the tools already; the connections of that source close (and a
+    /// listing still on its way to the router is taken back after it).
+    fn handle(&mut self, msg: SourceCleared, _: &mut Self::Context) -> Self::Result {
+        let names: Vec<(String, bool)> = self
+            .servers
+            .iter()
+            .filter(|(_, s)| s.registration.source == msg.source)
+            .map(|(name, s)| (name.clone(), s.applying > 0))
+            .collect();
+        let retired: Vec<_> = names
+            .into_iter()
+            .filter_map(|(name, applying)| {
+                tracing::info!(mcp_server = %name, source = %msg.source, "MCP server's source cleared: its connection is closed");
+                self.retire(&name, "cleared", applying, true)
+            })
+            .collect();
+        Box::pin(async move {
+            futures_util::future::join_all(retired).await;
+        })
+    }
+}
+
+impl Handler<CloseMcpPlugins> for McpPlugins {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, _: CloseMcpPlugins, _: &mut Self::Context) -> Self::Result {
+        let closing: Vec<_> = self
+            .servers
+            .drain(..)
+            .map(|(_, server)| close(server.cancel, server.closed))
+            .collect();
+        Box::pin(async move {
+            futures_util::future::join_all(closing).await;
+        })
+    }
+}
+
+impl Handler<ToolListChanged> for McpPlugins {
+    type Result = ();
+
+    fn handle(&mut self, msg: ToolListChanged, ctx: &mut Self::Context) {
+        let Some(server) = self
+            .servers
+            .get_mut(&msg.name)
+            .filter(|s| s.generation == msg.generation)
+        else {
+            return;
+        };
+        if server.listing {
+            server.relist = true;
+            return;
+        }
+        self.relist(msg.name, ctx);
+    }
+}
+
+impl Handler<ConnectionEnded> for McpPlugins {
+    type Result = ();
+
+    fn handle(&mut self, msg: ConnectionEnded, ctx: &mut Self::Context) {
+        if self
+            .servers
+            .get(&msg.name)
+            .is_none_or(|s| s.generation != msg.generation)
+        {
+            return;
+        }
+        tracing::warn!(mcp_server = %msg.name, reason = %msg.reason, "MCP server's connection ended: its tools are removed");
+        let reason = format!("connection ended: {}", msg.reason);
+        if let Some(retired) = self.retire(&msg.name, &reason, true, false) {
+            ctx.spawn(retired.into_actor(self).map(|_, _, _| ()));
+        }
+    }
+}
+
+impl Handler<ServerDead> for McpPlugins {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, msg: ServerDead, _: &mut Self::Context) -> Self::Result {
+        let url = match self
+            .servers
+            .get(&msg.name)
+            .filter(|s| s.generation == msg.generation)
+        {
+            Some(server) => server.registration.url.as_written().to_owned(),
+            None => return Box::pin(async {}),
+        };
+        let reason = format!(
+            "auto_removed: {} calls in a row could not connect to {url}",
+            msg.failures
+        );
+        let Some(retired) = self.retire(&msg.name, &reason, true, false) else {
+            return Box::pin(async {});
+        };
+        let name = msg.name;
+        Box::pin(async move {
+            let Ok(report) = retired.await else {
+                return;
+            };
+            tracing::warn!(
+                mcp_server = %name,
+                url = %url,
+                failures = msg.failures,
+                removed = report.removed,
+                affected_roles = ?report.affected_roles,
+                "removed the tools of an MCP server that stopped accepting connections"
+            );
+        })
+    }
+}
+
+/// Whether `registration` may join the servers in `others` (every server registered or still
+/// connecting, by name and source) when `configured` is the configured server with its source,
+/// if any: a source names one server's tools, and at most [`MAX_RUNTIME_SERVERS`] are held at
+/// once (a name registered again replaces its server: it is not one more).
+fn admit<'a>(
+    registration: &McpRegistration,
+    others: impl IntoIterator<Item = (&'a str, &'a str)>,
+    configured: Option<String>,
+) -> Result<(), McpPluginError> {
+    let mut names = HashSet::new();
+    for (name, source) in others {
+        if name != registration.name && source == registration.source {
+            return Err(McpPluginError::SourceTaken {
+                taken: source.to_owned(),
+                server: name.to_owned(),
+            });
+        }
+        names.insert(name);
+    }
+    if let Some(server) = configured {
+        return Err(McpPluginError::SourceTaken {
+            taken: registration.source.clone(),
+            server,
+        });
+    }
+    if !names.contains(registration.name.as_str()) && names.len() >= MAX_RUNTIME_SERVERS {
+        return Err(McpPluginError::TooMany);
+    }
+    Ok(())
+}
+
+/// The characters a registration's tools go to (`None`: every character).
+fn targets(registration: &McpRegistration) -> Option<Vec<String>> {
+    registration.role.clone().map(|role| vec![role])
+}
+
+fn log_skipped(name: &str, skipped: &[Skipped]) {
+    for skip in skipped {
+        tracing::warn!(mcp_server = %name, tool = %skip.name, reason = %skip.reason, "MCP tool not registered");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::callback_url::CallbackUrl;
+
+    fn registration(name: &str, source: &str) -> McpRegistration {
+        McpRegistration {
+            name: name.to_owned(),
+            url: CallbackUrl::parse("http://127.0.0.1:9400/mcp").unwrap(),
+            role: None,
+            source: source.to_owned(),
+            timeout: Duration::from_secs(30),
+        }
+    }
+
+    #[test]
+    fn a_source_belongs_to_one_server_and_the_servers_are_bounded() {
+        let names: Vec<String> = (0..MAX_RUNTIME_SERVERS).map(|i| format!("s{i}")).collect();
+        let sources: Vec<String> = names.iter().map(|n| format!("mcp:{n}")).collect();
+        let full = || {
+            names
+                .iter()
+                .zip(&sources)
+                .map(|(n, s)| (n.as_str(), s.as_str()))
+        };
+        assert_eq!(
+            admit(&registration("new", "mcp:new"), full(), None),
+            Err(McpPluginError::TooMany)
+        );
+        // One of them registered again, or still connecting as well: not one more.
+        let again = full().chain([("s3", "mcp:s3")]);
+        assert_eq!(admit(&registration("s3", "mcp:s3"), again, None), Ok(()));
+        assert_eq!(
+            admit(&registration("new", "mcp:new"), full().skip(1), None),
+            Ok(())
+        );
+        assert_eq!(
+            admit(&registration("new", "mcp:s7"), full().take(10), None),
+            Err(McpPluginError::SourceTaken {
+                taken: "mcp:s7".into(),
+                server: "s7".into()
+            })
+        );
+        assert_eq!(
+            admit(
+                &registration("new", "mcp:cfg"),
+                full().take(1),
+                Some("cfg".into())
+            ),
+            Err(McpPluginError::SourceTaken {
+                taken: "mcp:cfg".into(),
+                server: "cfg".into()
+            })
+        );
+    }
+}
