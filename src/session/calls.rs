@@ -232,7 +232,10 @@ mod tests {
         r.started(Some("r1"), "a");
         r.foreign("r1");
         assert!(!go_on(r.answered(Some("r1"), "a")));
-        assert!(!go_on(r.done("r1")), "the app sends its own response.create");
+        assert!(
+            !go_on(r.done("r1")),
+            "the app sends its own response.create"
+        );
         assert!(!go_on(r.done("r1")), "and the response is forgotten");
         r.foreign("r2");
         assert!(!go_on(r.done("r2")));

@@ -23,6 +23,7 @@ pub(crate) mod calls;
 mod client;
 pub(crate) mod core;
 pub(crate) mod gemini;
+mod live;
 pub(crate) mod outbox;
 pub(crate) mod realtime;
 pub(crate) mod relay;
@@ -37,6 +38,7 @@ use serde::Serialize;
 
 pub use self::core::{ResumptionReport, SyncError, SyncOutcome};
 pub(crate) use client::RealtimeSession;
+pub(crate) use live::GeminiSession;
 pub use shell::MAX_EVENT_BYTES;
 
 use crate::domain::connection::ConnectionKind;

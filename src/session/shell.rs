@@ -346,6 +346,12 @@ pub(crate) fn close_upstream<A: Shell>(
     }
 }
 
+/// How much longer than its sync timeout a tool list's sender waits for the session to settle
+/// it (the session's own timer reports the precise reason first): a quarter of a second here,
+/// half a second in the manager that waits for this, within the router's second for the
+/// manager (`SYNC_REPLY_MARGIN`).
+pub(crate) const SYNC_FALLBACK_MARGIN: Duration = Duration::from_millis(250);
+
 /// Hands a new tool list to the core; the future settles when the session acknowledged it (or
 /// at once when it is not connected: the list goes out on connect).
 pub(crate) fn sync_tools<A: Shell>(
@@ -360,7 +366,9 @@ pub(crate) fn sync_tools<A: Shell>(
     run_effects(act, ctx);
     let timeout = act.link().core.sync_timeout();
     Box::pin(async move {
-        match tokio::time::timeout(timeout, rx).await {
+        // The core's own sync timer settles the update with the precise reason; this bound
+        // only catches a session that never settles it.
+        match tokio::time::timeout(timeout + SYNC_FALLBACK_MARGIN, rx).await {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(_)) => Err(SyncError::Closed),
             Err(_) => Err(SyncError::NotAcknowledged(timeout)),

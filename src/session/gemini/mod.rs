@@ -4,11 +4,14 @@
 //!
 //! Gemini Live takes tools only in the `setup` that opens a connection, so a new tool list is a
 //! new connection resumed from the session's resumption handle
-//! ([`Protocol::tools_need_new_connection`]): the actor opens it ([`super::live`]).
+//! ([`Protocol::tools_need_new_connection`]): the actor opens it (`session::live`).
 //! Its model goes on by itself once it has the answers of a `toolCall`, which all go in one
 //! `toolResponse` ([`Answers::TogetherPerTurn`]).
 
 pub(crate) mod read;
+
+use std::cell::RefCell;
+use std::rc::Rc;
 
 use serde::Serialize;
 use serde::ser::SerializeMap;
@@ -19,13 +22,25 @@ use super::core::{Answers, ForeignTool, Keep, ModelEvent, Protocol, ReadError};
 use crate::domain::call::ToolResult;
 use crate::domain::tool::{GeminiDeclaration, SharedTool};
 
-
 /// The header that carries the API key (as the official SDKs send it).
 pub(crate) const API_KEY_HEADER: &str = "x-goog-api-key";
 
+/// The latest handle a session can be resumed from, shared between its actor (which keeps it)
+/// and its adapter (which puts it in every setup).
+pub(crate) type Resumption = Rc<RefCell<Option<String>>>;
+
 /// The adapter.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Gemini;
+#[derive(Debug, Clone)]
+pub(crate) struct Gemini {
+    handle: Resumption,
+}
+
+impl Gemini {
+    /// An adapter whose setups resume the session of the handle in `handle`, when it holds one.
+    pub(crate) fn new(handle: Resumption) -> Self {
+        Self { handle }
+    }
+}
 
 impl Protocol for Gemini {
     fn read(&self, text: &str) -> Result<ModelEvent, ReadError> {
@@ -33,7 +48,7 @@ impl Protocol for Gemini {
     }
 
     fn tool_update(&self, tools: &[SharedTool], keep: Keep<'_>, _event_id: &str) -> String {
-        setup_text(tools, keep)
+        setup_text(tools, keep, self.handle.borrow().as_deref())
     }
 
     fn answers(&self) -> Answers {
@@ -154,10 +169,11 @@ impl Serialize for Response<'_> {
 /// its other tools (e.g. Google Search) as written, one `functionDeclarations` entry with its own
 /// declarations (first, as written) and the registered tools, and `sessionResumption` (asked for
 /// on every connection, so a later tool list can resume the session).
-pub(crate) fn setup_text(tools: &[SharedTool], keep: Keep<'_>) -> String {
+pub(crate) fn setup_text(tools: &[SharedTool], keep: Keep<'_>, handle: Option<&str>) -> String {
     let empty = Map::new();
     let message = SetupMessage {
         setup: Setup {
+            handle,
             settings: keep.settings.unwrap_or(&empty),
             declarations: Declarations {
                 own: keep.tools,
@@ -174,6 +190,8 @@ struct SetupMessage<'a> {
 }
 
 struct Setup<'a> {
+    /// The handle of the session this connection resumes.
+    handle: Option<&'a str>,
     settings: &'a Map<String, Value>,
     declarations: Declarations<'a>,
 }
@@ -201,10 +219,15 @@ impl Serialize for Setup<'_> {
                 },
             )?;
         }
-        match self.settings.get("sessionResumption") {
-            Some(resumption) => setup.serialize_entry("sessionResumption", resumption)?,
-            None => setup.serialize_entry("sessionResumption", &Map::new())?,
-        }
+        let mut resumption = match self.settings.get("sessionResumption") {
+            Some(Value::Object(resumption)) => resumption.clone(),
+            _ => Map::new(),
+        };
+        match self.handle {
+            Some(handle) => resumption.insert("handle".into(), handle.into()),
+            None => resumption.remove("handle"),
+        };
+        setup.serialize_entry("sessionResumption", &resumption)?;
         setup.end()
     }
 }
@@ -263,13 +286,6 @@ impl Serialize for Declarations<'_> {
         }
         list.end()
     }
-}
-
-/// `setup` (as [`setup_text`] wrote it) resuming the session of `handle`.
-pub(crate) fn resuming(setup: &str, handle: &str) -> String {
-    let mut message: Value = serde_json::from_str(setup).expect("a setup this server wrote");
-    message["setup"]["sessionResumption"]["handle"] = Value::String(handle.to_owned());
-    message.to_string()
 }
 
 #[cfg(test)]

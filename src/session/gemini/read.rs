@@ -85,7 +85,9 @@ pub(crate) fn server_message(text: &str) -> Result<ModelEvent, ReadError> {
                 kind: "toolCall",
                 field: "functionCalls[].name",
             })?;
-            let arguments = call.args.map_or_else(|| "{}".to_owned(), |a| a.get().to_owned());
+            let arguments = call
+                .args
+                .map_or_else(|| "{}".to_owned(), |a| a.get().to_owned());
             calls.push(Call {
                 turn: None,
                 call_id,
