@@ -191,7 +191,10 @@ impl FakeGemini {
 
     /// Sends `message` on the newest connection still open.
     pub async fn push(&self, message: Value) {
-        let newest = *self.open_connections().last().expect("a connection is open");
+        let newest = *self
+            .open_connections()
+            .last()
+            .expect("a connection is open");
         self.push_on(newest, message).await;
     }
 
@@ -210,7 +213,10 @@ impl FakeGemini {
 
     /// A new resumable handle on the newest connection.
     pub async fn push_handle(&self) -> String {
-        let newest = *self.open_connections().last().expect("a connection is open");
+        let newest = *self
+            .open_connections()
+            .last()
+            .expect("a connection is open");
         let handle = self.new_handle(newest);
         self.push(json!({"sessionResumptionUpdate": {"newHandle": handle, "resumable": true}}))
             .await;

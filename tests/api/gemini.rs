@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::callback_server::{CallbackServer, Reply, register};
 use crate::event_stream::open;
 use crate::fake_gemini::{FakeGemini, Received, SetupMode, declared};
-use crate::helpers::{TestApp, settings, spawn_app_with, tool_body};
+use crate::helpers::{TestApp, raw_exchange_async, settings, spawn_app_with, tool_body};
 use runtime_tools::SessionSettings;
 
 /// A server whose character Mio holds a Gemini Live session (client mode) on `fake`.
@@ -327,4 +327,40 @@ async fn a_setup_the_provider_refuses_fails_the_registration_with_its_reason() {
     // The session goes on on the connection it had.
     fake.push_calls(&[("c1", "get_weather", json!({}))]).await;
     assert_eq!(fake.nth_tool_response(1).await.connection, 0);
+}
+
+#[actix_web::test]
+async fn the_key_goes_in_its_header_and_the_realtime_relay_and_attach_refuse_a_gemini_character() {
+    let fake = FakeGemini::start(SetupMode::Complete).await;
+    let app = gemini_app(&fake, |s| s.api_key_env = Some("HOME".into())).await;
+    connected(&fake).await;
+    assert_eq!(fake.keys(), [std::env::var("HOME").ok()]);
+
+    let head = format!(
+        "GET /v1/realtime?character=Mio HTTP/1.1\r\nHost: {}\r\nUpgrade: websocket\r\n\
+         Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+        app.host()
+    );
+    let response = raw_exchange_async(app.addr, head.into_bytes()).await;
+    assert_eq!(
+        (response.status, response.json()["detail"][0]["msg"].clone()),
+        (
+            422,
+            json!(
+                "character Mio's session is gemini-live: GET /v1/realtime serves openai-realtime sessions only"
+            )
+        )
+    );
+    let attach = json!({"role": "Mio", "url": "ws://127.0.0.1:9/v1/realtime?call_id=rtc_1"});
+    let (status, body) = app.post("/api/sessions/attach", &attach).await;
+    assert_eq!(
+        (status, body["detail"][0]["msg"].clone()),
+        (
+            422,
+            json!(
+                "Value error, character Mio's session is gemini-live: attach serves openai-realtime sessions only"
+            )
+        )
+    );
 }

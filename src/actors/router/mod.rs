@@ -73,6 +73,16 @@ pub enum RouterError {
     InvalidSession { character: String, reason: String },
     #[error("character {0} has no [character.session]: a relay needs its model's URL")]
     NoSession(String),
+    /// The character's session speaks another protocol than the relay or attach asked for.
+    #[error(
+        "character {character}'s session is {protocol}: {what} serves openai-realtime sessions \
+         only"
+    )]
+    OtherProtocol {
+        character: String,
+        protocol: &'static str,
+        what: &'static str,
+    },
     #[error("{}", character_required_text(.0))]
     CharacterRequired(Vec<String>),
     #[error("the session manager of {0} is not running; retry")]

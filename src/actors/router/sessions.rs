@@ -15,7 +15,9 @@ use crate::actors::manager::{
 use crate::domain::call_url::CallUrl;
 use crate::session::SessionHandle;
 use crate::session::attach::Joined;
-use crate::session::settings::{DEFAULT_MAX_ATTACHMENTS, SessionSettings, attach_key};
+use crate::session::settings::{
+    DEFAULT_MAX_ATTACHMENTS, SessionProtocol, SessionSettings, attach_key,
+};
 use crate::session::shell::MODEL_CONNECT_TIMEOUT;
 
 /// The character an app's relay serves and how its model is reached: `character`, or (for
@@ -103,6 +105,13 @@ impl Handler<ResolveRelay> for Router {
             .session
             .clone()
             .ok_or_else(|| RouterError::NoSession(character.name.to_string()))?;
+        if settings.protocol != SessionProtocol::OpenaiRealtime {
+            return Err(RouterError::OtherProtocol {
+                character: character.name.to_string(),
+                protocol: settings.protocol.name(),
+                what: "GET /v1/realtime",
+            });
+        }
         Ok(RelayTarget {
             character: character.name.to_string(),
             settings,
@@ -163,6 +172,18 @@ impl Handler<AttachCall> for Router {
         };
         let character = &self.characters[i];
         let session = character.session.as_ref();
+        if let Some(s) = session.filter(|s| s.protocol != SessionProtocol::OpenaiRealtime) {
+            let refusal = RouterError::AttachRefused {
+                field: "role",
+                reason: RouterError::OtherProtocol {
+                    character: character.name.to_string(),
+                    protocol: s.protocol.name(),
+                    what: "attach",
+                }
+                .to_string(),
+            };
+            return Box::pin(async move { Err(refusal) });
+        }
         let api_key = match attach_key(session, &msg.url, msg.api_key_env.as_deref()) {
             Ok(key) => key,
             Err(refusal) => {
