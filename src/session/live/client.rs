@@ -12,8 +12,6 @@
 //! old connection ends. A connection that fails or drops stops the actor; its supervisor starts
 //! it again after a backoff, and the new connection resumes the session when a handle is held.
 
-use std::cell::RefCell;
-use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,59 +19,26 @@ use actix::io::WriteHandler;
 use actix::prelude::*;
 use awc::error::WsProtocolError;
 use awc::ws::{self, Frame};
-use futures_util::SinkExt;
-use futures_util::stream::{self, StreamExt};
+use futures_util::stream::StreamExt;
 
-use super::client::{INITIAL_BACKOFF, MAX_BACKOFF};
-use super::core::{Seen, SessionCore};
-use super::gemini::read::{self, Signals};
-use super::gemini::{API_KEY_HEADER, Gemini, Resumption};
-use super::settings::SessionSettings;
-use super::shell::{self, Link, Reassembly, Shell, UpstreamHalf, UpstreamSink, Whole};
-use super::{CloseSession, ConnectionState};
+use super::moving::{self, From, Moves, Moving, Tagged};
 use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
-
-/// Why a new tool list waits: the words `failed_roles` gives when no moment comes in time.
-const CALL_RUNNING: &str = "a tool call is running";
-const NO_HANDLE: &str = "the session has not given a resumable handle yet";
+use crate::session::client::{INITIAL_BACKOFF, MAX_BACKOFF};
+use crate::session::core::{Seen, SessionCore};
+use crate::session::gemini::{API_KEY_HEADER, Gemini};
+use crate::session::settings::SessionSettings;
+use crate::session::shell::{self, Link, Reassembly, Shell, Whole};
+use crate::session::{CloseSession, ConnectionState};
 
 pub(crate) struct GeminiSession {
     link: Link,
-    api_key: Option<String>,
-    /// The latest resumable handle, shared with the adapter, which puts it in every setup.
-    handle: Resumption,
-    /// The session said it can be resumed now (its latest `sessionResumptionUpdate`).
-    resumable: bool,
-    /// The number of the connection in use; frames of any other are not the session's.
-    current: u64,
-    next_connection: u64,
-    /// A new connection is wanted: new tools, or a `goAway`.
-    wanted: bool,
-    /// The connection being opened to move to, and its write half once it is up.
-    opening: Option<Opening>,
-    /// Connections left behind, closing: kept until they end.
-    retiring: Vec<(u64, UpstreamSink)>,
+    moves: Moves,
     /// Failed connection attempts in a row (drives the backoff).
     attempt: u32,
     closing: bool,
-}
-
-struct Opening {
-    id: u64,
-    half: Option<UpstreamHalf>,
-}
-
-/// A frame of connection `0`, or its end.
-enum Tagged {
-    Frame(u64, Result<Frame, WsProtocolError>),
-    Ended(u64),
-}
-
-impl Message for Tagged {
-    type Result = ();
 }
 
 impl GeminiSession {
@@ -86,11 +51,11 @@ impl GeminiSession {
         events: EventHub,
         tools: Arc<[SharedTool]>,
     ) -> Addr<Self> {
-        let handle: Resumption = Rc::new(RefCell::new(None));
+        let moves = Moves::new(api_key.map(|key| (API_KEY_HEADER.to_owned(), key)));
         let mut core = SessionCore::new(
             character,
             ConnectionKind::Client,
-            Box::new(Gemini::new(handle.clone())),
+            Box::new(Gemini::new(moves.handle.clone())),
             settings.url.clone(),
             &settings,
             events,
@@ -105,14 +70,7 @@ impl GeminiSession {
         }
         let session = GeminiSession {
             link: Link::new(core, dispatcher),
-            api_key,
-            handle,
-            resumable: false,
-            current: 0,
-            next_connection: 0,
-            wanted: false,
-            opening: None,
-            retiring: Vec::new(),
+            moves,
             attempt: 0,
             closing: false,
         };
@@ -122,46 +80,27 @@ impl GeminiSession {
         })
     }
 
-    fn header(&self) -> Option<(&'static str, String)> {
-        self.api_key.clone().map(|key| (API_KEY_HEADER, key))
-    }
-
-    /// A number for a new connection.
-    fn number(&mut self) -> u64 {
-        self.next_connection += 1;
-        self.next_connection
-    }
-
-    /// Feeds the frames of connection `id`, then its end, to the actor.
-    fn listen(
-        id: u64,
-        stream: impl futures_util::Stream<Item = Result<Frame, WsProtocolError>> + 'static,
-        ctx: &mut Context<Self>,
-    ) {
-        let tagged = stream
-            .map(move |frame| Tagged::Frame(id, frame))
-            .chain(stream::once(async move { Tagged::Ended(id) }));
-        ctx.add_message_stream(tagged);
-    }
-
     fn connect(&mut self, ctx: &mut Context<Self>) {
         self.link.core.set_state(ConnectionState::Connecting);
         let url = self.link.core.upstream().to_owned();
-        let header = self.header();
+        let header = self
+            .moves
+            .header()
+            .map(|(n, v)| (n.to_owned(), v.to_owned()));
         ctx.spawn(
             async move {
-                let header = header.as_ref().map(|(n, v)| (*n, v.as_str()));
+                let header = header.as_ref().map(|(n, v)| (n.as_str(), v.as_str()));
                 shell::connect_with(&url, header).await
             }
             .into_actor(self)
             .map(move |result, act, ctx| match result {
                 Ok(framed) => {
                     let (sink, stream) = framed.split();
-                    act.current = act.number();
-                    Self::listen(act.current, stream, ctx);
-                    tracing::info!(character = %act.link.core.character(), resumed = act.handle.borrow().is_some(), "gemini session connected");
+                    act.moves.current = act.moves.number();
+                    moving::listen(act.moves.current, stream, ctx);
+                    tracing::info!(character = %act.link.core.character(), resumed = act.moves.handle.borrow().is_some(), "gemini session connected");
                     act.attempt = 0;
-                    act.resumable = false;
+                    act.moves.resumable = false;
                     act.link.connected(sink, ctx);
                     // The setup goes first, with the tools (and the handle of the session it
                     // resumes, if one is held).
@@ -171,143 +110,21 @@ impl GeminiSession {
                 Err(error) => {
                     tracing::warn!(character = %act.link.core.character(), url = %act.link.core.upstream(), %error, "gemini session connection failed");
                     // A handle the provider no longer knows must not fail every attempt.
-                    act.handle.borrow_mut().take();
+                    act.moves.handle.borrow_mut().take();
                     ctx.stop();
                 }
             }),
         );
     }
 
-    /// Opens the connection to move to, when the moment has come: no call running, and a
-    /// handle the session said it can be resumed from. Otherwise the update waits, and says
-    /// why.
-    fn move_when_possible(&mut self, ctx: &mut Context<Self>) {
-        if !self.wanted || self.opening.is_some() || !self.link.core.is_connected() {
-            return;
-        }
-        let blocked = if self.link.core.has_running_calls() {
-            Some(CALL_RUNNING)
-        } else if !self.resumable || self.handle.borrow().is_none() {
-            Some(NO_HANDLE)
-        } else {
-            None
-        };
-        if let Some(reason) = blocked {
-            self.link.core.update_waits(reason.to_owned());
-            return;
-        }
-        self.wanted = false;
-        let setup = self.link.core.current_update();
-        let url = self.link.core.upstream().to_owned();
-        let header = self.header();
-        let planned = self.number();
-        self.opening = Some(Opening {
-            id: planned,
-            half: None,
-        });
-        tracing::debug!(character = %self.link.core.character(), "opening a gemini connection that resumes the session");
-        ctx.spawn(
-            async move {
-                let header = header.as_ref().map(|(n, v)| (*n, v.as_str()));
-                let mut framed = shell::connect_with(&url, header).await?;
-                framed
-                    .send(ws::Message::Text(setup.into()))
-                    .await
-                    .map_err(|e| e.to_string())?;
-                Ok::<_, String>(framed)
-            }
-            .into_actor(self)
-            .map(move |result, act, ctx| {
-                if act.opening.as_ref().map(|o| o.id) != Some(planned) {
-                    return;
-                }
-                match result {
-                    Ok(framed) => {
-                        let (half, stream) = framed.split();
-                        Self::listen(planned, stream, ctx);
-                        act.opening = Some(Opening {
-                            id: planned,
-                            half: Some(half),
-                        });
-                    }
-                    Err(error) => act.opening_failed(&format!("could not connect: {error}"), ctx),
-                }
-            }),
-        );
-    }
-
-    /// The connection being opened failed before it took the setup: the update fails.
-    fn opening_failed(&mut self, reason: &str, ctx: &mut Context<Self>) {
-        self.opening = None;
-        tracing::warn!(character = %self.link.core.character(), %reason, "a new gemini connection failed");
-        self.link
-            .core
-            .update_connection_failed(format!("the new connection failed: {reason}"));
-        shell::run_effects(self, ctx);
-    }
-
-    /// The model called tools on the connection in use while another was being opened: that
-    /// one would resume the session from before the calls. It is dropped, and opened again at
-    /// the next moment.
-    fn abandon_opening(&mut self, ctx: &mut Context<Self>) {
-        if let Some(opening) = self.opening.take() {
-            if let Some(mut half) = opening.half {
-                ctx.spawn(
-                    async move {
-                        let _ = half.send(ws::Message::Close(None)).await;
-                    }
-                    .into_actor(self),
-                );
-            }
-            self.wanted = true;
-        }
-    }
-
-    /// The new connection took the setup: the session moves to it, and the old one is closed.
-    fn move_to(&mut self, id: u64, half: UpstreamHalf, ctx: &mut Context<Self>) {
-        if let Some(mut old) = self.link.sink.take() {
-            let _ = old.write(ws::Message::Close(Some(ws::CloseCode::Normal.into())));
-            // Kept until the provider answers the close and the connection ends.
-            self.retiring.push((self.current, old));
-        }
-        self.current = id;
-        self.resumable = false;
-        self.link.open_sink(half, ctx);
-        self.link.core.switched();
-        tracing::info!(character = %self.link.core.character(), "gemini session moved to a new connection");
-    }
-
     fn on_text(&mut self, id: u64, text: &str, ctx: &mut Context<Self>) {
-        let Signals {
-            resumption,
-            go_away,
-        } = read::signals(text);
-        if let Some((handle, resumable)) = resumption {
-            if let Some(handle) = handle {
-                *self.handle.borrow_mut() = Some(handle);
-                self.link.core.handle_received();
-            }
-            if id == self.current {
-                self.resumable = resumable;
-            }
-        }
-        if let Some(opening) = self.opening.as_mut().filter(|o| o.id == id) {
-            let Ok(super::core::ModelEvent::Updated { .. }) = read::server_message(text) else {
-                return;
-            };
-            let half = opening
-                .half
-                .take()
-                .expect("a connection that answered is open");
-            self.opening = None;
-            self.move_to(id, half, ctx);
-        } else if id != self.current {
-            // The connection left behind: what it still says is not the session's.
+        let (from, go_away) = moving::on_text(self, id, text, ctx);
+        if from == From::Elsewhere {
             return;
         }
         if let Some(left) = go_away {
             tracing::info!(character = %self.link.core.character(), time_left_ms = left.as_millis() as u64, "gemini session going away: moving to a new connection");
-            self.wanted = true;
+            self.moves.wanted = true;
         }
         let character = self.link.core.character().to_owned();
         let calls_before = self.link.core.has_running_calls();
@@ -321,22 +138,17 @@ impl GeminiSession {
             Seen::Pass | Seen::Ours | Seen::Described { .. } => {}
         }
         if !calls_before && self.link.core.has_running_calls() {
-            self.abandon_opening(ctx);
+            moving::abandon_opening(self, ctx);
         }
         shell::run_effects(self, ctx);
-        self.move_when_possible(ctx);
+        moving::move_when_possible(self, ctx);
     }
 
     fn on_frame(&mut self, id: u64, frame: Frame, ctx: &mut Context<Self>) {
         let whole = match frame {
             // Gemini sends its JSON messages as binary frames; either kind is read as text.
-            Frame::Text(bytes) | Frame::Binary(bytes) => {
-                if id == self.current {
-                    self.link.fragments = Reassembly::default();
-                }
-                shell::text_of(bytes).map(Some)
-            }
-            Frame::Continuation(item) if id == self.current => {
+            Frame::Text(bytes) | Frame::Binary(bytes) => shell::text_of(bytes).map(Some),
+            Frame::Continuation(item) if id == self.moves.current => {
                 match self.link.fragments.push(item) {
                     Ok(Some(Whole::Text(text))) => Ok(Some(text)),
                     Ok(Some(Whole::Binary(bytes))) => shell::text_of(bytes).map(Some),
@@ -363,15 +175,10 @@ impl GeminiSession {
         }
     }
 
-    /// Connection `id` closed (or its stream ended): the one in use ends the session (its
-    /// supervisor connects again); the one being opened fails its update with the reason the
-    /// provider gave (Gemini refuses a setup by closing).
+    /// Connection `id` closed: the one in use ends the session (its supervisor connects
+    /// again).
     fn on_close(&mut self, id: u64, reason: Option<String>, ctx: &mut Context<Self>) {
-        self.retiring.retain(|(old, _)| *old != id);
-        if self.opening.as_ref().is_some_and(|o| o.id == id) {
-            let reason = reason.unwrap_or_else(|| "it closed before setupComplete".into());
-            self.opening_failed(&reason, ctx);
-        } else if id == self.current {
+        if moving::closed(self, id, reason.clone(), ctx) {
             tracing::info!(character = %self.link.core.character(), reason = ?reason, "gemini session closed by the server");
             ctx.stop();
         }
@@ -383,6 +190,12 @@ impl GeminiSession {
     }
 }
 
+impl Moving for GeminiSession {
+    fn moves(&mut self) -> &mut Moves {
+        &mut self.moves
+    }
+}
+
 impl Shell for GeminiSession {
     fn link(&mut self) -> &mut Link {
         &mut self.link
@@ -390,12 +203,12 @@ impl Shell for GeminiSession {
 
     fn reconnect(&mut self, _setup: String, ctx: &mut Context<Self>) {
         // The setup is written when the connection opens, with the handle of that moment.
-        self.wanted = true;
-        self.move_when_possible(ctx);
+        self.moves.wanted = true;
+        moving::move_when_possible(self, ctx);
     }
 
     fn call_finished(&mut self, ctx: &mut Context<Self>) {
-        self.move_when_possible(ctx);
+        moving::move_when_possible(self, ctx);
     }
 }
 
@@ -424,10 +237,7 @@ impl Actor for GeminiSession {
         self.link.sink = None;
         self.link.fragments = Reassembly::default();
         self.link.sync_timer = None;
-        self.opening = None;
-        self.retiring.clear();
-        self.wanted = false;
-        self.resumable = false;
+        self.moves.reset();
         if !self.closing {
             self.link.core.set_state(ConnectionState::Backoff);
         }
