@@ -17,6 +17,7 @@ use super::{AppState, ask_router};
 use crate::actors::router::{JoinSession, ResolveRelay};
 use crate::domain::connection::ConnectionKind;
 use crate::session::relay::{self, Relay};
+use crate::session::settings::SessionProtocol;
 use crate::session::shell::MAX_EVENT_BYTES;
 use crate::session::{CloseSession, SessionHandle};
 
@@ -39,6 +40,7 @@ async fn open_relay(
         &state,
         ResolveRelay {
             character: query.character.clone(),
+            protocol: SessionProtocol::OpenaiRealtime,
         },
     )
     .await??;

@@ -23,7 +23,7 @@ pub(crate) mod calls;
 mod client;
 pub(crate) mod core;
 pub(crate) mod gemini;
-mod live;
+pub(crate) mod live;
 pub(crate) mod outbox;
 pub(crate) mod realtime;
 pub(crate) mod relay;

@@ -324,14 +324,7 @@ impl FileSession {
                 if model.is_some_and(str::is_empty) {
                     bail!("key `model`: must not be empty");
                 }
-                if mode == SessionMode::Relay {
-                    bail!(
-                        "key `mode`: gemini-live sessions run in client mode (the server's own \
-                         connection); apps cannot relay a Gemini Live session through the \
-                         server yet"
-                    );
-                }
-                if model.is_none() {
+                if model.is_none() && mode == SessionMode::Client {
                     bail!(
                         "key `model`: a gemini-live session in client mode needs the model its \
                          setup names, e.g. model = \"gemini-live-2.5-flash-preview\""

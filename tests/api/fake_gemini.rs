@@ -26,6 +26,8 @@ pub enum SetupMode {
     Complete,
     /// Never answered.
     Never,
+    /// Answered when the test calls [`FakeGemini::release_setups`].
+    Held,
     /// The connection is closed with this reason (code 1007), as the API refuses a setup.
     Refuse(String),
 }
@@ -59,6 +61,7 @@ pub struct FakeGemini {
     pub url: String,
     shared: Arc<Mutex<Shared>>,
     mode: Arc<Mutex<SetupMode>>,
+    released: Arc<tokio::sync::Semaphore>,
     changed: watch::Sender<u64>,
 }
 
@@ -71,6 +74,7 @@ impl FakeGemini {
             url: format!("ws://127.0.0.1:{port}{BIDI_PATH}"),
             shared: Arc::default(),
             mode: Arc::new(Mutex::new(mode)),
+            released: Arc::new(tokio::sync::Semaphore::new(0)),
             changed,
         };
         let state = web::Data::new(fake.clone());
@@ -89,6 +93,11 @@ impl FakeGemini {
 
     pub fn set_mode(&self, mode: SetupMode) {
         *self.mode.lock().unwrap() = mode;
+    }
+
+    /// Lets `n` held setups be answered.
+    pub fn release_setups(&self, n: usize) {
+        self.released.add_permits(n);
     }
 
     /// No resumption updates on their own from now on (a test sends them).
@@ -152,7 +161,7 @@ impl FakeGemini {
                 "waited {EVENT_DEADLINE:?} for {what}; closes {:?}, open {:?}; received: {:#?}",
                 self.closes(),
                 self.open_connections(),
-                self.messages()
+                self.received()
             ),
         }
     }
@@ -173,7 +182,7 @@ impl FakeGemini {
         self.wait_until(&format!("toolResponse #{n}"), |fake| {
             fake.received()
                 .into_iter()
-                .filter(|r| r.message.get("toolResponse").is_some())
+                .filter(|r| tool_response(&r.message).is_some())
                 .nth(n - 1)
         })
         .await
@@ -243,6 +252,13 @@ impl FakeGemini {
         }
         self.notify();
     }
+}
+
+/// A `toolResponse`, as the API's or the SDK's spelling names it.
+pub fn tool_response(message: &Value) -> Option<&Value> {
+    message
+        .get("toolResponse")
+        .or_else(|| message.get("tool_response"))
 }
 
 /// The tool names of a setup's function declarations, in order.
@@ -325,6 +341,7 @@ async fn handshake(
                 match mode {
                     SetupMode::Complete => {}
                     SetupMode::Never => continue,
+                    SetupMode::Held => fake.released.acquire().await.unwrap().forget(),
                     SetupMode::Refuse(reason) => {
                         let _ = session.close(Some(close(1007, &reason))).await;
                         break;
@@ -334,9 +351,7 @@ async fn handshake(
                     .binary(json!({"setupComplete": {}}).to_string().into_bytes())
                     .await;
                 resumption_update(&fake, connection, &mut session).await;
-            } else if message.get("toolResponse").is_some()
-                || message.get("tool_response").is_some()
-            {
+            } else if tool_response(&message).is_some() {
                 resumption_update(&fake, connection, &mut session).await;
             }
         }

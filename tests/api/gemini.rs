@@ -359,7 +359,7 @@ async fn the_key_goes_in_its_header_and_the_realtime_relay_and_attach_refuse_a_g
         (
             422,
             json!(
-                "Value error, character Mio's session is gemini-live: attach serves openai-realtime sessions only"
+                "Value error, character Mio's session is gemini-live: attach joins openai-realtime calls only"
             )
         )
     );

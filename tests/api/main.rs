@@ -29,6 +29,7 @@ mod fake_gemini;
 mod fake_realtime;
 mod faults;
 mod gemini;
+mod gemini_relay;
 mod guard;
 mod hostile_input;
 mod hostile_schemas;

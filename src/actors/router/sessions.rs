@@ -26,6 +26,8 @@ use crate::session::shell::MODEL_CONNECT_TIMEOUT;
 #[rtype(result = "Result<RelayTarget, RouterError>")]
 pub struct ResolveRelay {
     pub character: Option<String>,
+    /// The protocol the relay speaks; a character whose session speaks another is refused.
+    pub protocol: SessionProtocol,
 }
 
 /// Make `session` one of `role`'s active sessions (a relay, or an application's in-process
@@ -89,7 +91,11 @@ impl Handler<ResolveRelay> for Router {
                 let with: Vec<&Character> = self
                     .characters
                     .iter()
-                    .filter(|c| c.session.is_some())
+                    .filter(|c| {
+                        c.session
+                            .as_ref()
+                            .is_some_and(|s| s.protocol == msg.protocol)
+                    })
                     .collect();
                 match with.as_slice() {
                     [only] => *only,
@@ -105,11 +111,11 @@ impl Handler<ResolveRelay> for Router {
             .session
             .clone()
             .ok_or_else(|| RouterError::NoSession(character.name.to_string()))?;
-        if settings.protocol != SessionProtocol::OpenaiRealtime {
+        if settings.protocol != msg.protocol {
             return Err(RouterError::OtherProtocol {
                 character: character.name.to_string(),
                 protocol: settings.protocol.name(),
-                what: "GET /v1/realtime",
+                relay: msg.protocol,
             });
         }
         Ok(RelayTarget {
@@ -175,12 +181,11 @@ impl Handler<AttachCall> for Router {
         if let Some(s) = session.filter(|s| s.protocol != SessionProtocol::OpenaiRealtime) {
             let refusal = RouterError::AttachRefused {
                 field: "role",
-                reason: RouterError::OtherProtocol {
-                    character: character.name.to_string(),
-                    protocol: s.protocol.name(),
-                    what: "attach",
-                }
-                .to_string(),
+                reason: format!(
+                    "character {}'s session is {}: attach joins openai-realtime calls only",
+                    character.name,
+                    s.protocol.name()
+                ),
             };
             return Box::pin(async move { Err(refusal) });
         }

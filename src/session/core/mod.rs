@@ -305,6 +305,17 @@ impl SessionCore {
             .tool_update(&self.sent_registered, keep, &event_id)
     }
 
+    /// The update that opens the connection when no update of the server's is on its way (a
+    /// relay whose app's setup came while no tool was registered): the session's own settings
+    /// and tools. `None` while one is on its way (it opens the connection).
+    pub(crate) fn own_setup(&mut self) -> Option<String> {
+        if self.sync.in_flight().is_some() {
+            return None;
+        }
+        self.updates_on_connection += 1;
+        Some(self.current_update())
+    }
+
     /// The connection opened for the update in flight failed before it took it (`reason`):
     /// the update is refused.
     pub(crate) fn update_connection_failed(&mut self, reason: String) {
@@ -492,6 +503,11 @@ impl SessionCore {
             } else {
                 if self.sync.in_flight().is_none() {
                     self.sync.changed(None);
+                }
+                if self.protocol.tools_need_new_connection() {
+                    // What changed while the session was held goes in this first update: one
+                    // more would be one more connection.
+                    self.sync.covers_latest();
                 }
                 self.send_update();
             }

@@ -241,6 +241,12 @@ pub enum SyncError {
     /// within the sync timeout; the new tools go at the next such moment.
     #[error("gemini session not resumable: {0}")]
     NotResumable(String),
+    /// An app behind the Gemini relay has not sent its setup, which the tools go in.
+    #[error(
+        "the app has not sent its setup within {} s; the tools go with it when it comes",
+        .0.as_secs_f64()
+    )]
+    NoSetup(Duration),
     /// The session's actor is gone.
     #[error("model session actor is not running")]
     Gone,

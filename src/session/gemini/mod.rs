@@ -8,6 +8,7 @@
 //! Its model goes on by itself once it has the answers of a `toolCall`, which all go in one
 //! `toolResponse` ([`Answers::TogetherPerTurn`]).
 
+pub(crate) mod app;
 pub(crate) mod read;
 
 use std::cell::RefCell;
@@ -223,10 +224,10 @@ impl Serialize for Setup<'_> {
             Some(Value::Object(resumption)) => resumption.clone(),
             _ => Map::new(),
         };
-        match self.handle {
-            Some(handle) => resumption.insert("handle".into(), handle.into()),
-            None => resumption.remove("handle"),
-        };
+        // The session's latest handle; before the first, an app's own (it resumes its session).
+        if let Some(handle) = self.handle {
+            resumption.insert("handle".into(), handle.into());
+        }
         setup.serialize_entry("sessionResumption", &resumption)?;
         setup.end()
     }
