@@ -13,6 +13,7 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply, register};
+use crate::chat_aimock::{Aimock, fixture};
 use crate::child::LineChild;
 use crate::fake_gemini::{BIDI_PATH, FakeGemini, SetupMode, declared, tool_response};
 use crate::fake_realtime::EVENT_DEADLINE;
@@ -239,4 +240,67 @@ async fn what_the_app_sends_while_the_session_moves_is_held_and_goes_in_order_to
         fake.closes()
     );
     assert_valid_for_the_sdk(&fake).await;
+}
+
+#[actix_web::test]
+async fn a_call_and_its_answer_with_aimock_as_the_gemini_live_api() {
+    let aimock = Aimock::start(json!({"fixtures": [
+        fixture("weather in Tokyo?", None,
+                json!({"toolCalls": [{"name": "get_weather", "arguments": {"city": "Tokyo"}}]})),
+        fixture("weather in Tokyo?", Some("sunny"), json!({"content": "It is sunny in Tokyo."})),
+    ]}))
+    .await;
+    let upstream = format!("{}{BIDI_PATH}", aimock.root.replace("http://", "ws://"));
+    let mut settings = settings(&["Mio"]);
+    let mut session = SessionSettings::gemini(Some(&upstream), None);
+    session.mode = SessionMode::Relay;
+    settings.characters[0].session = Some(session);
+    let app = spawn_app_with(settings).await;
+    let callback = CallbackServer::with("/weather", Reply::output(json!("sunny")));
+    register(
+        &app,
+        tool_body("get_weather", &callback.url("/weather"), "plugin:weather"),
+    )
+    .await;
+
+    let mut socket = raw_app(&app).await;
+    let setup = json!({"setup": {"model": "models/gemini-test"}});
+    socket
+        .send(Message::Text(setup.to_string().into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        next_message(&mut socket).await,
+        json!({"setupComplete": {}})
+    );
+    let ask = json!({"clientContent": {"turns": [{"role": "user",
+        "parts": [{"text": "weather in Tokyo?"}]}], "turnComplete": true}});
+    socket
+        .send(Message::Text(ask.to_string().into()))
+        .await
+        .unwrap();
+    // The model's call reaches the app as it came; the server answers it, and the model's
+    // answer follows.
+    let mut text = String::new();
+    loop {
+        let message = next_message(&mut socket).await;
+        if let Some(call) = message.get("toolCall") {
+            assert_eq!(call["functionCalls"][0]["name"], json!("get_weather"));
+        }
+        for part in message["serverContent"]["modelTurn"]["parts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            text.push_str(part["text"].as_str().unwrap_or_default());
+        }
+        if message["serverContent"]["turnComplete"] == json!(true) && !text.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(text, "It is sunny in Tokyo.");
+    assert_eq!(
+        callback.received()[0].json()["arguments"],
+        json!({"city": "Tokyo"})
+    );
 }
