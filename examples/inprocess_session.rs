@@ -73,7 +73,7 @@ impl ScriptedModel {
             acknowledged_tools: self.tools.len(),
             calls_answered: self.calls_answered,
             clashes: Vec::new(),
-            resumption: None,
+            gemini: None,
         }
     }
 }

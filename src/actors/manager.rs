@@ -379,7 +379,7 @@ impl Handler<ReportSession> for SessionManager {
                         acknowledged_tools: 0,
                         calls_answered: 0,
                         clashes: Vec::new(),
-                        resumption: None,
+                        gemini: None,
                     })
                 }
             })
@@ -552,7 +552,7 @@ mod tests {
             acknowledged_tools: tools,
             calls_answered: 0,
             clashes: Vec::new(),
-            resumption: None,
+            gemini: None,
         }
     }
 

@@ -128,11 +128,11 @@ mod twin {
         calls_answered: u64,
         /// Registered tools left out because the app has a tool of the same name.
         clashes: Vec<String>,
-        /// A Gemini Live session's resumption: its handle's age, its connection switches made
-        /// and refused; absent for other kinds of session.
+        /// A Gemini Live session (`kind = "gemini-live"`): its resumption handle's age, its
+        /// moves to a new connection made and refused; absent for other sessions.
         #[serde(skip_serializing_if = "Option::is_none")]
         #[schema(required = false, nullable = false)]
-        resumption: Option<ResumptionReport>,
+        gemini: Option<ResumptionReport>,
     }
 
     /// How a session that takes new tools on a new connection (Gemini Live) resumes itself.
@@ -367,7 +367,7 @@ mod tests {
             acknowledged_tools: 3,
             calls_answered: 7,
             clashes: vec!["get_weather".into()],
-            resumption: (kind == ConnectionKind::Client).then_some(ResumptionReport {
+            gemini: (kind == ConnectionKind::Client).then_some(ResumptionReport {
                 handle_age_ms: Some(1200),
                 switches: 2,
                 refused: 1,

@@ -96,10 +96,10 @@ pub struct ConnectionReport {
     pub calls_answered: u64,
     /// Registered tools left out because the app has a tool of the same name.
     pub clashes: Vec<String>,
-    /// A Gemini Live session's resumption: its handle's age, its connection switches made and
-    /// refused; absent for other kinds of session.
+    /// A Gemini Live session (`kind = "gemini-live"`): its resumption handle's age, its moves
+    /// to a new connection made and refused; absent for other sessions.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub resumption: Option<ResumptionReport>,
+    pub gemini: Option<ResumptionReport>,
 }
 
 /// One active session of a character, as its manager holds it: every tool list goes to `sync`,

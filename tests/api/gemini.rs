@@ -82,9 +82,9 @@ async fn tools_go_in_the_setup_and_a_registration_moves_the_session_to_a_resumed
     let (_, sessions) = app.get("/api/sessions").await;
     let client = &sessions["sessions_by_role"]["Mio"]["connections"][0];
     assert_eq!(client["acknowledged_tools"], json!(1), "{client}");
-    assert_eq!(client["resumption"]["switches"], json!(1), "{client}");
-    assert_eq!(client["resumption"]["refused"], json!(0), "{client}");
-    assert!(client["resumption"]["handle_age_ms"].is_u64(), "{client}");
+    assert_eq!(client["gemini"]["switches"], json!(1), "{client}");
+    assert_eq!(client["gemini"]["refused"], json!(0), "{client}");
+    assert!(client["gemini"]["handle_age_ms"].is_u64(), "{client}");
     assert_valid_for_the_sdk(&fake).await;
 }
 
@@ -208,7 +208,7 @@ async fn a_registration_during_a_running_call_fails_with_the_reason_and_the_sess
     assert_eq!(third.connection, 2);
     assert_eq!(declared(&third.message), ["slow", "later"]);
     let report = loop_until_switched(&app, 2).await;
-    assert_eq!(report["resumption"]["refused"], json!(1), "{report}");
+    assert_eq!(report["gemini"]["refused"], json!(1), "{report}");
     assert_eq!(report["last_sync"]["ok"], json!(true), "{report}");
     assert_eq!(report["acknowledged_tools"], json!(2), "{report}");
     assert_valid_for_the_sdk(&fake).await;
@@ -221,7 +221,7 @@ async fn loop_until_switched(app: &TestApp, switches: u64) -> Value {
     loop {
         let (_, sessions) = app.get("/api/sessions").await;
         let client = sessions["sessions_by_role"]["Mio"]["connections"][0].clone();
-        if client["resumption"]["switches"] == json!(switches)
+        if client["gemini"]["switches"] == json!(switches)
             && client["last_sync"]["ok"] == json!(true)
         {
             return client;

@@ -377,7 +377,7 @@ impl SessionCore {
             acknowledged_tools: self.acknowledged_tools,
             calls_answered: self.calls_answered,
             clashes: self.clashes.clone(),
-            resumption: self.resumption.as_ref().map(Resumption::report),
+            gemini: self.resumption.as_ref().map(Resumption::report),
         }
     }
 
