@@ -24,8 +24,6 @@ pub const BIDI_PATH: &str =
 pub enum SetupMode {
     /// `setupComplete` at once.
     Complete,
-    /// Never answered.
-    Never,
     /// Answered when the test calls [`FakeGemini::release_setups`].
     Held,
     /// The connection is closed with this reason (code 1007), as the API refuses a setup.
@@ -52,8 +50,6 @@ struct Shared {
     closes: Vec<(usize, u16)>,
     /// Handles given out, each naming the number of messages consumed when it was given.
     handles: Vec<String>,
-    /// No resumption updates are sent on their own.
-    quiet: bool,
 }
 
 #[derive(Clone)]
@@ -98,11 +94,6 @@ impl FakeGemini {
     /// Lets `n` held setups be answered.
     pub fn release_setups(&self, n: usize) {
         self.released.add_permits(n);
-    }
-
-    /// No resumption updates on their own from now on (a test sends them).
-    pub fn set_quiet(&self) {
-        self.shared.lock().unwrap().quiet = true;
     }
 
     fn notify(&self) {
@@ -238,20 +229,6 @@ impl FakeGemini {
         shared.handles.push(handle.clone());
         handle
     }
-
-    /// Closes connection `connection` from the server's side.
-    pub async fn close(&self, connection: usize, reason: &str) {
-        let session = self.shared.lock().unwrap().sessions[connection].take();
-        if let Some(session) = session {
-            let _ = session
-                .close(Some(actix_ws::CloseReason {
-                    code: actix_ws::CloseCode::Policy,
-                    description: Some(reason.into()),
-                }))
-                .await;
-        }
-        self.notify();
-    }
 }
 
 /// A `toolResponse`, as the API's or the SDK's spelling names it.
@@ -340,7 +317,6 @@ async fn handshake(
                 let mode = fake.mode.lock().unwrap().clone();
                 match mode {
                     SetupMode::Complete => {}
-                    SetupMode::Never => continue,
                     SetupMode::Held => fake.released.acquire().await.unwrap().forget(),
                     SetupMode::Refuse(reason) => {
                         let _ = session.close(Some(close(1007, &reason))).await;
@@ -363,11 +339,8 @@ async fn handshake(
     Ok(response)
 }
 
-/// A new resumable handle, unless the fake is quiet.
+/// A new resumable handle.
 async fn resumption_update(fake: &FakeGemini, connection: usize, session: &mut actix_ws::Session) {
-    if fake.shared.lock().unwrap().quiet {
-        return;
-    }
     let handle = fake.new_handle(connection);
     let update = json!({"sessionResumptionUpdate": {"newHandle": handle, "resumable": true}});
     let _ = session.binary(update.to_string().into_bytes()).await;

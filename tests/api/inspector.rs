@@ -696,10 +696,10 @@ async fn a_gemini_live_session_shows_its_handle_and_its_moves() {
     fake.nth_setup(2).await;
     browser.open(&app.url("/")).await;
     let facts = browser
-        .wait_xpath(&format!(
+        .wait_xpath(
             "//section[@data-role='Mio']//li[@data-kind='client']\
-             [contains(., '1 moves to a new connection')]"
-        ))
+             [contains(., '1 moves to a new connection')]",
+        )
         .await;
     let text = facts.text().await.unwrap();
     for shown in ["Gemini Live", "handle", "old", "0 refused"] {
