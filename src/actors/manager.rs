@@ -225,26 +225,28 @@ impl SessionManager {
                 None
             });
             let upstream = Some(settings.url.clone());
+            let (name, tools) = (character.clone(), tool_list(&tools));
+            let (launched, dispatcher) = (settings.clone(), dispatcher.clone());
             let handle = match settings.protocol {
                 SessionProtocol::OpenaiRealtime => {
                     let client = RealtimeSession::launch(
-                        character.clone(),
-                        settings.clone(),
+                        name,
+                        launched,
                         api_key,
-                        dispatcher.clone(),
+                        dispatcher,
                         events.clone(),
-                        tool_list(&tools),
+                        tools,
                     );
                     SessionHandle::new(ConnectionKind::Client, upstream, &client)
                 }
                 SessionProtocol::GeminiLive => {
                     let client = GeminiSession::launch(
-                        character.clone(),
-                        settings.clone(),
+                        name,
+                        launched,
                         api_key,
-                        dispatcher.clone(),
+                        dispatcher,
                         events.clone(),
-                        tool_list(&tools),
+                        tools,
                     );
                     SessionHandle::new(ConnectionKind::Client, upstream, &client)
                 }

@@ -9,18 +9,15 @@
 //! relay, the relay joins the character's sessions before the handshake is answered, so it has
 //! the current tools before the app's setup.
 
-use actix_web::body::{BodyStream, MessageBody};
 use actix_web::{HttpRequest, HttpResponse, web};
 
 use super::error::ApiError;
 use super::{AppState, ask_router};
-use crate::actors::router::{JoinSession, ResolveRelay};
-use crate::domain::connection::ConnectionKind;
+use crate::actors::router::ResolveRelay;
 use crate::session::live::{GeminiRelay, connect_gemini};
 use crate::session::relay::RelayQuery;
 use crate::session::settings::SessionProtocol;
 use crate::session::shell::MAX_EVENT_BYTES;
-use crate::session::{CloseSession, SessionHandle};
 
 /// The Gemini Live API's paths, as the SDKs build them from a base URL (with a custom base URL
 /// the Python SDK asks for `v1`).
@@ -90,20 +87,5 @@ async fn open_gemini_relay(
         state.dispatcher.clone(),
         state.events.clone(),
     );
-    let joined = ask_router(
-        &state,
-        JoinSession {
-            role: target.character,
-            session: SessionHandle::new(ConnectionKind::Relay, Some(url), &relay),
-        },
-    )
-    .await;
-    if let Err(e) = joined.and_then(|r| r.map_err(ApiError::from)) {
-        relay.do_send(CloseSession);
-        return Err(e);
-    }
-    let response = actix_http::ws::handshake_response(req.head())
-        .message_body(BodyStream::new(body).boxed())
-        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
-    Ok(response.into())
+    super::realtime::join_and_answer(&req, &state, target.character, url, &relay, body).await
 }

@@ -76,15 +76,7 @@ impl Protocol for Gemini {
     fn images(&self, result: &ToolResult, _event_id: &str) -> String {
         let mut parts = Vec::with_capacity(result.images.len() * 2);
         for image in &result.images {
-            let mut caption = format!(
-                "Image from tool {} (call_id {})",
-                result.name, result.call_id
-            );
-            if !image.vision_prompt.is_empty() {
-                caption.push_str(": ");
-                caption.push_str(&image.vision_prompt);
-            }
-            parts.push(json!({"text": caption}));
+            parts.push(json!({"text": result.image_caption(image)}));
             parts.push(json!({"inlineData": {"mimeType": image.mime, "data": image.data_b64}}));
         }
         json!({"clientContent": {"turns": [{"role": "user", "parts": parts}], "turnComplete": true}})

@@ -31,7 +31,8 @@ use crate::session::gemini::app::app_setup;
 use crate::session::gemini::read;
 use crate::session::gemini::{API_KEY_HEADER, Gemini};
 use crate::session::outbox::{
-    AppOutbox, MAX_APP_QUEUE_BYTES, NOT_READING_CODE, OutboxBody, not_reading_reason,
+    AppOutbox, MAX_APP_QUEUE_BYTES, NOT_READING_CODE, OutboxBody, RelaysApp, closed_by_server,
+    not_reading_reason, on_app_frame, on_app_gone,
 };
 use crate::session::relay::{AppStream, UPSTREAM_LOST_CODE};
 use crate::session::settings::SessionSettings;
@@ -131,18 +132,6 @@ impl GeminiRelay {
         (relay, body)
     }
 
-    fn send_to_app(&mut self, message: Message, ctx: &mut Context<Self>) {
-        if self.app.send(message).is_err() {
-            let reason = CloseReason {
-                code: CloseCode::Other(NOT_READING_CODE),
-                description: Some(not_reading_reason()),
-            };
-            tracing::warn!(character = %self.link.core.character(), limit = MAX_APP_QUEUE_BYTES, "closing a gemini relay whose app stopped reading");
-            self.app.abort(reason.clone());
-            self.end(None, Some(Some(reason)), ctx);
-        }
-    }
-
     /// A message of the API's, as text, with the frame it came in (passed on as it came).
     fn upstream_message(&mut self, id: u64, text: &str, frame: Message, ctx: &mut Context<Self>) {
         let (from, _) = moving::on_text(self, id, text, ctx);
@@ -177,66 +166,10 @@ impl GeminiRelay {
         moving::move_when_possible(self, ctx);
     }
 
-    fn app_message(&mut self, message: Whole, ctx: &mut Context<Self>) {
-        let message = match message {
-            Whole::Text(text) if !self.setup_sent => {
-                self.setup_sent = true;
-                match app_setup(&text) {
-                    Some(setup) => {
-                        self.app_resumes = setup.resumes;
-                        let core = &mut self.link.core;
-                        core.described(setup.own, Some(setup.settings));
-                        // With tools registered the merged setup is on its way already.
-                        if let Some(own) = core.own_setup() {
-                            shell::send_upstream(self, ws::Message::Text(own.into()), ctx);
-                        }
-                        shell::run_effects(self, ctx);
-                        return;
-                    }
-                    None => ws::Message::Text(text),
-                }
-            }
-            Whole::Text(text) => ws::Message::Text(text),
-            Whole::Binary(bytes) if !self.setup_sent => {
-                match std::str::from_utf8(&bytes).ok().and_then(app_setup) {
-                    Some(_) => return self.app_message(Whole::Text(text_of(bytes)), ctx),
-                    None => ws::Message::Binary(bytes),
-                }
-            }
-            Whole::Binary(bytes) => ws::Message::Binary(bytes),
-        };
-        if self.moves.is_opening() {
-            self.held.push_back(message);
-        } else {
-            shell::send_upstream(self, message, ctx);
-        }
-    }
-
     /// Sends what the app sent while the session was moving, in order.
     fn release_held(&mut self, ctx: &mut Context<Self>) {
         while let Some(message) = self.held.pop_front() {
             shell::send_upstream(self, message, ctx);
-        }
-    }
-
-    /// Ends the relay: `to_app` goes to the app, `to_upstream` upstream (`None`: that side is
-    /// already gone).
-    fn end(
-        &mut self,
-        to_app: Option<Option<CloseReason>>,
-        to_upstream: Option<Option<CloseReason>>,
-        ctx: &mut Context<Self>,
-    ) {
-        if self.ending {
-            return;
-        }
-        self.ending = true;
-        if let Some(reason) = to_app {
-            self.app.close(reason);
-        }
-        match to_upstream {
-            Some(reason) => shell::close_upstream(self, reason, ctx),
-            None => ctx.stop(),
         }
     }
 
@@ -330,6 +263,88 @@ impl Moving for GeminiRelay {
     }
 }
 
+impl RelaysApp for GeminiRelay {
+    fn ending(&self) -> bool {
+        self.ending
+    }
+
+    fn character(&self) -> &str {
+        self.link.core.character()
+    }
+
+    fn app_fragments(&mut self) -> &mut Reassembly {
+        &mut self.from_app
+    }
+
+    fn send_to_app(&mut self, message: Message, ctx: &mut Self::Context) {
+        if self.app.send(message).is_err() {
+            let reason = CloseReason {
+                code: CloseCode::Other(NOT_READING_CODE),
+                description: Some(not_reading_reason()),
+            };
+            tracing::warn!(character = %self.link.core.character(), limit = MAX_APP_QUEUE_BYTES, "closing a gemini relay whose app stopped reading");
+            self.app.abort(reason.clone());
+            self.end(None, Some(Some(reason)), ctx);
+        }
+    }
+
+    fn app_message(&mut self, message: Whole, ctx: &mut Self::Context) {
+        let message = match message {
+            Whole::Text(text) if !self.setup_sent => {
+                self.setup_sent = true;
+                match app_setup(&text) {
+                    Some(setup) => {
+                        self.app_resumes = setup.resumes;
+                        let core = &mut self.link.core;
+                        core.described(setup.own, Some(setup.settings));
+                        // With tools registered the merged setup is on its way already.
+                        if let Some(own) = core.own_setup() {
+                            shell::send_upstream(self, ws::Message::Text(own.into()), ctx);
+                        }
+                        shell::run_effects(self, ctx);
+                        return;
+                    }
+                    None => ws::Message::Text(text),
+                }
+            }
+            Whole::Text(text) => ws::Message::Text(text),
+            Whole::Binary(bytes) if !self.setup_sent => {
+                match std::str::from_utf8(&bytes).ok().and_then(app_setup) {
+                    Some(_) => return self.app_message(Whole::Text(text_of(bytes)), ctx),
+                    None => ws::Message::Binary(bytes),
+                }
+            }
+            Whole::Binary(bytes) => ws::Message::Binary(bytes),
+        };
+        if self.moves.is_opening() {
+            self.held.push_back(message);
+        } else {
+            shell::send_upstream(self, message, ctx);
+        }
+    }
+
+    /// Ends the relay: `to_app` goes to the app, `to_upstream` upstream (`None`: that side is
+    /// already gone).
+    fn end(
+        &mut self,
+        to_app: Option<Option<CloseReason>>,
+        to_upstream: Option<Option<CloseReason>>,
+        ctx: &mut Self::Context,
+    ) {
+        if self.ending {
+            return;
+        }
+        self.ending = true;
+        if let Some(reason) = to_app {
+            self.app.close(reason);
+        }
+        match to_upstream {
+            Some(reason) => shell::close_upstream(self, reason, ctx),
+            None => ctx.stop(),
+        }
+    }
+}
+
 impl Shell for GeminiRelay {
     fn link(&mut self) -> &mut Link {
         &mut self.link
@@ -411,49 +426,11 @@ impl Handler<Tagged> for GeminiRelay {
 /// Frames from the app.
 impl StreamHandler<Result<Message, ProtocolError>> for GeminiRelay {
     fn handle(&mut self, message: Result<Message, ProtocolError>, ctx: &mut Self::Context) {
-        if self.ending {
-            return;
-        }
-        let whole = match message {
-            Ok(Message::Text(text)) => Ok(Some(Whole::Text(text))),
-            Ok(Message::Binary(bytes)) => Ok(Some(Whole::Binary(bytes))),
-            Ok(Message::Continuation(item)) => self.from_app.push(item),
-            Ok(Message::Ping(payload)) => {
-                self.send_to_app(Message::Pong(payload), ctx);
-                Ok(None)
-            }
-            Ok(Message::Pong(_) | Message::Nop) => Ok(None),
-            Ok(Message::Close(reason)) => {
-                tracing::debug!(character = %self.link.core.character(), ?reason, "gemini relay: the app closed");
-                self.end(Some(reason.clone()), Some(reason), ctx);
-                return;
-            }
-            Err(ProtocolError::Io(_)) => {
-                StreamHandler::<Result<Message, ProtocolError>>::finished(self, ctx);
-                return;
-            }
-            Err(e) => Err(e.to_string()),
-        };
-        match whole {
-            Ok(Some(message)) => self.app_message(message, ctx),
-            Ok(None) => {}
-            Err(error) => {
-                tracing::warn!(character = %self.link.core.character(), %error, "gemini relay: the app's side broke");
-                let reason = CloseReason {
-                    code: CloseCode::Protocol,
-                    description: Some("the app's connection broke".into()),
-                };
-                self.end(Some(Some(reason.clone())), Some(Some(reason)), ctx);
-            }
-        }
+        on_app_frame(self, message, ctx);
     }
 
     fn finished(&mut self, ctx: &mut Self::Context) {
-        let reason = CloseReason {
-            code: CloseCode::Away,
-            description: Some("the app's connection ended without a close frame".into()),
-        };
-        self.end(Some(None), Some(Some(reason)), ctx);
+        on_app_gone(self, ctx);
     }
 }
 
@@ -464,10 +441,7 @@ impl Handler<CloseSession> for GeminiRelay {
 
     /// Both sides are closed, going away. The reply comes when the relay is gone.
     fn handle(&mut self, _: CloseSession, ctx: &mut Self::Context) -> Self::Result {
-        let reason = CloseReason {
-            code: CloseCode::Away,
-            description: Some("the character's sessions were closed by the server".into()),
-        };
+        let reason = closed_by_server();
         self.end(Some(Some(reason.clone())), Some(Some(reason)), ctx);
         self.link.closed()
     }

@@ -69,15 +69,7 @@ impl Protocol for Realtime {
 pub(crate) fn image_message(result: &ToolResult, event_id: &str) -> String {
     let mut content = Vec::with_capacity(result.images.len() * 2);
     for image in &result.images {
-        let mut caption = format!(
-            "Image from tool {} (call_id {})",
-            result.name, result.call_id
-        );
-        if !image.vision_prompt.is_empty() {
-            caption.push_str(": ");
-            caption.push_str(&image.vision_prompt);
-        }
-        content.push(json!({"type": "input_text", "text": caption}));
+        content.push(json!({"type": "input_text", "text": result.image_caption(image)}));
         content.push(json!({"type": "input_image", "image_url": image.data_url()}));
     }
     json!({
