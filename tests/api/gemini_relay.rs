@@ -304,3 +304,56 @@ async fn a_call_and_its_answer_with_aimock_as_the_gemini_live_api() {
         json!({"city": "Tokyo"})
     );
 }
+
+#[actix_web::test]
+async fn a_move_whose_connection_never_takes_its_setup_is_given_up_and_the_held_messages_go_on() {
+    let fake = FakeGemini::start(SetupMode::Complete).await;
+    let mut settings = settings(&["Mio"]);
+    let mut session = SessionSettings::gemini(Some(&fake.url), None);
+    session.mode = SessionMode::Relay;
+    session.sync_timeout = std::time::Duration::from_secs(1);
+    settings.characters[0].session = Some(session);
+    let app = spawn_app_with(settings).await;
+    let mut socket = raw_app(&app).await;
+    let setup = json!({"setup": {"model": "models/gemini-test"}});
+    socket
+        .send(Message::Text(setup.to_string().into()))
+        .await
+        .unwrap();
+    assert_eq!(
+        next_message(&mut socket).await,
+        json!({"setupComplete": {}})
+    );
+
+    // The API never answers the new connection's setup: the registration fails at its sync
+    // timeout, and the move is given up after the connect bound and that timeout.
+    fake.set_mode(SetupMode::Held);
+    let callback = CallbackServer::with("/weather", Reply::output(json!({})));
+    let (_, answer) = app
+        .register(&tool_body(
+            "get_weather",
+            &callback.url("/weather"),
+            "plugin:w",
+        ))
+        .await;
+    assert_eq!(
+        answer["failed_roles"],
+        json!([{"role": "Mio",
+                "error": "gemini session did not take the new tools (no setupComplete within 1 s)"}])
+    );
+    fake.nth_setup(2).await;
+    let content = json!({"clientContent": {"turns": [{"role": "user", "parts": [{"text": "hi"}]}],
+                                           "turnComplete": true}});
+    socket
+        .send(Message::Text(content.to_string().into()))
+        .await
+        .unwrap();
+    let delivered = fake
+        .wait_until("the held message", |f| {
+            f.received()
+                .into_iter()
+                .find(|r| r.message.get("clientContent").is_some())
+        })
+        .await;
+    assert_eq!(delivered.connection, 0, "on the connection still in use");
+}

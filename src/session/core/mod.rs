@@ -586,6 +586,9 @@ impl SessionCore {
                     }
                     SyncError::NotResumable(reason)
                 }
+                None if self.protocol.tools_need_new_connection() => {
+                    SyncError::NoSetupComplete(self.sync_timeout)
+                }
                 None => SyncError::NotAcknowledged(self.sync_timeout),
             }
         } else {

@@ -227,6 +227,12 @@ pub enum SyncError {
         .0.as_secs_f64()
     )]
     NotAcknowledged(Duration),
+    /// A Gemini Live session's new connection did not take the setup within the sync timeout.
+    #[error(
+        "gemini session did not take the new tools (no setupComplete within {} s)",
+        .0.as_secs_f64()
+    )]
+    NoSetupComplete(Duration),
     /// The connection ended first.
     #[error("model session closed before acknowledging the tool update")]
     Closed,

@@ -18,7 +18,7 @@ use futures_util::stream::{self, StreamExt};
 use super::super::core::ModelEvent;
 use super::super::gemini::Resumption;
 use super::super::gemini::read::{self, Signals};
-use super::super::shell::{self, Shell, UpstreamHalf, UpstreamSink};
+use super::super::shell::{self, MODEL_CONNECT_TIMEOUT, Shell, UpstreamHalf, UpstreamSink};
 
 /// Why a new tool list waits: the words `failed_roles` gives when no moment comes in time.
 const CALL_RUNNING: &str = "a tool call is running";
@@ -228,6 +228,20 @@ pub(crate) fn move_when_possible<A: Moving>(act: &mut A, ctx: &mut Context<A>) {
         half: None,
     });
     tracing::debug!(character = %act.link().core.character(), "opening a gemini connection that resumes the session");
+    // A connection that never takes its setup is given up, so the session (and what a relay's
+    // app sends meanwhile) does not wait on it without end.
+    let bound = MODEL_CONNECT_TIMEOUT + act.link().core.sync_timeout();
+    ctx.run_later(bound, move |act, ctx| {
+        if act
+            .moves()
+            .opening
+            .as_ref()
+            .is_some_and(|o| o.id == planned)
+        {
+            let reason = format!("no setupComplete within {} s", bound.as_secs_f64());
+            opening_failed(act, &reason, ctx);
+        }
+    });
     ctx.spawn(
         async move {
             let header = header.as_ref().map(|(n, v)| (n.as_str(), v.as_str()));

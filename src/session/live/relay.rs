@@ -36,7 +36,9 @@ use crate::session::outbox::{
 };
 use crate::session::relay::{AppStream, UPSTREAM_LOST_CODE};
 use crate::session::settings::SessionSettings;
-use crate::session::shell::{self, Link, Reassembly, Shell, UpstreamSocket, Whole};
+use crate::session::shell::{
+    self, Link, MAX_UPSTREAM_QUEUE_BYTES, Reassembly, Shell, UpstreamSocket, Whole,
+};
 use crate::session::{CloseSession, ConnectionState};
 
 /// A connected upstream websocket, where it goes, and the key it was opened with.
@@ -76,8 +78,9 @@ pub(crate) struct GeminiRelay {
     setup_answered: bool,
     /// The app asked for resumption updates itself.
     app_resumes: bool,
-    /// What the app sent while the session was moving, in order.
+    /// What the app sent while the session was moving, in order, and its size.
     held: VecDeque<ws::Message>,
+    held_bytes: usize,
     /// Closing: frames still arriving are dropped.
     ending: bool,
 }
@@ -126,6 +129,7 @@ impl GeminiRelay {
                 setup_answered: false,
                 app_resumes: false,
                 held: VecDeque::new(),
+                held_bytes: 0,
                 ending: false,
             }
         });
@@ -168,6 +172,7 @@ impl GeminiRelay {
 
     /// Sends what the app sent while the session was moving, in order.
     fn release_held(&mut self, ctx: &mut Context<Self>) {
+        self.held_bytes = 0;
         while let Some(message) = self.held.pop_front() {
             shell::send_upstream(self, message, ctx);
         }
@@ -228,6 +233,15 @@ impl GeminiRelay {
         } else if id == self.moves.current {
             ctx.stop();
         }
+    }
+}
+
+/// What a held message counts towards the bound on held messages.
+fn held_len(message: &ws::Message) -> usize {
+    match message {
+        ws::Message::Text(text) => text.len(),
+        ws::Message::Binary(bytes) => bytes.len(),
+        _ => 0,
     }
 }
 
@@ -317,7 +331,12 @@ impl RelaysApp for GeminiRelay {
             Whole::Binary(bytes) => ws::Message::Binary(bytes),
         };
         if self.moves.is_opening() {
+            self.held_bytes += held_len(&message);
             self.held.push_back(message);
+            if self.held_bytes > MAX_UPSTREAM_QUEUE_BYTES {
+                // As a model that stops reading: the app is told why, and the relay ends.
+                self.model_not_reading(ctx);
+            }
         } else {
             shell::send_upstream(self, message, ctx);
         }
