@@ -73,6 +73,7 @@ impl ScriptedModel {
             acknowledged_tools: self.tools.len(),
             calls_answered: self.calls_answered,
             clashes: Vec::new(),
+            gemini: None,
         }
     }
 }

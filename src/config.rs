@@ -289,6 +289,60 @@ mod tests {
     }
 
     #[test]
+    fn a_gemini_live_session_is_read_and_its_mistakes_named() {
+        use crate::session::settings::{GEMINI_URL, SessionProtocol};
+        let session = |extra: &str| {
+            format!(
+                "[[character]]\nname = \"Mio\"\n[character.session]\nkind = \"gemini-live\"\n\
+                 {extra}"
+            )
+        };
+        let settings = Settings::from_toml(&session("model = \"gemini-live-2.5-flash\"\n"))
+            .unwrap()
+            .characters
+            .remove(0)
+            .session
+            .unwrap();
+        assert_eq!(settings.protocol, SessionProtocol::GeminiLive);
+        assert_eq!(settings.url, GEMINI_URL);
+        assert_eq!(
+            settings.model.as_deref(),
+            Some("models/gemini-live-2.5-flash")
+        );
+        let own = Settings::from_toml(&session(
+            "model = \"tunedModels/mine\"\nurl = \"ws://127.0.0.1:9/live\"\n",
+        ))
+        .unwrap()
+        .characters
+        .remove(0)
+        .session
+        .unwrap();
+        assert_eq!(
+            (own.url.as_str(), own.model.as_deref()),
+            ("ws://127.0.0.1:9/live", Some("tunedModels/mine"))
+        );
+        let e = error_of(&session(""));
+        assert!(e.contains("key `model`"), "{e}");
+        let e = error_of(&session("model = \"m\"\ndialect = \"qwen\"\n"));
+        assert!(e.contains("key `dialect`"), "{e}");
+        // In relay mode the app's own setup names the model.
+        let relayed = Settings::from_toml(&session("mode = \"relay\"\n")).unwrap();
+        assert_eq!(relayed.characters[0].session.as_ref().unwrap().model, None);
+        let e = error_of(
+            "[[character]]\nname = \"Mio\"\n[character.session]\nkind = \"openai-realtime\"\n\
+             url = \"ws://127.0.0.1:9/v1/realtime\"\nmodel = \"m\"\n",
+        );
+        assert!(
+            e.contains("key `model`") && e.contains("gemini-live"),
+            "{e}"
+        );
+        let e = error_of(
+            "[[character]]\nname = \"Mio\"\n[character.session]\nkind = \"openai-realtime\"\n",
+        );
+        assert!(e.contains("key `url`"), "{e}");
+    }
+
+    #[test]
     fn calls_are_cancelled_on_interruption_unless_switched_off() {
         let session = |extra: &str| {
             format!(

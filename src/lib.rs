@@ -52,7 +52,7 @@ pub use config::{Settings, parse_bind};
 pub use dispatch::settings::DispatchSettings;
 pub use events::{EventHub, EventKind, EventSettings};
 pub use mcp::settings::{McpServerSettings, McpTransport};
-pub use session::settings::{Dialect, SessionMode, SessionSettings};
+pub use session::settings::{Dialect, SessionMode, SessionProtocol, SessionSettings};
 pub use startup::{Application, Stopper};
 
 // The router and the messages it takes.
@@ -81,8 +81,8 @@ pub mod embedding {
     pub use crate::events::{Caller, ToolCallFinished};
     pub use crate::session::core::rfc3339_now;
     pub use crate::session::{
-        CloseSession, ConnectionReport, ConnectionState, SessionHandle, SessionStatus, SyncError,
-        SyncOutcome, SyncTools,
+        CloseSession, ConnectionReport, ConnectionState, ResumptionReport, SessionHandle,
+        SessionStatus, SyncError, SyncOutcome, SyncTools,
     };
 }
 

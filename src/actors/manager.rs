@@ -37,11 +37,13 @@ use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
 use crate::session::attach::{Attachment, JoinError, Joined};
 use crate::session::settings::Dialect;
-use crate::session::settings::{DEFAULT_SYNC_TIMEOUT, SessionMode, SessionSettings};
-use crate::session::shell::MODEL_CONNECT_TIMEOUT;
+use crate::session::settings::{
+    DEFAULT_SYNC_TIMEOUT, SessionMode, SessionProtocol, SessionSettings,
+};
+use crate::session::shell::{MODEL_CONNECT_TIMEOUT, SYNC_FALLBACK_MARGIN};
 use crate::session::{
-    CloseSession, ConnectionReport, ConnectionState, RealtimeSession, SessionHandle, SessionStatus,
-    SyncError, SyncOutcome, SyncTools,
+    CloseSession, ConnectionReport, ConnectionState, GeminiSession, RealtimeSession, SessionHandle,
+    SessionStatus, SyncError, SyncOutcome, SyncTools,
 };
 
 /// Apply change number `number` to this character's tools, publish the result and sync the
@@ -222,19 +224,34 @@ impl SessionManager {
                 tracing::warn!(character = %character, error = %format!("{e:#}"), "connecting without an API key");
                 None
             });
-            let client = RealtimeSession::launch(
-                character.clone(),
-                settings.clone(),
-                api_key,
-                dispatcher.clone(),
-                events.clone(),
-                tool_list(&tools),
-            );
-            sessions.push(SessionHandle::new(
-                ConnectionKind::Client,
-                Some(settings.url.clone()),
-                &client,
-            ));
+            let upstream = Some(settings.url.clone());
+            let (name, tools) = (character.clone(), tool_list(&tools));
+            let (launched, dispatcher) = (settings.clone(), dispatcher.clone());
+            let handle = match settings.protocol {
+                SessionProtocol::OpenaiRealtime => {
+                    let client = RealtimeSession::launch(
+                        name,
+                        launched,
+                        api_key,
+                        dispatcher,
+                        events.clone(),
+                        tools,
+                    );
+                    SessionHandle::new(ConnectionKind::Client, upstream, &client)
+                }
+                SessionProtocol::GeminiLive => {
+                    let client = GeminiSession::launch(
+                        name,
+                        launched,
+                        api_key,
+                        dispatcher,
+                        events.clone(),
+                        tools,
+                    );
+                    SessionHandle::new(ConnectionKind::Client, upstream, &client)
+                }
+            };
+            sessions.push(handle);
         }
         SessionManager::create(|ctx| {
             // An unbounded mailbox never parks the router, so messages to one manager are queued
@@ -285,7 +302,10 @@ impl SessionManager {
                 let kind = s.kind;
                 let reply = s.sync.send(SyncTools(tools.clone()));
                 async move {
-                    let outcome = match tokio::time::timeout(timeout, reply).await {
+                    // The session settles its update itself within `timeout`; this bound only
+                    // catches one that never answers.
+                    let bound = timeout + 2 * SYNC_FALLBACK_MARGIN;
+                    let outcome = match tokio::time::timeout(bound, reply).await {
                         Ok(Ok(outcome)) => outcome,
                         Ok(Err(_)) => Err(SyncError::Gone),
                         Err(_) => Err(SyncError::NotAcknowledged(timeout)),
@@ -361,6 +381,7 @@ impl Handler<ReportSession> for SessionManager {
                         acknowledged_tools: 0,
                         calls_answered: 0,
                         clashes: Vec::new(),
+                        gemini: None,
                     })
                 }
             })
@@ -533,6 +554,7 @@ mod tests {
             acknowledged_tools: tools,
             calls_answered: 0,
             clashes: Vec::new(),
+            gemini: None,
         }
     }
 

@@ -126,13 +126,13 @@ impl From<RouterError> for ApiError {
                 ApiError::NotFound(e.to_string())
             }
             // The relay's query names the character (or must).
-            RouterError::NoSession(_) | RouterError::CharacterRequired(_) => {
-                ApiError::Validation(vec![FieldError {
-                    loc: vec!["query".into(), "character".into()],
-                    msg: e.to_string(),
-                    kind: "value_error",
-                }])
-            }
+            RouterError::NoSession(_)
+            | RouterError::CharacterRequired(_)
+            | RouterError::OtherProtocol { .. } => ApiError::Validation(vec![FieldError {
+                loc: vec!["query".into(), "character".into()],
+                msg: e.to_string(),
+                kind: "value_error",
+            }]),
             RouterError::AttachRefused { field, ref reason } => {
                 ApiError::Validation(vec![FieldError::body(
                     field,

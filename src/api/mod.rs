@@ -10,6 +10,7 @@ pub(crate) mod body;
 mod chat;
 pub(crate) mod error;
 mod events;
+mod gemini;
 pub(crate) mod guard;
 mod inspector;
 mod invoke;
@@ -78,6 +79,7 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
         .configure(invoke::configure)
         .configure(sessions::configure)
         .configure(realtime::configure)
+        .configure(gemini::configure)
         .configure(chat::configure)
         .configure(events::configure)
         .configure(mcp::configure)

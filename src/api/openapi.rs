@@ -37,7 +37,7 @@ use crate::domain::connection::ConnectionKind;
 use crate::mcp::mapping::Skipped;
 use crate::mcp::runtime::McpStage;
 use crate::mcp::status::{McpServerReport, McpState, RuntimeMcpReport, RuntimeMcpState};
-use crate::session::{ConnectionReport, ConnectionState, SyncOutcome};
+use crate::session::{ConnectionReport, ConnectionState, ResumptionReport, SyncOutcome};
 
 /// Where the document is served.
 pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
@@ -85,6 +85,7 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         SessionsResponse,
         SessionReport,
         ConnectionReport,
+        ResumptionReport,
         ConnectionKind,
         SyncOutcome,
         ConnectionState,

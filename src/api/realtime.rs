@@ -8,6 +8,8 @@
 //! the relay has the current tools before the app's first event. Failures before the upgrade
 //! answer as every route does (JSON error bodies); the model refusing the connection is a 502.
 
+use actix::dev::ToEnvelope;
+use actix::{Actor, Addr, Handler};
 use actix_web::body::{BodyStream, MessageBody};
 use actix_web::http::header::AUTHORIZATION;
 use actix_web::{HttpRequest, HttpResponse, web};
@@ -16,9 +18,11 @@ use super::error::ApiError;
 use super::{AppState, ask_router};
 use crate::actors::router::{JoinSession, ResolveRelay};
 use crate::domain::connection::ConnectionKind;
+use crate::session::outbox::OutboxBody;
 use crate::session::relay::{self, Relay};
+use crate::session::settings::SessionProtocol;
 use crate::session::shell::MAX_EVENT_BYTES;
-use crate::session::{CloseSession, SessionHandle};
+use crate::session::{CloseSession, SessionHandle, SessionStatus, SyncTools};
 
 /// Where apps connect; `websocket_base_url` is this without `/realtime`.
 pub(crate) const RELAY_PATH: &str = "/v1/realtime";
@@ -39,6 +43,7 @@ async fn open_relay(
         &state,
         ResolveRelay {
             character: query.character.clone(),
+            protocol: SessionProtocol::OpenaiRealtime,
         },
     )
     .await??;
@@ -61,11 +66,29 @@ async fn open_relay(
         state.dispatcher.clone(),
         state.events.clone(),
     );
+    join_and_answer(&req, &state, target.character, url, &relay, body).await
+}
+
+/// Makes an opened relay one of `character`'s sessions, then answers the app's handshake with
+/// the relay's outbox as the response's body; a relay that cannot join is closed.
+pub(super) async fn join_and_answer<A>(
+    req: &HttpRequest,
+    state: &web::Data<AppState>,
+    character: String,
+    url: String,
+    relay: &Addr<A>,
+    body: OutboxBody,
+) -> Result<HttpResponse, ApiError>
+where
+    A: Actor + Handler<SyncTools> + Handler<SessionStatus> + Handler<CloseSession>,
+    A::Context:
+        ToEnvelope<A, SyncTools> + ToEnvelope<A, SessionStatus> + ToEnvelope<A, CloseSession>,
+{
     let joined = ask_router(
-        &state,
+        state,
         JoinSession {
-            role: target.character,
-            session: SessionHandle::new(ConnectionKind::Relay, Some(url), &relay),
+            role: character,
+            session: SessionHandle::new(ConnectionKind::Relay, Some(url), relay),
         },
     )
     .await;

@@ -18,7 +18,7 @@ use crate::domain::connection::ConnectionKind;
 use crate::mcp::mapping::Skipped;
 use crate::mcp::runtime::McpStage;
 use crate::mcp::status::{McpServerReport, McpState, RuntimeMcpReport, RuntimeMcpState};
-use crate::session::{ConnectionReport, ConnectionState, SyncOutcome};
+use crate::session::{ConnectionReport, ConnectionState, ResumptionReport, SyncOutcome};
 
 /// Gives each real type its twin's schema, under the same name.
 macro_rules! described_by_twin {
@@ -47,6 +47,7 @@ described_by_twin!(
     ConnectionState,
     ConnectionReport,
     SyncOutcome,
+    ResumptionReport,
     ConnectionKind,
     ChatFailure,
     ToolsRefused,
@@ -127,6 +128,23 @@ mod twin {
         calls_answered: u64,
         /// Registered tools left out because the app has a tool of the same name.
         clashes: Vec<String>,
+        /// A Gemini Live session (`kind = "gemini-live"`): its resumption handle's age, its
+        /// moves to a new connection made and refused; absent for other sessions.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        #[schema(required = false, nullable = false)]
+        gemini: Option<ResumptionReport>,
+    }
+
+    /// How a session that takes new tools on a new connection (Gemini Live) resumes itself.
+    #[derive(Serialize, ToSchema)]
+    pub(super) struct ResumptionReport {
+        /// Milliseconds since the latest resumption handle came; null before the first.
+        #[schema(required = true)]
+        handle_age_ms: Option<u64>,
+        /// Times the session moved to a new connection (new tools, or the provider's `goAway`).
+        switches: u64,
+        /// Tool updates that failed because no moment came to open a new connection in time.
+        refused: u64,
     }
 
     /// The outcome of a tool update, as the sessions listing shows it.
@@ -349,6 +367,11 @@ mod tests {
             acknowledged_tools: 3,
             calls_answered: 7,
             clashes: vec!["get_weather".into()],
+            gemini: (kind == ConnectionKind::Client).then_some(ResumptionReport {
+                handle_age_ms: Some(1200),
+                switches: 2,
+                refused: 1,
+            }),
         }
     }
 

@@ -15,7 +15,6 @@ use serde_json::{Map, Value, json};
 
 use super::answer::ModelCall;
 use crate::domain::call::ToolResult;
-use crate::domain::images::ToolImage;
 use crate::domain::tool::NestedTool;
 use crate::domain::tool::SharedTool;
 use crate::session::core::ForeignTool;
@@ -250,23 +249,11 @@ pub(crate) fn images_message(results: &[ToolResult]) -> Option<Raw> {
     let mut content = Vec::new();
     for result in results {
         for image in &result.images {
-            content.push(json!({"type": "text", "text": image_caption(result, image)}));
+            content.push(json!({"type": "text", "text": result.image_caption(image)}));
             content.push(json!({"type": "image_url", "image_url": {"url": image.data_url()}}));
         }
     }
     (!content.is_empty()).then(|| raw(&json!({"role": "user", "content": content})))
-}
-
-fn image_caption(result: &ToolResult, image: &ToolImage) -> String {
-    let mut caption = format!(
-        "Image from tool {} (call_id {})",
-        result.name, result.call_id
-    );
-    if !image.vision_prompt.is_empty() {
-        caption.push_str(": ");
-        caption.push_str(&image.vision_prompt);
-    }
-    caption
 }
 
 fn raw(value: &Value) -> Raw {

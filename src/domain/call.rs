@@ -225,6 +225,17 @@ impl ToolAnswer {
 }
 
 impl ToolResult {
+    /// The line that goes before one of its images in the conversation: which tool and call it
+    /// came from, and what to look for.
+    pub fn image_caption(&self, image: &crate::domain::images::ToolImage) -> String {
+        let mut caption = format!("Image from tool {} (call_id {})", self.name, self.call_id);
+        if !image.vision_prompt.is_empty() {
+            caption.push_str(": ");
+            caption.push_str(&image.vision_prompt);
+        }
+        caption
+    }
+
     /// The result of a call cancelled because the person interrupted (a new user turn began)
     /// after it had run for `ran`: a tool error that says so, so the conversation has an answer
     /// for every call the model made. The same text on every kind of session.

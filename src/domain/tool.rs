@@ -211,6 +211,27 @@ impl<'a> FlatTool<'a> {
     }
 }
 
+/// A tool as Gemini takes it in `functionDeclarations`:
+/// `{"name", "description", "parametersJsonSchema"}` (no type wrapper; the schema as JSON
+/// Schema, which Gemini takes whole).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct GeminiDeclaration<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters_json_schema: &'a Map<String, serde_json::Value>,
+}
+
+impl<'a> GeminiDeclaration<'a> {
+    pub(crate) fn new(tool: &'a ToolSpec) -> Self {
+        Self {
+            name: &tool.name,
+            description: &tool.description,
+            parameters_json_schema: tool.parameters.schema(),
+        }
+    }
+}
+
 /// Remote tools of these names (empty description and schema, `plugin:w`), for unit tests.
 #[cfg(test)]
 pub(crate) fn test_tools(names: &[&str]) -> Vec<SharedTool> {

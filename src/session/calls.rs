@@ -28,6 +28,17 @@ struct OpenResponse {
     images: TurnBudget,
 }
 
+/// Where a response stands after one of its calls was answered, or it finished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TurnState {
+    /// Calls of it still run, or it has not finished.
+    Open,
+    /// Finished, and every call the server runs answered (or it was abandoned). `go_on`: the
+    /// server is the one to ask for the next response (it ran calls, the app none, and the
+    /// person did not interrupt).
+    Complete { go_on: bool },
+}
+
 /// What a call that arrives is to the session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Arrival {
@@ -84,10 +95,11 @@ impl ResponseCalls {
             .foreign = true;
     }
 
-    /// A call was answered. Returns true when `response.create` must be sent now.
-    pub(crate) fn answered(&mut self, response_id: Option<&str>, call_id: &str) -> bool {
+    /// A call was answered (or, cancelled by the provider, needs no answer): where its
+    /// response stands now.
+    pub(crate) fn answered(&mut self, response_id: Option<&str>, call_id: &str) -> TurnState {
         let Some(r) = response_id else {
-            return true;
+            return TurnState::Complete { go_on: true };
         };
         if let Some(open) = self.responses.get_mut(r) {
             open.answered.insert(call_id.to_owned());
@@ -95,30 +107,31 @@ impl ResponseCalls {
         self.close_if_complete(r)
     }
 
-    /// The response finished. Returns true when `response.create` must be sent now.
-    pub(crate) fn done(&mut self, response_id: &str) -> bool {
+    /// The response finished: where it stands now.
+    pub(crate) fn done(&mut self, response_id: &str) -> TurnState {
         match self.responses.get_mut(response_id) {
             Some(open) => open.done = true,
-            None => return false,
+            None => return TurnState::Open,
         }
         self.close_if_complete(response_id)
     }
 
     /// Forgets a response once it is done and every call the server runs is answered (an
-    /// abandoned one once it is done); true when the server is the one to ask for the next
-    /// response (it ran calls, the app none, and the person did not interrupt).
-    fn close_if_complete(&mut self, response_id: &str) -> bool {
+    /// abandoned one once it is done).
+    fn close_if_complete(&mut self, response_id: &str) -> TurnState {
         let complete = self.responses.get(response_id).is_some_and(|open| {
             open.done && (open.abandoned || open.calls.is_subset(&open.answered))
         });
         if !complete {
-            return false;
+            return TurnState::Open;
         }
         let open = self
             .responses
             .remove(response_id)
             .expect("a complete response is open");
-        !open.calls.is_empty() && !open.foreign && !open.abandoned
+        TurnState::Complete {
+            go_on: !open.calls.is_empty() && !open.foreign && !open.abandoned,
+        }
     }
 
     /// The images the turn of `response_id` still takes (shared by every call of the response).
@@ -188,24 +201,29 @@ impl CallLimiter {
 mod tests {
     use super::*;
 
+    /// Whether the server asks for the next response now.
+    fn go_on(state: TurnState) -> bool {
+        matches!(state, TurnState::Complete { go_on: true })
+    }
+
     #[test]
     fn one_response_create_after_the_last_answer() {
         let mut r = ResponseCalls::default();
         assert_eq!(r.started(Some("r1"), "a"), Arrival::New);
         assert_eq!(r.started(Some("r1"), "b"), Arrival::New);
         assert_eq!(r.started(Some("r1"), "a"), Arrival::Repeated);
-        assert!(!r.answered(Some("r1"), "a"));
-        assert!(!r.done("r1"));
-        assert!(r.answered(Some("r1"), "b"));
-        assert!(!r.answered(Some("r1"), "b"), "only once");
+        assert!(!go_on(r.answered(Some("r1"), "a")));
+        assert!(!go_on(r.done("r1")));
+        assert!(go_on(r.answered(Some("r1"), "b")));
+        assert!(!go_on(r.answered(Some("r1"), "b")), "only once");
     }
 
     #[test]
     fn done_after_all_answers_sends_it() {
         let mut r = ResponseCalls::default();
         r.started(Some("r1"), "a");
-        assert!(!r.answered(Some("r1"), "a"));
-        assert!(r.done("r1"));
+        assert!(!go_on(r.answered(Some("r1"), "a")));
+        assert!(go_on(r.done("r1")));
     }
 
     #[test]
@@ -213,11 +231,14 @@ mod tests {
         let mut r = ResponseCalls::default();
         r.started(Some("r1"), "a");
         r.foreign("r1");
-        assert!(!r.answered(Some("r1"), "a"));
-        assert!(!r.done("r1"), "the app sends its own response.create");
-        assert!(!r.done("r1"), "and the response is forgotten");
+        assert!(!go_on(r.answered(Some("r1"), "a")));
+        assert!(
+            !go_on(r.done("r1")),
+            "the app sends its own response.create"
+        );
+        assert!(!go_on(r.done("r1")), "and the response is forgotten");
         r.foreign("r2");
-        assert!(!r.done("r2"));
+        assert!(!go_on(r.done("r2")));
     }
 
     #[test]
@@ -225,7 +246,7 @@ mod tests {
         let mut r = ResponseCalls::default();
         assert_eq!(r.started(None, "a"), Arrival::New);
         assert_eq!(r.started(None, "a"), Arrival::New);
-        assert!(r.answered(None, "a"));
+        assert!(go_on(r.answered(None, "a")));
     }
 
     #[test]
@@ -235,37 +256,37 @@ mod tests {
         r.abandon("r1");
         assert_eq!(r.started(Some("r1"), "b"), Arrival::Abandoned);
         assert_eq!(r.started(Some("r1"), "a"), Arrival::Repeated);
-        assert!(!r.answered(Some("r1"), "a"));
-        assert!(!r.done("r1"), "no response.create for it");
+        assert!(!go_on(r.answered(Some("r1"), "a")));
+        assert!(!go_on(r.done("r1")), "no response.create for it");
         assert!(r.responses.is_empty(), "forgotten once done");
 
         // Done before the interruption, with a call still running: forgotten at once.
         r.started(Some("r2"), "c");
-        assert!(!r.done("r2"));
+        assert!(!go_on(r.done("r2")));
         r.started(Some("r3"), "d");
         r.abandon_all();
         assert!(!r.responses.contains_key("r2"));
-        assert!(!r.answered(Some("r2"), "c"));
+        assert!(!go_on(r.answered(Some("r2"), "c")));
         assert_eq!(r.started(Some("r3"), "e"), Arrival::Abandoned);
-        assert!(!r.done("r3"));
+        assert!(!go_on(r.done("r3")));
 
         // A response cancelled before any call of it arrived: its calls are not run either.
         r.abandon("r4");
         assert_eq!(r.started(Some("r4"), "f"), Arrival::Abandoned);
-        assert!(!r.done("r4"));
+        assert!(!go_on(r.done("r4")));
         assert!(r.responses.is_empty());
 
         // A response after the interruption goes on as ever.
         assert_eq!(r.started(Some("r5"), "g"), Arrival::New);
-        assert!(!r.done("r5"));
-        assert!(r.answered(Some("r5"), "g"));
+        assert!(!go_on(r.done("r5")));
+        assert!(go_on(r.answered(Some("r5"), "g")));
 
         // Every call answered, the response not done yet, when the person speaks: it is not
         // continued either.
         r.started(Some("r6"), "h");
-        assert!(!r.answered(Some("r6"), "h"));
+        assert!(!go_on(r.answered(Some("r6"), "h")));
         r.abandon_all();
-        assert!(!r.done("r6"));
+        assert!(!go_on(r.done("r6")));
     }
 
     #[test]

@@ -22,6 +22,8 @@ pub(crate) mod attach;
 pub(crate) mod calls;
 mod client;
 pub(crate) mod core;
+pub(crate) mod gemini;
+pub(crate) mod live;
 pub(crate) mod outbox;
 pub(crate) mod realtime;
 pub(crate) mod relay;
@@ -34,8 +36,9 @@ use std::sync::Arc;
 use actix::prelude::*;
 use serde::Serialize;
 
-pub use self::core::{SyncError, SyncOutcome};
+pub use self::core::{ResumptionReport, SyncError, SyncOutcome};
 pub(crate) use client::RealtimeSession;
+pub(crate) use live::GeminiSession;
 pub use shell::MAX_EVENT_BYTES;
 
 use crate::domain::connection::ConnectionKind;
@@ -93,6 +96,10 @@ pub struct ConnectionReport {
     pub calls_answered: u64,
     /// Registered tools left out because the app has a tool of the same name.
     pub clashes: Vec<String>,
+    /// A Gemini Live session (`kind = "gemini-live"`): its resumption handle's age, its moves
+    /// to a new connection made and refused; absent for other sessions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gemini: Option<ResumptionReport>,
 }
 
 /// One active session of a character, as its manager holds it: every tool list goes to `sync`,

@@ -201,3 +201,120 @@ mod tests {
         assert!(outbox.queued() < 200, "only the close frame is left");
     }
 }
+
+/// What a frame from a relay's app asks of the relay.
+#[derive(Debug)]
+enum FromApp {
+    /// A whole message, to relay.
+    Message(super::shell::Whole),
+    /// A ping: answered with this pong.
+    Pong(Bytes),
+    /// The app closed, with this reason.
+    Closed(Option<actix_http::ws::CloseReason>),
+    /// The app's connection ended under it (the app exited): as a stream that ended.
+    Ended,
+    /// A frame that breaks the protocol.
+    Broke(String),
+    /// Nothing to do (a part of a fragmented message, a pong).
+    Nothing,
+}
+
+/// Reads one frame of an app's (fragments put together in `fragments`).
+fn from_app(
+    frame: Result<Message, actix_http::ws::ProtocolError>,
+    fragments: &mut super::shell::Reassembly,
+) -> FromApp {
+    use super::shell::Whole;
+    let whole = match frame {
+        Ok(Message::Text(text)) => Ok(Some(Whole::Text(text))),
+        Ok(Message::Binary(bytes)) => Ok(Some(Whole::Binary(bytes))),
+        Ok(Message::Continuation(item)) => fragments.push(item),
+        Ok(Message::Ping(payload)) => return FromApp::Pong(payload),
+        Ok(Message::Pong(_) | Message::Nop) => Ok(None),
+        Ok(Message::Close(reason)) => return FromApp::Closed(reason),
+        Err(actix_http::ws::ProtocolError::Io(_)) => return FromApp::Ended,
+        Err(e) => Err(e.to_string()),
+    };
+    match whole {
+        Ok(Some(message)) => FromApp::Message(message),
+        Ok(None) => FromApp::Nothing,
+        Err(error) => FromApp::Broke(error),
+    }
+}
+
+/// The close both sides get when the app's connection broke.
+fn app_broke() -> actix_http::ws::CloseReason {
+    actix_http::ws::CloseReason {
+        code: actix_http::ws::CloseCode::Protocol,
+        description: Some("the app's connection broke".into()),
+    }
+}
+
+/// The close the model gets when the app's connection ended without a close frame.
+fn app_gone() -> actix_http::ws::CloseReason {
+    actix_http::ws::CloseReason {
+        code: actix_http::ws::CloseCode::Away,
+        description: Some("the app's connection ended without a close frame".into()),
+    }
+}
+
+/// The close both sides get when the server closes a relay (its character was removed or
+/// rebuilt, its manager restarted, or the server is stopping).
+pub(crate) fn closed_by_server() -> actix_http::ws::CloseReason {
+    actix_http::ws::CloseReason {
+        code: actix_http::ws::CloseCode::Away,
+        description: Some("the character's sessions were closed by the server".into()),
+    }
+}
+
+/// A relay, as its app's side of it: both relays read their app's frames alike.
+pub(crate) trait RelaysApp: actix::Actor<Context = actix::Context<Self>> {
+    /// Closing: the app's frames are dropped.
+    fn ending(&self) -> bool;
+    fn character(&self) -> &str;
+    fn app_fragments(&mut self) -> &mut super::shell::Reassembly;
+    /// A whole message from the app, to relay.
+    fn app_message(&mut self, message: super::shell::Whole, ctx: &mut Self::Context);
+    fn send_to_app(&mut self, message: Message, ctx: &mut Self::Context);
+    /// Ends the relay: `to_app` goes to the app, `to_upstream` upstream (`None`: that side is
+    /// already gone).
+    fn end(
+        &mut self,
+        to_app: Option<Option<actix_http::ws::CloseReason>>,
+        to_upstream: Option<Option<actix_http::ws::CloseReason>>,
+        ctx: &mut Self::Context,
+    );
+}
+
+/// A frame from the app: relayed, answered (a ping), or the end of the relay.
+pub(crate) fn on_app_frame<A: RelaysApp>(
+    act: &mut A,
+    frame: Result<Message, actix_http::ws::ProtocolError>,
+    ctx: &mut A::Context,
+) {
+    if act.ending() {
+        return;
+    }
+    match from_app(frame, act.app_fragments()) {
+        FromApp::Message(message) => act.app_message(message, ctx),
+        FromApp::Pong(payload) => act.send_to_app(Message::Pong(payload), ctx),
+        FromApp::Closed(reason) => {
+            tracing::debug!(character = %act.character(), ?reason, "relay: the app closed");
+            act.end(Some(reason.clone()), Some(reason), ctx);
+        }
+        FromApp::Ended => {
+            tracing::debug!(character = %act.character(), "relay: the app's connection ended");
+            on_app_gone(act, ctx);
+        }
+        FromApp::Broke(error) => {
+            tracing::warn!(character = %act.character(), %error, "relay: the app's side broke");
+            act.end(Some(Some(app_broke())), Some(Some(app_broke())), ctx);
+        }
+        FromApp::Nothing => {}
+    }
+}
+
+/// The app's stream ended without a close frame.
+pub(crate) fn on_app_gone<A: RelaysApp>(act: &mut A, ctx: &mut A::Context) {
+    act.end(Some(None), Some(Some(app_gone())), ctx);
+}

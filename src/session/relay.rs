@@ -20,7 +20,8 @@ use futures_util::stream::StreamExt;
 
 use super::core::{Seen, SessionCore};
 use super::outbox::{
-    AppOutbox, MAX_APP_QUEUE_BYTES, NOT_READING_CODE, OutboxBody, not_reading_reason,
+    AppOutbox, MAX_APP_QUEUE_BYTES, NOT_READING_CODE, OutboxBody, RelaysApp, closed_by_server,
+    not_reading_reason, on_app_frame, on_app_gone,
 };
 use super::realtime::app::AppEvent;
 use super::realtime::{self, Realtime};
@@ -163,18 +164,6 @@ impl Relay {
         (relay, body)
     }
 
-    fn send_to_app(&mut self, message: Message, ctx: &mut Context<Self>) {
-        if self.app.send(message).is_err() {
-            let reason = CloseReason {
-                code: CloseCode::Other(NOT_READING_CODE),
-                description: Some(not_reading_reason()),
-            };
-            tracing::warn!(character = %self.link.core.character(), limit = MAX_APP_QUEUE_BYTES, "closing a relay whose app stopped reading");
-            self.app.abort(reason.clone());
-            self.end(None, Some(Some(reason)), ctx);
-        }
-    }
-
     fn upstream_message(&mut self, message: Whole, ctx: &mut Context<Self>) {
         match message {
             Whole::Text(text) => {
@@ -188,8 +177,34 @@ impl Relay {
             Whole::Binary(bytes) => self.send_to_app(Message::Binary(bytes), ctx),
         }
     }
+}
 
-    fn app_message(&mut self, message: Whole, ctx: &mut Context<Self>) {
+impl RelaysApp for Relay {
+    fn ending(&self) -> bool {
+        self.ending
+    }
+
+    fn character(&self) -> &str {
+        self.link.core.character()
+    }
+
+    fn app_fragments(&mut self) -> &mut Reassembly {
+        &mut self.from_app
+    }
+
+    fn send_to_app(&mut self, message: Message, ctx: &mut Self::Context) {
+        if self.app.send(message).is_err() {
+            let reason = CloseReason {
+                code: CloseCode::Other(NOT_READING_CODE),
+                description: Some(not_reading_reason()),
+            };
+            tracing::warn!(character = %self.link.core.character(), limit = MAX_APP_QUEUE_BYTES, "closing a relay whose app stopped reading");
+            self.app.abort(reason.clone());
+            self.end(None, Some(Some(reason)), ctx);
+        }
+    }
+
+    fn app_message(&mut self, message: Whole, ctx: &mut Self::Context) {
         let message = match message {
             Whole::Text(text) => {
                 let core = &mut self.link.core;
@@ -219,7 +234,7 @@ impl Relay {
         &mut self,
         to_app: Option<Option<CloseReason>>,
         to_upstream: Option<Option<CloseReason>>,
-        ctx: &mut Context<Self>,
+        ctx: &mut Self::Context,
     ) {
         if self.ending {
             return;
@@ -345,51 +360,11 @@ impl StreamHandler<Result<Frame, ProtocolError>> for Relay {
 /// Frames from the app.
 impl StreamHandler<Result<Message, ProtocolError>> for Relay {
     fn handle(&mut self, message: Result<Message, ProtocolError>, ctx: &mut Self::Context) {
-        if self.ending {
-            return;
-        }
-        let whole = match message {
-            Ok(Message::Text(text)) => Ok(Some(Whole::Text(text))),
-            Ok(Message::Binary(bytes)) => Ok(Some(Whole::Binary(bytes))),
-            Ok(Message::Continuation(item)) => self.from_app.push(item),
-            Ok(Message::Ping(payload)) => {
-                self.send_to_app(Message::Pong(payload), ctx);
-                Ok(None)
-            }
-            Ok(Message::Pong(_) | Message::Nop) => Ok(None),
-            Ok(Message::Close(reason)) => {
-                tracing::debug!(character = %self.link.core.character(), ?reason, "relay: the app closed");
-                self.end(Some(reason.clone()), Some(reason), ctx);
-                return;
-            }
-            // The app's connection ended under it (the app exited): as a stream that ended.
-            Err(ProtocolError::Io(e)) => {
-                tracing::debug!(character = %self.link.core.character(), error = %e, "relay: the app's connection ended");
-                StreamHandler::<Result<Message, ProtocolError>>::finished(self, ctx);
-                return;
-            }
-            Err(e) => Err(e.to_string()),
-        };
-        match whole {
-            Ok(Some(message)) => self.app_message(message, ctx),
-            Ok(None) => {}
-            Err(error) => {
-                tracing::warn!(character = %self.link.core.character(), %error, "relay: the app's side broke");
-                let reason = CloseReason {
-                    code: CloseCode::Protocol,
-                    description: Some("the app's connection broke".into()),
-                };
-                self.end(Some(Some(reason.clone())), Some(Some(reason)), ctx);
-            }
-        }
+        on_app_frame(self, message, ctx);
     }
 
     fn finished(&mut self, ctx: &mut Self::Context) {
-        let reason = CloseReason {
-            code: CloseCode::Away,
-            description: Some("the app's connection ended without a close frame".into()),
-        };
-        self.end(Some(None), Some(Some(reason)), ctx);
+        on_app_gone(self, ctx);
     }
 }
 
@@ -401,10 +376,7 @@ impl Handler<CloseSession> for Relay {
     /// The character was removed or rebuilt, its manager restarted, or the server is stopping:
     /// both sides are closed, going away. The reply comes when the relay is gone.
     fn handle(&mut self, _: CloseSession, ctx: &mut Self::Context) -> Self::Result {
-        let reason = CloseReason {
-            code: CloseCode::Away,
-            description: Some("the character's sessions were closed by the server".into()),
-        };
+        let reason = closed_by_server();
         self.end(Some(Some(reason.clone())), Some(Some(reason)), ctx);
         self.link.closed()
     }

@@ -60,6 +60,29 @@ impl Dialect {
     }
 }
 
+/// Which wire protocol the session speaks (`kind` in `[character.session]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum SessionProtocol {
+    /// The OpenAI Realtime family (`openai-realtime`), in one of its [`Dialect`]s.
+    #[default]
+    #[serde(rename = "openai-realtime")]
+    OpenaiRealtime,
+    /// The Gemini Live API (`gemini-live`, `BidiGenerateContent`): tools in the setup, a new
+    /// tool list on a connection resumed from the session's handle.
+    #[serde(rename = "gemini-live")]
+    GeminiLive,
+}
+
+impl SessionProtocol {
+    /// The name the configuration uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            SessionProtocol::OpenaiRealtime => "openai-realtime",
+            SessionProtocol::GeminiLive => "gemini-live",
+        }
+    }
+}
+
 /// Whether the server opens its own connection to the model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -74,8 +97,13 @@ pub enum SessionMode {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SessionSettings {
+    /// The wire protocol.
+    pub protocol: SessionProtocol,
     /// `ws://` or `wss://` endpoint.
     pub url: String,
+    /// The model a Gemini Live session's setup names (`models/...`); an app's own setup names
+    /// its own in relay mode.
+    pub model: Option<String>,
     pub mode: SessionMode,
     /// Name of the environment variable holding the bearer token, if any.
     pub api_key_env: Option<String>,
@@ -186,7 +214,9 @@ impl SessionSettings {
     /// A session at `url` with every other setting at its default.
     pub fn new(url: impl Into<String>, dialect: Dialect) -> Self {
         Self {
+            protocol: SessionProtocol::OpenaiRealtime,
             url: url.into(),
+            model: None,
             mode: SessionMode::Client,
             api_key_env: None,
             dialect,
@@ -210,6 +240,15 @@ impl SessionSettings {
         Ok(())
     }
 
+    /// A Gemini Live session at `url` (the public endpoint when `None`) with `model`, every
+    /// other setting at its default.
+    pub fn gemini(url: Option<&str>, model: Option<&str>) -> Self {
+        let mut settings = Self::new(url.unwrap_or(GEMINI_URL), Dialect::Openai);
+        settings.protocol = SessionProtocol::GeminiLive;
+        settings.model = model.map(gemini_model);
+        settings
+    }
+
     /// The bearer token, read from the environment variable the configuration names.
     pub fn api_key(&self) -> anyhow::Result<Option<String>> {
         match &self.api_key_env {
@@ -221,19 +260,26 @@ impl SessionSettings {
     }
 }
 
-/// The only session kind there is today; named so configurations stay explicit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub(crate) enum SessionKind {
-    #[serde(rename = "openai-realtime")]
-    OpenaiRealtime,
+/// The public Gemini Live endpoint, the default `url` of a `gemini-live` session.
+pub(crate) const GEMINI_URL: &str = "wss://generativelanguage.googleapis.com/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent";
+
+/// A model name as Gemini's setup takes it: `models/<name>` (the prefix added when left out,
+/// as the SDKs do).
+fn gemini_model(model: &str) -> String {
+    if model.contains('/') {
+        model.to_owned()
+    } else {
+        format!("models/{model}")
+    }
 }
 
 /// `[character.session]` as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct FileSession {
-    kind: SessionKind,
-    url: String,
+    kind: SessionProtocol,
+    url: Option<String>,
+    model: Option<String>,
     mode: Option<SessionMode>,
     api_key_env: Option<String>,
     dialect: Option<Dialect>,
@@ -249,18 +295,46 @@ pub(crate) struct FileSession {
 impl FileSession {
     /// Checks the values; errors name the key (relative to `[character.session]`).
     pub(crate) fn into_settings(self) -> anyhow::Result<SessionSettings> {
-        let SessionKind::OpenaiRealtime = self.kind;
-        let url = url::Url::parse(&self.url)
-            .with_context(|| format!("key `url`: {:?} is not a URL", self.url))?;
+        let written = match (self.kind, self.url) {
+            (_, Some(url)) => url,
+            (SessionProtocol::GeminiLive, None) => GEMINI_URL.to_owned(),
+            (SessionProtocol::OpenaiRealtime, None) => bail!("key `url` is missing"),
+        };
+        let url = url::Url::parse(&written)
+            .with_context(|| format!("key `url`: {written:?} is not a URL"))?;
         if !matches!(url.scheme(), "ws" | "wss") {
-            bail!(
-                "key `url`: must start with ws:// or wss://, got {:?}",
-                self.url
-            );
+            bail!("key `url`: must start with ws:// or wss://, got {written:?}");
         }
-        let mut settings = SessionSettings::new(self.url, self.dialect.unwrap_or(Dialect::Openai));
+        let mode = self.mode.unwrap_or_default();
+        let mut settings = match self.kind {
+            SessionProtocol::OpenaiRealtime => {
+                if self.model.is_some() {
+                    bail!(
+                        "key `model`: an openai-realtime session names its model in its url \
+                         (`?model=`); `model` is for gemini-live"
+                    );
+                }
+                SessionSettings::new(written, self.dialect.unwrap_or(Dialect::Openai))
+            }
+            SessionProtocol::GeminiLive => {
+                if self.dialect.is_some() {
+                    bail!("key `dialect`: is for openai-realtime sessions, not gemini-live");
+                }
+                let model = self.model.as_deref().map(str::trim);
+                if model.is_some_and(str::is_empty) {
+                    bail!("key `model`: must not be empty");
+                }
+                if model.is_none() && mode == SessionMode::Client {
+                    bail!(
+                        "key `model`: a gemini-live session in client mode needs the model its \
+                         setup names, e.g. model = \"gemini-live-2.5-flash-preview\""
+                    );
+                }
+                SessionSettings::gemini(Some(&written), model)
+            }
+        };
         settings.api_key_env = self.api_key_env;
-        settings.mode = self.mode.unwrap_or_default();
+        settings.mode = mode;
         if let Some(s) = self.sync_timeout_seconds {
             settings.sync_timeout = seconds("sync_timeout_seconds", s, MAX_SYNC_TIMEOUT)?;
         }

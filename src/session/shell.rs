@@ -115,6 +115,15 @@ pub(crate) async fn connect(
     url: &str,
     authorization: Option<&str>,
 ) -> Result<UpstreamSocket, String> {
+    let header = authorization.map(|value| (awc::http::header::AUTHORIZATION.as_str(), value));
+    connect_with(url, header).await
+}
+
+/// Opens a websocket to `url` as [`connect`] does, with `header` (name, value) on the request.
+pub(crate) async fn connect_with(
+    url: &str,
+    header: Option<(&str, &str)>,
+) -> Result<UpstreamSocket, String> {
     // Events are small writes that must not wait for the model's acknowledgement of the one
     // before (Nagle's algorithm): each connection is made with TCP_NODELAY.
     let tcp = actix_service::ServiceExt::map(
@@ -134,8 +143,8 @@ pub(crate) async fn connect(
         .timeout(MODEL_CONNECT_TIMEOUT)
         .finish();
     let mut request = client.ws(url).max_frame_size(MAX_EVENT_BYTES);
-    if let Some(authorization) = authorization {
-        request = request.header(awc::http::header::AUTHORIZATION, authorization);
+    if let Some((name, value)) = header {
+        request = request.header(name, value);
     }
     match request.connect().await {
         Ok((_, framed)) => Ok(framed),
@@ -226,6 +235,19 @@ impl Link {
 pub(crate) trait Shell: Actor<Context = Context<Self>> {
     fn link(&mut self) -> &mut Link;
 
+    /// Opens a new connection that resumes the session with `setup` (see
+    /// [`Effect::Reconnect`]). Only an actor of a protocol whose tools need a new connection is
+    /// asked to.
+    fn reconnect(&mut self, setup: String, ctx: &mut Context<Self>) {
+        let _ = (setup, ctx);
+        tracing::error!(character = %self.link().core.character(), "a session that cannot reconnect was asked to");
+    }
+
+    /// A call finished and was answered (a moment that may let a waiting connection open).
+    fn call_finished(&mut self, ctx: &mut Context<Self>) {
+        let _ = ctx;
+    }
+
     /// More than [`MAX_UPSTREAM_QUEUE_BYTES`] wait for the model: it stopped reading. The
     /// session ends (a client reconnects).
     fn model_not_reading(&mut self, ctx: &mut Context<Self>) {
@@ -263,6 +285,7 @@ pub(crate) fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
                     if let Some(result) = result {
                         act.link().core.answered(ticket, result);
                         run_effects(act, ctx);
+                        act.call_finished(ctx);
                     }
                 }));
             }
@@ -271,6 +294,7 @@ pub(crate) fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
                     canceller.cancel();
                 }
             }
+            Effect::Reconnect(setup) => act.reconnect(setup, ctx),
         }
     }
 }
@@ -322,6 +346,12 @@ pub(crate) fn close_upstream<A: Shell>(
     }
 }
 
+/// How much longer than its sync timeout a tool list's sender waits for the session to settle
+/// it (the session's own timer reports the precise reason first): a quarter of a second here,
+/// half a second in the manager that waits for this, within the router's second for the
+/// manager (`SYNC_REPLY_MARGIN`).
+pub(crate) const SYNC_FALLBACK_MARGIN: Duration = Duration::from_millis(250);
+
 /// Hands a new tool list to the core; the future settles when the session acknowledged it (or
 /// at once when it is not connected: the list goes out on connect).
 pub(crate) fn sync_tools<A: Shell>(
@@ -336,7 +366,9 @@ pub(crate) fn sync_tools<A: Shell>(
     run_effects(act, ctx);
     let timeout = act.link().core.sync_timeout();
     Box::pin(async move {
-        match tokio::time::timeout(timeout, rx).await {
+        // The core's own sync timer settles the update with the precise reason; this bound
+        // only catches a session that never settles it.
+        match tokio::time::timeout(timeout + SYNC_FALLBACK_MARGIN, rx).await {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(_)) => Err(SyncError::Closed),
             Err(_) => Err(SyncError::NotAcknowledged(timeout)),

@@ -49,6 +49,15 @@ impl<W> SyncState<W> {
         self.latest
     }
 
+    /// The update in flight carries the latest change too (it is built from the newest list
+    /// as it goes): nothing is left to send after it.
+    pub(crate) fn covers_latest(&mut self) {
+        if self.in_flight.is_some() {
+            self.in_flight = Some(self.latest);
+            self.sent = self.latest;
+        }
+    }
+
     pub(crate) fn in_flight(&self) -> Option<u64> {
         self.in_flight
     }

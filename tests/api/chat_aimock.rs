@@ -16,13 +16,16 @@ use crate::helpers::test_client;
 use crate::node::aimock;
 
 /// A running aimock with these fixtures.
-struct Aimock {
+pub struct Aimock {
+    /// Its chat-completions base URL (`.../v1`).
     base: String,
+    /// Where it listens: `http://127.0.0.1:PORT`.
+    pub root: String,
     _process: LineChild,
 }
 
 impl Aimock {
-    async fn start(fixtures: Value) -> Self {
+    pub async fn start(fixtures: Value) -> Self {
         let cli = actix_web::rt::task::spawn_blocking(aimock)
             .await
             .expect("the install task")
@@ -48,6 +51,7 @@ impl Aimock {
             .to_owned();
         Self {
             base: format!("{url}/v1"),
+            root: url,
             _process: process,
         }
     }
@@ -69,7 +73,7 @@ impl Aimock {
     }
 }
 
-fn fixture(user: &str, tool_result: Option<&str>, response: Value) -> Value {
+pub fn fixture(user: &str, tool_result: Option<&str>, response: Value) -> Value {
     let mut matching = json!({"userMessage": user, "hasToolResult": tool_result.is_some()});
     if let Some(text) = tool_result {
         matching["toolResultContains"] = json!(text);

@@ -508,6 +508,10 @@ fn the_example_configuration_and_the_readmes_copy_load() {
                 "Mio".to_owned(),
                 Some("ws://127.0.0.1:48913/v1/realtime".to_owned()),
             ),
+            (
+                "Rin".to_owned(),
+                Some("wss://generativelanguage.googleapis.com/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent".to_owned()),
+            ),
         ],
         4 * 1024 * 1024,
     );

@@ -41,7 +41,7 @@ fn picture(width: u32, height: u32, format: ImageFormat, noisy: bool) -> Vec<u8>
     bytes
 }
 
-fn small_png() -> String {
+pub fn small_png() -> String {
     STANDARD.encode(picture(64, 48, ImageFormat::Png, false))
 }
 

@@ -19,6 +19,7 @@ use crate::callback_server::{CallbackServer, ClosedPort, Reply, register, tool_w
 use crate::chat::{chat_server, register_weather};
 use crate::examples::WeatherPlugin;
 use crate::fake_chat::{Answer, FakeChat, calls_completion, completion};
+use crate::fake_gemini::{FakeGemini, SetupMode};
 use crate::fake_realtime::{AckMode, FakeRealtime};
 use crate::helpers::{TestApp, raw_head, settings, spawn_app, spawn_app_with, tool_body};
 use crate::local_tools::register_dice;
@@ -675,6 +676,35 @@ async fn an_apps_relay_shows_in_its_characters_session_while_it_is_connected() {
             .unwrap()
             .is_empty()
     );
+    browser.close().await;
+}
+
+#[actix_web::test]
+async fn a_gemini_live_session_shows_its_handle_and_its_moves() {
+    let test = "a_gemini_live_session_shows_its_handle_and_its_moves";
+    let Some(browser) = Browser::start(test, &[]).await else {
+        return;
+    };
+    let fake = FakeGemini::start(SetupMode::Complete).await;
+    let mut settings = settings(&["Mio"]);
+    settings.characters[0].session = Some(SessionSettings::gemini(Some(&fake.url), Some("m")));
+    let app = spawn_app_with(settings).await;
+    fake.nth_setup(1).await;
+    let callback = CallbackServer::with("/cb", Reply::output(json!({})));
+    app.register(&tool_body("get_weather", &callback.url("/cb"), "plugin:w"))
+        .await;
+    fake.nth_setup(2).await;
+    browser.open(&app.url("/")).await;
+    let facts = browser
+        .wait_xpath(
+            "//section[@data-role='Mio']//li[@data-kind='client']\
+             [contains(., '1 moves to a new connection')]",
+        )
+        .await;
+    let text = facts.text().await.unwrap();
+    for shown in ["Gemini Live", "handle", "old", "0 refused"] {
+        assert!(text.contains(shown), "{shown:?} not in {text:?}");
+    }
     browser.close().await;
 }
 

@@ -14,6 +14,12 @@ pub async fn validate_client_events(events: Vec<Value>) -> Result<String, String
     run_script("tests/realtime_schema.py", events).await
 }
 
+/// Validates Gemini Live client messages (one each) against the official `google-genai` SDK's
+/// `LiveClientMessage`; `Err` carries the validator's explanation.
+pub async fn validate_gemini_messages(messages: Vec<Value>) -> Result<String, String> {
+    run_script("tests/gemini_schema.py", messages).await
+}
+
 /// The reference implementation's verdict on each request (`{"schema": S}` or
 /// `{"schema": S, "instance": I}`): `schema-invalid`, `valid` or `invalid`.
 pub async fn json_schema_verdicts(requests: Vec<Value>) -> Vec<String> {

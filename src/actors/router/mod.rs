@@ -35,7 +35,7 @@ use crate::domain::registry::Change;
 use crate::domain::role::RoleName;
 use crate::domain::snapshot::ToolCell;
 use crate::events::EventHub;
-use crate::session::settings::SessionSettings;
+use crate::session::settings::{SessionProtocol, SessionSettings};
 
 mod directory;
 mod faults;
@@ -73,6 +73,13 @@ pub enum RouterError {
     InvalidSession { character: String, reason: String },
     #[error("character {0} has no [character.session]: a relay needs its model's URL")]
     NoSession(String),
+    /// The character's session speaks another protocol than the relay asked for.
+    #[error("{}", other_protocol_text(character, protocol, *relay))]
+    OtherProtocol {
+        character: String,
+        protocol: &'static str,
+        relay: SessionProtocol,
+    },
     #[error("{}", character_required_text(.0))]
     CharacterRequired(Vec<String>),
     #[error("the session manager of {0} is not running; retry")]
@@ -96,6 +103,14 @@ pub enum RouterError {
          ([character.session] max_attachments); detach one first"
     )]
     TooManyAttachments { character: String, max: usize },
+}
+
+fn other_protocol_text(character: &str, protocol: &str, relay: SessionProtocol) -> String {
+    let (route, serves) = match relay {
+        SessionProtocol::OpenaiRealtime => ("GET /v1/realtime", "openai-realtime"),
+        SessionProtocol::GeminiLive => ("the Gemini Live relay", "gemini-live"),
+    };
+    format!("character {character}'s session is {protocol}: {route} serves {serves} sessions only")
 }
 
 fn character_required_text(with_sessions: &[String]) -> String {

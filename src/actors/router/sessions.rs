@@ -15,7 +15,9 @@ use crate::actors::manager::{
 use crate::domain::call_url::CallUrl;
 use crate::session::SessionHandle;
 use crate::session::attach::Joined;
-use crate::session::settings::{DEFAULT_MAX_ATTACHMENTS, SessionSettings, attach_key};
+use crate::session::settings::{
+    DEFAULT_MAX_ATTACHMENTS, SessionProtocol, SessionSettings, attach_key,
+};
 use crate::session::shell::MODEL_CONNECT_TIMEOUT;
 
 /// The character an app's relay serves and how its model is reached: `character`, or (for
@@ -24,6 +26,8 @@ use crate::session::shell::MODEL_CONNECT_TIMEOUT;
 #[rtype(result = "Result<RelayTarget, RouterError>")]
 pub struct ResolveRelay {
     pub character: Option<String>,
+    /// The protocol the relay speaks; a character whose session speaks another is refused.
+    pub protocol: SessionProtocol,
 }
 
 /// Make `session` one of `role`'s active sessions (a relay, or an application's in-process
@@ -87,7 +91,11 @@ impl Handler<ResolveRelay> for Router {
                 let with: Vec<&Character> = self
                     .characters
                     .iter()
-                    .filter(|c| c.session.is_some())
+                    .filter(|c| {
+                        c.session
+                            .as_ref()
+                            .is_some_and(|s| s.protocol == msg.protocol)
+                    })
                     .collect();
                 match with.as_slice() {
                     [only] => *only,
@@ -103,6 +111,13 @@ impl Handler<ResolveRelay> for Router {
             .session
             .clone()
             .ok_or_else(|| RouterError::NoSession(character.name.to_string()))?;
+        if settings.protocol != msg.protocol {
+            return Err(RouterError::OtherProtocol {
+                character: character.name.to_string(),
+                protocol: settings.protocol.name(),
+                relay: msg.protocol,
+            });
+        }
         Ok(RelayTarget {
             character: character.name.to_string(),
             settings,
@@ -163,6 +178,17 @@ impl Handler<AttachCall> for Router {
         };
         let character = &self.characters[i];
         let session = character.session.as_ref();
+        if let Some(s) = session.filter(|s| s.protocol != SessionProtocol::OpenaiRealtime) {
+            let refusal = RouterError::AttachRefused {
+                field: "role",
+                reason: format!(
+                    "character {}'s session is {}: attach joins openai-realtime calls only",
+                    character.name,
+                    s.protocol.name()
+                ),
+            };
+            return Box::pin(async move { Err(refusal) });
+        }
         let api_key = match attach_key(session, &msg.url, msg.api_key_env.as_deref()) {
             Ok(key) => key,
             Err(refusal) => {

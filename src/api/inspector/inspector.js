@@ -377,6 +377,11 @@ function formatValue(key, value) {
     return value.ok ? `ok${when}` : `failed${when}: ${value.error ?? ""}`;
   }
   if (key === "since" || key === "at") return formatTime(value);
+  if (key === "gemini" && typeof value === "object") {
+    // A Gemini Live session: new tools come on a new connection resumed from its handle.
+    const age = value.handle_age_ms === null ? "no handle yet" : `handle ${formatMs(value.handle_age_ms)} old`;
+    return `Gemini Live · ${age} · ${value.switches} moves to a new connection · ${value.refused} refused`;
+  }
   if (Array.isArray(value) && value.every((v) => typeof v !== "object")) {
     return value.length ? value.join(", ") : "none";
   }

@@ -141,9 +141,14 @@ impl SessionCore {
         // An update that timed out may still be answered late; past it, its answer never came.
         while let Some(front) = self.pending.front().filter(|p| p.abandoned) {
             let late = matching(front.names.as_ref(), names.as_deref());
-            self.pending.pop_front();
+            let pending = self.pending.pop_front().expect("the front was just seen");
             if late {
                 tracing::debug!(character = %self.character, "late acknowledgement of a timed-out tool update");
+                if self.protocol.tools_need_new_connection() && pending.origin == Origin::Server {
+                    // A new connection that took the tools after all (its update waited for a
+                    // moment to open it): the session has them now.
+                    self.took_late(pending.registered);
+                }
                 return Seen::Ours;
             }
         }

@@ -6,12 +6,12 @@
 
 use std::time::Instant;
 
-use super::{Call, Effect, Run, SessionCore, Ticket};
+use super::{Answers, Call, Effect, Run, SessionCore, Ticket};
 use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::registry::not_registered_text;
 use crate::domain::tool::SharedTool;
 use crate::events::{Caller, ToolCallFinished};
-use crate::session::calls::Arrival;
+use crate::session::calls::{Arrival, TurnState};
 
 /// A call the actor runs now.
 #[derive(Debug)]
@@ -148,14 +148,55 @@ impl SessionCore {
             (dropped > 0).then(|| self.protocol.images_not_taken(dropped))
         };
         result.add_image_warnings(warning.into_iter().collect());
-        self.send_output(&result);
+        let call_id = result.call_id.clone();
+        match (self.protocol.answers(), &turn) {
+            (Answers::TogetherPerTurn, Some(turn)) => {
+                self.batches.entry(turn.clone()).or_default().push(result);
+            }
+            _ => {
+                self.send_output(&result);
+                self.send_images(&result);
+            }
+        }
+        let state = self.calls.answered(turn.as_deref(), &call_id);
+        self.turn_settled(turn.as_deref(), state);
+    }
+
+    /// A call the provider cancelled by id: it needs no answer, and the turn's other answers go
+    /// without it.
+    pub(super) fn needs_no_answer(&mut self, turn: Option<&str>, call_id: &str) {
+        let state = self.calls.answered(turn, call_id);
+        self.turn_settled(turn, state);
+    }
+
+    /// A turn's answers all came (or it was abandoned): the answers held for one frame go,
+    /// then, when the server is the one to, the request to go on.
+    pub(super) fn turn_settled(&mut self, turn: Option<&str>, state: TurnState) {
+        let TurnState::Complete { go_on } = state else {
+            return;
+        };
+        if let Some(results) = turn.and_then(|turn| self.batches.remove(turn))
+            && !results.is_empty()
+        {
+            let event_id = self.event_id("call");
+            let frame = self.protocol.call_outputs(&results, &event_id);
+            self.effects.push(Effect::Upstream(frame));
+            self.calls_answered += results.len() as u64;
+            for result in &results {
+                self.send_images(result);
+            }
+        }
+        if go_on {
+            self.continue_turn();
+        }
+    }
+
+    /// The frame that shows the model a result's images, when it has some left.
+    fn send_images(&mut self, result: &ToolResult) {
         if !result.images.is_empty() {
             let event_id = self.event_id("images");
-            let images = self.protocol.images(&result, &event_id);
+            let images = self.protocol.images(result, &event_id);
             self.effects.push(Effect::Upstream(images));
-        }
-        if self.calls.answered(turn.as_deref(), &result.call_id) {
-            self.continue_turn();
         }
     }
 
@@ -174,16 +215,15 @@ impl SessionCore {
     /// The frame that gives the model a call's output.
     fn send_output(&mut self, result: &ToolResult) {
         let event_id = self.event_id("call");
-        let output = self
-            .protocol
-            .call_output(&result.call_id, &result.model_text(), &event_id);
+        let output = self.protocol.call_output(result, &event_id);
         self.effects.push(Effect::Upstream(output));
         self.calls_answered += 1;
     }
 
     pub(super) fn continue_turn(&mut self) {
         let event_id = self.event_id("response");
-        let text = self.protocol.continue_turn(&event_id);
-        self.effects.push(Effect::Upstream(text));
+        if let Some(text) = self.protocol.continue_turn(&event_id) {
+            self.effects.push(Effect::Upstream(text));
+        }
     }
 }

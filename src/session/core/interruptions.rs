@@ -17,28 +17,28 @@ impl SessionCore {
     /// ([`Effect::Cancel`]), each answered as cancelled. Nothing, when the character has
     /// `cancel_on_interruption` off.
     pub(crate) fn interrupted(&mut self, interruption: Interruption) {
+        if let Interruption::Calls(ids) = &interruption {
+            self.provider_cancelled(ids);
+            return;
+        }
         if !self.cancel_on_interruption {
             return;
         }
         match &interruption {
             Interruption::NewTurn => self.calls.abandon_all(),
             Interruption::Turn(turn) => self.calls.abandon(turn),
-            Interruption::Calls(_) => {}
+            Interruption::Calls(_) => unreachable!("handled above"),
         }
         let cancelled = self.take_running(|call| match &interruption {
             Interruption::NewTurn => true,
             Interruption::Turn(turn) => call.turn.as_deref() == Some(turn.as_str()),
-            Interruption::Calls(ids) => ids.contains(&call.call_id),
+            Interruption::Calls(_) => false,
         });
         if cancelled.is_empty() {
             return;
         }
         tracing::debug!(character = %self.character, kind = self.kind.name(), calls = cancelled.len(), ?interruption, "cancelling the calls of an abandoned turn");
         for (ticket, call) in cancelled {
-            if let Some(turn) = &call.turn {
-                // A call the provider cancelled by id abandons its turn too.
-                self.calls.abandon(turn);
-            }
             self.effects.push(Effect::Cancel(ticket));
             let source = call.tool.source.clone();
             let result = ToolResult::interrupted(
@@ -47,6 +47,25 @@ impl SessionCore {
                 call.started.elapsed(),
             );
             self.answer_cancelled(&result, Some(&source), call.started);
+        }
+    }
+
+    /// The provider cancelled these calls (it takes no answer for them): those still running
+    /// are dropped and announced as cancelled, and their turn's other answers go without them.
+    fn provider_cancelled(&mut self, ids: &[String]) {
+        let cancelled = self.take_running(|call| ids.contains(&call.call_id));
+        if !cancelled.is_empty() {
+            tracing::debug!(character = %self.character, kind = self.kind.name(), calls = cancelled.len(), "the provider cancelled running calls");
+        }
+        for (ticket, call) in cancelled {
+            self.effects.push(Effect::Cancel(ticket));
+            let result = ToolResult::interrupted(
+                call.call_id,
+                call.tool.name.clone(),
+                call.started.elapsed(),
+            );
+            self.announce_call(&result, Some(&call.tool.source), call.started, true);
+            self.needs_no_answer(call.turn.as_deref(), &result.call_id);
         }
     }
 

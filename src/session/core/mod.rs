@@ -38,13 +38,14 @@ use self::acks::Pending;
 use self::answers::RunningCall;
 pub use self::words::SyncError;
 pub(crate) use self::words::{
-    Call, ForeignTool, Interruption, Keep, ModelEvent, Protocol, ReadError, Seen, without_clashes,
+    Answers, Call, ForeignTool, Interruption, Keep, ModelEvent, Protocol, ReadError, Seen,
+    without_clashes,
 };
 use super::calls::{CallLimiter, ResponseCalls};
 use super::settings::SessionSettings;
 use super::sync::SyncState;
 use super::{ConnectionReport, ConnectionState};
-use crate::domain::call::ToolCall;
+use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
@@ -66,6 +67,10 @@ pub(crate) enum Effect {
     /// Cancel the call of this ticket, which still runs: drop it at once. The core has answered
     /// it already, and drops a result that comes anyway.
     Cancel(Ticket),
+    /// Open a new connection that resumes this session and starts with this setup (a protocol
+    /// whose tools need a new connection, [`Protocol::tools_need_new_connection`]); its
+    /// acknowledgement comes on the new connection.
+    Reconnect(String),
 }
 
 /// One call of a registered tool to run.
@@ -74,6 +79,38 @@ pub(crate) struct Run {
     pub call: ToolCall,
     pub tool: SharedTool,
     pub ticket: Ticket,
+}
+
+/// A resuming session's handle and switches.
+#[derive(Debug, Default)]
+struct Resumption {
+    handle_at: Option<std::time::Instant>,
+    switches: u64,
+    refused: u64,
+}
+
+impl Resumption {
+    fn report(&self) -> ResumptionReport {
+        ResumptionReport {
+            handle_age_ms: self
+                .handle_at
+                .map(|at| u64::try_from(at.elapsed().as_millis()).unwrap_or(u64::MAX)),
+            switches: self.switches,
+            refused: self.refused,
+        }
+    }
+}
+
+/// How a session that takes new tools on a new connection (Gemini Live) resumes itself, for
+/// the sessions listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ResumptionReport {
+    /// Milliseconds since the latest resumption handle came; null before the first.
+    pub handle_age_ms: Option<u64>,
+    /// Times the session moved to a new connection (new tools, or the provider's `goAway`).
+    pub switches: u64,
+    /// Tool updates that failed because no moment came to open a new connection in time.
+    pub refused: u64,
 }
 
 /// Names one call the core asked to run: what the actor hands back with its result, or cancels.
@@ -149,6 +186,17 @@ pub(crate) struct SessionCore {
     running: HashMap<Ticket, RunningCall>,
     /// The number of the next ticket (in the order calls start).
     next_ticket: u64,
+    /// The answers held for one frame per turn ([`Answers::TogetherPerTurn`]), by turn.
+    batches: HashMap<String, Vec<ToolResult>>,
+    /// Updates sent since the connection opened (a protocol whose tools need a new connection
+    /// sends only its first on the connection itself).
+    updates_on_connection: u64,
+    /// Why the update in flight waits to be sent, when its actor says (it fails with this
+    /// reason if the sync timer fires first).
+    waiting_because: Option<String>,
+    /// A session that takes new tools on a new connection resumed from a handle: its handle
+    /// and connection switches, for the report.
+    resumption: Option<Resumption>,
     /// A new user turn cancels the calls it abandons (`cancel_on_interruption`).
     cancel_on_interruption: bool,
     limiter: CallLimiter,
@@ -197,6 +245,10 @@ impl SessionCore {
             calls: ResponseCalls::default(),
             running: HashMap::new(),
             next_ticket: 0,
+            batches: HashMap::new(),
+            updates_on_connection: 0,
+            waiting_because: None,
+            resumption: None,
             cancel_on_interruption: settings.cancel_on_interruption,
             limiter: CallLimiter::new(
                 settings.max_tool_calls_per_window,
@@ -209,6 +261,65 @@ impl SessionCore {
             next_event: 0,
             effects: Vec::new(),
         }
+    }
+
+    /// The session resumes itself on new connections: its report says how (see
+    /// [`ResumptionReport`]).
+    pub(crate) fn resumes(&mut self) {
+        self.resumption.get_or_insert_with(Resumption::default);
+    }
+
+    /// A new resumption handle came.
+    pub(crate) fn handle_received(&mut self) {
+        if let Some(r) = &mut self.resumption {
+            r.handle_at = Some(std::time::Instant::now());
+        }
+    }
+
+    /// The session moved to a new connection.
+    pub(crate) fn switched(&mut self) {
+        if let Some(r) = &mut self.resumption {
+            r.switches += 1;
+        }
+    }
+
+    /// Whether a call of the session's runs now.
+    pub(crate) fn has_running_calls(&self) -> bool {
+        !self.running.is_empty()
+    }
+
+    /// Whether the connection is up.
+    pub(crate) fn is_connected(&self) -> bool {
+        self.connected
+    }
+
+    /// The update that gives the session the tools of the last one sent (to open a new
+    /// connection with).
+    pub(crate) fn current_update(&mut self) -> String {
+        let event_id = self.event_id("sync");
+        let keep = Keep {
+            tools: &self.own_tools,
+            settings: Some(&self.own_settings),
+        };
+        self.protocol
+            .tool_update(&self.sent_registered, keep, &event_id)
+    }
+
+    /// The update that opens the connection when no update of the server's is on its way (a
+    /// relay whose app's setup came while no tool was registered): the session's own settings
+    /// and tools. `None` while one is on its way (it opens the connection).
+    pub(crate) fn own_setup(&mut self) -> Option<String> {
+        if self.sync.in_flight().is_some() {
+            return None;
+        }
+        self.updates_on_connection += 1;
+        Some(self.current_update())
+    }
+
+    /// The connection opened for the update in flight failed before it took it (`reason`):
+    /// the update is refused.
+    pub(crate) fn update_connection_failed(&mut self, reason: String) {
+        self.on_refused(reason, None);
     }
 
     pub(crate) fn character(&self) -> &str {
@@ -266,6 +377,7 @@ impl SessionCore {
             acknowledged_tools: self.acknowledged_tools,
             calls_answered: self.calls_answered,
             clashes: self.clashes.clone(),
+            gemini: self.resumption.as_ref().map(Resumption::report),
         }
     }
 
@@ -289,7 +401,9 @@ impl SessionCore {
         self.set_state(ConnectionState::Connected);
         self.limiter.reset();
         self.calls.clear();
+        self.batches.clear();
         self.pending.clear();
+        self.updates_on_connection = 0;
     }
 
     /// Sends the current tools at once (a session the server itself opened).
@@ -333,6 +447,8 @@ impl SessionCore {
         self.connected = false;
         self.ready = false;
         self.pending.clear();
+        self.batches.clear();
+        self.waiting_because = None;
         for waiter in self.sync.disconnected() {
             let _ = waiter.send(Err(SyncError::Closed));
         }
@@ -388,6 +504,11 @@ impl SessionCore {
                 if self.sync.in_flight().is_none() {
                     self.sync.changed(None);
                 }
+                if self.protocol.tools_need_new_connection() {
+                    // What changed while the session was held goes in this first update: one
+                    // more would be one more connection.
+                    self.sync.covers_latest();
+                }
                 self.send_update();
             }
         }
@@ -425,7 +546,15 @@ impl SessionCore {
         let text = self.protocol.tool_update(&kept, keep, &event_id);
         self.sent_registered = kept.clone();
         self.expect_acknowledgement(event_id, kept);
-        self.effects.push(Effect::Upstream(text));
+        let on_new_connection =
+            self.protocol.tools_need_new_connection() && self.updates_on_connection > 0;
+        self.updates_on_connection += 1;
+        self.waiting_because = None;
+        self.effects.push(if on_new_connection {
+            Effect::Reconnect(text)
+        } else {
+            Effect::Upstream(text)
+        });
         self.effects.push(Effect::ArmSyncTimer(version));
     }
 
@@ -450,13 +579,40 @@ impl SessionCore {
         }
         let error = if self.ready {
             self.abandon_server_updates();
-            SyncError::NotAcknowledged(self.sync_timeout)
+            match self.waiting_because.take() {
+                Some(reason) => {
+                    if let Some(r) = &mut self.resumption {
+                        r.refused += 1;
+                    }
+                    SyncError::NotResumable(reason)
+                }
+                None if self.protocol.tools_need_new_connection() => {
+                    SyncError::NoSetupComplete(self.sync_timeout)
+                }
+                None => SyncError::NotAcknowledged(self.sync_timeout),
+            }
         } else {
             self.not_ready
                 .clone()
                 .unwrap_or(SyncError::NotAcknowledged(self.sync_timeout))
         };
         self.settle(Err(error), 0);
+    }
+
+    /// The update in flight cannot be sent yet, for `reason` (a connection to open that cannot
+    /// be opened now): if the sync timer fires first, the update fails with it. The actor sends
+    /// it when it can; its acknowledgement, even late, is taken.
+    pub(crate) fn update_waits(&mut self, reason: String) {
+        if self.sync.in_flight().is_some() {
+            self.waiting_because = Some(reason);
+        }
+    }
+
+    /// A timed-out update of `registered` tools was taken after all: the report says so.
+    fn took_late(&mut self, registered: usize) {
+        self.acknowledged_tools = registered;
+        self.last_sync = Some(SyncOutcome::now(&Ok(())));
+        self.announce();
     }
 
     /// Settles the server update in flight and sends the next one if changes are waiting.
@@ -511,10 +667,9 @@ impl SessionCore {
                 for call in calls {
                     self.on_call(call);
                 }
-                if let Some(turn) = turn
-                    && self.calls.done(&turn)
-                {
-                    self.continue_turn();
+                if let Some(turn) = turn {
+                    let state = self.calls.done(&turn);
+                    self.turn_settled(Some(&turn), state);
                 }
                 Seen::Pass
             }

@@ -22,8 +22,26 @@ pub(crate) trait Protocol: std::fmt::Debug {
     /// the registered `tools`.
     fn tool_update(&self, tools: &[SharedTool], keep: Keep<'_>, event_id: &str) -> String;
 
-    /// The frame that answers one call with `output`, the text the model reads.
-    fn call_output(&self, call_id: &str, output: &str, event_id: &str) -> String;
+    /// How the answers of a turn's calls travel: each in a frame of its own as soon as it is
+    /// ready ([`call_output`](Self::call_output)), or the server's all in one frame once the
+    /// last of them is ready ([`call_outputs`](Self::call_outputs)).
+    fn answers(&self) -> Answers {
+        Answers::EachAtOnce
+    }
+
+    /// The frame that answers one call with its result (the model reads
+    /// [`ToolResult::model_text`] or the protocol's own shape of it).
+    fn call_output(&self, result: &ToolResult, event_id: &str) -> String;
+
+    /// The one frame that answers every call of a turn the server ran (for
+    /// [`Answers::TogetherPerTurn`]).
+    fn call_outputs(&self, results: &[ToolResult], event_id: &str) -> String {
+        results
+            .iter()
+            .map(|result| self.call_output(result, event_id))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
 
     /// Whether the model takes images in the conversation.
     fn takes_images(&self) -> bool;
@@ -35,8 +53,26 @@ pub(crate) trait Protocol: std::fmt::Debug {
     /// What the model is told instead of `dropped` images it cannot take.
     fn images_not_taken(&self, dropped: usize) -> String;
 
-    /// The frame that asks the model to go on once every call of a turn is answered.
-    fn continue_turn(&self, event_id: &str) -> String;
+    /// The frame that asks the model to go on once every call of a turn is answered; `None`
+    /// for a protocol whose model goes on by itself once it has the answers.
+    fn continue_turn(&self, event_id: &str) -> Option<String>;
+
+    /// Whether a new tool list needs a new connection (the protocol takes tools only in the
+    /// setup that opens one): the first update of a connection goes on it, every later one is
+    /// handed to the actor as [`super::Effect::Reconnect`].
+    fn tools_need_new_connection(&self) -> bool {
+        false
+    }
+}
+
+/// How a protocol's call answers travel (see [`Protocol::answers`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Answers {
+    /// Each answer in a frame of its own, as soon as it is ready.
+    EachAtOnce,
+    /// The answers of the calls the server ran in one turn, in one frame, once the last is
+    /// ready (a call the provider cancelled is left out).
+    TogetherPerTurn,
 }
 
 /// What the model said, as far as the session acts on it.
@@ -78,9 +114,9 @@ pub(crate) enum Interruption {
     NewTurn,
     /// This turn (response) was cancelled.
     Turn(String),
-    /// The provider cancelled these calls, by id (a protocol that names them). The core
-    /// handles it; no adapter sends it yet (Gemini Live's `toolCallCancellation` will).
-    #[allow(dead_code)]
+    /// The provider cancelled these calls, by id (Gemini Live's `toolCallCancellation`): they
+    /// are cancelled whatever `cancel_on_interruption` says (the provider no longer takes their
+    /// answers), and nothing is sent for them.
     Calls(Vec<String>),
 }
 
@@ -100,6 +136,8 @@ pub(crate) struct Call {
 pub(crate) enum ReadError {
     #[error("server event is not a JSON object with a \"type\": {0}")]
     Malformed(String),
+    #[error("server message is not a JSON object: {0}")]
+    NotJsonObject(String),
     #[error("{kind} event lacks {field}")]
     MissingField {
         kind: &'static str,
@@ -189,6 +227,12 @@ pub enum SyncError {
         .0.as_secs_f64()
     )]
     NotAcknowledged(Duration),
+    /// A Gemini Live session's new connection did not take the setup within the sync timeout.
+    #[error(
+        "gemini session did not take the new tools (no setupComplete within {} s)",
+        .0.as_secs_f64()
+    )]
+    NoSetupComplete(Duration),
     /// The connection ended first.
     #[error("model session closed before acknowledging the tool update")]
     Closed,
@@ -199,6 +243,16 @@ pub enum SyncError {
         .0.as_secs_f64()
     )]
     NotDescribed(Duration),
+    /// A session whose tools need a new connection (Gemini Live) had no moment to open one
+    /// within the sync timeout; the new tools go at the next such moment.
+    #[error("gemini session not resumable: {0}")]
+    NotResumable(String),
+    /// An app behind the Gemini relay has not sent its setup, which the tools go in.
+    #[error(
+        "the app has not sent its setup within {} s; the tools go with it when it comes",
+        .0.as_secs_f64()
+    )]
+    NoSetup(Duration),
     /// The session's actor is gone.
     #[error("model session actor is not running")]
     Gone,

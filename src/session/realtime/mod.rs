@@ -31,11 +31,15 @@ impl Protocol for Realtime {
         merged_update_text(self.0, tools, keep, event_id)
     }
 
-    fn call_output(&self, call_id: &str, output: &str, event_id: &str) -> String {
+    fn call_output(&self, result: &ToolResult, event_id: &str) -> String {
         json!({
             "type": "conversation.item.create",
             "event_id": event_id,
-            "item": {"type": "function_call_output", "call_id": call_id, "output": output},
+            "item": {
+                "type": "function_call_output",
+                "call_id": result.call_id,
+                "output": result.model_text(),
+            },
         })
         .to_string()
     }
@@ -55,8 +59,8 @@ impl Protocol for Realtime {
         )
     }
 
-    fn continue_turn(&self, event_id: &str) -> String {
-        json!({"type": "response.create", "event_id": event_id}).to_string()
+    fn continue_turn(&self, event_id: &str) -> Option<String> {
+        Some(json!({"type": "response.create", "event_id": event_id}).to_string())
     }
 }
 
@@ -65,15 +69,7 @@ impl Protocol for Realtime {
 pub(crate) fn image_message(result: &ToolResult, event_id: &str) -> String {
     let mut content = Vec::with_capacity(result.images.len() * 2);
     for image in &result.images {
-        let mut caption = format!(
-            "Image from tool {} (call_id {})",
-            result.name, result.call_id
-        );
-        if !image.vision_prompt.is_empty() {
-            caption.push_str(": ");
-            caption.push_str(&image.vision_prompt);
-        }
-        content.push(json!({"type": "input_text", "text": caption}));
+        content.push(json!({"type": "input_text", "text": result.image_caption(image)}));
         content.push(json!({"type": "input_image", "image_url": image.data_url()}));
     }
     json!({
