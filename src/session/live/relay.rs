@@ -151,10 +151,19 @@ impl GeminiRelay {
         }
         let calls_before = self.link.core.has_running_calls();
         let seen = self.link.core.on_upstream(text);
-        let pass = if matches!(read::server_message(text), Ok(ModelEvent::Updated { .. })) {
-            // The app's setup's answer, once; later ones answer the server's own setups.
-            !std::mem::replace(&mut self.setup_answered, true)
-        } else if !self.app_resumes && read::signals(text).resumption.is_some() {
+        // Most messages are audio: looks at the text spare parsing them again.
+        let answers_the_apps_setup = !self.setup_answered
+            && text.contains("etup")
+            && matches!(read::server_message(text), Ok(ModelEvent::Updated { .. }));
+        let pass = if answers_the_apps_setup {
+            // The app's setup's answer, whoever's update it settled; the setups of later
+            // connections are answered on them, and the app sees none.
+            self.setup_answered = true;
+            true
+        } else if !self.app_resumes
+            && text.contains("esumption")
+            && read::signals(text).resumption.is_some()
+        {
             false
         } else {
             seen != Seen::Ours
