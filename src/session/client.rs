@@ -113,11 +113,13 @@ impl RealtimeSession {
             shell::run_effects(self, ctx);
         }
     }
+}
 
-    fn backoff(&self) -> Duration {
-        let factor = 2u32.saturating_pow(self.attempt.saturating_sub(1));
-        INITIAL_BACKOFF.saturating_mul(factor).min(MAX_BACKOFF)
-    }
+/// The wait before reconnect attempt `attempt` (1 is the first after a failure): doubled per
+/// attempt from [`INITIAL_BACKOFF`], at most [`MAX_BACKOFF`].
+pub(crate) fn backoff(attempt: u32) -> Duration {
+    let factor = 2u32.saturating_pow(attempt.saturating_sub(1));
+    INITIAL_BACKOFF.saturating_mul(factor).min(MAX_BACKOFF)
 }
 
 impl Shell for RealtimeSession {
@@ -139,7 +141,7 @@ impl Actor for RealtimeSession {
             self.connect(ctx);
         } else {
             self.link.core.set_state(ConnectionState::Backoff);
-            ctx.run_later(self.backoff(), |act, ctx| act.connect(ctx));
+            ctx.run_later(backoff(self.attempt), |act, ctx| act.connect(ctx));
         }
     }
 

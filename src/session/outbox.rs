@@ -267,15 +267,27 @@ pub(crate) fn closed_by_server() -> actix_http::ws::CloseReason {
     }
 }
 
-/// A relay, as its app's side of it: both relays read their app's frames alike.
-pub(crate) trait RelaysApp: actix::Actor<Context = actix::Context<Self>> {
-    /// Closing: the app's frames are dropped.
-    fn ending(&self) -> bool;
-    fn character(&self) -> &str;
-    fn app_fragments(&mut self) -> &mut super::shell::Reassembly;
+/// A relay, as its app's side of it: both relays read their app's frames, write to it and end
+/// alike.
+pub(crate) trait RelaysApp: super::shell::Shell {
+    /// The app's side: its outbox, and whether the relay is closing (its frames then dropped).
+    fn app_side(&mut self) -> AppSide<'_>;
     /// A whole message from the app, to relay.
     fn app_message(&mut self, message: super::shell::Whole, ctx: &mut Self::Context);
-    fn send_to_app(&mut self, message: Message, ctx: &mut Self::Context);
+
+    /// Sends the app `message`; an app that stopped reading ends the relay.
+    fn send_to_app(&mut self, message: Message, ctx: &mut Self::Context) {
+        if self.app_side().outbox.send(message).is_err() {
+            let reason = actix_http::ws::CloseReason {
+                code: actix_http::ws::CloseCode::Other(NOT_READING_CODE),
+                description: Some(not_reading_reason()),
+            };
+            tracing::warn!(character = %self.link().core.character(), limit = MAX_APP_QUEUE_BYTES, "closing a relay whose app stopped reading");
+            self.app_side().outbox.abort(reason.clone());
+            self.end(None, Some(Some(reason)), ctx);
+        }
+    }
+
     /// Ends the relay: `to_app` goes to the app, `to_upstream` upstream (`None`: that side is
     /// already gone).
     fn end(
@@ -283,7 +295,26 @@ pub(crate) trait RelaysApp: actix::Actor<Context = actix::Context<Self>> {
         to_app: Option<Option<actix_http::ws::CloseReason>>,
         to_upstream: Option<Option<actix_http::ws::CloseReason>>,
         ctx: &mut Self::Context,
-    );
+    ) {
+        let side = self.app_side();
+        if std::mem::replace(side.ending, true) {
+            return;
+        }
+        if let Some(reason) = to_app {
+            side.outbox.close(reason);
+        }
+        match to_upstream {
+            Some(reason) => super::shell::close_upstream(self, reason, ctx),
+            None => actix::ActorContext::stop(ctx),
+        }
+    }
+}
+
+/// A relay's app side, as [`RelaysApp`] reaches it.
+pub(crate) struct AppSide<'a> {
+    pub outbox: &'a mut AppOutbox,
+    pub fragments: &'a mut super::shell::Reassembly,
+    pub ending: &'a mut bool,
 }
 
 /// A frame from the app: relayed, answered (a ping), or the end of the relay.
@@ -292,22 +323,23 @@ pub(crate) fn on_app_frame<A: RelaysApp>(
     frame: Result<Message, actix_http::ws::ProtocolError>,
     ctx: &mut A::Context,
 ) {
-    if act.ending() {
+    let side = act.app_side();
+    if *side.ending {
         return;
     }
-    match from_app(frame, act.app_fragments()) {
+    match from_app(frame, side.fragments) {
         FromApp::Message(message) => act.app_message(message, ctx),
         FromApp::Pong(payload) => act.send_to_app(Message::Pong(payload), ctx),
         FromApp::Closed(reason) => {
-            tracing::debug!(character = %act.character(), ?reason, "relay: the app closed");
+            tracing::debug!(character = %act.link().core.character(), ?reason, "relay: the app closed");
             act.end(Some(reason.clone()), Some(reason), ctx);
         }
         FromApp::Ended => {
-            tracing::debug!(character = %act.character(), "relay: the app's connection ended");
+            tracing::debug!(character = %act.link().core.character(), "relay: the app's connection ended");
             on_app_gone(act, ctx);
         }
         FromApp::Broke(error) => {
-            tracing::warn!(character = %act.character(), %error, "relay: the app's side broke");
+            tracing::warn!(character = %act.link().core.character(), %error, "relay: the app's side broke");
             act.end(Some(Some(app_broke())), Some(Some(app_broke())), ctx);
         }
         FromApp::Nothing => {}

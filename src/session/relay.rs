@@ -20,8 +20,7 @@ use futures_util::stream::StreamExt;
 
 use super::core::{Seen, SessionCore};
 use super::outbox::{
-    AppOutbox, MAX_APP_QUEUE_BYTES, NOT_READING_CODE, OutboxBody, RelaysApp, closed_by_server,
-    not_reading_reason, on_app_frame, on_app_gone,
+    AppOutbox, AppSide, OutboxBody, RelaysApp, closed_by_server, on_app_frame, on_app_gone,
 };
 use super::realtime::app::AppEvent;
 use super::realtime::{self, Realtime};
@@ -180,27 +179,11 @@ impl Relay {
 }
 
 impl RelaysApp for Relay {
-    fn ending(&self) -> bool {
-        self.ending
-    }
-
-    fn character(&self) -> &str {
-        self.link.core.character()
-    }
-
-    fn app_fragments(&mut self) -> &mut Reassembly {
-        &mut self.from_app
-    }
-
-    fn send_to_app(&mut self, message: Message, ctx: &mut Self::Context) {
-        if self.app.send(message).is_err() {
-            let reason = CloseReason {
-                code: CloseCode::Other(NOT_READING_CODE),
-                description: Some(not_reading_reason()),
-            };
-            tracing::warn!(character = %self.link.core.character(), limit = MAX_APP_QUEUE_BYTES, "closing a relay whose app stopped reading");
-            self.app.abort(reason.clone());
-            self.end(None, Some(Some(reason)), ctx);
+    fn app_side(&mut self) -> AppSide<'_> {
+        AppSide {
+            outbox: &mut self.app,
+            fragments: &mut self.from_app,
+            ending: &mut self.ending,
         }
     }
 
@@ -226,27 +209,6 @@ impl RelaysApp for Relay {
             Whole::Binary(bytes) => ws::Message::Binary(bytes),
         };
         shell::send_upstream(self, message, ctx);
-    }
-
-    /// Ends the relay: `to_app` goes to the app, `to_upstream` upstream (`None`: that side is
-    /// already gone).
-    fn end(
-        &mut self,
-        to_app: Option<Option<CloseReason>>,
-        to_upstream: Option<Option<CloseReason>>,
-        ctx: &mut Self::Context,
-    ) {
-        if self.ending {
-            return;
-        }
-        self.ending = true;
-        if let Some(reason) = to_app {
-            self.app.close(reason);
-        }
-        match to_upstream {
-            Some(reason) => shell::close_upstream(self, reason, ctx),
-            None => ctx.stop(),
-        }
     }
 }
 

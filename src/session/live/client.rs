@@ -13,7 +13,6 @@
 //! it again after a backoff, and the new connection resumes the session when a handle is held.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use actix::io::WriteHandler;
 use actix::prelude::*;
@@ -26,7 +25,7 @@ use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
-use crate::session::client::{INITIAL_BACKOFF, MAX_BACKOFF};
+use crate::session::client::backoff;
 use crate::session::core::{Seen, SessionCore};
 use crate::session::gemini::{API_KEY_HEADER, Gemini};
 use crate::session::settings::SessionSettings;
@@ -183,11 +182,6 @@ impl GeminiSession {
             ctx.stop();
         }
     }
-
-    fn backoff(&self) -> Duration {
-        let factor = 2u32.saturating_pow(self.attempt.saturating_sub(1));
-        INITIAL_BACKOFF.saturating_mul(factor).min(MAX_BACKOFF)
-    }
 }
 
 impl Moving for GeminiSession {
@@ -224,7 +218,7 @@ impl Actor for GeminiSession {
             self.connect(ctx);
         } else {
             self.link.core.set_state(ConnectionState::Backoff);
-            ctx.run_later(self.backoff(), |act, ctx| act.connect(ctx));
+            ctx.run_later(backoff(self.attempt), |act, ctx| act.connect(ctx));
         }
     }
 

@@ -152,9 +152,13 @@ pub(crate) fn on_text<A: Moving>(
         resumption,
         go_away,
     } = read::signals(text);
-    if let Some((handle, resumable)) = resumption {
+    let moves = act.moves();
+    let opening = moves.opening.as_ref().is_some_and(|o| o.id == id);
+    // Handles count from the connection in use and the one being opened, never from one left
+    // behind (a late one would be older than the session's).
+    if let Some((handle, resumable)) = resumption.filter(|_| id == moves.current || opening) {
         if let Some(handle) = handle {
-            *act.moves().handle.borrow_mut() = Some(handle);
+            *moves.handle.borrow_mut() = Some(handle);
             act.link().core.handle_received();
         }
         if id == act.moves().current {

@@ -31,8 +31,7 @@ use crate::session::gemini::app::app_setup;
 use crate::session::gemini::read;
 use crate::session::gemini::{API_KEY_HEADER, Gemini};
 use crate::session::outbox::{
-    AppOutbox, MAX_APP_QUEUE_BYTES, NOT_READING_CODE, OutboxBody, RelaysApp, closed_by_server,
-    not_reading_reason, on_app_frame, on_app_gone,
+    AppOutbox, AppSide, OutboxBody, RelaysApp, closed_by_server, on_app_frame, on_app_gone,
 };
 use crate::session::relay::{AppStream, UPSTREAM_LOST_CODE};
 use crate::session::settings::SessionSettings;
@@ -152,10 +151,19 @@ impl GeminiRelay {
         }
         let calls_before = self.link.core.has_running_calls();
         let seen = self.link.core.on_upstream(text);
-        let pass = if matches!(read::server_message(text), Ok(ModelEvent::Updated { .. })) {
-            // The app's setup's answer, once; later ones answer the server's own setups.
-            !std::mem::replace(&mut self.setup_answered, true)
-        } else if !self.app_resumes && read::signals(text).resumption.is_some() {
+        // Most messages are audio: looks at the text spare parsing them again.
+        let answers_the_apps_setup = !self.setup_answered
+            && text.contains("etup")
+            && matches!(read::server_message(text), Ok(ModelEvent::Updated { .. }));
+        let pass = if answers_the_apps_setup {
+            // The app's setup's answer, whoever's update it settled; the setups of later
+            // connections are answered on them, and the app sees none.
+            self.setup_answered = true;
+            true
+        } else if !self.app_resumes
+            && text.contains("esumption")
+            && read::signals(text).resumption.is_some()
+        {
             false
         } else {
             seen != Seen::Ours
@@ -278,27 +286,11 @@ impl Moving for GeminiRelay {
 }
 
 impl RelaysApp for GeminiRelay {
-    fn ending(&self) -> bool {
-        self.ending
-    }
-
-    fn character(&self) -> &str {
-        self.link.core.character()
-    }
-
-    fn app_fragments(&mut self) -> &mut Reassembly {
-        &mut self.from_app
-    }
-
-    fn send_to_app(&mut self, message: Message, ctx: &mut Self::Context) {
-        if self.app.send(message).is_err() {
-            let reason = CloseReason {
-                code: CloseCode::Other(NOT_READING_CODE),
-                description: Some(not_reading_reason()),
-            };
-            tracing::warn!(character = %self.link.core.character(), limit = MAX_APP_QUEUE_BYTES, "closing a gemini relay whose app stopped reading");
-            self.app.abort(reason.clone());
-            self.end(None, Some(Some(reason)), ctx);
+    fn app_side(&mut self) -> AppSide<'_> {
+        AppSide {
+            outbox: &mut self.app,
+            fragments: &mut self.from_app,
+            ending: &mut self.ending,
         }
     }
 
@@ -339,27 +331,6 @@ impl RelaysApp for GeminiRelay {
             }
         } else {
             shell::send_upstream(self, message, ctx);
-        }
-    }
-
-    /// Ends the relay: `to_app` goes to the app, `to_upstream` upstream (`None`: that side is
-    /// already gone).
-    fn end(
-        &mut self,
-        to_app: Option<Option<CloseReason>>,
-        to_upstream: Option<Option<CloseReason>>,
-        ctx: &mut Self::Context,
-    ) {
-        if self.ending {
-            return;
-        }
-        self.ending = true;
-        if let Some(reason) = to_app {
-            self.app.close(reason);
-        }
-        match to_upstream {
-            Some(reason) => shell::close_upstream(self, reason, ctx),
-            None => ctx.stop(),
         }
     }
 }
