@@ -17,7 +17,7 @@ use crate::domain::call::JsonText;
 use crate::domain::call_url::{ACCEPTED_CALL_URLS, CallUrl, CallUrlError};
 use crate::domain::callback_url::{ACCEPTED_FORMS, CallbackUrl, CallbackUrlError};
 use crate::domain::tool::{
-    DEFAULT_SOURCE, DEFAULT_TIMEOUT, MAX_TIMEOUT, ToolSpec, empty_parameters,
+    Behavior, DEFAULT_SOURCE, DEFAULT_TIMEOUT, MAX_TIMEOUT, ToolSpec, empty_parameters,
 };
 use crate::mcp::runtime::McpRegistration;
 use crate::mcp::settings::MCP_SOURCE_PREFIX;
@@ -106,6 +106,7 @@ impl RegisterRequest {
         let role = f.role();
         let source = f.non_empty_string_or("source", DEFAULT_SOURCE);
         let timeout = f.timeout("timeout_seconds");
+        let behavior = f.behavior("behavior");
         f.finish()?;
         let (
             Some(name),
@@ -114,12 +115,22 @@ impl RegisterRequest {
             Some(callback_url),
             Some(source),
             Some(timeout),
-        ) = (name, description, parameters, callback_url, source, timeout)
+            Some(behavior),
+        ) = (
+            name,
+            description,
+            parameters,
+            callback_url,
+            source,
+            timeout,
+            behavior,
+        )
         else {
             unreachable!("every field is present when no field failed")
         };
         Ok(Self {
-            tool: ToolSpec::remote(name, description, parameters, source, callback_url, timeout),
+            tool: ToolSpec::remote(name, description, parameters, source, callback_url, timeout)
+                .with_behavior(behavior),
             role,
         })
     }
@@ -397,6 +408,20 @@ impl<'a> Fields<'a> {
     }
 
     /// `role`: a character name, or null / `""` for every character.
+    /// `behavior`: `"blocking"` (the default) or `"non_blocking"`.
+    fn behavior(&mut self, field: &str) -> Option<Behavior> {
+        let name = self.string(field, Some(Behavior::Blocking.name()))?;
+        let behavior = Behavior::from_name(&name);
+        if behavior.is_none() {
+            self.fail(
+                field,
+                "enum",
+                "Input should be 'blocking' or 'non_blocking'",
+            );
+        }
+        behavior
+    }
+
     fn role(&mut self) -> Option<String> {
         self.nullable_string("role")
             .flatten()

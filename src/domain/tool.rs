@@ -38,6 +38,39 @@ pub struct ToolSpec {
     /// Lifecycle tag used by `clear`.
     pub source: String,
     pub handler: ToolHandler,
+    /// Whether a live conversation waits for its calls.
+    pub behavior: Behavior,
+}
+
+/// Whether the model's conversation waits for a tool's calls (`behavior` of a registration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Behavior {
+    /// The call is answered when the tool answers (the contract's behaviour).
+    #[default]
+    Blocking,
+    /// In a live session the call is answered at once as running, and the tool's result reaches
+    /// the model when it comes.
+    NonBlocking,
+}
+
+impl Behavior {
+    /// The name a registration uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Behavior::Blocking => "blocking",
+            Behavior::NonBlocking => "non_blocking",
+        }
+    }
+
+    /// The behavior a registration names.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "blocking" => Some(Behavior::Blocking),
+            "non_blocking" => Some(Behavior::NonBlocking),
+            _ => None,
+        }
+    }
 }
 
 /// How a tool call is carried out.
@@ -75,7 +108,14 @@ impl ToolSpec {
                 callback_url,
                 timeout,
             }),
+            behavior: Behavior::Blocking,
         }
+    }
+
+    /// The same tool with `behavior`.
+    pub fn with_behavior(mut self, behavior: Behavior) -> Self {
+        self.behavior = behavior;
+        self
     }
 
     /// An in-process tool handled by an actor. Its `parameters` are checked like a remote
@@ -94,6 +134,7 @@ impl ToolSpec {
             parameters,
             source: source.into(),
             handler: ToolHandler::Local(handler),
+            behavior: Behavior::Blocking,
         }
     }
 

@@ -45,6 +45,7 @@ mod mcp_plugins;
 mod mcp_serve;
 mod mcp_servers;
 mod node;
+mod non_blocking;
 mod openapi;
 mod panics;
 mod python;
