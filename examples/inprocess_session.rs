@@ -74,6 +74,7 @@ impl ScriptedModel {
             calls_answered: self.calls_answered,
             clashes: Vec::new(),
             gemini: None,
+            running_calls: Vec::new(),
         }
     }
 }
@@ -207,6 +208,7 @@ impl Handler<PersonInterrupts> for ScriptedModel {
                 duration_ms: ran.as_secs_f64() * 1000.0,
                 is_error: true,
                 cancelled: true,
+                behavior: call.tool.behavior,
             });
             answers.push(result.model_text());
         }

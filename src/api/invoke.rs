@@ -73,6 +73,7 @@ async fn invoke(
             duration_ms: 0.0,
             is_error: false,
             cancelled: false,
+            behavior: crate::domain::tool::Behavior::Blocking,
         },
     );
     let result = state.dispatcher.dispatch(&resolved.tool, call).await;
