@@ -26,8 +26,8 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use runtime_tools::embedding::{
     CallCanceller, Caller, CloseSession, ConnectionKind, ConnectionReport, ConnectionState,
-    SessionHandle, SessionStatus, SyncError, SyncOutcome, SyncTools, ToolCallFinished, ToolResult,
-    rfc3339_now,
+    Conversation, SessionHandle, SessionStatus, SyncError, SyncOutcome, SyncTools,
+    ToolCallFinished, ToolResult, rfc3339_now,
 };
 use runtime_tools::{
     Application, CallLocalTool, CharacterSettings, Dispatcher, EventHub, EventKind, JoinSession,
@@ -75,6 +75,7 @@ impl ScriptedModel {
             clashes: Vec::new(),
             gemini: None,
             running_calls: Vec::new(),
+            conversation: Conversation::Idle,
         }
     }
 }

@@ -81,8 +81,8 @@ pub mod embedding {
     pub use crate::events::{Caller, ToolCallFinished};
     pub use crate::session::core::rfc3339_now;
     pub use crate::session::{
-        CloseSession, ConnectionReport, ConnectionState, ResumptionReport, RunningCallReport,
-        SessionHandle, SessionStatus, SyncError, SyncOutcome, SyncTools,
+        CloseSession, ConnectionReport, ConnectionState, Conversation, ResumptionReport,
+        RunningCallReport, SessionHandle, SessionStatus, SyncError, SyncOutcome, SyncTools,
     };
 }
 

@@ -42,8 +42,8 @@ use crate::session::settings::{
 };
 use crate::session::shell::{MODEL_CONNECT_TIMEOUT, SYNC_FALLBACK_MARGIN};
 use crate::session::{
-    AddContext, CloseSession, ConnectionReport, ConnectionState, GeminiSession, RealtimeSession,
-    SessionHandle, SessionStatus, SyncError, SyncOutcome, SyncTools,
+    AddContext, CloseSession, ConnectionReport, ConnectionState, Conversation, GeminiSession,
+    RealtimeSession, SessionHandle, SessionStatus, SyncError, SyncOutcome, SyncTools,
 };
 
 /// Apply change number `number` to this character's tools, publish the result and sync the
@@ -383,6 +383,7 @@ impl Handler<ReportSession> for SessionManager {
                         clashes: Vec::new(),
                         gemini: None,
                         running_calls: Vec::new(),
+                        conversation: Conversation::Idle,
                     })
                 }
             })
@@ -604,6 +605,7 @@ mod tests {
             clashes: Vec::new(),
             gemini: None,
             running_calls: Vec::new(),
+            conversation: Conversation::Idle,
         }
     }
 

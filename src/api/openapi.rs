@@ -40,7 +40,8 @@ use crate::mcp::mapping::Skipped;
 use crate::mcp::runtime::McpStage;
 use crate::mcp::status::{McpServerReport, McpState, RuntimeMcpReport, RuntimeMcpState};
 use crate::session::{
-    ConnectionReport, ConnectionState, ResumptionReport, RunningCallReport, SyncOutcome,
+    ConnectionReport, ConnectionState, Conversation, ResumptionReport, RunningCallReport,
+    SyncOutcome,
 };
 
 /// Where the document is served.
@@ -94,6 +95,7 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         ContextBody,
         ContextResponse,
         RunningCallReport,
+        Conversation,
         Behavior,
         SessionReport,
         ConnectionReport,

@@ -20,7 +20,8 @@ use crate::mcp::mapping::Skipped;
 use crate::mcp::runtime::McpStage;
 use crate::mcp::status::{McpServerReport, McpState, RuntimeMcpReport, RuntimeMcpState};
 use crate::session::{
-    ConnectionReport, ConnectionState, ResumptionReport, RunningCallReport, SyncOutcome,
+    ConnectionReport, ConnectionState, Conversation, ResumptionReport, RunningCallReport,
+    SyncOutcome,
 };
 
 /// Gives each real type its twin's schema, under the same name.
@@ -52,6 +53,7 @@ described_by_twin!(
     SyncOutcome,
     ResumptionReport,
     RunningCallReport,
+    Conversation,
     Behavior,
     ConnectionKind,
     ChatFailure,
@@ -140,6 +142,23 @@ mod twin {
         gemini: Option<ResumptionReport>,
         /// The calls running in this session now, in the order they started.
         running_calls: Vec<RunningCallReport>,
+        /// Where its conversation stands: the model is asked to speak of a non-blocking call's
+        /// result only when it is `idle` (`idle` for a session that does not say).
+        conversation: Conversation,
+    }
+
+    /// Where a live conversation stands.
+    #[derive(Serialize, ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub(super) enum Conversation {
+        /// No response in progress, nobody speaking.
+        Idle,
+        /// A response is in progress.
+        Responding,
+        /// The person is speaking.
+        PersonSpeaking,
+        /// The person stopped speaking; the reply to their turn has not begun.
+        AwaitingReply,
     }
 
     /// One call running in a session.
@@ -408,6 +427,7 @@ mod tests {
                 started: "2026-12-03T09:00:01.000Z".into(),
                 running_ms: 5300,
             }],
+            conversation: crate::session::Conversation::Responding,
         }
     }
 

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use actix::prelude::*;
 use serde::Serialize;
 
-pub use self::core::{ResumptionReport, RunningCallReport, SyncError, SyncOutcome};
+pub use self::core::{Conversation, ResumptionReport, RunningCallReport, SyncError, SyncOutcome};
 pub(crate) use client::RealtimeSession;
 pub(crate) use live::GeminiSession;
 pub use shell::MAX_EVENT_BYTES;
@@ -112,6 +112,8 @@ pub struct ConnectionReport {
     pub gemini: Option<ResumptionReport>,
     /// The calls running in this session now.
     pub running_calls: Vec<RunningCallReport>,
+    /// Where its conversation stands (`idle` for a session that does not say).
+    pub conversation: Conversation,
 }
 
 /// One active session of a character, as its manager holds it: every tool list goes to `sync`,

@@ -15,6 +15,8 @@
 
 use std::time::Duration;
 
+use serde::Serialize;
+
 use super::answers::RunningCall;
 use super::{Effect, SessionCore, Ticket};
 use crate::domain::call::ToolResult;
@@ -45,6 +47,34 @@ impl Floor {
     fn idle(&self) -> bool {
         !self.responding && !self.speaking && self.reply_expected.is_none()
     }
+
+    /// Who has the floor, for the report.
+    pub(super) fn state(&self) -> Conversation {
+        if self.speaking {
+            Conversation::PersonSpeaking
+        } else if self.responding {
+            Conversation::Responding
+        } else if self.reply_expected.is_some() {
+            Conversation::AwaitingReply
+        } else {
+            Conversation::Idle
+        }
+    }
+}
+
+/// Where a live conversation stands, as far as the server knows: when the model may be asked to
+/// speak of a late result (only when `idle`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Conversation {
+    /// No response in progress, nobody speaking.
+    Idle,
+    /// A response is in progress.
+    Responding,
+    /// The person is speaking.
+    PersonSpeaking,
+    /// The person stopped speaking; the reply to their turn has not begun.
+    AwaitingReply,
 }
 
 impl SessionCore {

@@ -37,6 +37,7 @@ use tokio::sync::oneshot;
 pub(crate) use self::acks::AppUpdate;
 use self::acks::Pending;
 use self::answers::RunningCall;
+pub use self::later::Conversation;
 use self::later::Floor;
 pub use self::words::SyncError;
 pub(crate) use self::words::{
@@ -401,6 +402,7 @@ impl SessionCore {
             clashes: self.clashes.clone(),
             gemini: self.resumption.as_ref().map(Resumption::report),
             running_calls: self.running_report(),
+            conversation: self.floor.state(),
         }
     }
 
