@@ -17,6 +17,7 @@ mod chat_app;
 mod child;
 mod cli;
 mod concurrency;
+mod conversation;
 mod cors;
 mod deaf_model;
 mod demo;
