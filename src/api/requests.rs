@@ -291,8 +291,10 @@ impl McpRegisterRequest {
             None => f.non_empty_string_or("source", MCP_SOURCE_PREFIX),
         };
         let timeout = f.timeout("timeout_seconds");
+        let behavior = f.behavior("behavior");
         f.finish()?;
-        let (Some(name), Some(url), Some(source), Some(timeout)) = (name, url, source, timeout)
+        let (Some(name), Some(url), Some(source), Some(timeout), Some(behavior)) =
+            (name, url, source, timeout, behavior)
         else {
             unreachable!("every field is present when no field failed")
         };
@@ -303,6 +305,7 @@ impl McpRegisterRequest {
                 role,
                 source,
                 timeout,
+                behavior,
             },
         })
     }
