@@ -26,8 +26,8 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use runtime_tools::embedding::{
     CallCanceller, Caller, CloseSession, ConnectionKind, ConnectionReport, ConnectionState,
-    SessionHandle, SessionStatus, SyncError, SyncOutcome, SyncTools, ToolCallFinished, ToolResult,
-    rfc3339_now,
+    Conversation, SessionHandle, SessionStatus, SyncError, SyncOutcome, SyncTools,
+    ToolCallFinished, ToolResult, rfc3339_now,
 };
 use runtime_tools::{
     Application, CallLocalTool, CharacterSettings, Dispatcher, EventHub, EventKind, JoinSession,
@@ -74,6 +74,8 @@ impl ScriptedModel {
             calls_answered: self.calls_answered,
             clashes: Vec::new(),
             gemini: None,
+            running_calls: Vec::new(),
+            conversation: Conversation::Idle,
         }
     }
 }
@@ -207,6 +209,7 @@ impl Handler<PersonInterrupts> for ScriptedModel {
                 duration_ms: ran.as_secs_f64() * 1000.0,
                 is_error: true,
                 cancelled: true,
+                behavior: call.tool.behavior,
             });
             answers.push(result.model_text());
         }

@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 
 use crate::domain::connection::ConnectionKind;
 use crate::domain::role::RoleName;
+use crate::domain::tool::{Behavior, Scheduling};
 
 /// Events kept for `Last-Event-ID` resumption: enough for a client that reconnects within a
 /// busy minute, small enough (a few hundred bytes each) to never matter for memory.
@@ -82,6 +83,10 @@ pub enum EventKind {
     /// An MCP server (configured, or registered at run time) changed state, or one registered
     /// at run time was registered or removed.
     McpState,
+    /// A non-blocking call's result was delivered to its session's model.
+    ToolResult,
+    /// A plugin reported a running call's progress.
+    ToolProgress,
 }
 
 impl EventKind {
@@ -94,6 +99,8 @@ impl EventKind {
             EventKind::ToolCall => "tool.call",
             EventKind::ChatState => "chat.state",
             EventKind::McpState => "mcp.state",
+            EventKind::ToolResult => "tool.result",
+            EventKind::ToolProgress => "tool.progress",
         }
     }
 }
@@ -252,6 +259,35 @@ pub struct ToolCallFinished<'a> {
     /// The call was cancelled before it finished (the person interrupted, or its caller went
     /// away); such a call is also `is_error`.
     pub cancelled: bool,
+    /// The tool's behavior: `non_blocking` calls of a live session were answered as running,
+    /// and their result is delivered when it comes (`tool.result`).
+    pub behavior: Behavior,
+}
+
+/// The data of `tool.result`: a non-blocking call's result reached its session's model. Never
+/// the output.
+#[derive(Debug, Serialize)]
+pub struct LateResult<'a> {
+    pub role: &'a str,
+    pub tool: &'a str,
+    pub call_id: &'a str,
+    pub kind: ConnectionKind,
+    /// When the model speaks of it: `when_idle`, `silent` or `interrupt`.
+    pub scheduling: Scheduling,
+    pub is_error: bool,
+}
+
+/// The data of `tool.progress`: a plugin's progress message for a running call.
+#[derive(Debug, Serialize)]
+pub struct ToolProgress<'a> {
+    pub role: &'a str,
+    pub tool: &'a str,
+    pub call_id: &'a str,
+    pub message: &'a str,
+    /// The model was asked to speak of it (when idle).
+    pub speak: bool,
+    /// The call runs in a live session, whose model was told.
+    pub delivered: bool,
 }
 
 /// A call being run, announced as `tool.call` when it ends: [`finished`](Self::finished) with
@@ -457,6 +493,24 @@ impl EventHub {
         );
     }
 
+    /// `tool.result` of a non-blocking call's delivered result.
+    pub fn late_result(&self, result: &LateResult<'_>) {
+        self.publish(
+            EventKind::ToolResult,
+            Scope::Roles(vec![result.role.into()]),
+            result,
+        );
+    }
+
+    /// `tool.progress` of a running call.
+    pub fn tool_progress(&self, progress: &ToolProgress<'_>) {
+        self.publish(
+            EventKind::ToolProgress,
+            Scope::Roles(vec![progress.role.into()]),
+            progress,
+        );
+    }
+
     /// `tool.call` of one finished call.
     pub fn tool_call(&self, call: &ToolCallFinished<'_>) {
         self.publish(
@@ -620,6 +674,7 @@ mod tests {
             duration_ms: 1.5,
             is_error: false,
             cancelled: false,
+            behavior: Behavior::Blocking,
         });
     }
 
@@ -677,6 +732,7 @@ mod tests {
             duration_ms: 0.0,
             is_error: false,
             cancelled: false,
+            behavior: Behavior::Blocking,
         };
         CallAnnouncement::start(&hub, call("c1")).finished(false);
         drop(CallAnnouncement::start(&hub, call("c2")));

@@ -69,7 +69,7 @@ pub use dispatch::Dispatcher;
 pub use domain::arguments::Parameters;
 pub use domain::call::{LocalHandler, LocalToolHandler, ToolCall, ToolOutcome};
 pub use domain::callback_url::CallbackUrl;
-pub use domain::tool::{SharedTool, ToolHandler, ToolSpec, empty_parameters};
+pub use domain::tool::{Behavior, Scheduling, SharedTool, ToolHandler, ToolSpec, empty_parameters};
 
 /// An application's own model session, joined to a character with [`JoinSession`]: the
 /// messages it handles and the report it gives.
@@ -81,8 +81,8 @@ pub mod embedding {
     pub use crate::events::{Caller, ToolCallFinished};
     pub use crate::session::core::rfc3339_now;
     pub use crate::session::{
-        CloseSession, ConnectionReport, ConnectionState, ResumptionReport, SessionHandle,
-        SessionStatus, SyncError, SyncOutcome, SyncTools,
+        CloseSession, ConnectionReport, ConnectionState, Conversation, ResumptionReport,
+        RunningCallReport, SessionHandle, SessionStatus, SyncError, SyncOutcome, SyncTools,
     };
 }
 

@@ -57,6 +57,10 @@ pub enum ChangeFailure {
     /// The manager did not answer within the request's deadline.
     #[error("session manager did not answer within {} s", .0.as_secs_f64())]
     NoAnswer(Duration),
+    /// A plugin's context found no live session of the character to tell (and it has no text
+    /// chat to keep it for).
+    #[error("no live session: the character has no connected model session to tell")]
+    NoLiveSession,
     /// The change named a character that does not exist (an MCP server's `roles`).
     #[error("unknown role: {0}")]
     UnknownRole(String),

@@ -42,8 +42,8 @@ use crate::session::settings::{
 };
 use crate::session::shell::{MODEL_CONNECT_TIMEOUT, SYNC_FALLBACK_MARGIN};
 use crate::session::{
-    CloseSession, ConnectionReport, ConnectionState, GeminiSession, RealtimeSession, SessionHandle,
-    SessionStatus, SyncError, SyncOutcome, SyncTools,
+    AddContext, CloseSession, ConnectionReport, ConnectionState, Conversation, GeminiSession,
+    RealtimeSession, SessionHandle, SessionStatus, SyncError, SyncOutcome, SyncTools,
 };
 
 /// Apply change number `number` to this character's tools, publish the result and sync the
@@ -237,7 +237,7 @@ impl SessionManager {
                         events.clone(),
                         tools,
                     );
-                    SessionHandle::new(ConnectionKind::Client, upstream, &client)
+                    SessionHandle::of_session(ConnectionKind::Client, upstream, &client)
                 }
                 SessionProtocol::GeminiLive => {
                     let client = GeminiSession::launch(
@@ -248,7 +248,7 @@ impl SessionManager {
                         events.clone(),
                         tools,
                     );
-                    SessionHandle::new(ConnectionKind::Client, upstream, &client)
+                    SessionHandle::of_session(ConnectionKind::Client, upstream, &client)
                 }
             };
             sessions.push(handle);
@@ -382,6 +382,8 @@ impl Handler<ReportSession> for SessionManager {
                         calls_answered: 0,
                         clashes: Vec::new(),
                         gemini: None,
+                        running_calls: Vec::new(),
+                        conversation: Conversation::Idle,
                     })
                 }
             })
@@ -419,6 +421,53 @@ impl Handler<ApplyChange> for SessionManager {
                 });
             }
         }
+    }
+}
+
+/// Tell every live session of the character a plugin's context: it succeeds when one of them
+/// took it; otherwise each session's reason (or that there is none).
+#[derive(Message, Debug)]
+#[rtype(result = "Result<(), ChangeFailure>")]
+pub(crate) struct TellSessions(pub AddContext);
+
+impl Handler<TellSessions> for SessionManager {
+    type Result = ResponseFuture<Result<(), ChangeFailure>>;
+
+    fn handle(
+        &mut self,
+        TellSessions(context): TellSessions,
+        _: &mut Self::Context,
+    ) -> Self::Result {
+        let told: Vec<_> = self
+            .open_sessions()
+            .iter()
+            .filter_map(|s| {
+                let reply = s.context.as_ref()?.send(context.clone());
+                let kind = s.kind;
+                Some(async move {
+                    let outcome = match reply.await {
+                        Ok(outcome) => outcome,
+                        Err(_) => Err(SyncError::Gone.to_string()),
+                    };
+                    (kind, outcome)
+                })
+            })
+            .collect();
+        Box::pin(async move {
+            if told.is_empty() {
+                return Err(ChangeFailure::NoLiveSession);
+            }
+            let outcomes = join_all(told).await;
+            if outcomes.iter().any(|(_, outcome)| outcome.is_ok()) {
+                return Ok(());
+            }
+            Err(ChangeFailure::Sessions(
+                outcomes
+                    .into_iter()
+                    .filter_map(|(kind, outcome)| Some((kind, SyncError::Other(outcome.err()?))))
+                    .collect(),
+            ))
+        })
     }
 }
 
@@ -467,7 +516,7 @@ impl Handler<JoinCall> for SessionManager {
             self.events.clone(),
             tool_list(&self.tools),
         );
-        self.sessions.push(SessionHandle::new(
+        self.sessions.push(SessionHandle::of_session(
             ConnectionKind::Attach,
             Some(msg.url),
             &attachment,
@@ -555,6 +604,8 @@ mod tests {
             calls_answered: 0,
             clashes: Vec::new(),
             gemini: None,
+            running_calls: Vec::new(),
+            conversation: Conversation::Idle,
         }
     }
 

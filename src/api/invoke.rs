@@ -9,7 +9,7 @@ use super::AppState;
 use super::body::JsonObjectText;
 use super::error::{ApiError, BodyRouteErrors, ErrorBody};
 use super::requests::InvokeRequest;
-use crate::dispatch::HOP_HEADER;
+use crate::dispatch::{HOP_HEADER, Where};
 use crate::domain::call::{JsonText, ToolCall, ToolResult};
 use crate::domain::images::ToolImage;
 use crate::events::{CallAnnouncement, Caller, ToolCallFinished};
@@ -73,6 +73,16 @@ async fn invoke(
             duration_ms: 0.0,
             is_error: false,
             cancelled: false,
+            behavior: crate::domain::tool::Behavior::Blocking,
+        },
+    );
+    // Listed while it runs: a plugin's progress reaches the event stream.
+    let _listed = state.dispatcher.board().list(
+        &call_id,
+        Where {
+            role: resolved.role.to_string(),
+            tool: resolved.tool.name.clone(),
+            session: None,
         },
     );
     let result = state.dispatcher.dispatch(&resolved.tool, call).await;

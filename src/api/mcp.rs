@@ -513,6 +513,14 @@ pub(crate) struct McpRegisterBody {
     /// listing together, and each `tools/call`.
     #[schema(exclusive_minimum = 0, maximum = 300, default = 30, nullable = false)]
     timeout_seconds: Option<f64>,
+    /// For every tool of the server: `blocking` (the default) or `non_blocking`, as for a
+    /// tool's registration.
+    #[schema(
+        default = "blocking",
+        nullable = false,
+        pattern = "^(blocking|non_blocking)$"
+    )]
+    behavior: Option<String>,
 }
 
 /// `POST /api/mcp/unregister`. Unknown fields are ignored.

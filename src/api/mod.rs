@@ -8,6 +8,7 @@
 
 pub(crate) mod body;
 mod chat;
+mod conversation;
 pub(crate) mod error;
 mod events;
 mod gemini;
@@ -76,6 +77,7 @@ pub(crate) struct AppState {
 /// The whole route tree.
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.configure(tools::configure)
+        .configure(conversation::configure)
         .configure(invoke::configure)
         .configure(sessions::configure)
         .configure(realtime::configure)

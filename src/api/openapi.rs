@@ -13,6 +13,7 @@ use actix_web::{HttpResponse, web};
 use utoipa::OpenApi;
 
 use super::chat;
+use super::conversation::{self, ContextBody, ContextResponse, ProgressBody, ProgressResponse};
 use super::error::{
     ApiError, ErrorBody, FieldError, JsonRpcErrorBody, JsonRpcErrorDetail, OpenAiErrorBody,
     OpenAiErrorDetail, ValidationErrorBody,
@@ -34,10 +35,14 @@ use crate::actors::change::RoleFailure;
 use crate::actors::manager::SessionReport;
 use crate::chat::{ChatFailure, ChatReport, ToolsRefused};
 use crate::domain::connection::ConnectionKind;
+use crate::domain::tool::Behavior;
 use crate::mcp::mapping::Skipped;
 use crate::mcp::runtime::McpStage;
 use crate::mcp::status::{McpServerReport, McpState, RuntimeMcpReport, RuntimeMcpState};
-use crate::session::{ConnectionReport, ConnectionState, ResumptionReport, SyncOutcome};
+use crate::session::{
+    ConnectionReport, ConnectionState, Conversation, ResumptionReport, RunningCallReport,
+    SyncOutcome,
+};
 
 /// Where the document is served.
 pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
@@ -56,6 +61,8 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         tools::clear,
         tools::list,
         invoke::invoke,
+        conversation::progress,
+        conversation::context,
         sessions::list_sessions,
         sessions::attach,
         sessions::detach,
@@ -83,6 +90,13 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         InvokeResponse,
         InvokeImage,
         SessionsResponse,
+        ProgressBody,
+        ProgressResponse,
+        ContextBody,
+        ContextResponse,
+        RunningCallReport,
+        Conversation,
+        Behavior,
         SessionReport,
         ConnectionReport,
         ResumptionReport,

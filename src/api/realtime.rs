@@ -22,7 +22,7 @@ use crate::session::outbox::OutboxBody;
 use crate::session::relay::{self, Relay};
 use crate::session::settings::SessionProtocol;
 use crate::session::shell::MAX_EVENT_BYTES;
-use crate::session::{CloseSession, SessionHandle, SessionStatus, SyncTools};
+use crate::session::{AddContext, CloseSession, SessionHandle, SessionStatus, SyncTools};
 
 /// Where apps connect; `websocket_base_url` is this without `/realtime`.
 pub(crate) const RELAY_PATH: &str = "/v1/realtime";
@@ -80,15 +80,21 @@ pub(super) async fn join_and_answer<A>(
     body: OutboxBody,
 ) -> Result<HttpResponse, ApiError>
 where
-    A: Actor + Handler<SyncTools> + Handler<SessionStatus> + Handler<CloseSession>,
-    A::Context:
-        ToEnvelope<A, SyncTools> + ToEnvelope<A, SessionStatus> + ToEnvelope<A, CloseSession>,
+    A: Actor
+        + Handler<SyncTools>
+        + Handler<SessionStatus>
+        + Handler<CloseSession>
+        + Handler<AddContext>,
+    A::Context: ToEnvelope<A, SyncTools>
+        + ToEnvelope<A, SessionStatus>
+        + ToEnvelope<A, CloseSession>
+        + ToEnvelope<A, AddContext>,
 {
     let joined = ask_router(
         state,
         JoinSession {
             role: character,
-            session: SessionHandle::new(ConnectionKind::Relay, Some(url), relay),
+            session: SessionHandle::of_session(ConnectionKind::Relay, Some(url), relay),
         },
     )
     .await;

@@ -15,10 +15,14 @@ use crate::actors::change::RoleFailure;
 use crate::actors::manager::SessionReport;
 use crate::chat::{ChatFailure, ChatReport, ToolsRefused};
 use crate::domain::connection::ConnectionKind;
+use crate::domain::tool::Behavior;
 use crate::mcp::mapping::Skipped;
 use crate::mcp::runtime::McpStage;
 use crate::mcp::status::{McpServerReport, McpState, RuntimeMcpReport, RuntimeMcpState};
-use crate::session::{ConnectionReport, ConnectionState, ResumptionReport, SyncOutcome};
+use crate::session::{
+    ConnectionReport, ConnectionState, Conversation, ResumptionReport, RunningCallReport,
+    SyncOutcome,
+};
 
 /// Gives each real type its twin's schema, under the same name.
 macro_rules! described_by_twin {
@@ -48,6 +52,9 @@ described_by_twin!(
     ConnectionReport,
     SyncOutcome,
     ResumptionReport,
+    RunningCallReport,
+    Conversation,
+    Behavior,
     ConnectionKind,
     ChatFailure,
     ToolsRefused,
@@ -133,6 +140,47 @@ mod twin {
         #[serde(skip_serializing_if = "Option::is_none")]
         #[schema(required = false, nullable = false)]
         gemini: Option<ResumptionReport>,
+        /// The calls running in this session now, in the order they started.
+        running_calls: Vec<RunningCallReport>,
+        /// Where its conversation stands: the model is asked to speak of a non-blocking call's
+        /// result only when it is `idle` (`idle` for a session that does not say).
+        conversation: Conversation,
+    }
+
+    /// Where a live conversation stands.
+    #[derive(Serialize, ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub(super) enum Conversation {
+        /// No response in progress, nobody speaking.
+        Idle,
+        /// A response is in progress.
+        Responding,
+        /// The person is speaking.
+        PersonSpeaking,
+        /// The person stopped speaking; the reply to their turn has not begun.
+        AwaitingReply,
+    }
+
+    /// One call running in a session.
+    #[derive(Serialize, ToSchema)]
+    pub(super) struct RunningCallReport {
+        tool: String,
+        call_id: String,
+        /// `blocking`: the model waits for it; `non_blocking`: answered as running, its result
+        /// follows when it comes.
+        behavior: Behavior,
+        /// When the model's call arrived, RFC 3339, UTC.
+        started: String,
+        /// How long it has run, in milliseconds.
+        running_ms: u64,
+    }
+
+    /// Whether the model's conversation waits for a tool's calls.
+    #[derive(Serialize, ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub(super) enum Behavior {
+        Blocking,
+        NonBlocking,
     }
 
     /// How a session that takes new tools on a new connection (Gemini Live) resumes itself.
@@ -372,6 +420,14 @@ mod tests {
                 switches: 2,
                 refused: 1,
             }),
+            running_calls: vec![crate::session::RunningCallReport {
+                tool: "find_flight".into(),
+                call_id: "call_1".into(),
+                behavior: Behavior::NonBlocking,
+                started: "2026-12-03T09:00:01.000Z".into(),
+                running_ms: 5300,
+            }],
+            conversation: crate::session::Conversation::Responding,
         }
     }
 

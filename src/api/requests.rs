@@ -17,7 +17,7 @@ use crate::domain::call::JsonText;
 use crate::domain::call_url::{ACCEPTED_CALL_URLS, CallUrl, CallUrlError};
 use crate::domain::callback_url::{ACCEPTED_FORMS, CallbackUrl, CallbackUrlError};
 use crate::domain::tool::{
-    DEFAULT_SOURCE, DEFAULT_TIMEOUT, MAX_TIMEOUT, ToolSpec, empty_parameters,
+    Behavior, DEFAULT_SOURCE, DEFAULT_TIMEOUT, MAX_TIMEOUT, Scheduling, ToolSpec, empty_parameters,
 };
 use crate::mcp::runtime::McpRegistration;
 use crate::mcp::settings::MCP_SOURCE_PREFIX;
@@ -106,6 +106,7 @@ impl RegisterRequest {
         let role = f.role();
         let source = f.non_empty_string_or("source", DEFAULT_SOURCE);
         let timeout = f.timeout("timeout_seconds");
+        let behavior = f.behavior("behavior");
         f.finish()?;
         let (
             Some(name),
@@ -114,13 +115,76 @@ impl RegisterRequest {
             Some(callback_url),
             Some(source),
             Some(timeout),
-        ) = (name, description, parameters, callback_url, source, timeout)
+            Some(behavior),
+        ) = (
+            name,
+            description,
+            parameters,
+            callback_url,
+            source,
+            timeout,
+            behavior,
+        )
         else {
             unreachable!("every field is present when no field failed")
         };
         Ok(Self {
-            tool: ToolSpec::remote(name, description, parameters, source, callback_url, timeout),
+            tool: ToolSpec::remote(name, description, parameters, source, callback_url, timeout)
+                .with_behavior(behavior),
             role,
+        })
+    }
+}
+
+/// Longest progress message, in characters.
+pub(crate) const MAX_PROGRESS_CHARS: usize = 2048;
+
+/// Longest context text, in characters.
+pub(crate) const MAX_CONTEXT_CHARS: usize = 8192;
+
+/// `POST /api/tools/calls/{call_id}/progress`.
+#[derive(Debug)]
+pub(crate) struct ProgressRequest {
+    pub message: String,
+    pub speak: bool,
+}
+
+impl ProgressRequest {
+    pub(crate) fn parse(body: &Map<String, Value>) -> Checked<Self> {
+        let mut f = Fields::new(body);
+        let message = f.text("message", MAX_PROGRESS_CHARS);
+        let speak = f.flag("speak", false);
+        f.finish()?;
+        Ok(Self {
+            message: message.unwrap_or_default(),
+            speak: speak.unwrap_or_default(),
+        })
+    }
+}
+
+/// `POST /api/sessions/context`.
+#[derive(Debug)]
+pub(crate) struct ContextRequest {
+    pub role: Option<String>,
+    pub text: String,
+    /// `None`: the model is not asked to answer.
+    pub respond: Option<Scheduling>,
+}
+
+impl ContextRequest {
+    pub(crate) fn parse(body: &Map<String, Value>) -> Checked<Self> {
+        let mut f = Fields::new(body);
+        let role = f.role();
+        let text = f.text("text", MAX_CONTEXT_CHARS);
+        let respond = f.flag("respond", false);
+        let scheduling = f.scheduling("scheduling");
+        f.finish()?;
+        Ok(Self {
+            role,
+            text: text.unwrap_or_default(),
+            respond: respond
+                .unwrap_or_default()
+                .then(|| scheduling.unwrap_or_default()),
         })
     }
 }
@@ -227,8 +291,10 @@ impl McpRegisterRequest {
             None => f.non_empty_string_or("source", MCP_SOURCE_PREFIX),
         };
         let timeout = f.timeout("timeout_seconds");
+        let behavior = f.behavior("behavior");
         f.finish()?;
-        let (Some(name), Some(url), Some(source), Some(timeout)) = (name, url, source, timeout)
+        let (Some(name), Some(url), Some(source), Some(timeout), Some(behavior)) =
+            (name, url, source, timeout, behavior)
         else {
             unreachable!("every field is present when no field failed")
         };
@@ -239,6 +305,7 @@ impl McpRegisterRequest {
                 role,
                 source,
                 timeout,
+                behavior,
             },
         })
     }
@@ -394,6 +461,60 @@ impl<'a> Fields<'a> {
                 None
             }
         }
+    }
+
+    /// `behavior`: `"blocking"` (the default) or `"non_blocking"`.
+    fn behavior(&mut self, field: &str) -> Option<Behavior> {
+        let name = self.string(field, Some(Behavior::Blocking.name()))?;
+        let behavior = Behavior::from_name(&name);
+        if behavior.is_none() {
+            self.fail(
+                field,
+                "enum",
+                "Input should be 'blocking' or 'non_blocking'",
+            );
+        }
+        behavior
+    }
+
+    /// A string of 1 to `max` characters (not bytes).
+    fn text(&mut self, field: &str, max: usize) -> Option<String> {
+        let text = self.required_non_empty_string(field)?;
+        if text.chars().count() > max {
+            self.fail(
+                field,
+                "string_too_long",
+                format!("String should have at most {max} characters"),
+            );
+            return None;
+        }
+        Some(text)
+    }
+
+    /// A boolean, `default` when absent.
+    fn flag(&mut self, field: &str, default: bool) -> Option<bool> {
+        match self.body.get(field) {
+            None => Some(default),
+            Some(Value::Bool(b)) => Some(*b),
+            Some(_) => {
+                self.fail(field, "bool_type", "Input should be a valid boolean");
+                None
+            }
+        }
+    }
+
+    /// `scheduling`: `"when_idle"` (the default), `"silent"` or `"interrupt"`.
+    fn scheduling(&mut self, field: &str) -> Option<Scheduling> {
+        let name = self.string(field, Some(Scheduling::WhenIdle.name()))?;
+        let scheduling = Scheduling::from_name(&name);
+        if scheduling.is_none() {
+            self.fail(
+                field,
+                "enum",
+                "Input should be 'when_idle', 'silent' or 'interrupt'",
+            );
+        }
+        scheduling
     }
 
     /// `role`: a character name, or null / `""` for every character.

@@ -17,6 +17,7 @@ use crate::actors::change::{ChangeReport, RoleFailure};
 use crate::actors::router::{ClearSource, RegisterTool, RoleTools, UnregisterTool};
 use crate::dispatch::LOCAL_TOOL_TIMEOUT;
 use crate::domain::role::RoleName;
+use crate::domain::tool::Behavior;
 
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/register").route(web::post().to(register)))
@@ -281,6 +282,10 @@ pub(crate) struct ToolView<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false, nullable = false)]
     timeout_seconds: Option<f64>,
+    /// `blocking` or `non_blocking`; only with `?detail=full`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, required = false, nullable = false)]
+    behavior: Option<Behavior>,
 }
 
 impl Serialize for ToolsByRole<'_> {
@@ -301,6 +306,7 @@ impl Serialize for ToolsByRole<'_> {
                     timeout_seconds: self
                         .full
                         .then(|| t.timeout().unwrap_or(LOCAL_TOOL_TIMEOUT).as_secs_f64()),
+                    behavior: self.full.then_some(t.behavior),
                 })
                 .collect();
             map.serialize_entry(&role.role, &views)?;
@@ -354,6 +360,14 @@ pub(crate) struct RegisterBody {
     /// Greater than 0 and at most 300.
     #[schema(exclusive_minimum = 0, maximum = 300, default = 30, nullable = false)]
     timeout_seconds: Option<f64>,
+    /// `blocking` (the default): the model's call waits for the tool; `non_blocking`: in a live
+    /// session the call is answered at once as running and the result follows when it comes.
+    #[schema(
+        default = "blocking",
+        nullable = false,
+        pattern = "^(blocking|non_blocking)$"
+    )]
+    behavior: Option<String>,
 }
 
 /// `POST /api/tools/unregister`. Unknown fields are ignored.

@@ -54,7 +54,15 @@ struct ChatState {
     /// tools are withheld from them until the list changes.
     refusals: IndexMap<String, (u64, ChatFailure)>,
     turns: HandedTurns,
+    /// Plugins' context for the next request, oldest first, with when it came.
+    context: std::collections::VecDeque<(Instant, std::sync::Arc<str>)>,
 }
+
+/// Plugins' context kept for a character's next chat request: the latest 16 texts...
+pub(crate) const MAX_KEPT_CONTEXT: usize = 16;
+
+/// ...of the last hour: older news is no news to the person.
+pub(crate) const KEPT_CONTEXT_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// An error, and when it happened.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -126,7 +134,31 @@ impl ChatEndpoint {
     pub fn begin(&self, messages: Vec<Raw>) -> (Vec<Raw>, Restored) {
         let mut state = self.state();
         state.requests += 1;
-        state.turns.restore(messages, Instant::now())
+        let now = Instant::now();
+        let (mut messages, restored) = state.turns.restore(messages, now);
+        // Plugins' context since the last request, as system messages after the app's own.
+        for (at, text) in std::mem::take(&mut state.context) {
+            if now.duration_since(at) <= KEPT_CONTEXT_AGE {
+                let message = serde_json::json!({"role": "system", "content": &*text});
+                messages
+                    .push(serde_json::value::to_raw_value(&message).expect("a message serialises"));
+            }
+        }
+        (messages, restored)
+    }
+
+    /// Keeps a plugin's context for the next request (`POST /api/sessions/context`): at most
+    /// [`MAX_KEPT_CONTEXT`] texts, none older than [`KEPT_CONTEXT_AGE`].
+    pub(crate) fn add_context(&self, text: &str) {
+        let mut state = self.state();
+        let now = Instant::now();
+        state
+            .context
+            .retain(|(at, _)| now.duration_since(*at) <= KEPT_CONTEXT_AGE);
+        if state.context.len() == MAX_KEPT_CONTEXT {
+            state.context.pop_front();
+        }
+        state.context.push_back((now, text.into()));
     }
 
     /// Whether `model` takes tools, as far as the character knows while its tool list is the

@@ -23,7 +23,7 @@ use super::answer::{self, ModelCall, RoundAnswer, StreamRound};
 use super::conversation::{Conversation, MAX_CALLS_PER_ROUND, Step};
 use super::upstream::{AppHeaders, UpstreamError};
 use super::wire::{self, AppStream, ChatRequest, error_body, error_text, refuses_tools};
-use crate::dispatch::Dispatcher;
+use crate::dispatch::{Dispatcher, Where};
 use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::connection::ConnectionKind;
 use crate::domain::registry::not_registered_text;
@@ -492,6 +492,7 @@ impl Driver {
                         duration_ms: 0.0,
                         is_error: false,
                         cancelled: false,
+                        behavior: crate::domain::tool::Behavior::Blocking,
                     },
                 );
                 let result = match &tool {
@@ -499,7 +500,20 @@ impl Driver {
                         "too many tool calls in one turn: at most {MAX_CALLS_PER_ROUND} run; \
                          the call was not run"
                     )),
-                    Some(tool) => self.ctx.dispatcher.dispatch(tool, call).await,
+                    Some(tool) => {
+                        // Listed while it runs, so a plugin's progress reaches the event stream
+                        // (a chat request has no "later" for the model: non-blocking tools run
+                        // as blocking ones here).
+                        let _listed = self.ctx.dispatcher.board().list(
+                            &model_call.id,
+                            Where {
+                                role: self.ctx.role.clone(),
+                                tool: tool.name.clone(),
+                                session: None,
+                            },
+                        );
+                        self.ctx.dispatcher.dispatch(tool, call).await
+                    }
                     None => {
                         let error = not_registered_text(&call.name, None, sent.iter().copied());
                         call.error(error)

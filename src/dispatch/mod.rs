@@ -31,12 +31,14 @@ use crate::domain::tool::{RemoteEndpoint, SharedTool, ToolHandler};
 use self::body::BodySink;
 use self::failure::{CallFailure, body_failure, send_failure};
 
+mod board;
 mod body;
 mod cancel;
 mod client;
 mod failure;
 pub(crate) mod settings;
 
+pub(crate) use self::board::{CallBoard, CallProgress, Listed, Where};
 pub use self::cancel::CallCanceller;
 
 /// Idle connections to callbacks kept per thread and origin. Above the concurrency any realistic
@@ -85,6 +87,8 @@ struct Inner {
     /// Calls running now (of every kind), and a wake-up for whoever waits for none.
     running: AtomicUsize,
     idle: Notify,
+    /// The calls of sessions and chats running now, for progress reports.
+    board: CallBoard,
 }
 
 /// One running call, counted while it lives.
@@ -124,6 +128,7 @@ impl Dispatcher {
                 abandoned: watch::Sender::new(None),
                 running: AtomicUsize::new(0),
                 idle: Notify::new(),
+                board: CallBoard::default(),
             }),
         }
     }
@@ -169,6 +174,11 @@ impl Dispatcher {
     /// is stopping: the end of a graceful stop's `grace` period.
     pub fn abandon_calls(&self, grace: Duration) {
         self.inner.abandoned.send_replace(Some(grace));
+    }
+
+    /// The calls of sessions and chats running now (see [`CallBoard`]).
+    pub(crate) fn board(&self) -> &CallBoard {
+        &self.inner.board
     }
 
     /// Resolves once no call is running.

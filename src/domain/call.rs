@@ -21,6 +21,7 @@ use super::images::ToolImage;
 pub(crate) use super::json_text::JsonText;
 use super::json_text::{null_text, text_of};
 use super::peer_text;
+use super::tool::Scheduling;
 
 /// How many characters of an HTTP error body a tool error quotes.
 pub(crate) const ERROR_BODY_QUOTE_CHARS: usize = 200;
@@ -70,6 +71,8 @@ pub struct ToolResult {
     /// What happened to images that were dropped or changed (also in the output's
     /// `_image_warnings`, so the model reads them).
     pub image_warnings: Vec<String>,
+    /// When the model speaks of the result of a non-blocking call (the answer's `scheduling`).
+    pub scheduling: Scheduling,
 }
 
 /// What a tool answered, before it is tied to its call.
@@ -81,6 +84,9 @@ pub struct ToolAnswer {
     pub error: Option<String>,
     /// The `images` field of the answer, still to be checked.
     pub images: Option<Value>,
+    /// The answer's `scheduling` (see [`Scheduling`]); the default when it names none, or one
+    /// there is not.
+    pub scheduling: Scheduling,
 }
 
 /// The outcome of an in-process tool: `Ok(output)` or `Err(error text for the model)`. An output
@@ -180,6 +186,7 @@ impl ToolCall {
             error: answer.error,
             images,
             image_warnings: Vec::new(),
+            scheduling: answer.scheduling,
         }
     }
 
@@ -190,12 +197,24 @@ impl ToolCall {
 }
 
 impl ToolAnswer {
+    /// What the model is answered at once when it calls a non-blocking tool:
+    /// `{"status": "running", "tool": NAME, "call_id": ID}` (the result follows when it comes).
+    pub fn running(call: &ToolCall) -> Self {
+        let output = serde_json::json!({
+            "status": "running",
+            "tool": call.name,
+            "call_id": call.call_id,
+        });
+        Self::output(text_of(output.to_string()))
+    }
+
     /// A tool error with no output.
     pub fn error(error: String) -> Self {
         Self {
             output: null_text(),
             error: Some(error),
             images: None,
+            scheduling: Scheduling::default(),
         }
     }
 
@@ -205,6 +224,7 @@ impl ToolAnswer {
             output,
             error: None,
             images: None,
+            scheduling: Scheduling::default(),
         }
     }
 
@@ -253,7 +273,37 @@ impl ToolResult {
             error: Some(error),
             images: Vec::new(),
             image_warnings: Vec::new(),
+            scheduling: Scheduling::default(),
         }
+    }
+
+    /// The result of a non-blocking call whose tool was removed after it had run for `ran`: it
+    /// was cancelled, and the model is told so.
+    pub fn tool_removed(call_id: String, name: String, ran: Duration) -> Self {
+        let error = format!(
+            "cancelled because the tool '{name}' was removed while the call ran (after {} s)",
+            seconds(ran)
+        );
+        Self {
+            error: Some(error),
+            ..Self::interrupted(call_id, name, ran)
+        }
+    }
+
+    /// The text of a non-blocking call's result as the model reads it when it comes: which tool
+    /// and call it is, then the output (or, for an error, that it is one, and the error).
+    pub fn late_text(&self) -> String {
+        let what = if self.is_error {
+            "ended with an error"
+        } else {
+            "finished"
+        };
+        format!(
+            "The non-blocking tool call {} (call_id {}) {what}. Result: {}",
+            self.name,
+            self.call_id,
+            self.model_text()
+        )
     }
 
     /// The text the model receives: the output's exact JSON text, or for an error a JSON object
@@ -371,7 +421,9 @@ fn read_json_body(text: &str) -> Option<ToolAnswer> {
         None => {
             let rest: IndexMap<&str, &RawValue> = object
                 .iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "is_error" | "error" | "images"))
+                .filter(|(k, _)| {
+                    !matches!(k.as_str(), "is_error" | "error" | "images" | "scheduling")
+                })
                 .map(|(k, v)| (k.as_str(), *v))
                 .collect();
             if rest.is_empty() {
@@ -386,6 +438,7 @@ fn read_json_body(text: &str) -> Option<ToolAnswer> {
         output,
         error,
         images,
+        scheduling: scheduling_of(object.get("scheduling").copied()),
     })
 }
 
@@ -419,6 +472,25 @@ fn error_text(error: Option<&RawValue>) -> String {
         Ok(Some(text)) if !text.is_empty() => peer_text::bounded(text),
         Ok(_) => NO_MESSAGE.to_owned(),
         Err(_) => peer_text::bounded_str(raw.get()),
+    }
+}
+
+/// An envelope's `scheduling`: one of [`Scheduling`]'s names, else the default (a name there is
+/// not is logged, without the answer).
+fn scheduling_of(raw: Option<&RawValue>) -> Scheduling {
+    let Some(raw) = raw else {
+        return Scheduling::default();
+    };
+    let name = serde_json::from_str::<String>(raw.get()).ok();
+    match name.as_deref().and_then(Scheduling::from_name) {
+        Some(scheduling) => scheduling,
+        None => {
+            tracing::warn!(
+                scheduling = %peer_text::bounded_str(raw.get()),
+                "a tool answered a scheduling that is not when_idle, silent or interrupt; using when_idle"
+            );
+            Scheduling::default()
+        }
     }
 }
 

@@ -38,6 +38,75 @@ pub struct ToolSpec {
     /// Lifecycle tag used by `clear`.
     pub source: String,
     pub handler: ToolHandler,
+    /// Whether a live conversation waits for its calls.
+    pub behavior: Behavior,
+}
+
+/// Whether the model's conversation waits for a tool's calls (`behavior` of a registration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Behavior {
+    /// The call is answered when the tool answers (the contract's behaviour).
+    #[default]
+    Blocking,
+    /// In a live session the call is answered at once as running, and the tool's result reaches
+    /// the model when it comes.
+    NonBlocking,
+}
+
+impl Behavior {
+    /// The name a registration uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Behavior::Blocking => "blocking",
+            Behavior::NonBlocking => "non_blocking",
+        }
+    }
+
+    /// The behavior a registration names.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "blocking" => Some(Behavior::Blocking),
+            "non_blocking" => Some(Behavior::NonBlocking),
+            _ => None,
+        }
+    }
+}
+
+/// When a non-blocking call's result, a progress note that asks to be spoken, or a plugin's
+/// context that asks for a reply makes the model speak (`scheduling`, named as Gemini Live
+/// names it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scheduling {
+    /// The model answers once the session is idle: no response in progress, nobody speaking.
+    #[default]
+    WhenIdle,
+    /// The model is told, and says nothing until its next answer.
+    Silent,
+    /// A response in progress is cancelled, and the model answers at once.
+    Interrupt,
+}
+
+impl Scheduling {
+    /// The name a plugin writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheduling::WhenIdle => "when_idle",
+            Scheduling::Silent => "silent",
+            Scheduling::Interrupt => "interrupt",
+        }
+    }
+
+    /// The scheduling a plugin names.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "when_idle" => Some(Scheduling::WhenIdle),
+            "silent" => Some(Scheduling::Silent),
+            "interrupt" => Some(Scheduling::Interrupt),
+            _ => None,
+        }
+    }
 }
 
 /// How a tool call is carried out.
@@ -75,7 +144,14 @@ impl ToolSpec {
                 callback_url,
                 timeout,
             }),
+            behavior: Behavior::Blocking,
         }
+    }
+
+    /// The same tool with `behavior`.
+    pub fn with_behavior(mut self, behavior: Behavior) -> Self {
+        self.behavior = behavior;
+        self
     }
 
     /// An in-process tool handled by an actor. Its `parameters` are checked like a remote
@@ -94,6 +170,7 @@ impl ToolSpec {
             parameters,
             source: source.into(),
             handler: ToolHandler::Local(handler),
+            behavior: Behavior::Blocking,
         }
     }
 
@@ -220,6 +297,9 @@ pub(crate) struct GeminiDeclaration<'a> {
     name: &'a str,
     description: &'a str,
     parameters_json_schema: &'a Map<String, serde_json::Value>,
+    /// `NON_BLOCKING` for a non-blocking tool (Gemini's own mechanism); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    behavior: Option<&'static str>,
 }
 
 impl<'a> GeminiDeclaration<'a> {
@@ -228,6 +308,7 @@ impl<'a> GeminiDeclaration<'a> {
             name: &tool.name,
             description: &tool.description,
             parameters_json_schema: tool.parameters.schema(),
+            behavior: (tool.behavior == Behavior::NonBlocking).then_some("NON_BLOCKING"),
         }
     }
 }

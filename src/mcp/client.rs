@@ -204,7 +204,7 @@ impl McpClient {
         let source = self.settings.source();
         let specs = definitions
             .iter()
-            .map(|d| mapping::tool_spec(d, &source, handler.clone()))
+            .map(|d| mapping::tool_spec(d, &source, handler.clone(), self.settings.behavior))
             .collect();
         let change = self.router.send(ReplaceSource {
             source,

@@ -223,6 +223,7 @@ impl ServerHandler for SessionTools {
                 duration_ms: 0.0,
                 is_error: false,
                 cancelled: false,
+                behavior: crate::domain::tool::Behavior::Blocking,
             },
         );
         let dispatch = std::pin::pin!(self.dispatcher.dispatch(&resolved.tool, call));

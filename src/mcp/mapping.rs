@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use crate::domain::arguments::Parameters;
 use crate::domain::call::{LocalToolHandler, ToolOutcome};
 use crate::domain::peer_text;
-use crate::domain::tool::ToolSpec;
+use crate::domain::tool::{Behavior, ToolSpec};
 
 /// Longest tool name this server accepts (the name rule of a registration).
 pub(crate) const MAX_TOOL_NAME_CHARS: usize = 64;
@@ -79,11 +79,13 @@ pub(crate) fn definition(tool: &Tool) -> Result<Definition, Skipped> {
     })
 }
 
-/// The tool a definition becomes, run by `handler` and registered as `source`.
+/// The tool a definition becomes, run by `handler`, registered as `source` with the server's
+/// `behavior`.
 pub(crate) fn tool_spec(
     definition: &Definition,
     source: &str,
     handler: LocalToolHandler,
+    behavior: Behavior,
 ) -> ToolSpec {
     ToolSpec::local(
         definition.name.clone(),
@@ -92,6 +94,7 @@ pub(crate) fn tool_spec(
         source,
         handler,
     )
+    .with_behavior(behavior)
 }
 
 /// A `tools/call` result as the call's outcome: `isError` is an error with the content's text;

@@ -269,6 +269,7 @@ fn call_result(body: &str) -> CallToolResult {
         error: invoked.error,
         images: Vec::new(),
         image_warnings: Vec::new(),
+        scheduling: Default::default(),
     };
     let mut content = vec![ContentBlock::text(result.model_text())];
     content.extend(
@@ -297,6 +298,7 @@ fn error_result(name: &str, error: String) -> CallToolResult {
         error: Some(error),
         images: Vec::new(),
         image_warnings: Vec::new(),
+        scheduling: Default::default(),
     };
     CallToolResult::error(vec![ContentBlock::text(result.model_text())])
 }

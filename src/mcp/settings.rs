@@ -11,6 +11,7 @@ use indexmap::IndexMap;
 use serde::Deserialize;
 
 use crate::domain::callback_url::CallbackUrl;
+use crate::domain::tool::Behavior;
 
 /// How long a call of an MCP server's tool may take unless configured: the default timeout of
 /// a registered tool.
@@ -32,6 +33,8 @@ pub struct McpServerSettings {
     pub roles: Option<Vec<String>>,
     /// How long one `tools/call` may take.
     pub timeout: Duration,
+    /// Whether a live conversation waits for its tools' calls (`behavior`, for all of them).
+    pub behavior: Behavior,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,6 +76,7 @@ pub(crate) struct FileMcpServer {
     url: Option<String>,
     roles: Option<Vec<String>>,
     timeout_seconds: Option<f64>,
+    behavior: Option<String>,
 }
 
 impl FileMcpServer {
@@ -141,11 +145,20 @@ impl FileMcpServer {
                 "key `timeout_seconds`: must be greater than 0 and at most {MAX_MCP_TIMEOUT_SECONDS}, got {t}"
             ),
         };
+        let behavior = match self.behavior.as_deref() {
+            None => Behavior::default(),
+            Some(name) => Behavior::from_name(name).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "key `behavior`: must be \"blocking\" or \"non_blocking\", got {name:?}"
+                )
+            })?,
+        };
         Ok(McpServerSettings {
             name: self.name,
             transport,
             roles,
             timeout,
+            behavior,
         })
     }
 }
@@ -202,6 +215,7 @@ mod tests {
             [[mcp_server]]
             name = "everything"
             url = "http://127.0.0.1:3001/mcp"
+            behavior = "non_blocking"
             "#,
         )
         .unwrap();
@@ -216,11 +230,13 @@ mod tests {
                 },
                 roles: Some(vec!["Mio".into()]),
                 timeout: Duration::from_secs(5),
+                behavior: Behavior::Blocking,
             }
         );
         assert_eq!(servers[0].source(), "mcp:time");
         assert_eq!(servers[1].roles, None);
         assert_eq!(servers[1].timeout, DEFAULT_MCP_TIMEOUT);
+        assert_eq!(servers[1].behavior, Behavior::NonBlocking);
         assert_eq!(servers[1].transport_kind(), "http");
     }
 
@@ -253,6 +269,10 @@ mod tests {
             (
                 "name = \"a\"\ncommand = \"x\"\ntimeout_seconds = 0",
                 "key `timeout_seconds`",
+            ),
+            (
+                "name = \"a\"\ncommand = \"x\"\nbehavior = \"later\"",
+                "key `behavior`",
             ),
             (
                 "name = \"a\"\ncommand = \"x\"\ntimeout_seconds = 301",

@@ -36,13 +36,13 @@ use std::sync::Arc;
 use actix::prelude::*;
 use serde::Serialize;
 
-pub use self::core::{ResumptionReport, SyncError, SyncOutcome};
+pub use self::core::{Conversation, ResumptionReport, RunningCallReport, SyncError, SyncOutcome};
 pub(crate) use client::RealtimeSession;
 pub(crate) use live::GeminiSession;
 pub use shell::MAX_EVENT_BYTES;
 
 use crate::domain::connection::ConnectionKind;
-use crate::domain::tool::SharedTool;
+use crate::domain::tool::{Scheduling, SharedTool};
 
 /// Push a character's current tool list into a session and wait for its acknowledgement.
 /// Answers at once when the session is not connected (the list goes out on connect). Every
@@ -64,6 +64,16 @@ pub struct SessionStatus;
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
 pub struct CloseSession;
+
+/// A plugin's text for the conversation (`POST /api/sessions/context`): told to the model,
+/// which answers it by `respond`'s scheduling (`None`: not asked to). Fails with the reason
+/// when the session cannot take it.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<(), String>")]
+pub(crate) struct AddContext {
+    pub text: Arc<str>,
+    pub respond: Option<Scheduling>,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -100,6 +110,10 @@ pub struct ConnectionReport {
     /// to a new connection made and refused; absent for other sessions.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gemini: Option<ResumptionReport>,
+    /// The calls running in this session now.
+    pub running_calls: Vec<RunningCallReport>,
+    /// Where its conversation stands (`idle` for a session that does not say).
+    pub conversation: Conversation,
 }
 
 /// One active session of a character, as its manager holds it: every tool list goes to `sync`,
@@ -112,6 +126,9 @@ pub struct SessionHandle {
     pub sync: Recipient<SyncTools>,
     pub status: Recipient<SessionStatus>,
     pub close: Recipient<CloseSession>,
+    /// Where a plugin's context goes (`POST /api/sessions/context`); `None` for a session that
+    /// takes none (an application's in-process session).
+    pub(crate) context: Option<Recipient<AddContext>>,
 }
 
 impl SessionHandle {
@@ -129,6 +146,30 @@ impl SessionHandle {
             sync: session.clone().recipient(),
             status: session.clone().recipient(),
             close: session.clone().recipient(),
+            context: None,
+        }
+    }
+
+    /// The handle of one of the server's own session actors, which also takes context.
+    pub(crate) fn of_session<A>(
+        kind: ConnectionKind,
+        upstream: Option<String>,
+        session: &Addr<A>,
+    ) -> Self
+    where
+        A: Actor
+            + Handler<SyncTools>
+            + Handler<SessionStatus>
+            + Handler<CloseSession>
+            + Handler<AddContext>,
+        A::Context: actix::dev::ToEnvelope<A, SyncTools>
+            + actix::dev::ToEnvelope<A, SessionStatus>
+            + actix::dev::ToEnvelope<A, CloseSession>
+            + actix::dev::ToEnvelope<A, AddContext>,
+    {
+        Self {
+            context: Some(session.clone().recipient()),
+            ..Self::new(kind, upstream, session)
         }
     }
 

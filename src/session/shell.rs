@@ -24,7 +24,7 @@ use futures_util::stream::SplitSink;
 use tokio::sync::oneshot;
 
 use super::core::{Effect, Run, SessionCore, SyncError, Ticket};
-use crate::dispatch::{CallCanceller, Dispatcher};
+use crate::dispatch::{CallCanceller, CallProgress, Dispatcher, Listed, Where};
 use crate::domain::tool::SharedTool;
 
 /// Longest wait for a connection to a model provider (TCP, TLS and, for a websocket, its
@@ -169,8 +169,8 @@ pub(crate) struct Link {
     /// The sync timer now armed, if any.
     pub sync_timer: Option<SpawnHandle>,
     pub dispatcher: Dispatcher,
-    /// The calls running now, each stoppable.
-    running: HashMap<Ticket, CallCanceller>,
+    /// The calls running now, each stoppable, and listed for progress reports while it runs.
+    running: HashMap<Ticket, (CallCanceller, Listed)>,
     /// Who asked it to close ([`super::CloseSession`]): they hear when the actor is gone.
     close_waiters: Vec<oneshot::Sender<()>>,
 }
@@ -226,13 +226,17 @@ impl Link {
     /// The connection is gone, and the actor's calls with it (a stopping actor drops what it
     /// spawned): see [`SessionCore::disconnected`].
     pub(crate) fn disconnected(&mut self) {
-        self.running.clear();
+        // Nobody is left to tell of their results: each is stopped now (a callback's
+        // connection closes).
+        for (_, (canceller, _)) in self.running.drain() {
+            canceller.cancel();
+        }
         self.core.disconnected();
     }
 }
 
 /// An actor that holds a [`Link`].
-pub(crate) trait Shell: Actor<Context = Context<Self>> {
+pub(crate) trait Shell: Actor<Context = Context<Self>> + Handler<CallProgress> {
     fn link(&mut self) -> &mut Link;
 
     /// Opens a new connection that resumes the session with `setup` (see
@@ -276,9 +280,15 @@ pub(crate) fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
             Effect::Run(run) => {
                 // The receive loop never waits on a call: it runs beside it and answers later.
                 let Run { call, tool, ticket } = *run;
+                let place = Where {
+                    role: act.link().core.character().to_owned(),
+                    tool: tool.name.clone(),
+                    session: Some(ctx.address().recipient()),
+                };
                 let link = act.link();
+                let listed = link.dispatcher.board().list(&call.call_id, place);
                 let (canceller, running) = link.dispatcher.dispatch_cancellable(tool, call);
-                link.running.insert(ticket, canceller);
+                link.running.insert(ticket, (canceller, listed));
                 ctx.spawn(running.into_actor(act).map(move |result, act, ctx| {
                     act.link().running.remove(&ticket);
                     // A cancelled call has no result: the core answered it when it cancelled it.
@@ -290,11 +300,17 @@ pub(crate) fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
                 }));
             }
             Effect::Cancel(ticket) => {
-                if let Some(canceller) = act.link().running.remove(&ticket) {
+                if let Some((canceller, _)) = act.link().running.remove(&ticket) {
                     canceller.cancel();
                 }
             }
             Effect::Reconnect(setup) => act.reconnect(setup, ctx),
+            Effect::WakeAfter(after, stop) => {
+                ctx.run_later(after, move |act, ctx| {
+                    act.link().core.reply_grace_over(stop);
+                    run_effects(act, ctx);
+                });
+            }
         }
     }
 }
@@ -393,6 +409,38 @@ macro_rules! session_handlers {
                 ctx: &mut Self::Context,
             ) -> Self::Result {
                 $crate::session::shell::sync_tools(self, tools, ctx)
+            }
+        }
+
+        impl ::actix::Handler<$crate::dispatch::CallProgress> for $actor {
+            type Result = Option<String>;
+
+            fn handle(
+                &mut self,
+                progress: $crate::dispatch::CallProgress,
+                ctx: &mut Self::Context,
+            ) -> Self::Result {
+                let link = $crate::session::shell::Shell::link(self);
+                let tool = link
+                    .core
+                    .progress(&progress.call_id, &progress.message, progress.speak);
+                $crate::session::shell::run_effects(self, ctx);
+                tool
+            }
+        }
+
+        impl ::actix::Handler<$crate::session::AddContext> for $actor {
+            type Result = Result<(), String>;
+
+            fn handle(
+                &mut self,
+                context: $crate::session::AddContext,
+                ctx: &mut Self::Context,
+            ) -> Self::Result {
+                let link = $crate::session::shell::Shell::link(self);
+                let added = link.core.add_context(&context.text, context.respond);
+                $crate::session::shell::run_effects(self, ctx);
+                added
             }
         }
 

@@ -561,3 +561,76 @@ fn the_example_configuration_and_the_readmes_copy_load() {
         Some(3)
     );
 }
+
+const SLOW_TOOL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/slow_tool.py");
+
+#[actix_web::test]
+async fn slow_tool_example_keeps_the_conversation_going_and_its_result_follows() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let app = crate::helpers::app_with_session(&fake.url, &[], Dialect::Openai, |_| {}).await;
+    let mut plugin = LineChild::spawn(
+        Command::new("python3")
+            .arg(SLOW_TOOL)
+            .args(["--server", &app.base, "--port", "0", "--seconds", "0.4"])
+            .env("PYTHONUNBUFFERED", "1"),
+    );
+    plugin
+        .expect_line("registered find_flights (non-blocking)")
+        .await;
+    assert_eq!(plugin.expect_line("told: ").await, "told: ['Mio']");
+    fake.update_with_tools(&["find_flights"]).await;
+
+    fake.push(crate::sessions::call_event(
+        "r1",
+        "c1",
+        "find_flights",
+        r#"{"from":"Tokyo","to":"Osaka"}"#,
+    ))
+    .await;
+    fake.push(crate::sessions::response_done(
+        "r1",
+        &[("c1", "find_flights", r#"{"from":"Tokyo","to":"Osaka"}"#)],
+    ))
+    .await;
+    assert_eq!(
+        plugin.expect_line("progress for call").await,
+        "progress for call c1: HTTP 200"
+    );
+    plugin.expect_line("answered call c1").await;
+    // The context, the progress, then the result; a response.create after the running answer
+    // and one after the result (the session is idle).
+    let events = fake
+        .wait_for("the result and its response.create", |events| {
+            let system: Vec<&str> = events
+                .iter()
+                .filter(|e| e["item"]["role"] == "system")
+                .map(|e| e["item"]["content"][0]["text"].as_str().unwrap())
+                .collect();
+            let creates = events
+                .iter()
+                .filter(|e| e["type"] == "response.create")
+                .count();
+            (system.len() == 3 && creates == 2)
+                .then(|| system.into_iter().map(str::to_owned).collect::<Vec<_>>())
+        })
+        .await;
+    assert_eq!(events[0], "Flight search is available now.");
+    assert_eq!(
+        events[1],
+        "Progress of the tool call find_flights (call_id c1): Found 3 flights, checking prices"
+    );
+    assert!(events[2].contains("NH 123"), "{events:?}");
+    let running = fake
+        .events()
+        .into_iter()
+        .find(|e| e["item"]["type"] == "function_call_output")
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(running["item"]["output"].as_str().unwrap()).unwrap(),
+        json!({"status": "running", "tool": "find_flights", "call_id": "c1"})
+    );
+
+    plugin.signal("TERM");
+    plugin.expect_line("cleared").await;
+    assert_eq!(plugin.wait_exit().await, Some(0));
+}

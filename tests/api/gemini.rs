@@ -364,3 +364,92 @@ async fn the_key_goes_in_its_header_and_the_realtime_relay_and_attach_refuse_a_g
         )
     );
 }
+
+#[actix_web::test]
+async fn a_non_blocking_tool_is_declared_so_and_its_answer_carries_its_scheduling() {
+    let fake = FakeGemini::start(SetupMode::Complete).await;
+    let app = gemini_app(&fake, |_| {}).await;
+    connected(&fake).await;
+    let callback = CallbackServer::with("/weather", Reply::output(json!({"temp_c": 21})));
+    callback.route(
+        "/search",
+        Reply::after_gate(Reply::json(
+            json!({"output": {"flights": 3}, "scheduling": "silent"}),
+        )),
+    );
+    register(&app, weather(&callback)).await;
+    let mut search = tool_body("search", &callback.url("/search"), "plugin:travel");
+    search["behavior"] = json!("non_blocking");
+    register(&app, search).await;
+    let setup = fake.nth_setup(3).await;
+    let declarations = &setup.message["setup"]["tools"][0]["functionDeclarations"];
+    assert_eq!(declarations[0].get("behavior"), None, "{declarations}");
+    assert_eq!(
+        declarations[1]["behavior"], "NON_BLOCKING",
+        "{declarations}"
+    );
+
+    // One turn calls both: the blocking call's answer goes without waiting for the other.
+    fake.push_calls(&[
+        ("c1", "search", json!({})),
+        ("c2", "get_weather", json!({})),
+    ])
+    .await;
+    let first = fake.nth_tool_response(1).await;
+    assert_eq!(
+        first.message,
+        json!({"toolResponse": {"functionResponses": [
+            {"id": "c2", "name": "get_weather", "response": {"temp_c": 21}}]}})
+    );
+
+    // Its progress is a client content turn that asks for nothing.
+    callback.wait_for_requests(2).await;
+    let (status, answer) = app
+        .post(
+            "/api/tools/calls/c1/progress",
+            &json!({"message": "Checking prices"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let progress = fake
+        .wait_until("the progress turn", |f| {
+            f.messages()
+                .into_iter()
+                .find(|m| m.get("clientContent").is_some())
+        })
+        .await;
+    assert_eq!(
+        progress,
+        json!({"clientContent": {"turns": [{"role": "user", "parts": [
+            {"text": "Progress of the tool call search (call_id c1): Checking prices"}]}],
+            "turnComplete": false}})
+    );
+
+    // The plugin answers: the call's own answer, with the scheduling it asked for.
+    callback.open_gate();
+    let late = fake.nth_tool_response(2).await;
+    assert_eq!(
+        late.message,
+        json!({"toolResponse": {"functionResponses": [
+            {"id": "c1", "name": "search", "response": {"flights": 3}, "scheduling": "SILENT"}]}})
+    );
+
+    // A plugin's context that asks for a reply completes its turn.
+    let (status, answer) = app
+        .post(
+            "/api/sessions/context",
+            &json!({"role": "Mio", "text": "The doorbell rang.", "respond": true}),
+        )
+        .await;
+    assert_eq!((status, &answer["ok"]), (200, &json!(true)), "{answer}");
+    let context = fake
+        .wait_until("the context turn", |f| {
+            f.messages()
+                .into_iter()
+                .filter(|m| m.get("clientContent").is_some())
+                .nth(1)
+        })
+        .await;
+    assert_eq!(context["clientContent"]["turnComplete"], true, "{context}");
+    assert_valid_for_the_sdk(&fake).await;
+}

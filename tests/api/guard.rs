@@ -48,6 +48,8 @@ async fn a_foreign_host_header_is_a_403_on_every_route() {
             ("/api/tools/unregister", json!({"name": "t"})),
             ("/api/tools/clear", json!({"source": "s"})),
             ("/api/tools/invoke", json!({"name": "t"})),
+            ("/api/tools/calls/c1/progress", json!({"message": "m"})),
+            ("/api/sessions/context", json!({"text": "t"})),
         ] {
             let request = app
                 .client
@@ -220,18 +222,24 @@ async fn a_real_non_loopback_peer_is_refused() {
             (403, foreign_peer(&ip.to_string()))
         );
     }
-    let request = app
-        .client
-        .post(format!("http://{ip}:{port}/api/tools/register"))
-        .insert_header(("host", format!("localhost:{port}")));
-    assert_eq!(
-        app.send(
-            request,
-            Some(&tool_body("t", "http://127.0.0.1:9000/cb", "s"))
-        )
-        .await,
-        (403, foreign_peer(&ip.to_string()))
-    );
+    for (path, body) in [
+        (
+            "/api/tools/register",
+            tool_body("t", "http://127.0.0.1:9000/cb", "s"),
+        ),
+        ("/api/sessions/context", json!({"text": "t"})),
+        ("/api/tools/calls/c1/progress", json!({"message": "m"})),
+    ] {
+        let request = app
+            .client
+            .post(format!("http://{ip}:{port}{path}"))
+            .insert_header(("host", format!("localhost:{port}")));
+        assert_eq!(
+            app.send(request, Some(&body)).await,
+            (403, foreign_peer(&ip.to_string())),
+            "{path}"
+        );
+    }
     // The same server still answers loopback callers, and nothing was registered.
     let request = app.client.get(format!("http://127.0.0.1:{port}/api/tools"));
     assert_eq!(

@@ -500,10 +500,19 @@ async fn server_everything_over_streamable_http_is_registered_at_run_time() {
     let url = format!("http://127.0.0.1:{port}/mcp");
     let (status, registered) = register(
         &app,
-        json!({"name": "everything", "url": url, "role": "Lanlan", "source": "plugin:everything"}),
+        json!({"name": "everything", "url": url, "role": "Lanlan", "source": "plugin:everything",
+               "behavior": "non_blocking"}),
     )
     .await;
     assert_eq!(status, 200, "{registered}");
+    // Every tool of the server has the registration's behavior.
+    let (_, full) = app.get("/api/tools?role=Lanlan&detail=full").await;
+    let listed = full["tools_by_role"]["Lanlan"].as_array().unwrap();
+    assert!(!listed.is_empty());
+    assert!(
+        listed.iter().all(|t| t["behavior"] == "non_blocking"),
+        "{full}"
+    );
     assert_eq!(
         (
             &registered["ok"],
@@ -535,6 +544,7 @@ async fn server_everything_over_streamable_http_is_registered_at_run_time() {
 /// A configured MCP server whose program exits at once: its name and source belong to it.
 fn configured(name: &str) -> McpServerSettings {
     McpServerSettings {
+        behavior: Default::default(),
         name: name.to_owned(),
         transport: McpTransport::Stdio {
             command: PathBuf::from("false").to_string_lossy().into_owned(),
@@ -586,6 +596,13 @@ async fn bad_registrations_are_refused_with_the_reason_and_register_nothing() {
                 .to_owned()
         )]
     );
+    let (status, body) = register(
+        &app,
+        json!({"name": "w", "url": "http://127.0.0.1:9400/mcp", "behavior": "later"}),
+    )
+    .await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(refused_fields(&body)[0].0, "behavior");
     let (status, body) = register(&app, json!({"name": "w", "url": app.url("/mcp")})).await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(refused_fields(&body)[0].0, "url");

@@ -28,6 +28,7 @@ use crate::sessions::{call_event, response_done};
 /// A stdio MCP server of the configuration.
 fn stdio(name: &str, command: PathBuf, args: &[&str]) -> McpServerSettings {
     McpServerSettings {
+        behavior: Default::default(),
         name: name.to_owned(),
         transport: McpTransport::Stdio {
             command: command.to_string_lossy().into_owned(),
@@ -271,6 +272,7 @@ async fn server_everything_over_streamable_http() {
     node.expect_line("Starting Streamable HTTP server").await;
     // Until the server listens, the client retries with its backoff.
     let everything = McpServerSettings {
+        behavior: Default::default(),
         transport: McpTransport::Http {
             url: format!("http://127.0.0.1:{port}/mcp"),
         },
@@ -289,6 +291,7 @@ async fn a_tool_added_at_run_time_arrives_by_list_changed() {
     let python = provisioned(python, "the test virtualenv (tests/requirements.txt)").await;
     let script = repo_file("tests/mcp_dynamic_server.py");
     let dynamic = McpServerSettings {
+        behavior: Default::default(),
         roles: Some(vec!["Mio".to_owned()]),
         ..stdio("dynamic", python, &[&script.to_string_lossy()])
     };

@@ -24,7 +24,9 @@ const SERVER_ROUTES: &[(&str, &str)] = &[
     ("post", "/api/tools/clear"),
     ("get", "/api/tools"),
     ("post", "/api/tools/invoke"),
+    ("post", PROGRESS),
     ("get", "/api/sessions"),
+    ("post", "/api/sessions/context"),
     ("post", "/api/sessions/attach"),
     ("post", "/api/sessions/detach"),
     ("get", EVENTS),
@@ -38,6 +40,23 @@ const SERVER_ROUTES: &[(&str, &str)] = &[
     ("post", CHAT),
     ("get", MODELS),
 ];
+
+/// A running call's progress, as the document names it; sent with a concrete id
+/// ([`concrete`]), and recorded under this name.
+const PROGRESS: &str = "/api/tools/calls/{call_id}/progress";
+
+/// A path as requested: the progress route's `{call_id}` made a call id.
+fn concrete(path: &str) -> String {
+    path.replace("{call_id}", "call_doc")
+}
+
+/// A requested path as the document names it.
+fn documented_path(path: &str) -> String {
+    match path.strip_prefix("/api/tools/calls/") {
+        Some(rest) if rest.ends_with("/progress") => PROGRESS.to_owned(),
+        _ => path.to_owned(),
+    }
+}
 
 /// The OpenAI-compatible routes, which answer without the router.
 const CHAT: &str = "/v1/chat/completions";
@@ -97,7 +116,9 @@ async fn call_with(
     body: Body,
 ) -> Exchange {
     let http_method = Method::from_bytes(method.to_ascii_uppercase().as_bytes()).unwrap();
-    let mut request = app.client.request(http_method, app.url(path_and_query));
+    let mut request = app
+        .client
+        .request(http_method, app.url(&concrete(path_and_query)));
     for header in headers {
         request = request.insert_header(*header);
     }
@@ -129,11 +150,7 @@ async fn call_with(
     };
     Exchange {
         method: method.to_owned(),
-        path: path_and_query
-            .split('?')
-            .next()
-            .unwrap_or_default()
-            .to_owned(),
+        path: documented_path(path_and_query.split('?').next().unwrap_or_default()),
         status: response.status().as_u16(),
         body: parse_json(&bytes),
         content_type,
@@ -326,7 +343,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         .map(|(_, path)| {
             let mut request = raw_head(
                 "POST",
-                path,
+                &concrete(path),
                 &[
                     ("Host", &app.host()),
                     ("Content-Type", "application/json"),
@@ -613,6 +630,45 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     mcp.push(call_with(&app, "delete", "/mcp?role=Nobody", &[], Body::None).await);
     mcp.push(call_with(&app, "delete", twice, &[], Body::None).await);
 
+    // A running call's progress (an invoke the plugin holds), and a plugin's context.
+    let held = CallbackServer::with("/held", Reply::HoldOpen);
+    let mut slow = tool_body("slow_doc", &held.url("/held"), "plugin:demo");
+    slow["behavior"] = json!("non_blocking");
+    run("post", "/api/tools/register", None, Body::Json(slow)).await;
+    let url = app.url("/api/tools/invoke");
+    let running = actix_web::rt::spawn(async move {
+        let body =
+            json!({"name": "slow_doc", "arguments": {}, "call_id": "call_doc", "role": "Mio"});
+        let _ = crate::helpers::test_client()
+            .post(url)
+            .send_json(&body)
+            .await;
+    });
+    held.wait_for_requests(1).await;
+    let progress = || Body::Json(json!({"message": "halfway"}));
+    run("post", PROGRESS, None, progress()).await;
+    run("post", PROGRESS, foreign, progress()).await;
+    run(
+        "post",
+        "/api/tools/calls/call_nobody/progress",
+        None,
+        progress(),
+    )
+    .await;
+    run("get", PROGRESS, None, Body::None).await;
+    run("post", PROGRESS, None, too_large()).await;
+    run("post", PROGRESS, None, Body::Json(json!({"message": ""}))).await;
+    let context = || Body::Json(json!({"role": "Mio", "text": "The doorbell rang."}));
+    run("post", "/api/sessions/context", None, context()).await;
+    run("post", "/api/sessions/context", foreign, context()).await;
+    let nobody = json!({"role": "Nobody", "text": "x"});
+    run("post", "/api/sessions/context", None, Body::Json(nobody)).await;
+    run("get", "/api/sessions/context", None, Body::None).await;
+    run("post", "/api/sessions/context", None, too_large()).await;
+    let empty = json!({"role": "Mio", "text": ""});
+    run("post", "/api/sessions/context", None, Body::Json(empty)).await;
+    running.abort();
+
     // The full listing.
     run("get", "/api/tools?detail=full", None, Body::None).await;
     run("get", "/api/tools?detail=everything", None, Body::None).await;
@@ -628,10 +684,18 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         .send(InjectRouterStop)
         .await
         .expect("router stopped");
-    for (method, path) in SERVER_ROUTES
-        .iter()
-        .filter(|(_, p)| ![OPENAPI, "/api/tools/invoke", "/api/mcp", CHAT, MODELS, MCP].contains(p))
-    {
+    for (method, path) in SERVER_ROUTES.iter().filter(|(_, p)| {
+        ![
+            OPENAPI,
+            "/api/tools/invoke",
+            PROGRESS,
+            "/api/mcp",
+            CHAT,
+            MODELS,
+            MCP,
+        ]
+        .contains(p)
+    }) {
         let body = match *path {
             "/api/tools/register" => register("late"),
             // The tools of a server that connected cannot be registered, nor removed.
@@ -642,6 +706,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
             "/api/sessions/attach" | "/api/sessions/detach" => {
                 Body::Json(json!({"role": "Lanlan", "url": "ws://127.0.0.1:9/v1/realtime"}))
             }
+            "/api/sessions/context" => Body::Json(json!({"text": "late"})),
             _ => Body::None,
         };
         let path = match *path {

@@ -37,6 +37,7 @@ use crate::domain::snapshot::ToolCell;
 use crate::events::EventHub;
 use crate::session::settings::{SessionProtocol, SessionSettings};
 
+mod context;
 mod directory;
 mod faults;
 mod gather;
@@ -45,6 +46,7 @@ mod reads;
 mod routing;
 mod sessions;
 
+pub(crate) use context::AddContextTo;
 pub(crate) use directory::{ChatTarget, Directory, RoleTools};
 pub use faults::{InjectManagerPanic, InjectRouterStop};
 pub use lifecycle::{AddCharacter, RebuildCharacter, RemoveCharacter};

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::actors::change::ChangeReport;
 use crate::actors::router::RouterError;
 use crate::domain::callback_url::CallbackUrl;
+use crate::domain::tool::Behavior;
 use crate::mcp::mapping::Skipped;
 
 use super::MAX_RUNTIME_SERVERS;
@@ -26,6 +27,8 @@ pub(crate) struct McpRegistration {
     /// The longest the registration's connect, initialize and listing take together, and the
     /// longest one `tools/call` takes.
     pub timeout: Duration,
+    /// Whether a live conversation waits for its tools' calls.
+    pub behavior: Behavior,
 }
 
 /// Register (or replace) an MCP server; answers once its tools are registered and synced, or

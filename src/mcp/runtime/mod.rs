@@ -218,7 +218,14 @@ impl McpPlugins {
         };
         let specs = definitions
             .iter()
-            .map(|d| mapping::tool_spec(d, &registration.source, server.owner()))
+            .map(|d| {
+                mapping::tool_spec(
+                    d,
+                    &registration.source,
+                    server.owner(),
+                    registration.behavior,
+                )
+            })
             .collect();
         let registered = self.router.send(ReplaceSource {
             source: registration.source.clone(),
@@ -353,7 +360,14 @@ impl McpPlugins {
         let registration = server.registration.clone();
         let specs = definitions
             .iter()
-            .map(|d| mapping::tool_spec(d, &registration.source, server.owner()))
+            .map(|d| {
+                mapping::tool_spec(
+                    d,
+                    &registration.source,
+                    server.owner(),
+                    registration.behavior,
+                )
+            })
             .collect();
         let change = self.router.send(ReplaceSource {
             source: registration.source.clone(),
@@ -668,6 +682,7 @@ mod tests {
             role: None,
             source: source.to_owned(),
             timeout: Duration::from_secs(30),
+            behavior: Default::default(),
         }
     }
 

@@ -7,9 +7,10 @@
 use std::time::Instant;
 
 use super::{Answers, Call, Effect, Run, SessionCore, Ticket};
+use crate::domain::call::ToolAnswer;
 use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::registry::not_registered_text;
-use crate::domain::tool::SharedTool;
+use crate::domain::tool::{Behavior, SharedTool};
 use crate::events::{Caller, ToolCallFinished};
 use crate::session::calls::{Arrival, TurnState};
 
@@ -21,6 +22,11 @@ pub(super) struct RunningCall {
     pub(super) call_id: String,
     /// When the model's call arrived (the `tool.call` event's duration).
     pub(super) started: Instant,
+    /// The same, RFC 3339, for the sessions listing.
+    pub(super) started_at: String,
+    /// A non-blocking call was answered as running: its result is delivered when it comes, and
+    /// a new user turn does not cancel it.
+    pub(super) behavior: Behavior,
 }
 
 impl SessionCore {
@@ -75,6 +81,21 @@ impl SessionCore {
         };
         let ticket = Ticket(self.next_ticket);
         self.next_ticket += 1;
+        let behavior = tool.behavior;
+        let turn = match behavior {
+            Behavior::Blocking => turn,
+            Behavior::NonBlocking => {
+                // Answered now (or, for a protocol that carries such calls itself, left out of
+                // its turn's answers): the turn goes on without it.
+                if self.protocol.answers_running_calls() {
+                    let running = tool_call.result(ToolAnswer::running(&tool_call), Vec::new());
+                    self.send_answer(turn, running);
+                } else {
+                    self.needs_no_answer(turn.as_deref(), &tool_call.call_id);
+                }
+                None
+            }
+        };
         self.running.insert(
             ticket,
             RunningCall {
@@ -82,6 +103,8 @@ impl SessionCore {
                 turn,
                 call_id: tool_call.call_id.clone(),
                 started,
+                started_at: super::rfc3339_now(),
+                behavior,
             },
         );
         self.effects.push(Effect::Run(Box::new(Run {
@@ -103,6 +126,10 @@ impl SessionCore {
             tracing::debug!(character = %self.character, call_id = %result.call_id, "dropping the result of a cancelled call");
             return;
         };
+        if call.behavior == Behavior::NonBlocking {
+            self.deliver_late(call, result);
+            return;
+        }
         self.answer(call.turn, result, Some(&call.tool.source), call.started);
     }
 
@@ -114,6 +141,7 @@ impl SessionCore {
         source: Option<&str>,
         started: Instant,
         cancelled: bool,
+        behavior: Behavior,
     ) {
         self.events.tool_call(&ToolCallFinished {
             role: &self.character,
@@ -125,6 +153,7 @@ impl SessionCore {
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
             is_error: result.is_error,
             cancelled,
+            behavior,
         });
     }
 
@@ -134,11 +163,17 @@ impl SessionCore {
     fn answer(
         &mut self,
         turn: Option<String>,
-        mut result: ToolResult,
+        result: ToolResult,
         source: Option<&str>,
         started: Instant,
     ) {
-        self.announce_call(&result, source, started, false);
+        self.announce_call(&result, source, started, false, Behavior::Blocking);
+        self.send_answer(turn, result);
+    }
+
+    /// Sends a call's answer (held for its turn's one frame, for a protocol that answers so),
+    /// and goes on with its turn when it was the last.
+    fn send_answer(&mut self, turn: Option<String>, mut result: ToolResult) {
         let warning = if self.protocol.takes_images() {
             self.calls
                 .image_budget(turn.as_deref())
@@ -192,7 +227,7 @@ impl SessionCore {
     }
 
     /// The frame that shows the model a result's images, when it has some left.
-    fn send_images(&mut self, result: &ToolResult) {
+    pub(super) fn send_images(&mut self, result: &ToolResult) {
         if !result.images.is_empty() {
             let event_id = self.event_id("images");
             let images = self.protocol.images(result, &event_id);
@@ -208,7 +243,7 @@ impl SessionCore {
         source: Option<&str>,
         started: Instant,
     ) {
-        self.announce_call(result, source, started, true);
+        self.announce_call(result, source, started, true, Behavior::Blocking);
         self.send_output(result);
     }
 
@@ -224,6 +259,7 @@ impl SessionCore {
         let event_id = self.event_id("response");
         if let Some(text) = self.protocol.continue_turn(&event_id) {
             self.effects.push(Effect::Upstream(text));
+            self.response_asked();
         }
     }
 }

@@ -10,6 +10,7 @@
 use super::answers::RunningCall;
 use super::{Effect, Interruption, SessionCore, Ticket};
 use crate::domain::call::ToolResult;
+use crate::domain::tool::Behavior;
 
 impl SessionCore {
     /// The person interrupted, or the provider cancelled (see [`Interruption`]): the turns it
@@ -29,8 +30,9 @@ impl SessionCore {
             Interruption::Turn(turn) => self.calls.abandon(turn),
             Interruption::Calls(_) => unreachable!("handled above"),
         }
+        // A non-blocking call belongs to no turn: it runs on (see `later.rs`).
         let cancelled = self.take_running(|call| match &interruption {
-            Interruption::NewTurn => true,
+            Interruption::NewTurn => call.behavior == Behavior::Blocking,
             Interruption::Turn(turn) => call.turn.as_deref() == Some(turn.as_str()),
             Interruption::Calls(_) => false,
         });
@@ -64,7 +66,13 @@ impl SessionCore {
                 call.tool.name.clone(),
                 call.started.elapsed(),
             );
-            self.announce_call(&result, Some(&call.tool.source), call.started, true);
+            self.announce_call(
+                &result,
+                Some(&call.tool.source),
+                call.started,
+                true,
+                call.behavior,
+            );
             self.needs_no_answer(call.turn.as_deref(), &result.call_id);
         }
     }
@@ -78,7 +86,13 @@ impl SessionCore {
                 call.tool.name.clone(),
                 call.started.elapsed(),
             );
-            self.announce_call(&result, Some(&call.tool.source), call.started, true);
+            self.announce_call(
+                &result,
+                Some(&call.tool.source),
+                call.started,
+                true,
+                call.behavior,
+            );
         }
     }
 

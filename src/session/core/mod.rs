@@ -21,6 +21,7 @@
 mod acks;
 mod answers;
 mod interruptions;
+mod later;
 #[cfg(test)]
 mod tests;
 mod words;
@@ -36,6 +37,8 @@ use tokio::sync::oneshot;
 pub(crate) use self::acks::AppUpdate;
 use self::acks::Pending;
 use self::answers::RunningCall;
+pub use self::later::Conversation;
+use self::later::Floor;
 pub use self::words::SyncError;
 pub(crate) use self::words::{
     Answers, Call, ForeignTool, Interruption, Keep, ModelEvent, Protocol, ReadError, Seen,
@@ -71,6 +74,9 @@ pub(crate) enum Effect {
     /// whose tools need a new connection, [`Protocol::tools_need_new_connection`]); its
     /// acknowledgement comes on the new connection.
     Reconnect(String),
+    /// After this long, call [`SessionCore::reply_grace_over`] with this number (the reply to
+    /// the person's turn did not begin: see `later.rs`).
+    WakeAfter(Duration, u64),
 }
 
 /// One call of a registered tool to run.
@@ -111,6 +117,20 @@ pub struct ResumptionReport {
     pub switches: u64,
     /// Tool updates that failed because no moment came to open a new connection in time.
     pub refused: u64,
+}
+
+/// One call running in a session, for the sessions listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunningCallReport {
+    pub tool: String,
+    pub call_id: String,
+    /// `blocking`: the model waits for it; `non_blocking`: answered as running, its result
+    /// follows when it comes.
+    pub behavior: crate::domain::tool::Behavior,
+    /// When the model's call arrived, RFC 3339, UTC.
+    pub started: String,
+    /// How long it has run, in milliseconds.
+    pub running_ms: u64,
 }
 
 /// Names one call the core asked to run: what the actor hands back with its result, or cancels.
@@ -200,6 +220,8 @@ pub(crate) struct SessionCore {
     /// A new user turn cancels the calls it abandons (`cancel_on_interruption`).
     cancel_on_interruption: bool,
     limiter: CallLimiter,
+    /// When the model may be asked to speak (see `later.rs`).
+    floor: Floor,
     clashes: Vec<String>,
     last_sync: Option<SyncOutcome>,
     acknowledged_tools: usize,
@@ -254,6 +276,7 @@ impl SessionCore {
                 settings.max_tool_calls_per_window,
                 settings.tool_call_window,
             ),
+            floor: Floor::default(),
             clashes: Vec::new(),
             last_sync: None,
             acknowledged_tools: 0,
@@ -378,6 +401,8 @@ impl SessionCore {
             calls_answered: self.calls_answered,
             clashes: self.clashes.clone(),
             gemini: self.resumption.as_ref().map(Resumption::report),
+            running_calls: self.running_report(),
+            conversation: self.floor.state(),
         }
     }
 
@@ -400,6 +425,7 @@ impl SessionCore {
         self.since = rfc3339_now();
         self.set_state(ConnectionState::Connected);
         self.limiter.reset();
+        self.reset_floor();
         self.calls.clear();
         self.batches.clear();
         self.pending.clear();
@@ -444,6 +470,7 @@ impl SessionCore {
     /// running go with it (announced as cancelled).
     pub(crate) fn disconnected(&mut self) {
         self.drop_running();
+        self.reset_floor();
         self.connected = false;
         self.ready = false;
         self.pending.clear();
@@ -464,6 +491,9 @@ impl SessionCore {
     ) -> Option<Waiter> {
         let unchanged = same_tools(&self.registered, &tools);
         self.registered = tools;
+        if !unchanged {
+            self.cancel_removed_calls();
+        }
         if !self.connected {
             return waiter;
         }
@@ -671,10 +701,24 @@ impl SessionCore {
                     let state = self.calls.done(&turn);
                     self.turn_settled(Some(&turn), state);
                 }
+                self.turn_ended();
                 Seen::Pass
             }
             Ok(ModelEvent::Interrupted(interruption)) => {
                 self.interrupted(interruption);
+                Seen::Pass
+            }
+            Ok(ModelEvent::TurnStarted) => {
+                self.turn_started();
+                Seen::Pass
+            }
+            Ok(ModelEvent::SpeechStarted) => {
+                self.speech_started();
+                self.interrupted(Interruption::NewTurn);
+                Seen::Pass
+            }
+            Ok(ModelEvent::SpeechStopped) => {
+                self.speech_stopped();
                 Seen::Pass
             }
             Ok(ModelEvent::Other) => Seen::Pass,

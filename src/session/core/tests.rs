@@ -94,6 +94,7 @@ fn output(call: &ToolCall, text: &str, images: Vec<ToolImage>) -> ToolResult {
         output: serde_json::value::RawValue::from_string(text.into()).unwrap(),
         error: None,
         images: None,
+        scheduling: Default::default(),
     };
     call.result(answer, images)
 }

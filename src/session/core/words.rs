@@ -63,6 +63,34 @@ pub(crate) trait Protocol: std::fmt::Debug {
     fn tools_need_new_connection(&self) -> bool {
         false
     }
+
+    /// Whether a call of a non-blocking tool is answered at once as running, its result
+    /// following as a message ([`late_result`](Self::late_result)); `false` for a protocol that
+    /// carries non-blocking calls itself (Gemini Live's `NON_BLOCKING` functions), whose answer
+    /// is the result, sent when it comes.
+    fn answers_running_calls(&self) -> bool {
+        true
+    }
+
+    /// Whether the provider decides when the model speaks of a late result or a note (Gemini
+    /// Live's `scheduling`): then the core asks for no response and cancels none for them.
+    fn schedules_itself(&self) -> bool {
+        false
+    }
+
+    /// The frame that gives the model a non-blocking call's result when it comes.
+    fn late_result(&self, result: &ToolResult, event_id: &str) -> String;
+
+    /// The frame that tells the model `text` (a call's progress, a plugin's context) without
+    /// asking for an answer; `respond`: a protocol that [schedules itself](Self::schedules_itself)
+    /// is asked to answer it.
+    fn note(&self, text: &str, respond: bool, event_id: &str) -> String;
+
+    /// The frame that cancels the response in progress, for a protocol that has one.
+    fn cancel_response(&self, event_id: &str) -> Option<String> {
+        let _ = event_id;
+        None
+    }
 }
 
 /// How a protocol's call answers travel (see [`Protocol::answers`]).
@@ -99,6 +127,13 @@ pub(crate) enum ModelEvent {
     },
     /// The person interrupted, or the provider cancelled calls: see [`Interruption`].
     Interrupted(Interruption),
+    /// A response (a turn of the model's) began.
+    TurnStarted,
+    /// The person began speaking: a new user turn ([`Interruption::NewTurn`]), and no moment to
+    /// speak until they stop.
+    SpeechStarted,
+    /// The person stopped speaking: the reply to their turn is expected next.
+    SpeechStopped,
     /// Audio, transcripts, everything else: not the session's to act on.
     Other,
 }

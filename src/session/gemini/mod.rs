@@ -21,7 +21,7 @@ use serde_json::{Map, Value, json};
 
 use super::core::{Answers, ForeignTool, Keep, ModelEvent, Protocol, ReadError};
 use crate::domain::call::ToolResult;
-use crate::domain::tool::{GeminiDeclaration, SharedTool};
+use crate::domain::tool::{GeminiDeclaration, Scheduling, SharedTool};
 
 /// The header that carries the API key (as the official SDKs send it).
 pub(crate) const API_KEY_HEADER: &str = "x-goog-api-key";
@@ -94,6 +94,28 @@ impl Protocol for Gemini {
     fn tools_need_new_connection(&self) -> bool {
         true
     }
+
+    fn answers_running_calls(&self) -> bool {
+        false
+    }
+
+    fn schedules_itself(&self) -> bool {
+        true
+    }
+
+    fn late_result(&self, result: &ToolResult, _event_id: &str) -> String {
+        let message = ToolResponseMessage {
+            tool_response: FunctionResponses {
+                function_responses: vec![FunctionResponse::late(result)],
+            },
+        };
+        serde_json::to_string(&message).expect("a tool response serialises")
+    }
+
+    fn note(&self, text: &str, respond: bool, _event_id: &str) -> String {
+        json!({"clientContent": {"turns": [{"role": "user", "parts": [{"text": text}]}], "turnComplete": respond}})
+            .to_string()
+    }
 }
 
 #[derive(Serialize)]
@@ -115,6 +137,9 @@ struct FunctionResponse<'a> {
     id: &'a str,
     name: &'a str,
     response: Response<'a>,
+    /// A non-blocking call's answer: when the model speaks of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    scheduling: Option<&'static str>,
 }
 
 impl<'a> FunctionResponse<'a> {
@@ -130,6 +155,20 @@ impl<'a> FunctionResponse<'a> {
             id: &result.call_id,
             name: &result.name,
             response,
+            scheduling: None,
+        }
+    }
+
+    /// The answer of a non-blocking call, with its scheduling in Gemini's words.
+    fn late(result: &'a ToolResult) -> Self {
+        let scheduling = match result.scheduling {
+            Scheduling::WhenIdle => "WHEN_IDLE",
+            Scheduling::Silent => "SILENT",
+            Scheduling::Interrupt => "INTERRUPT",
+        };
+        Self {
+            scheduling: Some(scheduling),
+            ..Self::new(result)
         }
     }
 }

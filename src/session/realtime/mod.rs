@@ -62,6 +62,33 @@ impl Protocol for Realtime {
     fn continue_turn(&self, event_id: &str) -> Option<String> {
         Some(json!({"type": "response.create", "event_id": event_id}).to_string())
     }
+
+    fn late_result(&self, result: &ToolResult, event_id: &str) -> String {
+        system_message(&result.late_text(), event_id)
+    }
+
+    fn note(&self, text: &str, _respond: bool, event_id: &str) -> String {
+        system_message(text, event_id)
+    }
+
+    fn cancel_response(&self, event_id: &str) -> Option<String> {
+        Some(json!({"type": "response.cancel", "event_id": event_id}).to_string())
+    }
+}
+
+/// A `system` message item carrying `text`: how the model is told what the server adds to the
+/// conversation (a non-blocking call's result, a call's progress, a plugin's context).
+fn system_message(text: &str, event_id: &str) -> String {
+    json!({
+        "type": "conversation.item.create",
+        "event_id": event_id,
+        "item": {
+            "type": "message",
+            "role": "system",
+            "content": [{"type": "input_text", "text": text}],
+        },
+    })
+    .to_string()
 }
 
 /// The user message that shows the model a call's images, sent right after the call's output:

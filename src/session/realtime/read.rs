@@ -14,7 +14,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::domain::peer_text;
-use crate::session::core::{Call, ForeignTool, Interruption, ModelEvent, ReadError};
+use crate::session::core::{Call, ForeignTool, ModelEvent, ReadError};
 
 /// The `type` of an event whose first member it is, read without scanning the rest: audio
 /// deltas and appends carry kilobytes of base64 after it, and nearly every event is written
@@ -45,17 +45,25 @@ pub(super) fn event_type(text: &str) -> Option<Cow<'_, str>> {
 }
 
 /// The types the session acts on.
-const ACTED_ON: [&str; 6] = [
+const ACTED_ON: [&str; 8] = [
     "error",
     "response.function_call_arguments.done",
     "response.done",
     "session.updated",
     "session.created",
     SPEECH_STARTED,
+    SPEECH_STOPPED,
+    RESPONSE_CREATED,
 ];
 
 /// The provider heard the person start speaking: a new user turn.
 const SPEECH_STARTED: &str = "input_audio_buffer.speech_started";
+
+/// The provider heard the person stop speaking.
+const SPEECH_STOPPED: &str = "input_audio_buffer.speech_stopped";
+
+/// A response began.
+const RESPONSE_CREATED: &str = "response.created";
 
 /// A response's `status` when it was cancelled before it was complete (the person spoke over
 /// it, or a client cancelled it).
@@ -215,7 +223,9 @@ fn from_event(event: Event<'_>) -> Result<ModelEvent, ReadError> {
                 cancelled: text(response.status).as_deref() == Some(CANCELLED),
             })
         }
-        SPEECH_STARTED => Ok(ModelEvent::Interrupted(Interruption::NewTurn)),
+        SPEECH_STARTED => Ok(ModelEvent::SpeechStarted),
+        SPEECH_STOPPED => Ok(ModelEvent::SpeechStopped),
+        RESPONSE_CREATED => Ok(ModelEvent::TurnStarted),
         _ => Ok(ModelEvent::Other),
     }
 }

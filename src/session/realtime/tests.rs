@@ -399,16 +399,22 @@ fn the_person_speaking_and_a_cancelled_response_are_interruptions() {
         server_event(
             r#"{"type":"input_audio_buffer.speech_started","event_id":"e1","audio_start_ms":1000,"item_id":"i1"}"#
         ),
-        Ok(ModelEvent::Interrupted(Interruption::NewTurn))
+        Ok(ModelEvent::SpeechStarted)
     );
     // Written with its type last: read whole, the same.
     assert_eq!(
         server_event(r#"{"audio_start_ms":1000,"type":"input_audio_buffer.speech_started"}"#),
-        Ok(ModelEvent::Interrupted(Interruption::NewTurn))
+        Ok(ModelEvent::SpeechStarted)
     );
     assert_eq!(
         server_event(r#"{"type":"input_audio_buffer.speech_stopped","audio_end_ms":9}"#),
-        Ok(ModelEvent::Other)
+        Ok(ModelEvent::SpeechStopped)
+    );
+    assert_eq!(
+        server_event(
+            r#"{"type":"response.created","response":{"id":"r9","status":"in_progress"}}"#
+        ),
+        Ok(ModelEvent::TurnStarted)
     );
     assert_eq!(
         server_event(
