@@ -713,7 +713,7 @@ mod tests {
         assert_eq!((event.as_str(), id), ("tool.call", 2));
         assert_eq!(
             data,
-            json!({"role": "B", "tool": "t", "source": "s", "call_id": "c2", "caller": "invoke",
+            json!({"role": "B", "tool": "t", "source": "s", "call_id": "c2", "caller": "invoke", "behavior": "blocking",
                    "duration_ms": 1.5, "is_error": false, "cancelled": false})
         );
     }
@@ -747,9 +747,11 @@ mod tests {
             announced,
             [
                 json!({"role": "A", "tool": "t", "source": "s", "call_id": "c1", "caller": "model",
-                       "kind": "relay", "duration_ms": null, "is_error": false, "cancelled": false}),
+                       "kind": "relay", "duration_ms": null, "is_error": false, "cancelled": false,
+                       "behavior": "blocking"}),
                 json!({"role": "A", "tool": "t", "source": "s", "call_id": "c2", "caller": "model",
-                       "kind": "relay", "duration_ms": null, "is_error": true, "cancelled": true}),
+                       "kind": "relay", "duration_ms": null, "is_error": true, "cancelled": true,
+                       "behavior": "blocking"}),
             ]
         );
     }

@@ -95,13 +95,15 @@ pub mod mcp_bridge {
 /// send, and how long the server waits. Tests and operators read them here.
 pub mod limits {
     pub use crate::api::body::{BODY_READ_TIMEOUT, MAX_BODY_BYTES};
-    pub use crate::api::requests::MAX_NAME_CHARS;
+    pub use crate::api::requests::{MAX_CONTEXT_CHARS, MAX_NAME_CHARS, MAX_PROGRESS_CHARS};
+    pub use crate::chat::{KEPT_CONTEXT_AGE, MAX_KEPT_CONTEXT};
     pub use crate::domain::arguments::MAX_FIX_IT_BYTES;
     pub use crate::domain::callback_url::{ACCEPTED_FORMS, MAX_CALLBACK_URL_BYTES};
     pub use crate::domain::peer_text::MAX_PEER_TEXT_BYTES;
     pub use crate::domain::tool::MAX_TIMEOUT;
     pub use crate::events::{RING_CAPACITY, SUBSCRIBER_BUFFER};
     pub use crate::session::MAX_EVENT_BYTES;
+    pub use crate::session::core::REPLY_GRACE;
     pub use crate::session::outbox::MAX_APP_QUEUE_BYTES;
     pub use crate::session::settings::DEFAULT_MAX_ATTACHMENTS;
     pub use crate::session::shell::MAX_UPSTREAM_QUEUE_BYTES;

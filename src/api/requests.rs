@@ -137,10 +137,10 @@ impl RegisterRequest {
 }
 
 /// Longest progress message, in characters.
-pub(crate) const MAX_PROGRESS_CHARS: usize = 2048;
+pub const MAX_PROGRESS_CHARS: usize = 2048;
 
 /// Longest context text, in characters.
-pub(crate) const MAX_CONTEXT_CHARS: usize = 8192;
+pub const MAX_CONTEXT_CHARS: usize = 8192;
 
 /// `POST /api/tools/calls/{call_id}/progress`.
 #[derive(Debug)]

@@ -59,10 +59,10 @@ struct ChatState {
 }
 
 /// Plugins' context kept for a character's next chat request: the latest 16 texts...
-pub(crate) const MAX_KEPT_CONTEXT: usize = 16;
+pub const MAX_KEPT_CONTEXT: usize = 16;
 
 /// ...of the last hour: older news is no news to the person.
-pub(crate) const KEPT_CONTEXT_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+pub const KEPT_CONTEXT_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
 
 /// An error, and when it happened.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -328,3 +328,38 @@ async fn a_plugins_context_goes_into_the_live_conversations_and_a_chats_next_req
         assert!(report.is_ok(), "{report:?}");
     }
 }
+
+#[actix_web::test]
+async fn text_chat_runs_a_non_blocking_tool_as_a_blocking_one() {
+    let chat = FakeChat::start();
+    let mut config = settings(&["Hana"]);
+    config.characters[0].chat = Some(ChatSettings::new(chat.base()));
+    let app = spawn_app_with(config).await;
+    let callback = CallbackServer::with("/search", Reply::output(json!({"flights": 3})));
+    let mut search = tool_with_timeout("search", &callback.url("/search"), "plugin:travel", 30.0);
+    search["behavior"] = json!("non_blocking");
+    register(&app, search).await;
+    chat.script([
+        Answer::Json(
+            200,
+            crate::fake_chat::calls_completion("x1", None, &[("call_1", "search", json!({}))]),
+        ),
+        Answer::Json(200, completion("x2", "Three flights.", (5, 3))),
+    ]);
+    let (status, answer) = app
+        .post(
+            "/v1/chat/completions?character=Hana",
+            &json!({"model": "m", "messages": [{"role": "user", "content": "Flights?"}]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let second = &chat.bodies()[1];
+    let tool_message = second["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap()
+        .clone();
+    assert_eq!(tool_message["content"], r#"{"flights":3}"#, "{second}");
+}

@@ -1338,3 +1338,55 @@ async fn mcp_servers_show_with_their_state_and_a_dead_plugins_removal_is_flagged
 fn xpath_card(role: &str, tool: &str) -> String {
     format!("//section[@data-role='{role}']//li[@data-tool='{tool}']")
 }
+
+#[actix_web::test]
+async fn a_non_blocking_tool_its_running_call_its_progress_and_its_result_show() {
+    let test = "a_non_blocking_tool_its_running_call_its_progress_and_its_result_show";
+    let Some(browser) = Browser::start(test, &[]).await else {
+        return;
+    };
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let app =
+        crate::helpers::app_with_session(&fake.url, &[], runtime_tools::Dialect::Openai, |_| {})
+            .await;
+    let slow = CallbackServer::with(
+        "/search",
+        Reply::after_gate(Reply::output(json!({"flights": 3}))),
+    );
+    let mut search = tool_with_timeout("search", &slow.url("/search"), "plugin:travel", 300.0);
+    search["behavior"] = json!("non_blocking");
+    register(&app, search).await;
+    fake.push(crate::sessions::call_event("r1", "c1", "search", "{}"))
+        .await;
+    slow.wait_for_requests(1).await;
+
+    browser.open(&app.url("/")).await;
+    let card = browser.wait_css(&card("Mio", "search")).await;
+    let text = card.text().await.unwrap();
+    assert!(text.contains("non-blocking"), "{text:?}");
+    browser
+        .wait_xpath(
+            "//section[@data-role='Mio']//li[@data-kind='client']\
+             [contains(., 'search (c1) · non-blocking')]",
+        )
+        .await;
+
+    let (status, _) = app
+        .post(
+            "/api/tools/calls/c1/progress",
+            &json!({"message": "Checking prices"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    browser
+        .wait_xpath(&feed_line("tool.progress", "Checking prices"))
+        .await;
+    slow.open_gate();
+    browser
+        .wait_xpath(&feed_line(
+            "tool.result",
+            "result delivered (spoken of when idle)",
+        ))
+        .await;
+    browser.close().await;
+}

@@ -485,7 +485,10 @@ async fn a_call_ends_with_its_tool_or_its_session_and_the_model_is_told_which() 
         "{text}"
     );
     let call = stream.wait_for("tool.call", |d| d["call_id"] == "c1").await;
-    assert_eq!(call.data["is_error"], true);
+    assert_eq!(
+        (&call.data["is_error"], &call.data["cancelled"]),
+        (&json!(true), &json!(true))
+    );
 
     // The session ends under a running call: its plugin's connection closes at once.
     let mut watch = tool_with_timeout("watch", &slow.watch.url("/watch"), "plugin:travel", 300.0);
@@ -495,4 +498,37 @@ async fn a_call_ends_with_its_tool_or_its_session_and_the_model_is_told_which() 
     slow.watch.wait_for_requests(2).await;
     fake.drop_connection().await;
     slow.watch.wait_for_closed(2).await;
+}
+
+#[actix_web::test]
+async fn through_the_relay_with_the_openai_sdk_as_the_app_the_result_follows_the_same_way() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let slow = Slow::start();
+    let app = crate::relay::relay_app(&fake, &[], Dialect::Openai, |_| {}).await;
+    slow.register(&app).await;
+    let mut sdk = crate::sdk_app::SdkApp::start().await;
+    sdk.connect_ok(&crate::relay::base(&app), json!({"character": "Mio"}))
+        .await;
+    fake.update_with_tools(&TOOLS).await;
+
+    model_calls(&fake, "r1", "c1", "search").await;
+    fake.wait_for("c1's running answer and a response.create", |events| {
+        (sent(events, "response.create") == 1).then_some(())
+    })
+    .await;
+    slow.search.open_gate();
+    let events = system_messages(&fake, 1).await;
+    assert!(system_texts(&events)[0].contains(r#"{"flights":3}"#));
+    fake.wait_for("the response.create after the result", |events| {
+        (sent(events, "response.create") == 2).then_some(())
+    })
+    .await;
+    let (_, sessions) = app.get("/api/sessions").await;
+    let relay = &sessions["sessions_by_role"]["Mio"]["connections"][0];
+    assert_eq!(
+        (&relay["kind"], &relay["running_calls"]),
+        (&json!("relay"), &json!([]))
+    );
+    let report = validate_client_events(server_events(&fake)).await;
+    assert!(report.is_ok(), "{report:?}");
 }

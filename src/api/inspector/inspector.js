@@ -245,6 +245,8 @@ function toolCard(role, tool) {
   const meta = [["source", element("code", null, String(tool.source ?? ""))], runsAt(tool)];
   const timeout = numberOf(tool.timeout_seconds);
   if (!Number.isNaN(timeout)) meta.push(["timeout", `${timeout} s`]);
+  // A non-blocking tool: a live model is answered at once, its result follows.
+  if (tool.behavior === "non_blocking") meta.push(["behavior", "non-blocking: the talk goes on while it runs"]);
   article.append(definitionList("meta", meta));
 
   const schema = element("details", "schema");
@@ -382,6 +384,13 @@ function formatValue(key, value) {
     const age = value.handle_age_ms === null ? "no handle yet" : `handle ${formatMs(value.handle_age_ms)} old`;
     return `Gemini Live · ${age} · ${value.switches} moves to a new connection · ${value.refused} refused`;
   }
+  if (key === "running_calls" && Array.isArray(value)) {
+    if (!value.length) return "none";
+    return value
+      .map((c) => `${c.tool} (${c.call_id}) · ${c.behavior === "non_blocking" ? "non-blocking" : "blocking"} · ${formatMs(Number(c.running_ms))}`)
+      .join("; ");
+  }
+  if (key === "conversation") return String(value).replaceAll("_", " ");
   if (Array.isArray(value) && value.every((v) => typeof v !== "object")) {
     return value.length ? value.join(", ") : "none";
   }
@@ -599,6 +608,8 @@ const handlers = {
     refreshSessions();
   },
   "tool.call": (data) => {
+    // A non-blocking call's running answer leaves it running: the listing shows it.
+    if (data.behavior === "non_blocking") refreshSessions();
     const by =
       data.kind === "chat" ? "text chat"
       : data.kind ? kindName(data.kind)
@@ -613,6 +624,18 @@ const handlers = {
     addFeed("tool.call", `${data.role} · ${data.tool} · called by ${by} · ${outcome}`, flag);
     // A chat keeps no connection: its counters move with its calls.
     if (data.kind === "chat") refreshSessions();
+  },
+  "tool.result": (data) => {
+    // A non-blocking call's result reached its model.
+    const spoken = { when_idle: "spoken of when idle", silent: "told silently", interrupt: "interrupting" };
+    const how = spoken[data.scheduling] ?? String(data.scheduling);
+    addFeed("tool.result", `${data.role} · ${data.tool} · result delivered (${how}) · ${data.is_error ? "error" : "ok"}`, data.is_error ? "error" : null);
+    refreshSessions();
+  },
+  "tool.progress": (data) => {
+    const told = data.delivered ? "the model was told" : "shown here only";
+    addFeed("tool.progress", `${data.role} · ${data.tool} · ${data.message} (${told})`);
+    refreshSessions();
   },
   "mcp.state": (data) => {
     const who = `MCP server ${data.name} (${mcpOrigin(data.kind)})`;

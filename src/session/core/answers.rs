@@ -127,7 +127,7 @@ impl SessionCore {
             return;
         };
         if call.behavior == Behavior::NonBlocking {
-            self.deliver_late(call, result);
+            self.deliver_late(call, result, false);
             return;
         }
         self.answer(call.turn, result, Some(&call.tool.source), call.started);

@@ -26,7 +26,7 @@ use crate::domain::tool::{Behavior, Scheduling};
 /// the session counts as idle without it: a provider's turn detection starts its response within
 /// a few hundred milliseconds of the end of speech; a session whose app starts responses itself
 /// may start none.
-pub(crate) const REPLY_GRACE: Duration = Duration::from_millis(1500);
+pub const REPLY_GRACE: Duration = Duration::from_millis(1500);
 
 /// Whether the model may be asked to speak now, and whether it should be.
 #[derive(Debug, Default)]
@@ -197,15 +197,20 @@ impl SessionCore {
         Some(tool)
     }
 
-    /// A non-blocking call's result came: it is announced, added to the conversation with its
-    /// images, and spoken of by its scheduling.
-    pub(super) fn deliver_late(&mut self, call: RunningCall, mut result: ToolResult) {
+    /// A non-blocking call's result came (or, `cancelled`, the server ended the call): it is
+    /// announced, added to the conversation with its images, and spoken of by its scheduling.
+    pub(super) fn deliver_late(
+        &mut self,
+        call: RunningCall,
+        mut result: ToolResult,
+        cancelled: bool,
+    ) {
         let source = call.tool.source.clone();
         self.announce_call(
             &result,
             Some(&source),
             call.started,
-            false,
+            cancelled,
             Behavior::NonBlocking,
         );
         if !self.connected {
@@ -256,7 +261,7 @@ impl SessionCore {
                 call.tool.name.clone(),
                 call.started.elapsed(),
             );
-            self.deliver_late(call, result);
+            self.deliver_late(call, result, true);
         }
     }
 

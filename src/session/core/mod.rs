@@ -37,8 +37,8 @@ use tokio::sync::oneshot;
 pub(crate) use self::acks::AppUpdate;
 use self::acks::Pending;
 use self::answers::RunningCall;
-pub use self::later::Conversation;
 use self::later::Floor;
+pub use self::later::{Conversation, REPLY_GRACE};
 pub use self::words::SyncError;
 pub(crate) use self::words::{
     Answers, Call, ForeignTool, Interruption, Keep, ModelEvent, Protocol, ReadError, Seen,

@@ -331,7 +331,7 @@ fn answers_carry_exact_output_and_images_on_every_kind_and_are_announced() {
         assert_eq!(
             data,
             json!({"role": "Mio", "tool": "cam", "source": "plugin:w", "call_id": "c1",
-                   "caller": "model", "kind": kind, "is_error": false, "cancelled": false}),
+                   "caller": "model", "kind": kind, "behavior": "blocking", "is_error": false, "cancelled": false}),
             "{transport:?}: no arguments, no output, the kind of session"
         );
     }
@@ -509,7 +509,7 @@ fn speech_cancels_the_running_calls_which_are_answered_as_cancelled_and_not_cont
             calls_announced(&mut subscription),
             [
                 json!({"role": "Mio", "tool": "slow", "source": "plugin:w", "call_id": "c1",
-                    "caller": "model", "kind": kind, "is_error": true, "cancelled": true})
+                    "caller": "model", "kind": kind, "behavior": "blocking", "is_error": true, "cancelled": true})
             ],
             "{kind:?}"
         );
