@@ -36,7 +36,8 @@ fn changed(op: &str, name: Value, source: Value, affected: &[&str]) -> Value {
            "failed_roles": []})
 }
 
-/// Checks `tool.call` data whose duration cannot be known in advance.
+/// Checks `tool.call` data whose duration cannot be known in advance; `behavior` is
+/// `blocking` unless `expected` says otherwise.
 pub fn assert_call(event: &Received, expected: Value) {
     assert_eq!(event.event, "tool.call");
     let mut data = event.data.clone();
@@ -48,6 +49,9 @@ pub fn assert_call(event: &Received, expected: Value) {
     data["duration_ms"] = json!(null);
     let mut expected = expected;
     expected["duration_ms"] = json!(null);
+    if expected.get("behavior").is_none() {
+        expected["behavior"] = json!("blocking");
+    }
     assert_eq!(data, expected);
 }
 
@@ -69,7 +73,8 @@ pub fn assert_state(event: &Received, expected: Value) {
 /// The `session.state` data of a connection with `since` left out (see [`assert_state`]).
 pub fn state(role: &str, kind: &str, upstream: &str, state: &str) -> Value {
     json!({"role": role, "kind": kind, "since": null, "upstream": upstream, "state": state,
-           "last_sync": null, "acknowledged_tools": 0, "calls_answered": 0, "clashes": []})
+           "last_sync": null, "acknowledged_tools": 0, "calls_answered": 0, "clashes": [],
+           "running_calls": [], "conversation": "idle"})
 }
 
 #[actix_web::test]
