@@ -67,9 +67,9 @@ pub use actors::router::{
 pub use actors::local_tool::{CallLocalTool, local_handler};
 pub use dispatch::Dispatcher;
 pub use domain::arguments::Parameters;
-pub use domain::call::{LocalHandler, LocalToolHandler, ToolCall, ToolOutcome};
+pub use domain::call::{LocalHandler, LocalToolHandler, Scheduling, ToolCall, ToolOutcome};
 pub use domain::callback_url::CallbackUrl;
-pub use domain::tool::{Behavior, Scheduling, SharedTool, ToolHandler, ToolSpec, empty_parameters};
+pub use domain::tool::{Behavior, SharedTool, ToolHandler, ToolSpec, empty_parameters};
 
 /// An application's own model session, joined to a character with [`JoinSession`]: the
 /// messages it handles and the report it gives.

@@ -21,10 +21,45 @@ use super::images::ToolImage;
 pub(crate) use super::json_text::JsonText;
 use super::json_text::{null_text, text_of};
 use super::peer_text;
-use super::tool::Scheduling;
 
 /// How many characters of an HTTP error body a tool error quotes.
 pub(crate) const ERROR_BODY_QUOTE_CHARS: usize = 200;
+
+/// When a non-blocking call's result, a progress note that asks to be spoken, or a plugin's
+/// context that asks for a reply makes the model speak (`scheduling`, named as Gemini Live
+/// names it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scheduling {
+    /// The model answers once the session is idle: no response in progress, nobody speaking.
+    #[default]
+    WhenIdle,
+    /// The model is told, and says nothing until its next answer.
+    Silent,
+    /// A response in progress is cancelled, and the model answers at once.
+    Interrupt,
+}
+
+impl Scheduling {
+    /// The name a plugin writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Scheduling::WhenIdle => "when_idle",
+            Scheduling::Silent => "silent",
+            Scheduling::Interrupt => "interrupt",
+        }
+    }
+
+    /// The scheduling a plugin names.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "when_idle" => Some(Scheduling::WhenIdle),
+            "silent" => Some(Scheduling::Silent),
+            "interrupt" => Some(Scheduling::Interrupt),
+            _ => None,
+        }
+    }
+}
 
 /// One call of a tool, as the model (or the invoke route) made it. Serialised, it is the body
 /// POSTed to a remote tool's callback: `{name, arguments, call_id, raw_arguments}`, where

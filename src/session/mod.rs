@@ -41,8 +41,9 @@ pub(crate) use client::RealtimeSession;
 pub(crate) use live::GeminiSession;
 pub use shell::MAX_EVENT_BYTES;
 
+use crate::domain::call::Scheduling;
 use crate::domain::connection::ConnectionKind;
-use crate::domain::tool::{Scheduling, SharedTool};
+use crate::domain::tool::SharedTool;
 
 /// Push a character's current tool list into a session and wait for its acknowledgement.
 /// Answers at once when the session is not connected (the list goes out on connect). Every

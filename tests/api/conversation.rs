@@ -330,15 +330,21 @@ async fn a_plugins_context_goes_into_the_live_conversations_and_a_chats_next_req
 }
 
 #[actix_web::test]
-async fn text_chat_runs_a_non_blocking_tool_as_a_blocking_one() {
+async fn text_chat_runs_a_non_blocking_tool_as_a_blocking_one_and_shows_its_progress_only_in_events()
+ {
     let chat = FakeChat::start();
     let mut config = settings(&["Hana"]);
     config.characters[0].chat = Some(ChatSettings::new(chat.base()));
     let app = spawn_app_with(config).await;
-    let callback = CallbackServer::with("/search", Reply::output(json!({"flights": 3})));
+    let callback = CallbackServer::with(
+        "/search",
+        Reply::after_gate(Reply::output(json!({"flights": 3}))),
+    );
     let mut search = tool_with_timeout("search", &callback.url("/search"), "plugin:travel", 30.0);
     search["behavior"] = json!("non_blocking");
     register(&app, search).await;
+    let mut stream = open(&app, "?role=Hana", None).await.expect("stream opens");
+    stream.expect("hello").await;
     chat.script([
         Answer::Json(
             200,
@@ -346,13 +352,40 @@ async fn text_chat_runs_a_non_blocking_tool_as_a_blocking_one() {
         ),
         Answer::Json(200, completion("x2", "Three flights.", (5, 3))),
     ]);
+    let url = app.url("/v1/chat/completions?character=Hana");
+    let request = actix_web::rt::spawn(async move {
+        let body = json!({"model": "m", "messages": [{"role": "user", "content": "Flights?"}]});
+        let mut response = crate::helpers::test_client()
+            .post(url)
+            .send_json(&body)
+            .await
+            .expect("chat request sent");
+        (
+            response.status().as_u16(),
+            response.json::<Value>().await.unwrap(),
+        )
+    });
+    callback.wait_for_requests(1).await;
+    // The call runs inside the request: its progress reaches only the event stream.
     let (status, answer) = app
         .post(
-            "/v1/chat/completions?character=Hana",
-            &json!({"model": "m", "messages": [{"role": "user", "content": "Flights?"}]}),
+            "/api/tools/calls/call_1/progress",
+            &json!({"message": "Halfway"}),
         )
         .await;
     assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer,
+        json!({"ok": true, "role": "Hana", "tool": "search", "delivered": false})
+    );
+    let progress = stream
+        .wait_for("tool.progress", |d| d["call_id"] == "call_1")
+        .await;
+    assert_eq!(progress.data["delivered"], false);
+    callback.open_gate();
+    let (status, answer) = request.await.unwrap();
+    assert_eq!(status, 200, "{answer}");
+    // The request waited for the tool: the model got its real output, not a running note.
     let second = &chat.bodies()[1];
     let tool_message = second["messages"]
         .as_array()
@@ -362,4 +395,11 @@ async fn text_chat_runs_a_non_blocking_tool_as_a_blocking_one() {
         .unwrap()
         .clone();
     assert_eq!(tool_message["content"], r#"{"flights":3}"#, "{second}");
+    let call = stream
+        .wait_for("tool.call", |d| d["call_id"] == "call_1")
+        .await;
+    assert_eq!(
+        (&call.data["kind"], &call.data["behavior"]),
+        (&json!("chat"), &json!("blocking"))
+    );
 }

@@ -532,3 +532,42 @@ async fn through_the_relay_with_the_openai_sdk_as_the_app_the_result_follows_the
     let report = validate_client_events(server_events(&fake)).await;
     assert!(report.is_ok(), "{report:?}");
 }
+
+#[actix_web::test]
+async fn an_attached_call_answers_a_non_blocking_call_as_running_and_gets_its_result() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let slow = Slow::start();
+    let app = app_with_session(&fake.url, &[], Dialect::Openai, |s| {
+        s.mode = runtime_tools::SessionMode::Relay
+    })
+    .await;
+    slow.register(&app).await;
+    let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
+    stream.expect("hello").await;
+    let url = format!("{}&call_id=rtc_1", fake.url);
+    let (status, body) = app
+        .post("/api/sessions/attach", &json!({"role": "Mio", "url": url}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    fake.update_with_tools(&TOOLS).await;
+
+    model_calls(&fake, "r1", "c1", "search").await;
+    let events = fake
+        .wait_for("c1's running answer and a response.create", |events| {
+            (sent(events, "response.create") == 1).then(|| events.to_vec())
+        })
+        .await;
+    assert_eq!(
+        outputs_of(&events, "c1"),
+        [json!({"status": "running", "tool": "search", "call_id": "c1"})]
+    );
+    slow.search.open_gate();
+    let events = system_messages(&fake, 1).await;
+    assert!(system_texts(&events)[0].contains(r#"{"flights":3}"#));
+    let delivered = stream
+        .wait_for("tool.result", |d| d["call_id"] == "c1")
+        .await;
+    assert_eq!(delivered.data["kind"], "attach");
+    let report = validate_client_events(server_events(&fake)).await;
+    assert!(report.is_ok(), "{report:?}");
+}

@@ -19,8 +19,9 @@ use serde::Serialize;
 
 use super::answers::RunningCall;
 use super::{Effect, SessionCore, Ticket};
+use crate::domain::call::Scheduling;
 use crate::domain::call::ToolResult;
-use crate::domain::tool::{Behavior, Scheduling};
+use crate::domain::tool::Behavior;
 
 /// How long after the person stopped speaking the reply to their turn may take to begin before
 /// the session counts as idle without it: a provider's turn detection starts its response within

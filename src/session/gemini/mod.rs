@@ -20,8 +20,9 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::core::{Answers, ForeignTool, Keep, ModelEvent, Protocol, ReadError};
+use crate::domain::call::Scheduling;
 use crate::domain::call::ToolResult;
-use crate::domain::tool::{GeminiDeclaration, Scheduling, SharedTool};
+use crate::domain::tool::{GeminiDeclaration, SharedTool};
 
 /// The header that carries the API key (as the official SDKs send it).
 pub(crate) const API_KEY_HEADER: &str = "x-goog-api-key";

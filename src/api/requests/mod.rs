@@ -17,7 +17,7 @@ use crate::domain::call::JsonText;
 use crate::domain::call_url::{ACCEPTED_CALL_URLS, CallUrl, CallUrlError};
 use crate::domain::callback_url::{ACCEPTED_FORMS, CallbackUrl, CallbackUrlError};
 use crate::domain::tool::{
-    Behavior, DEFAULT_SOURCE, DEFAULT_TIMEOUT, MAX_TIMEOUT, Scheduling, ToolSpec, empty_parameters,
+    Behavior, DEFAULT_SOURCE, DEFAULT_TIMEOUT, MAX_TIMEOUT, ToolSpec, empty_parameters,
 };
 use crate::mcp::runtime::McpRegistration;
 use crate::mcp::settings::MCP_SOURCE_PREFIX;
@@ -27,6 +27,11 @@ pub const MAX_NAME_CHARS: usize = 64;
 
 /// Longest timeout a tool may ask for, in seconds ([`MAX_TIMEOUT`]).
 pub(crate) const MAX_TIMEOUT_SECONDS: f64 = MAX_TIMEOUT.as_secs() as f64;
+
+mod conversation;
+
+pub(crate) use conversation::{ContextRequest, ProgressRequest};
+pub use conversation::{MAX_CONTEXT_CHARS, MAX_PROGRESS_CHARS};
 
 /// `POST /api/tools/register`.
 #[derive(Debug)]
@@ -132,59 +137,6 @@ impl RegisterRequest {
             tool: ToolSpec::remote(name, description, parameters, source, callback_url, timeout)
                 .with_behavior(behavior),
             role,
-        })
-    }
-}
-
-/// Longest progress message, in characters.
-pub const MAX_PROGRESS_CHARS: usize = 2048;
-
-/// Longest context text, in characters.
-pub const MAX_CONTEXT_CHARS: usize = 8192;
-
-/// `POST /api/tools/calls/{call_id}/progress`.
-#[derive(Debug)]
-pub(crate) struct ProgressRequest {
-    pub message: String,
-    pub speak: bool,
-}
-
-impl ProgressRequest {
-    pub(crate) fn parse(body: &Map<String, Value>) -> Checked<Self> {
-        let mut f = Fields::new(body);
-        let message = f.text("message", MAX_PROGRESS_CHARS);
-        let speak = f.flag("speak", false);
-        f.finish()?;
-        Ok(Self {
-            message: message.unwrap_or_default(),
-            speak: speak.unwrap_or_default(),
-        })
-    }
-}
-
-/// `POST /api/sessions/context`.
-#[derive(Debug)]
-pub(crate) struct ContextRequest {
-    pub role: Option<String>,
-    pub text: String,
-    /// `None`: the model is not asked to answer.
-    pub respond: Option<Scheduling>,
-}
-
-impl ContextRequest {
-    pub(crate) fn parse(body: &Map<String, Value>) -> Checked<Self> {
-        let mut f = Fields::new(body);
-        let role = f.role();
-        let text = f.text("text", MAX_CONTEXT_CHARS);
-        let respond = f.flag("respond", false);
-        let scheduling = f.scheduling("scheduling");
-        f.finish()?;
-        Ok(Self {
-            role,
-            text: text.unwrap_or_default(),
-            respond: respond
-                .unwrap_or_default()
-                .then(|| scheduling.unwrap_or_default()),
         })
     }
 }
@@ -501,20 +453,6 @@ impl<'a> Fields<'a> {
                 None
             }
         }
-    }
-
-    /// `scheduling`: `"when_idle"` (the default), `"silent"` or `"interrupt"`.
-    fn scheduling(&mut self, field: &str) -> Option<Scheduling> {
-        let name = self.string(field, Some(Scheduling::WhenIdle.name()))?;
-        let scheduling = Scheduling::from_name(&name);
-        if scheduling.is_none() {
-            self.fail(
-                field,
-                "enum",
-                "Input should be 'when_idle', 'silent' or 'interrupt'",
-            );
-        }
-        scheduling
     }
 
     /// `role`: a character name, or null / `""` for every character.
