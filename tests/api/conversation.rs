@@ -12,31 +12,10 @@ use crate::event_stream::open;
 use crate::fake_chat::{Answer, FakeChat, completion};
 use crate::fake_realtime::{AckMode, FakeRealtime};
 use crate::helpers::{TestApp, app_with_session, settings, spawn_app_with};
+use crate::non_blocking::{conversation_is, sent, system_texts};
 use crate::relay::server_events;
 use crate::schema::validate_client_events;
 use crate::sessions::{call_event, response_done};
-
-/// The texts of the `system` message items the server sent, in order.
-fn system_texts(events: &[Value]) -> Vec<String> {
-    events
-        .iter()
-        .filter(|e| e["type"] == "conversation.item.create" && e["item"]["role"] == "system")
-        .map(|e| e["item"]["content"][0]["text"].as_str().unwrap().to_owned())
-        .collect()
-}
-
-/// How many `kind` events the server itself sent.
-fn sent(events: &[Value], kind: &str) -> usize {
-    events
-        .iter()
-        .filter(|e| {
-            e["type"] == kind
-                && e["event_id"]
-                    .as_str()
-                    .is_some_and(|id| id.starts_with("rt_"))
-        })
-        .count()
-}
 
 /// Waits until `fake` has `n` system messages and `creates` response.create events of the
 /// server's; returns every event.
@@ -231,16 +210,7 @@ async fn a_plugins_context_goes_into_the_live_conversations_and_a_chats_next_req
     mio.push(json!({"type": "response.created", "event_id": "srv_c",
                     "response": {"id": "r9", "status": "in_progress", "output": []}}))
         .await;
-    // The server has read it once its sessions listing says so.
-    let deadline = tokio::time::Instant::now() + crate::fake_realtime::EVENT_DEADLINE;
-    loop {
-        let (_, sessions) = app.get("/api/sessions").await;
-        if sessions["sessions_by_role"]["Mio"]["connections"][0]["conversation"] == "responding" {
-            break;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "{sessions}");
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    conversation_is(&app, "responding").await;
     app.post(
         "/api/sessions/context",
         &json!({"role": "Mio", "text": "Fire alarm!", "respond": true, "scheduling": "interrupt"}),

@@ -25,6 +25,7 @@ use crate::event_stream::{EventReader, open};
 use crate::events::assert_call;
 use crate::fake_realtime::{AckMode, EVENT_DEADLINE, FakeRealtime, update_tool_names};
 use crate::helpers::{TestApp, app_with_session, tool_body};
+use crate::non_blocking::sent as server_events_of;
 use crate::relay::{base, relay_app, server_events};
 use crate::schema::validate_client_events;
 use crate::sdk_app::SdkApp;
@@ -201,19 +202,6 @@ async fn next_turn_goes_on(fake: &FakeRealtime, response: &str, call_id: &str, n
         n,
         "no response.create for an abandoned turn: {events:#?}"
     );
-}
-
-/// How many events of `kind` the server itself sent.
-fn server_events_of(events: &[Value], kind: &str) -> usize {
-    events
-        .iter()
-        .filter(|e| {
-            e["type"] == kind
-                && e["event_id"]
-                    .as_str()
-                    .is_some_and(|id| id.starts_with("rt_"))
-        })
-        .count()
 }
 
 /// Waits for the `tool.call` of `call_id` and checks it is a cancelled call of `tool`.

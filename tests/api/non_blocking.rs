@@ -143,7 +143,7 @@ fn response_created(response: &str) -> Value {
 
 /// Waits until Mio's session says its conversation is `state` (the model's events before it
 /// were read).
-async fn conversation_is(app: &TestApp, state: &str) {
+pub async fn conversation_is(app: &TestApp, state: &str) {
     let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
     loop {
         let (_, sessions) = app.get("/api/sessions").await;
@@ -183,7 +183,7 @@ fn outputs_of(events: &[Value], call_id: &str) -> Vec<Value> {
 }
 
 /// The texts of the `system` message items the server sent, in order.
-fn system_texts(events: &[Value]) -> Vec<String> {
+pub fn system_texts(events: &[Value]) -> Vec<String> {
     events
         .iter()
         .filter(|e| e["type"] == "conversation.item.create" && e["item"]["role"] == "system")
@@ -192,7 +192,7 @@ fn system_texts(events: &[Value]) -> Vec<String> {
 }
 
 /// How many events of `kind` the server itself sent.
-fn sent(events: &[Value], kind: &str) -> usize {
+pub fn sent(events: &[Value], kind: &str) -> usize {
     events
         .iter()
         .filter(|e| {
