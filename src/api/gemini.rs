@@ -11,13 +11,12 @@
 
 use actix_web::{HttpRequest, HttpResponse, web};
 
+use super::AppState;
 use super::error::ApiError;
-use super::{AppState, ask_router};
 use crate::actors::router::ResolveRelay;
 use crate::session::live::{GeminiRelay, connect_gemini};
 use crate::session::relay::RelayQuery;
 use crate::session::settings::SessionProtocol;
-use crate::session::shell::MAX_EVENT_BYTES;
 
 /// The Gemini Live API's paths, as the SDKs build them from a base URL (with a custom base URL
 /// the Python SDK asks for `v1`).
@@ -41,51 +40,35 @@ async fn open_gemini_relay(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, ApiError> {
-    let path = req.path().to_owned();
-    actix_http::ws::verify_handshake(req.head())
-        .map_err(|e| ApiError::BadRequest(format!("{path} is a websocket endpoint: {e}")))?;
     let query = RelayQuery::parse(req.query_string());
-    let character = query.character.clone().or_else(|| {
+    let header = |name: &str| {
         req.headers()
-            .get(CHARACTER_HEADER)
+            .get(name)
             .and_then(|v| v.to_str().ok())
-            .filter(|v| !v.is_empty())
             .map(str::to_owned)
-    });
-    let target = ask_router(
-        &state,
-        ResolveRelay {
-            character,
-            protocol: SessionProtocol::GeminiLive,
-        },
-    )
-    .await??;
+    };
+    let character = query
+        .character
+        .clone()
+        .or_else(|| header(CHARACTER_HEADER).filter(|v| !v.is_empty()));
     // The app's own key serves only a character configured without one.
-    let app_key = req
-        .headers()
-        .get(crate::session::gemini::API_KEY_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| {
-            query
-                .upstream
-                .iter()
-                .find(|(k, _)| k == "key")
-                .map(|(_, v)| v.clone())
-        });
-    let upstream = connect_gemini(&target.settings, app_key)
-        .await
-        .map_err(ApiError::BadGateway)?;
-    let (_, _, app_stream) = actix_ws::handle(&req, payload)
-        .map_err(|e| ApiError::BadRequest(format!("{path}: {e}")))?;
-    let url = upstream.url.clone();
-    let (relay, body) = GeminiRelay::open(
-        target.character.clone(),
-        &target.settings,
-        upstream,
-        app_stream.max_frame_size(MAX_EVENT_BYTES),
-        state.dispatcher.clone(),
-        state.events.clone(),
-    );
-    super::realtime::join_and_answer(&req, &state, target.character, url, &relay, body).await
+    let app_key = header(crate::session::gemini::API_KEY_HEADER).or_else(|| {
+        query
+            .upstream
+            .iter()
+            .find(|(k, _)| k == "key")
+            .map(|(_, v)| v.clone())
+    });
+    let resolve = ResolveRelay {
+        character,
+        protocol: SessionProtocol::GeminiLive,
+    };
+    super::realtime::open_relay::<GeminiRelay, _>(
+        req,
+        payload,
+        state,
+        resolve,
+        |settings| async move { connect_gemini(&settings, app_key).await },
+    )
+    .await
 }

@@ -12,7 +12,6 @@ use actix::io::WriteHandler;
 use actix::prelude::*;
 use awc::error::WsProtocolError;
 use awc::ws::{self, Frame};
-use futures_util::stream::StreamExt;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
@@ -20,6 +19,7 @@ use super::core::{ForeignTool, Seen, SessionCore, SyncError};
 use super::realtime::{self, Realtime};
 use super::settings::SessionSettings;
 use super::shell::{self, Link, Shell, Whole};
+use super::wire::FromUpstream;
 use super::{CloseSession, ConnectionState};
 use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
@@ -133,6 +133,10 @@ impl Shell for Attachment {
     fn link(&mut self) -> &mut Link {
         &mut self.link
     }
+
+    fn upstream(&mut self, item: FromUpstream, ctx: &mut Context<Self>) {
+        self.from_call(item, ctx);
+    }
 }
 
 impl Actor for Attachment {
@@ -148,11 +152,9 @@ impl Actor for Attachment {
                 .into_actor(self)
                 .map(|result, act, ctx| match result {
                     Ok(framed) => {
-                        let (sink, stream) = framed.split();
-                        ctx.add_stream(stream);
                         tracing::info!(character = %act.link.core.character(), url = %act.link.core.upstream(), "attached to a call");
                         let (first, settled) = oneshot::channel();
-                        act.link.connected(sink, ctx);
+                        act.link.connected(framed, ctx);
                         // The call's session says which tools it has first, so the app's are
                         // kept.
                         let timeout = act.link.core.sync_timeout();
@@ -179,9 +181,8 @@ impl Actor for Attachment {
 
     fn stopped(&mut self, _: &mut Self::Context) {
         tracing::info!(character = %self.link.core.character(), url = %self.link.core.upstream(), "attachment ended");
-        self.link.sink = None;
         // Its running calls go with it, announced before it says it closed.
-        self.link.disconnected();
+        self.link.gone();
         self.link.core.set_state(ConnectionState::Closed);
     }
 }
@@ -193,8 +194,16 @@ impl WriteHandler<WsProtocolError> for Attachment {
     }
 }
 
-impl StreamHandler<Result<Frame, WsProtocolError>> for Attachment {
-    fn handle(&mut self, frame: Result<Frame, WsProtocolError>, ctx: &mut Self::Context) {
+impl Attachment {
+    /// A frame of the call's, or the end of its connection.
+    fn from_call(&mut self, item: FromUpstream, ctx: &mut Context<Self>) {
+        let frame = match item {
+            FromUpstream::Frame(_, frame) => frame,
+            FromUpstream::Ended(_) => {
+                ctx.stop();
+                return;
+            }
+        };
         let whole = match frame {
             Ok(Frame::Text(bytes)) => shell::text_of(bytes).map(|t| Some(Whole::Text(t))),
             // A broken fragmented message is a protocol error, as in the client: the attachment
@@ -250,10 +259,6 @@ impl StreamHandler<Result<Frame, WsProtocolError>> for Attachment {
                 tracing::warn!(character = %self.link.core.character(), %error, "ignoring a malformed message from the call");
             }
         }
-    }
-
-    fn finished(&mut self, ctx: &mut Self::Context) {
-        ctx.stop();
     }
 }
 

@@ -7,36 +7,26 @@
 //! `session.update` with the current tools. The protocol itself is the [`SessionCore`]'s.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use actix::io::WriteHandler;
 use actix::prelude::*;
-use awc::error::WsProtocolError;
 use awc::ws::{self, Frame};
-use futures_util::stream::StreamExt;
+use futures_util::future::{FutureExt, LocalBoxFuture};
 
 use super::core::{Seen, SessionCore};
 use super::realtime::Realtime;
 use super::settings::SessionSettings;
-use super::shell::{self, Link, Reassembly, Shell, Whole};
-use super::{CloseSession, ConnectionState};
+use super::shell::{self, Link, Shell, Whole};
+use super::supervised::{self, Reconnecting, Reconnects};
+use super::wire::{FromUpstream, UpstreamSocket};
 use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
 
-/// First reconnect delay; doubled per failed attempt up to [`MAX_BACKOFF`].
-pub(crate) const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
-
-/// Longest reconnect delay: a provider outage is retried at least twice a minute.
-pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(30);
-
 pub(crate) struct RealtimeSession {
     link: Link,
     api_key: Option<String>,
-    /// Failed connection attempts in a row (drives the backoff).
-    attempt: u32,
-    closing: bool,
+    reconnects: Reconnects,
 }
 
 impl RealtimeSession {
@@ -60,42 +50,11 @@ impl RealtimeSession {
             tools,
             false,
         );
-        let session = RealtimeSession {
+        supervised::launch(RealtimeSession {
             link: Link::new(core, dispatcher),
             api_key,
-            attempt: 0,
-            closing: false,
-        };
-        Supervisor::start(|ctx: &mut Context<Self>| {
-            ctx.set_mailbox_capacity(0);
-            session
+            reconnects: Reconnects::default(),
         })
-    }
-
-    fn connect(&mut self, ctx: &mut Context<Self>) {
-        self.link.core.set_state(ConnectionState::Connecting);
-        let url = self.link.core.upstream().to_owned();
-        let authorization = self.api_key.as_deref().map(shell::bearer);
-        ctx.spawn(
-            async move { shell::connect(&url, authorization.as_deref()).await }
-                .into_actor(self)
-                .map(move |result, act, ctx| match result {
-                    Ok(framed) => {
-                        let (sink, stream) = framed.split();
-                        ctx.add_stream(stream);
-                        tracing::info!(character = %act.link.core.character(), "model session connected");
-                        act.attempt = 0;
-                        act.link.connected(sink, ctx);
-                        // Nobody else talks in this conversation: the tools go at once.
-                        act.link.core.sync_now();
-                        shell::run_effects(act, ctx);
-                    }
-                    Err(error) => {
-                        tracing::warn!(character = %act.link.core.character(), url = %act.link.core.upstream(), %error, "model session connection failed");
-                        ctx.stop();
-                    }
-                }),
-        );
     }
 
     fn on_whole(&mut self, message: Whole, ctx: &mut Context<Self>) {
@@ -115,72 +74,43 @@ impl RealtimeSession {
     }
 }
 
-/// The wait before reconnect attempt `attempt` (1 is the first after a failure): doubled per
-/// attempt from [`INITIAL_BACKOFF`], at most [`MAX_BACKOFF`].
-pub(crate) fn backoff(attempt: u32) -> Duration {
-    let factor = 2u32.saturating_pow(attempt.saturating_sub(1));
-    INITIAL_BACKOFF.saturating_mul(factor).min(MAX_BACKOFF)
+impl Reconnecting for RealtimeSession {
+    const NAME: &'static str = "realtime";
+
+    fn reconnects(&mut self) -> &mut Reconnects {
+        &mut self.reconnects
+    }
+
+    fn dial(&mut self) -> LocalBoxFuture<'static, Result<UpstreamSocket, String>> {
+        let url = self.link.core.upstream().to_owned();
+        let authorization = self.api_key.as_deref().map(shell::bearer);
+        async move { shell::connect(&url, authorization.as_deref()).await }.boxed_local()
+    }
+}
+
+crate::reconnecting_actor!(RealtimeSession);
+
+impl actix::io::WriteHandler<awc::error::WsProtocolError> for RealtimeSession {
+    fn error(&mut self, err: awc::error::WsProtocolError, _: &mut Self::Context) -> Running {
+        tracing::warn!(character = %self.link.core.character(), error = %err, "model session write failed");
+        Running::Stop
+    }
 }
 
 impl Shell for RealtimeSession {
     fn link(&mut self) -> &mut Link {
         &mut self.link
     }
-}
 
-impl Actor for RealtimeSession {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Self::Context) {
-        if self.closing {
-            return;
-        }
-        if self.attempt == 0 {
-            // A new session starts out connecting: say so, as every later state is said.
-            self.link.core.announce();
-            self.connect(ctx);
-        } else {
-            self.link.core.set_state(ConnectionState::Backoff);
-            ctx.run_later(backoff(self.attempt), |act, ctx| act.connect(ctx));
-        }
-    }
-
-    fn stopped(&mut self, _: &mut Self::Context) {
-        if self.closing {
-            tracing::debug!(character = %self.link.core.character(), "model session closed");
-        } else if self.link.core.state() == ConnectionState::Connected {
-            tracing::warn!(character = %self.link.core.character(), "model session disconnected");
-        }
-        self.link.sink = None;
-        self.link.fragments = Reassembly::default();
-        self.link.sync_timer = None;
-        // Closed for good (the character was removed or rebuilt): nothing to announce.
-        if !self.closing {
-            self.link.core.set_state(ConnectionState::Backoff);
-        }
-        self.link.disconnected();
-    }
-}
-
-impl Supervised for RealtimeSession {
-    fn restarting(&mut self, _: &mut Self::Context) {
-        self.attempt = self.attempt.saturating_add(1);
-    }
-}
-
-impl WriteHandler<WsProtocolError> for RealtimeSession {
-    fn error(&mut self, err: WsProtocolError, _: &mut Self::Context) -> Running {
-        tracing::warn!(character = %self.link.core.character(), error = %err, "model session write failed");
-        Running::Stop
-    }
-}
-
-impl StreamHandler<Result<Frame, WsProtocolError>> for RealtimeSession {
-    fn handle(&mut self, frame: Result<Frame, WsProtocolError>, ctx: &mut Self::Context) {
-        let frame = match frame {
-            Ok(frame) => frame,
-            Err(e) => {
+    fn upstream(&mut self, item: FromUpstream, ctx: &mut Context<Self>) {
+        let frame = match item {
+            FromUpstream::Frame(_, Ok(frame)) => frame,
+            FromUpstream::Frame(_, Err(e)) => {
                 tracing::warn!(character = %self.link.core.character(), error = %e, "model session protocol error");
+                ctx.stop();
+                return;
+            }
+            FromUpstream::Ended(_) => {
                 ctx.stop();
                 return;
             }
@@ -217,21 +147,6 @@ impl StreamHandler<Result<Frame, WsProtocolError>> for RealtimeSession {
             }
         }
     }
-
-    fn finished(&mut self, ctx: &mut Self::Context) {
-        ctx.stop();
-    }
 }
 
 crate::session_handlers!(RealtimeSession);
-
-impl Handler<CloseSession> for RealtimeSession {
-    type Result = ResponseFuture<()>;
-
-    /// The reply comes when the session is gone.
-    fn handle(&mut self, _: CloseSession, ctx: &mut Self::Context) -> Self::Result {
-        self.closing = true;
-        shell::close_upstream(self, Some(ws::CloseCode::Normal.into()), ctx);
-        self.link.closed()
-    }
-}

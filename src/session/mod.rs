@@ -27,9 +27,12 @@ pub(crate) mod live;
 pub(crate) mod outbox;
 pub(crate) mod realtime;
 pub(crate) mod relay;
+pub(crate) mod relaying;
 pub(crate) mod settings;
 pub(crate) mod shell;
+mod supervised;
 pub(crate) mod sync;
+pub(crate) mod wire;
 
 use std::sync::Arc;
 

@@ -12,32 +12,21 @@
 
 use std::sync::Arc;
 
-use actix::io::WriteHandler;
 use actix::prelude::*;
-use actix_http::ws::{CloseCode, CloseReason, Message, ProtocolError};
+use actix_http::ws::{Message, ProtocolError};
 use awc::ws::{self, Frame};
-use futures_util::stream::StreamExt;
 
 use super::core::{Seen, SessionCore};
-use super::outbox::{
-    AppOutbox, AppSide, OutboxBody, RelaysApp, closed_by_server, on_app_frame, on_app_gone,
-};
+use super::outbox::{AppOutbox, OutboxBody};
 use super::realtime::app::AppEvent;
 use super::realtime::{self, Realtime};
-use super::settings::Dialect;
-use super::settings::SessionSettings;
-use super::shell::{self, Link, Reassembly, Shell, UpstreamSocket, Whole};
-use super::{CloseSession, ConnectionState};
+use super::relaying::{self, AppSide, AppStream, OpensRelay, RelaysApp, lost};
+use super::settings::{Dialect, SessionSettings};
+use super::shell::{self, Link, Reassembly, Shell, Whole};
+use super::wire::{FromUpstream, UpstreamSocket};
 use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
 use crate::events::EventHub;
-
-/// The close code sent to the app when the model's connection ended without a close frame or
-/// broke (1014, bad gateway).
-pub(crate) const UPSTREAM_LOST_CODE: u16 = 1014;
-
-/// The app's stream of frames, as actix-ws decodes them.
-pub(crate) type AppStream = actix_ws::MessageStream;
 
 /// What an app asked for in the relay's query string.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -117,12 +106,15 @@ pub(crate) struct Relay {
     ending: bool,
 }
 
-impl Relay {
-    /// Starts relaying between the app (`app_stream` in; the returned body, the websocket
-    /// response's, out) and `upstream`. It starts with no tools: joining the character's
-    /// sessions brings the current list. Its state and the calls it answers are announced on
-    /// `events`.
-    pub(crate) fn open(
+impl OpensRelay for Relay {
+    type Upstream = Upstream;
+
+    fn url(upstream: &Upstream) -> String {
+        upstream.url.clone()
+    }
+
+    /// Its state and the calls it answers are announced on `events`.
+    fn open(
         character: String,
         settings: &SessionSettings,
         upstream: Upstream,
@@ -142,27 +134,17 @@ impl Relay {
             false,
         );
         let dialect = settings.dialect;
-        let (app, body) = AppOutbox::new();
-        let relay = Relay::create(|ctx| {
-            // Frames are handled in arrival order, each side's in its own stream; an unbounded
-            // mailbox never parks the manager that sends tool lists.
-            ctx.set_mailbox_capacity(0);
-            let (sink, stream) = socket.split();
-            ctx.add_stream(stream);
-            ctx.add_stream(app_stream);
-            let mut link = Link::new(core, dispatcher);
-            link.open_sink(sink, ctx);
-            Relay {
-                link,
-                dialect,
-                app,
-                from_app: Reassembly::default(),
-                ending: false,
-            }
-        });
-        (relay, body)
+        relaying::start(core, dispatcher, socket, app_stream, |link, app| Relay {
+            link,
+            dialect,
+            app,
+            from_app: Reassembly::default(),
+            ending: false,
+        })
     }
+}
 
+impl Relay {
     fn upstream_message(&mut self, message: Whole, ctx: &mut Context<Self>) {
         match message {
             Whole::Text(text) => {
@@ -217,88 +199,34 @@ impl Shell for Relay {
         &mut self.link
     }
 
-    /// The app is told why, after what it has not read yet; the model's connection is dropped
-    /// (a close frame would wait behind what it does not read).
-    fn model_not_reading(&mut self, ctx: &mut Context<Self>) {
-        tracing::warn!(character = %self.link.core.character(), limit = shell::MAX_UPSTREAM_QUEUE_BYTES, "closing a relay whose model stopped reading");
-        let reason = CloseReason {
-            code: CloseCode::Other(UPSTREAM_LOST_CODE),
-            description: Some(shell::model_not_reading_reason()),
-        };
-        self.end(Some(Some(reason)), None, ctx);
-    }
-}
-
-impl Actor for Relay {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Self::Context) {
-        tracing::info!(character = %self.link.core.character(), upstream = %self.link.core.upstream(), "relay opened");
-        self.link.core.connected();
-        // The app sends its own settings: the tools go now only when there are any.
-        self.link.core.sync_if_registered(None);
-        shell::run_effects(self, ctx);
-    }
-
-    fn stopped(&mut self, _: &mut Self::Context) {
-        tracing::info!(character = %self.link.core.character(), "relay closed");
-        // Whatever ended it, the app's side is not left open; the model's closes with the sink.
-        self.app.close(None);
-        self.link.sink = None;
-        // Its running calls go with it, announced before it says it closed.
-        self.link.disconnected();
-        self.link.core.set_state(ConnectionState::Closed);
-    }
-}
-
-impl WriteHandler<ProtocolError> for Relay {
-    fn error(&mut self, err: ProtocolError, _: &mut Self::Context) -> Running {
-        tracing::warn!(character = %self.link.core.character(), error = %err, "relay: writing to the model failed");
-        self.app.close(Some(lost(&err.to_string())));
-        Running::Stop
-    }
-}
-
-/// The close the app gets when the model's side broke.
-fn lost(why: &str) -> CloseReason {
-    let mut description = format!("model session connection lost: {why}");
-    // A close reason must fit a control frame (123 bytes of text).
-    while description.len() > 123 {
-        description.pop();
-    }
-    CloseReason {
-        code: CloseCode::Other(UPSTREAM_LOST_CODE),
-        description: Some(description),
-    }
-}
-
-/// Frames from the model.
-impl StreamHandler<Result<Frame, ProtocolError>> for Relay {
-    fn handle(&mut self, frame: Result<Frame, ProtocolError>, ctx: &mut Self::Context) {
-        if self.ending {
-            // Waiting for the model to answer our close: its close ends the relay.
-            if matches!(frame, Ok(Frame::Close(_)) | Err(_)) {
-                ctx.stop();
-            }
+    /// Frames from the model.
+    fn upstream(&mut self, item: FromUpstream, ctx: &mut Context<Self>) {
+        if relaying::while_ending(self, &item, ctx) {
             return;
         }
-        let whole = match frame {
-            Ok(Frame::Text(bytes)) => shell::text_of(bytes).map(|t| Some(Whole::Text(t))),
-            Ok(Frame::Binary(bytes)) => Ok(Some(Whole::Binary(bytes))),
-            Ok(Frame::Continuation(item)) => self.link.fragments.push(item),
-            Ok(Frame::Ping(payload)) => {
+        let whole = match item {
+            FromUpstream::Frame(_, Ok(Frame::Text(bytes))) => {
+                shell::text_of(bytes).map(|t| Some(Whole::Text(t)))
+            }
+            FromUpstream::Frame(_, Ok(Frame::Binary(bytes))) => Ok(Some(Whole::Binary(bytes))),
+            FromUpstream::Frame(_, Ok(Frame::Continuation(item))) => self.link.fragments.push(item),
+            FromUpstream::Frame(_, Ok(Frame::Ping(payload))) => {
                 shell::send_upstream(self, ws::Message::Pong(payload), ctx);
                 Ok(None)
             }
-            Ok(Frame::Pong(_)) => Ok(None),
-            Ok(Frame::Close(reason)) => {
+            FromUpstream::Frame(_, Ok(Frame::Pong(_))) => Ok(None),
+            FromUpstream::Frame(_, Ok(Frame::Close(reason))) => {
                 tracing::debug!(character = %self.link.core.character(), ?reason, "relay: the model closed");
                 // The same code and reason to the app; the close is echoed to complete the
                 // handshake, and the model ends the connection.
                 self.end(Some(reason.clone()), Some(reason), ctx);
                 return;
             }
-            Err(e) => Err(e.to_string()),
+            FromUpstream::Frame(_, Err(e)) => Err(e.to_string()),
+            FromUpstream::Ended(_) => {
+                self.end(Some(Some(lost("closed without a close frame"))), None, ctx);
+                return;
+            }
         };
         match whole {
             Ok(Some(message)) => self.upstream_message(message, ctx),
@@ -310,39 +238,36 @@ impl StreamHandler<Result<Frame, ProtocolError>> for Relay {
         }
     }
 
-    fn finished(&mut self, ctx: &mut Self::Context) {
-        if self.ending {
-            ctx.stop();
-        } else {
-            self.end(Some(Some(lost("closed without a close frame"))), None, ctx);
-        }
+    fn model_not_reading(&mut self, ctx: &mut Context<Self>) {
+        relaying::model_not_reading(self, ctx);
     }
 }
 
-/// Frames from the app.
-impl StreamHandler<Result<Message, ProtocolError>> for Relay {
-    fn handle(&mut self, message: Result<Message, ProtocolError>, ctx: &mut Self::Context) {
-        on_app_frame(self, message, ctx);
+impl Actor for Relay {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        tracing::info!(character = %self.link.core.character(), upstream = %self.link.core.upstream(), "relay opened");
+        // The app sends its own settings: the tools go now only when there are any.
+        self.link.core.sync_if_registered(None);
+        shell::run_effects(self, ctx);
     }
 
-    fn finished(&mut self, ctx: &mut Self::Context) {
-        on_app_gone(self, ctx);
+    fn stopped(&mut self, _: &mut Self::Context) {
+        relaying::stopped(self);
+    }
+}
+
+impl actix::io::WriteHandler<ProtocolError> for Relay {
+    fn error(&mut self, err: ProtocolError, _: &mut Self::Context) -> Running {
+        tracing::warn!(character = %self.link.core.character(), error = %err, "relay: writing to the model failed");
+        self.app.close(Some(lost(&err.to_string())));
+        Running::Stop
     }
 }
 
 crate::session_handlers!(Relay);
-
-impl Handler<CloseSession> for Relay {
-    type Result = ResponseFuture<()>;
-
-    /// The character was removed or rebuilt, its manager restarted, or the server is stopping:
-    /// both sides are closed, going away. The reply comes when the relay is gone.
-    fn handle(&mut self, _: CloseSession, ctx: &mut Self::Context) -> Self::Result {
-        let reason = closed_by_server();
-        self.end(Some(Some(reason.clone())), Some(Some(reason)), ctx);
-        self.link.closed()
-    }
-}
+crate::relay_handlers!(Relay);
 
 #[cfg(test)]
 mod tests {

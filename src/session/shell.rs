@@ -1,29 +1,25 @@
-//! What the session actors share around their [`SessionCore`]: the upstream websocket
-//! (connecting, writing, reassembling fragmented messages), carrying out the core's effects
+//! What the session actors share around their [`SessionCore`]: the model's websockets
+//! (connecting; reading, writing and closing them through [`Wires`]; reassembling fragmented
+//! messages), carrying out the core's effects
 //! (sending, the sync timer, running calls through the dispatcher and cancelling them), and the
 //! handlers of `SyncTools` and `SessionStatus` ([`session_handlers!`](crate::session_handlers)),
 //! the same for every kind of connection.
 
-use std::cell::Cell;
 use std::collections::HashMap;
-use std::pin::Pin;
-use std::rc::Rc;
 use std::sync::Arc;
-use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 
-use actix::io::SinkWrite;
+use actix::io::WriteHandler;
 use actix::prelude::*;
-use actix_http::ws::{CloseReason, Item};
-use awc::BoxedSocket;
-use awc::ws::{self, Codec};
+use actix_http::ws::{CloseReason, Item, ProtocolError};
+use awc::ws;
 use bytes::{Bytes, BytesMut};
 use bytestring::ByteString;
-use futures_util::Sink;
-use futures_util::stream::SplitSink;
 use tokio::sync::oneshot;
 
 use super::core::{Effect, Run, SessionCore, SyncError, Ticket};
+pub(crate) use super::wire::CLOSE_GRACE;
+use super::wire::{FromUpstream, HoldsWires, UpstreamSocket, Wires, Written};
 use crate::dispatch::{CallCanceller, CallProgress, Dispatcher, Listed, Where};
 use crate::domain::tool::SharedTool;
 
@@ -47,67 +43,6 @@ pub const MAX_UPSTREAM_QUEUE_BYTES: usize = 8 * 1024 * 1024;
 pub(crate) fn model_not_reading_reason() -> String {
     format!("model is not reading: more than {MAX_UPSTREAM_QUEUE_BYTES} bytes were waiting for it")
 }
-
-/// The write half of an upstream websocket.
-pub(crate) type UpstreamSink = SinkWrite<ws::Message, Metered>;
-
-/// The split write half of a connected upstream websocket.
-pub(crate) type UpstreamHalf = SplitSink<actix_codec::Framed<BoxedSocket, Codec>, ws::Message>;
-
-/// An upstream write half that counts down the bytes it takes: with what the shell counts up
-/// as it writes, the count is what waits in the [`SinkWrite`]'s queue (which has no bound of its
-/// own) for a model that does not read.
-pub(crate) struct Metered {
-    inner: UpstreamHalf,
-    queued: Rc<Cell<usize>>,
-}
-
-impl Sink<ws::Message> for Metered {
-    type Error = actix_http::ws::ProtocolError;
-
-    fn poll_ready(
-        mut self: Pin<&mut Self>,
-        cx: &mut TaskContext<'_>,
-    ) -> Poll<Result<(), Self::Error>> {
-        Pin::new(&mut self.inner).poll_ready(cx)
-    }
-
-    fn start_send(mut self: Pin<&mut Self>, item: ws::Message) -> Result<(), Self::Error> {
-        let taken = payload_len(&item);
-        self.queued.set(self.queued.get().saturating_sub(taken));
-        Pin::new(&mut self.inner).start_send(item)
-    }
-
-    fn poll_flush(
-        mut self: Pin<&mut Self>,
-        cx: &mut TaskContext<'_>,
-    ) -> Poll<Result<(), Self::Error>> {
-        Pin::new(&mut self.inner).poll_flush(cx)
-    }
-
-    fn poll_close(
-        mut self: Pin<&mut Self>,
-        cx: &mut TaskContext<'_>,
-    ) -> Poll<Result<(), Self::Error>> {
-        Pin::new(&mut self.inner).poll_close(cx)
-    }
-}
-
-/// What a message counts towards [`MAX_UPSTREAM_QUEUE_BYTES`]: its payload.
-fn payload_len(message: &ws::Message) -> usize {
-    match message {
-        ws::Message::Text(text) => text.len(),
-        ws::Message::Binary(bytes) | ws::Message::Ping(bytes) | ws::Message::Pong(bytes) => {
-            bytes.len()
-        }
-        ws::Message::Continuation(Item::FirstText(part) | Item::FirstBinary(part))
-        | ws::Message::Continuation(Item::Continue(part) | Item::Last(part)) => part.len(),
-        ws::Message::Close(_) | ws::Message::Nop => 0,
-    }
-}
-
-/// An upstream websocket, connected.
-pub(crate) type UpstreamSocket = actix_codec::Framed<BoxedSocket, Codec>;
 
 /// Opens a websocket to `url` (HTTP/1.1, [`MODEL_CONNECT_TIMEOUT`], frames up to
 /// [`MAX_EVENT_BYTES`]) with `authorization` as its `Authorization` header.
@@ -161,9 +96,8 @@ pub(crate) fn bearer(key: &str) -> String {
 /// and report) and its upstream websocket.
 pub(crate) struct Link {
     pub core: SessionCore,
-    pub sink: Option<UpstreamSink>,
-    /// Bytes written to `sink` and not yet taken by the connection.
-    queued: Rc<Cell<usize>>,
+    /// Its connections to the model: the one in use, and any being opened or closed.
+    pub wires: Wires,
     /// A message from upstream arriving in fragments.
     pub fragments: Reassembly,
     /// The sync timer now armed, if any.
@@ -179,8 +113,7 @@ impl Link {
     pub(crate) fn new(core: SessionCore, dispatcher: Dispatcher) -> Self {
         Self {
             core,
-            sink: None,
-            queued: Rc::default(),
+            wires: Wires::default(),
             fragments: Reassembly::default(),
             sync_timer: None,
             dispatcher,
@@ -200,32 +133,27 @@ impl Link {
         })
     }
 
-    /// Writes to the model through `half` from now on (a new connection: nothing queued).
-    pub(crate) fn open_sink<A>(&mut self, half: UpstreamHalf, ctx: &mut Context<A>)
-    where
-        A: Actor<Context = Context<A>> + actix::io::WriteHandler<actix_http::ws::ProtocolError>,
-    {
-        self.queued = Rc::default();
-        let metered = Metered {
-            inner: half,
-            queued: self.queued.clone(),
-        };
-        self.sink = Some(SinkWrite::new(metered, ctx));
-    }
-
-    /// The connection is up, writing through `half` (see [`SessionCore::connected`]: what goes
-    /// first is the actor's to say).
-    pub(crate) fn connected<A>(&mut self, half: UpstreamHalf, ctx: &mut Context<A>)
-    where
-        A: Actor<Context = Context<A>> + actix::io::WriteHandler<actix_http::ws::ProtocolError>,
-    {
-        self.open_sink(half, ctx);
+    /// The connection `socket` is up, and the one in use (see [`SessionCore::connected`]: what
+    /// goes first is the actor's to say). Returns its number.
+    pub(crate) fn connected<A: Shell>(
+        &mut self,
+        socket: UpstreamSocket,
+        ctx: &mut Context<A>,
+    ) -> u64 {
+        let id = self.wires.number();
+        self.wires.open(id, socket, ctx);
+        self.wires.use_connection(id);
+        self.fragments = Reassembly::default();
         self.core.connected();
+        id
     }
 
-    /// The connection is gone, and the actor's calls with it (a stopping actor drops what it
-    /// spawned): see [`SessionCore::disconnected`].
-    pub(crate) fn disconnected(&mut self) {
+    /// The actor stopped (or is starting again): its context dropped its connections, timers
+    /// and calls. The calls are stopped, and the core hears that the connection is gone.
+    pub(crate) fn gone(&mut self) {
+        self.wires.clear();
+        self.fragments = Reassembly::default();
+        self.sync_timer = None;
         // Nobody is left to tell of their results: each is stopped now (a callback's
         // connection closes).
         for (_, (canceller, _)) in self.running.drain() {
@@ -236,8 +164,17 @@ impl Link {
 }
 
 /// An actor that holds a [`Link`].
-pub(crate) trait Shell: Actor<Context = Context<Self>> + Handler<CallProgress> {
+pub(crate) trait Shell:
+    Actor<Context = Context<Self>>
+    + Handler<CallProgress>
+    + StreamHandler<FromUpstream>
+    + WriteHandler<ProtocolError>
+{
     fn link(&mut self) -> &mut Link;
+
+    /// A frame (or the end) of one of its connections that is not retired: the one in use, or
+    /// one being opened ([`wire::Wires::sort`](super::wire::Wires::sort) has kept the rest).
+    fn upstream(&mut self, item: FromUpstream, ctx: &mut Context<Self>);
 
     /// Opens a new connection that resumes the session with `setup` (see
     /// [`Effect::Reconnect`]). Only an actor of a protocol whose tools need a new connection is
@@ -257,6 +194,20 @@ pub(crate) trait Shell: Actor<Context = Context<Self>> + Handler<CallProgress> {
     fn model_not_reading(&mut self, ctx: &mut Context<Self>) {
         tracing::warn!(character = %self.link().core.character(), limit = MAX_UPSTREAM_QUEUE_BYTES, "dropping a model session that stopped reading");
         ctx.stop();
+    }
+}
+
+impl<A: Shell> HoldsWires for A {
+    fn wires(&mut self) -> &mut Wires {
+        &mut self.link().wires
+    }
+}
+
+/// What comes from the model's connections: the actor's, unless it is of a retired connection
+/// (whose end releases it).
+pub(crate) fn from_upstream<A: Shell>(act: &mut A, item: FromUpstream, ctx: &mut Context<A>) {
+    if let Some(item) = act.link().wires.sort(item, ctx) {
+        act.upstream(item, ctx);
     }
 }
 
@@ -315,32 +266,27 @@ pub(crate) fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
     }
 }
 
-/// Writes one message upstream; a closed sink stops the actor.
+/// Writes one message on the connection in use; a closed one stops the actor.
 pub(crate) fn send_upstream<A: Shell>(act: &mut A, message: ws::Message, ctx: &mut Context<A>) {
     let link = act.link();
-    let Some(sink) = &mut link.sink else {
-        return;
-    };
-    let size = payload_len(&message);
-    // The model is behind when more than the limit was already waiting for it: a single event
-    // larger than the limit (events may be up to `MAX_EVENT_BYTES`) still goes to a model that
-    // keeps up.
-    let waiting = link.queued.get();
-    if sink.write(message).is_err() {
-        tracing::warn!(character = %link.core.character(), "model session closed while sending");
-        ctx.stop();
-        return;
-    }
-    link.queued.set(waiting + size);
-    if waiting > MAX_UPSTREAM_QUEUE_BYTES {
-        act.model_not_reading(ctx);
+    match link.wires.write(message) {
+        Written::Nowhere => {}
+        Written::Closed => {
+            tracing::warn!(character = %link.core.character(), "model session closed while sending");
+            ctx.stop();
+        }
+        // The model is behind when more than the limit was already waiting for it: a single
+        // event larger than the limit (events may be up to `MAX_EVENT_BYTES`) still goes to a
+        // model that keeps up.
+        Written::Queued { waiting } => {
+            if waiting > MAX_UPSTREAM_QUEUE_BYTES {
+                act.model_not_reading(ctx);
+            }
+        }
     }
 }
 
-/// How long a closing actor waits for its close frame to leave before it drops the connection.
-pub(crate) const CLOSE_GRACE: Duration = Duration::from_secs(2);
-
-/// Sends the upstream websocket a close frame with `reason`; the actor stops when the model
+/// Sends the connection in use a close frame with `reason`; the actor stops when the model
 /// answers it and ends the connection (its stream finishes), or after [`CLOSE_GRACE`]. Stopping
 /// at once would drop the frame unsent, and a client that shuts its side down right after the
 /// frame leaves the server reading an end of stream instead of the close (RFC 6455 §7.1.1: the
@@ -350,12 +296,8 @@ pub(crate) fn close_upstream<A: Shell>(
     reason: Option<CloseReason>,
     ctx: &mut Context<A>,
 ) {
-    let written = act
-        .link()
-        .sink
-        .as_mut()
-        .is_some_and(|sink| sink.write(ws::Message::Close(reason)).is_ok());
-    if written {
+    let written = act.link().wires.write(ws::Message::Close(reason));
+    if matches!(written, Written::Queued { .. }) {
         ctx.run_later(CLOSE_GRACE, |_, ctx| ctx.stop());
     } else {
         ctx.stop();
@@ -392,7 +334,8 @@ pub(crate) fn sync_tools<A: Shell>(
     })
 }
 
-/// The handlers of [`SyncTools`](super::SyncTools) (the new list, to the core, answered when
+/// The handlers of the model's frames (tagged by connection, sorted by the [`Link`]'s
+/// [`Wires`]), [`SyncTools`](super::SyncTools) (the new list, to the core, answered when
 /// the session acknowledged it) and [`SessionStatus`](super::SessionStatus) (the core's report),
 /// the same for every actor that holds a [`Link`] (implements [`Shell`]). A macro, since actix's
 /// `Handler` cannot be implemented once for every such actor.
@@ -400,6 +343,20 @@ pub(crate) fn sync_tools<A: Shell>(
 #[doc(hidden)]
 macro_rules! session_handlers {
     ($actor:ty) => {
+        impl ::actix::StreamHandler<$crate::session::wire::FromUpstream> for $actor {
+            fn handle(
+                &mut self,
+                item: $crate::session::wire::FromUpstream,
+                ctx: &mut Self::Context,
+            ) {
+                $crate::session::shell::from_upstream(self, item, ctx);
+            }
+
+            /// Each connection's end comes as an item ([`FromUpstream::Ended`]); the actor
+            /// decides what it means.
+            fn finished(&mut self, _: &mut Self::Context) {}
+        }
+
         impl ::actix::Handler<$crate::session::SyncTools> for $actor {
             type Result = ::actix::ResponseFuture<Result<(), $crate::session::SyncError>>;
 

@@ -4,7 +4,9 @@
 //! `toolResponse` (and `resumable: false` while calls are out), a setup that resumes an unknown
 //! handle refused with a close, as the API refuses. It records every client message of every
 //! connection (each checked later against the official SDK's types), and lets a test push
-//! server messages, hold or refuse setups, and wait (with a deadline) for what it expects.
+//! server messages, hold or refuse setups, and wait (with a deadline) for what it expects. A
+//! client's close is answered, and the connection left open until the client ends it (as
+//! RFC 6455 lets a server): the fake records both, so a test sees the connection end.
 
 use std::sync::{Arc, Mutex};
 
@@ -48,6 +50,8 @@ struct Shared {
     sessions: Vec<Option<actix_ws::Session>>,
     /// Close frames the clients sent: (connection, code).
     closes: Vec<(usize, u16)>,
+    /// Connections whose client ended the TCP connection (the fake read its end).
+    ended: Vec<usize>,
     /// Handles given out, each naming the number of messages consumed when it was given.
     handles: Vec<String>,
 }
@@ -128,6 +132,25 @@ impl FakeGemini {
 
     pub fn closes(&self) -> Vec<(usize, u16)> {
         self.shared.lock().unwrap().closes.clone()
+    }
+
+    /// The connections whose TCP connection the client ended (with or without a close frame).
+    pub fn ended(&self) -> Vec<usize> {
+        self.shared.lock().unwrap().ended.clone()
+    }
+
+    /// Waits until the client closed connection `connection` with a close frame of `code` and
+    /// then ended its TCP connection (the fake answers a close and waits for that end, as
+    /// RFC 6455 lets a server).
+    pub async fn wait_ended(&self, connection: usize, code: u16) {
+        self.wait_until(
+            &format!("connection {connection} closed ({code}) and ended"),
+            |f| {
+                (f.closes().contains(&(connection, code)) && f.ended().contains(&connection))
+                    .then_some(())
+            },
+        )
+        .await;
     }
 
     /// Waits (with a deadline) until `done` returns something.
@@ -273,18 +296,27 @@ async fn handshake(
     actix_web::rt::spawn(async move {
         let mut session = session;
         let mut setup_done = false;
-        while let Some(Ok(message)) = stream.next().await {
+        // The read loop ends when the client ends the connection; `break` is the fake closing
+        // it.
+        loop {
+            let Some(Ok(message)) = stream.next().await else {
+                fake.shared.lock().unwrap().ended.push(connection);
+                break;
+            };
             let text = match message {
                 actix_ws::Message::Text(text) => text.to_string(),
                 actix_ws::Message::Binary(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
                 actix_ws::Message::Close(reason) => {
-                    let code = reason.map_or(1005, |r| u16::from(r.code));
+                    let code = reason.as_ref().map_or(1005, |r| u16::from(r.code));
                     let mut shared = fake.shared.lock().unwrap();
                     shared.closes.push((connection, code));
                     shared.sessions[connection] = None;
                     drop(shared);
                     fake.notify();
-                    return;
+                    // The close is answered, and the connection kept open (this task's session
+                    // keeps the response going) until the client ends it.
+                    let _ = session.clone().close(reason).await;
+                    continue;
                 }
                 _ => continue,
             };

@@ -61,7 +61,7 @@ async fn tools_go_in_the_setup_and_a_registration_moves_the_session_to_a_resumed
         (&json!(["Mio"]), &json!([]))
     );
     // Taken on a new connection that resumes the session, before the answer; the old one is
-    // closed.
+    // closed, and ends.
     let second = fake.nth_setup(2).await;
     assert_eq!(second.connection, 1);
     assert_eq!(declared(&second.message), ["get_weather"]);
@@ -74,10 +74,9 @@ async fn tools_go_in_the_setup_and_a_registration_moves_the_session_to_a_resumed
         json!({"name": "get_weather", "description": "get_weather tool",
                "parametersJsonSchema": {"type": "object", "properties": {"city": {"type": "string"}}}})
     );
-    fake.wait_until("the old connection closed", |f| {
-        f.closes().contains(&(0, 1000)).then_some(())
-    })
-    .await;
+    // The old connection ended: closed with 1000, and its TCP connection closed by the server
+    // once the fake answered the close.
+    fake.wait_ended(0, 1000).await;
 
     let (_, sessions) = app.get("/api/sessions").await;
     let client = &sessions["sessions_by_role"]["Mio"]["connections"][0];
@@ -244,10 +243,7 @@ async fn go_away_moves_the_session_to_a_resumed_connection_with_the_same_tools()
     assert_eq!(third.connection, 2);
     assert_eq!(declared(&third.message), ["get_weather"]);
     assert!(third.message["setup"]["sessionResumption"]["handle"].is_string());
-    fake.wait_until("the old connection closed", |f| {
-        f.closes().contains(&(1, 1000)).then_some(())
-    })
-    .await;
+    fake.wait_ended(1, 1000).await;
     // Calls go on on the new connection.
     fake.push_calls(&[("c1", "get_weather", json!({}))]).await;
     assert_eq!(fake.nth_tool_response(1).await.connection, 2);
@@ -327,6 +323,36 @@ async fn a_setup_the_provider_refuses_fails_the_registration_with_its_reason() {
     // The session goes on on the connection it had.
     fake.push_calls(&[("c1", "get_weather", json!({}))]).await;
     assert_eq!(fake.nth_tool_response(1).await.connection, 0);
+}
+
+#[actix_web::test]
+async fn a_connection_whose_first_setup_is_never_answered_is_given_up_and_the_session_connects_again()
+ {
+    let fake = FakeGemini::start(SetupMode::Held).await;
+    let app = gemini_app(&fake, |s| {
+        s.sync_timeout = std::time::Duration::from_secs(1)
+    })
+    .await;
+    // The API never answers the first setup: after the sync timeout and a second, the
+    // connection is given up and the session connects again (after the backoff).
+    assert_eq!(fake.nth_setup(1).await.connection, 0);
+    assert_eq!(fake.nth_setup(2).await.connection, 1);
+    // Answered at last, the first connection finds itself gone; the second is the session's.
+    fake.release_setups(2);
+    fake.wait_until("the first connection ended", |f| {
+        f.ended().contains(&0).then_some(())
+    })
+    .await;
+    let mut events = open(&app, "", None).await.expect("stream opens");
+    loop {
+        let (_, sessions) = app.get("/api/sessions").await;
+        let client = &sessions["sessions_by_role"]["Mio"]["connections"][0];
+        if client["state"] == json!("connected") && client["last_sync"]["ok"] == json!(true) {
+            break;
+        }
+        events.wait_for("session.state", |_| true).await;
+    }
+    assert_eq!(fake.open_connections(), [1]);
 }
 
 #[actix_web::test]

@@ -121,6 +121,7 @@ async fn the_sdk_app_talks_through_the_relay_and_a_registration_moves_the_sessio
         ["app_clock", "get_weather", "forecast"]
     );
     assert!(moved.message["setup"]["sessionResumption"]["handle"].is_string());
+    fake.wait_ended(0, 1000).await;
 
     // The conversation goes on on the new connection.
     fake.push(
@@ -234,11 +235,8 @@ async fn what_the_app_sends_while_the_session_moves_is_held_and_goes_in_order_to
         next_message(&mut socket).await,
         json!({"serverContent": {"turnComplete": true}})
     );
-    assert!(
-        fake.closes().contains(&(0, 1000)),
-        "the old connection closed: {:?}",
-        fake.closes()
-    );
+    // The old connection ended: closed, and its TCP connection closed once the API answered.
+    fake.wait_ended(0, 1000).await;
     assert_valid_for_the_sdk(&fake).await;
 }
 
@@ -356,4 +354,57 @@ async fn a_move_whose_connection_never_takes_its_setup_is_given_up_and_the_held_
         })
         .await;
     assert_eq!(delivered.connection, 0, "on the connection still in use");
+    // The connection given up ended: the API, answering its setup at last, finds it gone.
+    fake.release_setups(1);
+    fake.wait_until("the given-up connection ended", |f| {
+        f.ended().contains(&1).then_some(())
+    })
+    .await;
+    assert_eq!(fake.open_connections(), [0]);
+}
+
+#[actix_web::test]
+async fn a_relay_whose_api_never_answers_the_apps_setup_is_closed_with_the_reason() {
+    let fake = FakeGemini::start(SetupMode::Held).await;
+    let mut settings = settings(&["Mio"]);
+    let mut session = SessionSettings::gemini(Some(&fake.url), None);
+    session.mode = SessionMode::Relay;
+    session.sync_timeout = std::time::Duration::from_secs(1);
+    settings.characters[0].session = Some(session);
+    let app = spawn_app_with(settings).await;
+    let mut socket = raw_app(&app).await;
+    let setup = json!({"setup": {"model": "models/gemini-test"}});
+    socket
+        .send(Message::Text(setup.to_string().into()))
+        .await
+        .unwrap();
+    fake.nth_setup(1).await;
+    // No setupComplete within the sync timeout and a second: the app is told why, and the
+    // API's connection is closed (it ends once the API, answering at last, finds it gone).
+    let frame = tokio::time::timeout(EVENT_DEADLINE, socket.next())
+        .await
+        .expect("a close in time")
+        .expect("the socket is open")
+        .expect("a frame");
+    let Frame::Close(Some(reason)) = frame else {
+        panic!("not a close: {frame:?}");
+    };
+    assert_eq!(
+        (u16::from(reason.code), reason.description.as_deref()),
+        (
+            1014,
+            Some("the model did not set the session up: no setupComplete within 2 s")
+        )
+    );
+    fake.release_setups(1);
+    fake.wait_until("the API's connection ended", |f| {
+        f.ended().contains(&0).then_some(())
+    })
+    .await;
+    let (_, sessions) = app.get("/api/sessions").await;
+    assert_eq!(
+        sessions["sessions_by_role"]["Mio"]["connections"],
+        json!([]),
+        "{sessions}"
+    );
 }

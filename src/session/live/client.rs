@@ -14,30 +14,27 @@
 
 use std::sync::Arc;
 
-use actix::io::WriteHandler;
 use actix::prelude::*;
 use awc::error::WsProtocolError;
-use awc::ws::{self, Frame};
-use futures_util::stream::StreamExt;
+use awc::ws;
+use futures_util::future::{FutureExt, LocalBoxFuture};
 
-use super::moving::{self, From, Moves, Moving, Tagged};
+use super::moving::{self, From, Heard, Moves, Moving};
 use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
-use crate::session::client::backoff;
 use crate::session::core::{Seen, SessionCore};
 use crate::session::gemini::{API_KEY_HEADER, Gemini};
 use crate::session::settings::SessionSettings;
-use crate::session::shell::{self, Link, Reassembly, Shell, Whole};
-use crate::session::{CloseSession, ConnectionState};
+use crate::session::shell::{self, Link, Shell};
+use crate::session::supervised::{self, Reconnecting, Reconnects};
+use crate::session::wire::{FromUpstream, UpstreamSocket};
 
 pub(crate) struct GeminiSession {
     link: Link,
     moves: Moves,
-    /// Failed connection attempts in a row (drives the backoff).
-    attempt: u32,
-    closing: bool,
+    reconnects: Reconnects,
 }
 
 impl GeminiSession {
@@ -67,59 +64,20 @@ impl GeminiSession {
             own.insert("model".into(), model.clone().into());
             core.described_settings(own);
         }
-        let session = GeminiSession {
+        supervised::launch(GeminiSession {
             link: Link::new(core, dispatcher),
             moves,
-            attempt: 0,
-            closing: false,
-        };
-        Supervisor::start(|ctx: &mut Context<Self>| {
-            ctx.set_mailbox_capacity(0);
-            session
+            reconnects: Reconnects::default(),
         })
-    }
-
-    fn connect(&mut self, ctx: &mut Context<Self>) {
-        self.link.core.set_state(ConnectionState::Connecting);
-        let url = self.link.core.upstream().to_owned();
-        let header = self
-            .moves
-            .header()
-            .map(|(n, v)| (n.to_owned(), v.to_owned()));
-        ctx.spawn(
-            async move {
-                let header = header.as_ref().map(|(n, v)| (n.as_str(), v.as_str()));
-                shell::connect_with(&url, header).await
-            }
-            .into_actor(self)
-            .map(move |result, act, ctx| match result {
-                Ok(framed) => {
-                    let (sink, stream) = framed.split();
-                    act.moves.current = act.moves.number();
-                    moving::listen(act.moves.current, stream, ctx);
-                    tracing::info!(character = %act.link.core.character(), resumed = act.moves.handle.borrow().is_some(), "gemini session connected");
-                    act.attempt = 0;
-                    act.moves.resumable = false;
-                    act.link.connected(sink, ctx);
-                    // The setup goes first, with the tools (and the handle of the session it
-                    // resumes, if one is held).
-                    act.link.core.sync_now();
-                    shell::run_effects(act, ctx);
-                }
-                Err(error) => {
-                    tracing::warn!(character = %act.link.core.character(), url = %act.link.core.upstream(), %error, "gemini session connection failed");
-                    // A handle the provider no longer knows must not fail every attempt.
-                    act.moves.handle.borrow_mut().take();
-                    ctx.stop();
-                }
-            }),
-        );
     }
 
     fn on_text(&mut self, id: u64, text: &str, ctx: &mut Context<Self>) {
         let (from, go_away) = moving::on_text(self, id, text, ctx);
-        if from == From::Elsewhere {
-            return;
+        match from {
+            From::Elsewhere => return,
+            // The API set the session up: a failure from here on starts the backoff anew.
+            From::SetUp => self.reconnects.succeeded(),
+            From::Current | From::Moved => {}
         }
         if let Some(left) = go_away {
             tracing::info!(character = %self.link.core.character(), time_left_ms = left.as_millis() as u64, "gemini session going away: moving to a new connection");
@@ -143,39 +101,8 @@ impl GeminiSession {
         moving::move_when_possible(self, ctx);
     }
 
-    fn on_frame(&mut self, id: u64, frame: Frame, ctx: &mut Context<Self>) {
-        let whole = match frame {
-            // Gemini sends its JSON messages as binary frames; either kind is read as text.
-            Frame::Text(bytes) | Frame::Binary(bytes) => shell::text_of(bytes).map(Some),
-            Frame::Continuation(item) if id == self.moves.current => {
-                match self.link.fragments.push(item) {
-                    Ok(Some(Whole::Text(text))) => Ok(Some(text)),
-                    Ok(Some(Whole::Binary(bytes))) => shell::text_of(bytes).map(Some),
-                    Ok(None) => Ok(None),
-                    Err(error) => {
-                        tracing::warn!(character = %self.link.core.character(), %error, "gemini session protocol error; reconnecting");
-                        ctx.stop();
-                        return;
-                    }
-                }
-            }
-            Frame::Continuation(_) | Frame::Pong(_) | Frame::Ping(_) => Ok(None),
-            Frame::Close(reason) => {
-                self.on_close(id, reason.and_then(|r| r.description), ctx);
-                Ok(None)
-            }
-        };
-        match whole {
-            Ok(Some(text)) => self.on_text(id, &text, ctx),
-            Ok(None) => {}
-            Err(error) => {
-                tracing::warn!(character = %self.link.core.character(), %error, "ignoring a malformed message from the gemini session");
-            }
-        }
-    }
-
-    /// Connection `id` closed: the one in use ends the session (its supervisor connects
-    /// again).
+    /// Connection `id` closed or broke: the one in use ends the session (its supervisor
+    /// connects again).
     fn on_close(&mut self, id: u64, reason: Option<String>, ctx: &mut Context<Self>) {
         if moving::closed(self, id, reason.clone(), ctx) {
             tracing::info!(character = %self.link.core.character(), reason = ?reason, "gemini session closed by the server");
@@ -188,17 +115,75 @@ impl Moving for GeminiSession {
     fn moves(&mut self) -> &mut Moves {
         &mut self.moves
     }
+
+    /// The supervisor connects again, after the backoff.
+    fn not_set_up(&mut self, _reason: String, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
 }
+
+impl Reconnecting for GeminiSession {
+    const NAME: &'static str = "gemini-live";
+
+    fn reconnects(&mut self) -> &mut Reconnects {
+        &mut self.reconnects
+    }
+
+    fn dial(&mut self) -> LocalBoxFuture<'static, Result<UpstreamSocket, String>> {
+        let url = self.link.core.upstream().to_owned();
+        let header = self
+            .moves
+            .header()
+            .map(|(n, v)| (n.to_owned(), v.to_owned()));
+        async move {
+            let header = header.as_ref().map(|(n, v)| (n.as_str(), v.as_str()));
+            shell::connect_with(&url, header).await
+        }
+        .boxed_local()
+    }
+
+    /// The setup goes next, with the tools (and the handle of the session it resumes, if one is
+    /// held); the backoff starts anew only once the API has set the session up.
+    fn on_connected(&mut self, id: u64, ctx: &mut Context<Self>) {
+        tracing::debug!(character = %self.link.core.character(), resumed = self.moves.handle.borrow().is_some(), "gemini session connected");
+        self.moves.resumable = false;
+        moving::bound_first_setup(self, id, ctx);
+    }
+
+    /// A handle the provider no longer knows must not fail every attempt.
+    fn dial_failed(&mut self) {
+        self.moves.handle.borrow_mut().take();
+    }
+
+    fn let_go(&mut self) {
+        self.moves.reset();
+    }
+}
+
+crate::reconnecting_actor!(GeminiSession);
 
 impl Shell for GeminiSession {
     fn link(&mut self) -> &mut Link {
         &mut self.link
     }
 
+    fn upstream(&mut self, item: FromUpstream, ctx: &mut Context<Self>) {
+        let id = item.connection();
+        match moving::hear(self, item) {
+            Heard::Message(text, _) => self.on_text(id, &text, ctx),
+            Heard::Ping(payload) => shell::send_upstream(self, ws::Message::Pong(payload), ctx),
+            Heard::Closed(reason) => self.on_close(id, reason.and_then(|r| r.description), ctx),
+            Heard::Broke(error) => {
+                tracing::warn!(character = %self.link.core.character(), %error, "gemini session protocol error");
+                self.on_close(id, Some(error), ctx);
+            }
+            Heard::Bytes(_) | Heard::Nothing => {}
+        }
+    }
+
     fn reconnect(&mut self, _setup: String, ctx: &mut Context<Self>) {
         // The setup is written when the connection opens, with the handle of that moment.
-        self.moves.wanted = true;
-        moving::move_when_possible(self, ctx);
+        moving::want_new_connection(self, ctx);
     }
 
     fn call_finished(&mut self, ctx: &mut Context<Self>) {
@@ -206,82 +191,17 @@ impl Shell for GeminiSession {
     }
 }
 
-impl Actor for GeminiSession {
-    type Context = Context<Self>;
-
-    fn started(&mut self, ctx: &mut Self::Context) {
-        if self.closing {
-            return;
-        }
-        if self.attempt == 0 {
-            self.link.core.announce();
-            self.connect(ctx);
-        } else {
-            self.link.core.set_state(ConnectionState::Backoff);
-            ctx.run_later(backoff(self.attempt), |act, ctx| act.connect(ctx));
-        }
-    }
-
-    fn stopped(&mut self, _: &mut Self::Context) {
-        if self.closing {
-            tracing::debug!(character = %self.link.core.character(), "gemini session closed");
-        } else if self.link.core.state() == ConnectionState::Connected {
-            tracing::warn!(character = %self.link.core.character(), "gemini session disconnected");
-        }
-        self.link.sink = None;
-        self.link.fragments = Reassembly::default();
-        self.link.sync_timer = None;
-        self.moves.reset();
-        if !self.closing {
-            self.link.core.set_state(ConnectionState::Backoff);
-        }
-        self.link.disconnected();
-    }
-}
-
-impl Supervised for GeminiSession {
-    fn restarting(&mut self, _: &mut Self::Context) {
-        self.attempt = self.attempt.saturating_add(1);
-    }
-}
-
-impl WriteHandler<WsProtocolError> for GeminiSession {
+impl actix::io::WriteHandler<WsProtocolError> for GeminiSession {
     fn error(&mut self, err: WsProtocolError, _: &mut Self::Context) -> Running {
-        // The connection left behind may fail as it closes; the one in use ending is seen on
+        // A connection left behind may fail as it closes; the one in use ending is seen on
         // its read side.
         tracing::debug!(character = %self.link.core.character(), error = %err, "gemini session write failed");
         Running::Continue
     }
 
-    /// A write half finished: the one left behind, closed after a move. The session goes on
-    /// (the one in use ending is seen on its read side).
+    /// A write half finished: one left behind. The session goes on (the one in use ending is
+    /// seen on its read side).
     fn finished(&mut self, _: &mut Self::Context) {}
 }
 
-impl Handler<Tagged> for GeminiSession {
-    type Result = ();
-
-    fn handle(&mut self, tagged: Tagged, ctx: &mut Self::Context) {
-        match tagged {
-            Tagged::Frame(id, Ok(frame)) => self.on_frame(id, frame, ctx),
-            Tagged::Frame(id, Err(e)) => {
-                tracing::warn!(character = %self.link.core.character(), error = %e, "gemini session protocol error");
-                self.on_close(id, Some(e.to_string()), ctx);
-            }
-            Tagged::Ended(id) => self.on_close(id, None, ctx),
-        }
-    }
-}
-
 crate::session_handlers!(GeminiSession);
-
-impl Handler<CloseSession> for GeminiSession {
-    type Result = ResponseFuture<()>;
-
-    /// The reply comes when the session is gone.
-    fn handle(&mut self, _: CloseSession, ctx: &mut Self::Context) -> Self::Result {
-        self.closing = true;
-        shell::close_upstream(self, Some(ws::CloseCode::Normal.into()), ctx);
-        self.link.closed()
-    }
-}

@@ -15,30 +15,26 @@
 
 use std::collections::VecDeque;
 
-use actix::io::WriteHandler;
 use actix::prelude::*;
 use actix_http::ws::{CloseCode, CloseReason, Message, ProtocolError};
-use awc::ws::{self, Frame};
+use awc::ws;
 use bytes::Bytes;
-use futures_util::stream::StreamExt;
 
-use super::moving::{self, From, Moves, Moving, Tagged};
+use super::moving::{self, From, Heard, Moves, Moving};
 use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
 use crate::events::EventHub;
-use crate::session::core::{ModelEvent, Seen, SessionCore, SyncError};
+use crate::session::core::{Seen, SessionCore, SyncError};
 use crate::session::gemini::app::app_setup;
 use crate::session::gemini::read;
 use crate::session::gemini::{API_KEY_HEADER, Gemini};
-use crate::session::outbox::{
-    AppOutbox, AppSide, OutboxBody, RelaysApp, closed_by_server, on_app_frame, on_app_gone,
+use crate::session::outbox::{AppOutbox, OutboxBody};
+use crate::session::relaying::{
+    self, AppSide, AppStream, OpensRelay, RelaysApp, UPSTREAM_LOST_CODE, lost,
 };
-use crate::session::relay::{AppStream, UPSTREAM_LOST_CODE};
 use crate::session::settings::SessionSettings;
-use crate::session::shell::{
-    self, Link, MAX_UPSTREAM_QUEUE_BYTES, Reassembly, Shell, UpstreamSocket, Whole,
-};
-use crate::session::{CloseSession, ConnectionState};
+use crate::session::shell::{self, Link, MAX_UPSTREAM_QUEUE_BYTES, Reassembly, Shell, Whole};
+use crate::session::wire::{FromUpstream, UpstreamSocket};
 
 /// A connected upstream websocket, where it goes, and the key it was opened with.
 pub(crate) struct GeminiUpstream {
@@ -74,7 +70,6 @@ pub(crate) struct GeminiRelay {
     /// The app's setup went up; its answer is the first `setupComplete`, the only one the app
     /// sees.
     setup_sent: bool,
-    setup_answered: bool,
     /// The app asked for resumption updates itself.
     app_resumes: bool,
     /// What the app sent while the session was moving, in order, and its size.
@@ -84,11 +79,15 @@ pub(crate) struct GeminiRelay {
     ending: bool,
 }
 
-impl GeminiRelay {
-    /// Starts relaying between the app (`app_stream` in; the returned body out) and
-    /// `upstream`. It starts with no tools: joining the character's sessions brings them, and
-    /// they go up with the app's setup.
-    pub(crate) fn open(
+impl OpensRelay for GeminiRelay {
+    type Upstream = GeminiUpstream;
+
+    fn url(upstream: &GeminiUpstream) -> String {
+        upstream.url.clone()
+    }
+
+    /// The tools go up with the app's setup.
+    fn open(
         character: String,
         settings: &SessionSettings,
         upstream: GeminiUpstream,
@@ -109,32 +108,23 @@ impl GeminiRelay {
             false,
         );
         core.resumes();
-        let (app, body) = AppOutbox::new();
-        let relay = GeminiRelay::create(|ctx| {
-            ctx.set_mailbox_capacity(0);
-            let mut moves = moves;
-            let (sink, stream) = socket.split();
-            moves.current = moves.number();
-            moving::listen(moves.current, stream, ctx);
-            ctx.add_stream(app_stream);
-            let mut link = Link::new(core, dispatcher);
-            link.open_sink(sink, ctx);
+        relaying::start(core, dispatcher, socket, app_stream, |link, app| {
             GeminiRelay {
                 link,
                 moves,
                 app,
                 from_app: Reassembly::default(),
                 setup_sent: false,
-                setup_answered: false,
                 app_resumes: false,
                 held: VecDeque::new(),
                 held_bytes: 0,
                 ending: false,
             }
-        });
-        (relay, body)
+        })
     }
+}
 
+impl GeminiRelay {
     /// A message of the API's, as text, with the frame it came in (passed on as it came).
     fn upstream_message(&mut self, id: u64, text: &str, frame: Message, ctx: &mut Context<Self>) {
         let (from, _) = moving::on_text(self, id, text, ctx);
@@ -147,18 +137,13 @@ impl GeminiRelay {
                 shell::run_effects(self, ctx);
                 return;
             }
-            From::Current => {}
+            From::Current | From::SetUp => {}
         }
         let calls_before = self.link.core.has_running_calls();
         let seen = self.link.core.on_upstream(text);
-        // Most messages are audio: looks at the text spare parsing them again.
-        let answers_the_apps_setup = !self.setup_answered
-            && text.contains("etup")
-            && matches!(read::server_message(text), Ok(ModelEvent::Updated { .. }));
-        let pass = if answers_the_apps_setup {
+        let pass = if from == From::SetUp {
             // The app's setup's answer, whoever's update it settled; the setups of later
             // connections are answered on them, and the app sees none.
-            self.setup_answered = true;
             true
         } else if !self.app_resumes
             && text.contains("esumption")
@@ -186,60 +171,30 @@ impl GeminiRelay {
         }
     }
 
-    fn on_frame(&mut self, id: u64, frame: Frame, ctx: &mut Context<Self>) {
-        if self.ending {
-            if id == self.moves.current && matches!(frame, Frame::Close(_)) {
-                ctx.stop();
-            }
+    /// Connection `id` closed (with `reason`: the same to the app, and echoed) or broke
+    /// (`broke`: the app gets 1014 with it).
+    fn closed(
+        &mut self,
+        id: u64,
+        reason: Option<CloseReason>,
+        broke: Option<String>,
+        ctx: &mut Context<Self>,
+    ) {
+        let why = broke
+            .clone()
+            .or_else(|| reason.as_ref().and_then(|r| r.description.clone()));
+        if !moving::closed(self, id, why, ctx) {
             return;
         }
-        let (text, message) = match frame {
-            Frame::Text(bytes) => match shell::text_of(bytes) {
-                Ok(text) => (text.clone(), Message::Text(text)),
-                Err(error) => return self.broke(id, &error, ctx),
-            },
-            Frame::Binary(bytes) => match shell::text_of(bytes.clone()) {
-                Ok(text) => (text, Message::Binary(bytes)),
-                // Not JSON text: the API's to say, passed on as it came.
-                Err(_) if id == self.moves.current => {
-                    return self.send_to_app(Message::Binary(bytes), ctx);
-                }
-                Err(_) => return,
-            },
-            Frame::Continuation(item) if id == self.moves.current => {
-                match self.link.fragments.push(item) {
-                    Ok(Some(Whole::Text(text))) => (text.clone(), Message::Text(text)),
-                    Ok(Some(Whole::Binary(bytes))) => match shell::text_of(bytes.clone()) {
-                        Ok(text) => (text, Message::Binary(bytes)),
-                        Err(_) => return self.send_to_app(Message::Binary(bytes), ctx),
-                    },
-                    Ok(None) => return,
-                    Err(error) => return self.broke(id, &error, ctx),
-                }
+        match broke {
+            Some(why) => {
+                tracing::warn!(character = %self.link.core.character(), error = %why, "gemini relay: the API's side broke");
+                self.end(Some(Some(lost(&why))), None, ctx);
             }
-            Frame::Ping(payload) if id == self.moves.current => {
-                return shell::send_upstream(self, ws::Message::Pong(payload), ctx);
+            None => {
+                tracing::debug!(character = %self.link.core.character(), ?reason, "gemini relay: the API closed");
+                self.end(Some(reason.clone()), Some(reason), ctx);
             }
-            Frame::Continuation(_) | Frame::Ping(_) | Frame::Pong(_) => return,
-            Frame::Close(reason) => {
-                let why = reason.as_ref().and_then(|r| r.description.clone());
-                if moving::closed(self, id, why, ctx) {
-                    tracing::debug!(character = %self.link.core.character(), ?reason, "gemini relay: the API closed");
-                    self.end(Some(reason.clone()), Some(reason), ctx);
-                }
-                return;
-            }
-        };
-        self.upstream_message(id, &text, message, ctx);
-    }
-
-    /// The connection `id` broke (a protocol error, or its end without a close frame).
-    fn broke(&mut self, id: u64, why: &str, ctx: &mut Context<Self>) {
-        if moving::closed(self, id, Some(why.to_owned()), ctx) && !self.ending {
-            tracing::warn!(character = %self.link.core.character(), error = %why, "gemini relay: the API's side broke");
-            self.end(Some(Some(lost(why))), None, ctx);
-        } else if id == self.moves.current {
-            ctx.stop();
         }
     }
 }
@@ -258,19 +213,6 @@ fn text_of(bytes: Bytes) -> bytestring::ByteString {
     bytestring::ByteString::try_from(bytes).expect("checked UTF-8")
 }
 
-/// The close the app gets when the API's side broke.
-fn lost(why: &str) -> CloseReason {
-    let mut description = format!("model session connection lost: {why}");
-    // A close reason must fit a control frame (123 bytes of text).
-    while description.len() > 123 {
-        description.pop();
-    }
-    CloseReason {
-        code: CloseCode::Other(UPSTREAM_LOST_CODE),
-        description: Some(description),
-    }
-}
-
 impl Moving for GeminiRelay {
     fn moves(&mut self) -> &mut Moves {
         &mut self.moves
@@ -282,6 +224,15 @@ impl Moving for GeminiRelay {
 
     fn stayed(&mut self, ctx: &mut Context<Self>) {
         self.release_held(ctx);
+    }
+
+    /// The app is told why (1014, as for a model that broke); the API's connection is closed.
+    fn not_set_up(&mut self, reason: String, ctx: &mut Context<Self>) {
+        let to_app = CloseReason {
+            code: CloseCode::Other(UPSTREAM_LOST_CODE),
+            description: Some(format!("the model did not set the session up: {reason}")),
+        };
+        self.end(Some(Some(to_app)), Some(None), ctx);
     }
 }
 
@@ -298,6 +249,9 @@ impl RelaysApp for GeminiRelay {
         let message = match message {
             Whole::Text(text) if !self.setup_sent => {
                 self.setup_sent = true;
+                if let Some(id) = self.link.wires.in_use() {
+                    moving::bound_first_setup(self, id, ctx);
+                }
                 match app_setup(&text) {
                     Some(setup) => {
                         self.app_resumes = setup.resumes;
@@ -340,23 +294,32 @@ impl Shell for GeminiRelay {
         &mut self.link
     }
 
+    fn upstream(&mut self, item: FromUpstream, ctx: &mut Context<Self>) {
+        if relaying::while_ending(self, &item, ctx) {
+            return;
+        }
+        let id = item.connection();
+        match moving::hear(self, item) {
+            Heard::Message(text, message) => self.upstream_message(id, &text, message, ctx),
+            // Not JSON text: the API's to say, passed on as it came.
+            Heard::Bytes(bytes) => self.send_to_app(Message::Binary(bytes), ctx),
+            Heard::Ping(payload) => shell::send_upstream(self, ws::Message::Pong(payload), ctx),
+            Heard::Closed(reason) => self.closed(id, reason, None, ctx),
+            Heard::Broke(error) => self.closed(id, None, Some(error), ctx),
+            Heard::Nothing => {}
+        }
+    }
+
     fn reconnect(&mut self, _setup: String, ctx: &mut Context<Self>) {
-        self.moves.wanted = true;
-        moving::move_when_possible(self, ctx);
+        moving::want_new_connection(self, ctx);
     }
 
     fn call_finished(&mut self, ctx: &mut Context<Self>) {
         moving::move_when_possible(self, ctx);
     }
 
-    /// The app is told why, after what it has not read yet; the API's connection is dropped.
     fn model_not_reading(&mut self, ctx: &mut Context<Self>) {
-        tracing::warn!(character = %self.link.core.character(), limit = shell::MAX_UPSTREAM_QUEUE_BYTES, "closing a gemini relay whose model stopped reading");
-        let reason = CloseReason {
-            code: CloseCode::Other(UPSTREAM_LOST_CODE),
-            description: Some(shell::model_not_reading_reason()),
-        };
-        self.end(Some(Some(reason)), None, ctx);
+        relaying::model_not_reading(self, ctx);
     }
 }
 
@@ -365,7 +328,6 @@ impl Actor for GeminiRelay {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         tracing::info!(character = %self.link.core.character(), upstream = %self.link.core.upstream(), "gemini relay opened");
-        self.link.core.connected();
         // The tools go in the app's setup: nothing goes up before it.
         let timeout = self.link.core.sync_timeout();
         self.link
@@ -375,16 +337,12 @@ impl Actor for GeminiRelay {
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
-        tracing::info!(character = %self.link.core.character(), "gemini relay closed");
-        self.app.close(None);
-        self.link.sink = None;
         self.moves.reset();
-        self.link.disconnected();
-        self.link.core.set_state(ConnectionState::Closed);
+        relaying::stopped(self);
     }
 }
 
-impl WriteHandler<ProtocolError> for GeminiRelay {
+impl actix::io::WriteHandler<ProtocolError> for GeminiRelay {
     fn error(&mut self, err: ProtocolError, _: &mut Self::Context) -> Running {
         // A connection left behind may fail as it closes; the one in use breaking is seen on
         // its read side.
@@ -395,44 +353,5 @@ impl WriteHandler<ProtocolError> for GeminiRelay {
     fn finished(&mut self, _: &mut Self::Context) {}
 }
 
-impl Handler<Tagged> for GeminiRelay {
-    type Result = ();
-
-    fn handle(&mut self, tagged: Tagged, ctx: &mut Self::Context) {
-        match tagged {
-            Tagged::Frame(id, Ok(frame)) => self.on_frame(id, frame, ctx),
-            Tagged::Frame(id, Err(e)) => self.broke(id, &e.to_string(), ctx),
-            Tagged::Ended(id) => {
-                if self.ending && id == self.moves.current {
-                    ctx.stop();
-                } else {
-                    self.broke(id, "closed without a close frame", ctx);
-                }
-            }
-        }
-    }
-}
-
-/// Frames from the app.
-impl StreamHandler<Result<Message, ProtocolError>> for GeminiRelay {
-    fn handle(&mut self, message: Result<Message, ProtocolError>, ctx: &mut Self::Context) {
-        on_app_frame(self, message, ctx);
-    }
-
-    fn finished(&mut self, ctx: &mut Self::Context) {
-        on_app_gone(self, ctx);
-    }
-}
-
 crate::session_handlers!(GeminiRelay);
-
-impl Handler<CloseSession> for GeminiRelay {
-    type Result = ResponseFuture<()>;
-
-    /// Both sides are closed, going away. The reply comes when the relay is gone.
-    fn handle(&mut self, _: CloseSession, ctx: &mut Self::Context) -> Self::Result {
-        let reason = closed_by_server();
-        self.end(Some(Some(reason.clone())), Some(Some(reason)), ctx);
-        self.link.closed()
-    }
-}
+crate::relay_handlers!(GeminiRelay);
