@@ -21,7 +21,7 @@ use crate::actors::router::{JoinSession, ResolveRelay};
 use crate::domain::connection::ConnectionKind;
 use crate::session::SessionHandle;
 use crate::session::relay::{self, Relay};
-use crate::session::relaying::OpensRelay;
+use crate::session::relaying::{OpensRelay, RelayStart};
 use crate::session::settings::{SessionProtocol, SessionSettings};
 use crate::session::shell::MAX_EVENT_BYTES;
 
@@ -79,14 +79,14 @@ where
     let (_, _, app_stream) = actix_ws::handle(&req, payload)
         .map_err(|e| ApiError::BadRequest(format!("{path}: {e}")))?;
     let url = A::url(&upstream);
-    let (relay, body) = A::open(
-        target.character.clone(),
-        &target.settings,
-        upstream,
-        app_stream.max_frame_size(MAX_EVENT_BYTES),
-        state.dispatcher.clone(),
-        state.events.clone(),
-    );
+    let start = RelayStart {
+        character: target.character.clone(),
+        settings: &target.settings,
+        app_stream: app_stream.max_frame_size(MAX_EVENT_BYTES),
+        dispatcher: state.dispatcher.clone(),
+        events: state.events.clone(),
+    };
+    let (relay, body) = A::open(start, upstream);
     let joined = ask_router(
         &state,
         JoinSession {

@@ -135,7 +135,7 @@ impl Shell for Attachment {
     }
 
     fn upstream(&mut self, item: FromUpstream, ctx: &mut Context<Self>) {
-        self.from_call(item, ctx);
+        self.call_frame(item, ctx);
     }
 }
 
@@ -196,7 +196,7 @@ impl WriteHandler<WsProtocolError> for Attachment {
 
 impl Attachment {
     /// A frame of the call's, or the end of its connection.
-    fn from_call(&mut self, item: FromUpstream, ctx: &mut Context<Self>) {
+    fn call_frame(&mut self, item: FromUpstream, ctx: &mut Context<Self>) {
         let frame = match item {
             FromUpstream::Frame(_, frame) => frame,
             FromUpstream::Ended(_) => {

@@ -10,23 +10,18 @@
 //! answered on each side. Either side closing closes the other with the same code and reason; an
 //! app that stops reading is closed past [`MAX_APP_QUEUE_BYTES`].
 
-use std::sync::Arc;
-
 use actix::prelude::*;
 use actix_http::ws::{Message, ProtocolError};
 use awc::ws::{self, Frame};
 
-use super::core::{Seen, SessionCore};
+use super::core::Seen;
 use super::outbox::{AppOutbox, OutboxBody};
 use super::realtime::app::AppEvent;
 use super::realtime::{self, Realtime};
-use super::relaying::{self, AppSide, AppStream, OpensRelay, RelaysApp, lost};
+use super::relaying::{self, AppSide, OpensRelay, RelayStart, RelaysApp, lost};
 use super::settings::{Dialect, SessionSettings};
 use super::shell::{self, Link, Reassembly, Shell, Whole};
 use super::wire::{FromUpstream, UpstreamSocket};
-use crate::dispatch::Dispatcher;
-use crate::domain::connection::ConnectionKind;
-use crate::events::EventHub;
 
 /// What an app asked for in the relay's query string.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -113,28 +108,11 @@ impl OpensRelay for Relay {
         upstream.url.clone()
     }
 
-    /// Its state and the calls it answers are announced on `events`.
-    fn open(
-        character: String,
-        settings: &SessionSettings,
-        upstream: Upstream,
-        app_stream: AppStream,
-        dispatcher: Dispatcher,
-        events: EventHub,
-    ) -> (Addr<Self>, OutboxBody) {
+    fn open(relay: RelayStart, upstream: Upstream) -> (Addr<Self>, OutboxBody) {
         let Upstream { url, socket } = upstream;
-        let core = SessionCore::new(
-            character,
-            ConnectionKind::Relay,
-            Box::new(Realtime(settings.dialect)),
-            url,
-            settings,
-            events,
-            Arc::from([]),
-            false,
-        );
-        let dialect = settings.dialect;
-        relaying::start(core, dispatcher, socket, app_stream, |link, app| Relay {
+        let dialect = relay.settings.dialect;
+        let protocol = Box::new(Realtime(dialect));
+        relaying::start(relay, protocol, url, socket, |link, app| Relay {
             link,
             dialect,
             app,

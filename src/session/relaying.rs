@@ -7,11 +7,13 @@
 //! after the close grace. [`relay_handlers!`](crate::relay_handlers) writes the handlers of
 //! the app's frames and of `CloseSession`; [`OpensRelay`] is what the relay routes open.
 
+use std::sync::Arc;
+
 use actix::prelude::*;
 use actix_http::ws::{CloseCode, CloseReason, Message, ProtocolError};
 use bytes::Bytes;
 
-use super::core::SessionCore;
+use super::core::{Protocol, SessionCore};
 use super::outbox::{
     AppOutbox, MAX_APP_QUEUE_BYTES, NOT_READING_CODE, OutboxBody, not_reading_reason,
 };
@@ -20,6 +22,7 @@ use super::shell::{self, Link, Reassembly, Shell, Whole};
 use super::wire::{FromUpstream, UpstreamSocket};
 use super::{AddContext, CloseSession, ConnectionState, SessionStatus, SyncTools};
 use crate::dispatch::Dispatcher;
+use crate::domain::connection::ConnectionKind;
 use crate::events::EventHub;
 
 /// The close code sent to the app when the model's connection ended without a close frame or
@@ -44,28 +47,49 @@ pub(crate) trait OpensRelay:
     /// Where the model's side goes (the session's `upstream` in the listing).
     fn url(upstream: &Self::Upstream) -> String;
 
-    /// Starts relaying between the app (`app_stream` in; the returned body, the websocket
-    /// response's, out) and `upstream`. It starts with no tools: joining the character's
-    /// sessions brings the current list.
-    fn open(
-        character: String,
-        settings: &SessionSettings,
-        upstream: Self::Upstream,
-        app_stream: AppStream,
-        dispatcher: Dispatcher,
-        events: EventHub,
-    ) -> (Addr<Self>, OutboxBody);
+    /// Starts relaying between the app and `upstream` (see [`start`]).
+    fn open(relay: RelayStart, upstream: Self::Upstream) -> (Addr<Self>, OutboxBody);
 }
 
-/// Starts a relay on this thread: `core` speaking on `socket` (the connection in use), the app
-/// read from `app_stream`; `make` builds the actor from its link and its outbox.
+/// What a relay starts with, whatever it speaks: its character and settings, the app's
+/// stream, and whom its calls and events go to.
+pub(crate) struct RelayStart<'a> {
+    pub character: String,
+    pub settings: &'a SessionSettings,
+    pub app_stream: AppStream,
+    pub dispatcher: Dispatcher,
+    pub events: EventHub,
+}
+
+/// Starts a relay on this thread: a session of `protocol` on `socket` (the connection in use,
+/// to `url`), the app read from the start's stream and written through the returned body (the
+/// websocket response's); `make` builds the actor from its link and its outbox. It starts
+/// with no tools: joining the character's sessions brings the current list. Its state and the
+/// calls it answers are announced on the start's events.
 pub(crate) fn start<A: RelaysApp>(
-    core: SessionCore,
-    dispatcher: Dispatcher,
+    relay: RelayStart,
+    protocol: Box<dyn Protocol>,
+    url: String,
     socket: UpstreamSocket,
-    app_stream: AppStream,
     make: impl FnOnce(Link, AppOutbox) -> A,
 ) -> (Addr<A>, OutboxBody) {
+    let RelayStart {
+        character,
+        settings,
+        app_stream,
+        dispatcher,
+        events,
+    } = relay;
+    let core = SessionCore::new(
+        character,
+        ConnectionKind::Relay,
+        protocol,
+        url,
+        settings,
+        events,
+        Arc::from([]),
+        false,
+    );
     let (app, body) = AppOutbox::new();
     let relay = A::create(|ctx| {
         // Frames are handled in arrival order, each side's in its own stream; an unbounded

@@ -308,10 +308,11 @@ async fn handshake(
                 actix_ws::Message::Binary(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
                 actix_ws::Message::Close(reason) => {
                     let code = reason.as_ref().map_or(1005, |r| u16::from(r.code));
-                    let mut shared = fake.shared.lock().unwrap();
-                    shared.closes.push((connection, code));
-                    shared.sessions[connection] = None;
-                    drop(shared);
+                    {
+                        let mut shared = fake.shared.lock().unwrap();
+                        shared.closes.push((connection, code));
+                        shared.sessions[connection] = None;
+                    }
                     fake.notify();
                     // The close is answered, and the connection kept open (this task's session
                     // keeps the response going) until the client ends it.

@@ -21,16 +21,13 @@ use awc::ws;
 use bytes::Bytes;
 
 use super::moving::{self, From, Heard, Moves, Moving};
-use crate::dispatch::Dispatcher;
-use crate::domain::connection::ConnectionKind;
-use crate::events::EventHub;
-use crate::session::core::{Seen, SessionCore, SyncError};
+use crate::session::core::{Seen, SyncError};
 use crate::session::gemini::app::app_setup;
 use crate::session::gemini::read;
 use crate::session::gemini::{API_KEY_HEADER, Gemini};
 use crate::session::outbox::{AppOutbox, OutboxBody};
 use crate::session::relaying::{
-    self, AppSide, AppStream, OpensRelay, RelaysApp, UPSTREAM_LOST_CODE, lost,
+    self, AppSide, OpensRelay, RelayStart, RelaysApp, UPSTREAM_LOST_CODE, lost,
 };
 use crate::session::settings::SessionSettings;
 use crate::session::shell::{self, Link, MAX_UPSTREAM_QUEUE_BYTES, Reassembly, Shell, Whole};
@@ -87,28 +84,12 @@ impl OpensRelay for GeminiRelay {
     }
 
     /// The tools go up with the app's setup.
-    fn open(
-        character: String,
-        settings: &SessionSettings,
-        upstream: GeminiUpstream,
-        app_stream: AppStream,
-        dispatcher: Dispatcher,
-        events: EventHub,
-    ) -> (Addr<Self>, OutboxBody) {
+    fn open(relay: RelayStart, upstream: GeminiUpstream) -> (Addr<Self>, OutboxBody) {
         let GeminiUpstream { url, socket, key } = upstream;
         let moves = Moves::new(key.map(|key| (API_KEY_HEADER.to_owned(), key)));
-        let mut core = SessionCore::new(
-            character,
-            ConnectionKind::Relay,
-            Box::new(Gemini::new(moves.handle.clone())),
-            url,
-            settings,
-            events,
-            std::sync::Arc::from([]),
-            false,
-        );
-        core.resumes();
-        relaying::start(core, dispatcher, socket, app_stream, |link, app| {
+        let protocol = Box::new(Gemini::new(moves.handle.clone()));
+        relaying::start(relay, protocol, url, socket, |mut link, app| {
+            link.core.resumes();
             GeminiRelay {
                 link,
                 moves,
