@@ -35,19 +35,29 @@ pub struct Child {
 
 impl Child {
     pub fn start(args: &[&str]) -> Self {
-        Self::start_reading_stderr(args, true)
+        Self::start_reading_stderr(args, true, "info")
+    }
+
+    /// Starts the command logging at `level` (`RUST_LOG`).
+    pub fn start_logging(args: &[&str], level: &str) -> Self {
+        Self::start_reading_stderr(args, true, level)
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
     }
 
     /// Starts the command with its stderr on a pipe that nobody reads, as an app that launches
     /// the server and ignores its output would.
     pub fn start_with_unread_stderr(args: &[&str]) -> Self {
-        Self::start_reading_stderr(args, false)
+        Self::start_reading_stderr(args, false, "info")
     }
 
-    fn start_reading_stderr(args: &[&str], read: bool) -> Self {
+    fn start_reading_stderr(args: &[&str], read: bool, level: &str) -> Self {
         let mut child = Command::new(BINARY)
             .args(args)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", level)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -367,10 +377,10 @@ fn binding_the_ipv6_wildcard_serves_ipv4_and_ipv6() {
 }
 
 /// A fresh directory for this test's files, removed when dropped.
-struct TempDir(PathBuf);
+pub struct TempDir(PathBuf);
 
 impl TempDir {
-    fn new(test: &str) -> Self {
+    pub fn new(test: &str) -> Self {
         let dir =
             std::env::temp_dir().join(format!("runtime-tools-cli-{}-{test}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -378,7 +388,7 @@ impl TempDir {
         Self(dir)
     }
 
-    fn file(&self, name: &str, text: &str) -> PathBuf {
+    pub fn file(&self, name: &str, text: &str) -> PathBuf {
         let path = self.0.join(name);
         std::fs::write(&path, text).expect("file written");
         path
