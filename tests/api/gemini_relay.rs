@@ -303,9 +303,11 @@ async fn a_call_and_its_answer_with_aimock_as_the_gemini_live_api() {
     );
 }
 
-#[actix_web::test]
-async fn a_move_whose_connection_never_takes_its_setup_is_given_up_and_the_held_messages_go_on() {
-    let fake = FakeGemini::start(SetupMode::Complete).await;
+/// A server whose character Mio relays to `fake` with a sync timeout of 1 s, and an app
+/// connected to it that has sent its setup.
+async fn app_set_up_with_a_1s_sync_timeout(
+    fake: &FakeGemini,
+) -> (TestApp, Framed<BoxedSocket, Codec>) {
     let mut settings = settings(&["Mio"]);
     let mut session = SessionSettings::gemini(Some(&fake.url), None);
     session.mode = SessionMode::Relay;
@@ -318,6 +320,13 @@ async fn a_move_whose_connection_never_takes_its_setup_is_given_up_and_the_held_
         .send(Message::Text(setup.to_string().into()))
         .await
         .unwrap();
+    (app, socket)
+}
+
+#[actix_web::test]
+async fn a_move_whose_connection_never_takes_its_setup_is_given_up_and_the_held_messages_go_on() {
+    let fake = FakeGemini::start(SetupMode::Complete).await;
+    let (app, mut socket) = app_set_up_with_a_1s_sync_timeout(&fake).await;
     assert_eq!(
         next_message(&mut socket).await,
         json!({"setupComplete": {}})
@@ -366,18 +375,7 @@ async fn a_move_whose_connection_never_takes_its_setup_is_given_up_and_the_held_
 #[actix_web::test]
 async fn a_relay_whose_api_never_answers_the_apps_setup_is_closed_with_the_reason() {
     let fake = FakeGemini::start(SetupMode::Held).await;
-    let mut settings = settings(&["Mio"]);
-    let mut session = SessionSettings::gemini(Some(&fake.url), None);
-    session.mode = SessionMode::Relay;
-    session.sync_timeout = std::time::Duration::from_secs(1);
-    settings.characters[0].session = Some(session);
-    let app = spawn_app_with(settings).await;
-    let mut socket = raw_app(&app).await;
-    let setup = json!({"setup": {"model": "models/gemini-test"}});
-    socket
-        .send(Message::Text(setup.to_string().into()))
-        .await
-        .unwrap();
+    let (app, mut socket) = app_set_up_with_a_1s_sync_timeout(&fake).await;
     fake.nth_setup(1).await;
     // No setupComplete within the sync timeout and a second: the app is told why, and the
     // API's connection is closed (it ends once the API, answering at last, finds it gone).

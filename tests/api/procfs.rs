@@ -74,8 +74,8 @@ struct Descriptors {
 }
 
 fn socket_inodes(pid: u32) -> Descriptors {
-    let entries = fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap_or_else(|e| panic!("/proc/{pid}/fd: {e}"));
+    let entries =
+        fs::read_dir(format!("/proc/{pid}/fd")).unwrap_or_else(|e| panic!("/proc/{pid}/fd: {e}"));
     let mut fds = 0;
     let mut sockets = BTreeSet::new();
     for entry in entries.flatten() {

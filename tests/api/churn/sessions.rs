@@ -168,28 +168,24 @@ async fn gemini_moves_and_go_aways_release_every_connection() {
     let total = cycles(500);
     moves(WARM_UP + 20, WARM_UP + total).await;
     server
-        .holds_bounds(
-            "gemini moves (client, relay, goAway)",
-            total,
-            &warm,
-            4,
-        )
+        .holds_bounds("gemini moves (client, relay, goAway)", total, &warm, 4)
         .await;
     // Every connection left behind ended: the fake saw its TCP connection closed.
     let left = WARM_UP + total;
     for fake in [&client, &relay, &going] {
         ended(fake, left).await;
-        assert_eq!(fake.open_connections(), [left], "only the one in use is open");
+        assert_eq!(
+            fake.open_connections(),
+            [left],
+            "only the one in use is open"
+        );
     }
     // The app's socket stayed open throughout, and the relay goes on.
     app.send(Message::Ping("still here".into())).await.unwrap();
     let answer = tokio::time::timeout(EVENT_DEADLINE, app.next())
         .await
         .expect("an answer in time");
-    assert!(
-        matches!(answer, Some(Ok(Frame::Pong(_)))),
-        "{answer:?}"
-    );
+    assert!(matches!(answer, Some(Ok(Frame::Pong(_)))), "{answer:?}");
 }
 
 #[actix_web::test]
@@ -243,7 +239,10 @@ async fn relay_apps_that_leave_cleanly_by_dropping_tcp_or_mid_update_leave_nothi
         character("Plain", &realtime(&plain.url, "relay")),
         character(
             "Syncing",
-            &format!("{}\nsync_timeout_seconds = 30", realtime(&deaf.url, "relay")),
+            &format!(
+                "{}\nsync_timeout_seconds = 30",
+                realtime(&deaf.url, "relay")
+            ),
         ),
         character("Gemini", &gemini_live(&gemini.url, "relay")),
     ]

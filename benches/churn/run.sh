@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Churn soak: the churn tests of `cargo test` (tests/api/churn/), each kind driven for CYCLES
+# cycles (default 2000) instead of a few hundred, one kind at a time, against the release server
+# running as a child process. Not a test (not in `cargo test`): run by hand, e.g.
+# `benches/churn/run.sh 2000`, and copy the table to docs/reliability.md ("Churn"). Each kind
+# must hold the same bounds as in `cargo test` (a kind that does not fails its test here too).
+# Prints one row per kind: the cycles, and the server's descriptors, TCP sockets by state,
+# threads and RSS after the warm-up and after the cycles, once settled.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+cycles=${1:-2000}
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+
+echo "CPU: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) cores"
+echo "cycles per kind: $cycles"
+status=0
+CHURN_CYCLES=$cycles cargo test --release --test api churn:: -- --nocapture --test-threads 1 \
+    >"$out" 2>&1 || status=$?
+echo
+echo "| kind | cycles | warm: fds, tcp, threads, RSS | after: fds, tcp, threads, RSS | settled in |"
+echo "| --- | --- | --- | --- | --- |"
+sed -nE 's/^churn (.*): ([0-9]+) cycles; warm: (.*); after: (.*) \(settled in (.*)\)$/| \1 | \2 | \3 | \4 | \5 |/p' "$out"
+echo
+grep -E '^test result:|FAILED|panicked' "$out" || true
+exit "$status"
