@@ -20,7 +20,8 @@ CHURN_CYCLES=$cycles cargo test --release --test api churn:: -- --nocapture --te
 echo
 echo "| kind | cycles | warm: fds, tcp, threads, RSS | after: fds, tcp, threads, RSS | settled in |"
 echo "| --- | --- | --- | --- | --- |"
-sed -nE 's/^churn (.*): ([0-9]+) cycles; warm: (.*); after: (.*) \(settled in (.*)\)$/| \1 | \2 | \3 | \4 | \5 |/p' "$out"
+# With one test at a time, a test's output follows its `test NAME ... ` on the same line.
+sed -nE 's/^(test .* \.\.\. )?churn (.*): ([0-9]+) cycles; warm: (.*); after: (.*) \(settled in (.*)\)$/| \2 | \3 | \4 | \5 | \6 |/p' "$out"
 echo
-grep -E '^test result:|FAILED|panicked' "$out" || true
+grep -E -A1 '^test result:|panicked' "$out" || true
 exit "$status"
