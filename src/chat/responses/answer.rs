@@ -466,3 +466,115 @@ fn sse_event(event: &Map<String, Value>) -> Bytes {
 pub(crate) fn new_response_id() -> String {
     format!("resp_{}", uuid::Uuid::new_v4().simple())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(frame: &Bytes) -> Value {
+        let text = std::str::from_utf8(frame).unwrap();
+        let data = text.split("data: ").nth(1).unwrap().trim_end();
+        serde_json::from_str(data).unwrap()
+    }
+
+    fn feed(answer: &mut AppResponse, events: &[Value]) -> Vec<Value> {
+        let is_app = |name: &str| name == "app_clock";
+        let mut frames = Vec::new();
+        for event in events {
+            match answer.event(&event.to_string(), &is_app).unwrap() {
+                Streamed::Frames(more) => frames.extend(more.iter().map(data)),
+                Streamed::End => unreachable!("the terminal event gives its frames"),
+            }
+        }
+        frames
+    }
+
+    fn item_events(index: u64, item: Value) -> Vec<Value> {
+        vec![
+            json!({"type": "response.output_item.added", "output_index": index, "item": item}),
+            json!({"type": "response.output_text.delta", "output_index": index,
+                   "item_id": item["id"], "content_index": 0, "delta": "x"}),
+            json!({"type": "response.output_item.done", "output_index": index, "item": item}),
+        ]
+    }
+
+    fn round(id: &str, items: &[Value]) -> Vec<Value> {
+        let mut events = vec![
+            json!({"type": "response.created", "response": {"id": id, "output": [], "created_at": 7}}),
+            json!({"type": "response.in_progress", "response": {"id": id, "output": []}}),
+        ];
+        for (index, item) in items.iter().enumerate() {
+            events.extend(item_events(index as u64, item.clone()));
+        }
+        events.push(json!({"type": "response.completed", "response": {"id": id,
+            "status": "completed", "output": items, "usage": {"total_tokens": 3}}}));
+        events
+    }
+
+    #[test]
+    fn rounds_read_as_one_stream_without_the_servers_calls() {
+        let mut answer = AppResponse::new(true);
+        let reasoning = json!({"type": "reasoning", "id": "rs_1", "summary": []});
+        let server = json!({"type": "function_call", "id": "fc_1", "call_id": "s",
+                            "name": "get_weather", "arguments": "{}"});
+        let words = json!({"type": "message", "id": "msg_1", "content": []});
+        answer.round_begins();
+        let first = feed(&mut answer, &round("resp_1", &[reasoning.clone(), server]));
+        let output = answer.round_output();
+        assert_eq!(output.calls.len(), 1);
+        assert_eq!(output.id.as_deref(), Some("resp_1"));
+        let kinds: Vec<&str> = first.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            ["response.created", "response.in_progress"],
+            "the reasoning went with the server's call"
+        );
+        answer.round_begins();
+        let app_call = json!({"type": "function_call", "id": "fc_2", "call_id": "a",
+                              "name": "app_clock", "arguments": "{}"});
+        let second = feed(
+            &mut answer,
+            &round("resp_2", &[reasoning, words, app_call]),
+        );
+        answer.round_output();
+        let indexes: Vec<(&str, u64)> = second
+            .iter()
+            .map(|e| (e["type"].as_str().unwrap(), e["output_index"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(indexes.len(), 9, "the second round's created and in progress are not sent");
+        assert_eq!(indexes[0], ("response.output_item.added", 0));
+        assert_eq!(indexes[3], ("response.output_item.added", 1));
+        assert_eq!(indexes[8], ("response.output_item.done", 2));
+        let numbers: Vec<u64> = first
+            .iter()
+            .chain(&second)
+            .map(|e| e["sequence_number"].as_u64().unwrap())
+            .collect();
+        assert_eq!(numbers, (0..11).collect::<Vec<_>>());
+        assert_eq!(answer.app_id(), Some("resp_1"));
+        let response = answer.response(Some("resp_0"), "completed", None);
+        assert_eq!(response["id"], "resp_1");
+        assert_eq!(response["previous_response_id"], "resp_0");
+        assert_eq!(response["usage"]["total_tokens"], 6);
+        let ids: Vec<&Value> = response["output"].as_array().unwrap().iter().map(|i| &i["id"]).collect();
+        assert_eq!(ids, ["rs_1", "msg_1", "fc_2"]);
+        let end = answer.terminal(response);
+        assert_eq!(data(&end[0])["type"], "response.completed");
+        assert_eq!(data(&end[0])["sequence_number"], 11);
+    }
+
+    #[test]
+    fn a_whole_response_is_read_the_same_way() {
+        let mut answer = AppResponse::new(false);
+        let body = json!({"id": "resp_5", "status": "completed", "output": [
+            {"type": "message", "id": "msg_1", "content": []}]});
+        let frames = answer
+            .whole(body.to_string().as_bytes(), &|_| false)
+            .unwrap();
+        assert!(frames.is_empty(), "no stream, no frames");
+        let output = answer.round_output();
+        assert_eq!(output.status.as_deref(), Some("completed"));
+        assert_eq!(answer.app_id(), Some("resp_5"));
+        assert!(answer.whole(b"<html>", &|_| false).is_err());
+    }
+}

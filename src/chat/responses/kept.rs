@@ -224,3 +224,122 @@ fn answers(
 pub(crate) fn raw(value: &Value) -> Raw {
     serde_json::value::to_raw_value(value).expect("a JSON value serialises")
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::chat::kept::KEPT_TURN_TTL;
+
+    fn item(value: Value) -> Raw {
+        raw(&value)
+    }
+
+    fn output(call: &str, text: &str) -> Value {
+        json!({"type": "function_call_output", "call_id": call, "output": text})
+    }
+
+    fn call(id: &str, call: &str) -> Value {
+        json!({"type": "function_call", "id": id, "call_id": call, "name": "f", "arguments": "{}"})
+    }
+
+    /// A turn of the reasoning that went with the server's call `s`, that call, and the app's
+    /// call `a`, in the response `resp_1`.
+    fn mixed() -> KeptResponse {
+        KeptResponse {
+            response: "resp_1".into(),
+            alias: None,
+            items: vec![
+                (item(json!({"type": "reasoning", "id": "rs_1", "summary": []})), false),
+                (item(call("fc_s", "s")), false),
+                (item(call("fc_a", "a")), true),
+            ],
+            calls: vec![
+                ("s".into(), Some(item(output("s", "sunny")))),
+                ("a".into(), None),
+            ],
+            images: None,
+        }
+    }
+
+    fn values(items: Vec<Raw>) -> Vec<Value> {
+        items
+            .iter()
+            .map(|i| serde_json::from_str(i.get()).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_continuation_by_id_gets_the_servers_outputs_in_the_models_order() {
+        let mut kept = KeptResponses::default();
+        let now = Instant::now();
+        kept.keep(mixed(), now);
+        let user = json!({"role": "user", "content": "and?"});
+        let input = vec![item(output("a", "10:00")), item(user.clone())];
+        let (out, previous, restored) = restore(&mut kept, input, Some("resp_1".into()), now);
+        assert_eq!(previous.as_deref(), Some("resp_1"));
+        assert_eq!(restored.completed, 1);
+        assert_eq!(
+            values(out),
+            [output("s", "sunny"), output("a", "10:00"), user]
+        );
+    }
+
+    #[test]
+    fn a_replayed_turn_gets_the_servers_items_back_in_place() {
+        let mut kept = KeptResponses::default();
+        let now = Instant::now();
+        kept.keep(mixed(), now);
+        let user = json!({"role": "user", "content": "hi"});
+        let later = json!({"role": "user", "content": "thanks"});
+        let input = vec![
+            item(user.clone()),
+            item(call("fc_a", "a")),
+            item(output("a", "10:00")),
+            item(later.clone()),
+        ];
+        let (out, previous, restored) = restore(&mut kept, input, None, now);
+        assert_eq!((previous, restored.completed), (None, 1));
+        let out = values(out);
+        let kinds: Vec<&str> = out.iter().map(|i| i["type"].as_str().unwrap_or("")).collect();
+        assert_eq!(
+            kinds,
+            [
+                "",
+                "reasoning",
+                "function_call",
+                "function_call",
+                "function_call_output",
+                "function_call_output",
+                ""
+            ]
+        );
+        assert_eq!((&out[2]["call_id"], &out[3]["call_id"]), (&json!("s"), &json!("a")));
+        assert_eq!((&out[4]["output"], &out[5]["output"]), (&json!("sunny"), &json!("10:00")));
+        assert_eq!(out[6], later);
+    }
+
+    #[test]
+    fn a_streams_id_goes_on_from_the_last_and_forgotten_turns_are_counted() {
+        let mut kept = KeptResponses::default();
+        let now = Instant::now();
+        kept.keep(
+            KeptResponse {
+                response: "resp_9".into(),
+                alias: Some("resp_7".into()),
+                ..KeptResponse::default()
+            },
+            now,
+        );
+        let (_, previous, restored) = restore(&mut kept, Vec::new(), Some("resp_7".into()), now);
+        assert_eq!(previous.as_deref(), Some("resp_9"));
+        assert_eq!(restored, Restored::default(), "nothing to answer");
+        kept.keep(mixed(), now);
+        let later = now + KEPT_TURN_TTL;
+        let input = vec![item(call("fc_a", "a")), item(output("a", "1"))];
+        let (out, _, restored) = restore(&mut kept, input, Some("resp_1".into()), later);
+        assert_eq!(restored.missed, 2, "by its id and by its call");
+        assert_eq!(out.len(), 2, "left as the app sent it");
+    }
+}
