@@ -186,7 +186,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             text,
-            r#"{"model":"m","instructions":"Be brief.","input":[{"content":"hi","role":"user"},{"call_id":"c1","output":"1","type":"function_call_output"}],"store":false,"tools":[{"type":"function","name":"app_clock","parameters":{},"strict":true},{"type":"function","name":"w","description":"Get weather.","parameters":{"type":"object","properties":{}},"strict":false}],"tool_choice":"auto","include":["reasoning.encrypted_content"],"seed":123456789012345678901234567890,"previous_response_id":"resp_1"}"#
+            r#"{"model":"m","instructions":"Be brief.","input":[{"role":"user","content":"hi"},{"type":"function_call_output","call_id":"c1","output":"1"}],"store":false,"tools":[{"type":"function","name":"app_clock","parameters":{},"strict":true},{"type":"function","name":"w","description":"Get weather.","parameters":{"type":"object","properties":{}},"strict":false}],"tool_choice":"auto","include":["reasoning.encrypted_content"],"seed":123456789012345678901234567890,"previous_response_id":"resp_1"}"#
         );
         let bare: Value = serde_json::from_slice(&request.upstream_body(
             &[&request.input],
