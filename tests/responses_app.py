@@ -19,15 +19,12 @@ command but "quit" takes the client's settings: "base" (http://127.0.0.1:PORT/v1
       "last_response_id", "events": [stream event types]}
   {"cmd": "quit"}
 
-Objects are the SDK's parsed objects dumped with the fields the server sent (`exclude_unset`).
-An error is {"error": {"status", "class", "body", "message"}}. The client never retries.
+Objects are the SDK's parsed objects dumped with the fields the server sent (`exclude_unset`);
+errors and the client settings as `sdk_commands.py` says.
 """
 
 import asyncio
-import json
-import sys
 
-import openai
 from agents import (
     Agent,
     ModelSettings,
@@ -38,34 +35,10 @@ from agents import (
     set_tracing_disabled,
 )
 from agents.models.multi_provider import MultiProvider
-from openai import AsyncOpenAI
 from openai.types.shared import Reasoning
+from sdk_commands import client_of, dump, serve
 
 MODEL = "fake-model"
-
-
-def client_of(command):
-    return AsyncOpenAI(
-        api_key=command.get("api_key") or "sk-app",
-        base_url=command["base"],
-        default_query=command.get("query") or None,
-        max_retries=0,
-        timeout=60,
-    )
-
-
-def dump(model):
-    # The parsed response types are unions the SDK fills in loosely: no warnings about them.
-    return model.model_dump(mode="json", exclude_unset=True, warnings=False)
-
-
-def error_of(e):
-    return {
-        "status": getattr(e, "status_code", None),
-        "class": type(e).__name__,
-        "body": getattr(e, "body", None),
-        "message": str(e),
-    }
 
 
 @function_tool
@@ -124,43 +97,27 @@ class Agents:
         }
 
 
-async def main():
-    loop = asyncio.get_running_loop()
-    agents = Agents()
-    while True:
-        line = await loop.run_in_executor(None, sys.stdin.readline)
-        if not line:
-            break
-        command = json.loads(line)
-        cmd = command["cmd"]
-        try:
-            if cmd == "quit":
-                break
-            elif cmd == "create":
-                response = await client_of(command).responses.create(**command["request"])
-                answer = {"response": dump(response)}
-            elif cmd == "stream":
-                events = []
-                async with client_of(command).responses.stream(**command["request"]) as stream:
-                    async for event in stream:
-                        events.append(dump(event))
-                    final = await stream.get_final_response()
-                answer = {"events": events, "final": dump(final)}
-            elif cmd == "raw_stream":
-                stream = await client_of(command).responses.create(
-                    stream=True, **command["request"]
-                )
-                events = [dump(event) async for event in stream]
-                answer = {"events": events}
-            elif cmd == "agent":
-                answer = await agents.run(command)
-            else:
-                answer = {"error": {"message": f"unknown command {cmd}"}}
-        except openai.APIError as e:
-            answer = {"error": error_of(e)}
-        except Exception as e:  # noqa: BLE001 - every failure is the test's to read
-            answer = {"error": {"status": None, "class": type(e).__name__, "message": str(e)}}
-        print(json.dumps(answer), flush=True)
+AGENTS = Agents()
 
 
-asyncio.run(main())
+async def handle(command):
+    cmd = command["cmd"]
+    if cmd == "create":
+        response = await client_of(command).responses.create(**command["request"])
+        return {"response": dump(response)}
+    if cmd == "stream":
+        events = []
+        async with client_of(command).responses.stream(**command["request"]) as stream:
+            async for event in stream:
+                events.append(dump(event))
+            final = await stream.get_final_response()
+        return {"events": events, "final": dump(final)}
+    if cmd == "raw_stream":
+        stream = await client_of(command).responses.create(stream=True, **command["request"])
+        return {"events": [dump(event) async for event in stream]}
+    if cmd == "agent":
+        return await AGENTS.run(command)
+    return {"error": {"message": f"unknown command {cmd}"}}
+
+
+asyncio.run(serve(handle))

@@ -35,7 +35,6 @@ line it prints is `listening http://127.0.0.1:PORT`.
 import asyncio
 import json
 import socket
-import sys
 import time
 import typing
 
@@ -48,6 +47,8 @@ from pydantic_core import ValidationError
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
+
+from sdk_commands import serve
 
 _forbidden = set()
 
@@ -367,22 +368,16 @@ async def main():
     while not server.started:
         await asyncio.sleep(0.01)
     print(f"listening http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
-    loop = asyncio.get_running_loop()
-    while True:
-        line = await loop.run_in_executor(None, sys.stdin.readline)
-        if not line:
-            break
-        command = json.loads(line)
-        if command["cmd"] == "quit":
-            break
+
+    async def control(command):
         if command["cmd"] == "script":
             upstream.answers.extend(command["answers"])
-            answer = {"ok": True}
-        elif command["cmd"] == "requests":
-            answer = {"requests": upstream.requests}
-        else:
-            answer = {"error": f"unknown command {command['cmd']}"}
-        print(json.dumps(answer), flush=True)
+            return {"ok": True}
+        if command["cmd"] == "requests":
+            return {"requests": upstream.requests}
+        return {"error": f"unknown command {command['cmd']}"}
+
+    await serve(control)
     server.should_exit = True
     await serving
 

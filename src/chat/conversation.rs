@@ -146,10 +146,7 @@ impl WireConversation for Conversation {
             offer.with_tools,
             self.default_model.as_deref(),
         );
-        Round {
-            body,
-            clashes: offer.clashes,
-        }
+        offer.round(body)
     }
 
     fn stream_begins(&mut self) {
@@ -302,26 +299,15 @@ impl WireConversation for Conversation {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::time::Duration;
 
     use serde_json::json;
 
     use super::*;
     use crate::domain::call::{ToolAnswer, ToolCall};
-    use crate::domain::callback_url::CallbackUrl;
     use crate::domain::images::ToolImage;
-    use crate::domain::tool::{ToolSpec, empty_parameters};
 
     fn tool(name: &str) -> SharedTool {
-        Arc::new(ToolSpec::remote(
-            name,
-            "",
-            empty_parameters(),
-            "plugin:w",
-            CallbackUrl::parse("http://127.0.0.1:9/cb").unwrap(),
-            Duration::from_secs(5),
-        ))
+        crate::domain::tool::test_tool(name, "")
     }
 
     fn conversation(app_tools: &str, rounds: usize, vision: bool) -> Conversation {

@@ -72,6 +72,16 @@ pub(crate) struct Offer {
     pub with_tools: bool,
 }
 
+impl Offer {
+    /// The round of this offer, whose upstream request is `body`.
+    pub(crate) fn round(self, body: Vec<u8>) -> Round {
+        Round {
+            body,
+            clashes: self.clashes,
+        }
+    }
+}
+
 impl ToolLoop {
     pub(crate) fn new(max_tool_rounds: usize, vision: bool) -> Self {
         Self {

@@ -701,23 +701,12 @@ impl MessageHead {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::time::Duration;
 
     use super::*;
     use crate::chat::answer::{CallFragments, StreamRound, add_usage};
-    use crate::domain::callback_url::CallbackUrl;
-    use crate::domain::tool::{ToolSpec, empty_parameters};
 
     fn tool(name: &str) -> SharedTool {
-        Arc::new(ToolSpec::remote(
-            name,
-            "Get weather.",
-            empty_parameters(),
-            "plugin:w",
-            CallbackUrl::parse("http://127.0.0.1:9/cb").unwrap(),
-            Duration::from_secs(5),
-        ))
+        crate::domain::tool::test_tool(name, "Get weather.")
     }
 
     fn body(request: &ChatRequest, tools: &[SharedTool], with_tools: bool) -> Value {

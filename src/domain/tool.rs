@@ -196,6 +196,21 @@ pub fn empty_parameters() -> Parameters {
 /// A shared, immutable tool definition.
 pub type SharedTool = Arc<ToolSpec>;
 
+/// A remote tool for unit tests: `name`, `description`, no parameters, a `plugin:w` callback
+/// on loopback.
+#[cfg(test)]
+pub(crate) fn test_tool(name: &str, description: &str) -> SharedTool {
+    Arc::new(ToolSpec::remote(
+        name,
+        description,
+        empty_parameters(),
+        "plugin:w",
+        crate::domain::callback_url::CallbackUrl::parse("http://127.0.0.1:9/cb")
+            .expect("a loopback URL"),
+        std::time::Duration::from_secs(5),
+    ))
+}
+
 /// A tool's model-facing definition: name, description and the parameters schema.
 #[derive(Serialize)]
 struct FunctionBody<'a> {

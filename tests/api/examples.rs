@@ -459,27 +459,14 @@ async fn chat_app_example_chats_through_the_server() {
         Answer::stream(text_chunks("c3", &["And it is ", "ten o'clock."], (1, 1))),
     ]);
 
-    let mut example = LineChild::spawn(
+    let example = LineChild::spawn(
         Command::new(venv_python().await)
             .arg(CHAT_APP)
             .args(["--server", &app.url("/v1"), "--character", "Mio"])
             .env("PYTHONUNBUFFERED", "1"),
     );
 
-    assert_eq!(
-        example.expect_line("model: ").await,
-        "model: It is 28 °C in Tokyo."
-    );
-    assert_eq!(
-        example.expect_line("answering ").await,
-        "answering app_clock myself"
-    );
-    assert_eq!(
-        example.expect_line("model: ").await,
-        "model: And it is ten o'clock."
-    );
-    assert_eq!(example.expect_line("done").await, "done");
-    assert_eq!(example.wait_exit().await, Some(0));
+    the_apps_conversation(example).await;
     assert_eq!(weather.received().len(), 1);
     let bodies = upstream.bodies();
     assert_eq!(bodies.len(), 3);
@@ -511,13 +498,23 @@ async fn agent_app_example_runs_through_the_responses_api() {
         ])
         .await;
 
-    let mut example = LineChild::spawn(
+    let example = LineChild::spawn(
         Command::new(venv_python().await)
             .arg(AGENT_APP)
             .args(["--server", &app.url("/v1"), "--character", "Mio"])
             .env("PYTHONUNBUFFERED", "1"),
     );
 
+    the_apps_conversation(example).await;
+    assert_eq!(weather.received().len(), 1);
+    let bodies = upstream.bodies().await;
+    assert_eq!(bodies.len(), 3);
+    assert!(bodies.iter().all(|b| b["model"] == "qwen2.5"));
+}
+
+/// What a chat example prints for the scripted conversation of its test: the model's words
+/// after the plugin's call, its own tool's call, the model's last words; then it exits.
+async fn the_apps_conversation(mut example: LineChild) {
     assert_eq!(
         example.expect_line("model: ").await,
         "model: It is 28 °C in Tokyo."
@@ -532,10 +529,6 @@ async fn agent_app_example_runs_through_the_responses_api() {
     );
     assert_eq!(example.expect_line("done").await, "done");
     assert_eq!(example.wait_exit().await, Some(0));
-    assert_eq!(weather.received().len(), 1);
-    let bodies = upstream.bodies().await;
-    assert_eq!(bodies.len(), 3);
-    assert!(bodies.iter().all(|b| b["model"] == "qwen2.5"));
 }
 
 /// What a configuration names: `(character, session URL)` in order, and the dispatch limit.

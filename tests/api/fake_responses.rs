@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::child::{DEADLINE, LineChild};
+use crate::child::LineChild;
 use crate::python::{repo_file, venv_python};
 
 pub struct FakeResponses {
@@ -34,13 +34,7 @@ impl FakeResponses {
     }
 
     async fn ask(&mut self, command: Value) -> Value {
-        self.process.send_line(&command.to_string());
-        match self.process.next_line().await {
-            Ok(Some(line)) => serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("the fake answered {line:?} ({e}) to {command}")),
-            Ok(None) => panic!("the fake exited before answering {command}"),
-            Err(_) => panic!("the fake did not answer {command} within {DEADLINE:?}"),
-        }
+        self.process.ask_json(&command).await
     }
 
     /// Queues answers, one per request to come (see the script's doc for their form).

@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use runtime_tools::ChatSettings;
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, ClosedPort, Reply};
@@ -27,6 +28,21 @@ fn app_clock() -> Value {
 
 fn weather_call(id: &str) -> Value {
     call(id, "get_weather", json!({"location": "Tokyo"}))
+}
+
+/// The fake upstream scripted with `answers`, a server whose Mio talks to it (its chat settings
+/// `tweak`ed), and Mio's `get_weather` answered by `reply`.
+async fn weather_server(
+    tweak: impl FnOnce(&mut ChatSettings),
+    reply: Reply,
+    answers: Vec<Value>,
+) -> (FakeResponses, TestApp, CallbackServer) {
+    let mut upstream = FakeResponses::start().await;
+    let app = chat_server(&upstream.base(), tweak).await;
+    let callback = CallbackServer::with("/weather", reply);
+    register_weather(&app, &callback).await;
+    upstream.script(answers).await;
+    (upstream, app, callback)
 }
 
 async fn sdk(app: &TestApp) -> ResponsesApp {
@@ -54,17 +70,16 @@ fn texts(items: &Value) -> Vec<&str> {
 
 #[actix_web::test]
 async fn a_server_round_then_words_with_responses_create() {
-    let mut upstream = FakeResponses::start().await;
-    let app = chat_server(&upstream.base(), |_| {}).await;
-    let callback = CallbackServer::with("/weather", Reply::output(json!({"temperature_c": 28})));
-    register_weather(&app, &callback).await;
-    let mut events = open(&app, "?role=Mio", None).await.expect("events open");
-    upstream
-        .script(vec![
+    let (mut upstream, app, callback) = weather_server(
+        |_| {},
+        Reply::output(json!({"temperature_c": 28})),
+        vec![
             answer(vec![message("Let me check."), weather_call("call_1")]),
             answer(vec![message("It is sunny and 28 °C.")]),
-        ])
-        .await;
+        ],
+    )
+    .await;
+    let mut events = open(&app, "?role=Mio", None).await.expect("events open");
     let mut sdk = sdk(&app).await;
 
     let response = sdk
@@ -143,17 +158,16 @@ async fn a_server_round_then_words_with_responses_create() {
 
 #[actix_web::test]
 async fn a_stream_reads_as_one_response_and_its_id_goes_on_from_the_last() {
-    let mut upstream = FakeResponses::start().await;
-    let app = chat_server(&upstream.base(), |_| {}).await;
-    let callback = CallbackServer::with("/weather", Reply::output(json!("sunny")));
-    register_weather(&app, &callback).await;
-    upstream
-        .script(vec![
+    let (mut upstream, app, callback) = weather_server(
+        |_| {},
+        Reply::output(json!("sunny")),
+        vec![
             answer(vec![message("Let me check."), weather_call("call_1")]),
             answer(vec![message("It is sunny in Tokyo.")]),
             answer(vec![message("You are welcome.")]),
-        ])
-        .await;
+        ],
+    )
+    .await;
     let mut sdk = sdk(&app).await;
 
     let (events, last) = sdk
@@ -216,19 +230,18 @@ async fn a_stream_reads_as_one_response_and_its_id_goes_on_from_the_last() {
 
 #[actix_web::test]
 async fn a_mixed_turn_hands_the_app_its_call_and_its_continuation_answers_the_servers() {
-    let mut upstream = FakeResponses::start().await;
-    let app = chat_server(&upstream.base(), |_| {}).await;
-    let callback = CallbackServer::with("/weather", Reply::output(json!("sunny")));
-    register_weather(&app, &callback).await;
-    upstream
-        .script(vec![
+    let (mut upstream, app, callback) = weather_server(
+        |_| {},
+        Reply::output(json!("sunny")),
+        vec![
             answer(vec![
                 weather_call("call_s"),
                 call("call_a", "app_clock", json!({})),
             ]),
             answer(vec![message("At 10:00 it is sunny in Tokyo.")]),
-        ])
-        .await;
+        ],
+    )
+    .await;
     let mut sdk = sdk(&app).await;
 
     let response = sdk
@@ -272,17 +285,16 @@ async fn a_mixed_turn_hands_the_app_its_call_and_its_continuation_answers_the_se
 
 #[actix_web::test]
 async fn without_storing_every_round_sends_the_whole_input_and_reasoning_goes_through() {
-    let mut upstream = FakeResponses::start().await;
-    let app = chat_server(&upstream.base(), |_| {}).await;
-    let callback = CallbackServer::with("/weather", Reply::output(json!("sunny")));
-    register_weather(&app, &callback).await;
-    upstream
-        .script(vec![
+    let (mut upstream, app, callback) = weather_server(
+        |_| {},
+        Reply::output(json!("sunny")),
+        vec![
             answer(vec![reasoning("The weather needs a tool."), weather_call("call_1")]),
             answer(vec![reasoning("It is sunny."), message("Sunny in Tokyo.")]),
             answer(vec![message("Bye.")]),
-        ])
-        .await;
+        ],
+    )
+    .await;
     let mut sdk = sdk(&app).await;
     let ask = json!({"role": "user", "content": "Weather in Tokyo?"});
 
@@ -325,16 +337,15 @@ async fn without_storing_every_round_sends_the_whole_input_and_reasoning_goes_th
 #[actix_web::test]
 async fn the_agents_sdks_default_model_runs_a_mixed_turn_plain_and_streamed() {
     for streamed in [false, true] {
-        let mut upstream = FakeResponses::start().await;
-        let app = chat_server(&upstream.base(), |_| {}).await;
-        let callback = CallbackServer::with("/weather", Reply::output(json!("sunny")));
-        register_weather(&app, &callback).await;
-        upstream
-            .script(vec![
+        let (mut upstream, app, callback) = weather_server(
+            |_| {},
+            Reply::output(json!("sunny")),
+            vec![
                 answer(vec![weather_call("call_s"), call("call_a", "app_clock", json!({}))]),
                 answer(vec![message("At 10:00 it is sunny in Tokyo.")]),
-            ])
-            .await;
+            ],
+        )
+        .await;
         let mut sdk = sdk(&app).await;
 
         let run = sdk
@@ -377,12 +388,10 @@ async fn the_agents_sdks_default_model_runs_a_mixed_turn_plain_and_streamed() {
 
 #[actix_web::test]
 async fn the_agents_sdk_without_storing_carries_reasoning_through_a_mixed_turn() {
-    let mut upstream = FakeResponses::start().await;
-    let app = chat_server(&upstream.base(), |_| {}).await;
-    let callback = CallbackServer::with("/weather", Reply::output(json!("sunny")));
-    register_weather(&app, &callback).await;
-    upstream
-        .script(vec![
+    let (mut upstream, app, callback) = weather_server(
+        |_| {},
+        Reply::output(json!("sunny")),
+        vec![
             answer(vec![
                 reasoning("Both tools."),
                 weather_call("call_s"),
@@ -390,8 +399,9 @@ async fn the_agents_sdk_without_storing_carries_reasoning_through_a_mixed_turn()
             ]),
             answer(vec![reasoning("Done."), message("At 10:00 it is sunny.")]),
             answer(vec![message("Bye.")]),
-        ])
-        .await;
+        ],
+    )
+    .await;
     let mut sdk = sdk(&app).await;
     let run = json!({"input": "Time and weather?", "store": false, "reasoning": true,
                      "streamed": true});
@@ -422,17 +432,16 @@ async fn the_agents_sdk_without_storing_carries_reasoning_through_a_mixed_turn()
 
 #[actix_web::test]
 async fn when_the_rounds_run_out_the_response_is_incomplete_and_can_be_continued() {
-    let mut upstream = FakeResponses::start().await;
-    let app = chat_server(&upstream.base(), |chat| chat.max_tool_rounds = 1).await;
-    let callback = CallbackServer::with("/weather", Reply::output(json!("sunny")));
-    register_weather(&app, &callback).await;
-    upstream
-        .script(vec![
+    let (mut upstream, app, callback) = weather_server(
+        |chat| chat.max_tool_rounds = 1,
+        Reply::output(json!("sunny")),
+        vec![
             answer(vec![weather_call("call_1")]),
             answer(vec![message("One more look."), weather_call("call_2")]),
             answer(vec![message("It is sunny.")]),
-        ])
-        .await;
+        ],
+    )
+    .await;
     let mut sdk = sdk(&app).await;
 
     let response = sdk
@@ -469,12 +478,17 @@ async fn when_the_rounds_run_out_the_response_is_incomplete_and_can_be_continued
 
 #[actix_web::test]
 async fn context_goes_in_as_system_input_and_images_as_input_images() {
-    let mut upstream = FakeResponses::start().await;
-    let app = chat_server(&upstream.base(), |chat| chat.vision = true).await;
     let result = json!({"output": {"seen": "a map"}, "is_error": false,
         "images": [{"data_b64": png(), "mime": "image/png", "vision_prompt": "the coast"}]});
-    let callback = CallbackServer::with("/weather", Reply::json(result));
-    register_weather(&app, &callback).await;
+    let (mut upstream, app, callback) = weather_server(
+        |chat| chat.vision = true,
+        Reply::json(result),
+        vec![
+            answer(vec![weather_call("call_1")]),
+            answer(vec![message("A map of the coast.")]),
+        ],
+    )
+    .await;
     let (status, _) = app
         .post(
             "/api/sessions/context",
@@ -482,12 +496,6 @@ async fn context_goes_in_as_system_input_and_images_as_input_images() {
         )
         .await;
     assert_eq!(status, 200);
-    upstream
-        .script(vec![
-            answer(vec![weather_call("call_1")]),
-            answer(vec![message("A map of the coast.")]),
-        ])
-        .await;
     let mut sdk = sdk(&app).await;
 
     sdk.create(json!({"model": "fake-model", "input": "Show me."}))
@@ -572,13 +580,12 @@ async fn bad_requests_unknown_characters_and_unreachable_upstreams_are_openais_e
 
 #[actix_web::test]
 async fn an_app_that_goes_away_cancels_the_running_callbacks() {
-    let mut upstream = FakeResponses::start().await;
-    let app = chat_server(&upstream.base(), |_| {}).await;
-    let callback = CallbackServer::with("/weather", Reply::HoldOpen);
-    register_weather(&app, &callback).await;
-    upstream
-        .script(vec![answer(vec![weather_call("call_1")])])
-        .await;
+    let (mut upstream, app, callback) = weather_server(
+        |_| {},
+        Reply::HoldOpen,
+        vec![answer(vec![weather_call("call_1")])],
+    )
+    .await;
     let mut events = open(&app, "?role=Mio", None).await.expect("events open");
     events.expect("hello").await;
 
@@ -601,17 +608,16 @@ async fn an_app_that_goes_away_cancels_the_running_callbacks() {
 
 #[actix_web::test]
 async fn a_streamed_mixed_turn_shows_the_app_only_its_own_call() {
-    let mut upstream = FakeResponses::start().await;
-    let app = chat_server(&upstream.base(), |_| {}).await;
-    let callback = CallbackServer::with("/weather", Reply::output(json!("sunny")));
-    register_weather(&app, &callback).await;
-    upstream
-        .script(vec![answer(vec![
+    let (mut upstream, app, callback) = weather_server(
+        |_| {},
+        Reply::output(json!("sunny")),
+        vec![answer(vec![
             message("Checking both."),
             weather_call("call_s"),
             call("call_a", "app_clock", json!({})),
-        ])])
-        .await;
+        ])],
+    )
+    .await;
     let mut sdk = sdk(&app).await;
 
     let events = sdk
@@ -645,4 +651,72 @@ async fn a_streamed_mixed_turn_shows_the_app_only_its_own_call() {
     );
     assert_eq!(last["response"]["output"][1]["call_id"], "call_a");
     assert_eq!(callback.received().len(), 1);
+}
+
+#[actix_web::test]
+async fn a_whole_response_still_streams_and_a_failure_after_the_stream_began_ends_it() {
+    let upstream = FakeChat::start();
+    let app = chat_server(&upstream.base(), |_| {}).await;
+    let callback = CallbackServer::with("/weather", Reply::output(json!("sunny")));
+    register_weather(&app, &callback).await;
+    let response = |id: &str, output: Value| {
+        json!({"id": id, "object": "response", "created_at": 1, "status": "completed",
+               "model": "m", "output": output, "usage": null})
+    };
+    let words = json!([{"type": "message", "id": "msg_1", "role": "assistant",
+        "status": "completed", "content": [{"type": "output_text", "text": "Hello.",
+        "annotations": []}]}]);
+    let server_call = json!({"type": "function_call", "id": "fc_1", "call_id": "call_1",
+        "name": "get_weather", "arguments": "{\"location\":\"Tokyo\"}", "status": "completed"});
+    let events = vec![
+        json!({"type": "response.created", "sequence_number": 0,
+               "response": response("resp_a", json!([]))}),
+        json!({"type": "response.output_item.added", "sequence_number": 1, "output_index": 0,
+               "item": server_call}),
+        json!({"type": "response.output_item.done", "sequence_number": 2, "output_index": 0,
+               "item": server_call}),
+        json!({"type": "response.completed", "sequence_number": 3,
+               "response": response("resp_a", json!([server_call]))}),
+    ];
+    upstream.script([
+        // A streamed request answered whole.
+        Answer::Json(200, response("resp_w", words)),
+        // A stream whose second round fails.
+        Answer::Sse {
+            events: events.iter().map(Value::to_string).collect(),
+            gate_at: None,
+            close_delimited: false,
+        },
+        Answer::Json(
+            500,
+            json!({"error": {"message": "The server had an error", "type": "server_error"}}),
+        ),
+    ]);
+    let mut sdk = sdk(&app).await;
+
+    let (streamed, last) = sdk
+        .stream(json!({"model": "m", "input": "hi"}))
+        .await;
+    assert_eq!(texts(&last["output"]), ["Hello."]);
+    assert_eq!(last["id"], "resp_w");
+    let kinds: Vec<&Value> = streamed.iter().map(|e| &e["type"]).collect();
+    assert_eq!(kinds[0], "response.created");
+    assert_eq!(kinds.last().unwrap(), &"response.completed");
+
+    let events = sdk
+        .raw_stream(json!({"model": "m", "input": "Weather?"}))
+        .await;
+    let end = events.last().unwrap();
+    assert_eq!(end["type"], "response.failed", "{events:?}");
+    assert_eq!(end["response"]["id"], "resp_a");
+    assert_eq!(end["response"]["status"], "failed");
+    assert_eq!(
+        end["response"]["error"]["message"],
+        "The server had an error"
+    );
+    let (_, sessions) = app.get("/api/sessions").await;
+    assert_eq!(
+        sessions["sessions_by_role"]["Mio"]["chat"]["last_error"]["message"],
+        "the upstream answered HTTP 500: The server had an error"
+    );
 }

@@ -218,10 +218,7 @@ impl WireConversation for ResponsesConversation {
             offer.with_tools,
             self.default_model.as_deref(),
         );
-        Round {
-            body,
-            clashes: offer.clashes,
-        }
+        offer.round(body)
     }
 
     fn stream_begins(&mut self) {

@@ -144,24 +144,13 @@ impl Serialize for RoundBody<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::time::Duration;
 
     use serde_json::{Value, json};
 
     use super::*;
-    use crate::domain::callback_url::CallbackUrl;
-    use crate::domain::tool::{ToolSpec, empty_parameters};
 
     fn tool(name: &str) -> SharedTool {
-        Arc::new(ToolSpec::remote(
-            name,
-            "Get weather.",
-            empty_parameters(),
-            "plugin:w",
-            CallbackUrl::parse("http://127.0.0.1:9/cb").unwrap(),
-            Duration::from_secs(5),
-        ))
+        crate::domain::tool::test_tool(name, "Get weather.")
     }
 
     #[test]
