@@ -163,18 +163,27 @@ fn canned_responses() -> (Bytes, Bytes, Bytes) {
                "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}),
     ];
     for word in WORDS.split_inclusive(' ') {
-        events.push(json!({"type": "response.output_text.delta", "output_index": 0,
-            "item_id": "msg_bench", "content_index": 0, "delta": word}));
+        events.push(
+            json!({"type": "response.output_text.delta", "output_index": 0,
+            "item_id": "msg_bench", "content_index": 0, "delta": word}),
+        );
     }
-    events.push(json!({"type": "response.output_text.done", "output_index": 0,
-        "item_id": "msg_bench", "content_index": 0, "text": WORDS}));
-    events.push(json!({"type": "response.output_item.done", "output_index": 0,
-        "item": message}));
+    events.push(
+        json!({"type": "response.output_text.done", "output_index": 0,
+        "item_id": "msg_bench", "content_index": 0, "text": WORDS}),
+    );
+    events.push(
+        json!({"type": "response.output_item.done", "output_index": 0,
+        "item": message}),
+    );
     events.push(json!({"type": "response.completed", "response": words}));
     let mut stream = String::new();
     for (number, mut event) in events.into_iter().enumerate() {
         event["sequence_number"] = json!(number);
-        stream.push_str(&format!("event: {}\ndata: {event}\n\n", event["type"].as_str().unwrap()));
+        stream.push_str(&format!(
+            "event: {}\ndata: {event}\n\n",
+            event["type"].as_str().unwrap()
+        ));
     }
     (
         Bytes::from(call.to_string()),
@@ -187,7 +196,11 @@ fn canned_responses() -> (Bytes, Bytes, Bytes) {
 async fn fake_upstream(body: Bytes, canned: web::Data<Canned>) -> HttpResponse {
     let text = std::str::from_utf8(&body).unwrap_or_default();
     let words = text.contains("\"role\":\"tool\"") || text.contains(WORDS_PLEASE);
-    answer(text, words, [&canned.call, &canned.words, &canned.words_stream])
+    answer(
+        text,
+        words,
+        [&canned.call, &canned.words, &canned.words_stream],
+    )
 }
 
 /// The fake upstream's `/v1/responses`: the same, in the Responses API's terms.
@@ -293,8 +306,10 @@ impl Format {
             Format::Chat => {
                 let messages = next["messages"].as_array_mut().expect("messages");
                 messages.push(first["choices"][0]["message"].clone());
-                messages.push(json!({"role": "tool", "tool_call_id": call_id, "name": TOOL,
-                                     "content": output["output"].to_string()}));
+                messages.push(
+                    json!({"role": "tool", "tool_call_id": call_id, "name": TOOL,
+                                     "content": output["output"].to_string()}),
+                );
             }
             Format::Responses => {
                 next["previous_response_id"] = first["id"].clone();
@@ -566,7 +581,14 @@ async fn measure_format(
             }
         }
         let cpu = server.cpu_seconds() - cpu0;
-        report(&format!("{prefix}{label}"), run, &mut tally, cpu, o.seconds, 1);
+        report(
+            &format!("{prefix}{label}"),
+            run,
+            &mut tally,
+            cpu,
+            o.seconds,
+            1,
+        );
     }
 }
 

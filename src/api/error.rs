@@ -419,6 +419,8 @@ pub(crate) fn is_mcp_path(path: &str) -> bool {
 
 /// Whether `path` is one of the OpenAI-compatible routes, whose errors take OpenAI's shape.
 pub(crate) fn is_openai_path(path: &str) -> bool {
-    matches!(path, "/v1/chat/completions" | "/v1/responses" | "/v1/models")
-        || path.starts_with("/v1/models/")
+    matches!(
+        path,
+        "/v1/chat/completions" | "/v1/responses" | "/v1/models"
+    ) || path.starts_with("/v1/models/")
 }

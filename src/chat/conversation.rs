@@ -227,7 +227,9 @@ impl WireConversation for Conversation {
         let said = answer.finish_reason;
         let calls = self.round_calls.clone();
         let no_calls = calls.is_empty();
-        let split = self.tools.split(calls, |name| self.request.is_app_tool(name));
+        let split = self
+            .tools
+            .split(calls, |name| self.request.is_app_tool(name));
         self.finish_reason = match (&split.step, said.as_deref()) {
             (Step::HandOff(_), _) => "tool_calls".to_owned(),
             (_, Some(said)) if no_calls => said.to_owned(),
@@ -333,8 +335,16 @@ mod tests {
     /// Feeds a whole completion with this text and these calls; what it leads to.
     fn answer(c: &mut Conversation, text: &str, calls: &[ModelCall]) -> Step {
         let calls: Vec<Value> = calls.iter().map(call_value).collect();
-        let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
-        let content = if text.is_empty() { Value::Null } else { json!(text) };
+        let finish = if calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        };
+        let content = if text.is_empty() {
+            Value::Null
+        } else {
+            json!(text)
+        };
         let mut message = json!({"role": "assistant", "content": content});
         if !calls.is_empty() {
             message["tool_calls"] = json!(calls);

@@ -105,7 +105,10 @@ impl Failure {
                 status, body, note, ..
             } => {
                 let note = note.map(|n| format!(" ({n})")).unwrap_or_default();
-                format!("the upstream answered HTTP {status}{note}: {}", error_text(body))
+                format!(
+                    "the upstream answered HTTP {status}{note}: {}",
+                    error_text(body)
+                )
             }
             Failure::Invalid(text) => text.clone(),
             Failure::StreamError(error) => {
@@ -160,7 +163,9 @@ impl Failure {
     fn error_object(self) -> Value {
         match self {
             Failure::StreamError(error) => error,
-            Failure::Status { status, body, .. } => super::wire::upstream_error_object(status, &body),
+            Failure::Status { status, body, .. } => {
+                super::wire::upstream_error_object(status, &body)
+            }
             other => {
                 json!({"message": other.text(), "type": "upstream_error", "param": null,
                        "code": other.code()})

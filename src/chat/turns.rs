@@ -65,13 +65,16 @@ pub(crate) fn restore(
     let mut i = 0;
     while i < messages.len() {
         let ids = heads[i].call_ids();
-        let found = ids.first().and_then(|id| turns.find(id)).filter(|(_, turn)| {
-            let mut theirs: Vec<&str> = turn.app_ids().collect();
-            let mut ours = ids.clone();
-            theirs.sort_unstable();
-            ours.sort_unstable();
-            theirs == ours
-        });
+        let found = ids
+            .first()
+            .and_then(|id| turns.find(id))
+            .filter(|(_, turn)| {
+                let mut theirs: Vec<&str> = turn.app_ids().collect();
+                let mut ours = ids.clone();
+                theirs.sort_unstable();
+                ours.sort_unstable();
+                theirs == ours
+            });
         let Some((slot, turn)) = found else {
             if ids.iter().any(|id| turns.was_forgotten(id)) {
                 restored.missed += 1;

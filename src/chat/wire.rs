@@ -15,8 +15,8 @@ use serde_json::{Map, Value, json};
 
 use super::answer::ModelCall;
 use crate::domain::call::ToolResult;
-use crate::domain::tool::{FlatTool, NestedTool};
 use crate::domain::tool::SharedTool;
+use crate::domain::tool::{FlatTool, NestedTool};
 use crate::session::core::ForeignTool;
 
 /// JSON text kept exactly as the app or the upstream wrote it.

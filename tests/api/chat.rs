@@ -36,7 +36,7 @@ pub async fn register_weather(app: &TestApp, callback: &CallbackServer) {
     register_tool(app, callback, "get_weather", "/weather").await;
 }
 
-async fn register_tool(app: &TestApp, callback: &CallbackServer, name: &str, path: &str) {
+pub async fn register_tool(app: &TestApp, callback: &CallbackServer, name: &str, path: &str) {
     register_slow_tool(app, callback, name, path, 30).await;
 }
 

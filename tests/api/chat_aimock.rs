@@ -219,14 +219,17 @@ async fn the_responses_api_against_aimocks() {
         assert_eq!(texts, [&json!("It is sunny in Tokyo.")], "{answer}");
     }
     assert_eq!(callback.received().len(), 2);
+    // aimock journals each request in chat completions' terms: the whole input went again,
+    // the server's call and its output after the question.
     let journal = aimock.journal_of("/v1/responses").await;
     assert_eq!(journal.len(), 4);
-    let second = journal[1]["input"].as_array().unwrap();
-    let kinds: Vec<&Value> = second.iter().map(|i| &i["type"]).collect();
+    let second = journal[1]["messages"].as_array().unwrap();
+    let roles: Vec<&Value> = second.iter().map(|m| &m["role"]).collect();
+    assert_eq!(roles, ["user", "assistant", "tool"]);
     assert_eq!(
-        kinds[1..],
-        [&json!("function_call"), &json!("function_call_output")]
+        second[1]["tool_calls"][0]["function"]["name"],
+        "get_weather"
     );
-    assert_eq!(second[2]["output"], "\"sunny\"");
-    assert_eq!(journal[0]["tools"][0]["strict"], false);
+    assert_eq!(second[2]["content"], "\"sunny\"");
+    assert_eq!(journal[0]["tools"][0]["function"]["name"], "get_weather");
 }

@@ -489,7 +489,11 @@ async fn agent_app_example_runs_through_the_responses_api() {
     // the agent's; then it answers in words.
     upstream
         .script(vec![
-            answer(vec![call("call_w", "get_weather", json!({"location": "Tokyo"}))]),
+            answer(vec![call(
+                "call_w",
+                "get_weather",
+                json!({"location": "Tokyo"}),
+            )]),
             answer(vec![
                 message("It is 28 °C in Tokyo."),
                 call("call_t", "app_clock", json!({})),

@@ -12,12 +12,12 @@ use runtime_tools::ChatSettings;
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, ClosedPort, Reply};
-use crate::chat::{chat_server, png, register_weather};
+use crate::chat::{chat_server, png, register_tool, register_weather};
 use crate::event_stream::open;
 use crate::fake_chat::{Answer, FakeChat};
 use crate::fake_responses::{FakeResponses, answer, call, message, reasoning};
 use crate::helpers::{TestApp, test_client};
-use crate::responses_app::ResponsesApp;
+use crate::responses_app::{ResponsesApp, node_stream};
 
 /// The app's own tool, in the Responses API's flat shape.
 fn app_clock() -> Value {
@@ -193,7 +193,10 @@ async fn a_stream_reads_as_one_response_and_its_id_goes_on_from_the_last() {
         .collect();
     assert!(numbers.windows(2).all(|w| w[0] < w[1]), "{numbers:?}");
     // Each round's text arrived as deltas of its own item, at its index of the app's output.
-    for (index, text) in ["Let me check.", "It is sunny in Tokyo."].iter().enumerate() {
+    for (index, text) in ["Let me check.", "It is sunny in Tokyo."]
+        .iter()
+        .enumerate()
+    {
         let deltas: String = events
             .iter()
             .filter(|e| e["type"] == "response.output_text.delta" && e["output_index"] == index)
@@ -219,13 +222,16 @@ async fn a_stream_reads_as_one_response_and_its_id_goes_on_from_the_last() {
 
     // The app goes on from the id it got: the upstream is asked to go on from the last.
     let next = sdk
-        .create(json!({"model": "fake-model", "previous_response_id": last["id"],
-                       "input": "Thanks!"}))
+        .create(
+            json!({"model": "fake-model", "previous_response_id": last["id"],
+                       "input": "Thanks!"}),
+        )
         .await;
     let bodies = upstream.bodies().await;
     assert_eq!(bodies[2]["previous_response_id"], "resp_0005fake");
     assert_eq!(texts(&next["output"]), ["You are welcome."]);
     assert_eq!(next["previous_response_id"], "resp_0003fake");
+    assert_eq!(callback.received().len(), 1);
 }
 
 #[actix_web::test]
@@ -268,10 +274,12 @@ async fn a_mixed_turn_hands_the_app_its_call_and_its_continuation_answers_the_se
 
     // The app answers its own call: the upstream gets every call of the turn answered.
     let done = sdk
-        .create(json!({"model": "fake-model", "previous_response_id": response["id"],
+        .create(
+            json!({"model": "fake-model", "previous_response_id": response["id"],
                        "tools": [app_clock()],
                        "input": [{"type": "function_call_output", "call_id": "call_a",
-                                  "output": "10:00"}]}))
+                                  "output": "10:00"}]}),
+        )
         .await;
     let bodies = upstream.bodies().await;
     assert_eq!(
@@ -281,6 +289,145 @@ async fn a_mixed_turn_hands_the_app_its_call_and_its_continuation_answers_the_se
     );
     assert_eq!(bodies[1]["previous_response_id"], "resp_0003fake");
     assert_eq!(texts(&done["output"]), ["At 10:00 it is sunny in Tokyo."]);
+    assert_eq!(
+        callback.received().len(),
+        1,
+        "the server ran its own call only"
+    );
+}
+
+#[actix_web::test]
+async fn a_streamed_turn_that_ends_mixed_goes_on_from_the_last_response_with_every_call_answered() {
+    let (mut upstream, app, callback) = weather_server(
+        |_| {},
+        Reply::output(json!("sunny")),
+        vec![
+            answer(vec![message("Let me check."), weather_call("call_s1")]),
+            answer(vec![
+                weather_call("call_s2"),
+                call("call_a", "app_clock", json!({})),
+            ]),
+            answer(vec![message("At 10:00 it is sunny in Tokyo.")]),
+        ],
+    )
+    .await;
+    let mut sdk = sdk(&app).await;
+
+    let (_, last) = sdk
+        .stream(json!({"model": "fake-model", "input": "Time and weather?",
+                       "tools": [app_clock()]}))
+        .await;
+
+    assert_eq!(types(&last["output"]), ["message", "function_call"]);
+    assert_eq!(last["output"][1]["call_id"], "call_a");
+    // The stream's id is its first round's, whose response ends in the server's first call.
+    assert_eq!(last["id"], "resp_0003fake");
+    let done = sdk
+        .create(
+            json!({"model": "fake-model", "previous_response_id": last["id"],
+                       "tools": [app_clock()],
+                       "input": [{"type": "function_call_output", "call_id": "call_a",
+                                  "output": "10:00"}]}),
+        )
+        .await;
+
+    // The upstream goes on from the second round's response, with its server call answered.
+    let bodies = upstream.bodies().await;
+    assert_eq!(bodies[2]["previous_response_id"], "resp_0006fake");
+    assert_eq!(
+        bodies[2]["input"],
+        json!([{"type": "function_call_output", "call_id": "call_s2", "output": "\"sunny\""},
+               {"type": "function_call_output", "call_id": "call_a", "output": "10:00"}])
+    );
+    assert_eq!(texts(&done["output"]), ["At 10:00 it is sunny in Tokyo."]);
+    assert_eq!(callback.received().len(), 2);
+}
+
+#[actix_web::test]
+async fn openai_nodes_stream_helper_takes_rounds_and_a_mixed_turn_as_one_response() {
+    let (mut upstream, app, callback) = weather_server(
+        |_| {},
+        Reply::output(json!("sunny")),
+        vec![
+            answer(vec![message("Let me check."), weather_call("call_s1")]),
+            answer(vec![
+                message("And the clock."),
+                weather_call("call_s2"),
+                call("call_a", "app_clock", json!({})),
+            ]),
+        ],
+    )
+    .await;
+
+    let answer = node_stream(
+        &app.url("/v1"),
+        json!({"model": "fake-model", "input": "Time and weather?", "tools": [app_clock()]}),
+    )
+    .await;
+
+    assert_eq!(
+        answer.get("error"),
+        None,
+        "the helper refused the stream: {answer}"
+    );
+    let last = &answer["final"];
+    assert_eq!(
+        types(&last["output"]),
+        ["message", "message", "function_call"]
+    );
+    assert_eq!(texts(&last["output"]), ["Let me check.", "And the clock."]);
+    assert_eq!(last["output"][2]["call_id"], "call_a");
+    assert_eq!(
+        (&last["id"], &last["status"]),
+        (&json!("resp_0003fake"), &json!("completed"))
+    );
+    let events = answer["events"].as_array().unwrap();
+    assert_eq!(
+        (events.first(), events.last()),
+        (
+            Some(&json!("response.created")),
+            Some(&json!("response.completed"))
+        )
+    );
+    assert_eq!(upstream.bodies().await.len(), 2);
+    assert_eq!(callback.received().len(), 2);
+}
+
+#[actix_web::test]
+async fn a_registered_tool_named_like_the_apps_is_left_out_and_listed_as_a_clash() {
+    let (mut upstream, app, callback) = weather_server(
+        |_| {},
+        Reply::output(json!("server time")),
+        vec![answer(vec![call("call_c", "app_clock", json!({}))])],
+    )
+    .await;
+    register_tool(&app, &callback, "app_clock", "/weather").await;
+    let mut sdk = sdk(&app).await;
+
+    let response = sdk
+        .create(json!({"model": "fake-model", "input": "Time?", "tools": [app_clock()]}))
+        .await;
+
+    assert_eq!(
+        response["output"][0]["call_id"], "call_c",
+        "the app answers its own tool"
+    );
+    assert!(callback.received().is_empty());
+    let tools = &upstream.bodies().await[0]["tools"];
+    assert_eq!(tools[0], app_clock(), "the app's tool as it wrote it");
+    assert_eq!(
+        (
+            tools.as_array().unwrap().len(),
+            &tools[1]["name"],
+            &tools[1]["strict"]
+        ),
+        (2, &json!("get_weather"), &json!(false))
+    );
+    let (_, sessions) = app.get("/api/sessions").await;
+    assert_eq!(
+        sessions["sessions_by_role"]["Mio"]["chat"]["clashes"],
+        json!(["app_clock"])
+    );
 }
 
 #[actix_web::test]
@@ -289,7 +436,10 @@ async fn without_storing_every_round_sends_the_whole_input_and_reasoning_goes_th
         |_| {},
         Reply::output(json!("sunny")),
         vec![
-            answer(vec![reasoning("The weather needs a tool."), weather_call("call_1")]),
+            answer(vec![
+                reasoning("The weather needs a tool."),
+                weather_call("call_1"),
+            ]),
             answer(vec![reasoning("It is sunny."), message("Sunny in Tokyo.")]),
             answer(vec![message("Bye.")]),
         ],
@@ -331,7 +481,14 @@ async fn without_storing_every_round_sends_the_whole_input_and_reasoning_goes_th
                        "include": ["reasoning.encrypted_content"], "input": replay}))
         .await;
     assert_eq!(texts(&bye["output"]), ["Bye."]);
-    assert_eq!(upstream.bodies().await[2]["input"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        upstream.bodies().await[2]["input"]
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+    assert_eq!(callback.received().len(), 1);
 }
 
 #[actix_web::test]
@@ -341,7 +498,10 @@ async fn the_agents_sdks_default_model_runs_a_mixed_turn_plain_and_streamed() {
             |_| {},
             Reply::output(json!("sunny")),
             vec![
-                answer(vec![weather_call("call_s"), call("call_a", "app_clock", json!({}))]),
+                answer(vec![
+                    weather_call("call_s"),
+                    call("call_a", "app_clock", json!({})),
+                ]),
                 answer(vec![message("At 10:00 it is sunny in Tokyo.")]),
             ],
         )
@@ -356,7 +516,11 @@ async fn the_agents_sdks_default_model_runs_a_mixed_turn_plain_and_streamed() {
         assert_eq!(run["final_output"], "At 10:00 it is sunny in Tokyo.");
         assert_eq!(
             run["items"],
-            json!(["tool_call_item", "tool_call_output_item", "message_output_item"]),
+            json!([
+                "tool_call_item",
+                "tool_call_output_item",
+                "message_output_item"
+            ]),
             "the agent saw its own call only"
         );
         if streamed {
@@ -373,7 +537,12 @@ async fn the_agents_sdks_default_model_runs_a_mixed_turn_plain_and_streamed() {
         let input = &bodies[1]["input"];
         assert_eq!(
             types(input)[1..],
-            ["function_call", "function_call", "function_call_output", "function_call_output"]
+            [
+                "function_call",
+                "function_call",
+                "function_call_output",
+                "function_call_output"
+            ]
         );
         let ids: Vec<&Value> = input.as_array().unwrap()[1..]
             .iter()
@@ -428,6 +597,11 @@ async fn the_agents_sdk_without_storing_carries_reasoning_through_a_mixed_turn()
     next["input"] = json!("Thanks.");
     let second = sdk.agent(next).await;
     assert_eq!(second["final_output"], "Bye.");
+    assert_eq!(
+        callback.received().len(),
+        1,
+        "the server ran its own call only"
+    );
 }
 
 #[actix_web::test]
@@ -460,11 +634,17 @@ async fn when_the_rounds_run_out_the_response_is_incomplete_and_can_be_continued
         json!({"reason": "max_tool_rounds"})
     );
     assert_eq!(texts(&response["output"]), ["One more look."]);
-    assert_eq!(callback.received().len(), 1, "the last round's call never ran");
+    assert_eq!(
+        callback.received().len(),
+        1,
+        "the last round's call never ran"
+    );
 
     let next = sdk
-        .create(json!({"model": "fake-model", "previous_response_id": response["id"],
-                       "input": "Go on."}))
+        .create(
+            json!({"model": "fake-model", "previous_response_id": response["id"],
+                       "input": "Go on."}),
+        )
         .await;
     let bodies = upstream.bodies().await;
     assert_eq!(
@@ -515,6 +695,7 @@ async fn context_goes_in_as_system_input_and_images_as_input_images() {
             {"type": "input_image", "image_url": format!("data:image/png;base64,{}", png()),
              "detail": "auto"}]})
     );
+    assert_eq!(callback.received().len(), 1);
 }
 
 #[actix_web::test]
@@ -580,7 +761,7 @@ async fn bad_requests_unknown_characters_and_unreachable_upstreams_are_openais_e
 
 #[actix_web::test]
 async fn an_app_that_goes_away_cancels_the_running_callbacks() {
-    let (mut upstream, app, callback) = weather_server(
+    let (_upstream, app, callback) = weather_server(
         |_| {},
         Reply::HoldOpen,
         vec![answer(vec![weather_call("call_1")])],
@@ -631,7 +812,12 @@ async fn a_streamed_mixed_turn_shows_the_app_only_its_own_call() {
             e["type"].as_str().unwrap().contains("function_call")
                 || e["item"]["type"] == "function_call"
         })
-        .map(|e| (e["type"].as_str().unwrap(), e["output_index"].as_u64().unwrap()))
+        .map(|e| {
+            (
+                e["type"].as_str().unwrap(),
+                e["output_index"].as_u64().unwrap(),
+            )
+        })
         .collect();
     calls.dedup();
     assert_eq!(
@@ -651,6 +837,7 @@ async fn a_streamed_mixed_turn_shows_the_app_only_its_own_call() {
     );
     assert_eq!(last["response"]["output"][1]["call_id"], "call_a");
     assert_eq!(callback.received().len(), 1);
+    assert_eq!(upstream.bodies().await.len(), 1, "the app answers the rest");
 }
 
 #[actix_web::test]
@@ -694,9 +881,7 @@ async fn a_whole_response_still_streams_and_a_failure_after_the_stream_began_end
     ]);
     let mut sdk = sdk(&app).await;
 
-    let (streamed, last) = sdk
-        .stream(json!({"model": "m", "input": "hi"}))
-        .await;
+    let (streamed, last) = sdk.stream(json!({"model": "m", "input": "hi"})).await;
     assert_eq!(texts(&last["output"]), ["Hello."]);
     assert_eq!(last["id"], "resp_w");
     let kinds: Vec<&Value> = streamed.iter().map(|e| &e["type"]).collect();

@@ -1,10 +1,16 @@
 //! The app of the Responses tests: `tests/responses_app.py`, the official OpenAI Python SDK's
 //! `responses` client and the OpenAI Agents SDK (its default model class) pointed at a base URL,
-//! run with the test virtualenv's interpreter and driven one JSON command at a time.
+//! run with the test virtualenv's interpreter and driven one JSON command at a time; and the
+//! official OpenAI Node.js SDK's stream helper (`tests/responses_node_app.cjs`).
+
+use std::process::Command;
 
 use serde_json::{Value, json};
 
 use crate::chat_app::SdkApp;
+use crate::child::LineChild;
+use crate::node::openai_node;
+use crate::python::repo_file;
 
 pub struct ResponsesApp {
     sdk: SdkApp,
@@ -61,4 +67,23 @@ impl ResponsesApp {
         assert!(answer.get("error").is_none(), "the agent failed: {answer}");
         answer
     }
+}
+
+/// `client.responses.stream(request)` in openai-node, against the server's `/v1` at `base`, read
+/// to its end by the SDK's helper: `{"events": [types], "final": response}`, or `{"error"}` when
+/// the helper refused the stream.
+pub async fn node_stream(base: &str, request: Value) -> Value {
+    let package = actix_web::rt::task::spawn_blocking(openai_node)
+        .await
+        .expect("the install task")
+        .unwrap_or_else(|e| panic!("openai-node (npm): {e}"));
+    let mut process = LineChild::spawn(
+        Command::new("node")
+            .arg(repo_file("tests/responses_node_app.cjs"))
+            .arg(package)
+            .arg(base)
+            .arg(request.to_string()),
+    );
+    let line = process.expect_line("{").await;
+    serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"))
 }

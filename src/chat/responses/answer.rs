@@ -420,10 +420,7 @@ impl AppResponse {
             let mut opening = response.clone();
             opening.insert("status".into(), json!("in_progress"));
             opening.insert("output".into(), json!([]));
-            frames.extend(self.frame(event_of(
-                "response.created",
-                json!({"response": opening}),
-            )));
+            frames.extend(self.frame(event_of("response.created", json!({"response": opening}))));
         }
         let kind = match response.get("status").and_then(Value::as_str) {
             Some("incomplete") => "response.incomplete",
@@ -455,7 +452,10 @@ fn event_of(kind: &str, fields: Value) -> Map<String, Value> {
 
 /// One SSE event as the Responses API sends it: its type as the event name, then the data.
 fn sse_event(event: &Map<String, Value>) -> Bytes {
-    let kind = event.get("type").and_then(Value::as_str).unwrap_or("message");
+    let kind = event
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("message");
     let data = serde_json::to_string(event).unwrap_or_default();
     let mut frame = String::with_capacity(data.len() + kind.len() + 16);
     let _ = write!(frame, "event: {kind}\ndata: {data}\n\n");
@@ -532,16 +532,22 @@ mod tests {
         answer.round_begins();
         let app_call = json!({"type": "function_call", "id": "fc_2", "call_id": "a",
                               "name": "app_clock", "arguments": "{}"});
-        let second = feed(
-            &mut answer,
-            &round("resp_2", &[reasoning, words, app_call]),
-        );
+        let second = feed(&mut answer, &round("resp_2", &[reasoning, words, app_call]));
         answer.round_output();
         let indexes: Vec<(&str, u64)> = second
             .iter()
-            .map(|e| (e["type"].as_str().unwrap(), e["output_index"].as_u64().unwrap()))
+            .map(|e| {
+                (
+                    e["type"].as_str().unwrap(),
+                    e["output_index"].as_u64().unwrap(),
+                )
+            })
             .collect();
-        assert_eq!(indexes.len(), 9, "the second round's created and in progress are not sent");
+        assert_eq!(
+            indexes.len(),
+            9,
+            "the second round's created and in progress are not sent"
+        );
         assert_eq!(indexes[0], ("response.output_item.added", 0));
         assert_eq!(indexes[3], ("response.output_item.added", 1));
         assert_eq!(indexes[8], ("response.output_item.done", 2));
@@ -556,7 +562,12 @@ mod tests {
         assert_eq!(response["id"], "resp_1");
         assert_eq!(response["previous_response_id"], "resp_0");
         assert_eq!(response["usage"]["total_tokens"], 6);
-        let ids: Vec<&Value> = response["output"].as_array().unwrap().iter().map(|i| &i["id"]).collect();
+        let ids: Vec<&Value> = response["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| &i["id"])
+            .collect();
         assert_eq!(ids, ["rs_1", "msg_1", "fc_2"]);
         let end = answer.terminal(response);
         assert_eq!(data(&end[0])["type"], "response.completed");

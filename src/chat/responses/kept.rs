@@ -178,8 +178,9 @@ pub(crate) fn restore(
         for (item, app) in &turn.items {
             if !app {
                 out.push(item.clone());
-            } else if let Some(theirs) =
-                Head::of(item).identity().and_then(|id| apps.shift_remove(&id))
+            } else if let Some(theirs) = Head::of(item)
+                .identity()
+                .and_then(|id| apps.shift_remove(&id))
             {
                 out.push(theirs);
             }
@@ -206,7 +207,10 @@ fn answers(
     let mut end = from;
     let mut theirs: IndexMap<&str, &Raw> = IndexMap::new();
     while end < input.len() && heads[end].is("function_call_output") {
-        theirs.insert(heads[end].call_id.as_deref().unwrap_or_default(), &input[end]);
+        theirs.insert(
+            heads[end].call_id.as_deref().unwrap_or_default(),
+            &input[end],
+        );
         end += 1;
     }
     for (call, answer) in &turn.calls {
@@ -251,7 +255,10 @@ mod tests {
             response: "resp_1".into(),
             alias: None,
             items: vec![
-                (item(json!({"type": "reasoning", "id": "rs_1", "summary": []})), false),
+                (
+                    item(json!({"type": "reasoning", "id": "rs_1", "summary": []})),
+                    false,
+                ),
                 (item(call("fc_s", "s")), false),
                 (item(call("fc_a", "a")), true),
             ],
@@ -302,7 +309,10 @@ mod tests {
         let (out, previous, restored) = restore(&mut kept, input, None, now);
         assert_eq!((previous, restored.completed), (None, 1));
         let out = values(out);
-        let kinds: Vec<&str> = out.iter().map(|i| i["type"].as_str().unwrap_or("")).collect();
+        let kinds: Vec<&str> = out
+            .iter()
+            .map(|i| i["type"].as_str().unwrap_or(""))
+            .collect();
         assert_eq!(
             kinds,
             [
@@ -315,8 +325,14 @@ mod tests {
                 ""
             ]
         );
-        assert_eq!((&out[2]["call_id"], &out[3]["call_id"]), (&json!("s"), &json!("a")));
-        assert_eq!((&out[4]["output"], &out[5]["output"]), (&json!("sunny"), &json!("10:00")));
+        assert_eq!(
+            (&out[2]["call_id"], &out[3]["call_id"]),
+            (&json!("s"), &json!("a"))
+        );
+        assert_eq!(
+            (&out[4]["output"], &out[5]["output"]),
+            (&json!("sunny"), &json!("10:00"))
+        );
         assert_eq!(out[6], later);
     }
 

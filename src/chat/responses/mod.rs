@@ -65,7 +65,11 @@ pub(crate) struct ResponsesConversation {
 impl ResponsesConversation {
     /// A request begins: its input put together again with what the character kept for it
     /// (and the plugins' context), on `endpoint`.
-    pub(crate) fn start(endpoint: &ChatEndpoint, role: &str, mut request: ResponsesRequest) -> Self {
+    pub(crate) fn start(
+        endpoint: &ChatEndpoint,
+        role: &str,
+        mut request: ResponsesRequest,
+    ) -> Self {
         let apps_previous = request.previous_response_id.clone();
         let (input, previous, restored) = endpoint.begin_responses(
             std::mem::take(&mut request.input),
@@ -109,7 +113,9 @@ impl ResponsesConversation {
         } else {
             None
         };
-        let outputs = results.iter().map(|r| output_item(&r.call_id, &r.model_text()));
+        let outputs = results
+            .iter()
+            .map(|r| output_item(&r.call_id, &r.model_text()));
         (outputs.collect(), images)
     }
 
@@ -120,8 +126,7 @@ impl ResponsesConversation {
             self.history.extend(images);
             self.previous.clone_from(&self.round.id);
         } else {
-            self.history
-                .extend(self.round.items.iter().map(raw));
+            self.history.extend(self.round.items.iter().map(raw));
             self.history.extend(outputs);
             self.history.extend(images);
         }
@@ -147,7 +152,9 @@ impl ResponsesConversation {
         for item in self.round.items.iter().rev() {
             let kind = item["type"].as_str().unwrap_or_default();
             let app = match kind {
-                "function_call" => app_calls.contains(&item["call_id"].as_str().unwrap_or_default()),
+                "function_call" => {
+                    app_calls.contains(&item["call_id"].as_str().unwrap_or_default())
+                }
                 "reasoning" => !after_server,
                 _ => true,
             };
@@ -250,9 +257,9 @@ impl WireConversation for ResponsesConversation {
                 .collect();
             return Step::Deliver;
         }
-        let split = self
-            .tools
-            .split(self.round.calls.clone(), |name| self.request.is_app_tool(name));
+        let split = self.tools.split(self.round.calls.clone(), |name| {
+            self.request.is_app_tool(name)
+        });
         self.dropped = split.dropped;
         split.step
     }

@@ -36,10 +36,7 @@ impl ResponsesRequest {
                     .expect("a message serialises"),
                 ],
                 Err(_) => serde_json::from_str::<Vec<Raw>>(text).map_err(|_| {
-                    RequestError::new(
-                        "input",
-                        "input must be a string or an array of input items",
-                    )
+                    RequestError::new("input", "input must be a string or an array of input items")
                 })?,
             },
         };
@@ -134,7 +131,8 @@ impl Serialize for RoundBody<'_> {
         if !fields.contains_key("input") {
             map.serialize_entry("input", &self.input)?;
         }
-        if let (false, Some(previous)) = (fields.contains_key("previous_response_id"), self.previous)
+        if let (false, Some(previous)) =
+            (fields.contains_key("previous_response_id"), self.previous)
         {
             map.serialize_entry("previous_response_id", previous)?;
         }
@@ -163,8 +161,11 @@ mod tests {
         .unwrap();
         assert!(!request.store && !request.stream());
         assert_eq!(request.app_tools()[0].name, "app_clock");
-        let outputs = [serde_json::value::to_raw_value(&json!({"type": "function_call_output",
-            "call_id": "c1", "output": "1"})).unwrap()];
+        let outputs = [
+            serde_json::value::to_raw_value(&json!({"type": "function_call_output",
+            "call_id": "c1", "output": "1"}))
+            .unwrap(),
+        ];
         let text = String::from_utf8(request.upstream_body(
             &[&request.input, &outputs],
             Some("resp_1"),
@@ -197,7 +198,10 @@ mod tests {
         assert_eq!(error(r#"{"input":{}}"#).param, Some("input"));
         assert_eq!(error(r#"{"input":[],"tools":{}}"#).param, Some("tools"));
         assert_eq!(error(r#"{"store":"no"}"#).param, Some("store"));
-        assert_eq!(error(r#"{"previous_response_id":7}"#).param, Some("previous_response_id"));
+        assert_eq!(
+            error(r#"{"previous_response_id":7}"#).param,
+            Some("previous_response_id")
+        );
         let plain = ResponsesRequest::parse(br#"{"previous_response_id":"resp_9"}"#).unwrap();
         assert!(plain.store && plain.input.is_empty());
         assert_eq!(plain.previous_response_id.as_deref(), Some("resp_9"));
