@@ -855,7 +855,7 @@ async fn a_whole_response_still_streams_and_a_failure_after_the_stream_began_end
         "annotations": []}]}]);
     let server_call = json!({"type": "function_call", "id": "fc_1", "call_id": "call_1",
         "name": "get_weather", "arguments": "{\"location\":\"Tokyo\"}", "status": "completed"});
-    let events = vec![
+    let events = [
         json!({"type": "response.created", "sequence_number": 0,
                "response": response("resp_a", json!([]))}),
         json!({"type": "response.output_item.added", "sequence_number": 1, "output_index": 0,
