@@ -26,6 +26,17 @@ fn app_clock() -> Value {
            "strict": true})
 }
 
+/// A response with the server's call `call_s` and the app's `call_a`, then the words.
+fn mixed_turn() -> Vec<Value> {
+    vec![
+        answer(vec![
+            weather_call("call_s"),
+            call("call_a", "app_clock", json!({})),
+        ]),
+        answer(vec![message("At 10:00 it is sunny in Tokyo.")]),
+    ]
+}
+
 fn weather_call(id: &str) -> Value {
     call(id, "get_weather", json!({"location": "Tokyo"}))
 }
@@ -236,18 +247,8 @@ async fn a_stream_reads_as_one_response_and_its_id_goes_on_from_the_last() {
 
 #[actix_web::test]
 async fn a_mixed_turn_hands_the_app_its_call_and_its_continuation_answers_the_servers() {
-    let (mut upstream, app, callback) = weather_server(
-        |_| {},
-        Reply::output(json!("sunny")),
-        vec![
-            answer(vec![
-                weather_call("call_s"),
-                call("call_a", "app_clock", json!({})),
-            ]),
-            answer(vec![message("At 10:00 it is sunny in Tokyo.")]),
-        ],
-    )
-    .await;
+    let (mut upstream, app, callback) =
+        weather_server(|_| {}, Reply::output(json!("sunny")), mixed_turn()).await;
     let mut sdk = sdk(&app).await;
 
     let response = sdk
@@ -494,18 +495,8 @@ async fn without_storing_every_round_sends_the_whole_input_and_reasoning_goes_th
 #[actix_web::test]
 async fn the_agents_sdks_default_model_runs_a_mixed_turn_plain_and_streamed() {
     for streamed in [false, true] {
-        let (mut upstream, app, callback) = weather_server(
-            |_| {},
-            Reply::output(json!("sunny")),
-            vec![
-                answer(vec![
-                    weather_call("call_s"),
-                    call("call_a", "app_clock", json!({})),
-                ]),
-                answer(vec![message("At 10:00 it is sunny in Tokyo.")]),
-            ],
-        )
-        .await;
+        let (mut upstream, app, callback) =
+            weather_server(|_| {}, Reply::output(json!("sunny")), mixed_turn()).await;
         let mut sdk = sdk(&app).await;
 
         let run = sdk
