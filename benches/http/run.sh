@@ -18,11 +18,11 @@
 #              with a live session to a fake model calling the tool in a closed loop, in client
 #              and relay mode, answered by the nginx callback; with its floor (wrk at nginx, 1
 #              connection). Not in the default list: run it by name.
-#   chat       text chat (benches/chat.rs): a chat request with one round of a registered tool
-#              through the server against the app's own loop (upstream, callback, upstream), at
-#              CONNS and at 1 connection, and the first streamed token through the server against
-#              straight from the upstream; with the floor of one exchange (wrk at nginx, 1
-#              connection). Not in the default list: run it by name.
+#   chat       text chat (benches/chat.rs), chat completions and the Responses API: a request with
+#              one round of a registered tool through the server against the app's own loop
+#              (upstream, callback, upstream), at CONNS and at 1 connection, and the first streamed
+#              token through the server against straight from the upstream; with the floor of one
+#              exchange (wrk at nginx, 1 connection). Not in the default list: run it by name.
 #   hop        what one actor round trip from a handler costs (benches/actor_hop.rs: a server with
 #              a route that answers at once and one that first asks an actor), with the actor on
 #              the system thread (as the router) or on the first HTTP worker, at 2 and 1 workers.
@@ -308,13 +308,13 @@ fi
 # exchange (wrk at nginx, 1 connection, p50): a one-round request through the server at most the
 # app's own loop plus 2 exchanges (p50, one connection), the first streamed token at most 1.5
 # exchanges later than straight from the upstream.
-if grep -q '^chat-\|^ttft-' "$RESULTS"; then
+if grep -q '^chat-\|^ttft-\|^responses-' "$RESULTS"; then
   echo
   awk '
     / run[0-9]+ / {
       s=$1; n[s]++
       for (i=3; i<=NF; i++) { split($i, kv, "="); v[s, kv[1], n[s]] = kv[2] }
-      if ((s ~ /^chat-/ || s ~ /^ttft-/) && !(s in seen)) { seen[s]=1; order[++m]=s }
+      if ((s ~ /^chat-/ || s ~ /^ttft-/ || s ~ /^responses-/) && !(s in seen)) { seen[s]=1; order[++m]=s }
     }
     function med(s, k,   i, j, t, a, c) {
       c = n[s]; for (i=1; i<=c; i++) a[i] = v[s, k, i] + 0
@@ -334,15 +334,20 @@ if grep -q '^chat-\|^ttft-' "$RESULTS"; then
         printf "%-20s %10.0f %8.3f %8.3f %12.1f %14.1f %6d\n", s, med(s, "rps"), med(s, "p50_ms"),
           med(s, "p99_ms"), med(s, "cpu_us_per_req"), med(s, "cpu_us_per_round"), mx(s, "faults")
       }
-      if (("chat-server" in n) && ("chat-floor" in n))
-        printf "# requests/s through the server: %.1f%% of the app'"'"'s own loop\n", 100 * med("chat-server", "rps") / med("chat-floor", "rps")
-      if (("chat-server-conn1" in n) && ("chat-floor-conn1" in n) && x > 0) {
-        d = med("chat-server-conn1", "p50_ms") - med("chat-floor-conn1", "p50_ms")
-        printf "# a one-round request adds %.3f ms = %.2f exchanges over the app'"'"'s own loop (target: at most 2)\n", d, d / x
-      }
-      if (("ttft-server" in n) && ("ttft-direct" in n) && x > 0) {
-        d = med("ttft-server", "p50_ms") - med("ttft-direct", "p50_ms")
-        printf "# the first streamed token comes %.3f ms = %.2f exchanges later through the server (target: at most 1.5)\n", d, d / x
+      # Each wire format against its own floor: chat completions, then the Responses API.
+      split("chat responses", formats, " "); split(" responses-", ttft, " ")
+      for (f=1; f<=2; f++) {
+        p = formats[f]; t = ttft[f]
+        if (((p "-server") in n) && ((p "-floor") in n))
+          printf "# %s: requests/s through the server: %.1f%% of the app'"'"'s own loop\n", p, 100 * med(p "-server", "rps") / med(p "-floor", "rps")
+        if (((p "-server-conn1") in n) && ((p "-floor-conn1") in n) && x > 0) {
+          d = med(p "-server-conn1", "p50_ms") - med(p "-floor-conn1", "p50_ms")
+          printf "# %s: a one-round request adds %.3f ms = %.2f exchanges over the app'"'"'s own loop (target: at most 2)\n", p, d, d / x
+        }
+        if (((t "ttft-server") in n) && ((t "ttft-direct") in n) && x > 0) {
+          d = med(t "ttft-server", "p50_ms") - med(t "ttft-direct", "p50_ms")
+          printf "# %s: the first streamed token comes %.3f ms = %.2f exchanges later through the server (target: at most 1.5)\n", p, d, d / x
+        }
       }
     }' "$RESULTS"
 fi

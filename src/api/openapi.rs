@@ -74,6 +74,7 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         mcp::mcp_get,
         mcp::mcp_delete,
         chat::chat_completions,
+        chat::responses,
         chat::list_models,
         openapi_document,
     ),

@@ -220,6 +220,9 @@ mod twin {
         /// A text chat through `POST /v1/chat/completions` (the server runs the tool loop of each
         /// request); never one of a manager's sessions.
         Chat,
+        /// A text chat through `POST /v1/responses` (the Responses API); never one of a
+        /// manager's sessions.
+        Responses,
     }
 
     /// An error, and when it happened.
@@ -247,8 +250,10 @@ mod twin {
         /// The model used when a request names none.
         #[schema(required = true)]
         model: Option<String>,
-        /// Chat requests served.
+        /// Requests served (chat completions and the Responses API).
         requests: u64,
+        /// Of them, requests to `POST /v1/responses`.
+        responses: u64,
         /// Upstream calls made for them (one per round).
         rounds: u64,
         /// Calls of registered tools the server ran.
@@ -263,7 +268,8 @@ mod twin {
         /// Models that refused tools: their requests go without tools until the character's tools
         /// change.
         tools_refused: Vec<ToolsRefused>,
-        /// Turns handed back to apps whose server calls are kept for their next request.
+        /// Turns handed back to apps whose server calls are kept for their next request (and,
+        /// for the Responses API, the ids of streamed answers whose last response has another).
         handed_turns: usize,
     }
 
@@ -440,6 +446,7 @@ mod tests {
             upstream: "http://127.0.0.1:11434/v1".into(),
             model: Some("local".into()),
             requests: 4,
+            responses: 1,
             rounds: 6,
             calls: 2,
             last_error: Some(failure),
@@ -455,9 +462,9 @@ mod tests {
 
     #[test]
     fn every_session_report_is_what_its_schema_says() {
-        use ConnectionKind::{Attach, Chat, Client, Embedded, Relay};
+        use ConnectionKind::{Attach, Chat, Client, Embedded, Relay, Responses};
         use ConnectionState::{Backoff, Closed, Connected, Connecting};
-        let kinds = [Client, Relay, Attach, Embedded, Chat];
+        let kinds = [Client, Relay, Attach, Embedded, Chat, Responses];
         let states = [
             ConnectionState::None,
             Connecting,
@@ -468,7 +475,7 @@ mod tests {
         // A new variant must join the lists above.
         for kind in kinds {
             match kind {
-                Client | Relay | Attach | Embedded | Chat => {}
+                Client | Relay | Attach | Embedded | Chat | Responses => {}
             }
         }
         for state in states {
@@ -478,7 +485,7 @@ mod tests {
         }
         let connections: Vec<ConnectionReport> = kinds
             .iter()
-            .zip(states)
+            .zip(states.into_iter().cycle())
             .map(|(kind, state)| connection(*kind, state))
             .collect();
         described(&connections);

@@ -129,7 +129,8 @@ impl Upstream {
         })
     }
 
-    /// The URL of `path` under the base (`chat/completions`, `models`), its query kept.
+    /// The URL of `path` under the base (`chat/completions`, `responses`, `models`), its query
+    /// kept.
     fn url(&self, path: &str) -> String {
         let mut url = self.base_url.clone();
         let joined = format!("{}/{path}", url.path().trim_end_matches('/'));
@@ -137,14 +138,16 @@ impl Upstream {
         url.to_string()
     }
 
-    /// POSTs a chat request; resolves with the answer's head (its body still to be read).
-    pub async fn chat(
+    /// POSTs a round's request to `path` (`chat/completions`, `responses`); resolves with the
+    /// answer's head (its body still to be read).
+    pub async fn post(
         &self,
+        path: &str,
         body: Vec<u8>,
         stream: bool,
         app: &AppHeaders,
     ) -> Result<Response<Incoming>, UpstreamError> {
-        let mut request = Request::post(self.url("chat/completions"))
+        let mut request = Request::post(self.url(path))
             .header(CONTENT_TYPE, "application/json")
             .header(
                 ACCEPT,

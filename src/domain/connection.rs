@@ -18,6 +18,9 @@ pub enum ConnectionKind {
     /// A text chat through `POST /v1/chat/completions` (the server runs the tool loop of each
     /// request); never one of a manager's sessions.
     Chat,
+    /// A text chat through `POST /v1/responses` (the Responses API; the server runs the tool
+    /// loop of each request); never one of a manager's sessions.
+    Responses,
 }
 
 impl ConnectionKind {
@@ -29,6 +32,7 @@ impl ConnectionKind {
             ConnectionKind::Attach => "attach",
             ConnectionKind::Embedded => "embedded",
             ConnectionKind::Chat => "chat",
+            ConnectionKind::Responses => "responses",
         }
     }
 }

@@ -38,6 +38,7 @@ const SERVER_ROUTES: &[(&str, &str)] = &[
     ("delete", MCP),
     ("get", OPENAPI),
     ("post", CHAT),
+    ("post", RESPONSES),
     ("get", MODELS),
 ];
 
@@ -60,6 +61,7 @@ fn documented_path(path: &str) -> String {
 
 /// The OpenAI-compatible routes, which answer without the router.
 const CHAT: &str = "/v1/chat/completions";
+const RESPONSES: &str = "/v1/responses";
 const MODELS: &str = "/v1/models";
 
 /// The event stream: endless, so only its first frame is read.
@@ -564,6 +566,30 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     )
     .await;
     run("get", CHAT, None, Body::None).await;
+    // The Responses API: the same, in its terms.
+    let response = json!({"id": "resp_1", "object": "response", "created_at": 1, "status": "completed",
+        "model": "m", "output": [{"type": "message", "id": "msg_1", "role": "assistant",
+        "status": "completed", "content": [{"type": "output_text", "text": "Hello.",
+        "annotations": []}]}], "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}});
+    chat_model.script([
+        Answer::Json(200, response),
+        Answer::Text(200, "text/html".into(), "<html>".into()),
+        Answer::HoldOpen,
+    ]);
+    let ask = json!({"model": "m", "input": "hi"});
+    run("post", RESPONSES, None, Body::Json(ask.clone())).await;
+    run("post", RESPONSES, None, Body::Json(ask.clone())).await;
+    run("post", RESPONSES, None, Body::Json(ask.clone())).await;
+    run("post", RESPONSES, None, Body::Json(json!({"input": 1}))).await;
+    run("post", RESPONSES, foreign, Body::Json(ask.clone())).await;
+    run(
+        "post",
+        &format!("{RESPONSES}?character=Lanlan"),
+        None,
+        Body::Json(ask),
+    )
+    .await;
+    run("get", RESPONSES, None, Body::None).await;
     run("get", MODELS, None, Body::None).await;
     run("get", MODELS, None, Body::None).await;
     run("get", MODELS, foreign, Body::None).await;
@@ -587,6 +613,16 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         ],
     );
     let chat_too_large = raw_exchange_async(app.addr, head).await;
+    let head = raw_head(
+        "POST",
+        RESPONSES,
+        &[
+            ("Host", &app.host()),
+            ("Content-Type", "application/json"),
+            ("Content-Length", &length),
+        ],
+    );
+    let responses_too_large = raw_exchange_async(app.addr, head).await;
     // And with the upstream gone.
     drop(chat_model);
     run("get", MODELS, None, Body::None).await;
@@ -691,6 +727,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
             PROGRESS,
             "/api/mcp",
             CHAT,
+            RESPONSES,
             MODELS,
             MCP,
         ]
@@ -717,7 +754,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     }
 
     exchanges.extend(mcp);
-    let declared = std::iter::once((CHAT, chat_too_large));
+    let declared = [(CHAT, chat_too_large), (RESPONSES, responses_too_large)];
     for (path, response) in declared {
         exchanges.push(Exchange {
             method: "post".into(),
