@@ -101,6 +101,7 @@ async fn chat_completions(
         dispatcher: state.dispatcher.clone(),
         events: state.events.clone(),
         app: AppHeaders::from_request(req.headers()),
+        parent: super::incoming_trace(&req),
     };
     Ok(match complete(context, request).await {
         Reply::Whole {

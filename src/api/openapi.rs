@@ -20,6 +20,7 @@ use super::error::{
 };
 use super::events;
 use super::invoke::{self, InvokeBody, InvokeImage, InvokeResponse};
+use super::observe::{self, CallsResponse};
 use super::mcp::{
     self, McpRegisterBody, McpRegisterResponse, McpResponse, McpUnregisterBody,
     McpUnregisterResponse,
@@ -34,7 +35,9 @@ use super::tools::{
 use crate::actors::change::RoleFailure;
 use crate::actors::manager::SessionReport;
 use crate::chat::{ChatFailure, ChatReport, ToolsRefused};
-use crate::domain::connection::ConnectionKind;
+use crate::domain::call::Outcome;
+use crate::domain::connection::{Caller, ConnectionKind};
+use crate::observe::recent::RecentCall;
 use crate::domain::tool::Behavior;
 use crate::mcp::mapping::Skipped;
 use crate::mcp::runtime::McpStage;
@@ -75,6 +78,8 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         mcp::mcp_delete,
         chat::chat_completions,
         chat::list_models,
+        observe::metrics,
+        observe::calls,
         openapi_document,
     ),
     components(schemas(
@@ -129,6 +134,10 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         ErrorBody,
         ValidationErrorBody,
         FieldError,
+        CallsResponse,
+        RecentCall,
+        Outcome,
+        Caller,
     )),
     tags(
         (name = "tools", description = "Register, remove, list and invoke remote tools"),
@@ -136,6 +145,7 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         (name = "events", description = "Change events, as Server-Sent Events"),
         (name = "mcp", description = "MCP both ways: the MCP servers whose tools the characters get (configured, and registered by plugins at run time), and a character's tools as an MCP server over Streamable HTTP (`/mcp`)"),
         (name = "chat", description = "The server as an OpenAI-compatible chat endpoint: a character's chat model with its registered tools, the tool loop run by the server (OpenAI's request, answer and error shapes)"),
+        (name = "observability", description = "What the server did: Prometheus metrics, and the recent calls with their trace ids (docs/observability.md)"),
         (name = "meta", description = "This document"),
     )
 )]

@@ -29,7 +29,9 @@ use crate::domain::connection::ConnectionKind;
 use crate::domain::registry::not_registered_text;
 use crate::domain::snapshot::ToolCell;
 use crate::domain::tool::SharedTool;
-use crate::events::{CallAnnouncement, Caller, EventHub, ToolCallFinished};
+use crate::domain::call::Outcome;
+use crate::events::{CallStart, CallWatch, Caller, EventHub};
+use crate::observe::trace::Span;
 
 /// Chunks waiting for an app that reads its stream slowly: the upstream is read only as fast
 /// as the app takes what came before.
@@ -45,7 +47,12 @@ pub(crate) struct ChatContext {
     pub events: EventHub,
     /// The app's headers that pass upstream.
     pub app: AppHeaders,
+    /// The trace context the app's request came with: the parent of the request's span.
+    pub parent: Option<opentelemetry::trace::SpanContext>,
 }
+
+/// The kind of model endpoint this driver serves, in its metrics, spans and call records.
+const KIND: ConnectionKind = ConnectionKind::Chat;
 
 /// The app's answer.
 #[derive(Debug)]
@@ -88,6 +95,18 @@ enum Failure {
 }
 
 impl Failure {
+    /// How the request ended, and the upstream failure's reason, in the metrics.
+    fn names(&self) -> (&'static str, Option<&'static str>) {
+        match self {
+            Failure::Upstream(UpstreamError::TimedOut { .. }) => ("upstream_error", Some("timeout")),
+            Failure::Upstream(_) => ("upstream_error", Some("unreachable")),
+            Failure::Status { .. } => ("upstream_error", Some("status")),
+            Failure::Invalid(_) => ("upstream_error", Some("invalid")),
+            Failure::StreamError(_) => ("upstream_error", Some("stream_error")),
+            Failure::Gone => ("gone", None),
+        }
+    }
+
     /// What the log and `GET /api/sessions` say of it.
     fn text(&self) -> String {
         match self {
@@ -184,7 +203,12 @@ pub(crate) async fn complete(ctx: ChatContext, mut request: ChatRequest) -> Repl
         settings.max_tool_rounds,
         settings.vision,
     );
+    let span = ctx
+        .events
+        .observer()
+        .request_span(KIND, &ctx.role, ctx.parent.as_ref());
     let mut driver = Driver {
+        span,
         ctx,
         conversation,
         out: Out::Collect {
@@ -194,7 +218,10 @@ pub(crate) async fn complete(ctx: ChatContext, mut request: ChatRequest) -> Repl
     };
     if !stream {
         return match driver.run().await {
-            Ok(completion) => Reply::json(200, &completion.unwrap_or_default()),
+            Ok(completion) => {
+                driver.count(None);
+                Reply::json(200, &completion.unwrap_or_default())
+            }
             Err(failure) => {
                 driver.record(&failure);
                 failure.reply()
@@ -252,6 +279,8 @@ enum Out {
 }
 
 struct Driver {
+    /// The request's span: the parent of its calls' spans; ends with the driver.
+    span: Span,
     ctx: ChatContext,
     conversation: Conversation,
     out: Out,
@@ -262,7 +291,8 @@ impl Driver {
     /// was sent yet, else an error event.
     async fn run_stream(mut self) {
         let failure = match self.run().await {
-            Ok(_) | Err(Failure::Gone) => return,
+            Ok(_) => return self.count(None),
+            Err(Failure::Gone) => return self.count(Some(&Failure::Gone)),
             Err(failure) => failure,
         };
         self.record(&failure);
@@ -278,8 +308,20 @@ impl Driver {
         }
     }
 
-    /// Logs a failure and keeps it for the report.
-    fn record(&self, failure: &Failure) {
+    /// Counts the request as ended (with `failure`, or `None` when it answered).
+    fn count(&mut self, failure: Option<&Failure>) {
+        let metrics = self.ctx.events.observer().metrics();
+        let (outcome, reason) = failure.map_or(("ok", None), Failure::names);
+        metrics.model_request(KIND, &self.ctx.role, outcome);
+        if let Some(reason) = reason {
+            metrics.upstream_error(KIND, &self.ctx.role, reason);
+            self.span.fail(reason);
+        }
+    }
+
+    /// Logs a failure, counts it, and keeps it for the report.
+    fn record(&mut self, failure: &Failure) {
+        self.count(Some(failure));
         let text = failure.text();
         tracing::warn!(character = %self.ctx.role, "chat request failed: {text}");
         self.ctx.endpoint.failed(text);
@@ -318,6 +360,11 @@ impl Driver {
                 self.announce();
             }
             endpoint.round();
+            self.ctx
+                .events
+                .observer()
+                .metrics()
+                .model_round(KIND, &self.ctx.role);
             let stream = self.conversation.request().stream;
             let response = upstream
                 .chat(round.body, stream, &self.ctx.app)
@@ -471,7 +518,7 @@ impl Driver {
     async fn run_calls(&self, calls: &[ModelCall]) -> Vec<ToolResult> {
         let sent: Vec<&str> = self.conversation.sent_names().collect();
         let runs = calls.iter().enumerate().map(|(i, model_call)| {
-            let call = ToolCall::from_raw(
+            let mut call = ToolCall::from_raw(
                 model_call.id.clone(),
                 model_call.name.clone(),
                 model_call.arguments.clone(),
@@ -480,23 +527,22 @@ impl Driver {
             let sent = &sent;
             async move {
                 // A request dropped (its app went away) drops its calls: announced as cancelled.
-                let announcement = CallAnnouncement::start(
+                let watch = CallWatch::start(
                     &self.ctx.events,
-                    ToolCallFinished {
+                    CallStart {
                         role: &self.ctx.role,
                         tool: &model_call.name,
                         source: tool.as_ref().map(|t| t.source.as_str()),
                         call_id: &model_call.id,
                         caller: Caller::Model,
-                        kind: Some(ConnectionKind::Chat),
-                        duration_ms: 0.0,
-                        is_error: false,
-                        cancelled: false,
+                        kind: Some(KIND),
                         behavior: crate::domain::tool::Behavior::Blocking,
                     },
+                    Some(self.span.context()),
                 );
+                call.trace = Some(watch.trace().clone());
                 let result = match &tool {
-                    _ if i >= MAX_CALLS_PER_ROUND => call.error(format!(
+                    _ if i >= MAX_CALLS_PER_ROUND => call.failed(Outcome::Refused, format!(
                         "too many tool calls in one turn: at most {MAX_CALLS_PER_ROUND} run; \
                          the call was not run"
                     )),
@@ -516,10 +562,10 @@ impl Driver {
                     }
                     None => {
                         let error = not_registered_text(&call.name, None, sent.iter().copied());
-                        call.error(error)
+                        call.failed(Outcome::UnknownTool, error)
                     }
                 };
-                announcement.finished(result.is_error);
+                watch.finished(&result);
                 result
             }
         });

@@ -95,6 +95,7 @@ fn output(call: &ToolCall, text: &str, images: Vec<ToolImage>) -> ToolResult {
         error: None,
         images: None,
         scheduling: Default::default(),
+        outcome: crate::domain::call::Outcome::Ok,
     };
     call.result(answer, images)
 }
