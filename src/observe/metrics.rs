@@ -55,7 +55,7 @@ pub(crate) struct CallSample<'a> {
 
 /// What `GET /metrics` reads at scrape time (the state now, rather than counted as it changes).
 #[derive(Debug, Default)]
-pub struct Snapshot {
+pub(crate) struct Snapshot {
     /// Each live session's kind and state.
     pub sessions: Vec<(&'static str, &'static str)>,
     /// Each character's tool count.

@@ -15,7 +15,7 @@ pub const RECENT_CALLS: usize = 1000;
 
 /// One finished call.
 #[derive(Debug, Clone, Serialize)]
-pub struct RecentCall {
+pub(crate) struct RecentCall {
     pub call_id: String,
     pub role: String,
     pub tool: String,
@@ -34,7 +34,7 @@ pub struct RecentCall {
 
 /// Which calls a listing wants.
 #[derive(Debug, Default)]
-pub struct CallFilter<'a> {
+pub(crate) struct CallFilter<'a> {
     pub role: Option<&'a str>,
     pub tool: Option<&'a str>,
     pub limit: usize,
