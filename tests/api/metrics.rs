@@ -144,7 +144,7 @@ async fn metrics_count_each_outcome_and_time_each_call_and_the_recent_calls_list
     let scrape = scrape(&app).await;
     assert_eq!(scrape.types["runtime_tools_tool_calls"], "counter");
     assert_eq!(scrape.types["runtime_tools_tool_call_duration_seconds"], "histogram");
-    assert_eq!(scrape.types["runtime_tools_sessions"], "gauge");
+    assert_eq!(scrape.types["runtime_tools_running_calls"], "gauge");
     let calls = |tool: &str, outcome: &str| {
         scrape.value(
             "runtime_tools_tool_calls_total",

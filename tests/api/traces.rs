@@ -306,6 +306,29 @@ async fn a_chat_request_and_a_sessions_turn_each_give_their_calls_one_trace() {
     let turn = span(&receiver, "turn Lanlan", ("runtime_tools.turn_id", "r1")).await;
     assert_eq!(turn.span_id, first.parent_span_id);
     assert_eq!((turn.trace_id.as_str(), turn.parent_span_id.as_str()), (traces[0].as_str(), ""));
+
+    // The metrics of the same: the chat request and its rounds, the session, its syncs, the
+    // calls of each kind.
+    let scrape = crate::metrics::scrape(&app).await;
+    let chat = [("kind", "chat"), ("character", "Mio")];
+    assert_eq!(
+        scrape.value("runtime_tools_model_requests_total", &[chat[0], chat[1], ("outcome", "ok")]),
+        1.0
+    );
+    assert_eq!(scrape.value("runtime_tools_model_rounds_total", &chat), 2.0);
+    assert_eq!(
+        scrape.value("runtime_tools_sessions", &[("kind", "client"), ("state", "connected")]),
+        1.0
+    );
+    assert_eq!(scrape.types["runtime_tools_session_sync_seconds"], "histogram");
+    // The session took its first list and the two registrations.
+    assert!(
+        scrape.value("runtime_tools_session_sync_seconds_count", &[("kind", "client")]) >= 2.0
+    );
+    for (kind, character, tool) in [("chat", "Mio", "get_weather"), ("client", "Lanlan", "get_weather"), ("client", "Lanlan", "get_time")] {
+        let labels = [("kind", kind), ("character", character), ("tool", tool), ("caller", "model"), ("outcome", "ok")];
+        assert_eq!(scrape.value("runtime_tools_tool_calls_total", &labels), 1.0, "{labels:?}");
+    }
 }
 
 #[actix_web::test]
