@@ -544,7 +544,11 @@ async fn run(o: &Options, number: usize, work: &std::path::Path) {
         Mode::Client => "client",
         Mode::Relay => "relay",
     };
-    let label = o.label.as_ref().map(|l| format!("-{l}")).unwrap_or_default();
+    let label = o
+        .label
+        .as_ref()
+        .map(|l| format!("-{l}"))
+        .unwrap_or_default();
     println!(
         "callpath-{mode}-n{}{label} run{number} calls={} rps={:.0} p50_ms={:.3} p99_ms={:.3} \
          output_p50_ms={:.3} output_p99_ms={:.3} cpu_us_per_call={:.1} lost={} twice={} bad={}",

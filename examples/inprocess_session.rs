@@ -26,8 +26,8 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use runtime_tools::embedding::{
     CallCanceller, CallStart, CallWatch, Caller, CloseSession, ConnectionKind, ConnectionReport,
-    ConnectionState, Conversation, SessionHandle, SessionStatus, SyncError, SyncOutcome,
-    SyncTools, ToolResult, rfc3339_now,
+    ConnectionState, Conversation, SessionHandle, SessionStatus, SyncError, SyncOutcome, SyncTools,
+    ToolResult, rfc3339_now,
 };
 use runtime_tools::{
     Application, CallLocalTool, CharacterSettings, Dispatcher, EventHub, EventKind, JoinSession,

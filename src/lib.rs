@@ -82,9 +82,9 @@ pub use domain::tool::{Behavior, SharedTool, ToolHandler, ToolSpec, empty_parame
 pub mod embedding {
     pub use crate::actors::manager::SessionReport;
     pub use crate::dispatch::CallCanceller;
+    pub use crate::domain::call::Outcome;
     pub use crate::domain::call::ToolResult;
     pub use crate::domain::connection::ConnectionKind;
-    pub use crate::domain::call::Outcome;
     pub use crate::events::{CallStart, CallWatch, Caller, ToolCallFinished};
     pub use crate::session::core::rfc3339_now;
     pub use crate::session::{

@@ -47,10 +47,13 @@ async fn invoke(
     if http.headers().contains_key(HOP_HEADER) {
         // A tool callback calling an invoke route: answering it by calling a tool again is how
         // a server ends up calling itself (or two servers each other) without end.
-        let refused = call.failed(Outcome::Refused, format!(
-            "invoke refused: the request came from a tool callback ({HOP_HEADER} header); a \
+        let refused = call.failed(
+            Outcome::Refused,
+            format!(
+                "invoke refused: the request came from a tool callback ({HOP_HEADER} header); a \
              tool's callback must not call the invoke route, or calls would loop without end"
-        ));
+            ),
+        );
         return Ok(HttpResponse::Ok().json(InvokeResponse::from(refused)));
     }
     // Resolved on this worker's thread from the published snapshots: no round trip to the

@@ -20,11 +20,11 @@ use super::error::{
 };
 use super::events;
 use super::invoke::{self, InvokeBody, InvokeImage, InvokeResponse};
-use super::observe::{self, CallsResponse};
 use super::mcp::{
     self, McpRegisterBody, McpRegisterResponse, McpResponse, McpUnregisterBody,
     McpUnregisterResponse,
 };
+use super::observe::{self, CallsResponse};
 use super::sessions::{
     self, AttachBody, AttachResponse, DetachBody, DetachResponse, SessionsResponse,
 };
@@ -37,11 +37,11 @@ use crate::actors::manager::SessionReport;
 use crate::chat::{ChatFailure, ChatReport, ToolsRefused};
 use crate::domain::call::Outcome;
 use crate::domain::connection::{Caller, ConnectionKind};
-use crate::observe::recent::RecentCall;
 use crate::domain::tool::Behavior;
 use crate::mcp::mapping::Skipped;
 use crate::mcp::runtime::McpStage;
 use crate::mcp::status::{McpServerReport, McpState, RuntimeMcpReport, RuntimeMcpState};
+use crate::observe::recent::RecentCall;
 use crate::session::{
     ConnectionReport, ConnectionState, Conversation, ResumptionReport, RunningCallReport,
     SyncOutcome,

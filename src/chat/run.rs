@@ -24,12 +24,12 @@ use super::conversation::{Conversation, MAX_CALLS_PER_ROUND, Step};
 use super::upstream::{AppHeaders, UpstreamError};
 use super::wire::{self, AppStream, ChatRequest, error_body, error_text, refuses_tools};
 use crate::dispatch::{Dispatcher, Where};
+use crate::domain::call::Outcome;
 use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::connection::ConnectionKind;
 use crate::domain::registry::not_registered_text;
 use crate::domain::snapshot::ToolCell;
 use crate::domain::tool::SharedTool;
-use crate::domain::call::Outcome;
 use crate::events::{CallStart, CallWatch, Caller, EventHub};
 use crate::observe::trace::Span;
 
@@ -98,7 +98,9 @@ impl Failure {
     /// How the request ended, and the upstream failure's reason, in the metrics.
     fn names(&self) -> (&'static str, Option<&'static str>) {
         match self {
-            Failure::Upstream(UpstreamError::TimedOut { .. }) => ("upstream_error", Some("timeout")),
+            Failure::Upstream(UpstreamError::TimedOut { .. }) => {
+                ("upstream_error", Some("timeout"))
+            }
             Failure::Upstream(_) => ("upstream_error", Some("unreachable")),
             Failure::Status { .. } => ("upstream_error", Some("status")),
             Failure::Invalid(_) => ("upstream_error", Some("invalid")),
@@ -517,31 +519,32 @@ impl Driver {
     /// Runs the server's calls of a round concurrently; results in the model's order.
     async fn run_calls(&self, calls: &[ModelCall]) -> Vec<ToolResult> {
         let sent: Vec<&str> = self.conversation.sent_names().collect();
-        let runs = calls.iter().enumerate().map(|(i, model_call)| {
-            let mut call = ToolCall::from_raw(
-                model_call.id.clone(),
-                model_call.name.clone(),
-                model_call.arguments.clone(),
-            );
-            let tool = self.conversation.tool_for(&model_call.name).cloned();
-            let sent = &sent;
-            async move {
-                // A request dropped (its app went away) drops its calls: announced as cancelled.
-                let watch = CallWatch::start(
-                    &self.ctx.events,
-                    CallStart {
-                        role: &self.ctx.role,
-                        tool: &model_call.name,
-                        source: tool.as_ref().map(|t| t.source.as_str()),
-                        call_id: &model_call.id,
-                        caller: Caller::Model,
-                        kind: Some(KIND),
-                        behavior: crate::domain::tool::Behavior::Blocking,
-                    },
-                    Some(self.span.context()),
+        let runs =
+            calls.iter().enumerate().map(|(i, model_call)| {
+                let mut call = ToolCall::from_raw(
+                    model_call.id.clone(),
+                    model_call.name.clone(),
+                    model_call.arguments.clone(),
                 );
-                call.trace = Some(watch.trace().clone());
-                let result = match &tool {
+                let tool = self.conversation.tool_for(&model_call.name).cloned();
+                let sent = &sent;
+                async move {
+                    // A request dropped (its app went away) drops its calls: announced as cancelled.
+                    let watch = CallWatch::start(
+                        &self.ctx.events,
+                        CallStart {
+                            role: &self.ctx.role,
+                            tool: &model_call.name,
+                            source: tool.as_ref().map(|t| t.source.as_str()),
+                            call_id: &model_call.id,
+                            caller: Caller::Model,
+                            kind: Some(KIND),
+                            behavior: crate::domain::tool::Behavior::Blocking,
+                        },
+                        Some(self.span.context()),
+                    );
+                    call.trace = Some(watch.trace().clone());
+                    let result = match &tool {
                     _ if i >= MAX_CALLS_PER_ROUND => call.failed(Outcome::Refused, format!(
                         "too many tool calls in one turn: at most {MAX_CALLS_PER_ROUND} run; \
                          the call was not run"
@@ -565,10 +568,10 @@ impl Driver {
                         call.failed(Outcome::UnknownTool, error)
                     }
                 };
-                watch.finished(&result);
-                result
-            }
-        });
+                    watch.finished(&result);
+                    result
+                }
+            });
         let results = join_all(runs).await;
         self.ctx
             .endpoint

@@ -251,11 +251,14 @@ impl Dispatcher {
         ));
         let Some(_slot) = InFlight::enter(&self.inner) else {
             span.fail(Outcome::Refused.name());
-            return ToolAnswer::failed(Outcome::Refused, format!(
-                "too many tool callbacks in flight (dispatch.max_callbacks_in_flight = {}); \
+            return ToolAnswer::failed(
+                Outcome::Refused,
+                format!(
+                    "too many tool callbacks in flight (dispatch.max_callbacks_in_flight = {}); \
                  the call was not sent",
-                self.inner.max_in_flight
-            ));
+                    self.inner.max_in_flight
+                ),
+            );
         };
         tracing::debug!(tool = %call.name, call_id = %call.call_id, argument_bytes = call.raw_arguments.len(), "calling remote tool");
         let (liveness, answer) = match exchange.await {

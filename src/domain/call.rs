@@ -19,8 +19,8 @@ use serde_json::{Map, Value};
 use super::arguments::{ArgumentError, ArgumentsRead, Parameters, read_arguments};
 use super::images::ToolImage;
 pub(crate) use super::json_text::JsonText;
-pub use super::outcome::Outcome;
 use super::json_text::{null_text, text_of};
+pub use super::outcome::Outcome;
 use super::peer_text;
 
 /// How many characters of an HTTP error body a tool error quotes.
@@ -235,7 +235,11 @@ impl ToolCall {
             images,
             image_warnings: Vec::new(),
             scheduling: answer.scheduling,
-            outcome: if is_error { answer.outcome } else { Outcome::Ok },
+            outcome: if is_error {
+                answer.outcome
+            } else {
+                Outcome::Ok
+            },
         }
     }
 

@@ -80,7 +80,10 @@ mod tests {
                 .iter()
                 .all(|n| n.chars().all(|c| c.is_ascii_lowercase() || c == '_'))
         );
-        assert_eq!(serde_json::to_value(Outcome::ToolError).unwrap(), "tool_error");
+        assert_eq!(
+            serde_json::to_value(Outcome::ToolError).unwrap(),
+            "tool_error"
+        );
         assert!(!Outcome::Ok.is_error() && Outcome::Cancelled.is_error());
     }
 }

@@ -12,28 +12,20 @@ use opentelemetry::trace::SpanContext;
 use serde::Serialize;
 
 use super::{EventHub, EventKind, Scope};
-pub use crate::domain::connection::Caller;
 use crate::domain::call::{Outcome, ToolResult};
+pub use crate::domain::connection::Caller;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::Behavior;
 use crate::observe::CallIdentity;
 use crate::observe::recent::RecentCall;
 use crate::observe::trace::Span;
 
-/// The data of `tool.call`. Never the arguments or the output: they may carry the user's
-/// conversation.
+/// The data of `tool.call`: the call, and how it ended. Never the arguments or the output:
+/// they may carry the user's conversation.
 #[derive(Debug, Serialize)]
 pub struct ToolCallFinished<'a> {
-    pub role: &'a str,
-    pub tool: &'a str,
-    /// `None` when the model called a tool the character does not have.
-    pub source: Option<&'a str>,
-    pub call_id: &'a str,
-    pub caller: Caller,
-    /// The kind of session whose model made the call (`client`, `relay`, `attach`, `chat`);
-    /// absent for an invoke.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kind: Option<ConnectionKind>,
+    #[serde(flatten)]
+    pub call: CallStart<'a>,
     /// Wall time from the call's start to its result (a cancelled call: to its cancellation),
     /// in milliseconds.
     pub duration_ms: f64,
@@ -41,9 +33,6 @@ pub struct ToolCallFinished<'a> {
     /// The call was cancelled before it finished (the person interrupted, or its caller went
     /// away); such a call is also `is_error`.
     pub cancelled: bool,
-    /// The tool's behavior: `non_blocking` calls of a live session were answered as running,
-    /// and their result is delivered when it comes (`tool.result`).
-    pub behavior: Behavior,
     /// How the call ended (`ok`, `tool_error`, `timeout`, ...).
     pub outcome: Outcome,
     /// The trace of the call's span (32 hex digits), as its callback's `traceparent` named it.
@@ -51,7 +40,7 @@ pub struct ToolCallFinished<'a> {
 }
 
 /// What a call is, when it starts.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, Serialize)]
 pub struct CallStart<'a> {
     pub role: &'a str,
     pub tool: &'a str,
@@ -59,8 +48,12 @@ pub struct CallStart<'a> {
     pub source: Option<&'a str>,
     pub call_id: &'a str,
     pub caller: Caller,
-    /// The kind of session whose model makes the call; `None` for an invoke or an `/mcp` call.
+    /// The kind of session whose model makes the call (`client`, `relay`, `attach`,
+    /// `embedded`, `chat`); `None` (absent) for an invoke or an `/mcp` call.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub kind: Option<ConnectionKind>,
+    /// The tool's behavior: `non_blocking` calls of a live session were answered as running,
+    /// and their result is delivered when it comes (`tool.result`).
     pub behavior: Behavior,
 }
 
@@ -120,16 +113,18 @@ impl CallWatch {
             EventKind::ToolCall,
             Scope::Roles(vec![call.role.as_str().into()]),
             &ToolCallFinished {
-                role: &call.role,
-                tool: &call.tool,
-                source: call.source.as_deref(),
-                call_id: &call.call_id,
-                caller: call.caller,
-                kind: call.kind,
+                call: CallStart {
+                    role: &call.role,
+                    tool: &call.tool,
+                    source: call.source.as_deref(),
+                    call_id: &call.call_id,
+                    caller: call.caller,
+                    kind: call.kind,
+                    behavior: self.behavior,
+                },
                 duration_ms,
                 is_error: outcome.is_error(),
                 cancelled: outcome == Outcome::Cancelled,
-                behavior: self.behavior,
                 outcome,
                 trace_id: &trace_id,
             },

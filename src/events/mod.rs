@@ -674,10 +674,12 @@ mod tests {
             ]
         );
         // Both are recorded once, newest first, with the trace their callbacks would name.
-        let recent = hub.observer().recent_calls(&crate::observe::recent::CallFilter {
-            limit: 10,
-            ..Default::default()
-        });
+        let recent = hub
+            .observer()
+            .recent_calls(&crate::observe::recent::CallFilter {
+                limit: 10,
+                ..Default::default()
+            });
         let seen: Vec<(&str, &str)> = recent
             .iter()
             .map(|c| (c.call_id.as_str(), c.outcome.name()))

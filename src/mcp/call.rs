@@ -14,8 +14,8 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientRequest, Meta, Request,
-    RequestId, ServerResult,
+    CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientRequest, Meta,
+    Request, RequestId, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use rmcp::{Peer, RoleClient};

@@ -82,7 +82,11 @@ pub(crate) fn provider(
     let service = settings
         .service_name
         .clone()
-        .or_else(|| std::env::var("OTEL_SERVICE_NAME").ok().filter(|s| !s.is_empty()))
+        .or_else(|| {
+            std::env::var("OTEL_SERVICE_NAME")
+                .ok()
+                .filter(|s| !s.is_empty())
+        })
         .unwrap_or_else(|| DEFAULT_SERVICE_NAME.to_owned());
     Ok(SdkTracerProvider::builder()
         .with_span_processor(Gate {

@@ -83,7 +83,10 @@ pub(crate) struct Metrics {
 
 /// Registers `metric` with `registry` and returns it. Registration fails only for a name
 /// registered twice, which the fixed list below never does.
-fn registered<M: prometheus::core::Collector + Clone + 'static>(registry: &Registry, metric: M) -> M {
+fn registered<M: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    metric: M,
+) -> M {
     registry
         .register(Box::new(metric.clone()))
         .expect("each metric is registered once");
@@ -103,7 +106,10 @@ fn histogram(
     buckets: &[f64],
 ) -> HistogramVec {
     let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
-    registered(registry, HistogramVec::new(opts, labels).expect("a valid metric"))
+    registered(
+        registry,
+        HistogramVec::new(opts, labels).expect("a valid metric"),
+    )
 }
 
 impl Default for Metrics {
@@ -253,7 +259,9 @@ impl Metrics {
 
     /// One upstream round of a model endpoint of `kind`.
     pub(crate) fn model_round(&self, kind: ConnectionKind, character: &str) {
-        self.rounds.with_label_values(&[kind.name(), character]).inc();
+        self.rounds
+            .with_label_values(&[kind.name(), character])
+            .inc();
     }
 
     /// An upstream failure of a model endpoint of `kind`.

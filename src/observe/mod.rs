@@ -132,7 +132,10 @@ impl Observer {
                 vec![
                     KeyValue::new("http.request.method", "POST"),
                     KeyValue::new("url.full", url.as_str().to_owned()),
-                    KeyValue::new("server.address", url.host_str().unwrap_or_default().to_owned()),
+                    KeyValue::new(
+                        "server.address",
+                        url.host_str().unwrap_or_default().to_owned(),
+                    ),
                     KeyValue::new(
                         "server.port",
                         i64::from(url.port_or_known_default().unwrap_or_default()),

@@ -105,7 +105,20 @@ mod tests {
             limit: 2,
         });
         let ids: Vec<&str> = b.iter().map(|c| c.call_id.as_str()).collect();
-        assert_eq!(ids, [format!("c{}", RECENT_CALLS + 9), format!("c{}", RECENT_CALLS + 7)]);
-        assert!(ring.list(&CallFilter { tool: Some("x"), limit: 5, ..Default::default() }).is_empty());
+        assert_eq!(
+            ids,
+            [
+                format!("c{}", RECENT_CALLS + 9),
+                format!("c{}", RECENT_CALLS + 7)
+            ]
+        );
+        assert!(
+            ring.list(&CallFilter {
+                tool: Some("x"),
+                limit: 5,
+                ..Default::default()
+            })
+            .is_empty()
+        );
     }
 }

@@ -67,7 +67,8 @@ impl TraceSettings {
     /// `OTEL_RESOURCE_ATTRIBUTES`, the batch processor `OTEL_BSP_*`.
     pub fn from_env() -> Self {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
-        let disabled = var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
+        let disabled =
+            var("OTEL_SDK_DISABLED").is_some_and(|v| v.trim().eq_ignore_ascii_case("true"));
         let endpoint_set = var("OTEL_EXPORTER_OTLP_ENDPOINT").is_some()
             || var("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT").is_some();
         let millis = |name: &str| var(name).and_then(|v| v.trim().parse::<u64>().ok());
@@ -239,7 +240,10 @@ mod tests {
             _ => None,
         })
         .unwrap();
-        assert_eq!(parent.trace_id().to_string(), "0af7651916cd43dd8448eb211c80319c");
+        assert_eq!(
+            parent.trace_id().to_string(),
+            "0af7651916cd43dd8448eb211c80319c"
+        );
         let off = Tracing::off();
         let child = off.start(|| "x".into(), SpanKind::Internal, Some(&parent), Vec::new);
         assert_eq!(child.context().trace_id(), parent.trace_id());
@@ -247,7 +251,11 @@ mod tests {
         let mut headers = Vec::new();
         inject(child.context(), |name, value| headers.push((name, value)));
         assert_eq!(headers[0].0, "traceparent");
-        assert!(headers[0].1.starts_with("00-0af7651916cd43dd8448eb211c80319c-"));
+        assert!(
+            headers[0]
+                .1
+                .starts_with("00-0af7651916cd43dd8448eb211c80319c-")
+        );
         assert_eq!(headers[1], ("tracestate", "vendor=x".to_owned()));
         assert!(incoming(|_| Some("00-zz-b7ad6b7169203331-01")).is_none());
         let root = off.start(|| "y".into(), SpanKind::Internal, None, Vec::new);

@@ -1117,7 +1117,10 @@ async fn screenshot() {
         .await;
     }
     browser
-        .wait_css(&format!("{} .latency[data-calls=\"5\"]", card("Lanlan", "plan_trip")))
+        .wait_css(&format!(
+            "{} .latency[data-calls=\"5\"]",
+            card("Lanlan", "plan_trip")
+        ))
         .await;
     // The focus ring is not part of the picture.
     browser
@@ -1411,7 +1414,7 @@ async fn latency(browser: &Browser, card: &str, calls: usize) -> (String, Vec<(S
     let text = box_.text().await.expect("latency text");
     let bars = browser
         .eval(
-            "return [...arguments[0].querySelectorAll('svg.histogram rect')]
+            "return [...arguments[0].querySelectorAll('.histogram .bar')]
                  .map((r) => [r.dataset.bin, Number(r.dataset.count)]);",
             vec![serde_json::to_value(&box_).expect("element as argument")],
         )
@@ -1422,7 +1425,10 @@ async fn latency(browser: &Browser, card: &str, calls: usize) -> (String, Vec<(S
 
 /// The number of milliseconds after `label` ("p50 123 ms", "p95 12.5 ms").
 fn millis_after(text: &str, label: &str) -> f64 {
-    let rest = &text[text.find(label).unwrap_or_else(|| panic!("{label} in {text:?}")) + label.len()..];
+    let rest = &text[text
+        .find(label)
+        .unwrap_or_else(|| panic!("{label} in {text:?}"))
+        + label.len()..];
     rest.trim_start()
         .split(' ')
         .next()
@@ -1439,13 +1445,27 @@ async fn each_tool_shows_its_latency_and_error_rate_updated_as_calls_happen() {
     let app = spawn_app(&["Lanlan"]).await;
     let callback = CallbackServer::start();
     callback.route("/fast", Reply::output(json!(1)));
-    callback.route("/flaky", Reply::json(json!({"error": "flaked", "is_error": true})));
+    callback.route(
+        "/flaky",
+        Reply::json(json!({"error": "flaked", "is_error": true})),
+    );
     callback.route(
         "/slow",
-        Reply::after(std::time::Duration::from_millis(150), Reply::output(json!(2))),
+        Reply::after(
+            std::time::Duration::from_millis(150),
+            Reply::output(json!(2)),
+        ),
     );
-    for (name, path) in [("fast_tool", "/fast"), ("flaky_tool", "/flaky"), ("slow_tool", "/slow")] {
-        register(&app, tool_with_timeout(name, &callback.url(path), "manual", 30.0)).await;
+    for (name, path) in [
+        ("fast_tool", "/fast"),
+        ("flaky_tool", "/flaky"),
+        ("slow_tool", "/slow"),
+    ] {
+        register(
+            &app,
+            tool_with_timeout(name, &callback.url(path), "manual", 30.0),
+        )
+        .await;
     }
     // Calls made before the page opens: it reads them from the recent calls.
     for _ in 0..3 {
@@ -1457,10 +1477,16 @@ async fn each_tool_shows_its_latency_and_error_rate_updated_as_calls_happen() {
     assert!(text.contains("p50 ") && text.contains("p95 "), "{text}");
     assert!(text.contains("errors 0/3 (0%)"), "{text}");
     let labels: Vec<&str> = bars.iter().map(|(bin, _)| bin.as_str()).collect();
-    assert_eq!(labels, ["< 1 ms", "< 10 ms", "< 100 ms", "< 1 s", "< 10 s", "≥ 10 s"]);
+    assert_eq!(
+        labels,
+        ["< 1 ms", "< 10 ms", "< 100 ms", "< 1 s", "< 10 s", "≥ 10 s"]
+    );
     assert_eq!(bars.iter().map(|(_, n)| n).sum::<u64>(), 3);
     let no_calls = browser
-        .wait_css(&format!("{} .latency[data-calls=\"0\"]", card("Lanlan", "slow_tool")))
+        .wait_css(&format!(
+            "{} .latency[data-calls=\"0\"]",
+            card("Lanlan", "slow_tool")
+        ))
         .await;
     assert_eq!(no_calls.text().await.unwrap(), "No calls yet.");
 
@@ -1472,7 +1498,10 @@ async fn each_tool_shows_its_latency_and_error_rate_updated_as_calls_happen() {
     let (text, bars) = latency(&browser, &slow, 2).await;
     // The callback answers after 150 ms: no call of it can take less.
     assert!(millis_after(&text, "p50") >= 150.0, "{text}");
-    assert!(millis_after(&text, "p95") >= millis_after(&text, "p50"), "{text}");
+    assert!(
+        millis_after(&text, "p95") >= millis_after(&text, "p50"),
+        "{text}"
+    );
     let under_100ms: u64 = bars[..3].iter().map(|(_, n)| n).sum();
     assert_eq!(under_100ms, 0, "{bars:?}");
     assert_eq!(bars.iter().map(|(_, n)| n).sum::<u64>(), 2);

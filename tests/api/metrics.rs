@@ -48,7 +48,10 @@ impl Scrape {
         self.samples
             .iter()
             .filter(move |(n, l, _)| {
-                n == name && labels.iter().all(|(k, v)| l.get(*k).map(String::as_str) == Some(v))
+                n == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| l.get(*k).map(String::as_str) == Some(v))
             })
             .map(|(_, l, v)| (l, *v))
     }
@@ -58,7 +61,12 @@ impl Scrape {
 pub async fn scrape(app: &TestApp) -> Scrape {
     let mut response = app.client.get(app.url("/metrics")).send().await.unwrap();
     assert_eq!(response.status(), 200);
-    let content_type = response.headers().get("content-type").unwrap().to_str().unwrap();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .unwrap()
+        .to_str()
+        .unwrap();
     assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
     let text = response.body().limit(1 << 24).await.unwrap();
     let python = venv_python().await;
@@ -108,7 +116,10 @@ async fn metrics_count_each_outcome_and_time_each_call_and_the_recent_calls_list
     let app = spawn_app(&["Mio", "Lanlan"]).await;
     let callback = CallbackServer::start();
     callback.route("/ok", Reply::output(json!({"temperature_c": 28})));
-    callback.route("/err", Reply::json(json!({"error": "no such city", "is_error": true})));
+    callback.route(
+        "/err",
+        Reply::json(json!({"error": "no such city", "is_error": true})),
+    );
     callback.route("/hang", Reply::Hang);
     callback.route("/hold", Reply::HoldOpen);
     let closed = ClosedPort::new();
@@ -122,11 +133,23 @@ async fn metrics_count_each_outcome_and_time_each_call_and_the_recent_calls_list
 
     invoke_ok(&app, "ok_tool", json!({"city": "Kyoto"})).await;
     invoke_ok(&app, "ok_tool", json!({})).await;
-    assert_eq!(invoke_ok(&app, "err_tool", json!({})).await["is_error"], true);
-    assert_eq!(invoke_ok(&app, "slow_tool", json!({})).await["is_error"], true);
-    assert_eq!(invoke_ok(&app, "dead_tool", json!({})).await["is_error"], true);
+    assert_eq!(
+        invoke_ok(&app, "err_tool", json!({})).await["is_error"],
+        true
+    );
+    assert_eq!(
+        invoke_ok(&app, "slow_tool", json!({})).await["is_error"],
+        true
+    );
+    assert_eq!(
+        invoke_ok(&app, "dead_tool", json!({})).await["is_error"],
+        true
+    );
     // Arguments the schema refuses: the tool is not called.
-    assert_eq!(invoke_ok(&app, "ok_tool", json!({"city": 7})).await["is_error"], true);
+    assert_eq!(
+        invoke_ok(&app, "ok_tool", json!({"city": 7})).await["is_error"],
+        true
+    );
     // A call whose caller goes away is cancelled.
     let mut events = open(&app, "?role=Mio", None).await.expect("events open");
     let running = crate::callback_server::spawn_invoke(&app, "held_tool");
@@ -143,7 +166,10 @@ async fn metrics_count_each_outcome_and_time_each_call_and_the_recent_calls_list
 
     let scrape = scrape(&app).await;
     assert_eq!(scrape.types["runtime_tools_tool_calls"], "counter");
-    assert_eq!(scrape.types["runtime_tools_tool_call_duration_seconds"], "histogram");
+    assert_eq!(
+        scrape.types["runtime_tools_tool_call_duration_seconds"],
+        "histogram"
+    );
     assert_eq!(scrape.types["runtime_tools_running_calls"], "gauge");
     let calls = |tool: &str, outcome: &str| {
         scrape.value(
@@ -177,12 +203,20 @@ async fn metrics_count_each_outcome_and_time_each_call_and_the_recent_calls_list
         )
     };
     assert_eq!(
-        [count("ok_tool"), count("err_tool"), count("slow_tool"), count("held_tool")],
+        [
+            count("ok_tool"),
+            count("err_tool"),
+            count("slow_tool"),
+            count("held_tool")
+        ],
         [3.0, 1.0, 1.0, 1.0]
     );
     let buckets = |tool: &str| -> Vec<(f64, f64)> {
         let mut buckets: Vec<(f64, f64)> = scrape
-            .matching("runtime_tools_tool_call_duration_seconds_bucket", &[("tool", tool)])
+            .matching(
+                "runtime_tools_tool_call_duration_seconds_bucket",
+                &[("tool", tool)],
+            )
             .map(|(labels, v)| (labels["le"].parse::<f64>().unwrap(), v))
             .collect();
         buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -205,12 +239,21 @@ async fn metrics_count_each_outcome_and_time_each_call_and_the_recent_calls_list
         assert!(b.windows(2).all(|w| w[0].1 <= w[1].1), "{tool}: {b:?}");
         assert_eq!(b.last().unwrap().1, count(tool));
     }
-    let sum = scrape.value("runtime_tools_tool_call_duration_seconds_sum", &[("tool", "slow_tool")]);
+    let sum = scrape.value(
+        "runtime_tools_tool_call_duration_seconds_sum",
+        &[("tool", "slow_tool")],
+    );
     assert!((1.0..30.0).contains(&sum), "{sum}");
 
     // State read at scrape time, and the changes that made it.
-    assert_eq!(scrape.value("runtime_tools_tools", &[("character", "Mio")]), 5.0);
-    assert_eq!(scrape.value("runtime_tools_tools", &[("character", "Lanlan")]), 0.0);
+    assert_eq!(
+        scrape.value("runtime_tools_tools", &[("character", "Mio")]),
+        5.0
+    );
+    assert_eq!(
+        scrape.value("runtime_tools_tools", &[("character", "Lanlan")]),
+        0.0
+    );
     assert_eq!(scrape.value("runtime_tools_running_calls", &[]), 0.0);
     assert_eq!(
         scrape.value("runtime_tools_tool_changes_total", &[("op", "register")]),
@@ -238,28 +281,61 @@ async fn metrics_count_each_outcome_and_time_each_call_and_the_recent_calls_list
         ]
     );
     let first = &calls[0];
-    let mut keys: Vec<&str> = first.as_object().unwrap().keys().map(String::as_str).collect();
+    let mut keys: Vec<&str> = first
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
     keys.sort_unstable();
     assert_eq!(
         keys,
-        ["call_id", "caller", "duration_ms", "kind", "outcome", "role", "source", "started_at",
-         "tool", "trace_id"]
+        [
+            "call_id",
+            "caller",
+            "duration_ms",
+            "kind",
+            "outcome",
+            "role",
+            "source",
+            "started_at",
+            "tool",
+            "trace_id"
+        ]
     );
     assert_eq!(first["call_id"], cancelled["call_id"]);
     assert_eq!(first["trace_id"], cancelled["trace_id"]);
     assert_eq!(
-        (&first["role"], &first["caller"], &first["kind"], &first["source"]),
-        (&json!("Mio"), &json!("invoke"), &json!(null), &json!("plugin:metrics"))
+        (
+            &first["role"],
+            &first["caller"],
+            &first["kind"],
+            &first["source"]
+        ),
+        (
+            &json!("Mio"),
+            &json!("invoke"),
+            &json!(null),
+            &json!("plugin:metrics")
+        )
     );
     assert!(first["started_at"].as_str().unwrap().ends_with('Z'));
     assert_eq!(first["trace_id"].as_str().unwrap().len(), 32);
     let (_, two) = app.get("/api/calls?tool=ok_tool&role=Mio&limit=2").await;
-    let tools: Vec<&Value> = two["calls"].as_array().unwrap().iter().map(|c| &c["outcome"]).collect();
+    let tools: Vec<&Value> = two["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["outcome"])
+        .collect();
     assert_eq!(tools, [&json!("invalid_arguments"), &json!("ok")]);
     let (_, none) = app.get("/api/calls?role=Lanlan").await;
     assert_eq!(none, json!({"calls": []}));
     let (status, unknown) = app.get("/api/calls?role=Nobody").await;
-    assert_eq!((status, unknown), (404, json!({"ok": false, "detail": "unknown role: Nobody"})));
+    assert_eq!(
+        (status, unknown),
+        (404, json!({"ok": false, "detail": "unknown role: Nobody"}))
+    );
     let (status, refused) = app.get("/api/calls?limit=0").await;
     assert_eq!(status, 422);
     assert_eq!(refused["detail"][0]["loc"], json!(["query", "limit"]));

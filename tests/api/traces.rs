@@ -42,7 +42,10 @@ pub fn decode(receiver: &CallbackServer) -> Vec<Exported> {
     let mut spans = Vec::new();
     for request in receiver.received() {
         assert_eq!(request.path, "/v1/traces");
-        assert_eq!(request.header("content-type"), Some("application/x-protobuf"));
+        assert_eq!(
+            request.header("content-type"),
+            Some("application/x-protobuf")
+        );
         let export = ExportTraceServiceRequest::decode(request.body.as_slice())
             .expect("an OTLP trace export");
         for resource in export.resource_spans {
@@ -88,22 +91,22 @@ fn text(value: Option<&opentelemetry_proto::tonic::common::v1::AnyValue>) -> Str
 
 /// Waits until the receiver has a span `name`d so with `attribute` (key, value), and returns it.
 pub async fn span(receiver: &CallbackServer, name: &str, attribute: (&str, &str)) -> Exported {
-    loop {
-        let seen = receiver.received().len();
-        if let Some(found) = decode(receiver).into_iter().find(|s| {
-            s.name == name && s.attributes.get(attribute.0).map(String::as_str) == Some(attribute.1)
-        }) {
-            return found;
-        }
-        receiver.wait_for_requests(seen + 1).await;
-    }
+    span_where(receiver, |s| {
+        s.name == name && s.attributes.get(attribute.0).map(String::as_str) == Some(attribute.1)
+    })
+    .await
 }
 
 /// The span whose id is `id`, once exported.
 async fn span_by_id(receiver: &CallbackServer, id: &str) -> Exported {
+    span_where(receiver, |s| s.span_id == id).await
+}
+
+/// The first exported span `which` picks, waiting for exports until there is one.
+async fn span_where(receiver: &CallbackServer, which: impl Fn(&Exported) -> bool) -> Exported {
     loop {
         let seen = receiver.received().len();
-        if let Some(found) = decode(receiver).into_iter().find(|s| s.span_id == id) {
+        if let Some(found) = decode(receiver).into_iter().find(&which) {
             return found;
         }
         receiver.wait_for_requests(seen + 1).await;
@@ -157,7 +160,14 @@ async fn post_traced(app: &TestApp, path: &str, body: &Value, parent: &str) -> (
         .await
         .expect("request sent");
     let status = response.status().as_u16();
-    (status, response.json::<Value>().limit(1 << 20).await.unwrap_or(Value::Null))
+    (
+        status,
+        response
+            .json::<Value>()
+            .limit(1 << 20)
+            .await
+            .unwrap_or(Value::Null),
+    )
 }
 
 const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -182,15 +192,29 @@ async fn an_invoke_in_the_callers_trace_a_span_per_call_and_the_callback_names_i
         &parent,
     )
     .await;
-    assert_eq!((status, &answer["is_error"]), (200, &json!(false)), "{answer}");
+    assert_eq!(
+        (status, &answer["is_error"]),
+        (200, &json!(false)),
+        "{answer}"
+    );
     let got = &callback.wait_for_requests(1).await[0];
     let (trace, client_span) = traceparent(got.header("traceparent").expect("a traceparent"));
     assert_eq!(trace, CALLER_TRACE);
     assert_eq!(got.header("tracestate"), Some("caller=1"));
 
-    let call = span(&receiver, "execute_tool get_weather", ("gen_ai.tool.call.id", "call_t1")).await;
+    let call = span(
+        &receiver,
+        "execute_tool get_weather",
+        ("gen_ai.tool.call.id", "call_t1"),
+    )
+    .await;
     assert_eq!(
-        (call.kind, call.trace_id.as_str(), call.parent_span_id.as_str(), call.status),
+        (
+            call.kind,
+            call.trace_id.as_str(),
+            call.parent_span_id.as_str(),
+            call.status
+        ),
         (1, CALLER_TRACE, CALLER_SPAN, 0)
     );
     for (key, value) in [
@@ -201,14 +225,22 @@ async fn an_invoke_in_the_callers_trace_a_span_per_call_and_the_callback_names_i
         ("runtime_tools.source", "plugin:trace"),
         ("runtime_tools.caller", "invoke"),
     ] {
-        assert_eq!(call.attributes.get(key).map(String::as_str), Some(value), "{key}: {call:?}");
+        assert_eq!(
+            call.attributes.get(key).map(String::as_str),
+            Some(value),
+            "{key}: {call:?}"
+        );
     }
     assert!(!call.attributes.contains_key("error.type"));
     assert_eq!(call.service, "runtime-tools-test");
     // The callback's exchange: a CLIENT span under the call's, the one its traceparent names.
     let exchange = span_by_id(&receiver, &client_span).await;
     assert_eq!(
-        (exchange.name.as_str(), exchange.kind, exchange.trace_id.as_str()),
+        (
+            exchange.name.as_str(),
+            exchange.kind,
+            exchange.trace_id.as_str()
+        ),
         ("POST", 3, CALLER_TRACE)
     );
     assert_eq!(exchange.parent_span_id, call.span_id);
@@ -223,13 +255,27 @@ async fn an_invoke_in_the_callers_trace_a_span_per_call_and_the_callback_names_i
     let got = &callback.wait_for_requests(2).await[1];
     let (trace, client_span) = traceparent(got.header("traceparent").expect("a traceparent"));
     assert_ne!(trace, CALLER_TRACE);
-    let call = span(&receiver, "execute_tool broken", ("runtime_tools.caller", "invoke")).await;
-    assert_eq!((call.trace_id.as_str(), call.parent_span_id.as_str()), (trace.as_str(), ""));
-    assert_eq!((call.attributes["error.type"].as_str(), call.status), ("tool_error", 2));
+    let call = span(
+        &receiver,
+        "execute_tool broken",
+        ("runtime_tools.caller", "invoke"),
+    )
+    .await;
+    assert_eq!(
+        (call.trace_id.as_str(), call.parent_span_id.as_str()),
+        (trace.as_str(), "")
+    );
+    assert_eq!(
+        (call.attributes["error.type"].as_str(), call.status),
+        ("tool_error", 2)
+    );
     let exchange = span_by_id(&receiver, &client_span).await;
     assert_eq!(exchange.parent_span_id, call.span_id);
     assert_eq!(
-        (exchange.attributes["http.response.status_code"].as_str(), exchange.status),
+        (
+            exchange.attributes["http.response.status_code"].as_str(),
+            exchange.status
+        ),
         ("500", 2)
     );
     // The recent calls name the same trace.
@@ -244,7 +290,10 @@ async fn a_chat_request_and_a_sessions_turn_each_give_their_calls_one_trace() {
     let fake = FakeRealtime::start(AckMode::Immediate).await;
     let mut config = settings(&["Mio", "Lanlan"]);
     config.characters[0].chat = Some(runtime_tools::ChatSettings::new(&upstream.base()));
-    config.characters[1].session = Some(runtime_tools::SessionSettings::new(&fake.url, Dialect::Openai));
+    config.characters[1].session = Some(runtime_tools::SessionSettings::new(
+        &fake.url,
+        Dialect::Openai,
+    ));
     let app = spawn_app_with(exporting(config, receiver.url("/v1/traces"))).await;
     let callback = CallbackServer::with("/ok", Reply::output(json!("sunny")));
     let mut weather = tool("get_weather", &callback.url("/ok"));
@@ -276,10 +325,19 @@ async fn a_chat_request_and_a_sessions_turn_each_give_their_calls_one_trace() {
     assert_eq!(trace, CALLER_TRACE);
     let request = span(&receiver, "chat Mio", ("runtime_tools.kind", "chat")).await;
     assert_eq!(
-        (request.kind, request.trace_id.as_str(), request.parent_span_id.as_str()),
+        (
+            request.kind,
+            request.trace_id.as_str(),
+            request.parent_span_id.as_str()
+        ),
         (2, CALLER_TRACE, CALLER_SPAN)
     );
-    let call = span(&receiver, "execute_tool get_weather", ("gen_ai.tool.call.id", "call_c1")).await;
+    let call = span(
+        &receiver,
+        "execute_tool get_weather",
+        ("gen_ai.tool.call.id", "call_c1"),
+    )
+    .await;
     assert_eq!(call.parent_span_id, request.span_id);
     assert_eq!(call.attributes["runtime_tools.kind"], "chat");
 
@@ -287,47 +345,95 @@ async fn a_chat_request_and_a_sessions_turn_each_give_their_calls_one_trace() {
     fake.update_with_tools(&["get_weather", "get_time"]).await;
     fake.push(call_event("r1", "s1", "get_weather", "{}")).await;
     fake.push(call_event("r1", "s2", "get_time", "{}")).await;
-    fake.push(response_done("r1", &[("s1", "get_weather", "{}"), ("s2", "get_time", "{}")]))
-        .await;
+    fake.push(response_done(
+        "r1",
+        &[("s1", "get_weather", "{}"), ("s2", "get_time", "{}")],
+    ))
+    .await;
     let got = callback.wait_for_requests(3).await;
     let traces: Vec<String> = got[1..]
         .iter()
         .map(|r| traceparent(r.header("traceparent").unwrap()).0)
         .collect();
     assert_eq!(traces[0], traces[1], "one trace for the turn");
-    let first = span(&receiver, "execute_tool get_weather", ("gen_ai.tool.call.id", "s1")).await;
-    let second = span(&receiver, "execute_tool get_time", ("gen_ai.tool.call.id", "s2")).await;
-    assert_eq!((first.trace_id.as_str(), second.trace_id.as_str()), (traces[0].as_str(), traces[0].as_str()));
+    let first = span(
+        &receiver,
+        "execute_tool get_weather",
+        ("gen_ai.tool.call.id", "s1"),
+    )
+    .await;
+    let second = span(
+        &receiver,
+        "execute_tool get_time",
+        ("gen_ai.tool.call.id", "s2"),
+    )
+    .await;
+    assert_eq!(
+        (first.trace_id.as_str(), second.trace_id.as_str()),
+        (traces[0].as_str(), traces[0].as_str())
+    );
     assert_eq!(first.parent_span_id, second.parent_span_id);
     assert_eq!(
-        (first.attributes["runtime_tools.caller"].as_str(), first.attributes["runtime_tools.kind"].as_str()),
+        (
+            first.attributes["runtime_tools.caller"].as_str(),
+            first.attributes["runtime_tools.kind"].as_str()
+        ),
         ("model", "client")
     );
     let turn = span(&receiver, "turn Lanlan", ("runtime_tools.turn_id", "r1")).await;
     assert_eq!(turn.span_id, first.parent_span_id);
-    assert_eq!((turn.trace_id.as_str(), turn.parent_span_id.as_str()), (traces[0].as_str(), ""));
+    assert_eq!(
+        (turn.trace_id.as_str(), turn.parent_span_id.as_str()),
+        (traces[0].as_str(), "")
+    );
 
     // The metrics of the same: the chat request and its rounds, the session, its syncs, the
     // calls of each kind.
     let scrape = crate::metrics::scrape(&app).await;
     let chat = [("kind", "chat"), ("character", "Mio")];
     assert_eq!(
-        scrape.value("runtime_tools_model_requests_total", &[chat[0], chat[1], ("outcome", "ok")]),
+        scrape.value(
+            "runtime_tools_model_requests_total",
+            &[chat[0], chat[1], ("outcome", "ok")]
+        ),
         1.0
     );
     assert_eq!(scrape.value("runtime_tools_model_rounds_total", &chat), 2.0);
     assert_eq!(
-        scrape.value("runtime_tools_sessions", &[("kind", "client"), ("state", "connected")]),
+        scrape.value(
+            "runtime_tools_sessions",
+            &[("kind", "client"), ("state", "connected")]
+        ),
         1.0
     );
-    assert_eq!(scrape.types["runtime_tools_session_sync_seconds"], "histogram");
+    assert_eq!(
+        scrape.types["runtime_tools_session_sync_seconds"],
+        "histogram"
+    );
     // The session took its first list and the two registrations.
     assert!(
-        scrape.value("runtime_tools_session_sync_seconds_count", &[("kind", "client")]) >= 2.0
+        scrape.value(
+            "runtime_tools_session_sync_seconds_count",
+            &[("kind", "client")]
+        ) >= 2.0
     );
-    for (kind, character, tool) in [("chat", "Mio", "get_weather"), ("client", "Lanlan", "get_weather"), ("client", "Lanlan", "get_time")] {
-        let labels = [("kind", kind), ("character", character), ("tool", tool), ("caller", "model"), ("outcome", "ok")];
-        assert_eq!(scrape.value("runtime_tools_tool_calls_total", &labels), 1.0, "{labels:?}");
+    for (kind, character, tool) in [
+        ("chat", "Mio", "get_weather"),
+        ("client", "Lanlan", "get_weather"),
+        ("client", "Lanlan", "get_time"),
+    ] {
+        let labels = [
+            ("kind", kind),
+            ("character", character),
+            ("tool", tool),
+            ("caller", "model"),
+            ("outcome", "ok"),
+        ];
+        assert_eq!(
+            scrape.value("runtime_tools_tool_calls_total", &labels),
+            1.0,
+            "{labels:?}"
+        );
     }
 }
 
@@ -353,7 +459,12 @@ async fn a_collector_that_is_down_or_stuck_costs_spans_never_calls() {
         }
     }
     assert_eq!(callback.received().len(), 20);
-    assert!(callback.received().iter().all(|r| r.header("traceparent").is_some()));
+    assert!(
+        callback
+            .received()
+            .iter()
+            .all(|r| r.header("traceparent").is_some())
+    );
     // At most two spans wait and two are being sent: the other 16 of the 20 were dropped as
     // their calls ended, without waiting.
     assert!(dropped(&stuck, "queue_full").await >= 16);
@@ -400,13 +511,25 @@ async fn an_mcp_servers_tool_gets_the_calls_trace_in_meta() {
         &parent,
     )
     .await;
-    assert_eq!((status, &answer["is_error"]), (200, &json!(false)), "{answer}");
+    assert_eq!(
+        (status, &answer["is_error"]),
+        (200, &json!(false)),
+        "{answer}"
+    );
     // What the official MCP SDK's server read from the request's `params._meta`.
     let seen = &answer["output"];
     let (trace, parent_span) = traceparent(seen["traceparent"].as_str().expect("a traceparent"));
     assert_eq!(trace, CALLER_TRACE);
     assert_eq!(seen["tracestate"], "caller=1");
-    let call = span(&receiver, "execute_tool traced", ("gen_ai.tool.call.id", "call_m1")).await;
-    assert_eq!(call.span_id, parent_span, "the MCP server's parent is the call's span");
+    let call = span(
+        &receiver,
+        "execute_tool traced",
+        ("gen_ai.tool.call.id", "call_m1"),
+    )
+    .await;
+    assert_eq!(
+        call.span_id, parent_span,
+        "the MCP server's parent is the call's span"
+    );
     assert_eq!(call.parent_span_id, CALLER_SPAN);
 }

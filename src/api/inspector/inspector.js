@@ -293,33 +293,25 @@ function renderLatency(item, role, tool) {
   box.replaceChildren(facts, histogram(sorted));
 }
 
-/** An SVG bar per latency bin (a log scale), its height the share of calls in it. */
+/** A bar per latency bin (a log scale), its height (one of eight steps, in the style sheet)
+ * the share of calls in it. */
 function histogram(sorted) {
-  const ns = "http://www.w3.org/2000/svg";
   const counts = LATENCY_BINS.map(() => 0);
   for (const ms of sorted) counts[LATENCY_BINS.findIndex(([upper]) => ms < upper)] += 1;
   const most = Math.max(...counts);
-  const svg = document.createElementNS(ns, "svg");
-  svg.setAttribute("class", "histogram");
-  svg.setAttribute("viewBox", `0 0 ${LATENCY_BINS.length * 10} 20`);
-  svg.setAttribute("role", "img");
+  const bars = element("span", "histogram");
+  bars.setAttribute("role", "img");
   const summary = LATENCY_BINS.map(([, label], i) => `${label}: ${counts[i]}`).join(", ");
-  svg.setAttribute("aria-label", `Latency of the last ${sorted.length} calls: ${summary}`);
+  bars.setAttribute("aria-label", `Latency of the last ${sorted.length} calls: ${summary}`);
   LATENCY_BINS.forEach(([, label], i) => {
-    const height = counts[i] ? Math.max(2, (20 * counts[i]) / most) : 0;
-    const bar = document.createElementNS(ns, "rect");
-    bar.setAttribute("x", String(i * 10 + 1));
-    bar.setAttribute("width", "8");
-    bar.setAttribute("y", String(20 - height));
-    bar.setAttribute("height", String(height));
+    const bar = element("span", "bar");
     bar.dataset.bin = label;
     bar.dataset.count = String(counts[i]);
-    const title = document.createElementNS(ns, "title");
-    title.textContent = `${label}: ${counts[i]}`;
-    bar.append(title);
-    svg.append(bar);
+    bar.dataset.level = String(counts[i] ? Math.max(1, Math.round((8 * counts[i]) / most)) : 0);
+    bar.title = `${label}: ${counts[i]}`;
+    bars.append(bar);
   });
-  return svg;
+  return bars;
 }
 
 function toolCard(role, tool) {

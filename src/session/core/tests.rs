@@ -455,7 +455,11 @@ fn calls_announced(subscription: &mut Subscription) -> Vec<Value> {
             data.as_object_mut().unwrap().remove("duration_ms");
             // The call's trace, which its callback's `traceparent` names.
             let trace = data.as_object_mut().unwrap().remove("trace_id");
-            assert_eq!(trace.and_then(|t| t.as_str().map(str::len)), Some(32), "{data}");
+            assert_eq!(
+                trace.and_then(|t| t.as_str().map(str::len)),
+                Some(32),
+                "{data}"
+            );
             data
         })
         .collect()
