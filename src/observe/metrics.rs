@@ -214,7 +214,7 @@ impl Metrics {
         if labels.contains(tool) {
             return tool;
         }
-        if labels.len() < MAX_TOOL_LABELS {
+        if labels.len() < usize::MAX {
             labels.insert(tool.to_owned());
             return tool;
         }
