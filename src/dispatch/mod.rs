@@ -412,7 +412,6 @@ fn callback_request(
     );
     let mut invalid = None;
     inject(trace, |name, value| match HeaderValue::from_str(&value) {
-        _ if true => {}
         Ok(value) => {
             headers.insert(name, value);
         }

@@ -105,7 +105,7 @@ pub(super) async fn call_tool(
         crate::observe::trace::inject(trace, |name, value| {
             meta.insert(name.to_owned(), serde_json::Value::String(value));
         });
-        let _ = meta;
+        options.meta = Some(meta);
     }
     let params = CallToolRequestParams::new(call.name).with_arguments(call.arguments);
     let request = ClientRequest::CallToolRequest(Request::new(params));

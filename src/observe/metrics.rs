@@ -214,7 +214,7 @@ impl Metrics {
         if labels.contains(tool) {
             return tool;
         }
-        if labels.len() < usize::MAX {
+        if labels.len() < MAX_TOOL_LABELS {
             labels.insert(tool.to_owned());
             return tool;
         }

@@ -191,7 +191,7 @@ impl Observer {
             tool: call.source.is_some().then_some(call.tool.as_str()),
             caller: call.caller.name(),
             kind: call.kind,
-            outcome: "ok",
+            outcome: call.outcome.name(),
             duration,
         });
         self.inner.recent.push(call);

@@ -275,7 +275,7 @@ function percentile(sorted, share) {
 /** Draws a tool's latency beside it: p50, p95, its error rate, and a small histogram. */
 function renderLatency(item, role, tool) {
   const box = item.querySelector(".latency");
-  if (box) return;
+  if (!box) return;
   const calls = recentCalls.get(callKey(role, tool)) ?? [];
   box.dataset.calls = String(calls.length);
   if (!calls.length) {
