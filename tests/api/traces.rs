@@ -1,7 +1,8 @@
 //! Traces: the spans the server exports over OTLP/HTTP, received by a real HTTP receiver on
 //! loopback and decoded with the official protobuf types (`opentelemetry-proto`): their names,
 //! kinds, attributes and parentage, and the `traceparent` each callback got naming them. And a
-//! collector that is down or slow: calls go on, spans are dropped and counted.
+//! collector that is down or slow: calls go on, spans are dropped and counted. And the binary,
+//! switched on and off by the standard `OTEL_*` variables.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -468,7 +469,15 @@ async fn a_collector_that_is_down_or_stuck_costs_spans_never_calls() {
     // At most two spans wait and two are being sent: the other 16 of the 20 were dropped as
     // their calls ended, without waiting.
     assert!(dropped(&stuck, "queue_full").await >= 16);
+    // An export has reached the stuck collector, which never answers it: calls made while it
+    // hangs are answered all the same (were the call path to wait for the exporter, they would
+    // wait for the whole export timeout, the client's own deadline, and fail).
     stuck_receiver.wait_for_requests(1).await;
+    for _ in 0..5 {
+        let answer = invoke_ok(&stuck, "get_weather", json!({})).await;
+        assert_eq!(answer["is_error"], false, "{answer}");
+    }
+    assert_eq!(stuck_receiver.received().len(), 1, "still the one export");
     dropped_at_least(&down, "export_failed", 1).await;
 }
 
@@ -532,4 +541,84 @@ async fn an_mcp_servers_tool_gets_the_calls_trace_in_meta() {
         "the MCP server's parent is the call's span"
     );
     assert_eq!(call.parent_span_id, CALLER_SPAN);
+}
+
+/// Runs the server binary with `env`, registers a tool answered by `callback` and invokes it
+/// once, then stops it with SIGTERM and waits for its exit (code 0); the request the callback got.
+async fn one_call_then_stop(
+    env: &[(&str, &str)],
+    callback: &CallbackServer,
+) -> crate::callback_server::Received {
+    let seen = callback.received().len();
+    let mut child = crate::cli::Child::start_with_env(
+        &["serve", "--bind", "127.0.0.1:0", "--character", "Mio"],
+        env,
+    );
+    let base = format!("http://{}", child.listening("127.0.0.1"));
+    let client = crate::helpers::test_client();
+    for (path, body) in [
+        (
+            "/api/tools/register",
+            tool("get_weather", &callback.url("/ok")),
+        ),
+        (
+            "/api/tools/invoke",
+            json!({"name": "get_weather", "call_id": "call_env", "arguments": {}}),
+        ),
+    ] {
+        let mut response = client
+            .post(format!("{base}{path}"))
+            .send_json(&body)
+            .await
+            .expect("request sent");
+        let answer: Value = response.json().await.expect("a JSON answer");
+        assert_eq!(response.status(), 200, "{path}: {answer}");
+    }
+    let got = callback.wait_for_requests(seen + 1).await[seen].clone();
+    // Its exit flushes the spans still queued to the receiver, which runs on this thread: wait
+    // for it elsewhere.
+    let status = tokio::task::spawn_blocking(move || {
+        child.signal("TERM");
+        child.wait()
+    })
+    .await
+    .expect("the waiting thread");
+    assert!(status.success(), "{status}");
+    got
+}
+
+/// The binary reads the standard variables: an endpoint switches export on (the service named
+/// by `OTEL_SERVICE_NAME`, queued spans sent before it exits), `OTEL_SDK_DISABLED=true` keeps it
+/// off; the callback gets a `traceparent` either way.
+#[actix_web::test]
+async fn the_standard_otel_variables_switch_export_on_and_off() {
+    let receiver = receiver();
+    let callback = CallbackServer::with("/ok", Reply::output(json!(1)));
+    let endpoint = receiver.url("");
+    // A schedule longer than the test: the span goes out when the server stops.
+    let exporting = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_SERVICE_NAME", "weather-companion"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "600000"),
+    ];
+    let got = one_call_then_stop(&exporting, &callback).await;
+    let (trace, _) = traceparent(got.header("traceparent").expect("a traceparent"));
+    let call = span(
+        &receiver,
+        "execute_tool get_weather",
+        ("gen_ai.tool.call.id", "call_env"),
+    )
+    .await;
+    assert_eq!(
+        (call.trace_id.as_str(), call.service.as_str()),
+        (trace.as_str(), "weather-companion")
+    );
+    let exports = receiver.received().len();
+
+    let mut disabled = exporting.to_vec();
+    disabled.push(("OTEL_SDK_DISABLED", "true"));
+    let got = one_call_then_stop(&disabled, &callback).await;
+    traceparent(got.header("traceparent").expect("a traceparent"));
+    // It has exited, and would have flushed its span on the way out: none came.
+    assert_eq!(receiver.received().len(), exports);
 }
