@@ -290,7 +290,7 @@ async fn a_chat_request_and_a_sessions_turn_each_give_their_calls_one_trace() {
     let upstream = FakeChat::start();
     let fake = FakeRealtime::start(AckMode::Immediate).await;
     let mut config = settings(&["Mio", "Lanlan"]);
-    config.characters[0].chat = Some(runtime_tools::ChatSettings::new(&upstream.base()));
+    config.characters[0].chat = Some(runtime_tools::ChatSettings::new(upstream.base()));
     config.characters[1].session = Some(runtime_tools::SessionSettings::new(
         &fake.url,
         Dialect::Openai,
