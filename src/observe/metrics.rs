@@ -17,7 +17,7 @@ use prometheus::{
 
 use crate::domain::connection::ConnectionKind;
 
-/// Distinct `tool` label values kept; later names are counted as [`OTHER_TOOL`]. Far above the
+/// Distinct `tool` label values kept; later names are counted as `tool="other"`. Far above the
 /// tools a deployment registers, low enough that a plugin registering names in a loop cannot
 /// grow the exposition (and a scraper's memory) without bound.
 pub const MAX_TOOL_LABELS: usize = 500;

@@ -207,7 +207,7 @@ impl Observer {
         self.inner.metrics.render(now)
     }
 
-    /// Sends the spans still queued and stops the exporter (at most [`FLUSH_TIMEOUT`]). Blocks:
+    /// Sends the spans still queued and stops the exporter (at most two seconds). Blocks:
     /// call it off the async threads.
     pub fn shut_down(&self) {
         if let Some(provider) = self.inner.tracing.provider()

@@ -37,7 +37,7 @@ pub struct TraceSettings {
     /// The traces URL (`.../v1/traces`); `None`: the exporter reads
     /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, or `OTEL_EXPORTER_OTLP_ENDPOINT` + `/v1/traces`.
     pub endpoint: Option<String>,
-    /// `None`: `OTEL_SERVICE_NAME` when set, else [`DEFAULT_SERVICE_NAME`].
+    /// `None`: `OTEL_SERVICE_NAME` when set, else `runtime-tools`.
     pub service_name: Option<String>,
     /// Spans held for the exporter; more are dropped (and counted).
     pub max_queue: usize,
