@@ -14,6 +14,7 @@ use crate::chat::settings::FileChat;
 use crate::dispatch::settings::{DispatchSettings, FileDispatch};
 use crate::events::EventSettings;
 use crate::mcp::settings::{FileMcpServer, McpServerSettings, servers_from_file};
+use crate::observe::trace::TraceSettings;
 use crate::session::settings::FileSession;
 
 /// Where the server listens unless told otherwise: loopback only, a fixed port plugins know.
@@ -45,6 +46,9 @@ pub struct Settings {
     pub events: EventSettings,
     /// MCP servers whose tools the characters get, in configuration order.
     pub mcp_servers: Vec<McpServerSettings>,
+    /// Span export (not in the file: the standard `OTEL_*` variables, which the binary reads
+    /// with [`TraceSettings::from_env`]); off by default.
+    pub trace: TraceSettings,
 }
 
 impl Default for Settings {
@@ -59,6 +63,7 @@ impl Default for Settings {
             stop_grace: DEFAULT_STOP_GRACE,
             events: EventSettings::default(),
             mcp_servers: Vec::new(),
+            trace: TraceSettings::default(),
         }
     }
 }

@@ -22,7 +22,10 @@
 //! - `session`: live model sessions: one protocol-agnostic core, one adapter per wire protocol,
 //!   one actor per kind of connection.
 //! - `dispatch`: the [`Dispatcher`], which runs a call against a callback or a local tool.
-//! - `events`: the [`EventHub`] behind `GET /api/events`.
+//! - `events`: the [`EventHub`] behind `GET /api/events`, and the watch every call is observed
+//!   through.
+//! - `observe`: metrics (`GET /metrics`), the recent calls (`GET /api/calls`) and OpenTelemetry
+//!   spans.
 //! - `domain`: plain values and rules (tools, arguments, calls, callback URLs, registries); it
 //!   imports nothing of the actor system or the web framework.
 //! - `telemetry`: logging.
@@ -41,6 +44,7 @@ mod dispatch;
 mod domain;
 mod events;
 mod mcp;
+mod observe;
 mod session;
 mod startup;
 pub mod telemetry;
@@ -52,6 +56,8 @@ pub use config::{Settings, parse_bind};
 pub use dispatch::settings::DispatchSettings;
 pub use events::{EventHub, EventKind, EventSettings};
 pub use mcp::settings::{McpServerSettings, McpTransport};
+pub use observe::Observer;
+pub use observe::trace::TraceSettings;
 pub use session::settings::{Dialect, SessionMode, SessionProtocol, SessionSettings};
 pub use startup::{Application, Stopper};
 
@@ -76,9 +82,10 @@ pub use domain::tool::{Behavior, SharedTool, ToolHandler, ToolSpec, empty_parame
 pub mod embedding {
     pub use crate::actors::manager::SessionReport;
     pub use crate::dispatch::CallCanceller;
+    pub use crate::domain::call::Outcome;
     pub use crate::domain::call::ToolResult;
     pub use crate::domain::connection::ConnectionKind;
-    pub use crate::events::{Caller, ToolCallFinished};
+    pub use crate::events::{CallStart, CallWatch, Caller, ToolCallFinished};
     pub use crate::session::core::rfc3339_now;
     pub use crate::session::{
         CloseSession, ConnectionReport, ConnectionState, Conversation, ResumptionReport,
@@ -102,6 +109,9 @@ pub mod limits {
     pub use crate::domain::peer_text::MAX_PEER_TEXT_BYTES;
     pub use crate::domain::tool::MAX_TIMEOUT;
     pub use crate::events::{RING_CAPACITY, SUBSCRIBER_BUFFER};
+    pub use crate::observe::metrics::MAX_TOOL_LABELS;
+    pub use crate::observe::recent::RECENT_CALLS;
+    pub use crate::observe::trace::DEFAULT_SPAN_QUEUE;
     pub use crate::session::MAX_EVENT_BYTES;
     pub use crate::session::core::REPLY_GRACE;
     pub use crate::session::outbox::MAX_APP_QUEUE_BYTES;

@@ -18,6 +18,11 @@
 #              with a live session to a fake model calling the tool in a closed loop, in client
 #              and relay mode, answered by the nginx callback; with its floor (wrk at nginx, 1
 #              connection). Not in the default list: run it by name.
+#   callpath-export
+#              what span export costs on the call path (benches/call_path.rs, client mode, one
+#              session): per run, alternated, main's binary (MAIN_BIN=PATH), this build with export
+#              off, and this build exporting every span to nginx's /v1/traces (OTLP/HTTP); with the
+#              floor. Not in the default list: run it by name.
 #   chat       text chat (benches/chat.rs), chat completions and the Responses API: a request with
 #              one round of a registered tool through the server against the app's own loop
 #              (upstream, callback, upstream), at CONNS and at 1 connection, and the first streamed
@@ -208,6 +213,25 @@ hop_suite() {
   done
 }
 
+callpath_export_suite() {
+  [ -n "${MAIN_BIN:-}" ] || { echo "callpath-export needs MAIN_BIN=PATH (main's release binary)" >&2; exit 2; }
+  measure floor-callback-conn1 "$HERE/callback.lua" "$CALLBACK" "$(nginx_pids)" 1
+  [ -n "${SKIP_BUILD:-}" ] || cargo bench --quiet --bench call_path --no-run 2>/dev/null
+  local run variant bin endpoint
+  for run in $(seq "$RUNS"); do
+    for variant in main off on; do
+      bin="$BIN"; endpoint=""
+      [ "$variant" = main ] && bin="$MAIN_BIN"
+      [ "$variant" = on ] && endpoint="$CALLBACK"
+      RUNTIME_TOOLS_BIN="$bin" OTEL_EXPORTER_OTLP_ENDPOINT="$endpoint" OTEL_BSP_SCHEDULE_DELAY=1000 \
+        cargo bench --quiet --bench call_path -- --mode client --sessions 1 --runs 1 \
+        --seconds "${DURATION%s}" --warmup-seconds "${WARMUP%s}" --callback "$CALLBACK" \
+        --label "$variant" 2>"$WORK/call_path.err" | tee -a "$RESULTS" | grep -v '^#' \
+        || { cat "$WORK/call_path.err" >&2; exit 1; }
+    done
+  done
+}
+
 callpath_suite() {
   local mode n line
   measure floor-callback-conn1 "$HERE/callback.lua" "$CALLBACK" "$(nginx_pids)" 1
@@ -235,6 +259,7 @@ for suite in "${SUITES[@]}"; do
     memory) memory_suite ;;
     proxy) proxy_suite ;;
     callpath) callpath_suite ;;
+    callpath-export) callpath_export_suite ;;
     chat) chat_suite ;;
     hop) hop_suite ;;
     *) echo "unknown suite $suite" >&2; exit 2 ;;

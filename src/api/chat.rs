@@ -153,6 +153,7 @@ where
         dispatcher: state.dispatcher.clone(),
         events: state.events.clone(),
         app: AppHeaders::from_request(req.headers()),
+        parent: super::incoming_trace(&req),
     };
     Ok(match run(context, request).await {
         Reply::Whole {

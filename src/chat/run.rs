@@ -24,11 +24,13 @@ use super::round::{Answer, MAX_CALLS_PER_ROUND, Step, Streamed, Unreadable, Wire
 use super::upstream::{AppHeaders, UpstreamError};
 use super::wire::{error_body, error_text, refuses_tools};
 use crate::dispatch::{Dispatcher, Where};
+use crate::domain::call::Outcome;
 use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::registry::not_registered_text;
 use crate::domain::snapshot::ToolCell;
 use crate::domain::tool::SharedTool;
-use crate::events::{CallAnnouncement, Caller, EventHub, ToolCallFinished};
+use crate::events::{CallStart, CallWatch, Caller, EventHub};
+use crate::observe::trace::Span;
 
 /// Frames waiting for an app that reads its stream slowly: the upstream is read only as fast
 /// as the app takes what came before.
@@ -44,6 +46,8 @@ pub(crate) struct ChatContext {
     pub events: EventHub,
     /// The app's headers that pass upstream.
     pub app: AppHeaders,
+    /// The trace context the app's request came with: the parent of the request's span.
+    pub parent: Option<opentelemetry::trace::SpanContext>,
 }
 
 /// The app's answer.
@@ -97,6 +101,20 @@ impl From<Unreadable> for Failure {
 }
 
 impl Failure {
+    /// How the request ended, and the upstream failure's reason, in the metrics.
+    fn names(&self) -> (&'static str, Option<&'static str>) {
+        match self {
+            Failure::Upstream(UpstreamError::TimedOut { .. }) => {
+                ("upstream_error", Some("timeout"))
+            }
+            Failure::Upstream(_) => ("upstream_error", Some("unreachable")),
+            Failure::Status { .. } => ("upstream_error", Some("status")),
+            Failure::Invalid(_) => ("upstream_error", Some("invalid")),
+            Failure::StreamError(_) => ("upstream_error", Some("stream_error")),
+            Failure::Gone => ("gone", None),
+        }
+    }
+
     /// What the log and `GET /api/sessions` say of it.
     fn text(&self) -> String {
         match self {
@@ -181,14 +199,22 @@ pub(crate) async fn serve<C: WireConversation + 'static>(
     conversation: C,
 ) -> Reply {
     let stream = conversation.streaming();
+    let span = ctx
+        .events
+        .observer()
+        .request_span(C::KIND, &ctx.role, ctx.parent.as_ref());
     let mut driver = Driver {
+        span,
         ctx,
         conversation,
         stream: None,
     };
     if !stream {
         return match driver.run().await {
-            Ok(Answer::Whole(answer)) => Reply::json(200, &answer),
+            Ok(Answer::Whole(answer)) => {
+                driver.count(None);
+                Reply::json(200, &answer)
+            }
             Ok(Answer::Frames(_)) => unreachable!("a request without a stream is answered whole"),
             Err(failure) => {
                 driver.record(&failure);
@@ -236,6 +262,8 @@ struct AppStream {
 }
 
 struct Driver<C> {
+    /// The request's span: the parent of its calls' spans; ends with the driver.
+    span: Span,
     ctx: ChatContext,
     conversation: C,
     /// The app's stream, when it asked for one.
@@ -248,6 +276,7 @@ impl<C: WireConversation> Driver<C> {
     async fn run_stream(mut self) {
         let failure = match self.run().await {
             Ok(Answer::Frames(frames)) => {
+                self.count(None);
                 for frame in frames {
                     if self.send(frame).await.is_err() {
                         return;
@@ -255,7 +284,8 @@ impl<C: WireConversation> Driver<C> {
                 }
                 return;
             }
-            Ok(Answer::Whole(_)) | Err(Failure::Gone) => return,
+            Ok(Answer::Whole(_)) => return self.count(None),
+            Err(Failure::Gone) => return self.count(Some(&Failure::Gone)),
             Err(failure) => failure,
         };
         self.record(&failure);
@@ -276,8 +306,20 @@ impl<C: WireConversation> Driver<C> {
         }
     }
 
-    /// Logs a failure and keeps it for the report.
-    fn record(&self, failure: &Failure) {
+    /// Counts the request as ended (with `failure`, or `None` when it answered).
+    fn count(&mut self, failure: Option<&Failure>) {
+        let metrics = self.ctx.events.observer().metrics();
+        let (outcome, reason) = failure.map_or(("ok", None), Failure::names);
+        metrics.model_request(C::KIND, &self.ctx.role, outcome);
+        if let Some(reason) = reason {
+            metrics.upstream_error(C::KIND, &self.ctx.role, reason);
+            self.span.fail(reason);
+        }
+    }
+
+    /// Logs a failure, counts it, and keeps it for the report.
+    fn record(&mut self, failure: &Failure) {
+        self.count(Some(failure));
         let text = failure.text();
         tracing::warn!(character = %self.ctx.role, kind = C::KIND.name(), "chat request failed: {text}");
         self.ctx.endpoint.failed(text);
@@ -315,6 +357,11 @@ impl<C: WireConversation> Driver<C> {
                 self.announce();
             }
             endpoint.round();
+            self.ctx
+                .events
+                .observer()
+                .metrics()
+                .model_round(C::KIND, &self.ctx.role);
             let stream = self.conversation.streaming();
             let response = upstream
                 .post(C::PATH, round.body, stream, &self.ctx.app)
@@ -429,7 +476,7 @@ impl<C: WireConversation> Driver<C> {
         let tools = self.conversation.tool_loop();
         let sent: Vec<&str> = tools.sent_names().collect();
         let runs = calls.iter().enumerate().map(|(i, model_call)| {
-            let call = ToolCall::from_raw(
+            let mut call = ToolCall::from_raw(
                 model_call.id.clone(),
                 model_call.name.clone(),
                 model_call.arguments.clone(),
@@ -438,23 +485,22 @@ impl<C: WireConversation> Driver<C> {
             let sent = &sent;
             async move {
                 // A request dropped (its app went away) drops its calls: announced as cancelled.
-                let announcement = CallAnnouncement::start(
+                let watch = CallWatch::start(
                     &self.ctx.events,
-                    ToolCallFinished {
+                    CallStart {
                         role: &self.ctx.role,
                         tool: &model_call.name,
                         source: tool.as_ref().map(|t| t.source.as_str()),
                         call_id: &model_call.id,
                         caller: Caller::Model,
                         kind: Some(C::KIND),
-                        duration_ms: 0.0,
-                        is_error: false,
-                        cancelled: false,
                         behavior: crate::domain::tool::Behavior::Blocking,
                     },
+                    Some(self.span.context()),
                 );
+                call.trace = Some(watch.trace().clone());
                 let result = match &tool {
-                    _ if i >= MAX_CALLS_PER_ROUND => call.error(format!(
+                    _ if i >= MAX_CALLS_PER_ROUND => call.failed(Outcome::Refused, format!(
                         "too many tool calls in one turn: at most {MAX_CALLS_PER_ROUND} run; \
                          the call was not run"
                     )),
@@ -474,10 +520,10 @@ impl<C: WireConversation> Driver<C> {
                     }
                     None => {
                         let error = not_registered_text(&call.name, None, sent.iter().copied());
-                        call.error(error)
+                        call.failed(Outcome::UnknownTool, error)
                     }
                 };
-                announcement.finished(result.is_error);
+                watch.finished(&result);
                 result
             }
         });

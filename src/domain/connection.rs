@@ -42,3 +42,26 @@ impl From<ConnectionKind> for &'static str {
         kind.name()
     }
 }
+
+/// Who made a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Caller {
+    /// A live model session, or a chat request's model.
+    Model,
+    /// `POST /api/tools/invoke`.
+    Invoke,
+    /// An MCP client of `/mcp` (`tools/call`).
+    Mcp,
+}
+
+impl Caller {
+    /// The caller as the API spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Caller::Model => "model",
+            Caller::Invoke => "invoke",
+            Caller::Mcp => "mcp",
+        }
+    }
+}

@@ -35,12 +35,17 @@ pub struct Child {
 
 impl Child {
     pub fn start(args: &[&str]) -> Self {
-        Self::start_reading_stderr(args, true, "info")
+        Self::start_reading_stderr(args, &[], true, "info")
     }
 
     /// Starts the command logging at `level` (`RUST_LOG`).
     pub fn start_logging(args: &[&str], level: &str) -> Self {
-        Self::start_reading_stderr(args, true, level)
+        Self::start_reading_stderr(args, &[], true, level)
+    }
+
+    /// Starts the command with these environment variables set as well.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_reading_stderr(args, env, true, "info")
     }
 
     /// Its process id.
@@ -51,13 +56,19 @@ impl Child {
     /// Starts the command with its stderr on a pipe that nobody reads, as an app that launches
     /// the server and ignores its output would.
     pub fn start_with_unread_stderr(args: &[&str]) -> Self {
-        Self::start_reading_stderr(args, false, "info")
+        Self::start_reading_stderr(args, &[], false, "info")
     }
 
-    fn start_reading_stderr(args: &[&str], read: bool, level: &str) -> Self {
+    fn start_reading_stderr(
+        args: &[&str],
+        env: &[(&str, &str)],
+        read: bool,
+        level: &str,
+    ) -> Self {
         let mut child = Command::new(BINARY)
             .args(args)
             .env("RUST_LOG", level)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -40,7 +40,13 @@ const SERVER_ROUTES: &[(&str, &str)] = &[
     ("post", CHAT),
     ("post", RESPONSES),
     ("get", MODELS),
+    ("get", METRICS),
+    ("get", CALLS),
 ];
+
+/// The Prometheus exposition (text) and the recent calls.
+const METRICS: &str = "/metrics";
+const CALLS: &str = "/api/calls";
 
 /// A running call's progress, as the document names it; sent with a concrete id
 /// ([`concrete`]), and recorded under this name.
@@ -205,8 +211,15 @@ fn response_schema(doc: &Value, method: &str, path: &str, status: u16) -> Option
     let content = response["content"].as_object()?;
     let schema = match content.get("application/json") {
         Some(json) => json["schema"].clone(),
-        // An event stream's body is text: the first frame is checked as a string.
-        None => content.get("text/event-stream")?["schema"].clone(),
+        // An event stream's body is text (the first frame is checked as a string), and so is
+        // the Prometheus exposition.
+        None => content
+            .iter()
+            .find(|(kind, _)| {
+                kind.starts_with("text/event-stream") || kind.starts_with("text/plain")
+            })?
+            .1["schema"]
+            .clone(),
     };
     let Value::Object(mut schema) = schema else {
         return None;
@@ -705,6 +718,16 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     run("post", "/api/sessions/context", None, Body::Json(empty)).await;
     running.abort();
 
+    // The metrics and the recent calls (the invokes above are among them).
+    run("get", METRICS, None, Body::None).await;
+    run("get", METRICS, foreign, Body::None).await;
+    run("post", METRICS, None, Body::Json(json!({}))).await;
+    run("get", "/api/calls?role=Mio&limit=5", None, Body::None).await;
+    run("get", "/api/calls?role=Nobody", None, Body::None).await;
+    run("get", "/api/calls?limit=1001", None, Body::None).await;
+    run("get", CALLS, foreign, Body::None).await;
+    run("post", CALLS, None, Body::Json(json!({}))).await;
+
     // The full listing.
     run("get", "/api/tools?detail=full", None, Body::None).await;
     run("get", "/api/tools?detail=everything", None, Body::None).await;
@@ -730,6 +753,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
             RESPONSES,
             MODELS,
             MCP,
+            CALLS,
         ]
         .contains(p)
     }) {
@@ -832,6 +856,12 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
             assert_eq!(
                 exchange.content_type.as_deref(),
                 Some("text/event-stream"),
+                "{exchange:?}"
+            );
+        } else if exchange.path == METRICS && exchange.status == 200 {
+            assert_eq!(
+                exchange.content_type.as_deref(),
+                Some("text/plain; version=0.0.4; charset=utf-8"),
                 "{exchange:?}"
             );
         } else if exchange.path == MCP && exchange.status < 300 {
