@@ -59,12 +59,7 @@ impl Child {
         Self::start_reading_stderr(args, &[], false, "info")
     }
 
-    fn start_reading_stderr(
-        args: &[&str],
-        env: &[(&str, &str)],
-        read: bool,
-        level: &str,
-    ) -> Self {
+    fn start_reading_stderr(args: &[&str], env: &[(&str, &str)], read: bool, level: &str) -> Self {
         let mut child = Command::new(BINARY)
             .args(args)
             .env("RUST_LOG", level)
