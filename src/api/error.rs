@@ -284,6 +284,19 @@ impl From<ApiError> for OpenAiError {
     }
 }
 
+impl From<crate::chat::TooManyRequests> for OpenAiError {
+    /// OpenAI's own answer to too many requests, so SDKs back off and retry.
+    fn from(e: crate::chat::TooManyRequests) -> Self {
+        Self {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            message: e.to_string(),
+            kind: "requests",
+            param: None,
+            code: Some("rate_limit_exceeded"),
+        }
+    }
+}
+
 impl ResponseError for OpenAiError {
     fn status_code(&self) -> StatusCode {
         self.status

@@ -225,12 +225,14 @@ impl Conversation {
     }
 
     /// The round ends the request with the app's own calls: what the server ran of it is kept
-    /// for the app's next request.
+    /// for the app's next request, which must follow `prompt` (the person's last message of
+    /// this one) to get it back.
     pub(crate) fn hand_off(
         &mut self,
         calls: &[ModelCall],
         server: Vec<ModelCall>,
         results: Vec<ToolResult>,
+        prompt: Option<Value>,
     ) -> HandedTurn {
         let (answers, images) = self.answers(results);
         let mut answers: std::collections::HashMap<String, Raw> =
@@ -241,6 +243,7 @@ impl Conversation {
                 .map(|c| (call_value(c), answers.remove(&c.id)))
                 .collect(),
             images,
+            prompt,
         }
     }
 
@@ -427,6 +430,7 @@ mod tests {
             &calls,
             server.clone(),
             vec![result(&server[0], "\"sunny\"", vec![])],
+            None,
         );
         assert!(turn.calls[0].1.is_some() && turn.calls[1].1.is_none());
     }

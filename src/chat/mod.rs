@@ -10,7 +10,8 @@
 //! upstream exchanges, the calls through the dispatcher, the app's stream or completion).
 //!
 //! - [`wire`]: the chat-completions format (requests, chunks, messages, usage, errors);
-//! - [`turns`]: the handed-back turns, bounded by count and age;
+//! - [`turns`]: the handed-back turns, each kept for its own conversation, bounded by count,
+//!   bytes and age;
 //! - [`upstream`]: the HTTP client of the upstream;
 //! - [`settings`]: the `[character.chat]` table.
 
@@ -22,14 +23,15 @@ pub(crate) mod turns;
 pub(crate) mod upstream;
 pub(crate) mod wire;
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use indexmap::IndexMap;
 use serde::Serialize;
 
 use self::settings::ChatSettings;
-use self::turns::{HandedTurn, HandedTurns, Restored};
+use self::turns::{HandedTurn, HandedTurns, Restored, TooLarge};
 use self::upstream::Upstream;
 use self::wire::Raw;
 use crate::session::core::rfc3339_now;
@@ -41,6 +43,29 @@ pub struct ChatEndpoint {
     settings: ChatSettings,
     upstream: Upstream,
     state: Mutex<ChatState>,
+    /// Requests running now (each holds a [`RequestPermit`]).
+    running: Arc<AtomicUsize>,
+}
+
+/// A request's place among the character's running requests, given back when dropped (with
+/// the request's future, or its stream's task).
+#[derive(Debug)]
+pub struct RequestPermit(Arc<AtomicUsize>);
+
+impl Drop for RequestPermit {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A request refused because the character already runs as many as it may.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the character's chat is already running {max} requests (chat.max_concurrent_requests): \
+     try again when one has ended"
+)]
+pub struct TooManyRequests {
+    pub max: usize,
 }
 
 #[derive(Debug, Default)]
@@ -114,7 +139,20 @@ impl ChatEndpoint {
             upstream: Upstream::new(&settings)?,
             settings,
             state: Mutex::new(ChatState::default()),
+            running: Arc::new(AtomicUsize::new(0)),
         })
+    }
+
+    /// A place for one more request, unless the character runs its maximum already. Taken
+    /// before the body is read, so what waits in memory is bounded too.
+    pub fn admit(&self) -> Result<RequestPermit, TooManyRequests> {
+        let max = self.settings.max_concurrent_requests;
+        self.running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .map(|_| RequestPermit(self.running.clone()))
+            .map_err(|_| TooManyRequests { max })
     }
 
     pub fn settings(&self) -> &ChatSettings {
@@ -215,9 +253,10 @@ impl ChatEndpoint {
         true
     }
 
-    /// Keeps a turn handed back to the app for its next request.
-    pub fn keep(&self, turn: HandedTurn) {
-        self.state().turns.keep(turn, Instant::now());
+    /// Keeps a turn handed back to the app for its next request (not one larger than the
+    /// whole store: its next request goes with only the app's calls, and is logged as a miss).
+    pub fn keep(&self, turn: HandedTurn) -> Result<(), TooLarge> {
+        self.state().turns.keep(turn, Instant::now())
     }
 
     pub fn report(&self) -> ChatReport {

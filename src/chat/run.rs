@@ -18,11 +18,12 @@ use hyper::header::CONTENT_TYPE;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use super::ChatEndpoint;
 use super::answer::{self, ModelCall, RoundAnswer, StreamRound};
 use super::conversation::{Conversation, MAX_CALLS_PER_ROUND, Step};
+use super::turns::{self, HANDED_TURN_TTL, MAX_HANDED_TURN_BYTES, MAX_HANDED_TURNS, TooLarge};
 use super::upstream::{AppHeaders, UpstreamError};
 use super::wire::{self, AppStream, ChatRequest, error_body, error_text, refuses_tools};
+use super::{ChatEndpoint, RequestPermit};
 use crate::dispatch::{Dispatcher, Where};
 use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::connection::ConnectionKind;
@@ -45,6 +46,8 @@ pub(crate) struct ChatContext {
     pub events: EventHub,
     /// The app's headers that pass upstream.
     pub app: AppHeaders,
+    /// The request's place among the character's running requests: held as long as its work.
+    pub _permit: RequestPermit,
 }
 
 /// The app's answer.
@@ -118,23 +121,9 @@ impl Failure {
                 content_type,
                 body,
             },
-            Failure::Upstream(e @ UpstreamError::TimedOut { .. }) => Reply::json(
-                504,
-                &error_body(
-                    &e.to_string(),
-                    "upstream_error",
-                    None,
-                    Some("upstream_timeout"),
-                ),
-            ),
             Failure::Upstream(e) => Reply::json(
-                502,
-                &error_body(
-                    &e.to_string(),
-                    "upstream_error",
-                    None,
-                    Some("upstream_unreachable"),
-                ),
+                e.status(),
+                &error_body(&e.to_string(), "upstream_error", None, Some(e.code())),
             ),
             failure @ (Failure::Invalid(_) | Failure::StreamError(_) | Failure::Gone) => {
                 Reply::json(
@@ -157,8 +146,7 @@ impl Failure {
             Failure::Status { status, body, .. } => wire::upstream_error_object(status, &body),
             other => {
                 let code = match &other {
-                    Failure::Upstream(UpstreamError::TimedOut { .. }) => "upstream_timeout",
-                    Failure::Upstream(_) => "upstream_unreachable",
+                    Failure::Upstream(e) => e.code(),
                     _ => "upstream_invalid",
                 };
                 json!({"message": other.text(), "type": "upstream_error", "param": null, "code": code})
@@ -171,9 +159,10 @@ impl Failure {
 /// Serves one chat request.
 pub(crate) async fn complete(ctx: ChatContext, mut request: ChatRequest) -> Reply {
     let settings = ctx.endpoint.settings();
+    let prompt = turns::last_prompt(&request.messages);
     let (messages, restored) = ctx.endpoint.begin(std::mem::take(&mut request.messages));
     if restored.missed > 0 {
-        tracing::warn!(character = %ctx.role, turns = restored.missed, "a request carried turns whose server calls were forgotten (kept at most 1 h and 256 turns): the model sees only the app's calls of them");
+        tracing::warn!(character = %ctx.role, turns = restored.missed, "a request carried turns whose server calls were forgotten (kept at most {} h, {MAX_HANDED_TURNS} turns and {} MiB): the model sees only the app's calls of them", HANDED_TURN_TTL.as_secs() / 3600, MAX_HANDED_TURN_BYTES >> 20);
     }
     let stream = request.stream;
     let include_usage = request.include_usage;
@@ -187,6 +176,7 @@ pub(crate) async fn complete(ctx: ChatContext, mut request: ChatRequest) -> Repl
     let mut driver = Driver {
         ctx,
         conversation,
+        prompt,
         out: Out::Collect {
             first: None,
             last: None,
@@ -254,6 +244,8 @@ enum Out {
 struct Driver {
     ctx: ChatContext,
     conversation: Conversation,
+    /// The person's last message of the app's request: a turn handed back follows it.
+    prompt: Option<Value>,
     out: Out,
 }
 
@@ -332,7 +324,7 @@ impl Driver {
                 .to_owned();
             if !response.status().is_success() {
                 let body = upstream
-                    .read(response.into_body())
+                    .read(response.into_body(), &self.ctx.app)
                     .await
                     .map_err(Failure::Upstream)?;
                 if refuses_tools(status, &body) && self.conversation.refuse_tools() {
@@ -365,8 +357,12 @@ impl Driver {
                 Step::HandOff { all, server, app } => {
                     if !server.is_empty() {
                         let results = self.run_calls(&server).await;
-                        let turn = self.conversation.hand_off(&all, server, results);
-                        endpoint.keep(turn);
+                        let turn =
+                            self.conversation
+                                .hand_off(&all, server, results, self.prompt.take());
+                        if let Err(TooLarge { bytes }) = endpoint.keep(turn) {
+                            tracing::warn!(character = %self.ctx.role, bytes, "a turn handed back to the app is larger than the {MAX_HANDED_TURN_BYTES} bytes kept per character: its next request goes with only the app's calls");
+                        }
                     }
                     return self.deliver("tool_calls", &app).await;
                 }
@@ -404,7 +400,7 @@ impl Driver {
     /// Reads a streamed round, forwarding its text to the app as it comes.
     async fn read_stream(&mut self, body: Incoming) -> Result<RoundAnswer, Failure> {
         let endpoint = self.ctx.endpoint.clone();
-        let mut events = endpoint.upstream().events(body);
+        let mut events = endpoint.upstream().events(body, &self.ctx.app);
         let mut round = StreamRound::default();
         self.encoder().new_round();
         while let Some(data) = events.next().await.map_err(Failure::Upstream)? {
@@ -435,7 +431,7 @@ impl Driver {
         let endpoint = self.ctx.endpoint.clone();
         let body = endpoint
             .upstream()
-            .read(body)
+            .read(body, &self.ctx.app)
             .await
             .map_err(Failure::Upstream)?;
         let Some(completion) = answer::read_completion(&body) else {

@@ -14,6 +14,7 @@ mod callback_urls;
 mod chat;
 mod chat_aimock;
 mod chat_app;
+mod chat_bounds;
 mod child;
 mod cli;
 mod concurrency;
