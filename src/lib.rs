@@ -51,7 +51,7 @@ pub use chat::settings::ChatSettings;
 pub use config::{Settings, parse_bind};
 pub use dispatch::settings::DispatchSettings;
 pub use events::{EventHub, EventKind, EventSettings};
-pub use mcp::settings::{McpServerSettings, McpTransport};
+pub use mcp::settings::{McpEndpointSettings, McpServerSettings, McpTransport};
 pub use session::settings::{Dialect, SessionMode, SessionProtocol, SessionSettings};
 pub use startup::{Application, Stopper};
 
@@ -105,8 +105,12 @@ pub mod limits {
     pub use crate::domain::peer_text::MAX_PEER_TEXT_BYTES;
     pub use crate::domain::tool::MAX_TIMEOUT;
     pub use crate::events::{RING_CAPACITY, SUBSCRIBER_BUFFER};
+    pub use crate::mcp::bounds::{
+        MAX_LISTING_BYTES, MAX_MCP_MESSAGE_BYTES, MAX_TOOL_DEFINITION_BYTES,
+    };
+    pub use crate::mcp::settings::{DEFAULT_MAX_MCP_SESSIONS, DEFAULT_MCP_SESSION_IDLE};
     pub use crate::session::MAX_EVENT_BYTES;
-    pub use crate::session::core::REPLY_GRACE;
+    pub use crate::session::core::{REPLY_GRACE, RESPONSE_START_GRACE};
     pub use crate::session::outbox::MAX_APP_QUEUE_BYTES;
     pub use crate::session::settings::DEFAULT_MAX_ATTACHMENTS;
     pub use crate::session::shell::MAX_UPSTREAM_QUEUE_BYTES;

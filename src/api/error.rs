@@ -354,6 +354,17 @@ pub(crate) struct McpHttpError {
     pub message: String,
 }
 
+impl From<crate::mcp::http_sessions::SessionsFull> for McpHttpError {
+    /// The server cannot take another session now: it is there, and will again.
+    fn from(e: crate::mcp::http_sessions::SessionsFull) -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: rpc_code::INTERNAL_ERROR,
+            message: e.to_string(),
+        }
+    }
+}
+
 impl From<ApiError> for McpHttpError {
     /// The errors every route shares (the loopback guard, the body's size and time limits, the
     /// query) and the unknown character.

@@ -31,6 +31,8 @@ pub(super) struct PluginTool {
     pub(super) url: CallbackUrl,
     pub(super) peer: Peer<RoleClient>,
     pub(super) timeout: Duration,
+    /// The bound of a call's result (`dispatch.max_response_bytes`).
+    pub(super) max_result_bytes: usize,
     pub(super) failures: Mutex<FailureTracker>,
     /// The last call could not connect (so the board says so).
     pub(super) was_unreachable: AtomicBool,
@@ -87,7 +89,7 @@ impl LocalHandler for PluginToolHandler {
     fn call(&self, call: ToolCall) -> BoxFuture<'static, ToolOutcome> {
         let this = self.0.clone();
         async move {
-            let failure = match call_tool(&this.peer, call, this.timeout).await {
+            let failure = match call_tool(&this.peer, call, this.timeout, this.max_result_bytes).await {
                 Ok(result) => {
                     this.reached();
                     return mapping::outcome(result);
