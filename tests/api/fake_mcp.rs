@@ -27,6 +27,9 @@ pub enum Listing {
     HugeDescription(usize),
     /// One tool per page, each page's `nextCursor` the same.
     RepeatingCursor,
+    /// `pages` pages of one tool each (`tool_1`, `tool_2`, …), each description this many
+    /// bytes.
+    Pages { pages: usize, description: usize },
 }
 
 /// How `tools/call` is answered.
@@ -160,6 +163,20 @@ async fn answer(stream: &mut TcpStream, message: &Value, shared: &Shared) -> io:
                     whole(stream, 200, "application/json", body.to_string().as_bytes(), &[])
                         .await
                 }
+                Listing::Pages { pages, description } => {
+                    let page = message["params"]["cursor"]
+                        .as_str()
+                        .and_then(|c| c.parse::<usize>().ok())
+                        .unwrap_or(1);
+                    let mut result =
+                        json!({"tools": [tool(&format!("tool_{page}"), &"d".repeat(description))]});
+                    if page < pages {
+                        result["nextCursor"] = json!((page + 1).to_string());
+                    }
+                    let body = reply(result);
+                    whole(stream, 200, "application/json", body.to_string().as_bytes(), &[])
+                        .await
+                }
                 Listing::HugeDescription(bytes) => {
                     let start = format!(
                         r#"{{"jsonrpc":"2.0","id":{id},"result":{{"tools":[{{"name":"huge","inputSchema":{{"type":"object"}},"description":""#
@@ -248,7 +265,7 @@ async fn chunked_filler(
             written.set(written.get() + n);
         }
     };
-    let mut chunk = |data: &[u8]| {
+    let chunk = |data: &[u8]| {
         let mut framed = format!("{:x}\r\n", data.len()).into_bytes();
         framed.extend_from_slice(data);
         framed.extend_from_slice(b"\r\n");
