@@ -572,8 +572,8 @@ async fn an_attached_call_answers_a_non_blocking_call_as_running_and_gets_its_re
     assert!(report.is_ok(), "{report:?}");
 }
 
-/// Calls of `search` in one response of the model.
-const BURST: usize = 20;
+/// Calls of `search` in one response of the model: as many as a session runs in its window.
+const BURST: usize = 8;
 
 /// The model calls `search` [`BURST`] times in one response and replies to the running answers;
 /// then every result becomes ready at once, while the model takes its time to begin the
@@ -600,6 +600,7 @@ async fn a_burst_of_results_gets_one_response_create(app: &TestApp, fake: &FakeR
     slow.search.open_gate();
     let events = system_messages(fake, BURST).await;
     assert_eq!(system_texts(&events).len(), BURST);
+    conversation_is(app, "response_asked").await;
     let events = settled(app, fake, 1).await;
     assert_eq!(sent(&events, "response.create"), 2, "one for every result");
     // It begins and ends: nothing more is asked for.

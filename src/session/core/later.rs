@@ -75,8 +75,10 @@ impl Floor {
     pub(super) fn state(&self) -> Conversation {
         if self.speaking {
             Conversation::PersonSpeaking
-        } else if self.responding || self.asked.is_some() {
+        } else if self.responding {
             Conversation::Responding
+        } else if self.asked.is_some() {
+            Conversation::ResponseAsked
         } else if self.reply_expected.is_some() {
             Conversation::AwaitingReply
         } else {
@@ -92,8 +94,10 @@ impl Floor {
 pub enum Conversation {
     /// No response in progress, nobody speaking.
     Idle,
-    /// A response is in progress, or was asked for and has not begun.
+    /// A response is in progress.
     Responding,
+    /// A response was asked for and has not begun (for at most [`RESPONSE_START_GRACE`]).
+    ResponseAsked,
     /// The person is speaking.
     PersonSpeaking,
     /// The person stopped speaking; the reply to their turn has not begun.

@@ -665,7 +665,7 @@ fn things_ready_together_ask_for_one_response_until_it_begins_or_its_grace_passe
     let (frames, wakes) = take(&mut core);
     assert_eq!(creates(&frames), 1, "one ask for all hundred");
     assert_eq!(wakes, [Wake::ResponseStart(1)]);
-    assert_eq!(core.floor.state(), Conversation::Responding);
+    assert_eq!(core.floor.state(), Conversation::ResponseAsked);
 
     // It begins: it covers them all; more news while it runs waits for its end.
     core.on_upstream(r#"{"type":"response.created","response":{"id":"r1"}}"#);
