@@ -31,7 +31,6 @@ async fn listed_tools(app: &TestApp) -> Vec<String> {
     tools
         .into_iter()
         .flatten()
-        .iter()
         .map(|t| t["name"].as_str().expect("a name").to_owned())
         .collect()
 }
