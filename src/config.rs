@@ -246,9 +246,7 @@ mod tests {
         );
         assert!(s.dispatch.validate_arguments);
         assert_eq!(s.mcp_endpoint, McpEndpointSettings::default());
-        assert!(
-            error_of("[mcp_endpoint]\nmax_sessions = 0").contains("mcp_endpoint.max_sessions")
-        );
+        assert!(error_of("[mcp_endpoint]\nmax_sessions = 0").contains("mcp_endpoint.max_sessions"));
         assert!(
             error_of("[mcp_endpoint]\nsession_idle_seconds = -1")
                 .contains("mcp_endpoint.session_idle_seconds")

@@ -206,7 +206,10 @@ mod tests {
         reader.read_line(&mut line).await.unwrap();
         assert_eq!(line, "{\"a\": 1}\n");
         let error = reader.read_line(&mut line).await.unwrap_err();
-        assert!(error.to_string().contains("over the 64-byte limit"), "{error}");
+        assert!(
+            error.to_string().contains("over the 64-byte limit"),
+            "{error}"
+        );
     }
 
     #[test]

@@ -126,9 +126,7 @@ pub(super) async fn call_tool(
     unanswered.id = None;
     match answer {
         // A stdio server's answer is bounded only as a message: its result is measured here.
-        Ok(ServerResult::CallToolResult(result))
-            if json_bytes(&result) > max_result_bytes =>
-        {
+        Ok(ServerResult::CallToolResult(result)) if json_bytes(&result) > max_result_bytes => {
             Err(CallFailure::Answered(format!(
                 "its result is over the {max_result_bytes}-byte limit \
                  (dispatch.max_response_bytes)"

@@ -22,8 +22,8 @@ use rmcp::service::{NotificationContext, RunningService, RunningServiceCancellat
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-use super::call::McpToolHandler;
 use super::bounds::{BoundedLines, MAX_MCP_MESSAGE_BYTES};
+use super::call::McpToolHandler;
 use super::http_client;
 use super::listing::{Listing, list_every_tool};
 use super::mapping::{self, Definition};
@@ -128,7 +128,9 @@ impl McpClient {
             connection,
         };
         let opening = async move {
-            match tokio::time::timeout(CONNECT_TIMEOUT, open(&settings, listener, max_result_bytes)).await {
+            match tokio::time::timeout(CONNECT_TIMEOUT, open(&settings, listener, max_result_bytes))
+                .await
+            {
                 Ok(opened) => opened,
                 Err(_) => Err(format!(
                     "did not start, initialize and list its tools within {} s",

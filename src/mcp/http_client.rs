@@ -91,7 +91,9 @@ impl BoundedHttp {
                 ServerJsonRpcMessage::error(refusal(why), Some(asked.id.clone())),
                 session,
             )),
-            None => Err(StreamableHttpError::UnexpectedServerResponse(Cow::Owned(why))),
+            None => Err(StreamableHttpError::UnexpectedServerResponse(Cow::Owned(
+                why,
+            ))),
         }
     }
 }
@@ -109,7 +111,10 @@ fn over_limit_text(asked: Option<&Asked>, limit: usize, max_result_bytes: usize)
 }
 
 /// Reads a whole body within `limit` bytes; `None` past it.
-async fn read_bounded(response: reqwest::Response, limit: usize) -> Result<Option<Bytes>, HttpError> {
+async fn read_bounded(
+    response: reqwest::Response,
+    limit: usize,
+) -> Result<Option<Bytes>, HttpError> {
     if response.content_length().is_some_and(|n| n > limit as u64) {
         return Ok(None);
     }
@@ -272,7 +277,11 @@ impl StreamableHttpClient for BoundedHttp {
         if status.is_success() && asked.is_none() && response.content_length() == Some(0) {
             return Ok(StreamableHttpPostResponse::Accepted);
         }
-        let is = |mime: &str| content_type.as_deref().is_some_and(|ct| ct.starts_with(mime));
+        let is = |mime: &str| {
+            content_type
+                .as_deref()
+                .is_some_and(|ct| ct.starts_with(mime))
+        };
         if status.is_success() && is(EVENT_STREAM_MIME_TYPE) {
             let instead = asked.as_ref().map(|asked| {
                 let error = ServerJsonRpcMessage::error(
@@ -297,10 +306,7 @@ impl StreamableHttpClient for BoundedHttp {
                 return Ok(StreamableHttpPostResponse::Json(error, session));
             }
             return Err(StreamableHttpError::UnexpectedServerResponse(Cow::Owned(
-                peer_text::bounded(format!(
-                    "HTTP {status}: {}",
-                    String::from_utf8_lossy(&body)
-                )),
+                peer_text::bounded(format!("HTTP {status}: {}", String::from_utf8_lossy(&body))),
             )));
         }
         if !is(JSON_MIME_TYPE) {

@@ -43,7 +43,9 @@ tokio::task_local! {
 /// Runs `future` (the transport serving one request) with `reservation` for the session it
 /// creates.
 pub(crate) async fn with_reservation<F: Future>(reservation: Reservation, future: F) -> F::Output {
-    RESERVED.scope(RefCell::new(Some(reservation)), future).await
+    RESERVED
+        .scope(RefCell::new(Some(reservation)), future)
+        .await
 }
 
 #[derive(Debug, Default)]
@@ -190,10 +192,7 @@ impl SessionManager for BoundedSessions {
 
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
         // The route's reservation; a session created any other way must find a free place.
-        let reserved = RESERVED
-            .try_with(|r| r.borrow_mut().take())
-            .ok()
-            .flatten();
+        let reserved = RESERVED.try_with(|r| r.borrow_mut().take()).ok().flatten();
         {
             let table = lock(&self.table);
             if reserved.is_none() && table.sessions.len() + table.reserved >= self.max {
@@ -296,7 +295,10 @@ mod tests {
         // The first is busy (a stream open), so the second goes.
         let busy = sessions.busy(&ids[0]);
         let reservation = sessions.admit().unwrap();
-        assert_eq!(lock(&sessions.table).sessions.keys().collect::<Vec<_>>(), [&ids[0]]);
+        assert_eq!(
+            lock(&sessions.table).sessions.keys().collect::<Vec<_>>(),
+            [&ids[0]]
+        );
         // A reservation not taken is given back.
         drop(reservation);
         let _third = sessions.admit().unwrap();

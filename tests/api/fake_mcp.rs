@@ -154,14 +154,26 @@ async fn answer(stream: &mut TcpStream, message: &Value, shared: &Shared) -> io:
             match listing {
                 Listing::Tools(tools) => {
                     let body = reply(json!({"tools": tools}));
-                    whole(stream, 200, "application/json", body.to_string().as_bytes(), &[])
-                        .await
+                    whole(
+                        stream,
+                        200,
+                        "application/json",
+                        body.to_string().as_bytes(),
+                        &[],
+                    )
+                    .await
                 }
                 Listing::RepeatingCursor => {
                     let body = reply(json!({"tools": [tool("again", "Listed again.")],
                                             "nextCursor": "page-2"}));
-                    whole(stream, 200, "application/json", body.to_string().as_bytes(), &[])
-                        .await
+                    whole(
+                        stream,
+                        200,
+                        "application/json",
+                        body.to_string().as_bytes(),
+                        &[],
+                    )
+                    .await
                 }
                 Listing::Pages { pages, description } => {
                     let page = message["params"]["cursor"]
@@ -174,8 +186,14 @@ async fn answer(stream: &mut TcpStream, message: &Value, shared: &Shared) -> io:
                         result["nextCursor"] = json!((page + 1).to_string());
                     }
                     let body = reply(result);
-                    whole(stream, 200, "application/json", body.to_string().as_bytes(), &[])
-                        .await
+                    whole(
+                        stream,
+                        200,
+                        "application/json",
+                        body.to_string().as_bytes(),
+                        &[],
+                    )
+                    .await
                 }
                 Listing::HugeDescription(bytes) => {
                     let start = format!(
@@ -192,8 +210,14 @@ async fn answer(stream: &mut TcpStream, message: &Value, shared: &Shared) -> io:
             match call {
                 CallAnswer::Text(text) => {
                     let body = reply(json!({"content": [{"type": "text", "text": text}]}));
-                    whole(stream, 200, "application/json", body.to_string().as_bytes(), &[])
-                        .await
+                    whole(
+                        stream,
+                        200,
+                        "application/json",
+                        body.to_string().as_bytes(),
+                        &[],
+                    )
+                    .await
                 }
                 CallAnswer::NotJson => {
                     whole(stream, 200, "application/json", b"<html>busy</html>", &[]).await
@@ -204,19 +228,37 @@ async fn answer(stream: &mut TcpStream, message: &Value, shared: &Shared) -> io:
                     );
                     let end = r#""}]}}"#;
                     let (content_type, start, end) = if sse {
-                        ("text/event-stream", format!("data: {start}"), format!("{end}\n\n"))
+                        (
+                            "text/event-stream",
+                            format!("data: {start}"),
+                            format!("{end}\n\n"),
+                        )
                     } else {
                         ("application/json", start, end.to_owned())
                     };
-                    chunked_filler(stream, content_type, &start, bytes, &end, Some(&shared.written))
-                        .await
+                    chunked_filler(
+                        stream,
+                        content_type,
+                        &start,
+                        bytes,
+                        &end,
+                        Some(&shared.written),
+                    )
+                    .await
                 }
             }
         }
         other => {
             let body = json!({"jsonrpc": "2.0", "id": id,
                               "error": {"code": -32601, "message": format!("no {other}")}});
-            whole(stream, 200, "application/json", body.to_string().as_bytes(), &[]).await
+            whole(
+                stream,
+                200,
+                "application/json",
+                body.to_string().as_bytes(),
+                &[],
+            )
+            .await
         }
     }
 }

@@ -5,9 +5,7 @@
 //! over `dispatch.max_response_bytes` is an error naming the bound (as JSON or as an event
 //! stream, the rest never read), and an answer that is not JSON is an error at once.
 
-use runtime_tools::limits::{
-    MAX_LISTING_BYTES, MAX_MCP_MESSAGE_BYTES, MAX_TOOL_DEFINITION_BYTES,
-};
+use runtime_tools::limits::{MAX_LISTING_BYTES, MAX_MCP_MESSAGE_BYTES, MAX_TOOL_DEFINITION_BYTES};
 use serde_json::{Value, json};
 
 use crate::callback_server::{error_text, invoke_ok};
@@ -39,7 +37,10 @@ async fn listed_tools(app: &TestApp) -> Vec<String> {
 async fn a_tool_larger_than_a_registration_is_skipped_with_the_reason() {
     let app = spawn_app(&["Lanlan"]).await;
     let huge = MAX_TOOL_DEFINITION_BYTES + 1024;
-    let fake = FakeMcp::start(Listing::HugeDescription(huge), CallAnswer::Text("ok".into()));
+    let fake = FakeMcp::start(
+        Listing::HugeDescription(huge),
+        CallAnswer::Text("ok".into()),
+    );
     let (status, answer) = register(&app, &fake, "huge").await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["tools"], json!([]), "{answer}");
@@ -66,7 +67,12 @@ async fn a_listing_ends_at_its_byte_bound() {
     let (status, answer) = register(&app, &fake, "big").await;
     assert_eq!(status, 200, "{answer}");
     let taken = answer["tools"].as_array().expect("tools").len();
-    assert_eq!(taken, MAX_LISTING_BYTES / (description + 100), "{}", answer["skipped"]);
+    assert_eq!(
+        taken,
+        MAX_LISTING_BYTES / (description + 100),
+        "{}",
+        answer["skipped"]
+    );
     assert_eq!(
         answer["skipped"],
         json!([{"name": "…", "reason": format!(
@@ -150,7 +156,10 @@ async fn a_call_result_over_max_response_bytes_is_an_error_naming_it() {
         );
         // The server stopped reading: the fake could not write the rest.
         let written = fake.written() - before;
-        assert!(written < 100 << 20, "stream {stream}: {written} bytes were taken");
+        assert!(
+            written < 100 << 20,
+            "stream {stream}: {written} bytes were taken"
+        );
     }
     assert!(peak_rss() < 1 << 30, "peak RSS {} bytes", peak_rss());
 }
@@ -169,9 +178,8 @@ async fn an_answer_that_is_not_json_is_an_error_at_once() {
     let result = invoke_ok(&app, "busy", json!({})).await;
     let error = error_text(&result);
     assert!(
-        error.contains(
-            "it answered tools/call with something that is not a JSON-RPC message"
-        ) && error.contains("<html>busy</html>"),
+        error.contains("it answered tools/call with something that is not a JSON-RPC message")
+            && error.contains("<html>busy</html>"),
         "{error}"
     );
     assert_eq!(fake.calls(), 1);

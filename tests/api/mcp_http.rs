@@ -462,7 +462,10 @@ async fn a_loopback_page_may_be_an_mcp_client() {
 
 /// Opens the session's `GET` stream and reads its first event: the session is in use while it
 /// is open.
-async fn open_stream(app: &TestApp, session: &str) -> awc::ClientResponse<impl futures_util::Stream> {
+async fn open_stream(
+    app: &TestApp,
+    session: &str,
+) -> awc::ClientResponse<impl futures_util::Stream> {
     use futures_util::StreamExt;
     let client = awc::Client::builder()
         .timeout(crate::helpers::HTTP_DEADLINE)
@@ -501,7 +504,11 @@ async fn sessions_are_bounded_the_least_recently_used_idle_one_makes_room() {
     // A third session takes the place of the least recently used idle one.
     let first = open_session(&app).await;
     let second = open_session(&app).await;
-    assert_eq!(list_in(&app, &first).await, 200, "the first is now the most recent");
+    assert_eq!(
+        list_in(&app, &first).await,
+        200,
+        "the first is now the most recent"
+    );
     let third = open_session(&app).await;
     assert_eq!(list_in(&app, &second).await, 404, "the second made room");
     assert_eq!(list_in(&app, &first).await, 200);
@@ -548,7 +555,11 @@ async fn wait_for_session(app: &TestApp) -> String {
         let (status, headers, body) =
             exchange(app, "POST", "/mcp", &[JSON_AND_SSE, JSON], &initialize).await;
         match status {
-            200 => return header(&headers, "mcp-session-id").expect("an id").to_owned(),
+            200 => {
+                return header(&headers, "mcp-session-id")
+                    .expect("an id")
+                    .to_owned();
+            }
             503 if tokio::time::Instant::now() < deadline => {
                 tokio::task::yield_now().await;
             }

@@ -578,7 +578,11 @@ const BURST: usize = 8;
 /// The model calls `search` [`BURST`] times in one response and replies to the running answers;
 /// then every result becomes ready at once, while the model takes its time to begin the
 /// response it is asked for: one `response.create` covers them all, before it begins and after.
-async fn a_burst_of_results_gets_one_response_create(app: &TestApp, fake: &FakeRealtime, slow: &Slow) {
+async fn a_burst_of_results_gets_one_response_create(
+    app: &TestApp,
+    fake: &FakeRealtime,
+    slow: &Slow,
+) {
     let calls: Vec<(String, &str, &str)> = (1..=BURST)
         .map(|i| (format!("c{i}"), "search", "{}"))
         .collect();
@@ -586,7 +590,8 @@ async fn a_burst_of_results_gets_one_response_create(app: &TestApp, fake: &FakeR
     for (call_id, name, arguments) in &calls {
         fake.push(call_event("r1", call_id, name, arguments)).await;
     }
-    let done: Vec<(&str, &str, &str)> = calls.iter().map(|(c, n, a)| (c.as_str(), *n, *a)).collect();
+    let done: Vec<(&str, &str, &str)> =
+        calls.iter().map(|(c, n, a)| (c.as_str(), *n, *a)).collect();
     fake.push(response_done("r1", &done)).await;
     fake.wait_for("the running answers' response.create", |events| {
         (sent(events, "response.create") == 1).then_some(())
@@ -608,7 +613,12 @@ async fn a_burst_of_results_gets_one_response_create(app: &TestApp, fake: &FakeR
     fake.push(response_done("r3", &[])).await;
     conversation_is(app, "idle").await;
     let events = settled(app, fake, 2).await;
-    assert_eq!(sent(&events, "response.create"), 2, "{:#?}", system_texts(&events));
+    assert_eq!(
+        sent(&events, "response.create"),
+        2,
+        "{:#?}",
+        system_texts(&events)
+    );
 }
 
 #[actix_web::test]

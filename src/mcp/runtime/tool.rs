@@ -89,13 +89,14 @@ impl LocalHandler for PluginToolHandler {
     fn call(&self, call: ToolCall) -> BoxFuture<'static, ToolOutcome> {
         let this = self.0.clone();
         async move {
-            let failure = match call_tool(&this.peer, call, this.timeout, this.max_result_bytes).await {
-                Ok(result) => {
-                    this.reached();
-                    return mapping::outcome(result);
-                }
-                Err(failure) => failure,
-            };
+            let failure =
+                match call_tool(&this.peer, call, this.timeout, this.max_result_bytes).await {
+                    Ok(result) => {
+                        this.reached();
+                        return mapping::outcome(result);
+                    }
+                    Err(failure) => failure,
+                };
             // A failure of the transport: whether the server can still be connected to decides
             // whether it counts towards removal. An error answer is an answer (the server is
             // there); a server that went quiet is not a dead one: as a callback's read timeout,

@@ -65,10 +65,7 @@ pub(super) struct Floor {
 
 impl Floor {
     fn idle(&self) -> bool {
-        !self.responding
-            && !self.speaking
-            && self.reply_expected.is_none()
-            && self.asked.is_none()
+        !self.responding && !self.speaking && self.reply_expected.is_none() && self.asked.is_none()
     }
 
     /// Who has the floor, for the report.

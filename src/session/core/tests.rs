@@ -674,10 +674,15 @@ fn things_ready_together_ask_for_one_response_until_it_begins_or_its_grace_passe
     core.woke(Wake::ResponseStart(1));
     assert_eq!(creates(&take(&mut core).0), 0);
     core.on_upstream(&response_done("r1", "completed", &[]));
-    assert_eq!(creates(&take(&mut core).0), 1, "the late news, once r1 ended");
+    assert_eq!(
+        creates(&take(&mut core).0),
+        1,
+        "the late news, once r1 ended"
+    );
 
     // An ask that never begins (the model refused it) holds the floor only for its grace.
-    core.add_context("more", Some(Scheduling::WhenIdle)).unwrap();
+    core.add_context("more", Some(Scheduling::WhenIdle))
+        .unwrap();
     assert_eq!(creates(&take(&mut core).0), 0);
     core.woke(Wake::ResponseStart(2));
     assert_eq!(creates(&take(&mut core).0), 1);
