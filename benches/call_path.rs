@@ -19,8 +19,9 @@
 //!
 //! Figures and method: docs/benchmarks.md. Run:
 //! `cargo bench --bench call_path -- --mode client|relay --sessions N [--seconds S]
-//! [--warmup-seconds S] [--runs N] [--callback URL]`; `RUNTIME_TOOLS_BIN=PATH` measures that
-//! server binary instead (e.g. an older build, to compare in one sitting).
+//! [--warmup-seconds S] [--runs N] [--callback URL] [--label NAME]`; `RUNTIME_TOOLS_BIN=PATH`
+//! measures that server binary instead (e.g. an older build, to compare in one sitting), and the
+//! server inherits the environment (`OTEL_EXPORTER_OTLP_ENDPOINT` switches span export on).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -62,6 +63,9 @@ struct Options {
     warmup_seconds: f64,
     runs: usize,
     callback: String,
+    /// Appended to the scenario's name (`--label main`: `callpath-client-n1-main`), so runs of
+    /// different binaries or settings in one invocation are told apart.
+    label: Option<String>,
 }
 
 fn options() -> Options {
@@ -72,6 +76,7 @@ fn options() -> Options {
         warmup_seconds: 2.0,
         runs: 1,
         callback: std::env::var("CALLBACK").unwrap_or_else(|_| "http://127.0.0.1:9333".into()),
+        label: None,
     };
     let args: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -90,6 +95,7 @@ fn options() -> Options {
             "--warmup-seconds" => o.warmup_seconds = value().parse().expect("--warmup-seconds S"),
             "--runs" => o.runs = value().parse().expect("--runs N"),
             "--callback" => o.callback = value(),
+            "--label" => o.label = Some(value()),
             // `cargo bench` passes `--bench`; anything else is not ours.
             _ => {
                 i += 1;
@@ -538,8 +544,13 @@ async fn run(o: &Options, number: usize, work: &std::path::Path) {
         Mode::Client => "client",
         Mode::Relay => "relay",
     };
+    let label = o
+        .label
+        .as_ref()
+        .map(|l| format!("-{l}"))
+        .unwrap_or_default();
     println!(
-        "callpath-{mode}-n{} run{number} calls={} rps={:.0} p50_ms={:.3} p99_ms={:.3} \
+        "callpath-{mode}-n{}{label} run{number} calls={} rps={:.0} p50_ms={:.3} p99_ms={:.3} \
          output_p50_ms={:.3} output_p99_ms={:.3} cpu_us_per_call={:.1} lost={} twice={} bad={}",
         o.sessions,
         window.len(),

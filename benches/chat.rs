@@ -1,6 +1,7 @@
-//! Chat benchmark: an app's chat-completions request with one round of a registered tool, run by
-//! the server, against the same work done by the app itself (the floor); and the first streamed
-//! token through the server against straight from the upstream.
+//! Chat benchmark: an app's request with one round of a registered tool, run by the server,
+//! against the same work done by the app itself (the floor); and the first streamed token
+//! through the server against straight from the upstream. Both wire formats: chat completions
+//! (`chat-*`, `ttft-*`) and the Responses API (`responses-*`, `responses-ttft-*`).
 //!
 //! A fake OpenAI-compatible upstream (actix-web, one worker, in this process) answers a request
 //! that carries no tool result with a call of the registered tool, and one that does (or asks
@@ -9,12 +10,15 @@
 //! `benches/http/run.sh chat`). Scenarios, each a closed loop of `--conns` clients for the
 //! measured window after a warm-up, alternated run by run:
 //!
-//! - `chat-floor`: what an app running its own tool loop does: the upstream (a call), the
-//!   callback, the upstream again (the words) — three exchanges, one after the other;
-//! - `chat-server`: one request to the server's `/v1/chat/completions`, which does the same;
-//!   the server's CPU (utime + stime from `/proc`) per request and per round (two rounds);
-//! - at one connection, `ttft-direct` and `ttft-server`: a streamed request answered in words,
-//!   the time to the first chunk with text, straight from the upstream and through the server.
+//! - `chat-floor` / `responses-floor`: what an app running its own tool loop does: the upstream
+//!   (a call), the callback, the upstream again (the words; for the Responses API chained with
+//!   `previous_response_id`) — three exchanges, one after the other;
+//! - `chat-server` / `responses-server`: one request to the server's `/v1/chat/completions` or
+//!   `/v1/responses`, which does the same; the server's CPU (utime + stime from `/proc`) per
+//!   request and per round (two rounds);
+//! - at one connection, `ttft-direct` and `ttft-server` (and `responses-ttft-*`): a streamed
+//!   request answered in words, the time to the first event with text, straight from the
+//!   upstream and through the server.
 //!
 //! Every answer is checked (the words of the final answer); a wrong one is a fault, printed.
 //! Figures and method: docs/benchmarks.md. Run:
@@ -79,11 +83,14 @@ fn options() -> Options {
     o
 }
 
-/// The fake upstream's canned answers.
+/// The fake upstream's canned answers, of both wire formats.
 struct Canned {
     call: Bytes,
     words: Bytes,
     words_stream: Bytes,
+    response_call: Bytes,
+    response_words: Bytes,
+    response_words_stream: Bytes,
 }
 
 fn canned() -> Canned {
@@ -115,29 +122,113 @@ fn canned() -> Canned {
     usage["choices"] = json!([]);
     usage["usage"] = json!({"prompt_tokens": 70, "completion_tokens": 12, "total_tokens": 82});
     stream.push_str(&format!("data: {usage}\n\ndata: [DONE]\n\n"));
+    let (response_call, response_words, response_words_stream) = canned_responses();
     Canned {
         call: Bytes::from(call.to_string()),
         words: Bytes::from(words.to_string()),
         words_stream: Bytes::from(stream),
+        response_call,
+        response_words,
+        response_words_stream,
     }
+}
+
+/// The Responses API's answers: a call, the words, and the words streamed as its events.
+fn canned_responses() -> (Bytes, Bytes, Bytes) {
+    let response = |id: &str, output: Value| {
+        json!({"id": id, "object": "response", "created_at": 1_700_000_000,
+               "status": "completed", "model": "bench-model", "output": output,
+               "usage": {"input_tokens": 50, "output_tokens": 10, "total_tokens": 60}})
+    };
+    let call = response(
+        "resp_call",
+        json!([{"type": "function_call", "id": "fc_bench", "call_id": "call_bench",
+                "name": TOOL, "arguments": "{\"city\":\"Tokyo\",\"unit\":\"c\"}",
+                "status": "completed"}]),
+    );
+    let message = json!({"type": "message", "id": "msg_bench", "role": "assistant",
+        "status": "completed", "content": [{"type": "output_text", "text": WORDS,
+        "annotations": []}]});
+    let words = response("resp_words", json!([message]));
+    let mut opening = words.clone();
+    opening["status"] = json!("in_progress");
+    opening["output"] = json!([]);
+    let mut events = vec![
+        json!({"type": "response.created", "response": opening}),
+        json!({"type": "response.in_progress", "response": opening}),
+        json!({"type": "response.output_item.added", "output_index": 0,
+               "item": {"type": "message", "id": "msg_bench", "role": "assistant",
+                        "status": "in_progress", "content": []}}),
+        json!({"type": "response.content_part.added", "output_index": 0, "item_id": "msg_bench",
+               "content_index": 0, "part": {"type": "output_text", "text": "", "annotations": []}}),
+    ];
+    for word in WORDS.split_inclusive(' ') {
+        events.push(
+            json!({"type": "response.output_text.delta", "output_index": 0,
+            "item_id": "msg_bench", "content_index": 0, "delta": word}),
+        );
+    }
+    events.push(
+        json!({"type": "response.output_text.done", "output_index": 0,
+        "item_id": "msg_bench", "content_index": 0, "text": WORDS}),
+    );
+    events.push(
+        json!({"type": "response.output_item.done", "output_index": 0,
+        "item": message}),
+    );
+    events.push(json!({"type": "response.completed", "response": words}));
+    let mut stream = String::new();
+    for (number, mut event) in events.into_iter().enumerate() {
+        event["sequence_number"] = json!(number);
+        stream.push_str(&format!(
+            "event: {}\ndata: {event}\n\n",
+            event["type"].as_str().unwrap()
+        ));
+    }
+    (
+        Bytes::from(call.to_string()),
+        Bytes::from(words.to_string()),
+        Bytes::from(stream),
+    )
 }
 
 /// The fake upstream: a call unless the request carries a tool result or asks for words.
 async fn fake_upstream(body: Bytes, canned: web::Data<Canned>) -> HttpResponse {
     let text = std::str::from_utf8(&body).unwrap_or_default();
     let words = text.contains("\"role\":\"tool\"") || text.contains(WORDS_PLEASE);
-    let stream = text.contains("\"stream\":true");
-    match (words, stream) {
-        (true, true) => HttpResponse::Ok()
-            .content_type("text/event-stream")
-            .body(canned.words_stream.clone()),
-        (true, false) => HttpResponse::Ok()
-            .content_type("application/json")
-            .body(canned.words.clone()),
-        (false, _) => HttpResponse::Ok()
-            .content_type("application/json")
-            .body(canned.call.clone()),
-    }
+    answer(
+        text,
+        words,
+        [&canned.call, &canned.words, &canned.words_stream],
+    )
+}
+
+/// The fake upstream's `/v1/responses`: the same, in the Responses API's terms.
+async fn fake_responses(body: Bytes, canned: web::Data<Canned>) -> HttpResponse {
+    let text = std::str::from_utf8(&body).unwrap_or_default();
+    let words = text.contains("function_call_output") || text.contains(WORDS_PLEASE);
+    answer(
+        text,
+        words,
+        [
+            &canned.response_call,
+            &canned.response_words,
+            &canned.response_words_stream,
+        ],
+    )
+}
+
+/// `[call, words, words streamed]` as the request asks.
+fn answer(text: &str, words: bool, [call, whole, stream]: [&Bytes; 3]) -> HttpResponse {
+    let streamed = text.contains("\"stream\":true");
+    let (body, content_type) = match (words, streamed) {
+        (true, true) => (stream, "text/event-stream"),
+        (true, false) => (whole, "application/json"),
+        (false, _) => (call, "application/json"),
+    };
+    HttpResponse::Ok()
+        .content_type(content_type)
+        .body(body.clone())
 }
 
 fn client() -> awc::Client {
@@ -147,13 +238,95 @@ fn client() -> awc::Client {
         .finish()
 }
 
-fn question(words: bool) -> Value {
-    let content = if words {
-        WORDS_PLEASE
-    } else {
-        "What is the weather in Tokyo?"
-    };
-    json!({"model": "bench-model", "messages": [{"role": "user", "content": content}]})
+/// The wire format a scenario speaks.
+#[derive(Clone, Copy)]
+enum Format {
+    Chat,
+    Responses,
+}
+
+impl Format {
+    /// The path of a request, under a base URL (`.../v1`).
+    fn path(self) -> &'static str {
+        match self {
+            Format::Chat => "chat/completions",
+            Format::Responses => "responses",
+        }
+    }
+
+    /// The scenarios' names start with this.
+    fn label(self) -> &'static str {
+        match self {
+            Format::Chat => "chat",
+            Format::Responses => "responses",
+        }
+    }
+
+    fn question(self, words: bool) -> Value {
+        let content = if words {
+            WORDS_PLEASE
+        } else {
+            "What is the weather in Tokyo?"
+        };
+        match self {
+            Format::Chat => json!({"model": "bench-model",
+                                   "messages": [{"role": "user", "content": content}]}),
+            Format::Responses => json!({"model": "bench-model", "input": content}),
+        }
+    }
+
+    /// The answer's words.
+    fn words(self, answer: &Value) -> Option<&str> {
+        match self {
+            Format::Chat => answer["choices"][0]["message"]["content"].as_str(),
+            Format::Responses => answer["output"][0]["content"][0]["text"].as_str(),
+        }
+    }
+
+    /// The first call of an answer: `(call id, argument text)`.
+    fn call(self, answer: &Value) -> (Value, &str) {
+        match self {
+            Format::Chat => {
+                let call = &answer["choices"][0]["message"]["tool_calls"][0];
+                let arguments = call["function"]["arguments"].as_str().unwrap_or_default();
+                (call["id"].clone(), arguments)
+            }
+            Format::Responses => {
+                let call = &answer["output"][0];
+                let arguments = call["arguments"].as_str().unwrap_or_default();
+                (call["call_id"].clone(), arguments)
+            }
+        }
+    }
+
+    /// The request that answers the call with the callback's output.
+    fn answered(self, first: &Value, call_id: Value, output: &Value) -> Value {
+        let mut next = self.question(false);
+        match self {
+            Format::Chat => {
+                let messages = next["messages"].as_array_mut().expect("messages");
+                messages.push(first["choices"][0]["message"].clone());
+                messages.push(
+                    json!({"role": "tool", "tool_call_id": call_id, "name": TOOL,
+                                     "content": output["output"].to_string()}),
+                );
+            }
+            Format::Responses => {
+                next["previous_response_id"] = first["id"].clone();
+                next["input"] = json!([{"type": "function_call_output", "call_id": call_id,
+                                        "output": output["output"].to_string()}]);
+            }
+        }
+        next
+    }
+
+    /// What the first text of a stream looks like, and its end.
+    fn stream_marks(self) -> (&'static str, &'static str) {
+        match self {
+            Format::Chat => ("\"content\":\"It", "[DONE]"),
+            Format::Responses => ("\"delta\":\"It", "response.completed"),
+        }
+    }
 }
 
 async fn post(client: &awc::Client, url: &str, body: &Value) -> Result<Value, String> {
@@ -177,51 +350,44 @@ async fn post(client: &awc::Client, url: &str, body: &Value) -> Result<Value, St
     serde_json::from_slice(&bytes).map_err(|e| format!("{url}: {e}"))
 }
 
-fn check_words(answer: &Value) -> Result<(), String> {
-    match answer["choices"][0]["message"]["content"].as_str() {
+fn check_words(format: Format, answer: &Value) -> Result<(), String> {
+    match format.words(answer) {
         Some(WORDS) => Ok(()),
         other => Err(format!("the answer said {other:?}")),
     }
 }
 
 /// One request of the floor: the app's own tool loop.
-async fn floor_request(client: &awc::Client, upstream: &str, callback: &str) -> Result<(), String> {
-    let chat = format!("{upstream}/chat/completions");
-    let first = post(client, &chat, &question(false)).await?;
-    let call = &first["choices"][0]["message"]["tool_calls"][0];
-    let arguments = call["function"]["arguments"].as_str().unwrap_or_default();
+async fn floor_request(
+    client: &awc::Client,
+    format: Format,
+    upstream: &str,
+    callback: &str,
+) -> Result<(), String> {
+    let url = format!("{upstream}/{}", format.path());
+    let first = post(client, &url, &format.question(false)).await?;
+    let (call_id, arguments) = format.call(&first);
     let body = json!({"name": TOOL, "arguments": serde_json::from_str::<Value>(arguments)
-        .unwrap_or_default(), "call_id": call["id"], "raw_arguments": arguments});
+        .unwrap_or_default(), "call_id": call_id, "raw_arguments": arguments});
     let output = post(client, &format!("{callback}/tools/{TOOL}"), &body).await?;
-    let mut next = question(false);
-    let messages = next["messages"].as_array_mut().expect("messages");
-    messages.push(first["choices"][0]["message"].clone());
-    messages.push(
-        json!({"role": "tool", "tool_call_id": call["id"], "name": TOOL,
-                         "content": output["output"].to_string()}),
-    );
-    check_words(&post(client, &chat, &next).await?)
+    let next = format.answered(&first, call_id, &output);
+    check_words(format, &post(client, &url, &next).await?)
 }
 
 /// One request through the server.
-async fn server_request(client: &awc::Client, server: &str) -> Result<(), String> {
-    check_words(
-        &post(
-            client,
-            &format!("{server}/v1/chat/completions"),
-            &question(false),
-        )
-        .await?,
-    )
+async fn server_request(client: &awc::Client, format: Format, server: &str) -> Result<(), String> {
+    let url = format!("{server}/v1/{}", format.path());
+    check_words(format, &post(client, &url, &format.question(false)).await?)
 }
 
-/// Microseconds to the first chunk with text of a streamed request answered in words; the
+/// Microseconds to the first event with text of a streamed request answered in words; the
 /// stream is read to its end.
-async fn first_token(client: &awc::Client, base: &str) -> Result<f64, String> {
-    let mut body = question(true);
+async fn first_token(client: &awc::Client, format: Format, base: &str) -> Result<f64, String> {
+    let mut body = format.question(true);
     body["stream"] = json!(true);
+    let (text_mark, end_mark) = format.stream_marks();
     let started = Instant::now();
-    let url = format!("{base}/chat/completions");
+    let url = format!("{base}/{}", format.path());
     let mut response = client
         .post(&url)
         .send_json(&body)
@@ -232,12 +398,12 @@ async fn first_token(client: &awc::Client, base: &str) -> Result<f64, String> {
     while let Some(chunk) = response.next().await {
         let chunk = chunk.map_err(|e| format!("{url}: {e}"))?;
         seen.push_str(&String::from_utf8_lossy(&chunk));
-        if first.is_none() && seen.contains("\"content\":\"It") {
+        if first.is_none() && seen.contains(text_mark) {
             first = Some(started.elapsed());
         }
     }
-    if !seen.contains("[DONE]") {
-        return Err(format!("{url}: the stream did not end with [DONE]"));
+    if !seen.contains(end_mark) {
+        return Err(format!("{url}: the stream did not end with {end_mark}"));
     }
     first
         .map(|d| d.as_secs_f64() * 1e6)
@@ -355,6 +521,77 @@ async fn register(server: &str, callback: &str) {
     assert_eq!(answer["ok"], true, "{answer}");
 }
 
+/// One run of a wire format's scenarios, alternated: the floor, then the server, each at
+/// `conns` and at one; then the first token straight and through the server.
+async fn measure_format(
+    o: &Options,
+    server: &Server,
+    format: Format,
+    run: usize,
+    upstream: &str,
+    base: &str,
+) {
+    let label = format.label();
+    for conns in [o.conns, 1] {
+        let suffix = if conns == 1 { "-conn1" } else { "" };
+        let (upstream_, callback) = (upstream.to_owned(), o.callback.clone());
+        let (mut tally, cpu, seconds) = closed_loop(o, conns, server, move |c| {
+            let (u, cb) = (upstream_.clone(), callback.clone());
+            async move { floor_request(&c, format, &u, &cb).await }
+        })
+        .await;
+        report(
+            &format!("{label}-floor{suffix}"),
+            run,
+            &mut tally,
+            cpu,
+            seconds,
+            2,
+        );
+        let base_ = base.to_owned();
+        let (mut tally, cpu, seconds) = closed_loop(o, conns, server, move |c| {
+            let b = base_.clone();
+            async move { server_request(&c, format, &b).await }
+        })
+        .await;
+        report(
+            &format!("{label}-server{suffix}"),
+            run,
+            &mut tally,
+            cpu,
+            seconds,
+            2,
+        );
+    }
+    let prefix = match format {
+        Format::Chat => "",
+        Format::Responses => "responses-",
+    };
+    for (label, at) in [
+        ("ttft-direct", upstream.to_owned()),
+        ("ttft-server", format!("{base}/v1")),
+    ] {
+        let mut tally = Tally::default();
+        let (cpu0, from) = (server.cpu_seconds(), Instant::now());
+        let client = client();
+        while from.elapsed().as_secs_f64() < o.seconds {
+            match first_token(&client, format, &at).await {
+                Ok(us) => tally.samples.push(us),
+                Err(e) => tally.faults.push(e),
+            }
+        }
+        let cpu = server.cpu_seconds() - cpu0;
+        report(
+            &format!("{prefix}{label}"),
+            run,
+            &mut tally,
+            cpu,
+            o.seconds,
+            1,
+        );
+    }
+}
+
 fn main() {
     let o = options();
     let work = std::env::temp_dir().join(format!("chat-bench-{}", std::process::id()));
@@ -368,6 +605,7 @@ fn main() {
                 .app_data(answers.clone())
                 .app_data(web::PayloadConfig::new(1 << 20))
                 .route("/v1/chat/completions", web::post().to(fake_upstream))
+                .route("/v1/responses", web::post().to(fake_responses))
         })
         .workers(1)
         .disable_signals()
@@ -381,54 +619,8 @@ fn main() {
         let base = format!("http://{}", server.address);
         register(&base, &o.callback).await;
         for run in 1..=o.runs {
-            // Alternated, run by run: the floor, then the server, each at `conns` and at one.
-            for conns in [o.conns, 1] {
-                let suffix = if conns == 1 { "-conn1" } else { "" };
-                let (upstream_, callback) = (upstream.clone(), o.callback.clone());
-                let (mut tally, cpu, seconds) = closed_loop(&o, conns, &server, move |c| {
-                    let (u, cb) = (upstream_.clone(), callback.clone());
-                    async move { floor_request(&c, &u, &cb).await }
-                })
-                .await;
-                report(
-                    &format!("chat-floor{suffix}"),
-                    run,
-                    &mut tally,
-                    cpu,
-                    seconds,
-                    2,
-                );
-                let base_ = base.clone();
-                let (mut tally, cpu, seconds) = closed_loop(&o, conns, &server, move |c| {
-                    let b = base_.clone();
-                    async move { server_request(&c, &b).await }
-                })
-                .await;
-                report(
-                    &format!("chat-server{suffix}"),
-                    run,
-                    &mut tally,
-                    cpu,
-                    seconds,
-                    2,
-                );
-            }
-            for (label, at) in [
-                ("ttft-direct", upstream.clone()),
-                ("ttft-server", format!("{base}/v1")),
-            ] {
-                let tally = Rc::new(RefCell::new(Tally::default()));
-                let (cpu0, from) = (server.cpu_seconds(), Instant::now());
-                let client = client();
-                while from.elapsed().as_secs_f64() < o.seconds {
-                    match first_token(&client, &at).await {
-                        Ok(us) => tally.borrow_mut().samples.push(us),
-                        Err(e) => tally.borrow_mut().faults.push(e),
-                    }
-                }
-                let cpu = server.cpu_seconds() - cpu0;
-                let mut tally = Rc::try_unwrap(tally).ok().expect("one owner").into_inner();
-                report(label, run, &mut tally, cpu, o.seconds, 1);
+            for format in [Format::Chat, Format::Responses] {
+                measure_format(&o, &server, format, run, &upstream, &base).await;
             }
         }
         drop(server);

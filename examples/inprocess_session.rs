@@ -25,9 +25,9 @@ use anyhow::{Context as _, bail};
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use runtime_tools::embedding::{
-    CallCanceller, Caller, CloseSession, ConnectionKind, ConnectionReport, ConnectionState,
-    Conversation, SessionHandle, SessionStatus, SyncError, SyncOutcome, SyncTools,
-    ToolCallFinished, ToolResult, rfc3339_now,
+    CallCanceller, CallStart, CallWatch, Caller, CloseSession, ConnectionKind, ConnectionReport,
+    ConnectionState, Conversation, SessionHandle, SessionStatus, SyncError, SyncOutcome, SyncTools,
+    ToolResult, rfc3339_now,
 };
 use runtime_tools::{
     Application, CallLocalTool, CharacterSettings, Dispatcher, EventHub, EventKind, JoinSession,
@@ -59,9 +59,29 @@ struct RunningCall {
     call_id: String,
     started: Instant,
     canceller: CallCanceller,
+    /// Observes the call (metrics, recent calls, its span, the `tool.call` event) until it ends.
+    watch: CallWatch,
 }
 
 impl ScriptedModel {
+    /// Starts observing a call of `tool`: what makes it a `tool.call` event, a metric, an
+    /// entry of `GET /api/calls` and a span, like the server's own sessions' calls.
+    fn watch(&self, tool: &SharedTool, call_id: &str) -> CallWatch {
+        CallWatch::start(
+            &self.events,
+            CallStart {
+                role: &self.character,
+                tool: &tool.name,
+                source: Some(&tool.source),
+                call_id,
+                caller: Caller::Model,
+                kind: Some(ConnectionKind::Embedded),
+                behavior: tool.behavior,
+            },
+            None,
+        )
+    }
+
     /// Its entry in `GET /api/sessions` (and its `session.state` events).
     fn report(&self) -> ConnectionReport {
         ConnectionReport {
@@ -134,11 +154,15 @@ impl Handler<ModelCalls> for ScriptedModel {
             ))));
         };
         let dispatcher = self.dispatcher.clone();
-        let call = ToolCall::from_raw("call_model_1".into(), call.name, call.arguments);
+        let mut call = ToolCall::from_raw("call_model_1".into(), call.name, call.arguments);
+        let watch = self.watch(&tool, &call.call_id);
+        // The callback's `traceparent` names the call's span.
+        call.trace = Some(watch.trace().clone());
         Box::pin(
             async move { dispatcher.dispatch(&tool, call).await }
                 .into_actor(self)
                 .map(|result, act, _| {
+                    watch.finished(&result);
                     act.calls_answered += 1;
                     Ok(result.model_text())
                 }),
@@ -161,7 +185,9 @@ impl Handler<ModelStartsCall> for ScriptedModel {
         let Some(tool) = self.tools.iter().find(|t| t.name == call.name).cloned() else {
             return;
         };
-        let model_call = ToolCall::from_raw(call.call_id.clone(), call.name, "{}".into());
+        let mut model_call = ToolCall::from_raw(call.call_id.clone(), call.name, "{}".into());
+        let watch = self.watch(&tool, &call.call_id);
+        model_call.trace = Some(watch.trace().clone());
         let (canceller, running) = self
             .dispatcher
             .dispatch_cancellable(tool.clone(), model_call);
@@ -170,11 +196,14 @@ impl Handler<ModelStartsCall> for ScriptedModel {
             call_id: call.call_id.clone(),
             started: Instant::now(),
             canceller,
+            watch,
         });
         ctx.spawn(running.into_actor(self).map(move |result, act, _| {
             // `None`: cancelled, and answered when it was.
-            if result.is_some() {
-                act.running.retain(|r| r.call_id != call.call_id);
+            if let Some(result) = result {
+                if let Some(i) = act.running.iter().position(|r| r.call_id == call.call_id) {
+                    act.running.swap_remove(i).watch.finished(&result);
+                }
                 act.calls_answered += 1;
             }
         }));
@@ -199,18 +228,8 @@ impl Handler<PersonInterrupts> for ScriptedModel {
             let ran = call.started.elapsed();
             let result = ToolResult::interrupted(call.call_id.clone(), call.tool.name.clone(), ran);
             self.calls_answered += 1;
-            self.events.tool_call(&ToolCallFinished {
-                role: &self.character,
-                tool: &call.tool.name,
-                source: Some(&call.tool.source),
-                call_id: &call.call_id,
-                caller: Caller::Model,
-                kind: Some(ConnectionKind::Embedded),
-                duration_ms: ran.as_secs_f64() * 1000.0,
-                is_error: true,
-                cancelled: true,
-                behavior: call.tool.behavior,
-            });
+            // Announced as cancelled (the result's outcome), with how long it ran.
+            call.watch.finished(&result);
             answers.push(result.model_text());
         }
         answers

@@ -16,6 +16,7 @@ use crate::events::EventSettings;
 use crate::mcp::settings::{
     FileMcpEndpoint, FileMcpServer, McpEndpointSettings, McpServerSettings, servers_from_file,
 };
+use crate::observe::trace::TraceSettings;
 use crate::session::settings::FileSession;
 
 /// Where the server listens unless told otherwise: loopback only, a fixed port plugins know.
@@ -49,6 +50,9 @@ pub struct Settings {
     pub mcp_servers: Vec<McpServerSettings>,
     /// The sessions of `/mcp`.
     pub mcp_endpoint: McpEndpointSettings,
+    /// Span export (not in the file: the standard `OTEL_*` variables, which the binary reads
+    /// with [`TraceSettings::from_env`]); off by default.
+    pub trace: TraceSettings,
 }
 
 impl Default for Settings {
@@ -64,6 +68,7 @@ impl Default for Settings {
             events: EventSettings::default(),
             mcp_servers: Vec::new(),
             mcp_endpoint: McpEndpointSettings::default(),
+            trace: TraceSettings::default(),
         }
     }
 }

@@ -22,7 +22,10 @@
 //! - `session`: live model sessions: one protocol-agnostic core, one adapter per wire protocol,
 //!   one actor per kind of connection.
 //! - `dispatch`: the [`Dispatcher`], which runs a call against a callback or a local tool.
-//! - `events`: the [`EventHub`] behind `GET /api/events`.
+//! - `events`: the [`EventHub`] behind `GET /api/events`, and the watch every call is observed
+//!   through.
+//! - `observe`: metrics (`GET /metrics`), the recent calls (`GET /api/calls`) and OpenTelemetry
+//!   spans.
 //! - `domain`: plain values and rules (tools, arguments, calls, callback URLs, registries); it
 //!   imports nothing of the actor system or the web framework.
 //! - `telemetry`: logging.
@@ -41,6 +44,7 @@ mod dispatch;
 mod domain;
 mod events;
 mod mcp;
+mod observe;
 mod session;
 mod startup;
 pub mod telemetry;
@@ -52,6 +56,8 @@ pub use config::{Settings, parse_bind};
 pub use dispatch::settings::DispatchSettings;
 pub use events::{EventHub, EventKind, EventSettings};
 pub use mcp::settings::{McpEndpointSettings, McpServerSettings, McpTransport};
+pub use observe::Observer;
+pub use observe::trace::TraceSettings;
 pub use session::settings::{Dialect, SessionMode, SessionProtocol, SessionSettings};
 pub use startup::{Application, Stopper};
 
@@ -76,9 +82,10 @@ pub use domain::tool::{Behavior, SharedTool, ToolHandler, ToolSpec, empty_parame
 pub mod embedding {
     pub use crate::actors::manager::SessionReport;
     pub use crate::dispatch::CallCanceller;
+    pub use crate::domain::call::Outcome;
     pub use crate::domain::call::ToolResult;
     pub use crate::domain::connection::ConnectionKind;
-    pub use crate::events::{Caller, ToolCallFinished};
+    pub use crate::events::{CallStart, CallWatch, Caller, ToolCallFinished};
     pub use crate::session::core::rfc3339_now;
     pub use crate::session::{
         CloseSession, ConnectionReport, ConnectionState, Conversation, ResumptionReport,
@@ -97,7 +104,7 @@ pub mod limits {
     pub use crate::api::body::{BODY_READ_TIMEOUT, MAX_BODY_BYTES};
     pub use crate::api::requests::{MAX_CONTEXT_CHARS, MAX_NAME_CHARS, MAX_PROGRESS_CHARS};
     pub use crate::chat::settings::DEFAULT_MAX_CONCURRENT_REQUESTS;
-    pub use crate::chat::turns::{MAX_HANDED_TURN_BYTES, MAX_HANDED_TURNS};
+    pub use crate::chat::kept::{MAX_KEPT_BYTES, MAX_KEPT_TURNS};
     pub use crate::chat::upstream::MAX_UPSTREAM_ANSWER_BYTES;
     pub use crate::chat::{KEPT_CONTEXT_AGE, MAX_KEPT_CONTEXT};
     pub use crate::domain::arguments::MAX_FIX_IT_BYTES;
@@ -109,6 +116,9 @@ pub mod limits {
         MAX_LISTING_BYTES, MAX_MCP_MESSAGE_BYTES, MAX_TOOL_DEFINITION_BYTES,
     };
     pub use crate::mcp::settings::{DEFAULT_MAX_MCP_SESSIONS, DEFAULT_MCP_SESSION_IDLE};
+    pub use crate::observe::metrics::MAX_TOOL_LABELS;
+    pub use crate::observe::recent::RECENT_CALLS;
+    pub use crate::observe::trace::DEFAULT_SPAN_QUEUE;
     pub use crate::session::MAX_EVENT_BYTES;
     pub use crate::session::core::{REPLY_GRACE, RESPONSE_START_GRACE};
     pub use crate::session::outbox::MAX_APP_QUEUE_BYTES;

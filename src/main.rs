@@ -97,6 +97,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         settings.set_characters(args.characters)?;
     }
     settings.workers = args.workers.map(usize::from);
+    // Span export is switched on by the standard OpenTelemetry variables.
+    settings.trace = runtime_tools::TraceSettings::from_env();
 
     actix_web::rt::System::new().block_on(async move {
         let app = Application::build(settings).await?;

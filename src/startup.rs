@@ -22,6 +22,7 @@ use crate::mcp::client::McpClient;
 use crate::mcp::http_serve::McpEndpoint;
 use crate::mcp::runtime::{CloseMcpPlugins, McpPlugins};
 use crate::mcp::status::McpBoard;
+use crate::observe::Observer;
 
 /// Pending connections the kernel queues for us: enough for bursts of plugin start-ups and
 /// benchmark clients.
@@ -99,6 +100,9 @@ impl Stopper {
         // plugin is not left holding one. An actor that has stopped has none left.
         let _ = self.mcp_plugins.send(CloseMcpPlugins).await;
         self.server.stop(true).await;
+        // The last spans go to the collector (bounded; blocking, so off the async threads).
+        let observer = self.events.observer().clone();
+        let _ = tokio::task::spawn_blocking(move || observer.shut_down()).await;
     }
 }
 
@@ -134,7 +138,8 @@ impl Application {
                 }
             }
         }
-        let events = EventHub::new(&settings.events);
+        let observer = Observer::new(&settings.trace)?;
+        let events = EventHub::with_observer(&settings.events, observer);
         let (router, dispatcher) = Router::launch(
             settings.characters.clone(),
             &settings.dispatch,

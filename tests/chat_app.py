@@ -22,105 +22,65 @@ command but "next", "close_stream" and "quit" takes the client's settings:
   {"cmd": "quit"}
 
 Chunks and completions are the SDK's parsed objects dumped with the fields the server sent
-(`exclude_unset`). An error is {"status": HTTP status or null, "class": the SDK's exception
-class, "body": the error body the SDK parsed, "message": its text}. The client never retries.
+(`exclude_unset`); errors and the client settings as `sdk_commands.py` says.
 """
 
 import asyncio
-import json
-import sys
 
 import openai
-from openai import AsyncOpenAI
+from sdk_commands import client_of, dump, error_of, serve
 
 
-def client_of(command):
-    return AsyncOpenAI(
-        api_key=command.get("api_key") or "sk-app",
-        base_url=command["base"],
-        default_query=command.get("query") or None,
-        default_headers=command.get("headers") or None,
-        max_retries=0,
-        timeout=60,
-    )
+class ChatApp:
+    """The commands, and the one stream that may be open between them."""
 
+    def __init__(self):
+        self.open_stream = None
 
-def dump(model):
-    return model.model_dump(mode="json", exclude_unset=True)
-
-
-def error_of(e):
-    return {
-        "status": getattr(e, "status_code", None),
-        "class": type(e).__name__,
-        "body": getattr(e, "body", None),
-        "message": str(e),
-    }
-
-
-async def main():
-    loop = asyncio.get_running_loop()
-    open_stream = None
-    while True:
-        line = await loop.run_in_executor(None, sys.stdin.readline)
-        if not line:
-            break
-        command = json.loads(line)
+    async def handle(self, command):
         cmd = command["cmd"]
-        answer = {"ok": True}
-        try:
-            if cmd == "quit":
-                break
-            elif cmd == "create":
-                client = client_of(command)
-                completion = await client.chat.completions.create(**command["request"])
-                answer = {"completion": dump(completion)}
-            elif cmd == "stream":
-                client = client_of(command)
-                stream = await client.chat.completions.create(stream=True, **command["request"])
-                chunks = []
-                try:
-                    async for chunk in stream:
-                        chunks.append(dump(chunk))
-                    answer = {"chunks": chunks}
-                except openai.APIError as e:
-                    answer = {"chunks": chunks, "error": error_of(e)}
-            elif cmd == "stream_helper":
-                client = client_of(command)
-                events = []
-                async with client.chat.completions.stream(**command["request"]) as stream:
-                    async for event in stream:
-                        events.append(event.type)
-                    final = await stream.get_final_completion()
-                answer = {"final": dump(final), "events": events}
-            elif cmd == "open_stream":
-                client = client_of(command)
-                open_stream = await client.chat.completions.create(
-                    stream=True, **command["request"]
-                )
-                async for chunk in open_stream:
-                    if chunk.choices and chunk.choices[0].delta.content:
-                        answer = {"first": dump(chunk)}
-                        break
-            elif cmd == "next":
-                try:
-                    answer = {"chunk": dump(await open_stream.__anext__())}
-                except StopAsyncIteration:
-                    answer = {"end": True}
-            elif cmd == "close_stream":
-                await open_stream.close()
-                open_stream = None
-            elif cmd == "models":
-                client = client_of(command)
-                page = await client.models.list()
-                answer = {"models": [m.id for m in page.data]}
-            else:
-                answer = {"error": {"message": f"unknown command {cmd}"}}
-        except openai.APIError as e:
-            answer = {"error": error_of(e)}
-        except Exception as e:  # noqa: BLE001 - every failure is the test's to read
-            answer = {"error": {"status": None, "class": type(e).__name__, "message": str(e)}}
-        print(json.dumps(answer), flush=True)
+        if cmd == "create":
+            completion = await client_of(command).chat.completions.create(**command["request"])
+            return {"completion": dump(completion)}
+        if cmd == "stream":
+            stream = await client_of(command).chat.completions.create(
+                stream=True, **command["request"]
+            )
+            chunks = []
+            try:
+                async for chunk in stream:
+                    chunks.append(dump(chunk))
+                return {"chunks": chunks}
+            except openai.APIError as e:
+                return {"chunks": chunks, "error": error_of(e)}
+        if cmd == "stream_helper":
+            events = []
+            async with client_of(command).chat.completions.stream(**command["request"]) as stream:
+                async for event in stream:
+                    events.append(event.type)
+                final = await stream.get_final_completion()
+            return {"final": dump(final), "events": events}
+        if cmd == "open_stream":
+            self.open_stream = await client_of(command).chat.completions.create(
+                stream=True, **command["request"]
+            )
+            async for chunk in self.open_stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    return {"first": dump(chunk)}
+            return {"ok": True}
+        if cmd == "next":
+            try:
+                return {"chunk": dump(await self.open_stream.__anext__())}
+            except StopAsyncIteration:
+                return {"end": True}
+        if cmd == "close_stream":
+            await self.open_stream.close()
+            self.open_stream = None
+            return {"ok": True}
+        if cmd == "models":
+            page = await client_of(command).models.list()
+            return {"models": [m.id for m in page.data]}
+        return {"error": {"message": f"unknown command {cmd}"}}
 
 
-asyncio.run(main())
+asyncio.run(serve(ChatApp().handle))

@@ -4,7 +4,7 @@ free loopback port, then registers itself with a runtime-tools server:
 
     python mcp_plugin.py SERVER_URL NAME [--source S] [--role R] [--timeout S] [--extra-tools N]
                          [--long-name] [--list-fails] [--endless-pages] [--wait-tool] [--port P]
-                         [--no-register]
+                         [--no-register] [--traced-tool]
 
 Its tools: `get_weather(city)`, and `add_tool(name)`, which adds a tool of that name (it greets)
 and sends `notifications/tools/list_changed`; `--extra-tools N` adds N more (`tool_0001`...),
@@ -13,7 +13,8 @@ with a JSON-RPC error (the server initializes, but cannot list); with `--endless
 page of its listing has one tool and a cursor to the next, without end; with `--wait-tool`, a tool
 `wait(seconds)` answers after that long (and prints `cancelled wait SECONDS` when the
 client cancels it). `--port P` listens on port P (the same plugin started
-again), `--no-register` does not register (a plugin that comes back and finds its registration
+again), `--traced-tool` adds a tool `traced()` that answers with the W3C trace context its
+call carried in `_meta` (SEP-414), `--no-register` does not register (a plugin that comes back and finds its registration
 still there), `--timeout S` registers with `timeout_seconds` S. It prints one line per event on stdout:
 `listening PORT`, `registered JSON` (the registration's answer), and `request METHOD PATH` for
 each HTTP request it receives (so the test sees the DELETE that ends its MCP session).
@@ -39,6 +40,11 @@ class Weather(TypedDict):
     temperature_c: int
 
 
+class Traced(TypedDict):
+    traceparent: str | None
+    tracestate: str | None
+
+
 def say(*parts):
     print(*parts, flush=True)
 
@@ -59,7 +65,7 @@ class EndlessPages(MCPServer):
         return types.ListToolsResult(tools=[tool], next_cursor=str(page + 1))
 
 
-def build(name, extra_tools, long_name, list_fails, wait_tool, endless_pages):
+def build(name, extra_tools, long_name, list_fails, wait_tool, endless_pages, traced_tool=False):
     kind = ListingFails if list_fails else EndlessPages if endless_pages else MCPServer
     server = kind(name)
 
@@ -91,6 +97,20 @@ def build(name, extra_tools, long_name, list_fails, wait_tool, endless_pages):
                 say("cancelled wait", seconds)
                 raise
             return "waited"
+
+    if traced_tool:
+
+        @server.tool()
+        def traced(ctx: Context) -> Traced:
+            """Answers with the trace context the call came with."""
+            meta = ctx.request_context.meta
+            if meta is None:
+                data = {}
+            elif isinstance(meta, dict):
+                data = meta
+            else:
+                data = meta.model_dump(by_alias=True)
+            return {"traceparent": data.get("traceparent"), "tracestate": data.get("tracestate")}
 
     def adder(i):
         def numbered(x: int) -> int:
@@ -142,7 +162,7 @@ async def main(args):
     port = sock.getsockname()[1]
     say("listening", port)
     server = build(args.name, args.extra_tools, args.long_name, args.list_fails, args.wait_tool,
-                   args.endless_pages)
+                   args.endless_pages, args.traced_tool)
     app = logged(server.streamable_http_app(host="127.0.0.1"))
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     http = uvicorn.Server(config)
@@ -175,5 +195,6 @@ if __name__ == "__main__":
     parser.add_argument("--timeout", type=float)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--no-register", action="store_true")
+    parser.add_argument("--traced-tool", action="store_true")
     anyio.run(main, parser.parse_args())
     sys.exit(0)

@@ -18,11 +18,16 @@
 #              with a live session to a fake model calling the tool in a closed loop, in client
 #              and relay mode, answered by the nginx callback; with its floor (wrk at nginx, 1
 #              connection). Not in the default list: run it by name.
-#   chat       text chat (benches/chat.rs): a chat request with one round of a registered tool
-#              through the server against the app's own loop (upstream, callback, upstream), at
-#              CONNS and at 1 connection, and the first streamed token through the server against
-#              straight from the upstream; with the floor of one exchange (wrk at nginx, 1
-#              connection). Not in the default list: run it by name.
+#   callpath-export
+#              what span export costs on the call path (benches/call_path.rs, client mode, one
+#              session): per run, alternated, main's binary (MAIN_BIN=PATH), this build with export
+#              off, and this build exporting every span to nginx's /v1/traces (OTLP/HTTP); with the
+#              floor. Not in the default list: run it by name.
+#   chat       text chat (benches/chat.rs), chat completions and the Responses API: a request with
+#              one round of a registered tool through the server against the app's own loop
+#              (upstream, callback, upstream), at CONNS and at 1 connection, and the first streamed
+#              token through the server against straight from the upstream; with the floor of one
+#              exchange (wrk at nginx, 1 connection). Not in the default list: run it by name.
 #   hop        what one actor round trip from a handler costs (benches/actor_hop.rs: a server with
 #              a route that answers at once and one that first asks an actor), with the actor on
 #              the system thread (as the router) or on the first HTTP worker, at 2 and 1 workers.
@@ -208,6 +213,25 @@ hop_suite() {
   done
 }
 
+callpath_export_suite() {
+  [ -n "${MAIN_BIN:-}" ] || { echo "callpath-export needs MAIN_BIN=PATH (main's release binary)" >&2; exit 2; }
+  measure floor-callback-conn1 "$HERE/callback.lua" "$CALLBACK" "$(nginx_pids)" 1
+  [ -n "${SKIP_BUILD:-}" ] || cargo bench --quiet --bench call_path --no-run 2>/dev/null
+  local run variant bin endpoint
+  for run in $(seq "$RUNS"); do
+    for variant in main off on; do
+      bin="$BIN"; endpoint=""
+      [ "$variant" = main ] && bin="$MAIN_BIN"
+      [ "$variant" = on ] && endpoint="$CALLBACK"
+      RUNTIME_TOOLS_BIN="$bin" OTEL_EXPORTER_OTLP_ENDPOINT="$endpoint" OTEL_BSP_SCHEDULE_DELAY=1000 \
+        cargo bench --quiet --bench call_path -- --mode client --sessions 1 --runs 1 \
+        --seconds "${DURATION%s}" --warmup-seconds "${WARMUP%s}" --callback "$CALLBACK" \
+        --label "$variant" 2>"$WORK/call_path.err" | tee -a "$RESULTS" | grep -v '^#' \
+        || { cat "$WORK/call_path.err" >&2; exit 1; }
+    done
+  done
+}
+
 callpath_suite() {
   local mode n line
   measure floor-callback-conn1 "$HERE/callback.lua" "$CALLBACK" "$(nginx_pids)" 1
@@ -235,6 +259,7 @@ for suite in "${SUITES[@]}"; do
     memory) memory_suite ;;
     proxy) proxy_suite ;;
     callpath) callpath_suite ;;
+    callpath-export) callpath_export_suite ;;
     chat) chat_suite ;;
     hop) hop_suite ;;
     *) echo "unknown suite $suite" >&2; exit 2 ;;
@@ -308,13 +333,13 @@ fi
 # exchange (wrk at nginx, 1 connection, p50): a one-round request through the server at most the
 # app's own loop plus 2 exchanges (p50, one connection), the first streamed token at most 1.5
 # exchanges later than straight from the upstream.
-if grep -q '^chat-\|^ttft-' "$RESULTS"; then
+if grep -q '^chat-\|^ttft-\|^responses-' "$RESULTS"; then
   echo
   awk '
     / run[0-9]+ / {
       s=$1; n[s]++
       for (i=3; i<=NF; i++) { split($i, kv, "="); v[s, kv[1], n[s]] = kv[2] }
-      if ((s ~ /^chat-/ || s ~ /^ttft-/) && !(s in seen)) { seen[s]=1; order[++m]=s }
+      if ((s ~ /^chat-/ || s ~ /^ttft-/ || s ~ /^responses-/) && !(s in seen)) { seen[s]=1; order[++m]=s }
     }
     function med(s, k,   i, j, t, a, c) {
       c = n[s]; for (i=1; i<=c; i++) a[i] = v[s, k, i] + 0
@@ -334,15 +359,20 @@ if grep -q '^chat-\|^ttft-' "$RESULTS"; then
         printf "%-20s %10.0f %8.3f %8.3f %12.1f %14.1f %6d\n", s, med(s, "rps"), med(s, "p50_ms"),
           med(s, "p99_ms"), med(s, "cpu_us_per_req"), med(s, "cpu_us_per_round"), mx(s, "faults")
       }
-      if (("chat-server" in n) && ("chat-floor" in n))
-        printf "# requests/s through the server: %.1f%% of the app'"'"'s own loop\n", 100 * med("chat-server", "rps") / med("chat-floor", "rps")
-      if (("chat-server-conn1" in n) && ("chat-floor-conn1" in n) && x > 0) {
-        d = med("chat-server-conn1", "p50_ms") - med("chat-floor-conn1", "p50_ms")
-        printf "# a one-round request adds %.3f ms = %.2f exchanges over the app'"'"'s own loop (target: at most 2)\n", d, d / x
-      }
-      if (("ttft-server" in n) && ("ttft-direct" in n) && x > 0) {
-        d = med("ttft-server", "p50_ms") - med("ttft-direct", "p50_ms")
-        printf "# the first streamed token comes %.3f ms = %.2f exchanges later through the server (target: at most 1.5)\n", d, d / x
+      # Each wire format against its own floor: chat completions, then the Responses API.
+      split("chat responses", formats, " "); split(" responses-", ttft, " ")
+      for (f=1; f<=2; f++) {
+        p = formats[f]; t = ttft[f]
+        if (((p "-server") in n) && ((p "-floor") in n))
+          printf "# %s: requests/s through the server: %.1f%% of the app'"'"'s own loop\n", p, 100 * med(p "-server", "rps") / med(p "-floor", "rps")
+        if (((p "-server-conn1") in n) && ((p "-floor-conn1") in n) && x > 0) {
+          d = med(p "-server-conn1", "p50_ms") - med(p "-floor-conn1", "p50_ms")
+          printf "# %s: a one-round request adds %.3f ms = %.2f exchanges over the app'"'"'s own loop (target: at most 2)\n", p, d, d / x
+        }
+        if (((t "ttft-server") in n) && ((t "ttft-direct") in n) && x > 0) {
+          d = med(t "ttft-server", "p50_ms") - med(t "ttft-direct", "p50_ms")
+          printf "# %s: the first streamed token comes %.3f ms = %.2f exchanges later through the server (target: at most 1.5)\n", p, d, d / x
+        }
       }
     }' "$RESULTS"
 fi

@@ -1,7 +1,7 @@
-//! `POST /v1/chat/completions` and `GET /v1/models` (and `/v1/models/{model}`): the server as an
-//! OpenAI-compatible chat endpoint. An app reaches a character's chat model by changing only its
-//! SDK's base URL; the server adds the character's registered tools and runs their calls (see
-//! [`crate::chat`]). The character is `?character=NAME` or the `X-Character` header (either may
+//! `POST /v1/chat/completions`, `POST /v1/responses` and `GET /v1/models` (and
+//! `/v1/models/{model}`): the server as an OpenAI-compatible chat endpoint. An app reaches a
+//! character's chat model by changing only its SDK's base URL; the server adds the character's
+//! registered tools and runs their calls (see [`crate::chat`]). The character is `?character=NAME` or the `X-Character` header (either may
 //! be left out when exactly one character has a chat). Errors take OpenAI's shape.
 //!
 //! The handlers find the character's chat endpoint and tools in the `Directory` on the worker's
@@ -18,9 +18,11 @@ use super::AppState;
 use super::body::{read_body, refuse_duplicate_keys};
 use super::error::{OpenAiError, OpenAiErrorBody};
 use crate::actors::router::ChatTarget;
-use crate::chat::run::{ChatContext, Reply, complete};
+use crate::chat::responses::request::ResponsesRequest;
+use crate::chat::run::{ChatContext, Reply};
 use crate::chat::upstream::{AppHeaders, UpstreamError};
-use crate::chat::wire::ChatRequest;
+use crate::chat::wire::{ChatRequest, RequestError};
+use crate::chat::{complete, respond};
 
 /// Largest chat request body: a conversation's history carries its images as data URLs, and a
 /// few photos of a phone's camera are tens of megabytes of base64.
@@ -31,6 +33,7 @@ pub(crate) const CHARACTER_HEADER: &str = "x-character";
 
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(resource("/v1/chat/completions").route(web::post().to(chat_completions)))
+        .service(resource("/v1/responses").route(web::post().to(responses)))
         .service(resource("/v1/models").route(super::read_route().to(list_models)))
         .service(resource("/v1/models/{model:.+}").route(super::read_route().to(get_model)));
 }
@@ -88,6 +91,57 @@ async fn chat_completions(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, OpenAiError> {
+    serve(req, payload, state, ChatRequest::parse, complete).await
+}
+
+/// Create a model response (the Responses API): the app's request passed to the character's
+/// model (`URL/responses`) with the registered tools added; calls of registered tools are run by
+/// the server, the model is asked again, and the app gets one response (or one with only its
+/// own calls).
+#[utoipa::path(
+    post,
+    path = "/v1/responses",
+    tag = "chat",
+    params(
+        ("character" = Option<String>, Query, description = "The character whose model and tools to use (or the `X-Character` header); may be left out when exactly one character has `[character.chat]`"),
+    ),
+    request_body(content = Object, description = "A Responses API request (`input`, `tools`, `previous_response_id`, `store`, ...); every field is passed upstream as written"),
+    responses(
+        (status = 200, description = "A response whose `output` holds the model's items of every round and the app's own calls; with `stream: true`, one stream of response events (`response.created` ... `response.completed`). An error status the upstream answered with (a 404 from one that does not speak the Responses API) is passed to the app with its body", content(
+            (Object = "application/json"),
+            (String = "text/event-stream"),
+        )),
+        (status = 400, description = "The body is not a Responses API request", body = OpenAiErrorBody),
+        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = OpenAiErrorBody),
+        (status = 404, description = "The character is unknown, has no `[character.chat]`, or was left out while several characters have one", body = OpenAiErrorBody),
+        (status = 405, description = "Only POST is allowed", body = OpenAiErrorBody),
+        (status = 408, description = "The body did not arrive in full within 10 s", body = OpenAiErrorBody),
+        (status = 413, description = "The body is over 32 MiB", body = OpenAiErrorBody),
+        (status = 429, description = "The character already runs `chat.max_concurrent_requests` requests (8 by default); code `rate_limit_exceeded`", body = OpenAiErrorBody),
+        (status = 502, description = "The upstream could not be reached, redirected, or did not answer with a response (codes `upstream_unreachable`, `upstream_too_large`, `upstream_redirect`, `upstream_invalid`)", body = OpenAiErrorBody),
+        (status = 504, description = "The upstream did not answer within the character's `chat.timeout_seconds`", body = OpenAiErrorBody),
+    )
+)]
+async fn responses(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+) -> Result<HttpResponse, OpenAiError> {
+    serve(req, payload, state, ResponsesRequest::parse, respond).await
+}
+
+/// Either wire format's request: the character found, the body read and parsed, the request
+/// run, its reply mapped.
+async fn serve<R, F>(
+    req: HttpRequest,
+    payload: web::Payload,
+    state: web::Data<AppState>,
+    parse: fn(&[u8]) -> Result<R, RequestError>,
+    run: fn(ChatContext, R) -> F,
+) -> Result<HttpResponse, OpenAiError>
+where
+    F: std::future::Future<Output = Reply>,
+{
     let target = target(&state, &req)?;
     let permit = target.chat.admit()?;
     let mut payload: Payload = payload.into_inner();
@@ -97,8 +151,7 @@ async fn chat_completions(
     refuse_duplicate_keys(&body).map_err(|e| {
         OpenAiError::invalid(format!("the request body must not repeat a key: {e}"), None)
     })?;
-    let request =
-        ChatRequest::parse(&body).map_err(|e| OpenAiError::invalid(e.message, e.param))?;
+    let request = parse(&body).map_err(|e| OpenAiError::invalid(e.message, e.param))?;
     let context = ChatContext {
         role: target.role,
         endpoint: target.chat,
@@ -106,9 +159,10 @@ async fn chat_completions(
         dispatcher: state.dispatcher.clone(),
         events: state.events.clone(),
         app: AppHeaders::from_request(req.headers()),
+        parent: super::incoming_trace(&req),
         _permit: permit,
     };
-    Ok(match complete(context, request).await {
+    Ok(match run(context, request).await {
         Reply::Whole {
             status,
             content_type,

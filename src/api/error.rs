@@ -210,7 +210,8 @@ impl ResponseError for ApiError {
     }
 }
 
-/// An error of the OpenAI-compatible routes (`/v1/chat/completions`, `/v1/models`), in the
+/// An error of the OpenAI-compatible routes (`/v1/chat/completions`, `/v1/responses`,
+/// `/v1/models`), in the
 /// shape OpenAI's SDKs parse: `{"error": {"message", "type", "param", "code"}}`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
@@ -442,5 +443,8 @@ pub(crate) fn is_mcp_path(path: &str) -> bool {
 
 /// Whether `path` is one of the OpenAI-compatible routes, whose errors take OpenAI's shape.
 pub(crate) fn is_openai_path(path: &str) -> bool {
-    path == "/v1/chat/completions" || path == "/v1/models" || path.starts_with("/v1/models/")
+    matches!(
+        path,
+        "/v1/chat/completions" | "/v1/responses" | "/v1/models"
+    ) || path.starts_with("/v1/models/")
 }

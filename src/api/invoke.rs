@@ -10,9 +10,9 @@ use super::body::JsonObjectText;
 use super::error::{ApiError, BodyRouteErrors, ErrorBody};
 use super::requests::InvokeRequest;
 use crate::dispatch::{HOP_HEADER, Where};
-use crate::domain::call::{JsonText, ToolCall, ToolResult};
+use crate::domain::call::{JsonText, Outcome, ToolCall, ToolResult};
 use crate::domain::images::ToolImage;
-use crate::events::{CallAnnouncement, Caller, ToolCallFinished};
+use crate::events::{CallStart, CallWatch, Caller};
 
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/invoke").route(web::post().to(invoke)));
@@ -38,7 +38,7 @@ async fn invoke(
 ) -> Result<HttpResponse, ApiError> {
     let request = InvokeRequest::parse(body.object, &body.text).map_err(ApiError::Validation)?;
     let call_id = request.call_id.unwrap_or_else(new_call_id);
-    let call = ToolCall::from_text(
+    let mut call = ToolCall::from_text(
         call_id,
         request.name,
         request.arguments_text,
@@ -47,10 +47,13 @@ async fn invoke(
     if http.headers().contains_key(HOP_HEADER) {
         // A tool callback calling an invoke route: answering it by calling a tool again is how
         // a server ends up calling itself (or two servers each other) without end.
-        let refused = call.error(format!(
-            "invoke refused: the request came from a tool callback ({HOP_HEADER} header); a \
+        let refused = call.failed(
+            Outcome::Refused,
+            format!(
+                "invoke refused: the request came from a tool callback ({HOP_HEADER} header); a \
              tool's callback must not call the invoke route, or calls would loop without end"
-        ));
+            ),
+        );
         return Ok(HttpResponse::Ok().json(InvokeResponse::from(refused)));
     }
     // Resolved on this worker's thread from the published snapshots: no round trip to the
@@ -60,22 +63,23 @@ async fn invoke(
         .resolve(request.role.as_deref(), &call.name)?;
     let call_id = call.call_id.clone();
     // If the client goes away, actix drops this future, which cancels the callback exchange;
-    // the call is then announced as cancelled.
-    let announcement = CallAnnouncement::start(
+    // the call is then announced as cancelled. A `traceparent` the request came with makes the
+    // call's span part of the caller's trace.
+    let parent = super::incoming_trace(&http);
+    let watch = CallWatch::start(
         &state.events,
-        ToolCallFinished {
+        CallStart {
             role: &resolved.role,
             tool: &resolved.tool.name,
             source: Some(&resolved.tool.source),
             call_id: &call_id,
             caller: Caller::Invoke,
             kind: None,
-            duration_ms: 0.0,
-            is_error: false,
-            cancelled: false,
             behavior: crate::domain::tool::Behavior::Blocking,
         },
+        parent.as_ref(),
     );
+    call.trace = Some(watch.trace().clone());
     // Listed while it runs: a plugin's progress reaches the event stream.
     let _listed = state.dispatcher.board().list(
         &call_id,
@@ -86,7 +90,7 @@ async fn invoke(
         },
     );
     let result = state.dispatcher.dispatch(&resolved.tool, call).await;
-    announcement.finished(result.is_error);
+    watch.finished(&result);
     Ok(HttpResponse::Ok().json(InvokeResponse::from(result)))
 }
 

@@ -16,6 +16,7 @@ pub(crate) mod guard;
 mod inspector;
 mod invoke;
 mod mcp;
+mod observe;
 pub(crate) mod openapi;
 #[cfg(test)]
 mod properties;
@@ -85,6 +86,7 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
         .configure(chat::configure)
         .configure(events::configure)
         .configure(mcp::configure)
+        .configure(observe::configure)
         .configure(openapi::configure)
         .configure(inspector::configure);
 }
@@ -113,6 +115,13 @@ fn query_config() -> web::QueryConfig {
         }])
         .into()
     })
+}
+
+/// The W3C trace context (`traceparent`, `tracestate`) a request came with, when valid: the
+/// parent of the spans it causes.
+fn incoming_trace(request: &actix_web::HttpRequest) -> Option<opentelemetry::trace::SpanContext> {
+    let headers = request.headers();
+    crate::observe::trace::incoming(|name| headers.get(name).and_then(|v| v.to_str().ok()))
 }
 
 /// The answer for paths that do not exist.

@@ -24,6 +24,7 @@ use super::mcp::{
     self, McpRegisterBody, McpRegisterResponse, McpResponse, McpUnregisterBody,
     McpUnregisterResponse,
 };
+use super::observe::{self, CallsResponse};
 use super::sessions::{
     self, AttachBody, AttachResponse, DetachBody, DetachResponse, SessionsResponse,
 };
@@ -34,11 +35,13 @@ use super::tools::{
 use crate::actors::change::RoleFailure;
 use crate::actors::manager::SessionReport;
 use crate::chat::{ChatFailure, ChatReport, ToolsRefused};
-use crate::domain::connection::ConnectionKind;
+use crate::domain::call::Outcome;
+use crate::domain::connection::{Caller, ConnectionKind};
 use crate::domain::tool::Behavior;
 use crate::mcp::mapping::Skipped;
 use crate::mcp::runtime::McpStage;
 use crate::mcp::status::{McpServerReport, McpState, RuntimeMcpReport, RuntimeMcpState};
+use crate::observe::recent::RecentCall;
 use crate::session::{
     ConnectionReport, ConnectionState, Conversation, ResumptionReport, RunningCallReport,
     SyncOutcome,
@@ -74,7 +77,10 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         mcp::mcp_get,
         mcp::mcp_delete,
         chat::chat_completions,
+        chat::responses,
         chat::list_models,
+        observe::metrics,
+        observe::calls,
         openapi_document,
     ),
     components(schemas(
@@ -129,6 +135,10 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         ErrorBody,
         ValidationErrorBody,
         FieldError,
+        CallsResponse,
+        RecentCall,
+        Outcome,
+        Caller,
     )),
     tags(
         (name = "tools", description = "Register, remove, list and invoke remote tools"),
@@ -136,6 +146,7 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         (name = "events", description = "Change events, as Server-Sent Events"),
         (name = "mcp", description = "MCP both ways: the MCP servers whose tools the characters get (configured, and registered by plugins at run time), and a character's tools as an MCP server over Streamable HTTP (`/mcp`)"),
         (name = "chat", description = "The server as an OpenAI-compatible chat endpoint: a character's chat model with its registered tools, the tool loop run by the server (OpenAI's request, answer and error shapes)"),
+        (name = "observability", description = "What the server did: Prometheus metrics, and the recent calls with their trace ids (docs/observability.md)"),
         (name = "meta", description = "This document"),
     )
 )]

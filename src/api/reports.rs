@@ -14,11 +14,13 @@ use utoipa::openapi::schema::Schema;
 use crate::actors::change::RoleFailure;
 use crate::actors::manager::SessionReport;
 use crate::chat::{ChatFailure, ChatReport, ToolsRefused};
-use crate::domain::connection::ConnectionKind;
+use crate::domain::call::Outcome;
+use crate::domain::connection::{Caller, ConnectionKind};
 use crate::domain::tool::Behavior;
 use crate::mcp::mapping::Skipped;
 use crate::mcp::runtime::McpStage;
 use crate::mcp::status::{McpServerReport, McpState, RuntimeMcpReport, RuntimeMcpState};
+use crate::observe::recent::RecentCall;
 use crate::session::{
     ConnectionReport, ConnectionState, Conversation, ResumptionReport, RunningCallReport,
     SyncOutcome,
@@ -65,7 +67,32 @@ described_by_twin!(
     RuntimeMcpReport,
     McpStage,
     Skipped,
+    RecentCall,
+    Caller,
 );
+
+// An outcome's schema is the list of its names, so a new outcome needs no second list here.
+impl utoipa::PartialSchema for Outcome {
+    fn schema() -> RefOr<Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some(
+                "How a call ended: `ok`, `tool_error` (the tool answered with an error, an HTTP \
+                 status of 400 or more, or an answer that could not be read), \
+                 `invalid_arguments`, `timeout`, `unreachable` (no connection), `cancelled`, \
+                 `unknown_tool`, `refused` (a limit, or a call from a tool callback), `stopped` \
+                 (the server stopped).",
+            ))
+            .enum_values(Some(Outcome::ALL.iter().map(|o| o.name())))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Outcome {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("Outcome")
+    }
+}
 
 /// The twins: never built, only described. Their docs are what the document says.
 #[allow(dead_code)]
@@ -220,6 +247,41 @@ mod twin {
         /// A text chat through `POST /v1/chat/completions` (the server runs the tool loop of each
         /// request); never one of a manager's sessions.
         Chat,
+        /// A text chat through `POST /v1/responses` (the Responses API); never one of a
+        /// manager's sessions.
+        Responses,
+    }
+
+    /// One finished call of the recent calls (`GET /api/calls`). Never its arguments or output.
+    #[derive(Serialize, ToSchema)]
+    pub(super) struct RecentCall {
+        call_id: String,
+        role: String,
+        tool: String,
+        /// The tool's source; null when the character has no such tool.
+        #[schema(required = true)]
+        source: Option<String>,
+        caller: Caller,
+        /// The kind of session whose model made the call; null for an invoke or an `/mcp` call.
+        #[schema(required = true)]
+        kind: Option<ConnectionKind>,
+        /// When the call started, RFC 3339, UTC.
+        started_at: String,
+        duration_ms: f64,
+        #[schema(value_type = super::Outcome)]
+        outcome: String,
+        /// The trace of the call's span (32 hex digits): what its callback's `traceparent` named.
+        trace_id: String,
+    }
+
+    /// Who made a call: a model (a live session's, a chat request's), the invoke route, or an
+    /// MCP client of `/mcp`.
+    #[derive(Serialize, ToSchema)]
+    #[serde(rename_all = "snake_case")]
+    pub(super) enum Caller {
+        Model,
+        Invoke,
+        Mcp,
     }
 
     /// An error, and when it happened.
@@ -247,8 +309,10 @@ mod twin {
         /// The model used when a request names none.
         #[schema(required = true)]
         model: Option<String>,
-        /// Chat requests served.
+        /// Requests served (chat completions and the Responses API).
         requests: u64,
+        /// Of them, requests to `POST /v1/responses`.
+        responses: u64,
         /// Upstream calls made for them (one per round).
         rounds: u64,
         /// Calls of registered tools the server ran.
@@ -263,7 +327,8 @@ mod twin {
         /// Models that refused tools: their requests go without tools until the character's tools
         /// change.
         tools_refused: Vec<ToolsRefused>,
-        /// Turns handed back to apps whose server calls are kept for their next request.
+        /// Turns handed back to apps whose server calls are kept for their next request (and,
+        /// for the Responses API, the ids of streamed answers whose last response has another).
         handed_turns: usize,
     }
 
@@ -440,6 +505,7 @@ mod tests {
             upstream: "http://127.0.0.1:11434/v1".into(),
             model: Some("local".into()),
             requests: 4,
+            responses: 1,
             rounds: 6,
             calls: 2,
             last_error: Some(failure),
@@ -455,9 +521,9 @@ mod tests {
 
     #[test]
     fn every_session_report_is_what_its_schema_says() {
-        use ConnectionKind::{Attach, Chat, Client, Embedded, Relay};
+        use ConnectionKind::{Attach, Chat, Client, Embedded, Relay, Responses};
         use ConnectionState::{Backoff, Closed, Connected, Connecting};
-        let kinds = [Client, Relay, Attach, Embedded, Chat];
+        let kinds = [Client, Relay, Attach, Embedded, Chat, Responses];
         let states = [
             ConnectionState::None,
             Connecting,
@@ -468,7 +534,7 @@ mod tests {
         // A new variant must join the lists above.
         for kind in kinds {
             match kind {
-                Client | Relay | Attach | Embedded | Chat => {}
+                Client | Relay | Attach | Embedded | Chat | Responses => {}
             }
         }
         for state in states {
@@ -478,7 +544,7 @@ mod tests {
         }
         let connections: Vec<ConnectionReport> = kinds
             .iter()
-            .zip(states)
+            .zip(states.into_iter().cycle())
             .map(|(kind, state)| connection(*kind, state))
             .collect();
         described(&connections);

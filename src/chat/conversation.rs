@@ -1,53 +1,34 @@
-//! `Conversation`: one chat request's tool loop, as plain state. Its driver (`run.rs`) asks it
-//! for each round's upstream body, feeds it each answer, runs the calls it names, and hands it
-//! the results; it decides what the upstream sees next and when the app gets its answer. No
-//! I/O here.
+//! `Conversation`: one chat-completions request's tool loop, as plain state — the
+//! [`WireConversation`] of `POST /v1/chat/completions`. The driver (`run.rs`) asks it for each
+//! round's upstream body, feeds it each answer (a completion, or stream chunks whose text it
+//! forwards), runs the calls it names, and hands it the results; it decides what the upstream
+//! sees next and writes the app's answer. No I/O.
 //!
-//! The rules: a round whose answer calls only registered tools (or tools nobody has, which the
-//! server answers with an error) has them run, and the model is asked again with the
-//! assistant turn and one tool message per call appended (and the result images, for a model
-//! that takes them); a round that calls any of the app's own tools ends the loop, handing the
-//! app a turn with only its calls; after `max_tool_rounds` rounds that ran tools, one last
-//! round goes without tools, so the model answers in words.
+//! The rules are the [`ToolLoop`]'s; in chat's terms: a round whose answer calls only registered
+//! tools (or tools nobody has, which the server answers with an error) has them run, and the
+//! model is asked again with the assistant turn and one tool message per call appended (and the
+//! result images, for a model that takes them); a round that calls any of the app's own tools
+//! ends the loop, handing the app a turn with only its calls; after `max_tool_rounds` rounds
+//! that ran tools, one last round goes without tools, so the model answers in words.
 
-use serde_json::{Map, Value};
+use std::time::Instant;
 
-use super::answer::{ModelCall, RoundAnswer, add_usage};
-use super::turns::HandedTurn;
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+
+use super::ChatEndpoint;
+use super::answer::{self, ModelCall, RoundAnswer, StreamRound, add_usage};
+use super::round::{Answer, Round, Step, Streamed, ToolLoop, Unreadable, WireConversation};
+use super::settings::ChatSettings;
+use super::kept::{self, TooLarge};
+use super::turns::{self, HandedTurn};
 use super::wire::{
-    self, ChatRequest, Raw, assistant_turn, call_value, round_separator, tool_message,
+    self, AppStream, ChatRequest, Raw, assistant_turn, call_value, error_text, round_separator,
+    tool_message,
 };
 use crate::domain::call::ToolResult;
-use crate::domain::images::TurnBudget;
+use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::SharedTool;
-
-/// Calls of one round the server runs; more are answered with an error. A model asking for
-/// more parallel calls than this in one turn is looping, and each call may open a connection.
-pub(crate) const MAX_CALLS_PER_ROUND: usize = 32;
-
-/// What a round asks of the upstream.
-#[derive(Debug)]
-pub(crate) struct Round {
-    pub body: Vec<u8>,
-    /// Registered tools left out because the app has a tool of the same name.
-    pub clashes: Vec<String>,
-}
-
-/// What the loop does after an answer.
-#[derive(Debug)]
-pub(crate) enum Step {
-    /// The answer is the app's: no (runnable) call in it.
-    Deliver { finish_reason: String },
-    /// Run the server's calls, then ask again.
-    Run(Vec<ModelCall>),
-    /// Run the server's calls, then hand the app a turn with only its own calls (`all` is
-    /// every call of the turn, in the model's order).
-    HandOff {
-        all: Vec<ModelCall>,
-        server: Vec<ModelCall>,
-        app: Vec<ModelCall>,
-    },
-}
 
 #[derive(Debug)]
 pub(crate) struct Conversation {
@@ -56,54 +37,95 @@ pub(crate) struct Conversation {
     /// again), then every server round of this request.
     messages: Vec<Raw>,
     default_model: Option<String>,
-    max_tool_rounds: usize,
-    vision: bool,
-    /// Rounds so far that ran tools.
-    tool_rounds: usize,
-    /// Tools are withheld for the rest of the request (the model refused them).
-    withhold_tools: bool,
-    /// The tools the last round sent, by which its calls are resolved.
-    sent: Vec<SharedTool>,
-    /// The last round carried tools.
-    sent_tools: bool,
+    tools: ToolLoop,
     /// Every round's text so far, as the app sees it.
     text: String,
     usage: Option<Map<String, Value>>,
-    /// Upstream calls made so far.
-    rounds: usize,
+    /// The round being read: streamed, or a whole completion's answer.
+    streamed: StreamRound,
+    whole: Option<RoundAnswer>,
+    /// The last round's text and calls (every call, in the model's order).
+    round_text: String,
+    round_calls: Vec<ModelCall>,
+    /// The app's own calls of the turn handed to it, and the finish reason it gets.
+    app_calls: Vec<ModelCall>,
+    finish_reason: String,
+    /// A whole answer's first and last completions (the first's `id` and `created` are the
+    /// answer's).
+    first: Option<Map<String, Value>>,
+    last: Option<Map<String, Value>>,
+    /// The app's stream.
+    encoder: AppStream,
+    /// The turn the app gets with only its own calls, kept for its next request.
+    handed: Option<HandedTurn>,
+    /// The person's last message of the app's request: a turn handed back follows it.
+    prompt: Option<Value>,
 }
 
 impl Conversation {
+    /// A request begins: its messages put together again with the turns the character handed
+    /// back (and the plugins' context), on `endpoint`.
+    pub(crate) fn start(endpoint: &ChatEndpoint, role: &str, mut request: ChatRequest) -> Self {
+        let prompt = turns::last_prompt(&request.messages);
+        let (messages, restored) =
+            endpoint.begin_chat(std::mem::take(&mut request.messages), Instant::now());
+        if restored.missed > 0 {
+            tracing::warn!(character = %role, turns = restored.missed, "a request carried turns whose server calls were forgotten ({}): the model sees only the app's calls of them", kept::bounds_text());
+        }
+        let mut conversation = Self::new(request, messages, endpoint.settings());
+        conversation.prompt = prompt;
+        conversation
+    }
+
     /// `messages` is the app's conversation, handed-back turns already completed.
-    pub(crate) fn new(
-        request: ChatRequest,
-        messages: Vec<Raw>,
-        default_model: Option<String>,
-        max_tool_rounds: usize,
-        vision: bool,
-    ) -> Self {
+    pub(crate) fn new(request: ChatRequest, messages: Vec<Raw>, settings: &ChatSettings) -> Self {
+        let encoder = AppStream::new(request.include_usage);
         Self {
             request,
             messages,
-            default_model,
-            max_tool_rounds,
-            vision,
-            tool_rounds: 0,
-            withhold_tools: false,
-            sent: Vec::new(),
-            sent_tools: false,
+            default_model: settings.model.clone(),
+            tools: ToolLoop::new(settings.max_tool_rounds, settings.vision),
             text: String::new(),
             usage: None,
-            rounds: 0,
+            streamed: StreamRound::default(),
+            whole: None,
+            round_text: String::new(),
+            round_calls: Vec::new(),
+            app_calls: Vec::new(),
+            finish_reason: "stop".into(),
+            first: None,
+            last: None,
+            encoder,
+            handed: None,
+            prompt: None,
         }
     }
 
-    pub(crate) fn request(&self) -> &ChatRequest {
-        &self.request
+    /// The tool messages of a round's results, in order, and the user message with the images
+    /// the model takes (each result's output names those it does not get).
+    fn answers(&self, mut results: Vec<ToolResult>) -> (Vec<Raw>, Option<Raw>) {
+        let images = if self.tools.fit_images(&mut results) {
+            wire::images_message(&results)
+        } else {
+            None
+        };
+        (results.iter().map(tool_message).collect(), images)
     }
 
+    /// Every round's text so far, as the app sees it.
+    #[cfg(test)]
+    fn text(&self) -> &str {
+        &self.text
+    }
+}
+
+impl WireConversation for Conversation {
+    const PATH: &'static str = "chat/completions";
+    const KIND: ConnectionKind = ConnectionKind::Chat;
+    type Kept = HandedTurn;
+
     /// The model the upstream is asked for: the app's, or the configured default.
-    pub(crate) fn model(&self) -> &str {
+    fn model(&self) -> &str {
         self.request
             .model
             .as_deref()
@@ -111,45 +133,93 @@ impl Conversation {
             .unwrap_or_default()
     }
 
-    /// The next round's request, offering `registered` (the character's tools now) unless
-    /// tools are withheld or the rounds that may run tools are used up.
-    pub(crate) fn next_round(&mut self, registered: &[SharedTool]) -> Round {
-        let with_tools = !self.withhold_tools && self.tool_rounds < self.max_tool_rounds;
-        let (tools, clashes) = if with_tools {
-            crate::session::core::without_clashes(registered, &self.request.app_tools)
-        } else {
-            (Vec::new(), Vec::new())
-        };
+    fn streaming(&self) -> bool {
+        self.request.stream
+    }
+
+    fn tool_loop(&self) -> &ToolLoop {
+        &self.tools
+    }
+
+    fn tool_loop_mut(&mut self) -> &mut ToolLoop {
+        &mut self.tools
+    }
+
+    fn next_round(&mut self, registered: &[SharedTool]) -> Round {
+        let offer = self.tools.offer(registered, &self.request.app_tools);
         let body = self.request.upstream_body(
             &self.messages,
-            &tools,
-            with_tools,
+            &offer.tools,
+            offer.with_tools,
             self.default_model.as_deref(),
         );
-        self.sent.clone_from(&tools);
-        self.sent_tools = with_tools;
-        self.rounds += 1;
-        Round { body, clashes }
+        offer.round(body)
     }
 
-    /// Tools are withheld from the start: the model is known to refuse them.
-    pub(crate) fn withhold_tools(&mut self) {
-        self.withhold_tools = true;
+    fn stream_begins(&mut self) {
+        self.streamed = StreamRound::default();
+        self.whole = None;
+        self.encoder.new_round();
     }
 
-    /// The upstream refused the last round's tools: they are withheld from now on, and the
-    /// round is asked again (true) unless it carried none of ours to withhold (false).
-    pub(crate) fn refuse_tools(&mut self) -> bool {
-        if !self.sent_tools || self.sent.is_empty() || self.withhold_tools {
-            return false;
+    fn stream_event(&mut self, data: &str) -> Result<Streamed, Unreadable> {
+        if data.trim() == "[DONE]" {
+            return Ok(Streamed::End);
         }
-        self.withhold_tools = true;
-        self.rounds -= 1;
-        true
+        let Ok(mut chunk) = serde_json::from_str::<Map<String, Value>>(data) else {
+            return Err(Unreadable::Invalid(format!(
+                "the upstream's stream sent data that is not a JSON object: {}",
+                error_text(data.as_bytes())
+            )));
+        };
+        if let Some(error) = chunk.remove("error").filter(|e| !e.is_null()) {
+            return Err(Unreadable::Error(error));
+        }
+        self.encoder.adopt_header(&chunk);
+        let frames = if self.streamed.take(&mut chunk) {
+            vec![self.encoder.forward(chunk)]
+        } else {
+            Vec::new()
+        };
+        Ok(Streamed::Frames(frames))
     }
 
-    /// Takes the last round's answer and says what to do next.
-    pub(crate) fn answered(&mut self, answer: &mut RoundAnswer) -> Step {
+    /// Takes a whole completion (a stream whose upstream answered without streaming gets its
+    /// text as one part).
+    fn whole_answer(&mut self, body: &[u8]) -> Result<Vec<Bytes>, Unreadable> {
+        let Some(completion) = answer::read_completion(body) else {
+            return Err(Unreadable::Invalid(format!(
+                "the upstream answered with success, but not with a chat completion: {}",
+                error_text(body)
+            )));
+        };
+        let mut frames = Vec::new();
+        if self.request.stream {
+            self.encoder.adopt_header(&completion.object);
+            self.encoder.new_round();
+            if !completion.answer.text.is_empty() {
+                let chunk = json!({"choices": [{"index": 0,
+                    "delta": {"content": completion.answer.text}, "finish_reason": null}]});
+                frames.push(
+                    self.encoder
+                        .forward(chunk.as_object().cloned().unwrap_or_default()),
+                );
+            }
+        } else {
+            if self.first.is_none() {
+                self.first = Some(completion.object.clone());
+            }
+            self.last = Some(completion.object);
+        }
+        self.whole = Some(completion.answer);
+        Ok(frames)
+    }
+
+    fn answered(&mut self) -> Step {
+        let mut answer = match self.whole.take() {
+            Some(answer) => answer,
+            None => std::mem::take(&mut self.streamed).finish(),
+        };
         if let Some(usage) = answer.usage.take() {
             match &mut self.usage {
                 Some(total) => add_usage(total, &usage),
@@ -159,165 +229,95 @@ impl Conversation {
         let separator = round_separator(self.text.chars().next_back(), answer.text.chars().next());
         self.text.push_str(separator);
         self.text.push_str(&answer.text);
-        let calls = std::mem::take(&mut answer.calls);
-        let said = answer.finish_reason.clone();
-        let finish_reason = match said.as_deref() {
-            None | Some("tool_calls") | Some("function_call") => "stop".to_owned(),
-            Some(other) => other.to_owned(),
+        self.round_text = answer.text;
+        self.round_calls = answer.calls;
+        let said = answer.finish_reason;
+        let calls = self.round_calls.clone();
+        let no_calls = calls.is_empty();
+        let split = self
+            .tools
+            .split(calls, |name| self.request.is_app_tool(name));
+        self.finish_reason = match (&split.step, said.as_deref()) {
+            (Step::HandOff(_), _) => "tool_calls".to_owned(),
+            (_, Some(said)) if no_calls => said.to_owned(),
+            (_, None | Some("tool_calls") | Some("function_call")) => "stop".to_owned(),
+            (_, Some(other)) => other.to_owned(),
         };
-        if calls.is_empty() {
-            return Step::Deliver {
-                finish_reason: said.unwrap_or(finish_reason),
-            };
-        }
-        let (app, server): (Vec<ModelCall>, Vec<ModelCall>) = calls
-            .iter()
-            .cloned()
-            .partition(|c| self.request.is_app_tool(&c.name));
-        if !self.sent_tools {
-            // The round went without tools: calls the model makes anyway cannot be run (the
-            // server's) and are dropped; the app's still reach the app.
-            if !server.is_empty() {
-                tracing::warn!(
-                    calls = server.len(),
-                    "the model called tools in a round sent without them; those calls were dropped"
-                );
-            }
-            if app.is_empty() {
-                return Step::Deliver { finish_reason };
-            }
-            return Step::HandOff {
-                all: app.clone(),
-                server: Vec::new(),
-                app,
-            };
-        }
-        if app.is_empty() {
-            Step::Run(server)
-        } else {
-            Step::HandOff {
-                all: calls,
-                server,
-                app,
-            }
-        }
-    }
-
-    /// The registered tool a call of the last round names, if it was sent.
-    pub(crate) fn tool_for(&self, name: &str) -> Option<&SharedTool> {
-        self.sent.iter().find(|t| t.name == name)
-    }
-
-    /// The names of the tools the last round sent, for the error a call of another name gets.
-    pub(crate) fn sent_names(&self) -> impl Iterator<Item = &str> {
-        self.sent.iter().map(|t| t.name.as_str())
+        self.app_calls = split.app;
+        split.step
     }
 
     /// The server's calls of a round ran: the assistant turn (with the round's text), one tool
     /// message per call in the model's order, and the images the model takes go into the
     /// conversation for the next round.
-    pub(crate) fn ran(&mut self, text: &str, calls: &[ModelCall], results: Vec<ToolResult>) {
-        self.tool_rounds += 1;
-        self.messages.push(assistant_turn(text, calls));
+    fn ran(&mut self, calls: &[ModelCall], results: Vec<ToolResult>) {
+        self.tools.ran();
+        self.messages.push(assistant_turn(&self.round_text, calls));
         let (answers, images) = self.answers(results);
         self.messages.extend(answers);
         self.messages.extend(images);
     }
 
     /// The round ends the request with the app's own calls: what the server ran of it is kept
-    /// for the app's next request, which must follow `prompt` (the person's last message of
-    /// this one) to get it back.
-    pub(crate) fn hand_off(
-        &mut self,
-        calls: &[ModelCall],
-        server: Vec<ModelCall>,
-        results: Vec<ToolResult>,
-        prompt: Option<Value>,
-    ) -> HandedTurn {
+    /// for the app's next request.
+    fn hand_off(&mut self, server: &[ModelCall], results: Vec<ToolResult>) {
         let (answers, images) = self.answers(results);
         let mut answers: std::collections::HashMap<String, Raw> =
             server.iter().map(|c| c.id.clone()).zip(answers).collect();
-        HandedTurn {
-            calls: calls
+        self.handed = Some(HandedTurn {
+            calls: self
+                .round_calls
                 .iter()
                 .map(|c| (call_value(c), answers.remove(&c.id)))
                 .collect(),
             images,
-            prompt,
-        }
+            prompt: self.prompt.take(),
+        });
     }
 
-    /// The tool messages of a round's results, in order, and the user message with the images
-    /// the model takes (each result's output names those it does not get).
-    fn answers(&self, mut results: Vec<ToolResult>) -> (Vec<Raw>, Option<Raw>) {
-        let mut budget = TurnBudget::default();
-        for result in &mut results {
-            let warning = if self.vision {
-                budget.take(&mut result.images)
-            } else {
-                images_not_taken(&mut result.images)
-            };
-            result.add_image_warnings(warning.into_iter().collect());
-        }
-        let images = if self.vision {
-            wire::images_message(&results)
+    /// The app's answer: the end of its stream, or its completion.
+    fn finish(&mut self) -> (Answer, Option<HandedTurn>) {
+        let usage = self.usage.take();
+        let answer = if self.request.stream {
+            let mut frames = self.encoder.app_calls(&self.app_calls);
+            frames.push(self.encoder.finish(&self.finish_reason));
+            frames.extend(self.encoder.usage(usage));
+            frames.push(AppStream::done());
+            Answer::Frames(frames)
         } else {
-            None
+            let last = self.last.take().unwrap_or_default();
+            Answer::Whole(Value::Object(wire::final_completion(
+                last,
+                self.first.as_ref(),
+                &self.text,
+                &self.app_calls,
+                &self.finish_reason,
+                usage,
+            )))
         };
-        (results.iter().map(tool_message).collect(), images)
+        (answer, self.handed.take())
     }
 
-    /// Every round's text so far, as the app sees it.
-    pub(crate) fn text(&self) -> &str {
-        &self.text
+    fn failure_frames(&mut self, error: Value) -> Vec<Bytes> {
+        vec![AppStream::error(&error)]
     }
 
-    /// Usage summed over every round so far.
-    pub(crate) fn usage(&self) -> Option<&Map<String, Value>> {
-        self.usage.as_ref()
+    fn keep(endpoint: &ChatEndpoint, kept: HandedTurn) -> Result<(), TooLarge> {
+        endpoint.keep(kept)
     }
-
-    /// Upstream calls made so far.
-    #[cfg(test)]
-    fn rounds(&self) -> usize {
-        self.rounds
-    }
-}
-
-/// Drops the images of a result for a model that takes none; returns what the model is told
-/// instead, so it never answers as if it had seen them.
-fn images_not_taken(images: &mut Vec<crate::domain::images::ToolImage>) -> Option<String> {
-    let dropped = std::mem::take(images).len();
-    (dropped > 0).then(|| {
-        format!(
-            "{dropped} image(s) not shown: this chat model takes no images ([character.chat] \
-             vision = false)"
-        )
-    })
 }
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::time::Duration;
 
     use serde_json::json;
 
     use super::*;
     use crate::domain::call::{ToolAnswer, ToolCall};
-    use crate::domain::callback_url::CallbackUrl;
     use crate::domain::images::ToolImage;
-    use crate::domain::tool::{ToolSpec, empty_parameters};
 
     fn tool(name: &str) -> SharedTool {
-        Arc::new(ToolSpec::remote(
-            name,
-            "",
-            empty_parameters(),
-            "plugin:w",
-            CallbackUrl::parse("http://127.0.0.1:9/cb").unwrap(),
-            Duration::from_secs(5),
-        ))
+        crate::domain::tool::test_tool(name, "")
     }
 
     fn conversation(app_tools: &str, rounds: usize, vision: bool) -> Conversation {
@@ -326,7 +326,10 @@ mod tests {
         );
         let request = ChatRequest::parse(body.as_bytes()).unwrap();
         let messages = request.messages.clone();
-        Conversation::new(request, messages, None, rounds, vision)
+        let mut settings = ChatSettings::new("http://127.0.0.1:1/v1");
+        settings.max_tool_rounds = rounds;
+        settings.vision = vision;
+        Conversation::new(request, messages, &settings)
     }
 
     fn call(id: &str, name: &str) -> ModelCall {
@@ -337,20 +340,27 @@ mod tests {
         }
     }
 
-    fn answer(text: &str, calls: Vec<ModelCall>) -> RoundAnswer {
-        RoundAnswer {
-            text: text.into(),
-            finish_reason: Some(
-                if calls.is_empty() {
-                    "stop"
-                } else {
-                    "tool_calls"
-                }
-                .into(),
-            ),
-            calls,
-            usage: Some(json!({"total_tokens": 2}).as_object().unwrap().clone()),
+    /// Feeds a whole completion with this text and these calls; what it leads to.
+    fn answer(c: &mut Conversation, text: &str, calls: &[ModelCall]) -> Step {
+        let calls: Vec<Value> = calls.iter().map(call_value).collect();
+        let finish = if calls.is_empty() {
+            "stop"
+        } else {
+            "tool_calls"
+        };
+        let content = if text.is_empty() {
+            Value::Null
+        } else {
+            json!(text)
+        };
+        let mut message = json!({"role": "assistant", "content": content});
+        if !calls.is_empty() {
+            message["tool_calls"] = json!(calls);
         }
+        let completion = json!({"id": "c", "choices": [{"index": 0, "message": message,
+            "finish_reason": finish}], "usage": {"total_tokens": 2}});
+        c.whole_answer(completion.to_string().as_bytes()).unwrap();
+        c.answered()
     }
 
     fn result(call: &ModelCall, output: &str, images: Vec<ToolImage>) -> ToolResult {
@@ -374,15 +384,11 @@ mod tests {
         let first = c.next_round(&registered);
         assert_eq!(sent(&first)["tools"][0]["function"]["name"], "get_weather");
         let calls = vec![call("c1", "get_weather")];
-        let Step::Run(run) = c.answered(&mut answer("Let me check.", calls.clone())) else {
+        let Step::Run(run) = answer(&mut c, "Let me check.", &calls) else {
             panic!("a server round")
         };
         assert_eq!(run, calls);
-        c.ran(
-            "Let me check.",
-            &calls,
-            vec![result(&calls[0], "\"sunny\"", vec![])],
-        );
+        c.ran(&calls, vec![result(&calls[0], "\"sunny\"", vec![])]);
         let second = sent(&c.next_round(&registered));
         let messages = second["messages"].as_array().unwrap();
         assert_eq!(messages.len(), 3);
@@ -392,20 +398,20 @@ mod tests {
             messages[2],
             json!({"role": "tool", "tool_call_id": "c1", "name": "get_weather", "content": "\"sunny\""})
         );
-        let Step::Run(_) = c.answered(&mut answer("", calls.clone())) else {
+        let Step::Run(_) = answer(&mut c, "", &calls) else {
             panic!("a second server round")
         };
-        c.ran("", &calls, vec![result(&calls[0], "1", vec![])]);
+        c.ran(&calls, vec![result(&calls[0], "1", vec![])]);
         let last = c.next_round(&registered);
         assert_eq!(sent(&last).get("tools"), None);
-        let Step::Deliver { finish_reason } = c.answered(&mut answer("It is sunny.", vec![]))
-        else {
-            panic!("words at last")
-        };
-        assert_eq!(finish_reason, "stop");
+        assert_eq!(answer(&mut c, "It is sunny.", &[]), Step::Deliver);
         assert_eq!(c.text(), "Let me check.\n\nIt is sunny.");
-        assert_eq!(c.rounds(), 3);
-        assert_eq!(c.usage().unwrap()["total_tokens"], 6);
+        assert_eq!(c.tools.rounds(), 3);
+        let (Answer::Whole(done), None) = c.finish() else {
+            panic!("a whole answer, nothing kept")
+        };
+        assert_eq!(done["choices"][0]["finish_reason"], "stop");
+        assert_eq!(done["usage"]["total_tokens"], 6);
     }
 
     #[test]
@@ -421,32 +427,33 @@ mod tests {
             "the app's, then the registered"
         );
         let calls = vec![call("s1", "get_weather"), call("a1", "app_clock")];
-        let Step::HandOff { all, server, app } = c.answered(&mut answer("", calls.clone())) else {
+        let Step::HandOff(server) = answer(&mut c, "", &calls) else {
             panic!("a mixed turn is handed off")
         };
-        assert_eq!((server.len(), app.len()), (1, 1));
-        assert_eq!(all, calls);
-        let turn = c.hand_off(
-            &calls,
-            server.clone(),
-            vec![result(&server[0], "\"sunny\"", vec![])],
-            None,
-        );
+        assert_eq!(server, calls[..1]);
+        c.hand_off(&server, vec![result(&server[0], "\"sunny\"", vec![])]);
+        let (Answer::Whole(done), Some(turn)) = c.finish() else {
+            panic!("the turn is kept")
+        };
         assert!(turn.calls[0].1.is_some() && turn.calls[1].1.is_none());
+        let message = &done["choices"][0]["message"];
+        assert_eq!(message["tool_calls"].as_array().unwrap().len(), 1);
+        assert_eq!(message["tool_calls"][0]["id"], "a1");
+        assert_eq!(done["choices"][0]["finish_reason"], "tool_calls");
     }
 
     #[test]
     fn refused_tools_are_withheld_and_the_round_asked_again() {
         let mut c = conversation("null", 3, false);
         c.next_round(&[tool("w")]);
-        assert!(c.refuse_tools());
+        assert!(c.tools.refuse_tools());
         let again = c.next_round(&[tool("w")]);
         assert_eq!(sent(&again).get("tools"), None);
-        assert_eq!(c.rounds(), 1);
-        assert!(!c.refuse_tools(), "only once");
+        assert_eq!(c.tools.rounds(), 1);
+        assert!(!c.tools.refuse_tools(), "only once");
         let mut none = conversation("null", 3, false);
         none.next_round(&[]);
-        assert!(!none.refuse_tools(), "nothing of ours to withhold");
+        assert!(!none.tools.refuse_tools(), "nothing of ours to withhold");
     }
 
     #[test]
@@ -462,12 +469,8 @@ mod tests {
         for vision in [true, false] {
             let mut c = conversation("null", 3, vision);
             c.next_round(&[tool("get_map")]);
-            c.answered(&mut answer("", calls.clone()));
-            c.ran(
-                "",
-                &calls,
-                vec![result(&calls[0], "{}", vec![image.clone()])],
-            );
+            answer(&mut c, "", &calls);
+            c.ran(&calls, vec![result(&calls[0], "{}", vec![image.clone()])]);
             let body = sent(&c.next_round(&[tool("get_map")]));
             let messages = body["messages"].as_array().unwrap();
             if vision {

@@ -1,22 +1,29 @@
-//! Text chat: `POST /v1/chat/completions` for apps on any OpenAI-compatible chat model, with the
-//! tool loop run by the server.
+//! Text chat: `POST /v1/chat/completions` and `POST /v1/responses` for apps on any
+//! OpenAI-compatible model, with the tool loop run by the server.
 //!
 //! A character with `[character.chat]` has a [`ChatEndpoint`]: its upstream, what its requests
 //! did (for `GET /api/sessions` and the `chat.state` event), the models that refused tools, and
 //! the turns handed back to apps with only their own calls. The router creates it with the
 //! character and publishes it in the `Directory`, so a request finds it on its HTTP worker's
-//! thread, like an invoke. Each request is one [`Conversation`](conversation::Conversation)
-//! (plain: what each round sends and what its answer leads to), driven by [`run`] (the
-//! upstream exchanges, the calls through the dispatcher, the app's stream or completion).
+//! thread, like an invoke. Each request is one conversation of its wire format (plain: what each
+//! round sends and what its answer leads to, around the shared [`round::ToolLoop`]), driven by
+//! the one [`run`] (the upstream exchanges, the calls through the dispatcher, the app's stream
+//! or whole answer).
 //!
-//! - [`wire`]: the chat-completions format (requests, chunks, messages, usage, errors);
-//! - [`turns`]: the handed-back turns, each kept for its own conversation, bounded by count,
-//!   bytes and age;
+//! - [`conversation`] and [`wire`], [`answer`], [`turns`]: chat completions (requests, chunks,
+//!   messages, usage, errors; the handed-back turns);
+//! - [`responses`]: the Responses API;
+//! - [`round`]: the tool loop's rules and what the driver asks of a wire format;
+//! - [`kept`]: the bounded store of what requests leave for the next, each turn kept for its own
+//!   conversation, bounded by count, bytes and age;
 //! - [`upstream`]: the HTTP client of the upstream;
 //! - [`settings`]: the `[character.chat]` table.
 
 pub(crate) mod answer;
 pub(crate) mod conversation;
+pub(crate) mod kept;
+pub(crate) mod responses;
+pub(crate) mod round;
 pub(crate) mod run;
 pub(crate) mod settings;
 pub(crate) mod turns;
@@ -30,11 +37,29 @@ use std::time::Instant;
 use indexmap::IndexMap;
 use serde::Serialize;
 
+use self::conversation::Conversation;
+use self::kept::{Restored, TooLarge};
+use self::responses::ResponsesConversation;
+use self::responses::kept::{KeptResponse, KeptResponses};
+use self::responses::request::ResponsesRequest;
+use self::run::{ChatContext, Reply};
 use self::settings::ChatSettings;
-use self::turns::{HandedTurn, HandedTurns, Restored, TooLarge};
+use self::turns::{HandedTurn, HandedTurns};
 use self::upstream::Upstream;
-use self::wire::Raw;
+use self::wire::{ChatRequest, Raw};
 use crate::session::core::rfc3339_now;
+
+/// Serves one `POST /v1/chat/completions` request.
+pub(crate) async fn complete(ctx: ChatContext, request: ChatRequest) -> Reply {
+    let conversation = Conversation::start(&ctx.endpoint, &ctx.role, request);
+    run::serve(ctx, conversation).await
+}
+
+/// Serves one `POST /v1/responses` request.
+pub(crate) async fn respond(ctx: ChatContext, request: ResponsesRequest) -> Reply {
+    let conversation = ResponsesConversation::start(&ctx.endpoint, &ctx.role, request);
+    run::serve(ctx, conversation).await
+}
 
 /// A character's chat endpoint: its upstream and what its requests left behind. Shared by
 /// every HTTP worker (a short lock per event of a request, never across an await).
@@ -71,6 +96,8 @@ pub struct TooManyRequests {
 #[derive(Debug, Default)]
 struct ChatState {
     requests: u64,
+    /// Of them, Responses API requests.
+    responses: u64,
     rounds: u64,
     calls: u64,
     last_error: Option<ChatFailure>,
@@ -79,6 +106,7 @@ struct ChatState {
     /// tools are withheld from them until the list changes.
     refusals: IndexMap<String, (u64, ChatFailure)>,
     turns: HandedTurns,
+    responses_kept: KeptResponses,
     /// Plugins' context for the next request, oldest first, with when it came.
     context: std::collections::VecDeque<(Instant, std::sync::Arc<str>)>,
 }
@@ -113,8 +141,10 @@ pub struct ChatReport {
     pub upstream: String,
     /// The model used when a request names none.
     pub model: Option<String>,
-    /// Chat requests served.
+    /// Requests served (chat completions and the Responses API).
     pub requests: u64,
+    /// Of them, requests to `POST /v1/responses`.
+    pub responses: u64,
     /// Upstream calls made for them (one per round).
     pub rounds: u64,
     /// Calls of registered tools the server ran.
@@ -128,8 +158,22 @@ pub struct ChatReport {
     /// Models that refused tools: their requests go without tools until the character's tools
     /// change.
     pub tools_refused: Vec<ToolsRefused>,
-    /// Turns handed back to apps whose server calls are kept for their next request.
+    /// Turns handed back to apps whose server calls are kept for their next request (and, for
+    /// the Responses API, the ids of streamed answers whose last response has another id).
     pub handed_turns: usize,
+}
+
+/// Plugins' context since the last request, as system messages (the same in chat's messages and
+/// the Responses API's input), the expired left out.
+fn take_context(state: &mut ChatState, now: Instant) -> Vec<Raw> {
+    std::mem::take(&mut state.context)
+        .into_iter()
+        .filter(|(at, _)| now.duration_since(*at) <= KEPT_CONTEXT_AGE)
+        .map(|(_, text)| {
+            let message = serde_json::json!({"role": "system", "content": &*text});
+            serde_json::value::to_raw_value(&message).expect("a message serialises")
+        })
+        .collect()
 }
 
 impl ChatEndpoint {
@@ -143,8 +187,8 @@ impl ChatEndpoint {
         })
     }
 
-    /// A place for one more request, unless the character runs its maximum already. Taken
-    /// before the body is read, so what waits in memory is bounded too.
+    /// A place for one more request (of either wire format), unless the character runs its
+    /// maximum already. Taken before the body is read, so what waits in memory is bounded too.
     pub fn admit(&self) -> Result<RequestPermit, TooManyRequests> {
         let max = self.settings.max_concurrent_requests;
         self.running
@@ -168,21 +212,32 @@ impl ChatEndpoint {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// A request begins: its conversation with the handed-back turns put together again.
-    pub fn begin(&self, messages: Vec<Raw>) -> (Vec<Raw>, Restored) {
+    /// A chat-completions request begins: its conversation with the handed-back turns put
+    /// together again, and the plugins' context after it.
+    pub(crate) fn begin_chat(&self, messages: Vec<Raw>, now: Instant) -> (Vec<Raw>, Restored) {
         let mut state = self.state();
         state.requests += 1;
-        let now = Instant::now();
-        let (mut messages, restored) = state.turns.restore(messages, now);
-        // Plugins' context since the last request, as system messages after the app's own.
-        for (at, text) in std::mem::take(&mut state.context) {
-            if now.duration_since(at) <= KEPT_CONTEXT_AGE {
-                let message = serde_json::json!({"role": "system", "content": &*text});
-                messages
-                    .push(serde_json::value::to_raw_value(&message).expect("a message serialises"));
-            }
-        }
+        let (mut messages, restored) = turns::restore(&mut state.turns, messages, now);
+        messages.extend(take_context(&mut state, now));
         (messages, restored)
+    }
+
+    /// A Responses API request begins: its input put together again with the kept turns it
+    /// continues (and the `previous_response_id` the upstream must see), the plugins' context
+    /// after it.
+    pub(crate) fn begin_responses(
+        &self,
+        input: Vec<Raw>,
+        previous: Option<String>,
+        now: Instant,
+    ) -> (Vec<Raw>, Option<String>, Restored) {
+        let mut state = self.state();
+        state.requests += 1;
+        state.responses += 1;
+        let (mut input, previous, restored) =
+            responses::kept::restore(&mut state.responses_kept, input, previous, now);
+        input.extend(take_context(&mut state, now));
+        (input, previous, restored)
     }
 
     /// Keeps a plugin's context for the next request (`POST /api/sessions/context`): at most
@@ -259,12 +314,18 @@ impl ChatEndpoint {
         self.state().turns.keep(turn, Instant::now())
     }
 
+    /// Keeps a response's turn for the app's next request (as [`Self::keep`]).
+    pub fn keep_response(&self, turn: KeptResponse) -> Result<(), TooLarge> {
+        self.state().responses_kept.keep(turn, Instant::now())
+    }
+
     pub fn report(&self) -> ChatReport {
         let state = self.state();
         ChatReport {
             upstream: self.settings.url.clone(),
             model: self.settings.model.clone(),
             requests: state.requests,
+            responses: state.responses,
             rounds: state.rounds,
             calls: state.calls,
             last_error: state.last_error.clone(),
@@ -278,7 +339,7 @@ impl ChatEndpoint {
                     error: failure.message.clone(),
                 })
                 .collect(),
-            handed_turns: state.turns.len(),
+            handed_turns: state.turns.len() + state.responses_kept.len(),
         }
     }
 }

@@ -1,13 +1,13 @@
-//! The driver of one chat request: it asks the upstream round after round as its
-//! [`Conversation`] says, runs the server's calls through the dispatcher (concurrently, results
-//! in the model's order, each announced as `tool.call`), and gives the app one answer — a
-//! stream that looks like one message, or one completion.
+//! The driver of one request to a character's chat, whatever its wire format: it asks the
+//! upstream round after round as its [`WireConversation`] says, runs the server's calls through
+//! the dispatcher (concurrently, results in the model's order, each announced as `tool.call`),
+//! and gives the app one answer — a stream that reads as one answer, or one whole answer.
 //!
 //! Before the first round answers with success nothing is sent to the app, so an upstream
 //! error (or one that cannot be reached) is the app's answer, with the upstream's status; a
-//! later error ends a stream with an error event. Everything here is owned by the request:
-//! when the app goes away, the request's future is dropped, and with it the upstream exchange
-//! and the running callbacks (their connections close).
+//! later error ends a stream the way its wire format ends one. Everything here is owned by the
+//! request: when the app goes away, the request's future is dropped, and with it the upstream
+//! exchange and the running callbacks (their connections close).
 
 use std::sync::Arc;
 
@@ -15,24 +15,25 @@ use bytes::Bytes;
 use futures_util::future::{Either, join_all, select};
 use hyper::body::Incoming;
 use hyper::header::CONTENT_TYPE;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use super::answer::{self, ModelCall, RoundAnswer, StreamRound};
-use super::conversation::{Conversation, MAX_CALLS_PER_ROUND, Step};
-use super::turns::{self, HANDED_TURN_TTL, MAX_HANDED_TURN_BYTES, MAX_HANDED_TURNS, TooLarge};
-use super::upstream::{AppHeaders, UpstreamError};
-use super::wire::{self, AppStream, ChatRequest, error_body, error_text, refuses_tools};
 use super::{ChatEndpoint, RequestPermit};
+use super::answer::ModelCall;
+use super::kept::{MAX_KEPT_BYTES, TooLarge};
+use super::round::{Answer, MAX_CALLS_PER_ROUND, Step, Streamed, Unreadable, WireConversation};
+use super::upstream::{AppHeaders, UpstreamError};
+use super::wire::{error_body, error_text, refuses_tools};
 use crate::dispatch::{Dispatcher, Where};
+use crate::domain::call::Outcome;
 use crate::domain::call::{ToolCall, ToolResult};
-use crate::domain::connection::ConnectionKind;
 use crate::domain::registry::not_registered_text;
 use crate::domain::snapshot::ToolCell;
 use crate::domain::tool::SharedTool;
-use crate::events::{CallAnnouncement, Caller, EventHub, ToolCallFinished};
+use crate::events::{CallStart, CallWatch, Caller, EventHub};
+use crate::observe::trace::Span;
 
-/// Chunks waiting for an app that reads its stream slowly: the upstream is read only as fast
+/// Frames waiting for an app that reads its stream slowly: the upstream is read only as fast
 /// as the app takes what came before.
 const STREAM_BUFFER: usize = 64;
 
@@ -46,6 +47,8 @@ pub(crate) struct ChatContext {
     pub events: EventHub,
     /// The app's headers that pass upstream.
     pub app: AppHeaders,
+    /// The trace context the app's request came with: the parent of the request's span.
+    pub parent: Option<opentelemetry::trace::SpanContext>,
     /// The request's place among the character's running requests: held as long as its work.
     pub _permit: RequestPermit,
 }
@@ -76,13 +79,14 @@ impl Reply {
 /// Why a request ended without its answer.
 enum Failure {
     Upstream(UpstreamError),
-    /// The upstream answered with an error status.
+    /// The upstream answered with an error status (and, for the log, what that means).
     Status {
         status: u16,
         content_type: String,
         body: Bytes,
+        note: Option<&'static str>,
     },
-    /// The upstream answered with success, but not with a chat completion.
+    /// The upstream answered with success, but not in the request's wire format.
     Invalid(String),
     /// An error event in the upstream's stream.
     StreamError(Value),
@@ -90,13 +94,39 @@ enum Failure {
     Gone,
 }
 
+impl From<Unreadable> for Failure {
+    fn from(unreadable: Unreadable) -> Self {
+        match unreadable {
+            Unreadable::Invalid(text) => Failure::Invalid(text),
+            Unreadable::Error(error) => Failure::StreamError(error),
+        }
+    }
+}
+
 impl Failure {
+    /// How the request ended, and the upstream failure's reason, in the metrics.
+    fn names(&self) -> (&'static str, Option<&'static str>) {
+        match self {
+            Failure::Upstream(e) => ("upstream_error", Some(e.reason())),
+            Failure::Status { .. } => ("upstream_error", Some("status")),
+            Failure::Invalid(_) => ("upstream_error", Some("invalid")),
+            Failure::StreamError(_) => ("upstream_error", Some("stream_error")),
+            Failure::Gone => ("gone", None),
+        }
+    }
+
     /// What the log and `GET /api/sessions` say of it.
     fn text(&self) -> String {
         match self {
             Failure::Upstream(e) => e.to_string(),
-            Failure::Status { status, body, .. } => {
-                format!("the upstream answered HTTP {status}: {}", error_text(body))
+            Failure::Status {
+                status, body, note, ..
+            } => {
+                let note = note.map(|n| format!(" ({n})")).unwrap_or_default();
+                format!(
+                    "the upstream answered HTTP {status}{note}: {}",
+                    error_text(body)
+                )
             }
             Failure::Invalid(text) => text.clone(),
             Failure::StreamError(error) => {
@@ -109,6 +139,14 @@ impl Failure {
         }
     }
 
+    /// Our code for it, in OpenAI's error shape.
+    fn code(&self) -> &'static str {
+        match self {
+            Failure::Upstream(e) => e.code(),
+            _ => "upstream_invalid",
+        }
+    }
+
     /// The app's answer when nothing was sent yet.
     fn reply(self) -> Reply {
         match self {
@@ -116,75 +154,67 @@ impl Failure {
                 status,
                 content_type,
                 body,
+                ..
             } => Reply::Whole {
                 status,
                 content_type,
                 body,
             },
-            Failure::Upstream(e) => Reply::json(
-                e.status(),
-                &error_body(&e.to_string(), "upstream_error", None, Some(e.code())),
-            ),
-            failure @ (Failure::Invalid(_) | Failure::StreamError(_) | Failure::Gone) => {
-                Reply::json(
-                    502,
-                    &error_body(
-                        &failure.text(),
-                        "upstream_error",
-                        None,
-                        Some("upstream_invalid"),
-                    ),
-                )
+            failure => {
+                let status = match &failure {
+                    Failure::Upstream(e) => e.status(),
+                    _ => 502,
+                };
+                let message = match &failure {
+                    Failure::Upstream(e) => e.to_string(),
+                    other => other.text(),
+                };
+                let body = error_body(&message, "upstream_error", None, Some(failure.code()));
+                Reply::json(status, &body)
             }
         }
     }
 
-    /// The error event that ends a stream already under way.
-    fn event(self) -> Bytes {
-        let error = match self {
+    /// The error object that ends a stream already under way: the upstream's own when it sent
+    /// one, else ours.
+    fn error_object(self) -> Value {
+        match self {
             Failure::StreamError(error) => error,
-            Failure::Status { status, body, .. } => wire::upstream_error_object(status, &body),
-            other => {
-                let code = match &other {
-                    Failure::Upstream(e) => e.code(),
-                    _ => "upstream_invalid",
-                };
-                json!({"message": other.text(), "type": "upstream_error", "param": null, "code": code})
+            Failure::Status { status, body, .. } => {
+                super::wire::upstream_error_object(status, &body)
             }
-        };
-        AppStream::error(&error)
+            other => {
+                json!({"message": other.text(), "type": "upstream_error", "param": null,
+                       "code": other.code()})
+            }
+        }
     }
 }
 
-/// Serves one chat request.
-pub(crate) async fn complete(ctx: ChatContext, mut request: ChatRequest) -> Reply {
-    let settings = ctx.endpoint.settings();
-    let prompt = turns::last_prompt(&request.messages);
-    let (messages, restored) = ctx.endpoint.begin(std::mem::take(&mut request.messages));
-    if restored.missed > 0 {
-        tracing::warn!(character = %ctx.role, turns = restored.missed, "a request carried turns whose server calls were forgotten (kept at most {} h, {MAX_HANDED_TURNS} turns and {} MiB): the model sees only the app's calls of them", HANDED_TURN_TTL.as_secs() / 3600, MAX_HANDED_TURN_BYTES >> 20);
-    }
-    let stream = request.stream;
-    let include_usage = request.include_usage;
-    let conversation = Conversation::new(
-        request,
-        messages,
-        settings.model.clone(),
-        settings.max_tool_rounds,
-        settings.vision,
-    );
+/// Serves one request: `conversation` holds the app's request, put together again with what
+/// the character kept for it.
+pub(crate) async fn serve<C: WireConversation + 'static>(
+    ctx: ChatContext,
+    conversation: C,
+) -> Reply {
+    let stream = conversation.streaming();
+    let span = ctx
+        .events
+        .observer()
+        .request_span(C::KIND, &ctx.role, ctx.parent.as_ref());
     let mut driver = Driver {
+        span,
         ctx,
         conversation,
-        prompt,
-        out: Out::Collect {
-            first: None,
-            last: None,
-        },
+        stream: None,
     };
     if !stream {
         return match driver.run().await {
-            Ok(completion) => Reply::json(200, &completion.unwrap_or_default()),
+            Ok(Answer::Whole(answer)) => {
+                driver.count(None);
+                Reply::json(200, &answer)
+            }
+            Ok(Answer::Frames(_)) => unreachable!("a request without a stream is answered whole"),
             Err(failure) => {
                 driver.record(&failure);
                 failure.reply()
@@ -193,11 +223,10 @@ pub(crate) async fn complete(ctx: ChatContext, mut request: ChatRequest) -> Repl
     }
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let (start, started) = oneshot::channel();
-    driver.out = Out::Stream {
+    driver.stream = Some(AppStream {
         tx: tx.clone(),
         start: Some(start),
-        encoder: AppStream::new(include_usage),
-    };
+    });
     actix_web::rt::spawn(async move {
         let work = std::pin::pin!(driver.run_stream());
         let gone = std::pin::pin!(tx.closed());
@@ -224,56 +253,74 @@ pub(crate) async fn complete(ctx: ChatContext, mut request: ChatRequest) -> Repl
     }
 }
 
-/// Where the answer goes.
-enum Out {
-    /// A completion, built at the end: the first round's completion (its `id`, `created`) and
-    /// the last one.
-    Collect {
-        first: Option<Map<String, Value>>,
-        last: Option<Map<String, Value>>,
-    },
-    /// A stream; `start` tells the handler, once, whether it began (`None`) or what to answer
-    /// instead.
-    Stream {
-        tx: mpsc::Sender<Bytes>,
-        start: Option<oneshot::Sender<Option<Reply>>>,
-        encoder: AppStream,
-    },
+/// The app's stream; `start` tells the handler, once, whether it began (`None`) or what to
+/// answer instead.
+struct AppStream {
+    tx: mpsc::Sender<Bytes>,
+    start: Option<oneshot::Sender<Option<Reply>>>,
 }
 
-struct Driver {
+struct Driver<C> {
+    /// The request's span: the parent of its calls' spans; ends with the driver.
+    span: Span,
     ctx: ChatContext,
-    conversation: Conversation,
-    /// The person's last message of the app's request: a turn handed back follows it.
-    prompt: Option<Value>,
-    out: Out,
+    conversation: C,
+    /// The app's stream, when it asked for one.
+    stream: Option<AppStream>,
 }
 
-impl Driver {
+impl<C: WireConversation> Driver<C> {
     /// The stream's whole life: its answer, or what ends it — the app's answer when nothing
-    /// was sent yet, else an error event.
+    /// was sent yet, else the wire format's end of a failed stream.
     async fn run_stream(mut self) {
         let failure = match self.run().await {
-            Ok(_) | Err(Failure::Gone) => return,
+            Ok(Answer::Frames(frames)) => {
+                self.count(None);
+                for frame in frames {
+                    if self.send(frame).await.is_err() {
+                        return;
+                    }
+                }
+                return;
+            }
+            Ok(Answer::Whole(_)) => return self.count(None),
+            Err(Failure::Gone) => return self.count(Some(&Failure::Gone)),
             Err(failure) => failure,
         };
         self.record(&failure);
-        if let Out::Stream { tx, start, .. } = &mut self.out {
-            match start.take() {
-                Some(start) => {
-                    let _ = start.send(Some(failure.reply()));
-                }
-                None => {
-                    let _ = tx.send(failure.event()).await;
+        let Some(stream) = &mut self.stream else {
+            return;
+        };
+        match stream.start.take() {
+            Some(start) => {
+                let _ = start.send(Some(failure.reply()));
+            }
+            None => {
+                for frame in self.conversation.failure_frames(failure.error_object()) {
+                    if self.send(frame).await.is_err() {
+                        return;
+                    }
                 }
             }
         }
     }
 
-    /// Logs a failure and keeps it for the report.
-    fn record(&self, failure: &Failure) {
+    /// Counts the request as ended (with `failure`, or `None` when it answered).
+    fn count(&mut self, failure: Option<&Failure>) {
+        let metrics = self.ctx.events.observer().metrics();
+        let (outcome, reason) = failure.map_or(("ok", None), Failure::names);
+        metrics.model_request(C::KIND, &self.ctx.role, outcome);
+        if let Some(reason) = reason {
+            metrics.upstream_error(C::KIND, &self.ctx.role, reason);
+            self.span.fail(reason);
+        }
+    }
+
+    /// Logs a failure, counts it, and keeps it for the report.
+    fn record(&mut self, failure: &Failure) {
+        self.count(Some(failure));
         let text = failure.text();
-        tracing::warn!(character = %self.ctx.role, "chat request failed: {text}");
+        tracing::warn!(character = %self.ctx.role, kind = C::KIND.name(), "chat request failed: {text}");
         self.ctx.endpoint.failed(text);
         self.announce();
     }
@@ -285,15 +332,14 @@ impl Driver {
             .chat_state(&self.ctx.role, &self.ctx.endpoint.report());
     }
 
-    /// The tool loop; its result is the completion (or `None` for a stream, which has sent
-    /// its answer).
-    async fn run(&mut self) -> Result<Option<Value>, Failure> {
+    /// The tool loop; its result is the app's answer (a stream's last frames).
+    async fn run(&mut self) -> Result<Answer, Failure> {
         let endpoint = self.ctx.endpoint.clone();
         let upstream = endpoint.upstream();
         let snapshot = self.ctx.tools.load_full();
         let (takes, forgot) = endpoint.takes_tools(self.conversation.model(), snapshot.applied());
         if !takes {
-            self.conversation.withhold_tools();
+            self.conversation.tool_loop_mut().withhold_tools();
         }
         if forgot {
             tracing::info!(character = %self.ctx.role, model = self.conversation.model(), "the character's tools changed since the model refused them: offering them again");
@@ -310,9 +356,14 @@ impl Driver {
                 self.announce();
             }
             endpoint.round();
-            let stream = self.conversation.request().stream;
+            self.ctx
+                .events
+                .observer()
+                .metrics()
+                .model_round(C::KIND, &self.ctx.role);
+            let stream = self.conversation.streaming();
             let response = upstream
-                .chat(round.body, stream, &self.ctx.app)
+                .post(C::PATH, round.body, stream, &self.ctx.app)
                 .await
                 .map_err(Failure::Upstream)?;
             let status = response.status().as_u16();
@@ -327,7 +378,8 @@ impl Driver {
                     .read(response.into_body(), &self.ctx.app)
                     .await
                     .map_err(Failure::Upstream)?;
-                if refuses_tools(status, &body) && self.conversation.refuse_tools() {
+                if refuses_tools(status, &body) && self.conversation.tool_loop_mut().refuse_tools()
+                {
                     let model = self.conversation.model().to_owned();
                     let error = error_text(&body);
                     tracing::warn!(character = %self.ctx.role, model = %model, status, "the model refused tools; asking again without them until the character's tools change: {error}");
@@ -339,41 +391,53 @@ impl Driver {
                     status,
                     content_type,
                     body,
+                    note: C::explain_status(status),
                 });
             }
-            let mut answer = if stream && content_type.starts_with("text/event-stream") {
+            if stream && content_type.starts_with("text/event-stream") {
                 self.begin_stream()?;
-                self.read_stream(response.into_body()).await?
+                self.read_stream(response.into_body()).await?;
             } else {
-                self.read_completion(response.into_body()).await?
-            };
-            let text = answer.text.clone();
-            match self.conversation.answered(&mut answer) {
-                Step::Deliver { finish_reason } => return self.deliver(&finish_reason, &[]).await,
+                let body = upstream
+                    .read(response.into_body(), &self.ctx.app)
+                    .await
+                    .map_err(Failure::Upstream)?;
+                let frames = self.conversation.whole_answer(&body)?;
+                if stream {
+                    self.begin_stream()?;
+                }
+                for frame in frames {
+                    self.send(frame).await?;
+                }
+            }
+            match self.conversation.answered() {
+                Step::Deliver => break,
                 Step::Run(calls) => {
                     let results = self.run_calls(&calls).await;
-                    self.conversation.ran(&text, &calls, results);
+                    self.conversation.ran(&calls, results);
                 }
-                Step::HandOff { all, server, app } => {
+                Step::HandOff(server) => {
                     if !server.is_empty() {
                         let results = self.run_calls(&server).await;
-                        let turn =
-                            self.conversation
-                                .hand_off(&all, server, results, self.prompt.take());
-                        if let Err(TooLarge { bytes }) = endpoint.keep(turn) {
-                            tracing::warn!(character = %self.ctx.role, bytes, "a turn handed back to the app is larger than the {MAX_HANDED_TURN_BYTES} bytes kept per character: its next request goes with only the app's calls");
-                        }
+                        self.conversation.hand_off(&server, results);
                     }
-                    return self.deliver("tool_calls", &app).await;
+                    break;
                 }
             }
         }
+        let (answer, kept) = self.conversation.finish();
+        if let Some(kept) = kept {
+            if let Err(TooLarge { bytes }) = C::keep(&endpoint, kept) {
+                tracing::warn!(character = %self.ctx.role, bytes, "a turn handed back to the app is larger than the {MAX_KEPT_BYTES} bytes kept per character: its next request goes with only the app's calls");
+            }
+        }
+        Ok(answer)
     }
 
     /// Tells the handler the stream began (once).
     fn begin_stream(&mut self) -> Result<(), Failure> {
-        if let Out::Stream { start, .. } = &mut self.out
-            && let Some(start) = start.take()
+        if let Some(stream) = &mut self.stream
+            && let Some(start) = stream.start.take()
         {
             start.send(None).map_err(|_| Failure::Gone)?;
         }
@@ -381,8 +445,8 @@ impl Driver {
     }
 
     async fn send(&mut self, frame: Bytes) -> Result<(), Failure> {
-        if let Out::Stream { tx, .. } = &self.out {
-            tx.send(frame).await.map_err(|_| Failure::Gone)?;
+        if let Some(stream) = &self.stream {
+            stream.tx.send(frame).await.map_err(|_| Failure::Gone)?;
             // The response writes it now, before the rest of what the upstream sent is read:
             // the person sees the first words without waiting for the later ones to be parsed.
             tokio::task::yield_now().await;
@@ -390,109 +454,54 @@ impl Driver {
         Ok(())
     }
 
-    fn encoder(&mut self) -> &mut AppStream {
-        match &mut self.out {
-            Out::Stream { encoder, .. } => encoder,
-            Out::Collect { .. } => unreachable!("only a stream has an encoder"),
-        }
-    }
-
-    /// Reads a streamed round, forwarding its text to the app as it comes.
-    async fn read_stream(&mut self, body: Incoming) -> Result<RoundAnswer, Failure> {
+    /// Reads a streamed round, forwarding to the app what the conversation says as it comes.
+    async fn read_stream(&mut self, body: Incoming) -> Result<(), Failure> {
         let endpoint = self.ctx.endpoint.clone();
         let mut events = endpoint.upstream().events(body, &self.ctx.app);
-        let mut round = StreamRound::default();
-        self.encoder().new_round();
+        self.conversation.stream_begins();
         while let Some(data) = events.next().await.map_err(Failure::Upstream)? {
-            if data.trim() == "[DONE]" {
-                break;
-            }
-            let Ok(mut chunk) = serde_json::from_str::<Map<String, Value>>(&data) else {
-                return Err(Failure::Invalid(format!(
-                    "the upstream's stream sent data that is not a JSON object: {}",
-                    error_text(data.as_bytes())
-                )));
-            };
-            if let Some(error) = chunk.remove("error").filter(|e| !e.is_null()) {
-                return Err(Failure::StreamError(error));
-            }
-            self.encoder().adopt_header(&chunk);
-            if round.take(&mut chunk) {
-                let frame = self.encoder().forward(chunk);
-                self.send(frame).await?;
-            }
-        }
-        Ok(round.finish())
-    }
-
-    /// Reads a whole completion (a stream whose upstream answered without streaming gets its
-    /// text as one part).
-    async fn read_completion(&mut self, body: Incoming) -> Result<RoundAnswer, Failure> {
-        let endpoint = self.ctx.endpoint.clone();
-        let body = endpoint
-            .upstream()
-            .read(body, &self.ctx.app)
-            .await
-            .map_err(Failure::Upstream)?;
-        let Some(completion) = answer::read_completion(&body) else {
-            return Err(Failure::Invalid(format!(
-                "the upstream answered with success, but not with a chat completion: {}",
-                error_text(&body)
-            )));
-        };
-        match &mut self.out {
-            Out::Collect { first, last } => {
-                if first.is_none() {
-                    *first = Some(completion.object.clone());
-                }
-                *last = Some(completion.object);
-            }
-            Out::Stream { .. } => {
-                self.begin_stream()?;
-                let encoder = self.encoder();
-                encoder.adopt_header(&completion.object);
-                encoder.new_round();
-                if !completion.answer.text.is_empty() {
-                    let chunk = json!({"choices": [{"index": 0,
-                        "delta": {"content": completion.answer.text}, "finish_reason": null}]});
-                    let frame = encoder.forward(chunk.as_object().cloned().unwrap_or_default());
-                    self.send(frame).await?;
+            match self.conversation.stream_event(&data)? {
+                Streamed::End => break,
+                Streamed::Frames(frames) => {
+                    for frame in frames {
+                        self.send(frame).await?;
+                    }
                 }
             }
         }
-        Ok(completion.answer)
+        Ok(())
     }
 
     /// Runs the server's calls of a round concurrently; results in the model's order.
     async fn run_calls(&self, calls: &[ModelCall]) -> Vec<ToolResult> {
-        let sent: Vec<&str> = self.conversation.sent_names().collect();
+        let tools = self.conversation.tool_loop();
+        let sent: Vec<&str> = tools.sent_names().collect();
         let runs = calls.iter().enumerate().map(|(i, model_call)| {
-            let call = ToolCall::from_raw(
+            let mut call = ToolCall::from_raw(
                 model_call.id.clone(),
                 model_call.name.clone(),
                 model_call.arguments.clone(),
             );
-            let tool = self.conversation.tool_for(&model_call.name).cloned();
+            let tool = tools.tool_for(&model_call.name).cloned();
             let sent = &sent;
             async move {
                 // A request dropped (its app went away) drops its calls: announced as cancelled.
-                let announcement = CallAnnouncement::start(
+                let watch = CallWatch::start(
                     &self.ctx.events,
-                    ToolCallFinished {
+                    CallStart {
                         role: &self.ctx.role,
                         tool: &model_call.name,
                         source: tool.as_ref().map(|t| t.source.as_str()),
                         call_id: &model_call.id,
                         caller: Caller::Model,
-                        kind: Some(ConnectionKind::Chat),
-                        duration_ms: 0.0,
-                        is_error: false,
-                        cancelled: false,
+                        kind: Some(C::KIND),
                         behavior: crate::domain::tool::Behavior::Blocking,
                     },
+                    Some(self.span.context()),
                 );
+                call.trace = Some(watch.trace().clone());
                 let result = match &tool {
-                    _ if i >= MAX_CALLS_PER_ROUND => call.error(format!(
+                    _ if i >= MAX_CALLS_PER_ROUND => call.failed(Outcome::Refused, format!(
                         "too many tool calls in one turn: at most {MAX_CALLS_PER_ROUND} run; \
                          the call was not run"
                     )),
@@ -512,10 +521,10 @@ impl Driver {
                     }
                     None => {
                         let error = not_registered_text(&call.name, None, sent.iter().copied());
-                        call.error(error)
+                        call.failed(Outcome::UnknownTool, error)
                     }
                 };
-                announcement.finished(result.is_error);
+                watch.finished(&result);
                 result
             }
         });
@@ -524,38 +533,5 @@ impl Driver {
             .endpoint
             .ran_calls(results.len().min(MAX_CALLS_PER_ROUND));
         results
-    }
-
-    /// The app's answer: the end of its stream, or its completion.
-    async fn deliver(
-        &mut self,
-        finish_reason: &str,
-        app: &[ModelCall],
-    ) -> Result<Option<Value>, Failure> {
-        let usage = self.conversation.usage().cloned();
-        match &mut self.out {
-            Out::Collect { first, last } => {
-                let last = last.take().unwrap_or_default();
-                let completion = wire::final_completion(
-                    last,
-                    first.as_ref(),
-                    self.conversation.text(),
-                    app,
-                    finish_reason,
-                    usage,
-                );
-                Ok(Some(Value::Object(completion)))
-            }
-            Out::Stream { encoder, .. } => {
-                let mut frames = encoder.app_calls(app);
-                frames.push(encoder.finish(finish_reason));
-                frames.extend(encoder.usage(usage));
-                frames.push(AppStream::done());
-                for frame in frames {
-                    self.send(frame).await?;
-                }
-                Ok(None)
-            }
-        }
     }
 }

@@ -113,6 +113,16 @@ impl UpstreamError {
             Self::Redirected { .. } => "upstream_redirect",
         }
     }
+
+    /// The failure's `reason` in the metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Unreachable { .. } => "unreachable",
+            Self::TimedOut { .. } => "timeout",
+            Self::TooLarge { .. } => "too_large",
+            Self::Redirected { .. } => "redirect",
+        }
+    }
 }
 
 /// A chat character's upstream: where its requests go and with which key.
@@ -181,7 +191,8 @@ impl Upstream {
         })
     }
 
-    /// The URL of `path` under the base (`chat/completions`, `models`), its query kept.
+    /// The URL of `path` under the base (`chat/completions`, `responses`, `models`), its query
+    /// kept.
     fn url(&self, path: &str) -> String {
         let mut url = self.base_url.clone();
         let joined = format!("{}/{path}", url.path().trim_end_matches('/'));
@@ -189,14 +200,16 @@ impl Upstream {
         url.to_string()
     }
 
-    /// POSTs a chat request; resolves with the answer's head (its body still to be read).
-    pub async fn chat(
+    /// POSTs a round's request to `path` (`chat/completions`, `responses`); resolves with the
+    /// answer's head (its body still to be read).
+    pub async fn post(
         &self,
+        path: &str,
         body: Vec<u8>,
         stream: bool,
         app: &AppHeaders,
     ) -> Result<Response<Incoming>, UpstreamError> {
-        let mut request = Request::post(self.url("chat/completions"))
+        let mut request = Request::post(self.url(path))
             .header(CONTENT_TYPE, "application/json")
             .header(
                 ACCEPT,

@@ -15,8 +15,8 @@ use serde_json::{Map, Value, json};
 
 use super::answer::ModelCall;
 use crate::domain::call::ToolResult;
-use crate::domain::tool::NestedTool;
 use crate::domain::tool::SharedTool;
+use crate::domain::tool::{FlatTool, NestedTool};
 use crate::session::core::ForeignTool;
 
 /// JSON text kept exactly as the app or the upstream wrote it.
@@ -31,11 +31,75 @@ pub(crate) struct RequestError {
 }
 
 impl RequestError {
-    fn new(param: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(param: &'static str, message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
             param: Some(param),
         }
+    }
+}
+
+/// What every wire format's request has alike: the app's fields as written, its own tools, the
+/// model it named and whether it asked for a stream.
+#[derive(Debug)]
+pub(crate) struct AppRequest {
+    pub fields: IndexMap<String, Raw>,
+    pub app_tools: Vec<ForeignTool>,
+    pub model: Option<String>,
+    pub stream: bool,
+}
+
+impl AppRequest {
+    pub(crate) fn read(body: &[u8]) -> Result<Self, RequestError> {
+        let fields: IndexMap<String, Raw> =
+            serde_json::from_slice(body).map_err(|e| RequestError {
+                message: format!("the request body must be a JSON object: {e}"),
+                param: None,
+            })?;
+        let app_tools = match fields.get("tools").filter(|raw| raw.get() != "null") {
+            None => Vec::new(),
+            Some(raw) => serde_json::from_str::<Vec<Raw>>(raw.get())
+                .map_err(|_| RequestError::new("tools", "tools must be an array of tools"))?
+                .into_iter()
+                .map(ForeignTool::from_raw)
+                .collect(),
+        };
+        // No model, `null` or `""`: the configured one is used.
+        let model = optional_string(&fields, "model")?;
+        let stream = flag(&fields, "stream", false)?;
+        Ok(Self {
+            fields,
+            app_tools,
+            model,
+            stream,
+        })
+    }
+}
+
+/// A string field; absent, `null` or `""` is none.
+pub(crate) fn optional_string(
+    fields: &IndexMap<String, Raw>,
+    key: &'static str,
+) -> Result<Option<String>, RequestError> {
+    match fields.get(key).map(|raw| raw.get()) {
+        None | Some("null") | Some("\"\"") => Ok(None),
+        Some(text) => serde_json::from_str::<String>(text)
+            .map(Some)
+            .map_err(|_| RequestError::new(key, format!("{key} must be a string"))),
+    }
+}
+
+/// A boolean field; absent or `null` is `default`.
+pub(crate) fn flag(
+    fields: &IndexMap<String, Raw>,
+    key: &'static str,
+    default: bool,
+) -> Result<bool, RequestError> {
+    match fields.get(key).map(|raw| raw.get()) {
+        None | Some("null") => Ok(default),
+        Some("true") => Ok(true),
+        Some("false") => Ok(false),
+        Some(_) => Err(RequestError::new(key, format!("{key} must be a boolean"))),
     }
 }
 
@@ -57,37 +121,17 @@ pub(crate) struct ChatRequest {
 
 impl ChatRequest {
     pub(crate) fn parse(body: &[u8]) -> Result<Self, RequestError> {
-        let fields: IndexMap<String, Raw> =
-            serde_json::from_slice(body).map_err(|e| RequestError {
-                message: format!("the request body must be a JSON object: {e}"),
-                param: None,
-            })?;
+        let AppRequest {
+            fields,
+            app_tools,
+            model,
+            stream,
+        } = AppRequest::read(body)?;
         let messages = match fields.get("messages") {
             None => return Err(RequestError::new("messages", "messages is required")),
             Some(raw) => serde_json::from_str::<Vec<Raw>>(raw.get()).map_err(|_| {
                 RequestError::new("messages", "messages must be an array of message objects")
             })?,
-        };
-        let app_tools = match fields.get("tools").filter(|raw| raw.get() != "null") {
-            None => Vec::new(),
-            Some(raw) => serde_json::from_str::<Vec<Raw>>(raw.get())
-                .map_err(|_| RequestError::new("tools", "tools must be an array of tools"))?
-                .into_iter()
-                .map(ForeignTool::from_raw)
-                .collect(),
-        };
-        // No model, `null` or `""`: the configured one is used.
-        let model = match fields.get("model").map(|raw| raw.get()) {
-            None | Some("null") | Some("\"\"") => None,
-            Some(text) => Some(
-                serde_json::from_str::<String>(text)
-                    .map_err(|_| RequestError::new("model", "model must be a string"))?,
-            ),
-        };
-        let stream = match fields.get("stream").map(|raw| raw.get()) {
-            None | Some("null") | Some("false") => false,
-            Some("true") => true,
-            Some(_) => return Err(RequestError::new("stream", "stream must be a boolean")),
         };
         let include_usage = fields
             .get("stream_options")
@@ -122,9 +166,14 @@ impl ChatRequest {
         let body = UpstreamBody {
             request: self,
             messages,
-            registered,
-            with_tools,
-            default_model,
+            tools: ToolFields {
+                app: &self.app_tools,
+                registered,
+                shape: ToolShape::Nested,
+                with_tools,
+                model: self.model.as_deref(),
+                default_model,
+            },
         };
         // Strings and JSON text kept as written: serialising cannot fail.
         serde_json::to_vec(&body).unwrap_or_default()
@@ -139,39 +188,26 @@ struct StreamOptions {
 struct UpstreamBody<'a> {
     request: &'a ChatRequest,
     messages: &'a [Raw],
-    registered: &'a [SharedTool],
-    with_tools: bool,
-    default_model: Option<&'a str>,
+    tools: ToolFields<'a>,
 }
 
 impl Serialize for UpstreamBody<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let fields = &self.request.fields;
-        let tools = ToolList {
-            app: &self.request.app_tools,
-            registered: self.registered,
-        };
-        let has_tools = !tools.is_empty();
         let mut map = serializer.serialize_map(None)?;
         for (key, value) in fields {
+            if self.tools.field(key, value, &mut map)? {
+                continue;
+            }
             match key.as_str() {
                 "messages" => map.serialize_entry(key, self.messages)?,
-                "tools" if self.with_tools && has_tools => map.serialize_entry(key, &tools)?,
-                "tools" | "tool_choice" | "parallel_tool_calls" if !self.with_tools => {}
-                "model" if self.request.model.is_none() && self.default_model.is_some() => {}
                 "stream_options" if self.request.stream => {
                     map.serialize_entry(key, &with_usage(value))?
                 }
                 _ => map.serialize_entry(key, value)?,
             }
         }
-        let has = |key: &str| fields.get(key).is_some_and(|v| v.get() != "null");
-        if self.with_tools && has_tools && !has("tools") {
-            map.serialize_entry("tools", &tools)?;
-        }
-        if let (None, Some(model)) = (&self.request.model, self.default_model) {
-            map.serialize_entry("model", model)?;
-        }
+        self.tools.added(fields, &mut map)?;
         if self.request.stream && !fields.contains_key("stream_options") {
             map.serialize_entry("stream_options", &json!({"include_usage": true}))?;
         }
@@ -186,11 +222,79 @@ fn with_usage(options: &RawValue) -> Value {
     Value::Object(options)
 }
 
-/// A `tools` array: the app's tools as written, then the registered ones in the nested chat
-/// shape (`{"type": "function", "function": {...}}`).
+/// How a wire format's `tools` array writes a registered tool.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum ToolShape {
+    /// Chat completions: `{"type": "function", "function": {...}}`.
+    Nested,
+    /// The Responses API: `{"type": "function", "name", ..., "strict": false}`.
+    FlatLoose,
+}
+
+/// The fields of a round's body that say which tools and model it has, the same in every wire
+/// format: `tools` the app's then the registered (or, when the round goes without tools, no
+/// `tools`, `tool_choice` or `parallel_tool_calls` at all), and `model` the default when the
+/// app named none.
+pub(crate) struct ToolFields<'a> {
+    pub app: &'a [ForeignTool],
+    pub registered: &'a [SharedTool],
+    pub shape: ToolShape,
+    pub with_tools: bool,
+    /// The model the app named, and the configured one.
+    pub model: Option<&'a str>,
+    pub default_model: Option<&'a str>,
+}
+
+impl ToolFields<'_> {
+    fn list(&self) -> ToolList<'_> {
+        ToolList {
+            app: self.app,
+            registered: self.registered,
+            shape: self.shape,
+        }
+    }
+
+    /// Writes the app's field `key` if it is one of these (true), maybe leaving it out.
+    pub(crate) fn field<M: SerializeMap>(
+        &self,
+        key: &str,
+        value: &RawValue,
+        map: &mut M,
+    ) -> Result<bool, M::Error> {
+        let has_tools = !self.list().is_empty();
+        match key {
+            "tools" if self.with_tools && has_tools => map.serialize_entry(key, &self.list())?,
+            "tools" | "tool_choice" | "parallel_tool_calls" if !self.with_tools => {}
+            "model" if self.model.is_none() && self.default_model.is_some() => {}
+            "tools" | "model" => map.serialize_entry(key, value)?,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Writes what the app did not send: the tools, the default model.
+    pub(crate) fn added<M: SerializeMap>(
+        &self,
+        fields: &IndexMap<String, Raw>,
+        map: &mut M,
+    ) -> Result<(), M::Error> {
+        let has = |key: &str| fields.get(key).is_some_and(|v| v.get() != "null");
+        if self.with_tools && !self.list().is_empty() && !has("tools") {
+            map.serialize_entry("tools", &self.list())?;
+        }
+        if let (None, Some(model)) = (self.model, self.default_model) {
+            map.serialize_entry("model", model)?;
+        }
+        Ok(())
+    }
+}
+
+/// A `tools` array: the app's tools as written, then the registered ones in the wire format's
+/// shape.
 struct ToolList<'a> {
     app: &'a [ForeignTool],
     registered: &'a [SharedTool],
+    shape: ToolShape,
 }
 
 impl ToolList<'_> {
@@ -206,7 +310,10 @@ impl Serialize for ToolList<'_> {
             list.serialize_element(&tool.json)?;
         }
         for tool in self.registered {
-            list.serialize_element(&NestedTool::new(tool))?;
+            match self.shape {
+                ToolShape::Nested => list.serialize_element(&NestedTool::new(tool))?,
+                ToolShape::FlatLoose => list.serialize_element(&FlatTool::loose(tool))?,
+            }
         }
         list.end()
     }
@@ -594,23 +701,12 @@ impl MessageHead {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-    use std::time::Duration;
 
     use super::*;
     use crate::chat::answer::{CallFragments, StreamRound, add_usage};
-    use crate::domain::callback_url::CallbackUrl;
-    use crate::domain::tool::{ToolSpec, empty_parameters};
 
     fn tool(name: &str) -> SharedTool {
-        Arc::new(ToolSpec::remote(
-            name,
-            "Get weather.",
-            empty_parameters(),
-            "plugin:w",
-            CallbackUrl::parse("http://127.0.0.1:9/cb").unwrap(),
-            Duration::from_secs(5),
-        ))
+        crate::domain::tool::test_tool(name, "Get weather.")
     }
 
     fn body(request: &ChatRequest, tools: &[SharedTool], with_tools: bool) -> Value {

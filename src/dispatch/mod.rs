@@ -23,10 +23,14 @@ use tokio::sync::{Notify, watch};
 use url::Position;
 
 use self::settings::DispatchSettings;
-use crate::domain::call::{ToolAnswer, ToolCall, ToolResult, map_callback_response, seconds};
+use crate::domain::call::{
+    Outcome, ToolAnswer, ToolCall, ToolResult, map_callback_response, seconds,
+};
 use crate::domain::failures::{DeadOrigin, DeadOriginRemover, Liveness, SharedFailures};
 use crate::domain::images::{ToolImage, accept_images};
 use crate::domain::tool::{RemoteEndpoint, SharedTool, ToolHandler};
+use crate::observe::Observer;
+use crate::observe::trace::inject;
 
 use self::body::BodySink;
 use self::failure::{CallFailure, body_failure, send_failure};
@@ -89,6 +93,8 @@ struct Inner {
     idle: Notify,
     /// The calls of sessions and chats running now, for progress reports.
     board: CallBoard,
+    /// Makes each callback exchange's span.
+    observer: Observer,
 }
 
 /// One running call, counted while it lives.
@@ -111,11 +117,13 @@ impl Drop for Running<'_> {
 
 impl Dispatcher {
     /// `failures` are the counts it keeps (shared with whoever forgets pairs that are gone);
-    /// `removals` removes the tools of the origins it finds dead (the router).
+    /// `removals` removes the tools of the origins it finds dead (the router); `observer` makes
+    /// the spans of callback exchanges.
     pub fn new(
         settings: &DispatchSettings,
         failures: SharedFailures,
         removals: Arc<dyn DeadOriginRemover>,
+        observer: Observer,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
@@ -129,6 +137,7 @@ impl Dispatcher {
                 running: AtomicUsize::new(0),
                 idle: Notify::new(),
                 board: CallBoard::default(),
+                observer,
             }),
         }
     }
@@ -143,7 +152,7 @@ impl Dispatcher {
             && let Err(refused) = call.check_arguments(&tool.parameters)
         {
             tracing::debug!(tool = %call.name, call_id = %call.call_id, "arguments do not match the tool's parameters; not called");
-            return call.error(refused.message(&tool.name));
+            return call.failed(Outcome::InvalidArguments, refused.message(&tool.name));
         }
         let _running = Running::enter(&self.inner);
         let mut abandoned = self.inner.abandoned.subscribe();
@@ -153,10 +162,14 @@ impl Dispatcher {
             Either::Left((answer, _)) => answer,
             Either::Right((grace, _)) => {
                 let grace = grace.ok().and_then(|g| *g).unwrap_or_default();
-                ToolAnswer::error(format!(
-                    "the server is stopping: the call did not finish within the {} s grace period",
-                    seconds(grace)
-                ))
+                ToolAnswer::failed(
+                    Outcome::Stopped,
+                    format!(
+                        "the server is stopping: the call did not finish within the {} s grace \
+                         period",
+                        seconds(grace)
+                    ),
+                )
             }
         };
         let (images, warnings) = match &answer.images {
@@ -181,6 +194,11 @@ impl Dispatcher {
         &self.inner.board
     }
 
+    /// The calls running now (of every kind).
+    pub fn running(&self) -> usize {
+        self.inner.running.load(Ordering::Acquire)
+    }
+
     /// Resolves once no call is running.
     pub async fn idle(&self) {
         loop {
@@ -199,11 +217,14 @@ impl Dispatcher {
             ToolHandler::Local(handler) => {
                 match tokio::time::timeout(LOCAL_TOOL_TIMEOUT, handler.0.call(call.clone())).await {
                     Ok(outcome) => ToolAnswer::from_local(outcome),
-                    Err(_) => ToolAnswer::error(format!(
-                        "in-process tool '{}' timed out after {} s",
-                        tool.name,
-                        LOCAL_TOOL_TIMEOUT.as_secs()
-                    )),
+                    Err(_) => ToolAnswer::failed(
+                        Outcome::Timeout,
+                        format!(
+                            "in-process tool '{}' timed out after {} s",
+                            tool.name,
+                            LOCAL_TOOL_TIMEOUT.as_secs()
+                        ),
+                    ),
                 }
             }
         }
@@ -218,33 +239,68 @@ impl Dispatcher {
         // Declared before the slot, so that when the call is cancelled (dropped) the slot is
         // given back before the exchange's connection closes: once the plugin sees the close,
         // the slot is free. (Locals drop in reverse order; nothing runs until it is awaited.)
+        // The exchange's CLIENT span, under the call's: what the callback's `traceparent` names.
+        let mut span = self
+            .inner
+            .observer
+            .callback_span(call.trace.as_ref(), endpoint.callback_url.url());
+        let context = span.context().clone();
         let exchange = std::pin::pin!(tokio::time::timeout(
             endpoint.timeout,
-            self.exchange(endpoint, call)
+            self.exchange(endpoint, call, &context)
         ));
         let Some(_slot) = InFlight::enter(&self.inner) else {
-            return ToolAnswer::error(format!(
-                "too many tool callbacks in flight (dispatch.max_callbacks_in_flight = {}); \
+            span.fail(Outcome::Refused.name());
+            return ToolAnswer::failed(
+                Outcome::Refused,
+                format!(
+                    "too many tool callbacks in flight (dispatch.max_callbacks_in_flight = {}); \
                  the call was not sent",
-                self.inner.max_in_flight
-            ));
+                    self.inner.max_in_flight
+                ),
+            );
         };
         tracing::debug!(tool = %call.name, call_id = %call.call_id, argument_bytes = call.raw_arguments.len(), "calling remote tool");
         let (liveness, answer) = match exchange.await {
-            Ok(Ok((status, body))) => (Liveness::Reachable, map_callback_response(status, &body)),
-            Ok(Err(failure)) => (failure.liveness, ToolAnswer::error(failure.error)),
+            Ok(Ok((status, body))) => {
+                span.set(|| {
+                    vec![opentelemetry::KeyValue::new(
+                        "http.response.status_code",
+                        i64::from(status),
+                    )]
+                });
+                if status >= 400 {
+                    span.fail(&status.to_string());
+                }
+                (Liveness::Reachable, map_callback_response(status, &body))
+            }
+            Ok(Err(failure)) => {
+                let outcome = match failure.liveness {
+                    Liveness::ConnectFailed => Outcome::Unreachable,
+                    Liveness::Reachable => Outcome::ToolError,
+                };
+                span.fail(outcome.name());
+                (failure.liveness, ToolAnswer::failed(outcome, failure.error))
+            }
             // A connect that takes too long ends in the connector (`CALLBACK_CONNECT_TIMEOUT`) and
             // counts; reaching the tool's own deadline first means the callback went quiet
             // (or the tool allows less time than a connect may take): a read timeout, which
             // never counts.
-            Err(_) => (
-                Liveness::Reachable,
-                ToolAnswer::error(format!(
-                    "remote tool callback timed out after {} s",
-                    seconds(endpoint.timeout)
-                )),
-            ),
+            Err(_) => {
+                span.fail(Outcome::Timeout.name());
+                (
+                    Liveness::Reachable,
+                    ToolAnswer::failed(
+                        Outcome::Timeout,
+                        format!(
+                            "remote tool callback timed out after {} s",
+                            seconds(endpoint.timeout)
+                        ),
+                    ),
+                )
+            }
         };
+        drop(span);
         self.record(tool, liveness).await;
         answer
     }
@@ -254,6 +310,7 @@ impl Dispatcher {
         &self,
         endpoint: &RemoteEndpoint,
         call: &ToolCall,
+        trace: &opentelemetry::trace::SpanContext,
     ) -> Result<(u16, Vec<u8>), CallFailure> {
         let url = endpoint.callback_url.url();
         let origin = endpoint.callback_url.origin().as_str();
@@ -263,6 +320,7 @@ impl Dispatcher {
             &url[Position::BeforePath..Position::AfterQuery],
             &url[Position::BeforeHost..Position::AfterPort],
             body,
+            trace,
         )
         .map_err(|e| CallFailure::reachable(format!("remote tool callback failed: {e}")))?;
         let (response, mut connection) = match client::send(origin, request).await {
@@ -334,11 +392,13 @@ impl Dispatcher {
     }
 }
 
-/// The POST of a call: origin-form `target`, its own `Host`, the JSON `body`, and the hop marker.
+/// The POST of a call: origin-form `target`, its own `Host`, the JSON `body`, the hop marker,
+/// and the call's W3C trace context (`traceparent`, and `tracestate` when there is one).
 fn callback_request(
     target: &str,
     host: &str,
     body: Vec<u8>,
+    trace: &opentelemetry::trace::SpanContext,
 ) -> Result<hyper::Request<Full<Bytes>>, hyper::http::Error> {
     let mut request = hyper::Request::new(Full::new(Bytes::from(body)));
     *request.method_mut() = hyper::Method::POST;
@@ -350,7 +410,17 @@ fn callback_request(
         HeaderName::from_static(HOP_HEADER),
         HeaderValue::from_static("1"),
     );
-    Ok(request)
+    let mut invalid = None;
+    inject(trace, |name, value| match HeaderValue::from_str(&value) {
+        Ok(value) => {
+            headers.insert(name, value);
+        }
+        Err(e) => invalid = Some(e),
+    });
+    match invalid {
+        Some(e) => Err(e.into()),
+        None => Ok(request),
+    }
 }
 
 /// Checks a result's images on the blocking pool: decoding and re-encoding take milliseconds

@@ -20,6 +20,7 @@ use super::arguments::{ArgumentError, ArgumentsRead, Parameters, read_arguments}
 use super::images::ToolImage;
 pub(crate) use super::json_text::JsonText;
 use super::json_text::{null_text, text_of};
+pub use super::outcome::Outcome;
 use super::peer_text;
 
 /// How many characters of an HTTP error body a tool error quotes.
@@ -78,6 +79,10 @@ pub struct ToolCall {
     arguments_text: JsonText,
     /// How `raw_arguments` read, so the argument check need not parse it again.
     read: ArgumentsRead,
+    /// The span the call runs in (its `execute_tool` span), whose trace the callback's
+    /// `traceparent` names; `None` for a call nobody observes (the dispatcher then starts a
+    /// trace of its own for the callback).
+    pub trace: Option<opentelemetry::trace::SpanContext>,
 }
 
 impl Serialize for ToolCall {
@@ -108,6 +113,8 @@ pub struct ToolResult {
     pub image_warnings: Vec<String>,
     /// When the model speaks of the result of a non-blocking call (the answer's `scheduling`).
     pub scheduling: Scheduling,
+    /// How the call ended; [`Outcome::Ok`] exactly when it is not `is_error`.
+    pub outcome: Outcome,
 }
 
 /// What a tool answered, before it is tied to its call.
@@ -122,6 +129,8 @@ pub struct ToolAnswer {
     /// The answer's `scheduling` (see [`Scheduling`]); the default when it names none, or one
     /// there is not.
     pub scheduling: Scheduling,
+    /// How the call ended, when it is an error (a success is [`Outcome::Ok`] whatever this says).
+    pub outcome: Outcome,
 }
 
 /// The outcome of an in-process tool: `Ok(output)` or `Err(error text for the model)`. An output
@@ -162,6 +171,7 @@ impl ToolCall {
             raw_arguments,
             arguments_text,
             read,
+            trace: None,
         }
     }
 
@@ -180,6 +190,7 @@ impl ToolCall {
             raw_arguments: text.get().to_owned(),
             arguments_text: text,
             read: ArgumentsRead::Object,
+            trace: None,
         }
     }
 
@@ -195,6 +206,7 @@ impl ToolCall {
             raw_arguments,
             arguments_text,
             read: ArgumentsRead::Object,
+            trace: None,
         }
     }
 
@@ -213,21 +225,32 @@ impl ToolCall {
 
     /// Ties an answer (and the images that passed their checks) to this call.
     pub fn result(&self, answer: ToolAnswer, images: Vec<ToolImage>) -> ToolResult {
+        let is_error = answer.error.is_some();
         ToolResult {
             call_id: self.call_id.clone(),
             name: self.name.clone(),
-            is_error: answer.error.is_some(),
+            is_error,
             output: answer.output,
             error: answer.error,
             images,
             image_warnings: Vec::new(),
             scheduling: answer.scheduling,
+            outcome: if is_error {
+                answer.outcome
+            } else {
+                Outcome::Ok
+            },
         }
     }
 
     /// A tool error with no output.
     pub fn error(&self, error: String) -> ToolResult {
         self.result(ToolAnswer::error(error), Vec::new())
+    }
+
+    /// A call that ended as `outcome` (an error) with `error` for the model.
+    pub fn failed(&self, outcome: Outcome, error: String) -> ToolResult {
+        self.result(ToolAnswer::failed(outcome, error), Vec::new())
     }
 }
 
@@ -245,11 +268,17 @@ impl ToolAnswer {
 
     /// A tool error with no output.
     pub fn error(error: String) -> Self {
+        Self::failed(Outcome::ToolError, error)
+    }
+
+    /// A call that ended as `outcome` (an error), with no output.
+    pub fn failed(outcome: Outcome, error: String) -> Self {
         Self {
             output: null_text(),
             error: Some(error),
             images: None,
             scheduling: Scheduling::default(),
+            outcome,
         }
     }
 
@@ -260,6 +289,7 @@ impl ToolAnswer {
             error: None,
             images: None,
             scheduling: Scheduling::default(),
+            outcome: Outcome::Ok,
         }
     }
 
@@ -309,6 +339,7 @@ impl ToolResult {
             images: Vec::new(),
             image_warnings: Vec::new(),
             scheduling: Scheduling::default(),
+            outcome: Outcome::Cancelled,
         }
     }
 
@@ -474,6 +505,7 @@ fn read_json_body(text: &str) -> Option<ToolAnswer> {
         error,
         images,
         scheduling: scheduling_of(object.get("scheduling").copied()),
+        outcome: Outcome::ToolError,
     })
 }
 

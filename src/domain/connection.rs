@@ -18,6 +18,9 @@ pub enum ConnectionKind {
     /// A text chat through `POST /v1/chat/completions` (the server runs the tool loop of each
     /// request); never one of a manager's sessions.
     Chat,
+    /// A text chat through `POST /v1/responses` (the Responses API; the server runs the tool
+    /// loop of each request); never one of a manager's sessions.
+    Responses,
 }
 
 impl ConnectionKind {
@@ -29,6 +32,7 @@ impl ConnectionKind {
             ConnectionKind::Attach => "attach",
             ConnectionKind::Embedded => "embedded",
             ConnectionKind::Chat => "chat",
+            ConnectionKind::Responses => "responses",
         }
     }
 }
@@ -36,5 +40,28 @@ impl ConnectionKind {
 impl From<ConnectionKind> for &'static str {
     fn from(kind: ConnectionKind) -> Self {
         kind.name()
+    }
+}
+
+/// Who made a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Caller {
+    /// A live model session, or a chat request's model.
+    Model,
+    /// `POST /api/tools/invoke`.
+    Invoke,
+    /// An MCP client of `/mcp` (`tools/call`).
+    Mcp,
+}
+
+impl Caller {
+    /// The caller as the API spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Caller::Model => "model",
+            Caller::Invoke => "invoke",
+            Caller::Mcp => "mcp",
+        }
     }
 }

@@ -14,6 +14,7 @@ pub(crate) mod failures;
 pub(crate) mod images;
 pub(crate) mod json_text;
 pub(crate) mod loopback;
+pub(crate) mod outcome;
 pub(crate) mod peer_text;
 pub(crate) mod registry;
 pub(crate) mod role;

@@ -196,6 +196,21 @@ pub fn empty_parameters() -> Parameters {
 /// A shared, immutable tool definition.
 pub type SharedTool = Arc<ToolSpec>;
 
+/// A remote tool for unit tests: `name`, `description`, no parameters, a `plugin:w` callback
+/// on loopback.
+#[cfg(test)]
+pub(crate) fn test_tool(name: &str, description: &str) -> SharedTool {
+    Arc::new(ToolSpec::remote(
+        name,
+        description,
+        empty_parameters(),
+        "plugin:w",
+        crate::domain::callback_url::CallbackUrl::parse("http://127.0.0.1:9/cb")
+            .expect("a loopback URL"),
+        std::time::Duration::from_secs(5),
+    ))
+}
+
 /// A tool's model-facing definition: name, description and the parameters schema.
 #[derive(Serialize)]
 struct FunctionBody<'a> {
@@ -234,13 +249,16 @@ impl<'a> NestedTool<'a> {
 }
 
 /// A tool as OpenAI's realtime sessions take it:
-/// `{"type": "function", "name", "description", "parameters"}`.
+/// `{"type": "function", "name", "description", "parameters"}`; and as the Responses API takes
+/// it, with `"strict": false` stated ([`FlatTool::loose`]).
 #[derive(Serialize)]
 pub(crate) struct FlatTool<'a> {
     #[serde(rename = "type")]
     kind: &'static str,
     #[serde(flatten)]
     body: FunctionBody<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    strict: Option<bool>,
 }
 
 impl<'a> FlatTool<'a> {
@@ -248,6 +266,17 @@ impl<'a> FlatTool<'a> {
         Self {
             kind: "function",
             body: FunctionBody::new(tool),
+            strict: None,
+        }
+    }
+
+    /// The Responses API's shape: its `strict` defaults to true, which makes a model fill in
+    /// every optional argument and refuses schemas strict mode cannot take, so it is stated
+    /// false (the server checks the arguments against the schema itself).
+    pub(crate) fn loose(tool: &'a ToolSpec) -> Self {
+        Self {
+            strict: Some(false),
+            ..Self::new(tool)
         }
     }
 }

@@ -14,8 +14,8 @@ use std::time::Duration;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientRequest, Request,
-    RequestId, ServerResult,
+    CallToolRequestParams, CallToolResult, CancelledNotificationParam, ClientRequest, Meta,
+    Request, RequestId, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use rmcp::{Peer, RoleClient};
@@ -108,10 +108,20 @@ pub(super) async fn call_tool(
     timeout: Duration,
     max_result_bytes: usize,
 ) -> Result<CallToolResult, CallFailure> {
+    // The call's trace context goes in `_meta` (SEP-414), so the server's own spans of the
+    // call join the call's trace.
+    let mut options = PeerRequestOptions::no_options();
+    if let Some(trace) = &call.trace {
+        let mut meta = Meta::new();
+        crate::observe::trace::inject(trace, |name, value| {
+            meta.insert(name.to_owned(), serde_json::Value::String(value));
+        });
+        options.meta = Some(meta);
+    }
     let params = CallToolRequestParams::new(call.name).with_arguments(call.arguments);
     let request = ClientRequest::CallToolRequest(Request::new(params));
     let handle = peer
-        .send_cancellable_request(request, PeerRequestOptions::no_options())
+        .send_cancellable_request(request, options)
         .await
         .map_err(|e| CallFailure::Transport(e.to_string()))?;
     let mut unanswered = Unanswered {

@@ -36,7 +36,7 @@ use super::settings::McpEndpointSettings;
 use crate::actors::router::{Directory, RouterError};
 use crate::dispatch::Dispatcher;
 use crate::domain::call::{ToolCall, ToolResult};
-use crate::events::{CallAnnouncement, Caller, EventHub, EventKind, ToolCallFinished};
+use crate::events::{CallStart, CallWatch, Caller, EventHub, EventKind};
 
 /// Interval of the keep-alive comment on a session's event streams: under the idle timeouts of
 /// common clients (30 s and up), as for `GET /api/events`.
@@ -211,7 +211,7 @@ impl ServerHandler for SessionTools {
             .get::<hyper::http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<CallArguments>())
             .and_then(|CallArguments(text)| exact::if_parsed_as(text.clone(), &parsed));
-        let call = match written {
+        let mut call = match written {
             Some(text) => ToolCall::from_text(call_id, name.clone(), text, parsed),
             None => ToolCall::from_arguments(call_id, name.clone(), parsed),
         };
@@ -223,21 +223,26 @@ impl ServerHandler for SessionTools {
         // which closes a callback's exchange, as a cancelled invoke does; the call is then
         // announced as cancelled.
         let call_id = call.call_id.clone();
-        let announcement = CallAnnouncement::start(
+        // A trace context in the request's `_meta` (SEP-414) makes the call's span part of the
+        // client's trace.
+        let parent = [Some(&context.meta), request.meta.as_ref()]
+            .into_iter()
+            .flatten()
+            .find_map(|meta| crate::observe::trace::incoming(|name| meta.get(name)?.as_str()));
+        let watch = CallWatch::start(
             &self.events,
-            ToolCallFinished {
+            CallStart {
                 role: &resolved.role,
                 tool: &resolved.tool.name,
                 source: Some(&resolved.tool.source),
                 call_id: &call_id,
                 caller: Caller::Mcp,
                 kind: None,
-                duration_ms: 0.0,
-                is_error: false,
-                cancelled: false,
                 behavior: crate::domain::tool::Behavior::Blocking,
             },
+            parent.as_ref(),
         );
+        call.trace = Some(watch.trace().clone());
         let dispatch = std::pin::pin!(self.dispatcher.dispatch(&resolved.tool, call));
         let cancelled = std::pin::pin!(context.ct.cancelled());
         let result = match select(dispatch, cancelled).await {
@@ -246,7 +251,7 @@ impl ServerHandler for SessionTools {
                 return Err(ErrorData::internal_error("the call was cancelled", None));
             }
         };
-        announcement.finished(result.is_error);
+        watch.finished(&result);
         Ok(call_result(result))
     }
 

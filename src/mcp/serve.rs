@@ -28,7 +28,7 @@ use serde_json::{Map, Value, json};
 use sse_stream::SseStream;
 
 use super::exact;
-use crate::domain::call::{JsonText, ToolResult};
+use crate::domain::call::{JsonText, Outcome, ToolResult};
 
 /// The server `runtime-tools mcp` talks to unless told otherwise: the default bind address.
 pub const DEFAULT_SERVER: &str = "http://127.0.0.1:48911";
@@ -270,6 +270,11 @@ fn call_result(body: &str) -> CallToolResult {
         images: Vec::new(),
         image_warnings: Vec::new(),
         scheduling: Default::default(),
+        outcome: if invoked.is_error {
+            Outcome::ToolError
+        } else {
+            Outcome::Ok
+        },
     };
     let mut content = vec![ContentBlock::text(result.model_text())];
     content.extend(
@@ -299,6 +304,7 @@ fn error_result(name: &str, error: String) -> CallToolResult {
         images: Vec::new(),
         image_warnings: Vec::new(),
         scheduling: Default::default(),
+        outcome: Outcome::ToolError,
     };
     CallToolResult::error(vec![ContentBlock::text(result.model_text())])
 }

@@ -6,7 +6,10 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
+use opentelemetry::trace::SpanContext;
+
 use crate::domain::images::TurnBudget;
+use crate::observe::trace::Span;
 
 /// Calls of the responses still open.
 #[derive(Debug, Default)]
@@ -26,6 +29,9 @@ struct OpenResponse {
     /// The person interrupted it: nobody asks it to go on, and its later calls are not run.
     abandoned: bool,
     images: TurnBudget,
+    /// The turn's span, the parent of its calls' spans: made at its first call, ended when the
+    /// response is forgotten.
+    trace: Option<Span>,
 }
 
 /// Where a response stands after one of its calls was answered, or it finished.
@@ -64,6 +70,18 @@ impl ResponseCalls {
         } else {
             Arrival::New
         }
+    }
+
+    /// The span of the response's turn (made by `start` at its first call), to be the parent of
+    /// a call's span; `None` for a call that belongs to no response.
+    pub(crate) fn turn_trace(
+        &mut self,
+        response_id: Option<&str>,
+        start: impl FnOnce(&str) -> Span,
+    ) -> Option<SpanContext> {
+        let r = response_id?;
+        let open = self.responses.entry(r.to_owned()).or_default();
+        Some(open.trace.get_or_insert_with(|| start(r)).context().clone())
     }
 
     /// The person interrupted the response (or it was cancelled): it is never continued, and

@@ -90,6 +90,19 @@ pub enum ConnectionState {
     Closed,
 }
 
+impl ConnectionState {
+    /// The state as the API spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConnectionState::None => "none",
+            ConnectionState::Connecting => "connecting",
+            ConnectionState::Connected => "connected",
+            ConnectionState::Backoff => "backoff",
+            ConnectionState::Closed => "closed",
+        }
+    }
+}
+
 /// One active session of a character.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ConnectionReport {

@@ -36,7 +36,7 @@ pub async fn register_weather(app: &TestApp, callback: &CallbackServer) {
     register_tool(app, callback, "get_weather", "/weather").await;
 }
 
-async fn register_tool(app: &TestApp, callback: &CallbackServer, name: &str, path: &str) {
+pub async fn register_tool(app: &TestApp, callback: &CallbackServer, name: &str, path: &str) {
     register_slow_tool(app, callback, name, path, 30).await;
 }
 
@@ -726,7 +726,7 @@ async fn an_app_that_goes_away_cancels_the_upstream_request_and_the_running_call
 }
 
 /// A small PNG, base64.
-fn png() -> String {
+pub fn png() -> String {
     let image =
         image::ImageBuffer::from_fn(8, 8, |x, y| image::Rgb([x as u8 * 30, y as u8 * 30, 9]));
     let mut bytes = Vec::new();

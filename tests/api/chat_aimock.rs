@@ -1,6 +1,6 @@
 //! Text chat against an upstream nobody here wrote: `@copilotkit/aimock` (npm), an
-//! OpenAI-compatible mock scripted with fixtures, serves the chat model; the app is the official
-//! OpenAI Python SDK. aimock picks each answer by what the request carries (the last user
+//! OpenAI-compatible mock scripted with fixtures, serves the chat model (chat completions and
+//! the Responses API); the app is the official OpenAI Python SDK. aimock picks each answer by what the request carries (the last user
 //! message, whether a tool result is present and what it says), and keeps a journal of the
 //! requests it got.
 
@@ -58,6 +58,11 @@ impl Aimock {
 
     /// The chat requests aimock received, in order.
     async fn journal(&self) -> Vec<Value> {
+        self.journal_of("/v1/chat/completions").await
+    }
+
+    /// The requests aimock received at `path`, in order.
+    async fn journal_of(&self, path: &str) -> Vec<Value> {
         let url = self.base.replace("/v1", "/__aimock/journal");
         let mut response = test_client().get(url).send().await.expect("journal");
         let entries: Value = response.json().limit(16 << 20).await.expect("journal JSON");
@@ -66,7 +71,7 @@ impl Aimock {
             .cloned()
             .unwrap_or_default()
             .into_iter()
-            .filter(|e| e["path"] == "/v1/chat/completions")
+            .filter(|e| e["path"] == path)
             .collect();
         entries.sort_by_key(|e| e["timestamp"].as_u64());
         entries.into_iter().map(|e| e["body"].clone()).collect()
@@ -184,4 +189,47 @@ async fn the_apps_own_tool_and_a_mixed_turn_with_aimock() {
     assert_eq!(names, [&json!("app_clock"), &json!("get_weather")]);
     assert_eq!(restored[2]["content"], "10:00");
     assert_eq!(restored[3]["content"], "\"sunny\"");
+}
+
+#[actix_web::test]
+async fn the_responses_api_against_aimocks() {
+    let aimock = Aimock::start(json!({"fixtures": [
+        fixture("weather in Tokyo?", None,
+                json!({"toolCalls": [{"name": "get_weather", "arguments": {"location": "Tokyo"}}]})),
+        fixture("weather in Tokyo?", Some("sunny"), json!({"content": "It is sunny in Tokyo."})),
+    ]}))
+    .await;
+    let app = chat_server(&aimock.base, |_| {}).await;
+    let callback = CallbackServer::with("/weather", Reply::output(json!("sunny")));
+    register_weather(&app, &callback).await;
+    let mut sdk = crate::responses_app::ResponsesApp::start(&app.url("/v1")).await;
+    // aimock keeps no responses: the whole input goes every round.
+    let ask = json!({"model": "gpt-4o", "store": false, "input": "weather in Tokyo?"});
+
+    let response = sdk.create(ask.clone()).await;
+    let (_, streamed) = sdk.stream(ask).await;
+
+    for answer in [&response, &streamed] {
+        let texts: Vec<&Value> = answer["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|item| &item["content"][0]["text"])
+            .collect();
+        assert_eq!(texts, [&json!("It is sunny in Tokyo.")], "{answer}");
+    }
+    assert_eq!(callback.received().len(), 2);
+    // aimock journals each request in chat completions' terms: the whole input went again,
+    // the server's call and its output after the question.
+    let journal = aimock.journal_of("/v1/responses").await;
+    assert_eq!(journal.len(), 4);
+    let second = journal[1]["messages"].as_array().unwrap();
+    let roles: Vec<&Value> = second.iter().map(|m| &m["role"]).collect();
+    assert_eq!(roles, ["user", "assistant", "tool"]);
+    assert_eq!(
+        second[1]["tool_calls"][0]["function"]["name"],
+        "get_weather"
+    );
+    assert_eq!(second[2]["content"], "\"sunny\"");
+    assert_eq!(journal[0]["tools"][0]["function"]["name"], "get_weather");
 }

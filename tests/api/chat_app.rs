@@ -6,21 +6,22 @@ use std::process::Command;
 
 use serde_json::{Value, json};
 
-use crate::child::{DEADLINE, LineChild};
+use crate::child::LineChild;
 use crate::python::{repo_file, venv_python};
 
-pub struct ChatApp {
+/// A Python SDK app of `tests/` (its commands: `tests/sdk_commands.py`), with the client settings
+/// every command carries: base URL, query, headers, key.
+pub struct SdkApp {
     app: LineChild,
-    /// The client settings every command carries: base URL, query, headers, key.
     client: Value,
 }
 
-impl ChatApp {
-    /// An app whose SDK's base URL is `base` (the server's `/v1`, or an upstream's).
-    pub async fn start(base: &str) -> Self {
+impl SdkApp {
+    /// `script` (under the repository) whose SDK's base URL is `base`.
+    pub async fn start(script: &str, base: &str) -> Self {
         let app = LineChild::spawn_talking(
             Command::new(venv_python().await)
-                .arg(repo_file("tests/chat_app.py"))
+                .arg(repo_file(script))
                 .env("PYTHONUNBUFFERED", "1"),
         );
         Self {
@@ -29,37 +30,59 @@ impl ChatApp {
         }
     }
 
-    /// The SDK's `default_query` from now on.
-    pub fn query(&mut self, query: Value) -> &mut Self {
-        self.client["query"] = query;
-        self
-    }
-
-    /// The SDK's `default_headers` from now on.
-    pub fn headers(&mut self, headers: Value) -> &mut Self {
-        self.client["headers"] = headers;
-        self
-    }
-
-    pub fn api_key(&mut self, key: &str) -> &mut Self {
-        self.client["api_key"] = json!(key);
-        self
-    }
-
-    /// Sends one command (with the client settings) and waits for its answer.
+    /// Sends one command (with the client settings it does not name itself) and waits for its
+    /// answer.
     pub async fn ask(&mut self, mut command: Value) -> Value {
         if let (Some(command), Some(client)) = (command.as_object_mut(), self.client.as_object()) {
             for (key, value) in client {
                 command.entry(key.clone()).or_insert(value.clone());
             }
         }
-        self.app.send_line(&command.to_string());
-        match self.app.next_line().await {
-            Ok(Some(line)) => serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("the app answered {line:?} ({e}) to {command}")),
-            Ok(None) => panic!("the app exited before answering {command}"),
-            Err(_) => panic!("the app did not answer {command} within {DEADLINE:?}"),
+        self.app.ask_json(&command).await
+    }
+
+    /// Sends one command; its answer's `key`, or panics with the whole answer.
+    pub async fn answer(&mut self, command: Value, key: &str) -> Value {
+        let answer = self.ask(command).await;
+        answer
+            .get(key)
+            .cloned()
+            .unwrap_or_else(|| panic!("no {key:?} in the answer: {answer}"))
+    }
+}
+
+pub struct ChatApp {
+    sdk: SdkApp,
+}
+
+impl ChatApp {
+    /// An app whose SDK's base URL is `base` (the server's `/v1`, or an upstream's).
+    pub async fn start(base: &str) -> Self {
+        Self {
+            sdk: SdkApp::start("tests/chat_app.py", base).await,
         }
+    }
+
+    /// The SDK's `default_query` from now on.
+    pub fn query(&mut self, query: Value) -> &mut Self {
+        self.sdk.client["query"] = query;
+        self
+    }
+
+    /// The SDK's `default_headers` from now on.
+    pub fn headers(&mut self, headers: Value) -> &mut Self {
+        self.sdk.client["headers"] = headers;
+        self
+    }
+
+    pub fn api_key(&mut self, key: &str) -> &mut Self {
+        self.sdk.client["api_key"] = json!(key);
+        self
+    }
+
+    /// Sends one command (with the client settings) and waits for its answer.
+    pub async fn ask(&mut self, command: Value) -> Value {
+        self.sdk.ask(command).await
     }
 
     /// `client.chat.completions.create(**request)`: the completion, or panics with the error.

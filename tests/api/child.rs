@@ -76,6 +76,19 @@ impl LineChild {
         Ok(line)
     }
 
+    /// Sends one JSON command line and waits for the child's JSON answer line; panics (naming
+    /// the command) when it exits, stays silent past [`DEADLINE`] or answers with something
+    /// else.
+    pub async fn ask_json(&mut self, command: &serde_json::Value) -> serde_json::Value {
+        self.send_line(&command.to_string());
+        match self.next_line().await {
+            Ok(Some(line)) => serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("the child answered {line:?} ({e}) to {command}")),
+            Ok(None) => panic!("the child exited before answering {command}"),
+            Err(_) => panic!("the child did not answer {command} within {DEADLINE:?}"),
+        }
+    }
+
     /// Every line read so far.
     pub fn seen(&self) -> &[String] {
         &self.seen

@@ -35,19 +35,25 @@ pub struct Child {
 
 impl Child {
     pub fn start(args: &[&str]) -> Self {
-        Self::start_reading_stderr(args, true)
+        Self::start_reading_stderr(args, &[], true)
+    }
+
+    /// Starts the command with these environment variables set as well.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_reading_stderr(args, env, true)
     }
 
     /// Starts the command with its stderr on a pipe that nobody reads, as an app that launches
     /// the server and ignores its output would.
     pub fn start_with_unread_stderr(args: &[&str]) -> Self {
-        Self::start_reading_stderr(args, false)
+        Self::start_reading_stderr(args, &[], false)
     }
 
-    fn start_reading_stderr(args: &[&str], read: bool) -> Self {
+    fn start_reading_stderr(args: &[&str], env: &[(&str, &str)], read: bool) -> Self {
         let mut child = Command::new(BINARY)
             .args(args)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

@@ -36,11 +36,20 @@ fn changed(op: &str, name: Value, source: Value, affected: &[&str]) -> Value {
            "failed_roles": []})
 }
 
-/// Checks `tool.call` data whose duration cannot be known in advance; `behavior` is
-/// `blocking` unless `expected` says otherwise.
+/// Checks `tool.call` data whose duration and trace cannot be known in advance; `behavior` is
+/// `blocking` unless `expected` says otherwise, and `outcome` `ok` (or `cancelled` for a
+/// cancelled call) unless it says otherwise.
 pub fn assert_call(event: &Received, expected: Value) {
     assert_eq!(event.event, "tool.call");
     let mut data = event.data.clone();
+    let trace = data["trace_id"].take();
+    assert!(
+        trace
+            .as_str()
+            .is_some_and(|t| t.len() == 32 && t.bytes().all(|b| b.is_ascii_hexdigit())),
+        "trace_id {trace}"
+    );
+    data["trace_id"] = json!(null);
     let duration = data["duration_ms"].take();
     assert!(
         duration.as_f64().is_some_and(|d| d >= 0.0),
@@ -52,6 +61,14 @@ pub fn assert_call(event: &Received, expected: Value) {
     if expected.get("behavior").is_none() {
         expected["behavior"] = json!("blocking");
     }
+    if expected.get("outcome").is_none() {
+        expected["outcome"] = match (&expected["cancelled"], &expected["is_error"]) {
+            (Value::Bool(true), _) => json!("cancelled"),
+            (_, Value::Bool(false)) => json!("ok"),
+            _ => panic!("name the outcome of a failed call: {expected}"),
+        };
+    }
+    expected["trace_id"] = json!(null);
     assert_eq!(data, expected);
 }
 
@@ -162,7 +179,8 @@ async fn hello_then_every_kind_of_event_with_its_exact_data() {
     assert_call(
         &events.next_event().await,
         json!({"role": "Mio", "tool": "ghost", "source": null,
-               "call_id": "call_ghost", "caller": "model", "kind": "client", "is_error": true, "cancelled": false}),
+               "call_id": "call_ghost", "caller": "model", "kind": "client", "is_error": true, "cancelled": false,
+               "outcome": "unknown_tool"}),
     );
 
     // Unregister and clear.

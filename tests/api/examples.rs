@@ -4,7 +4,8 @@
 //! on SIGTERM; the Rust in-process plugin's `run` registers an actor tool and calls it over
 //! HTTP; the in-process session's `run` joins a character, takes its tools and has its model call
 //! one; the Python realtime app talks to the fake model through the relay with the official SDK;
-//! the Python chat app chats through the chat endpoint with a fake chat model.
+//! the Python chat app chats through the chat endpoint with a fake chat model; the Python agent
+//! app (the OpenAI Agents SDK's default model) through the Responses API with a fake of it.
 //!
 //! The configuration file of `examples/` and the ones shown in the README load, too.
 //!
@@ -37,6 +38,8 @@ const WEATHER_PLUGIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/weat
 const REALTIME_APP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/realtime_app.py");
 
 const CHAT_APP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/chat_app.py");
+
+const AGENT_APP: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/agent_app.py");
 
 const EXAMPLE_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/runtime-tools.toml");
 
@@ -456,13 +459,66 @@ async fn chat_app_example_chats_through_the_server() {
         Answer::stream(text_chunks("c3", &["And it is ", "ten o'clock."], (1, 1))),
     ]);
 
-    let mut example = LineChild::spawn(
+    let example = LineChild::spawn(
         Command::new(venv_python().await)
             .arg(CHAT_APP)
             .args(["--server", &app.url("/v1"), "--character", "Mio"])
             .env("PYTHONUNBUFFERED", "1"),
     );
 
+    the_apps_conversation(example).await;
+    assert_eq!(weather.received().len(), 1);
+    let bodies = upstream.bodies();
+    assert_eq!(bodies.len(), 3);
+    assert!(
+        bodies.iter().all(|b| b["model"] == "qwen2.5"),
+        "the configured model"
+    );
+    let last = bodies[2]["messages"].as_array().unwrap();
+    assert_eq!(last[last.len() - 1]["tool_call_id"], "call_t");
+}
+
+#[actix_web::test]
+async fn agent_app_example_runs_through_the_responses_api() {
+    use crate::fake_responses::{FakeResponses, answer, call, message};
+    let mut upstream = FakeResponses::start().await;
+    let app = chat_server(&upstream.base(), |_| {}).await;
+    let weather = CallbackServer::with("/weather", Reply::output(json!({"temperature_c": 28})));
+    register_weather(&app, &weather).await;
+    // The model calls the plugin's tool (the server runs it), then says something and calls
+    // the agent's; then it answers in words.
+    upstream
+        .script(vec![
+            answer(vec![call(
+                "call_w",
+                "get_weather",
+                json!({"location": "Tokyo"}),
+            )]),
+            answer(vec![
+                message("It is 28 °C in Tokyo."),
+                call("call_t", "app_clock", json!({})),
+            ]),
+            answer(vec![message("And it is ten o'clock.")]),
+        ])
+        .await;
+
+    let example = LineChild::spawn(
+        Command::new(venv_python().await)
+            .arg(AGENT_APP)
+            .args(["--server", &app.url("/v1"), "--character", "Mio"])
+            .env("PYTHONUNBUFFERED", "1"),
+    );
+
+    the_apps_conversation(example).await;
+    assert_eq!(weather.received().len(), 1);
+    let bodies = upstream.bodies().await;
+    assert_eq!(bodies.len(), 3);
+    assert!(bodies.iter().all(|b| b["model"] == "qwen2.5"));
+}
+
+/// What a chat example prints for the scripted conversation of its test: the model's words
+/// after the plugin's call, its own tool's call, the model's last words; then it exits.
+async fn the_apps_conversation(mut example: LineChild) {
     assert_eq!(
         example.expect_line("model: ").await,
         "model: It is 28 °C in Tokyo."
@@ -477,15 +533,6 @@ async fn chat_app_example_chats_through_the_server() {
     );
     assert_eq!(example.expect_line("done").await, "done");
     assert_eq!(example.wait_exit().await, Some(0));
-    assert_eq!(weather.received().len(), 1);
-    let bodies = upstream.bodies();
-    assert_eq!(bodies.len(), 3);
-    assert!(
-        bodies.iter().all(|b| b["model"] == "qwen2.5"),
-        "the configured model"
-    );
-    let last = bodies[2]["messages"].as_array().unwrap();
-    assert_eq!(last[last.len() - 1]["tool_call_id"], "call_t");
 }
 
 /// What a configuration names: `(character, session URL)` in order, and the dispatch limit.

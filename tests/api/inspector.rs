@@ -1107,6 +1107,21 @@ async fn screenshot() {
         .wait_css("section[data-role='Mio'] .state[data-state='connected']")
         .await;
     browser.wait_css(&card("Lanlan", "plan_trip")).await;
+    // A few calls, so the tool shows its latency and error rate.
+    for days in 1..=5 {
+        crate::callback_server::invoke_ok(
+            &app,
+            "plan_trip",
+            json!({"city": "Kyoto", "days": days}),
+        )
+        .await;
+    }
+    browser
+        .wait_css(&format!(
+            "{} .latency[data-calls=\"5\"]",
+            card("Lanlan", "plan_trip")
+        ))
+        .await;
     // The focus ring is not part of the picture.
     browser
         .eval(
@@ -1388,5 +1403,118 @@ async fn a_non_blocking_tool_its_running_call_its_progress_and_its_result_show()
             "result delivered (spoken of when idle)",
         ))
         .await;
+    browser.close().await;
+}
+
+/// A tool's latency box (its p50, p95, error rate and histogram), once it counts `calls` calls.
+async fn latency(browser: &Browser, card: &str, calls: usize) -> (String, Vec<(String, u64)>) {
+    let box_ = browser
+        .wait_css(&format!("{card} .latency[data-calls=\"{calls}\"]"))
+        .await;
+    let text = box_.text().await.expect("latency text");
+    let bars = browser
+        .eval(
+            "return [...arguments[0].querySelectorAll('.histogram .bar')]
+                 .map((r) => [r.dataset.bin, Number(r.dataset.count)]);",
+            vec![serde_json::to_value(&box_).expect("element as argument")],
+        )
+        .await;
+    let bars = serde_json::from_value(bars).expect("bins and counts");
+    (text, bars)
+}
+
+/// The number of milliseconds after `label` ("p50 123 ms", "p95 12.5 ms").
+fn millis_after(text: &str, label: &str) -> f64 {
+    let rest = &text[text
+        .find(label)
+        .unwrap_or_else(|| panic!("{label} in {text:?}"))
+        + label.len()..];
+    rest.trim_start()
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a number after {label} in {text:?}"))
+}
+
+#[actix_web::test]
+async fn each_tool_shows_its_latency_and_error_rate_updated_as_calls_happen() {
+    let test = "each_tool_shows_its_latency_and_error_rate_updated_as_calls_happen";
+    let Some(browser) = Browser::start(test, &[]).await else {
+        return;
+    };
+    let app = spawn_app(&["Lanlan"]).await;
+    let callback = CallbackServer::start();
+    callback.route("/fast", Reply::output(json!(1)));
+    callback.route(
+        "/flaky",
+        Reply::json(json!({"error": "flaked", "is_error": true})),
+    );
+    callback.route(
+        "/slow",
+        Reply::after(
+            std::time::Duration::from_millis(150),
+            Reply::output(json!(2)),
+        ),
+    );
+    for (name, path) in [
+        ("fast_tool", "/fast"),
+        ("flaky_tool", "/flaky"),
+        ("slow_tool", "/slow"),
+    ] {
+        register(
+            &app,
+            tool_with_timeout(name, &callback.url(path), "manual", 30.0),
+        )
+        .await;
+    }
+    // Calls made before the page opens: it reads them from the recent calls.
+    for _ in 0..3 {
+        crate::callback_server::invoke_ok(&app, "fast_tool", json!({})).await;
+    }
+    browser.open(&app.url("/")).await;
+    let fast = card("Lanlan", "fast_tool");
+    let (text, bars) = latency(&browser, &fast, 3).await;
+    assert!(text.contains("p50 ") && text.contains("p95 "), "{text}");
+    assert!(text.contains("errors 0/3 (0%)"), "{text}");
+    let labels: Vec<&str> = bars.iter().map(|(bin, _)| bin.as_str()).collect();
+    assert_eq!(
+        labels,
+        ["< 1 ms", "< 10 ms", "< 100 ms", "< 1 s", "< 10 s", "≥ 10 s"]
+    );
+    assert_eq!(bars.iter().map(|(_, n)| n).sum::<u64>(), 3);
+    let no_calls = browser
+        .wait_css(&format!(
+            "{} .latency[data-calls=\"0\"]",
+            card("Lanlan", "slow_tool")
+        ))
+        .await;
+    assert_eq!(no_calls.text().await.unwrap(), "No calls yet.");
+
+    // Calls made while the page is open update it live (the tool.call events).
+    let slow = card("Lanlan", "slow_tool");
+    for _ in 0..2 {
+        crate::callback_server::invoke_ok(&app, "slow_tool", json!({})).await;
+    }
+    let (text, bars) = latency(&browser, &slow, 2).await;
+    // The callback answers after 150 ms: no call of it can take less.
+    assert!(millis_after(&text, "p50") >= 150.0, "{text}");
+    assert!(
+        millis_after(&text, "p95") >= millis_after(&text, "p50"),
+        "{text}"
+    );
+    let under_100ms: u64 = bars[..3].iter().map(|(_, n)| n).sum();
+    assert_eq!(under_100ms, 0, "{bars:?}");
+    assert_eq!(bars.iter().map(|(_, n)| n).sum::<u64>(), 2);
+
+    let flaky = card("Lanlan", "flaky_tool");
+    crate::callback_server::invoke_ok(&app, "flaky_tool", json!({})).await;
+    let (text, _) = latency(&browser, &flaky, 1).await;
+    assert!(text.contains("errors 1/1 (100%)"), "{text}");
+    browser
+        .wait_css(&format!("{flaky} .latency .error-rate.bad"))
+        .await;
+    crate::callback_server::invoke_ok(&app, "fast_tool", json!({})).await;
+    let (text, _) = latency(&browser, &fast, 4).await;
+    assert!(text.contains("errors 0/4 (0%)"), "{text}");
     browser.close().await;
 }

@@ -3,7 +3,8 @@
 //! (one character's tools, with their schemas; `?role=` another's), calls through the dispatcher
 //! (an output, a tool error, arguments that break the schema, an unknown tool, an image as image
 //! content), `notifications/tools/list_changed` after a registration, and a page of another
-//! site refused. Then the transport's rules over raw HTTP: sessions, `DELETE`, the refusals.
+//! site refused. Then the transport's rules over raw HTTP: sessions, `DELETE`, the refusals, and
+//! a call's trace context in `params._meta`.
 
 use std::io::Cursor;
 use std::process::Command;
@@ -462,7 +463,7 @@ async fn a_loopback_page_may_be_an_mcp_client() {
 
 /// Opens the session's `GET` stream and reads its first event: the session is in use while it
 /// is open.
-async fn open_stream(
+pub(crate) async fn open_stream(
     app: &TestApp,
     session: &str,
 ) -> awc::ClientResponse<impl futures_util::Stream> {
@@ -566,4 +567,51 @@ async fn wait_for_session(app: &TestApp) -> String {
             _ => panic!("initialize: {status} {body}"),
         }
     }
+}
+
+/// A `tools/call` whose `params._meta` carries a trace context (SEP-414): the call's span is in
+/// the client's trace, a child of the client's span, and the callback's `traceparent` is in it.
+#[actix_web::test]
+async fn a_calls_meta_trace_context_puts_its_span_in_the_clients_trace() {
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const SPAN: &str = "00f067aa0ba902b7";
+    let receiver = crate::traces::receiver();
+    let app = spawn_app_with(crate::traces::exporting(
+        settings(&["Lanlan"]),
+        receiver.url("/v1/traces"),
+    ))
+    .await;
+    let callback = CallbackServer::with("/traced", Reply::output(json!("ok")));
+    register(&app, "traced", &callback, "Lanlan").await;
+    let session = open_session(&app).await;
+    let in_session = [
+        JSON_AND_SSE,
+        JSON,
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-06-18"),
+    ];
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "traced", "arguments": {},
+        "_meta": {"traceparent": format!("00-{TRACE}-{SPAN}-01")}}})
+    .to_string();
+    let (status, _, body) = exchange(&app, "POST", "/mcp", &in_session, &call).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        rpc_answer(&body)["result"]["isError"],
+        json!(false),
+        "{body}"
+    );
+    let got = &callback.wait_for_requests(1).await[0];
+    let sent = got.header("traceparent").expect("a traceparent");
+    assert!(sent.starts_with(&format!("00-{TRACE}-")), "{sent}");
+    let span = crate::traces::span(
+        &receiver,
+        "execute_tool traced",
+        ("runtime_tools.caller", "mcp"),
+    )
+    .await;
+    assert_eq!(
+        (span.trace_id.as_str(), span.parent_span_id.as_str()),
+        (TRACE, SPAN)
+    );
 }

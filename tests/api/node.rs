@@ -14,8 +14,14 @@ pub const SERVER_EVERYTHING_VERSION: &str = "2026.8.31";
 pub const AIMOCK: &str = "@copilotkit/aimock";
 pub const AIMOCK_VERSION: &str = "1.43.0";
 
+/// The official OpenAI Node.js SDK (openai-node), pinned: its Responses stream helper checks
+/// that a stream reads as one response.
+pub const OPENAI_NODE: &str = "openai";
+pub const OPENAI_NODE_VERSION: &str = "7.55.0";
+
 static SERVER_EVERYTHING_INSTALLED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 static AIMOCK_INSTALLED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+static OPENAI_NODE_INSTALLED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 
 /// One npm install at a time: they share one prefix.
 static INSTALLING: Mutex<()> = Mutex::new(());
@@ -36,6 +42,14 @@ pub fn aimock() -> Result<PathBuf, String> {
         .get_or_init(|| install(AIMOCK, AIMOCK_VERSION))
         .clone()
         .map(|package| package.join("dist/cli.js"))
+}
+
+/// The installed openai-node's package directory, for `require` (blocking: call it off the
+/// actors' thread).
+pub fn openai_node() -> Result<PathBuf, String> {
+    OPENAI_NODE_INSTALLED
+        .get_or_init(|| install(OPENAI_NODE, OPENAI_NODE_VERSION))
+        .clone()
 }
 
 /// Installs `name@version` unless it is there; returns its directory.

@@ -38,8 +38,15 @@ const SERVER_ROUTES: &[(&str, &str)] = &[
     ("delete", MCP),
     ("get", OPENAPI),
     ("post", CHAT),
+    ("post", RESPONSES),
     ("get", MODELS),
+    ("get", METRICS),
+    ("get", CALLS),
 ];
+
+/// The Prometheus exposition (text) and the recent calls.
+const METRICS: &str = "/metrics";
+const CALLS: &str = "/api/calls";
 
 /// A running call's progress, as the document names it; sent with a concrete id
 /// ([`concrete`]), and recorded under this name.
@@ -60,6 +67,7 @@ fn documented_path(path: &str) -> String {
 
 /// The OpenAI-compatible routes, which answer without the router.
 const CHAT: &str = "/v1/chat/completions";
+const RESPONSES: &str = "/v1/responses";
 const MODELS: &str = "/v1/models";
 
 /// The event stream: endless, so only its first frame is read.
@@ -203,8 +211,15 @@ fn response_schema(doc: &Value, method: &str, path: &str, status: u16) -> Option
     let content = response["content"].as_object()?;
     let schema = match content.get("application/json") {
         Some(json) => json["schema"].clone(),
-        // An event stream's body is text: the first frame is checked as a string.
-        None => content.get("text/event-stream")?["schema"].clone(),
+        // An event stream's body is text (the first frame is checked as a string), and so is
+        // the Prometheus exposition.
+        None => content
+            .iter()
+            .find(|(kind, _)| {
+                kind.starts_with("text/event-stream") || kind.starts_with("text/plain")
+            })?
+            .1["schema"]
+            .clone(),
     };
     let Value::Object(mut schema) = schema else {
         return None;
@@ -332,6 +347,8 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     let mut chat = ChatSettings::new(chat_model.base());
     chat.timeout = std::time::Duration::from_secs(1);
     config.characters[0].chat = Some(chat);
+    // One `/mcp` session per character: with it busy, an `initialize` is a 503.
+    config.mcp_endpoint.max_sessions = 1;
     let app = spawn_app_with(config).await;
     let doc = fetch_document(&app).await;
 
@@ -564,6 +581,30 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     )
     .await;
     run("get", CHAT, None, Body::None).await;
+    // The Responses API: the same, in its terms.
+    let response = json!({"id": "resp_1", "object": "response", "created_at": 1, "status": "completed",
+        "model": "m", "output": [{"type": "message", "id": "msg_1", "role": "assistant",
+        "status": "completed", "content": [{"type": "output_text", "text": "Hello.",
+        "annotations": []}]}], "usage": {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}});
+    chat_model.script([
+        Answer::Json(200, response),
+        Answer::Text(200, "text/html".into(), "<html>".into()),
+        Answer::HoldOpen,
+    ]);
+    let ask = json!({"model": "m", "input": "hi"});
+    run("post", RESPONSES, None, Body::Json(ask.clone())).await;
+    run("post", RESPONSES, None, Body::Json(ask.clone())).await;
+    run("post", RESPONSES, None, Body::Json(ask.clone())).await;
+    run("post", RESPONSES, None, Body::Json(json!({"input": 1}))).await;
+    run("post", RESPONSES, foreign, Body::Json(ask.clone())).await;
+    run(
+        "post",
+        &format!("{RESPONSES}?character=Lanlan"),
+        None,
+        Body::Json(ask),
+    )
+    .await;
+    run("get", RESPONSES, None, Body::None).await;
     run("get", MODELS, None, Body::None).await;
     run("get", MODELS, None, Body::None).await;
     run("get", MODELS, foreign, Body::None).await;
@@ -587,6 +628,16 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         ],
     );
     let chat_too_large = raw_exchange_async(app.addr, head).await;
+    let head = raw_head(
+        "POST",
+        RESPONSES,
+        &[
+            ("Host", &app.host()),
+            ("Content-Type", "application/json"),
+            ("Content-Length", &length),
+        ],
+    );
+    let responses_too_large = raw_exchange_async(app.addr, head).await;
     // And with the upstream gone.
     drop(chat_model);
     run("get", MODELS, None, Body::None).await;
@@ -629,6 +680,12 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     mcp.push(call_with(&app, "delete", MCP, &[foreign_host], Body::None).await);
     mcp.push(call_with(&app, "delete", "/mcp?role=Nobody", &[], Body::None).await);
     mcp.push(call_with(&app, "delete", twice, &[], Body::None).await);
+    // The character's one session busy (its stream open): a new one is refused.
+    let busy = call_with(&app, "post", MCP, &[accept], init()).await;
+    let busy = busy.session.expect("a session id");
+    let busy_stream = crate::mcp_http::open_stream(&app, &busy).await;
+    mcp.push(call_with(&app, "post", MCP, &[accept], init()).await);
+    drop(busy_stream);
 
     // A running call's progress (an invoke the plugin holds), and a plugin's context.
     let held = CallbackServer::with("/held", Reply::HoldOpen);
@@ -669,6 +726,16 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     run("post", "/api/sessions/context", None, Body::Json(empty)).await;
     running.abort();
 
+    // The metrics and the recent calls (the invokes above are among them).
+    run("get", METRICS, None, Body::None).await;
+    run("get", METRICS, foreign, Body::None).await;
+    run("post", METRICS, None, Body::Json(json!({}))).await;
+    run("get", "/api/calls?role=Mio&limit=5", None, Body::None).await;
+    run("get", "/api/calls?role=Nobody", None, Body::None).await;
+    run("get", "/api/calls?limit=1001", None, Body::None).await;
+    run("get", CALLS, foreign, Body::None).await;
+    run("post", CALLS, None, Body::Json(json!({}))).await;
+
     // The full listing.
     run("get", "/api/tools?detail=full", None, Body::None).await;
     run("get", "/api/tools?detail=everything", None, Body::None).await;
@@ -691,8 +758,10 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
             PROGRESS,
             "/api/mcp",
             CHAT,
+            RESPONSES,
             MODELS,
             MCP,
+            CALLS,
         ]
         .contains(p)
     }) {
@@ -717,7 +786,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     }
 
     exchanges.extend(mcp);
-    let declared = std::iter::once((CHAT, chat_too_large));
+    let declared = [(CHAT, chat_too_large), (RESPONSES, responses_too_large)];
     for (path, response) in declared {
         exchanges.push(Exchange {
             method: "post".into(),
@@ -795,6 +864,12 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
             assert_eq!(
                 exchange.content_type.as_deref(),
                 Some("text/event-stream"),
+                "{exchange:?}"
+            );
+        } else if exchange.path == METRICS && exchange.status == 200 {
+            assert_eq!(
+                exchange.content_type.as_deref(),
+                Some("text/plain; version=0.0.4; charset=utf-8"),
                 "{exchange:?}"
             );
         } else if exchange.path == MCP && exchange.status < 300 {

@@ -5,7 +5,7 @@
 
 use std::process::Command;
 
-use crate::child::{DEADLINE, LineChild};
+use crate::child::LineChild;
 use crate::python::{repo_file, venv_python};
 use base64::Engine;
 use serde_json::{Value, json};
@@ -26,13 +26,7 @@ impl SdkApp {
 
     /// Sends one command and waits for its answer.
     pub async fn ask(&mut self, command: Value) -> Value {
-        self.app.send_line(&command.to_string());
-        match self.app.next_line().await {
-            Ok(Some(line)) => serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("the app answered {line:?} ({e}) to {command}")),
-            Ok(None) => panic!("the app exited before answering {command}"),
-            Err(_) => panic!("the app did not answer {command} within {DEADLINE:?}"),
-        }
+        self.app.ask_json(&command).await
     }
 
     /// Connects through the relay at `base` (`ws://HOST:PORT/v1`) with these query parameters.

@@ -202,7 +202,12 @@ impl Router {
             ctx.set_mailbox_capacity(0);
             let failures = SharedFailures::default();
             let removals = Arc::new(ctx.address().recipient::<RemoveDeadOrigin>());
-            let dispatcher = Dispatcher::new(dispatch, failures.clone(), removals);
+            let dispatcher = Dispatcher::new(
+                dispatch,
+                failures.clone(),
+                removals,
+                events.observer().clone(),
+            );
             shared = Some(dispatcher.clone());
             let mut router = Router {
                 characters: Vec::with_capacity(characters.len()),

@@ -203,8 +203,13 @@ impl Subject {
         Self { op, name, source }
     }
 
-    /// The `tools.changed` event of the request, for the roles its report names.
+    /// The `tools.changed` event of the request, for the roles its report names, and its
+    /// count in the metrics.
     fn announce(&self, events: &EventHub, report: &ChangeReport) {
+        events
+            .observer()
+            .metrics()
+            .tools_changed(self.op.name(), report.removed);
         let change = ToolsChanged {
             op: self.op,
             name: self.name.as_deref(),

@@ -3,8 +3,9 @@
 // a live feed of the server's change events.
 //
 // It uses only the public HTTP API: GET /api/tools?detail=full, GET /api/sessions and
-// GET /api/mcp for the state, GET /api/events (Server-Sent Events) for changes,
-// POST /api/tools/invoke for calls.
+// GET /api/mcp for the state, GET /api/calls for each tool's recent calls (its latency and
+// error rate, kept up to date by the tool.call events), GET /api/events (Server-Sent Events) for
+// changes, POST /api/tools/invoke for calls.
 // Every string from the server is inserted with textContent: tool names, descriptions and
 // schemas come from plugins.
 
@@ -29,6 +30,14 @@ let instanceId = null;
 const mcpSources = new Map();
 /** The last tool listing, drawn again when the MCP servers change (where a tool runs). */
 let lastTools = null;
+/** Each tool's recent calls (`role\u0000tool` → newest last), for its latency and error rate. */
+const recentCalls = new Map();
+
+/** The calls of a tool its latency is computed over: the last few dozen, so it follows change. */
+const LATENCY_WINDOW = 50;
+
+/** The histogram's bins, upper bounds in milliseconds (the last is everything longer). */
+const LATENCY_BINS = [[1, "< 1 ms"], [10, "< 10 ms"], [100, "< 100 ms"], [1000, "< 1 s"], [10000, "< 10 s"], [Infinity, "≥ 10 s"]];
 
 function element(tag, className, text) {
   const node = document.createElement(tag);
@@ -124,6 +133,7 @@ const refreshSessions = coalesced(async () => {
 
 /** Reads everything again: on (re)connecting, after a restart, after missed events. */
 function startOver() {
+  refreshCalls();
   refreshTools();
   refreshSessions();
   refreshMcp();
@@ -232,6 +242,78 @@ function definitionList(className, pairs) {
   return dl;
 }
 
+// ---- Latency ------------------------------------------------------------------------------
+
+const callKey = (role, tool) => `${role}\u0000${tool}`;
+
+/** Reads the recent calls again (at start, and whenever the page starts over). */
+async function refreshCalls() {
+  const [status, body] = await fetchJson("/api/calls?limit=1000");
+  if (status !== 200 || !Array.isArray(body?.calls)) return;
+  recentCalls.clear();
+  // The listing is newest first; each tool keeps its calls oldest first.
+  for (const call of body.calls.slice().reverse()) noteCall(call);
+  for (const character of characters.values()) {
+    for (const [name, entry] of character.tools) renderLatency(entry.item, character.role, name);
+  }
+}
+
+/** Keeps one finished call (from the listing or a tool.call event). */
+function noteCall(call) {
+  const key = callKey(call.role, call.tool);
+  const calls = recentCalls.get(key) ?? [];
+  calls.push({ ms: Number(call.duration_ms), error: call.outcome !== "ok" });
+  if (calls.length > LATENCY_WINDOW) calls.shift();
+  recentCalls.set(key, calls);
+}
+
+/** The value below which `share` of the sorted `values` lie (nearest rank). */
+function percentile(sorted, share) {
+  return sorted[Math.min(sorted.length - 1, Math.ceil(share * sorted.length) - 1)];
+}
+
+/** Draws a tool's latency beside it: p50, p95, its error rate, and a small histogram. */
+function renderLatency(item, role, tool) {
+  const box = item.querySelector(".latency");
+  if (!box) return;
+  const calls = recentCalls.get(callKey(role, tool)) ?? [];
+  box.dataset.calls = String(calls.length);
+  if (!calls.length) {
+    box.replaceChildren(element("span", "muted", "No calls yet."));
+    return;
+  }
+  const sorted = calls.map((c) => c.ms).sort((a, b) => a - b);
+  const errors = calls.filter((c) => c.error).length;
+  const rate = Math.round((100 * errors) / calls.length);
+  const facts = element("span", "latency-facts");
+  const p50 = element("span", "p50", `p50 ${formatMs(percentile(sorted, 0.5))}`);
+  const p95 = element("span", "p95", `p95 ${formatMs(percentile(sorted, 0.95))}`);
+  const failed = element("span", errors ? "error-rate bad" : "error-rate", `errors ${errors}/${calls.length} (${rate}%)`);
+  facts.append(p50, " · ", p95, " · ", failed);
+  box.replaceChildren(facts, histogram(sorted));
+}
+
+/** A bar per latency bin (a log scale), its height (one of eight steps, in the style sheet)
+ * the share of calls in it. */
+function histogram(sorted) {
+  const counts = LATENCY_BINS.map(() => 0);
+  for (const ms of sorted) counts[LATENCY_BINS.findIndex(([upper]) => ms < upper)] += 1;
+  const most = Math.max(...counts);
+  const bars = element("span", "histogram");
+  bars.setAttribute("role", "img");
+  const summary = LATENCY_BINS.map(([, label], i) => `${label}: ${counts[i]}`).join(", ");
+  bars.setAttribute("aria-label", `Latency of the last ${sorted.length} calls: ${summary}`);
+  LATENCY_BINS.forEach(([, label], i) => {
+    const bar = element("span", "bar");
+    bar.dataset.bin = label;
+    bar.dataset.count = String(counts[i]);
+    bar.dataset.level = String(counts[i] ? Math.max(1, Math.round((8 * counts[i]) / most)) : 0);
+    bar.title = `${label}: ${counts[i]}`;
+    bars.append(bar);
+  });
+  return bars;
+}
+
 function toolCard(role, tool) {
   const item = element("li", "tool");
   item.dataset.tool = tool.name;
@@ -248,6 +330,9 @@ function toolCard(role, tool) {
   // A non-blocking tool: a live model is answered at once, its result follows.
   if (tool.behavior === "non_blocking") meta.push(["behavior", "non-blocking: the talk goes on while it runs"]);
   article.append(definitionList("meta", meta));
+  const latency = element("div", "latency");
+  latency.setAttribute("aria-label", `Latency and errors of ${tool.name}`);
+  article.append(latency);
 
   const schema = element("details", "schema");
   schema.append(element("summary", null, "Parameters schema"));
@@ -255,6 +340,7 @@ function toolCard(role, tool) {
   article.append(schema);
   article.append(tryItForm(role, tool));
   item.append(article);
+  renderLatency(item, role, tool.name);
   return item;
 }
 
@@ -622,6 +708,9 @@ const handlers = {
       : `${ran} · ${data.is_error ? "error" : "ok"}`;
     const flag = data.cancelled ? "cancelled" : data.is_error ? "error" : null;
     addFeed("tool.call", `${data.role} · ${data.tool} · called by ${by} · ${outcome}`, flag);
+    noteCall(data);
+    const entry = characters.get(data.role)?.tools.get(data.tool);
+    if (entry) renderLatency(entry.item, data.role, data.tool);
     // A chat keeps no connection: its counters move with its calls.
     if (data.kind === "chat") refreshSessions();
   },

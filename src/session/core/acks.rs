@@ -25,6 +25,8 @@ pub(super) struct Pending {
     registered: usize,
     /// Timed out: its waiters have failed; a late acknowledgement is swallowed.
     abandoned: bool,
+    /// When it was sent: its acknowledgement's wait is measured from here.
+    sent: std::time::Instant,
 }
 
 /// The tool names an update carries: the session's own, then the registered ones (kept as the
@@ -99,6 +101,7 @@ impl SessionCore {
             registered: names.registered.len(),
             names: Some(names),
             abandoned: false,
+            sent: std::time::Instant::now(),
         });
     }
 
@@ -130,6 +133,7 @@ impl SessionCore {
             }),
             registered,
             abandoned: false,
+            sent: std::time::Instant::now(),
         });
         update.rewritten
     }
@@ -169,6 +173,10 @@ impl SessionCore {
             return match front.origin {
                 Origin::App => Seen::Pass,
                 Origin::Server => {
+                    self.events
+                        .observer()
+                        .metrics()
+                        .session_synced(self.kind, front.sent.elapsed());
                     self.settle(Ok(()), front.registered);
                     Seen::Ours
                 }

@@ -7,11 +7,10 @@
 use std::time::Instant;
 
 use super::{Answers, Call, Effect, Run, SessionCore, Ticket};
-use crate::domain::call::ToolAnswer;
-use crate::domain::call::{ToolCall, ToolResult};
+use crate::domain::call::{Outcome, ToolAnswer, ToolCall, ToolResult};
 use crate::domain::registry::not_registered_text;
 use crate::domain::tool::{Behavior, SharedTool};
-use crate::events::{Caller, ToolCallFinished};
+use crate::events::{CallStart, CallWatch, Caller};
 use crate::session::calls::{Arrival, TurnState};
 
 /// A call the actor runs now.
@@ -27,6 +26,8 @@ pub(super) struct RunningCall {
     /// A non-blocking call was answered as running: its result is delivered when it comes, and
     /// a new user turn does not cancel it.
     pub(super) behavior: Behavior,
+    /// Observes the call until it is answered (or dropped with the session, as cancelled).
+    pub(super) watch: CallWatch,
 }
 
 impl SessionCore {
@@ -44,19 +45,19 @@ impl SessionCore {
             return;
         }
         let started = Instant::now();
-        match self.calls.started(call.turn.as_deref(), &call.call_id) {
-            Arrival::New => {}
-            Arrival::Repeated => return,
-            Arrival::Abandoned => {
-                // A call of a turn the person interrupted: not run, answered as cancelled.
-                let source = self.tool(&call.name).map(|t| t.source.clone());
-                let result = ToolResult::interrupted(call.call_id, call.name, started.elapsed());
-                self.answer_cancelled(&result, source.as_deref(), started);
-                return;
-            }
+        let arrival = self.calls.started(call.turn.as_deref(), &call.call_id);
+        if arrival == Arrival::Repeated {
+            return;
+        }
+        let watch = self.watch(&call.name, &call.call_id, call.turn.as_deref());
+        if arrival == Arrival::Abandoned {
+            // A call of a turn the person interrupted: not run, answered as cancelled.
+            let result = ToolResult::interrupted(call.call_id, call.name, started.elapsed());
+            self.answer_cancelled(&result, watch);
+            return;
         }
         let turn = call.turn;
-        let tool_call = ToolCall::from_raw(call.call_id, call.name, call.arguments);
+        let mut tool_call = ToolCall::from_raw(call.call_id, call.name, call.arguments);
         if !self.limiter.admit(started) {
             let error = format!(
                 "tool call limit reached: more than {} calls within {} s; the call was not run",
@@ -64,8 +65,8 @@ impl SessionCore {
                 self.limiter.window().as_secs_f64()
             );
             tracing::warn!(character = %self.character, tool = %tool_call.name, "runaway guard refused a tool call");
-            let result = tool_call.error(error);
-            self.answer(turn, result, None, started);
+            let result = tool_call.failed(Outcome::Refused, error);
+            self.answer(turn, result, watch);
             return;
         }
         let Some(tool) = self.tool(&tool_call.name).cloned() else {
@@ -75,10 +76,11 @@ impl SessionCore {
                 .map(|t| t.name.as_str())
                 .filter(|n| self.is_ours(n));
             let error = not_registered_text(&tool_call.name, None, available);
-            let result = tool_call.error(error);
-            self.answer(turn, result, None, started);
+            let result = tool_call.failed(Outcome::UnknownTool, error);
+            self.answer(turn, result, watch);
             return;
         };
+        tool_call.trace = Some(watch.trace().clone());
         let ticket = Ticket(self.next_ticket);
         self.next_ticket += 1;
         let behavior = tool.behavior;
@@ -105,6 +107,7 @@ impl SessionCore {
                 started,
                 started_at: super::rfc3339_now(),
                 behavior,
+                watch,
             },
         );
         self.effects.push(Effect::Run(Box::new(Run {
@@ -112,6 +115,29 @@ impl SessionCore {
             tool,
             ticket,
         })));
+    }
+
+    /// Starts observing a call of `name`, in the trace of its turn.
+    fn watch(&mut self, name: &str, call_id: &str, turn: Option<&str>) -> CallWatch {
+        let (kind, character) = (self.kind, &self.character);
+        let observer = self.events.observer();
+        let parent = self
+            .calls
+            .turn_trace(turn, |turn| observer.turn_span(kind, character, turn));
+        let tool = self.tool(name);
+        CallWatch::start(
+            &self.events,
+            CallStart {
+                role: &self.character,
+                tool: name,
+                source: tool.map(|t| t.source.as_str()),
+                call_id,
+                caller: Caller::Model,
+                kind: Some(self.kind),
+                behavior: tool.map_or(Behavior::Blocking, |t| t.behavior),
+            },
+            parent.as_ref(),
+        )
     }
 
     /// The registered tool of this name.
@@ -127,47 +153,17 @@ impl SessionCore {
             return;
         };
         if call.behavior == Behavior::NonBlocking {
-            self.deliver_late(call, result, false);
+            self.deliver_late(call, result);
             return;
         }
-        self.answer(call.turn, result, Some(&call.tool.source), call.started);
-    }
-
-    /// Announces a finished call of the model's (`source` is `None` for a tool the character
-    /// does not have, or a call the runaway guard refused).
-    pub(super) fn announce_call(
-        &self,
-        result: &ToolResult,
-        source: Option<&str>,
-        started: Instant,
-        cancelled: bool,
-        behavior: Behavior,
-    ) {
-        self.events.tool_call(&ToolCallFinished {
-            role: &self.character,
-            tool: &result.name,
-            source,
-            call_id: &result.call_id,
-            caller: Caller::Model,
-            kind: Some(self.kind),
-            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-            is_error: result.is_error,
-            cancelled,
-            behavior,
-        });
+        self.answer(call.turn, result, call.watch);
     }
 
     /// Answers a call: its exact output, then (when the model takes images and the turn has
     /// room) its images; images that cannot go are named in the output. The call is announced
     /// as `tool.call`.
-    fn answer(
-        &mut self,
-        turn: Option<String>,
-        result: ToolResult,
-        source: Option<&str>,
-        started: Instant,
-    ) {
-        self.announce_call(&result, source, started, false, Behavior::Blocking);
+    fn answer(&mut self, turn: Option<String>, result: ToolResult, watch: CallWatch) {
+        watch.finished(&result);
         self.send_answer(turn, result);
     }
 
@@ -237,13 +233,8 @@ impl SessionCore {
 
     /// Answers a call the person interrupted with `result` (which says so), announced as
     /// cancelled. Its turn is abandoned: nothing asks it to go on.
-    pub(super) fn answer_cancelled(
-        &mut self,
-        result: &ToolResult,
-        source: Option<&str>,
-        started: Instant,
-    ) {
-        self.announce_call(result, source, started, true, Behavior::Blocking);
+    pub(super) fn answer_cancelled(&mut self, result: &ToolResult, watch: CallWatch) {
+        watch.finished(result);
         self.send_output(result);
     }
 

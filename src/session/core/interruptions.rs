@@ -42,13 +42,12 @@ impl SessionCore {
         tracing::debug!(character = %self.character, kind = self.kind.name(), calls = cancelled.len(), ?interruption, "cancelling the calls of an abandoned turn");
         for (ticket, call) in cancelled {
             self.effects.push(Effect::Cancel(ticket));
-            let source = call.tool.source.clone();
             let result = ToolResult::interrupted(
                 call.call_id,
                 call.tool.name.clone(),
                 call.started.elapsed(),
             );
-            self.answer_cancelled(&result, Some(&source), call.started);
+            self.answer_cancelled(&result, call.watch);
         }
     }
 
@@ -66,13 +65,7 @@ impl SessionCore {
                 call.tool.name.clone(),
                 call.started.elapsed(),
             );
-            self.announce_call(
-                &result,
-                Some(&call.tool.source),
-                call.started,
-                true,
-                call.behavior,
-            );
+            call.watch.finished(&result);
             self.needs_no_answer(call.turn.as_deref(), &result.call_id);
         }
     }
@@ -86,13 +79,7 @@ impl SessionCore {
                 call.tool.name.clone(),
                 call.started.elapsed(),
             );
-            self.announce_call(
-                &result,
-                Some(&call.tool.source),
-                call.started,
-                true,
-                call.behavior,
-            );
+            call.watch.finished(&result);
         }
     }
 

@@ -242,22 +242,10 @@ impl SessionCore {
         Some(tool)
     }
 
-    /// A non-blocking call's result came (or, `cancelled`, the server ended the call): it is
+    /// A non-blocking call's result came (or the server ended the call: a cancelled result): it is
     /// announced, added to the conversation with its images, and spoken of by its scheduling.
-    pub(super) fn deliver_late(
-        &mut self,
-        call: RunningCall,
-        mut result: ToolResult,
-        cancelled: bool,
-    ) {
-        let source = call.tool.source.clone();
-        self.announce_call(
-            &result,
-            Some(&source),
-            call.started,
-            cancelled,
-            Behavior::NonBlocking,
-        );
+    pub(super) fn deliver_late(&mut self, call: RunningCall, mut result: ToolResult) {
+        call.watch.finished(&result);
         if !self.connected {
             return;
         }
@@ -306,7 +294,7 @@ impl SessionCore {
                 call.tool.name.clone(),
                 call.started.elapsed(),
             );
-            self.deliver_late(call, result, true);
+            self.deliver_late(call, result);
         }
     }
 

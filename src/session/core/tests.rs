@@ -95,6 +95,7 @@ fn output(call: &ToolCall, text: &str, images: Vec<ToolImage>) -> ToolResult {
         error: None,
         images: None,
         scheduling: Default::default(),
+        outcome: crate::domain::call::Outcome::Ok,
     };
     call.result(answer, images)
 }
@@ -321,17 +322,15 @@ fn answers_carry_exact_output_and_images_on_every_kind_and_are_announced() {
             answers[1]["item"]["content"][1]["image_url"], "data:image/png;base64,iVBO",
             "{transport:?}: the image follows the output"
         );
-        let calls = published(&mut subscription);
+        let calls = calls_announced(&mut subscription);
         assert_eq!(calls.len(), 1, "{transport:?}: {calls:?}");
-        let (kind, mut data) = calls.into_iter().next().unwrap();
-        assert_eq!(kind, "tool.call");
-        assert!(data["duration_ms"].as_f64().unwrap() >= 0.0);
-        data.as_object_mut().unwrap().remove("duration_ms");
+        let data = calls.into_iter().next().unwrap();
         let kind = serde_json::to_value(transport).unwrap();
         assert_eq!(
             data,
             json!({"role": "Mio", "tool": "cam", "source": "plugin:w", "call_id": "c1",
-                   "caller": "model", "kind": kind, "behavior": "blocking", "is_error": false, "cancelled": false}),
+                   "caller": "model", "kind": kind, "behavior": "blocking", "is_error": false, "cancelled": false,
+                   "outcome": "ok"}),
             "{transport:?}: no arguments, no output, the kind of session"
         );
     }
@@ -454,6 +453,13 @@ fn calls_announced(subscription: &mut Subscription) -> Vec<Value> {
         .map(|(_, mut data)| {
             assert!(data["duration_ms"].as_f64().unwrap() >= 0.0, "{data}");
             data.as_object_mut().unwrap().remove("duration_ms");
+            // The call's trace, which its callback's `traceparent` names.
+            let trace = data.as_object_mut().unwrap().remove("trace_id");
+            assert_eq!(
+                trace.and_then(|t| t.as_str().map(str::len)),
+                Some(32),
+                "{data}"
+            );
             data
         })
         .collect()
@@ -509,7 +515,8 @@ fn speech_cancels_the_running_calls_which_are_answered_as_cancelled_and_not_cont
             calls_announced(&mut subscription),
             [
                 json!({"role": "Mio", "tool": "slow", "source": "plugin:w", "call_id": "c1",
-                    "caller": "model", "kind": kind, "behavior": "blocking", "is_error": true, "cancelled": true})
+                    "caller": "model", "kind": kind, "behavior": "blocking", "is_error": true, "cancelled": true,
+                    "outcome": "cancelled"})
             ],
             "{kind:?}"
         );

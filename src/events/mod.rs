@@ -18,7 +18,7 @@ use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use futures_util::Stream;
@@ -26,10 +26,13 @@ use serde::Serialize;
 use sse_stream::Sse;
 use tokio::sync::mpsc;
 
+pub use self::calls::{CallStart, CallWatch, Caller, ToolCallFinished};
 use crate::domain::call::Scheduling;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::role::RoleName;
-use crate::domain::tool::Behavior;
+use crate::observe::Observer;
+
+mod calls;
 
 /// Events kept for `Last-Event-ID` resumption: enough for a client that reconnects within a
 /// busy minute, small enough (a few hundred bytes each) to never matter for memory.
@@ -227,44 +230,6 @@ pub(crate) struct SessionState<'a, R> {
     pub report: &'a R,
 }
 
-/// Who made a call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Caller {
-    /// A live model session.
-    Model,
-    /// `POST /api/tools/invoke`.
-    Invoke,
-    /// An MCP client of `/mcp` (`tools/call`).
-    Mcp,
-}
-
-/// The data of `tool.call`. Never the arguments or the output: they may carry the user's
-/// conversation.
-#[derive(Debug, Serialize)]
-pub struct ToolCallFinished<'a> {
-    pub role: &'a str,
-    pub tool: &'a str,
-    /// `None` when the model called a tool the character does not have.
-    pub source: Option<&'a str>,
-    pub call_id: &'a str,
-    pub caller: Caller,
-    /// The kind of session whose model made the call (`client`, `relay`, `attach`, `chat`);
-    /// absent for an invoke.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kind: Option<ConnectionKind>,
-    /// Wall time from the call's start to its result (a cancelled call: to its cancellation),
-    /// in milliseconds.
-    pub duration_ms: f64,
-    pub is_error: bool,
-    /// The call was cancelled before it finished (the person interrupted, or its caller went
-    /// away); such a call is also `is_error`.
-    pub cancelled: bool,
-    /// The tool's behavior: `non_blocking` calls of a live session were answered as running,
-    /// and their result is delivered when it comes (`tool.result`).
-    pub behavior: Behavior,
-}
-
 /// The data of `tool.result`: a non-blocking call's result reached its session's model. Never
 /// the output.
 #[derive(Debug, Serialize)]
@@ -289,49 +254,6 @@ pub struct ToolProgress<'a> {
     pub speak: bool,
     /// The call runs in a live session, whose model was told.
     pub delivered: bool,
-}
-
-/// A call being run, announced as `tool.call` when it ends: [`finished`](Self::finished) with
-/// its outcome; dropped before that — its caller went away, which drops the call too — as
-/// cancelled, with how long it ran.
-pub(crate) struct CallAnnouncement<'a> {
-    hub: &'a EventHub,
-    call: ToolCallFinished<'a>,
-    started: Instant,
-    done: bool,
-}
-
-impl<'a> CallAnnouncement<'a> {
-    /// `call` starts now; its `duration_ms`, `is_error` and `cancelled` are set when it ends.
-    pub(crate) fn start(hub: &'a EventHub, call: ToolCallFinished<'a>) -> Self {
-        Self {
-            hub,
-            call,
-            started: Instant::now(),
-            done: false,
-        }
-    }
-
-    /// The call finished.
-    pub(crate) fn finished(mut self, is_error: bool) {
-        self.announce(is_error, false);
-    }
-
-    fn announce(&mut self, is_error: bool, cancelled: bool) {
-        self.done = true;
-        self.call.duration_ms = self.started.elapsed().as_secs_f64() * 1000.0;
-        self.call.is_error = is_error;
-        self.call.cancelled = cancelled;
-        self.hub.tool_call(&self.call);
-    }
-}
-
-impl Drop for CallAnnouncement<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            self.announce(true, true);
-        }
-    }
 }
 
 #[derive(Debug, Serialize)]
@@ -363,6 +285,8 @@ struct Inner {
     started_at: String,
     subscriber_buffer: usize,
     state: Mutex<State>,
+    /// What records every call announced here (metrics, the recent calls, spans).
+    observer: Observer,
 }
 
 struct State {
@@ -395,8 +319,13 @@ impl std::fmt::Debug for EventHub {
 }
 
 impl EventHub {
-    /// A hub for a server instance starting now.
+    /// A hub for a server instance starting now, with an observer that exports no spans.
     pub fn new(settings: &EventSettings) -> Self {
+        Self::with_observer(settings, Observer::default())
+    }
+
+    /// A hub whose calls `observer` records.
+    pub fn with_observer(settings: &EventSettings, observer: Observer) -> Self {
         Self {
             inner: Arc::new(Inner {
                 instance_id: uuid::Uuid::new_v4().simple().to_string(),
@@ -408,8 +337,14 @@ impl EventHub {
                     ring: VecDeque::with_capacity(RING_CAPACITY),
                     subscribers: Vec::new(),
                 }),
+                observer,
             }),
         }
+    }
+
+    /// What records the calls announced here.
+    pub fn observer(&self) -> &Observer {
+        &self.inner.observer
     }
 
     /// This server instance's id (random per start).
@@ -509,15 +444,6 @@ impl EventHub {
             EventKind::ToolProgress,
             Scope::Roles(vec![progress.role.into()]),
             progress,
-        );
-    }
-
-    /// `tool.call` of one finished call.
-    pub fn tool_call(&self, call: &ToolCallFinished<'_>) {
-        self.publish(
-            EventKind::ToolCall,
-            Scope::Roles(vec![call.role.into()]),
-            call,
         );
     }
 
@@ -665,18 +591,11 @@ mod tests {
     }
 
     fn publish_call(hub: &EventHub, role: &str, call_id: &str) {
-        hub.tool_call(&ToolCallFinished {
-            role,
-            tool: "t",
-            source: Some("s"),
-            call_id,
-            caller: Caller::Invoke,
-            kind: None,
-            duration_ms: 1.5,
-            is_error: false,
-            cancelled: false,
-            behavior: Behavior::Blocking,
-        });
+        hub.publish(
+            EventKind::ToolCall,
+            Scope::Roles(vec![role.into()]),
+            &json!({"role": role, "call_id": call_id}),
+        );
     }
 
     fn received(sub: &mut Subscription) -> Vec<u64> {
@@ -712,49 +631,61 @@ mod tests {
         assert_eq!((first.id, second.id), (1, 2));
         let (event, id, data) = parse(second.frame());
         assert_eq!((event.as_str(), id), ("tool.call", 2));
-        assert_eq!(
-            data,
-            json!({"role": "B", "tool": "t", "source": "s", "call_id": "c2", "caller": "invoke", "behavior": "blocking",
-                   "duration_ms": 1.5, "is_error": false, "cancelled": false})
-        );
+        assert_eq!(data, json!({"role": "B", "call_id": "c2"}));
     }
 
     #[test]
     fn a_call_is_announced_once_as_it_ended_and_as_cancelled_when_dropped_unfinished() {
         let hub = hub(8);
         let mut sub = hub.subscribe(None, None);
-        let call = |call_id| ToolCallFinished {
+        let call = |call_id| CallStart {
             role: "A",
             tool: "t",
             source: Some("s"),
             call_id,
             caller: Caller::Model,
             kind: Some(ConnectionKind::Relay),
-            duration_ms: 0.0,
-            is_error: false,
-            cancelled: false,
-            behavior: Behavior::Blocking,
+            behavior: crate::domain::tool::Behavior::Blocking,
         };
-        CallAnnouncement::start(&hub, call("c1")).finished(false);
-        drop(CallAnnouncement::start(&hub, call("c2")));
+        let done = CallWatch::start(&hub, call("c1"), None);
+        let trace_id = done.trace().trace_id().to_string();
+        let result = crate::domain::call::ToolCall::from_raw("c1".into(), "t".into(), "{}".into())
+            .failed(crate::domain::call::Outcome::Timeout, "slow".into());
+        done.finished(&result);
+        drop(CallWatch::start(&hub, call("c2"), None));
         let mut announced = Vec::new();
         while let Ok(event) = sub.events.try_recv() {
             let (_, _, mut data) = parse(event.frame());
             assert!(data["duration_ms"].as_f64().unwrap() >= 0.0, "{data}");
             data["duration_ms"] = json!(null);
+            assert_eq!(data["trace_id"].as_str().unwrap().len(), 32, "{data}");
+            data["trace_id"] = json!(null);
             announced.push(data);
         }
         assert_eq!(
             announced,
             [
                 json!({"role": "A", "tool": "t", "source": "s", "call_id": "c1", "caller": "model",
-                       "kind": "relay", "duration_ms": null, "is_error": false, "cancelled": false,
-                       "behavior": "blocking"}),
+                       "kind": "relay", "duration_ms": null, "is_error": true, "cancelled": false,
+                       "behavior": "blocking", "outcome": "timeout", "trace_id": null}),
                 json!({"role": "A", "tool": "t", "source": "s", "call_id": "c2", "caller": "model",
                        "kind": "relay", "duration_ms": null, "is_error": true, "cancelled": true,
-                       "behavior": "blocking"}),
+                       "behavior": "blocking", "outcome": "cancelled", "trace_id": null}),
             ]
         );
+        // Both are recorded once, newest first, with the trace their callbacks would name.
+        let recent = hub
+            .observer()
+            .recent_calls(&crate::observe::recent::CallFilter {
+                limit: 10,
+                ..Default::default()
+            });
+        let seen: Vec<(&str, &str)> = recent
+            .iter()
+            .map(|c| (c.call_id.as_str(), c.outcome.name()))
+            .collect();
+        assert_eq!(seen, [("c2", "cancelled"), ("c1", "timeout")]);
+        assert_eq!(recent[1].trace_id, trace_id);
     }
 
     #[test]

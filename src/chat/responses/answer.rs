@@ -1,0 +1,591 @@
+//! The app's one response, built round after round from the upstream's: each round read from
+//! its events (a stream) or from its whole response (turned into the same events), the items
+//! the app gets kept in order, and — for a stream — the events the app gets, as they come. No
+//! I/O.
+//!
+//! What the app gets of a round's items: every item but the server's calls (`function_call`
+//! items whose name is not one of the app's tools); a `reasoning` item goes with the item after
+//! it (it is held until that item begins: given with a message or an app's call, left out with
+//! a server's call), so an app that replays its output never sends a reasoning item without the
+//! item it belongs to. The app's stream reads as one response: the first round's
+//! `response.created` and `response.in_progress` (later rounds' are not forwarded), each item's
+//! events as they arrive with `output_index` counted over the app's items of every round,
+//! `sequence_number` counted afresh, and one terminal event, written at the end, with the whole
+//! response. One id throughout: the official SDKs' stream helpers refuse a stream whose
+//! lifecycle events change it, so a stream carries its first round's id.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use bytes::Bytes;
+use serde_json::{Map, Value, json};
+
+use crate::chat::answer::{ModelCall, add_usage};
+use crate::chat::round::{Streamed, Unreadable};
+use crate::chat::wire::error_text;
+
+/// Where one upstream item's events go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// The app's item at this index of its output.
+    App(usize),
+    /// A server's call: the app never sees it.
+    Server,
+    /// A reasoning item, waiting for the item after it.
+    Held,
+}
+
+/// The round being read.
+#[derive(Debug, Default)]
+struct RoundRead {
+    places: HashMap<u64, Place>,
+    /// Held reasoning items, in order: their upstream index and events so far.
+    held: Vec<(u64, Vec<Map<String, Value>>)>,
+    /// Every finished item of the round, by upstream index (when the terminal event has none).
+    done: std::collections::BTreeMap<u64, Value>,
+    /// The round's response, from its terminal event (or its creation, until then).
+    response: Option<Map<String, Value>>,
+    ended: bool,
+}
+
+/// What a round's answer holds for the loop.
+#[derive(Debug, Default)]
+pub(crate) struct RoundOutput {
+    /// The upstream's id of the round's response.
+    pub id: Option<String>,
+    /// `completed`, `incomplete`, `failed`, ...; `None` when the stream ended before saying.
+    pub status: Option<String>,
+    /// Every output item, in the model's order.
+    pub items: Vec<Value>,
+    /// Its calls (`function_call` items), in the model's order.
+    pub calls: Vec<ModelCall>,
+}
+
+/// The app's response over every round.
+#[derive(Debug)]
+pub(crate) struct AppResponse {
+    streaming: bool,
+    /// The next event's `sequence_number`.
+    sequence: u64,
+    /// The first round's response (the stream's id and creation).
+    first: Option<Map<String, Value>>,
+    /// The last round's response.
+    last: Option<Map<String, Value>>,
+    /// The app's items, by index: as added, then as finished.
+    items: Vec<Value>,
+    usage: Option<Map<String, Value>>,
+    rounds: usize,
+    round: RoundRead,
+    /// The app's stream has begun (its `response.created` went out).
+    began: bool,
+}
+
+impl AppResponse {
+    pub(crate) fn new(streaming: bool) -> Self {
+        Self {
+            streaming,
+            sequence: 0,
+            first: None,
+            last: None,
+            items: Vec::new(),
+            usage: None,
+            rounds: 0,
+            round: RoundRead::default(),
+            began: false,
+        }
+    }
+
+    /// A round's events begin.
+    pub(crate) fn round_begins(&mut self) {
+        self.rounds += 1;
+        self.round = RoundRead::default();
+    }
+
+    /// The id the app gets: a stream's first round's (one id throughout a stream), else the
+    /// last round's.
+    pub(crate) fn app_id(&self) -> Option<&str> {
+        let response = if self.streaming {
+            self.first.as_ref()
+        } else {
+            self.last.as_ref()
+        };
+        response.and_then(|r| r.get("id")).and_then(Value::as_str)
+    }
+
+    /// One event of the round's stream (its data); `is_app` says whether a call's name is one
+    /// of the app's tools.
+    pub(crate) fn event(
+        &mut self,
+        data: &str,
+        is_app: &dyn Fn(&str) -> bool,
+    ) -> Result<Streamed, Unreadable> {
+        let Ok(event) = serde_json::from_str::<Map<String, Value>>(data) else {
+            return Err(Unreadable::Invalid(format!(
+                "the upstream's stream sent data that is not a JSON object: {}",
+                error_text(data.as_bytes())
+            )));
+        };
+        self.take(event, is_app)
+    }
+
+    /// A round's whole response, read as the events a stream of it would have sent.
+    pub(crate) fn whole(
+        &mut self,
+        body: &[u8],
+        is_app: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<Bytes>, Unreadable> {
+        let response = serde_json::from_slice::<Map<String, Value>>(body)
+            .ok()
+            .filter(|r| r.get("output").is_some_and(Value::is_array));
+        let Some(response) = response else {
+            return Err(Unreadable::Invalid(format!(
+                "the upstream answered with success, but not with a response: {}",
+                error_text(body)
+            )));
+        };
+        self.round_begins();
+        let mut opening = response.clone();
+        opening.insert("output".into(), json!([]));
+        opening.insert("status".into(), json!("in_progress"));
+        let mut events = vec![
+            event_of("response.created", json!({"response": opening})),
+            event_of("response.in_progress", json!({"response": opening})),
+        ];
+        let items = response["output"].as_array().cloned().unwrap_or_default();
+        for (index, item) in items.into_iter().enumerate() {
+            let added = json!({"output_index": index, "item": item});
+            events.push(event_of("response.output_item.added", added.clone()));
+            events.push(event_of("response.output_item.done", added));
+        }
+        let terminal = match response.get("status").and_then(Value::as_str) {
+            Some("incomplete") => "response.incomplete",
+            Some("failed") => "response.failed",
+            _ => "response.completed",
+        };
+        events.push(event_of(terminal, json!({"response": response})));
+        let mut frames = Vec::new();
+        for event in events {
+            if let Streamed::Frames(more) = self.take(event, is_app)? {
+                frames.extend(more);
+            }
+        }
+        Ok(frames)
+    }
+
+    fn take(
+        &mut self,
+        mut event: Map<String, Value>,
+        is_app: &dyn Fn(&str) -> bool,
+    ) -> Result<Streamed, Unreadable> {
+        let kind = event
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned();
+        let mut frames = Vec::new();
+        match kind.as_str() {
+            "error" => {
+                event.remove("type");
+                event.remove("sequence_number");
+                return Err(Unreadable::Error(Value::Object(event)));
+            }
+            "response.created" | "response.in_progress" | "response.queued" => {
+                if let Some(Value::Object(response)) = event.get("response") {
+                    if self.first.is_none() {
+                        self.first = Some(response.clone());
+                    }
+                    self.round.response = Some(response.clone());
+                }
+                // Later rounds are the same response to the app: not announced again.
+                if self.rounds <= 1 {
+                    self.began |= kind == "response.created";
+                    frames.extend(self.frame(event));
+                }
+            }
+            "response.completed" | "response.incomplete" | "response.failed" => {
+                if let Some(Value::Object(response)) = event.remove("response") {
+                    self.round.response = Some(response);
+                }
+                // Reasoning last in its round has no item after it to wait for.
+                frames.extend(self.release_held());
+                self.round.ended = true;
+                return Ok(Streamed::Frames(frames));
+            }
+            _ => match event.get("output_index").and_then(Value::as_u64) {
+                None => frames.extend(self.frame(event)),
+                Some(index) => frames.extend(self.item_event(&kind, index, event, is_app)),
+            },
+        }
+        Ok(Streamed::Frames(frames))
+    }
+
+    /// An event of one output item.
+    fn item_event(
+        &mut self,
+        kind: &str,
+        index: u64,
+        mut event: Map<String, Value>,
+        is_app: &dyn Fn(&str) -> bool,
+    ) -> Vec<Bytes> {
+        let mut frames = Vec::new();
+        let item = event.get("item").cloned();
+        if kind == "response.output_item.added" {
+            let place = match &item {
+                Some(item) if item_type(item) == "function_call" && !is_app(call_name(item)) => {
+                    // Reasoning before a server's call is the server's too.
+                    self.round.held.clear();
+                    Place::Server
+                }
+                Some(item) if item_type(item) == "reasoning" => Place::Held,
+                _ => {
+                    frames.extend(self.release_held());
+                    self.items.push(item.clone().unwrap_or(Value::Null));
+                    Place::App(self.items.len() - 1)
+                }
+            };
+            self.round.places.insert(index, place);
+        }
+        if kind == "response.output_item.done"
+            && let Some(item) = &item
+        {
+            self.round.done.insert(index, item.clone());
+        }
+        let place = match self.round.places.get(&index) {
+            Some(place) => *place,
+            // An item's event before the item: the app's, as far as anyone can tell.
+            None => {
+                self.items.push(item.clone().unwrap_or(Value::Null));
+                let place = Place::App(self.items.len() - 1);
+                self.round.places.insert(index, place);
+                place
+            }
+        };
+        match place {
+            Place::Server => {}
+            Place::Held => {
+                if let Some((_, events)) = self.round.held.iter_mut().find(|(i, _)| *i == index) {
+                    events.push(event);
+                } else {
+                    self.round.held.push((index, vec![event]));
+                }
+            }
+            Place::App(at) => {
+                if kind == "response.output_item.done"
+                    && let Some(item) = item
+                {
+                    self.items[at] = item;
+                }
+                event.insert("output_index".into(), json!(at));
+                frames.extend(self.frame(event));
+            }
+        }
+        frames
+    }
+
+    /// The held reasoning items become the app's, with the events they had so far.
+    fn release_held(&mut self) -> Vec<Bytes> {
+        let mut frames = Vec::new();
+        for (index, events) in std::mem::take(&mut self.round.held) {
+            let added = events
+                .first()
+                .and_then(|e| e.get("item"))
+                .cloned()
+                .unwrap_or(Value::Null);
+            self.items.push(added);
+            let at = self.items.len() - 1;
+            self.round.places.insert(index, Place::App(at));
+            for mut event in events {
+                if event.get("type").and_then(Value::as_str) == Some("response.output_item.done")
+                    && let Some(item) = event.get("item")
+                {
+                    self.items[at] = item.clone();
+                }
+                event.insert("output_index".into(), json!(at));
+                frames.extend(self.frame(event));
+            }
+        }
+        frames
+    }
+
+    /// An event as the app gets it, numbered in the app's sequence (nothing without a stream).
+    fn frame(&mut self, mut event: Map<String, Value>) -> Option<Bytes> {
+        if !self.streaming {
+            return None;
+        }
+        event.insert("sequence_number".into(), json!(self.sequence));
+        self.sequence += 1;
+        Some(sse_event(&event))
+    }
+
+    /// The round is read: its output for the loop.
+    pub(crate) fn round_output(&mut self) -> RoundOutput {
+        let response = self.round.response.take();
+        let status = response
+            .as_ref()
+            .filter(|_| self.round.ended)
+            .and_then(|r| r.get("status"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        let mut items = response
+            .as_ref()
+            .and_then(|r| r.get("output"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if items.is_empty() {
+            items = std::mem::take(&mut self.round.done).into_values().collect();
+        }
+        if let Some(usage) = response
+            .as_ref()
+            .and_then(|r| r.get("usage"))
+            .and_then(Value::as_object)
+        {
+            match &mut self.usage {
+                Some(total) => add_usage(total, usage),
+                None => self.usage = Some(usage.clone()),
+            }
+        }
+        let calls = items
+            .iter()
+            .filter(|item| item_type(item) == "function_call")
+            .map(|item| ModelCall {
+                id: item["call_id"].as_str().unwrap_or_default().to_owned(),
+                name: call_name(item).to_owned(),
+                arguments: item["arguments"].as_str().unwrap_or_default().to_owned(),
+            })
+            .collect();
+        let id = response
+            .as_ref()
+            .and_then(|r| r.get("id"))
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if let Some(response) = response {
+            self.last = Some(response);
+        }
+        RoundOutput {
+            id,
+            status,
+            items,
+            calls,
+        }
+    }
+
+    /// The whole response the app gets: the last round's, with the app's id, the first round's
+    /// creation time, the app's items of every round, usage summed over rounds, the app's own
+    /// `previous_response_id`, and `status` (with its details) as given.
+    pub(crate) fn response(
+        &self,
+        previous: Option<&str>,
+        status: &str,
+        details: Option<Value>,
+    ) -> Map<String, Value> {
+        let mut response = self
+            .last
+            .clone()
+            .or_else(|| self.first.clone())
+            .unwrap_or_default();
+        let id = self
+            .app_id()
+            .map(str::to_owned)
+            .unwrap_or_else(new_response_id);
+        response.insert("id".into(), json!(id));
+        response.insert("object".into(), json!("response"));
+        if let Some(created) = self.first.as_ref().and_then(|f| f.get("created_at")) {
+            response.insert("created_at".into(), created.clone());
+        }
+        response.insert("status".into(), json!(status));
+        if let Some(details) = details {
+            let key = if status == "failed" {
+                "error"
+            } else {
+                "incomplete_details"
+            };
+            response.insert(key.into(), details);
+        }
+        response.insert("output".into(), Value::Array(self.items.clone()));
+        response.insert(
+            "usage".into(),
+            self.usage.clone().map_or(Value::Null, Value::Object),
+        );
+        response.insert("previous_response_id".into(), json!(previous));
+        response
+    }
+
+    /// The app's stream's last events: its terminal event with the whole response (after a
+    /// `response.created` of its own when nothing was sent yet).
+    pub(crate) fn terminal(&mut self, response: Map<String, Value>) -> Vec<Bytes> {
+        let mut frames = Vec::new();
+        if !self.began {
+            self.began = true;
+            let mut opening = response.clone();
+            opening.insert("status".into(), json!("in_progress"));
+            opening.insert("output".into(), json!([]));
+            frames.extend(self.frame(event_of("response.created", json!({"response": opening}))));
+        }
+        let kind = match response.get("status").and_then(Value::as_str) {
+            Some("incomplete") => "response.incomplete",
+            Some("failed") => "response.failed",
+            _ => "response.completed",
+        };
+        frames.extend(self.frame(event_of(kind, json!({"response": response}))));
+        frames
+    }
+}
+
+fn item_type(item: &Value) -> &str {
+    item.get("type").and_then(Value::as_str).unwrap_or_default()
+}
+
+fn call_name(item: &Value) -> &str {
+    item.get("name").and_then(Value::as_str).unwrap_or_default()
+}
+
+/// An event of this type with these fields.
+fn event_of(kind: &str, fields: Value) -> Map<String, Value> {
+    let mut event = Map::new();
+    event.insert("type".into(), json!(kind));
+    if let Value::Object(fields) = fields {
+        event.extend(fields);
+    }
+    event
+}
+
+/// One SSE event as the Responses API sends it: its type as the event name, then the data.
+fn sse_event(event: &Map<String, Value>) -> Bytes {
+    let kind = event
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("message");
+    let data = serde_json::to_string(event).unwrap_or_default();
+    let mut frame = String::with_capacity(data.len() + kind.len() + 16);
+    let _ = write!(frame, "event: {kind}\ndata: {data}\n\n");
+    Bytes::from(frame)
+}
+
+/// A fresh response id in OpenAI's style, for an answer whose upstream sent none.
+pub(crate) fn new_response_id() -> String {
+    format!("resp_{}", uuid::Uuid::new_v4().simple())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(frame: &Bytes) -> Value {
+        let text = std::str::from_utf8(frame).unwrap();
+        let data = text.split("data: ").nth(1).unwrap().trim_end();
+        serde_json::from_str(data).unwrap()
+    }
+
+    fn feed(answer: &mut AppResponse, events: &[Value]) -> Vec<Value> {
+        let is_app = |name: &str| name == "app_clock";
+        let mut frames = Vec::new();
+        for event in events {
+            match answer.event(&event.to_string(), &is_app).unwrap() {
+                Streamed::Frames(more) => frames.extend(more.iter().map(data)),
+                Streamed::End => unreachable!("the terminal event gives its frames"),
+            }
+        }
+        frames
+    }
+
+    fn item_events(index: u64, item: Value) -> Vec<Value> {
+        vec![
+            json!({"type": "response.output_item.added", "output_index": index, "item": item}),
+            json!({"type": "response.output_text.delta", "output_index": index,
+                   "item_id": item["id"], "content_index": 0, "delta": "x"}),
+            json!({"type": "response.output_item.done", "output_index": index, "item": item}),
+        ]
+    }
+
+    fn round(id: &str, items: &[Value]) -> Vec<Value> {
+        let mut events = vec![
+            json!({"type": "response.created", "response": {"id": id, "output": [], "created_at": 7}}),
+            json!({"type": "response.in_progress", "response": {"id": id, "output": []}}),
+        ];
+        for (index, item) in items.iter().enumerate() {
+            events.extend(item_events(index as u64, item.clone()));
+        }
+        events.push(json!({"type": "response.completed", "response": {"id": id,
+            "status": "completed", "output": items, "usage": {"total_tokens": 3}}}));
+        events
+    }
+
+    #[test]
+    fn rounds_read_as_one_stream_without_the_servers_calls() {
+        let mut answer = AppResponse::new(true);
+        let reasoning = json!({"type": "reasoning", "id": "rs_1", "summary": []});
+        let server = json!({"type": "function_call", "id": "fc_1", "call_id": "s",
+                            "name": "get_weather", "arguments": "{}"});
+        let words = json!({"type": "message", "id": "msg_1", "content": []});
+        answer.round_begins();
+        let first = feed(&mut answer, &round("resp_1", &[reasoning.clone(), server]));
+        let output = answer.round_output();
+        assert_eq!(output.calls.len(), 1);
+        assert_eq!(output.id.as_deref(), Some("resp_1"));
+        let kinds: Vec<&str> = first.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            ["response.created", "response.in_progress"],
+            "the reasoning went with the server's call"
+        );
+        answer.round_begins();
+        let app_call = json!({"type": "function_call", "id": "fc_2", "call_id": "a",
+                              "name": "app_clock", "arguments": "{}"});
+        let second = feed(&mut answer, &round("resp_2", &[reasoning, words, app_call]));
+        answer.round_output();
+        let indexes: Vec<(&str, u64)> = second
+            .iter()
+            .map(|e| {
+                (
+                    e["type"].as_str().unwrap(),
+                    e["output_index"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            indexes.len(),
+            9,
+            "the second round's created and in progress are not sent"
+        );
+        assert_eq!(indexes[0], ("response.output_item.added", 0));
+        assert_eq!(indexes[3], ("response.output_item.added", 1));
+        assert_eq!(indexes[8], ("response.output_item.done", 2));
+        let numbers: Vec<u64> = first
+            .iter()
+            .chain(&second)
+            .map(|e| e["sequence_number"].as_u64().unwrap())
+            .collect();
+        assert_eq!(numbers, (0..11).collect::<Vec<_>>());
+        assert_eq!(answer.app_id(), Some("resp_1"));
+        let response = answer.response(Some("resp_0"), "completed", None);
+        assert_eq!(response["id"], "resp_1");
+        assert_eq!(response["previous_response_id"], "resp_0");
+        assert_eq!(response["usage"]["total_tokens"], 6);
+        let ids: Vec<&Value> = response["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| &i["id"])
+            .collect();
+        assert_eq!(ids, ["rs_1", "msg_1", "fc_2"]);
+        let end = answer.terminal(response);
+        assert_eq!(data(&end[0])["type"], "response.completed");
+        assert_eq!(data(&end[0])["sequence_number"], 11);
+    }
+
+    #[test]
+    fn a_whole_response_is_read_the_same_way() {
+        let mut answer = AppResponse::new(false);
+        let body = json!({"id": "resp_5", "status": "completed", "output": [
+            {"type": "message", "id": "msg_1", "content": []}]});
+        let frames = answer
+            .whole(body.to_string().as_bytes(), &|_| false)
+            .unwrap();
+        assert!(frames.is_empty(), "no stream, no frames");
+        let output = answer.round_output();
+        assert_eq!(output.status.as_deref(), Some("completed"));
+        assert_eq!(answer.app_id(), Some("resp_5"));
+        assert!(answer.whole(b"<html>", &|_| false).is_err());
+    }
+}
