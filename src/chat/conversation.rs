@@ -18,9 +18,9 @@ use serde_json::{Map, Value, json};
 
 use super::ChatEndpoint;
 use super::answer::{self, ModelCall, RoundAnswer, StreamRound, add_usage};
+use super::kept::{self, TooLarge};
 use super::round::{Answer, Round, Step, Streamed, ToolLoop, Unreadable, WireConversation};
 use super::settings::ChatSettings;
-use super::kept::{self, TooLarge};
 use super::turns::{self, HandedTurn};
 use super::wire::{
     self, AppStream, ChatRequest, Raw, assistant_turn, call_value, error_text, round_separator,

@@ -18,12 +18,12 @@ use hyper::header::CONTENT_TYPE;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{ChatEndpoint, RequestPermit};
 use super::answer::ModelCall;
 use super::kept::{MAX_KEPT_BYTES, TooLarge};
 use super::round::{Answer, MAX_CALLS_PER_ROUND, Step, Streamed, Unreadable, WireConversation};
 use super::upstream::{AppHeaders, UpstreamError};
 use super::wire::{error_body, error_text, refuses_tools};
+use super::{ChatEndpoint, RequestPermit};
 use crate::dispatch::{Dispatcher, Where};
 use crate::domain::call::Outcome;
 use crate::domain::call::{ToolCall, ToolResult};
@@ -476,31 +476,32 @@ impl<C: WireConversation> Driver<C> {
     async fn run_calls(&self, calls: &[ModelCall]) -> Vec<ToolResult> {
         let tools = self.conversation.tool_loop();
         let sent: Vec<&str> = tools.sent_names().collect();
-        let runs = calls.iter().enumerate().map(|(i, model_call)| {
-            let mut call = ToolCall::from_raw(
-                model_call.id.clone(),
-                model_call.name.clone(),
-                model_call.arguments.clone(),
-            );
-            let tool = tools.tool_for(&model_call.name).cloned();
-            let sent = &sent;
-            async move {
-                // A request dropped (its app went away) drops its calls: announced as cancelled.
-                let watch = CallWatch::start(
-                    &self.ctx.events,
-                    CallStart {
-                        role: &self.ctx.role,
-                        tool: &model_call.name,
-                        source: tool.as_ref().map(|t| t.source.as_str()),
-                        call_id: &model_call.id,
-                        caller: Caller::Model,
-                        kind: Some(C::KIND),
-                        behavior: crate::domain::tool::Behavior::Blocking,
-                    },
-                    Some(self.span.context()),
+        let runs =
+            calls.iter().enumerate().map(|(i, model_call)| {
+                let mut call = ToolCall::from_raw(
+                    model_call.id.clone(),
+                    model_call.name.clone(),
+                    model_call.arguments.clone(),
                 );
-                call.trace = Some(watch.trace().clone());
-                let result = match &tool {
+                let tool = tools.tool_for(&model_call.name).cloned();
+                let sent = &sent;
+                async move {
+                    // A request dropped (its app went away) drops its calls: announced as cancelled.
+                    let watch = CallWatch::start(
+                        &self.ctx.events,
+                        CallStart {
+                            role: &self.ctx.role,
+                            tool: &model_call.name,
+                            source: tool.as_ref().map(|t| t.source.as_str()),
+                            call_id: &model_call.id,
+                            caller: Caller::Model,
+                            kind: Some(C::KIND),
+                            behavior: crate::domain::tool::Behavior::Blocking,
+                        },
+                        Some(self.span.context()),
+                    );
+                    call.trace = Some(watch.trace().clone());
+                    let result = match &tool {
                     _ if i >= MAX_CALLS_PER_ROUND => call.failed(Outcome::Refused, format!(
                         "too many tool calls in one turn: at most {MAX_CALLS_PER_ROUND} run; \
                          the call was not run"
@@ -524,10 +525,10 @@ impl<C: WireConversation> Driver<C> {
                         call.failed(Outcome::UnknownTool, error)
                     }
                 };
-                watch.finished(&result);
-                result
-            }
-        });
+                    watch.finished(&result);
+                    result
+                }
+            });
         let results = join_all(runs).await;
         self.ctx
             .endpoint

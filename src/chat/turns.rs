@@ -318,15 +318,16 @@ mod tests {
         let mut turns = HandedTurns::default();
         let now = Instant::now();
         for n in 0..MAX_KEPT_TURNS + 10 {
-            turns.keep(
-                HandedTurn {
-                    calls: vec![(call(&format!("a{n}"), "app"), None)],
-                    images: None,
-                    prompt: None,
-                },
-                now,
-            )
-            .unwrap();
+            turns
+                .keep(
+                    HandedTurn {
+                        calls: vec![(call(&format!("a{n}"), "app"), None)],
+                        images: None,
+                        prompt: None,
+                    },
+                    now,
+                )
+                .unwrap();
         }
         assert_eq!(turns.len(), MAX_KEPT_TURNS);
         let first = vec![raw(
@@ -393,7 +394,11 @@ mod tests {
         );
         let (out, _) = restore(&mut turns, request_of("{}", "time in Paris?"), now);
         assert_eq!(echoed(&out), ["{\"n\": 3}"]);
-        let (out, _) = restore(&mut turns, request_of("{\"tz\":\"utc\"}", "time in Paris?"), now);
+        let (out, _) = restore(
+            &mut turns,
+            request_of("{\"tz\":\"utc\"}", "time in Paris?"),
+            now,
+        );
         assert_eq!(echoed(&out), ["{\"n\": 5}"]);
         // Arguments written otherwise, or another person's message: nothing is put in.
         for request in [
@@ -408,7 +413,10 @@ mod tests {
         let mut reordered = request_of("{}", "time in Tokyo?");
         reordered[0] =
             raw(serde_json::from_str(r#"{"content": "time in Tokyo?", "role": "user"}"#).unwrap());
-        assert_eq!(echoed(&restore(&mut turns, reordered, now).0), ["{\"n\": 1}"]);
+        assert_eq!(
+            echoed(&restore(&mut turns, reordered, now).0),
+            ["{\"n\": 1}"]
+        );
     }
 
     #[test]

@@ -922,9 +922,7 @@ async fn a_kept_turn_goes_only_into_its_own_conversation() {
     )
     .await;
     let ask = |said: &str| json!({"role": "user", "content": said});
-    let first = |said: &str| {
-        json!({"model": "fake-model", "store": false, "tools": [app_clock()], "input": [ask(said)]})
-    };
+    let first = |said: &str| json!({"model": "fake-model", "store": false, "tools": [app_clock()], "input": [ask(said)]});
     let (status, tokyo) = app.post("/v1/responses", &first("time in Tokyo?")).await;
     assert_eq!(status, 200, "{tokyo}");
     assert_eq!(types(&tokyo["output"]), ["function_call"]);
@@ -995,7 +993,9 @@ async fn a_character_runs_a_bounded_number_of_responses_requests_at_once() {
     ];
     upstream.wait_for_requests(2).await;
 
-    let (status, answer) = app.post("/v1/responses", &json!({"input": "one more"})).await;
+    let (status, answer) = app
+        .post("/v1/responses", &json!({"input": "one more"}))
+        .await;
     assert_eq!(
         (status, answer),
         (

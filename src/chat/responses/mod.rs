@@ -30,8 +30,8 @@ use self::answer::{AppResponse, RoundOutput};
 use self::kept::{KeptResponse, raw};
 use self::request::ResponsesRequest;
 use super::ChatEndpoint;
-use super::kept::{TooLarge, prompt_before};
 use super::answer::ModelCall;
+use super::kept::{TooLarge, prompt_before};
 use super::round::{
     Answer, Round, Step, Streamed, ToolLoop, Unreadable, WireConversation, not_run_text,
 };
@@ -83,7 +83,8 @@ impl ResponsesConversation {
         if restored.missed > 0 {
             tracing::warn!(character = %role, turns = restored.missed, "a request continued responses whose server calls were forgotten ({}): the upstream may refuse it", crate::chat::kept::bounds_text());
         }
-        let mut conversation = Self::new(request, input, apps_previous, previous, endpoint.settings());
+        let mut conversation =
+            Self::new(request, input, apps_previous, previous, endpoint.settings());
         conversation.prompt = prompt;
         conversation
     }
