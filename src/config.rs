@@ -13,7 +13,9 @@ use crate::actors::settings::CharacterSettings;
 use crate::chat::settings::FileChat;
 use crate::dispatch::settings::{DispatchSettings, FileDispatch};
 use crate::events::EventSettings;
-use crate::mcp::settings::{FileMcpServer, McpServerSettings, servers_from_file};
+use crate::mcp::settings::{
+    FileMcpEndpoint, FileMcpServer, McpEndpointSettings, McpServerSettings, servers_from_file,
+};
 use crate::observe::trace::TraceSettings;
 use crate::session::settings::FileSession;
 
@@ -46,6 +48,8 @@ pub struct Settings {
     pub events: EventSettings,
     /// MCP servers whose tools the characters get, in configuration order.
     pub mcp_servers: Vec<McpServerSettings>,
+    /// The sessions of `/mcp`.
+    pub mcp_endpoint: McpEndpointSettings,
     /// Span export (not in the file: the standard `OTEL_*` variables, which the binary reads
     /// with [`TraceSettings::from_env`]); off by default.
     pub trace: TraceSettings,
@@ -63,6 +67,7 @@ impl Default for Settings {
             stop_grace: DEFAULT_STOP_GRACE,
             events: EventSettings::default(),
             mcp_servers: Vec::new(),
+            mcp_endpoint: McpEndpointSettings::default(),
             trace: TraceSettings::default(),
         }
     }
@@ -80,6 +85,8 @@ struct FileConfig {
     character: Vec<FileCharacter>,
     #[serde(default)]
     mcp_server: Vec<FileMcpServer>,
+    #[serde(default)]
+    mcp_endpoint: FileMcpEndpoint,
 }
 
 #[derive(Debug, Deserialize)]
@@ -116,6 +123,7 @@ impl Settings {
             settings.stop_grace = Duration::from_secs_f64(grace);
         }
         settings.dispatch = file.dispatch.into_settings()?;
+        settings.mcp_endpoint = file.mcp_endpoint.into_settings()?;
         settings.characters = Vec::with_capacity(file.character.len());
         for (i, c) in file.character.into_iter().enumerate() {
             settings
@@ -206,6 +214,9 @@ mod tests {
             max_response_bytes = 1024
             max_callbacks_in_flight = 16
             validate_arguments = false
+            [mcp_endpoint]
+            max_sessions = 3
+            session_idle_seconds = 90
             [[character]]
             name = "Lanlan"
             [[character]]
@@ -218,6 +229,13 @@ mod tests {
         assert_eq!(s.stop_grace, Duration::from_millis(2500));
         assert_eq!(s.dispatch.max_callbacks_in_flight, 16);
         assert!(!s.dispatch.validate_arguments);
+        assert_eq!(
+            s.mcp_endpoint,
+            McpEndpointSettings {
+                max_sessions: 3,
+                session_idle: Duration::from_secs(90)
+            }
+        );
         let names: Vec<_> = s.characters.iter().map(|c| c.name.as_str()).collect();
         assert_eq!(names, ["Lanlan", "Mio"]);
     }
@@ -232,6 +250,12 @@ mod tests {
             DEFAULT_MAX_CALLBACKS_IN_FLIGHT
         );
         assert!(s.dispatch.validate_arguments);
+        assert_eq!(s.mcp_endpoint, McpEndpointSettings::default());
+        assert!(error_of("[mcp_endpoint]\nmax_sessions = 0").contains("mcp_endpoint.max_sessions"));
+        assert!(
+            error_of("[mcp_endpoint]\nsession_idle_seconds = -1")
+                .contains("mcp_endpoint.session_idle_seconds")
+        );
     }
 
     fn error_of(text: &str) -> String {

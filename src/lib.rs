@@ -55,7 +55,7 @@ pub use chat::settings::ChatSettings;
 pub use config::{Settings, parse_bind};
 pub use dispatch::settings::DispatchSettings;
 pub use events::{EventHub, EventKind, EventSettings};
-pub use mcp::settings::{McpServerSettings, McpTransport};
+pub use mcp::settings::{McpEndpointSettings, McpServerSettings, McpTransport};
 pub use observe::Observer;
 pub use observe::trace::TraceSettings;
 pub use session::settings::{Dialect, SessionMode, SessionProtocol, SessionSettings};
@@ -103,17 +103,24 @@ pub mod mcp_bridge {
 pub mod limits {
     pub use crate::api::body::{BODY_READ_TIMEOUT, MAX_BODY_BYTES};
     pub use crate::api::requests::{MAX_CONTEXT_CHARS, MAX_NAME_CHARS, MAX_PROGRESS_CHARS};
+    pub use crate::chat::kept::{MAX_KEPT_BYTES, MAX_KEPT_TURNS};
+    pub use crate::chat::settings::DEFAULT_MAX_CONCURRENT_REQUESTS;
+    pub use crate::chat::upstream::MAX_UPSTREAM_ANSWER_BYTES;
     pub use crate::chat::{KEPT_CONTEXT_AGE, MAX_KEPT_CONTEXT};
     pub use crate::domain::arguments::MAX_FIX_IT_BYTES;
     pub use crate::domain::callback_url::{ACCEPTED_FORMS, MAX_CALLBACK_URL_BYTES};
     pub use crate::domain::peer_text::MAX_PEER_TEXT_BYTES;
     pub use crate::domain::tool::MAX_TIMEOUT;
     pub use crate::events::{RING_CAPACITY, SUBSCRIBER_BUFFER};
+    pub use crate::mcp::bounds::{
+        MAX_LISTING_BYTES, MAX_MCP_MESSAGE_BYTES, MAX_TOOL_DEFINITION_BYTES,
+    };
+    pub use crate::mcp::settings::{DEFAULT_MAX_MCP_SESSIONS, DEFAULT_MCP_SESSION_IDLE};
     pub use crate::observe::metrics::MAX_TOOL_LABELS;
     pub use crate::observe::recent::RECENT_CALLS;
     pub use crate::observe::trace::DEFAULT_SPAN_QUEUE;
     pub use crate::session::MAX_EVENT_BYTES;
-    pub use crate::session::core::REPLY_GRACE;
+    pub use crate::session::core::{REPLY_GRACE, RESPONSE_START_GRACE};
     pub use crate::session::outbox::MAX_APP_QUEUE_BYTES;
     pub use crate::session::settings::DEFAULT_MAX_ATTACHMENTS;
     pub use crate::session::shell::MAX_UPSTREAM_QUEUE_BYTES;

@@ -151,7 +151,14 @@ impl Application {
         let mcp_clients = settings
             .mcp_servers
             .iter()
-            .map(|s| McpClient::launch(s.clone(), router.clone(), mcp.clone()))
+            .map(|s| {
+                McpClient::launch(
+                    s.clone(),
+                    router.clone(),
+                    mcp.clone(),
+                    settings.dispatch.max_response_bytes,
+                )
+            })
             .collect();
         let directory = router
             .send(ShareDirectory)
@@ -159,12 +166,22 @@ impl Application {
             .context("the router stopped during start-up")?;
         // The MCP servers plugins register at run time; the router tells it about clears, which
         // end the connection of a server of the cleared source.
-        let mcp_plugins = McpPlugins::launch(router.clone(), directory.clone(), mcp.clone());
+        let mcp_plugins = McpPlugins::launch(
+            router.clone(),
+            directory.clone(),
+            mcp.clone(),
+            settings.dispatch.max_response_bytes,
+        );
         router
             .send(WatchClears(mcp_plugins.clone().recipient()))
             .await
             .context("the router stopped during start-up")?;
-        let mcp_endpoint = McpEndpoint::new(directory.clone(), dispatcher.clone(), events.clone());
+        let mcp_endpoint = McpEndpoint::new(
+            directory.clone(),
+            dispatcher.clone(),
+            events.clone(),
+            settings.mcp_endpoint.clone(),
+        );
         let state = web::Data::new(AppState {
             router: router.clone(),
             dispatcher: dispatcher.clone(),

@@ -254,6 +254,79 @@ impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
     }
 }
 
+/// Refuses a JSON body that repeats a key in any object (the reason, with where), as
+/// [`parse_object`] does, for the routes that keep the body as text (the chat routes): only
+/// the keys of the object being read are held, never the values. A body that is not JSON
+/// passes, for the route's own parser to name the problem.
+pub(crate) fn refuse_duplicate_keys(body: &[u8]) -> Result<(), String> {
+    match serde_json::from_slice::<KeysOnce>(body) {
+        Err(e) if e.classify() == serde_json::error::Category::Data => Err(e.to_string()),
+        _ => Ok(()),
+    }
+}
+
+/// Any JSON value whose objects each name a key once; nothing of it is kept.
+struct KeysOnce;
+
+impl<'de> serde::Deserialize<'de> for KeysOnce {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(KeysOnceVisitor)
+    }
+}
+
+struct KeysOnceVisitor;
+
+impl<'de> serde::de::Visitor<'de> for KeysOnceVisitor {
+    type Value = KeysOnce;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<KeysOnce, E> {
+        Ok(KeysOnce)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<KeysOnce, E> {
+        Ok(KeysOnce)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<KeysOnce, E> {
+        Ok(KeysOnce)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<KeysOnce, E> {
+        Ok(KeysOnce)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<KeysOnce, E> {
+        Ok(KeysOnce)
+    }
+
+    fn visit_unit<E>(self) -> Result<KeysOnce, E> {
+        Ok(KeysOnce)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<KeysOnce, A::Error> {
+        while seq.next_element::<KeysOnce>()?.is_some() {}
+        Ok(KeysOnce)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<KeysOnce, A::Error> {
+        let mut keys = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            if keys.contains(&key) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "duplicate key {key:?}"
+                )));
+            }
+            map.next_value::<KeysOnce>()?;
+            keys.insert(key);
+        }
+        Ok(KeysOnce)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::pin::pin;
@@ -357,6 +430,34 @@ mod tests {
         assert_eq!(
             Value::Object(same.unwrap()),
             serde_json::json!({"a": {"b": [1, 2.5, -3, null, true, "s"]}, "c": {}})
+        );
+    }
+
+    #[test]
+    fn duplicate_keys_of_a_kept_body_are_found_at_any_depth() {
+        assert_eq!(
+            refuse_duplicate_keys(br#"{"model": "a", "model": "b"}"#),
+            Err("duplicate key \"model\" at line 1 column 22".to_owned())
+        );
+        let nested = br#"{"messages": [{"role": "user", "content": "x", "role": "system"}]}"#;
+        assert!(
+            refuse_duplicate_keys(nested)
+                .unwrap_err()
+                .contains("\"role\"")
+        );
+        let escaped = br#"{"a\u0062": 1, "ab": 2}"#;
+        assert!(
+            refuse_duplicate_keys(escaped).is_err(),
+            "the same key, written otherwise"
+        );
+        assert_eq!(
+            refuse_duplicate_keys(br#"{"a": {"b": 1}, "b": [{"a": 1}]}"#),
+            Ok(())
+        );
+        assert_eq!(
+            refuse_duplicate_keys(b"not json"),
+            Ok(()),
+            "left to the route's parser"
         );
     }
 

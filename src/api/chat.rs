@@ -15,7 +15,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use bytes::Bytes;
 
 use super::AppState;
-use super::body::read_body;
+use super::body::{read_body, refuse_duplicate_keys};
 use super::error::{OpenAiError, OpenAiErrorBody};
 use crate::actors::router::ChatTarget;
 use crate::chat::responses::request::ResponsesRequest;
@@ -75,13 +75,14 @@ fn target(state: &AppState, req: &HttpRequest) -> Result<ChatTarget, OpenAiError
             (Object = "application/json"),
             (String = "text/event-stream"),
         )),
-        (status = 400, description = "The body is not a chat request", body = OpenAiErrorBody),
+        (status = 400, description = "The body is not a chat request, or repeats a key in an object", body = OpenAiErrorBody),
         (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = OpenAiErrorBody),
         (status = 404, description = "The character is unknown, has no `[character.chat]`, or was left out while several characters have one", body = OpenAiErrorBody),
         (status = 405, description = "Only POST is allowed", body = OpenAiErrorBody),
         (status = 408, description = "The body did not arrive in full within 10 s", body = OpenAiErrorBody),
         (status = 413, description = "The body is over 32 MiB", body = OpenAiErrorBody),
-        (status = 502, description = "The upstream could not be reached, or did not answer with a chat completion", body = OpenAiErrorBody),
+        (status = 429, description = "The character already runs `chat.max_concurrent_requests` requests (8 by default); code `rate_limit_exceeded`", body = OpenAiErrorBody),
+        (status = 502, description = "The upstream could not be reached, did not answer with a chat completion, answered with more than 64 MiB, or redirected (never followed)", body = OpenAiErrorBody),
         (status = 504, description = "The upstream did not answer within the character's `chat.timeout_seconds`", body = OpenAiErrorBody),
     )
 )]
@@ -116,7 +117,8 @@ async fn chat_completions(
         (status = 405, description = "Only POST is allowed", body = OpenAiErrorBody),
         (status = 408, description = "The body did not arrive in full within 10 s", body = OpenAiErrorBody),
         (status = 413, description = "The body is over 32 MiB", body = OpenAiErrorBody),
-        (status = 502, description = "The upstream could not be reached, or did not answer with a response", body = OpenAiErrorBody),
+        (status = 429, description = "The character already runs `chat.max_concurrent_requests` requests (8 by default); code `rate_limit_exceeded`", body = OpenAiErrorBody),
+        (status = 502, description = "The upstream could not be reached, redirected, or did not answer with a response (codes `upstream_unreachable`, `upstream_too_large`, `upstream_redirect`, `upstream_invalid`)", body = OpenAiErrorBody),
         (status = 504, description = "The upstream did not answer within the character's `chat.timeout_seconds`", body = OpenAiErrorBody),
     )
 )]
@@ -141,10 +143,14 @@ where
     F: std::future::Future<Output = Reply>,
 {
     let target = target(&state, &req)?;
+    let permit = target.chat.admit()?;
     let mut payload: Payload = payload.into_inner();
     let body = read_body(&req, &mut payload, MAX_CHAT_BODY_BYTES)
         .await
         .map_err(OpenAiError::from)?;
+    refuse_duplicate_keys(&body).map_err(|e| {
+        OpenAiError::invalid(format!("the request body must not repeat a key: {e}"), None)
+    })?;
     let request = parse(&body).map_err(|e| OpenAiError::invalid(e.message, e.param))?;
     let context = ChatContext {
         role: target.role,
@@ -154,6 +160,7 @@ where
         events: state.events.clone(),
         app: AppHeaders::from_request(req.headers()),
         parent: super::incoming_trace(&req),
+        _permit: permit,
     };
     Ok(match run(context, request).await {
         Reply::Whole {
@@ -231,7 +238,7 @@ async fn pass_through(
             .and_then(|v| v.to_str().ok())
             .unwrap_or("application/json")
             .to_owned();
-        let body = upstream.read(response.into_body()).await?;
+        let body = upstream.read(response.into_body(), &app).await?;
         Ok::<_, UpstreamError>((status, content_type, body))
     };
     match outcome.await {
@@ -245,15 +252,11 @@ async fn pass_through(
 }
 
 fn upstream_failure(e: UpstreamError) -> OpenAiError {
-    let (status, code) = match &e {
-        UpstreamError::TimedOut { .. } => (StatusCode::GATEWAY_TIMEOUT, "upstream_timeout"),
-        UpstreamError::Unreachable { .. } => (StatusCode::BAD_GATEWAY, "upstream_unreachable"),
-    };
     OpenAiError {
-        status,
+        status: StatusCode::from_u16(e.status()).unwrap_or(StatusCode::BAD_GATEWAY),
         message: e.to_string(),
         kind: "upstream_error",
         param: None,
-        code: Some(code),
+        code: Some(e.code()),
     }
 }

@@ -285,6 +285,19 @@ impl From<ApiError> for OpenAiError {
     }
 }
 
+impl From<crate::chat::TooManyRequests> for OpenAiError {
+    /// OpenAI's own answer to too many requests, so SDKs back off and retry.
+    fn from(e: crate::chat::TooManyRequests) -> Self {
+        Self {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            message: e.to_string(),
+            kind: "requests",
+            param: None,
+            code: Some("rate_limit_exceeded"),
+        }
+    }
+}
+
 impl ResponseError for OpenAiError {
     fn status_code(&self) -> StatusCode {
         self.status
@@ -340,6 +353,17 @@ pub(crate) struct McpHttpError {
     pub status: StatusCode,
     pub code: i64,
     pub message: String,
+}
+
+impl From<crate::mcp::http_sessions::SessionsFull> for McpHttpError {
+    /// The server cannot take another session now: it is there, and will again.
+    fn from(e: crate::mcp::http_sessions::SessionsFull) -> Self {
+        Self {
+            status: StatusCode::SERVICE_UNAVAILABLE,
+            code: rpc_code::INTERNAL_ERROR,
+            message: e.to_string(),
+        }
+    }
 }
 
 impl From<ApiError> for McpHttpError {

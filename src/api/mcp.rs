@@ -37,6 +37,8 @@ use super::requests::{McpRegisterRequest, McpUnregisterRequest};
 use crate::actors::change::RoleFailure;
 use crate::domain::role::RoleName;
 use crate::mcp::exact::{self, CallArguments};
+use crate::mcp::http_serve::CharacterMcp;
+use crate::mcp::http_sessions::with_reservation;
 use crate::mcp::mapping::Skipped;
 use crate::mcp::runtime::{McpStage, RegisterMcpServer, UnregisterMcpServer};
 use crate::mcp::status::{McpServerReport, RuntimeMcpReport};
@@ -244,10 +246,7 @@ struct McpQuery {
 }
 
 /// The transport of the character a request to `/mcp` names.
-fn character(
-    state: &AppState,
-    http: &HttpRequest,
-) -> Result<crate::mcp::http_serve::CharacterService, McpHttpError> {
+fn character(state: &AppState, http: &HttpRequest) -> Result<CharacterMcp, McpHttpError> {
     let query = web::Query::<McpQuery>::from_query(http.query_string()).map_err(|e| {
         McpHttpError::from(ApiError::Validation(vec![FieldError {
             loc: vec!["query".into()],
@@ -255,8 +254,8 @@ fn character(
             kind: "query_invalid",
         }]))
     })?;
-    let (_, service) = state.mcp_endpoint.service(query.role.as_deref())?;
-    Ok(service)
+    let (_, character) = state.mcp_endpoint.service(query.role.as_deref())?;
+    Ok(character)
 }
 
 /// A character's tools over MCP's Streamable HTTP transport: a JSON-RPC message from an MCP
@@ -278,12 +277,13 @@ fn character(
         (status = 202, description = "A notification or response, accepted"),
         (status = 400, description = "Not a JSON-RPC message, or an unsupported `MCP-Protocol-Version`", body = JsonRpcErrorBody),
         (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = JsonRpcErrorBody),
-        (status = 404, description = "`role` names no character, or the session is unknown (ended, or let go after 30 minutes without a request): initialize again", body = JsonRpcErrorBody),
+        (status = 404, description = "`role` names no character, or the session is unknown (ended, or let go after 5 minutes without a request, or to make room for a new one): initialize again", body = JsonRpcErrorBody),
         (status = 405, description = "Only POST, GET and DELETE are allowed", body = JsonRpcErrorBody),
         (status = 406, description = "`Accept` must list both `application/json` and `text/event-stream`", body = JsonRpcErrorBody),
         (status = 408, description = "The body did not arrive in full within 10 s", body = JsonRpcErrorBody),
         (status = 413, description = "The body is over 1 MiB", body = JsonRpcErrorBody),
         (status = 422, description = "Not sent as JSON, not JSON (code -32700), a first message that is not `initialize`, or a query that cannot be read", body = JsonRpcErrorBody),
+        (status = 503, description = "An `initialize` while the character has `mcp_endpoint.max_sessions` sessions open (64 by default) and none is idle (code -32603)", body = JsonRpcErrorBody),
     )
 )]
 async fn mcp_post(
@@ -291,7 +291,7 @@ async fn mcp_post(
     http: HttpRequest,
     payload: web::Payload,
 ) -> Result<HttpResponse, McpHttpError> {
-    let service = character(&state, &http)?;
+    let character = character(&state, &http)?;
     let mut payload = payload.into_inner();
     let body = read_body(&http, &mut payload, MAX_BODY_BYTES).await?;
     let message = serde_json::from_slice::<&RawValue>(&body).map_err(|e| {
@@ -303,7 +303,27 @@ async fn mcp_post(
     })?;
     // A call's arguments go to the tool as the client wrote them, not as the SDK parses them.
     let arguments = exact::tools_call_arguments(message).map(|(_, text)| CallArguments(text));
-    serve(service, &http, Bytes::from(body), arguments).await
+    // A new session takes a place among the character's, reserved before the transport
+    // creates it.
+    let opens_session = !http.headers().contains_key(SESSION_HEADER)
+        && serde_json::from_str::<MethodHead>(message.get())
+            .is_ok_and(|head| head.method.as_deref() == Some("initialize"));
+    let served = serve(character.service, &http, Bytes::from(body), arguments);
+    if opens_session {
+        let reservation = character.sessions.admit()?;
+        return with_reservation(reservation, served).await;
+    }
+    served.await
+}
+
+/// The header that names an MCP session.
+const SESSION_HEADER: &str = "mcp-session-id";
+
+/// What tells an `initialize` from other messages.
+#[derive(Deserialize)]
+struct MethodHead {
+    #[serde(default)]
+    method: Option<String>,
 }
 
 /// The session's stream of the server's own messages (`notifications/tools/list_changed`).
@@ -325,8 +345,8 @@ async fn mcp_get(
     state: web::Data<AppState>,
     http: HttpRequest,
 ) -> Result<HttpResponse, McpHttpError> {
-    let service = character(&state, &http)?;
-    serve(service, &http, Bytes::new(), None).await
+    let character = character(&state, &http)?;
+    serve(character.service, &http, Bytes::new(), None).await
 }
 
 /// End a session.
@@ -347,8 +367,8 @@ async fn mcp_delete(
     state: web::Data<AppState>,
     http: HttpRequest,
 ) -> Result<HttpResponse, McpHttpError> {
-    let service = character(&state, &http)?;
-    let mut ended = serve(service, &http, Bytes::new(), None).await?;
+    let character = character(&state, &http)?;
+    let mut ended = serve(character.service, &http, Bytes::new(), None).await?;
     // The transport says 202; MCP's official clients take 200 (or 204) as the session ended.
     if ended.status() == StatusCode::ACCEPTED {
         *ended.status_mut() = StatusCode::OK;

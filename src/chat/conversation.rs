@@ -18,9 +18,10 @@ use serde_json::{Map, Value, json};
 
 use super::ChatEndpoint;
 use super::answer::{self, ModelCall, RoundAnswer, StreamRound, add_usage};
+use super::kept::{self, TooLarge};
 use super::round::{Answer, Round, Step, Streamed, ToolLoop, Unreadable, WireConversation};
 use super::settings::ChatSettings;
-use super::turns::HandedTurn;
+use super::turns::{self, HandedTurn};
 use super::wire::{
     self, AppStream, ChatRequest, Raw, assistant_turn, call_value, error_text, round_separator,
     tool_message,
@@ -57,18 +58,23 @@ pub(crate) struct Conversation {
     encoder: AppStream,
     /// The turn the app gets with only its own calls, kept for its next request.
     handed: Option<HandedTurn>,
+    /// The person's last message of the app's request: a turn handed back follows it.
+    prompt: Option<Value>,
 }
 
 impl Conversation {
     /// A request begins: its messages put together again with the turns the character handed
     /// back (and the plugins' context), on `endpoint`.
     pub(crate) fn start(endpoint: &ChatEndpoint, role: &str, mut request: ChatRequest) -> Self {
+        let prompt = turns::last_prompt(&request.messages);
         let (messages, restored) =
             endpoint.begin_chat(std::mem::take(&mut request.messages), Instant::now());
         if restored.missed > 0 {
-            tracing::warn!(character = %role, turns = restored.missed, "a request carried turns whose server calls were forgotten (kept at most 1 h and 256 turns): the model sees only the app's calls of them");
+            tracing::warn!(character = %role, turns = restored.missed, "a request carried turns whose server calls were forgotten ({}): the model sees only the app's calls of them", kept::bounds_text());
         }
-        Self::new(request, messages, endpoint.settings())
+        let mut conversation = Self::new(request, messages, endpoint.settings());
+        conversation.prompt = prompt;
+        conversation
     }
 
     /// `messages` is the app's conversation, handed-back turns already completed.
@@ -91,6 +97,7 @@ impl Conversation {
             last: None,
             encoder,
             handed: None,
+            prompt: None,
         }
     }
 
@@ -264,6 +271,7 @@ impl WireConversation for Conversation {
                 .map(|c| (call_value(c), answers.remove(&c.id)))
                 .collect(),
             images,
+            prompt: self.prompt.take(),
         });
     }
 
@@ -294,8 +302,8 @@ impl WireConversation for Conversation {
         vec![AppStream::error(&error)]
     }
 
-    fn keep(endpoint: &ChatEndpoint, kept: HandedTurn) {
-        endpoint.keep(kept);
+    fn keep(endpoint: &ChatEndpoint, kept: HandedTurn) -> Result<(), TooLarge> {
+        endpoint.keep(kept)
     }
 }
 

@@ -14,7 +14,8 @@
 //!   messages, usage, errors; the handed-back turns);
 //! - [`responses`]: the Responses API;
 //! - [`round`]: the tool loop's rules and what the driver asks of a wire format;
-//! - [`kept`]: the bounded store of what requests leave for the next;
+//! - [`kept`]: the bounded store of what requests leave for the next, each turn kept for its own
+//!   conversation, bounded by count, bytes and age;
 //! - [`upstream`]: the HTTP client of the upstream;
 //! - [`settings`]: the `[character.chat]` table.
 
@@ -29,14 +30,15 @@ pub(crate) mod turns;
 pub(crate) mod upstream;
 pub(crate) mod wire;
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use indexmap::IndexMap;
 use serde::Serialize;
 
 use self::conversation::Conversation;
-use self::kept::Restored;
+use self::kept::{Restored, TooLarge};
 use self::responses::ResponsesConversation;
 use self::responses::kept::{KeptResponse, KeptResponses};
 use self::responses::request::ResponsesRequest;
@@ -66,6 +68,29 @@ pub struct ChatEndpoint {
     settings: ChatSettings,
     upstream: Upstream,
     state: Mutex<ChatState>,
+    /// Requests running now (each holds a [`RequestPermit`]).
+    running: Arc<AtomicUsize>,
+}
+
+/// A request's place among the character's running requests, given back when dropped (with
+/// the request's future, or its stream's task).
+#[derive(Debug)]
+pub struct RequestPermit(Arc<AtomicUsize>);
+
+impl Drop for RequestPermit {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A request refused because the character already runs as many as it may.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the character's chat is already running {max} requests (chat.max_concurrent_requests): \
+     try again when one has ended"
+)]
+pub struct TooManyRequests {
+    pub max: usize,
 }
 
 #[derive(Debug, Default)]
@@ -158,7 +183,20 @@ impl ChatEndpoint {
             upstream: Upstream::new(&settings)?,
             settings,
             state: Mutex::new(ChatState::default()),
+            running: Arc::new(AtomicUsize::new(0)),
         })
+    }
+
+    /// A place for one more request (of either wire format), unless the character runs its
+    /// maximum already. Taken before the body is read, so what waits in memory is bounded too.
+    pub fn admit(&self) -> Result<RequestPermit, TooManyRequests> {
+        let max = self.settings.max_concurrent_requests;
+        self.running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .map(|_| RequestPermit(self.running.clone()))
+            .map_err(|_| TooManyRequests { max })
     }
 
     pub fn settings(&self) -> &ChatSettings {
@@ -270,14 +308,15 @@ impl ChatEndpoint {
         true
     }
 
-    /// Keeps a turn handed back to the app for its next request.
-    pub fn keep(&self, turn: HandedTurn) {
-        self.state().turns.keep(turn, Instant::now());
+    /// Keeps a turn handed back to the app for its next request (not one larger than the
+    /// whole store: its next request goes with only the app's calls, and is logged as a miss).
+    pub fn keep(&self, turn: HandedTurn) -> Result<(), TooLarge> {
+        self.state().turns.keep(turn, Instant::now())
     }
 
-    /// Keeps a response's turn for the app's next request.
-    pub fn keep_response(&self, turn: KeptResponse) {
-        self.state().responses_kept.keep(turn, Instant::now());
+    /// Keeps a response's turn for the app's next request (as [`Self::keep`]).
+    pub fn keep_response(&self, turn: KeptResponse) -> Result<(), TooLarge> {
+        self.state().responses_kept.keep(turn, Instant::now())
     }
 
     pub fn report(&self) -> ChatReport {

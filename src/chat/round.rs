@@ -296,6 +296,7 @@ pub(crate) trait WireConversation {
     fn explain_status(_status: u16) -> Option<&'static str> {
         None
     }
-    /// Keeps what a request left on the character's endpoint.
-    fn keep(endpoint: &super::ChatEndpoint, kept: Self::Kept);
+    /// Keeps what a request left on the character's endpoint (not what is larger than the whole
+    /// store).
+    fn keep(endpoint: &super::ChatEndpoint, kept: Self::Kept) -> Result<(), super::kept::TooLarge>;
 }

@@ -18,11 +18,12 @@ use hyper::header::CONTENT_TYPE;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-use super::ChatEndpoint;
 use super::answer::ModelCall;
+use super::kept::{MAX_KEPT_BYTES, TooLarge};
 use super::round::{Answer, MAX_CALLS_PER_ROUND, Step, Streamed, Unreadable, WireConversation};
 use super::upstream::{AppHeaders, UpstreamError};
 use super::wire::{error_body, error_text, refuses_tools};
+use super::{ChatEndpoint, RequestPermit};
 use crate::dispatch::{Dispatcher, Where};
 use crate::domain::call::Outcome;
 use crate::domain::call::{ToolCall, ToolResult};
@@ -48,6 +49,8 @@ pub(crate) struct ChatContext {
     pub app: AppHeaders,
     /// The trace context the app's request came with: the parent of the request's span.
     pub parent: Option<opentelemetry::trace::SpanContext>,
+    /// The request's place among the character's running requests: held as long as its work.
+    pub _permit: RequestPermit,
 }
 
 /// The app's answer.
@@ -104,10 +107,7 @@ impl Failure {
     /// How the request ended, and the upstream failure's reason, in the metrics.
     fn names(&self) -> (&'static str, Option<&'static str>) {
         match self {
-            Failure::Upstream(UpstreamError::TimedOut { .. }) => {
-                ("upstream_error", Some("timeout"))
-            }
-            Failure::Upstream(_) => ("upstream_error", Some("unreachable")),
+            Failure::Upstream(e) => ("upstream_error", Some(e.reason())),
             Failure::Status { .. } => ("upstream_error", Some("status")),
             Failure::Invalid(_) => ("upstream_error", Some("invalid")),
             Failure::StreamError(_) => ("upstream_error", Some("stream_error")),
@@ -142,8 +142,7 @@ impl Failure {
     /// Our code for it, in OpenAI's error shape.
     fn code(&self) -> &'static str {
         match self {
-            Failure::Upstream(UpstreamError::TimedOut { .. }) => "upstream_timeout",
-            Failure::Upstream(_) => "upstream_unreachable",
+            Failure::Upstream(e) => e.code(),
             _ => "upstream_invalid",
         }
     }
@@ -163,7 +162,7 @@ impl Failure {
             },
             failure => {
                 let status = match &failure {
-                    Failure::Upstream(UpstreamError::TimedOut { .. }) => 504,
+                    Failure::Upstream(e) => e.status(),
                     _ => 502,
                 };
                 let message = match &failure {
@@ -376,7 +375,7 @@ impl<C: WireConversation> Driver<C> {
                 .to_owned();
             if !response.status().is_success() {
                 let body = upstream
-                    .read(response.into_body())
+                    .read(response.into_body(), &self.ctx.app)
                     .await
                     .map_err(Failure::Upstream)?;
                 if refuses_tools(status, &body) && self.conversation.tool_loop_mut().refuse_tools()
@@ -400,7 +399,7 @@ impl<C: WireConversation> Driver<C> {
                 self.read_stream(response.into_body()).await?;
             } else {
                 let body = upstream
-                    .read(response.into_body())
+                    .read(response.into_body(), &self.ctx.app)
                     .await
                     .map_err(Failure::Upstream)?;
                 let frames = self.conversation.whole_answer(&body)?;
@@ -428,7 +427,9 @@ impl<C: WireConversation> Driver<C> {
         }
         let (answer, kept) = self.conversation.finish();
         if let Some(kept) = kept {
-            C::keep(&endpoint, kept);
+            if let Err(TooLarge { bytes }) = C::keep(&endpoint, kept) {
+                tracing::warn!(character = %self.ctx.role, bytes, "a turn handed back to the app is larger than the {MAX_KEPT_BYTES} bytes kept per character: its next request goes with only the app's calls");
+            }
         }
         Ok(answer)
     }
@@ -456,7 +457,7 @@ impl<C: WireConversation> Driver<C> {
     /// Reads a streamed round, forwarding to the app what the conversation says as it comes.
     async fn read_stream(&mut self, body: Incoming) -> Result<(), Failure> {
         let endpoint = self.ctx.endpoint.clone();
-        let mut events = endpoint.upstream().events(body);
+        let mut events = endpoint.upstream().events(body, &self.ctx.app);
         self.conversation.stream_begins();
         while let Some(data) = events.next().await.map_err(Failure::Upstream)? {
             match self.conversation.stream_event(&data)? {

@@ -23,6 +23,15 @@ pub(crate) const DEFAULT_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(300);
 /// Longest configurable upstream timeout.
 pub(crate) const MAX_UPSTREAM_TIMEOUT: Duration = Duration::from_secs(3600);
 
+/// Chat requests of one character that may run at once, unless configured: one person's apps
+/// rarely have more than a couple going; each may carry a 32 MiB body (several times that once
+/// read) and hold an upstream connection and callbacks, so a runaway app is stopped at a few
+/// hundred megabytes with a 429, not at the machine's memory.
+pub const DEFAULT_MAX_CONCURRENT_REQUESTS: usize = 8;
+
+/// Most configurable concurrent requests per character.
+pub(crate) const MAX_CONCURRENT_REQUESTS: usize = 1024;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ChatSettings {
     /// The upstream's OpenAI-compatible base URL (`.../v1`), `http://` or `https://`, any host.
@@ -39,6 +48,8 @@ pub struct ChatSettings {
     pub vision: bool,
     /// Longest wait for the upstream's answer to begin, and between two parts of a stream.
     pub timeout: Duration,
+    /// Chat requests of the character that may run at once; more are answered with a 429.
+    pub max_concurrent_requests: usize,
 }
 
 impl ChatSettings {
@@ -51,6 +62,7 @@ impl ChatSettings {
             max_tool_rounds: DEFAULT_MAX_TOOL_ROUNDS,
             vision: false,
             timeout: DEFAULT_UPSTREAM_TIMEOUT,
+            max_concurrent_requests: DEFAULT_MAX_CONCURRENT_REQUESTS,
         }
     }
 
@@ -75,6 +87,7 @@ pub(crate) struct FileChat {
     max_tool_rounds: Option<i64>,
     vision: Option<bool>,
     timeout_seconds: Option<f64>,
+    max_concurrent_requests: Option<i64>,
 }
 
 impl FileChat {
@@ -120,6 +133,15 @@ impl FileChat {
             }
             settings.timeout = Duration::from_secs_f64(seconds);
         }
+        if let Some(max) = self.max_concurrent_requests {
+            if !(1..=MAX_CONCURRENT_REQUESTS as i64).contains(&max) {
+                bail!(
+                    "key `max_concurrent_requests`: must be from 1 to {MAX_CONCURRENT_REQUESTS}, \
+                     got {max}"
+                );
+            }
+            settings.max_concurrent_requests = max as usize;
+        }
         Ok(settings)
     }
 }
@@ -142,7 +164,8 @@ mod tests {
     fn every_key_is_read_and_defaults_fill_the_rest() {
         let full = settings(
             "url = \"http://127.0.0.1:11434/v1\"\napi_key_env = \"K\"\nmodel = \"qwen2.5\"\n\
-             max_tool_rounds = 5\nvision = true\ntimeout_seconds = 2.5\n",
+             max_tool_rounds = 5\nvision = true\ntimeout_seconds = 2.5\n\
+             max_concurrent_requests = 2\n",
         )
         .unwrap();
         assert_eq!(full.url, "http://127.0.0.1:11434/v1");
@@ -151,6 +174,7 @@ mod tests {
         assert_eq!(full.max_tool_rounds, 5);
         assert!(full.vision);
         assert_eq!(full.timeout, Duration::from_millis(2500));
+        assert_eq!(full.max_concurrent_requests, 2);
 
         let plain = settings("url = \"https://api.openai.com/v1\"\n").unwrap();
         assert_eq!(plain, ChatSettings::new("https://api.openai.com/v1"));
@@ -167,6 +191,13 @@ mod tests {
         assert!(rounds(33).contains("from 1 to 32"));
         assert!(error_of("url = \"http://h/v1\"\ntimeout_seconds = 0").contains("timeout_seconds"));
         assert!(error_of("url = \"http://h/v1\"\nmodel = \"\"").contains("key `model`"));
+        let most = |n: i64| {
+            error_of(&format!(
+                "url = \"http://h/v1\"\nmax_concurrent_requests = {n}"
+            ))
+        };
+        assert!(most(0).contains("from 1 to 1024"));
+        assert!(most(1025).contains("key `max_concurrent_requests`"));
         assert!(error_of("url = \"http://h/v1\"\nvision = 1").contains("vision"));
         assert!(error_of("url = \"http://h/v1\"\ntemperature = 1").contains("temperature"));
     }

@@ -3,14 +3,17 @@
 //! request carries such a turn (and its own results), the turn is put together again, so the
 //! upstream always sees a complete, valid sequence: every call of the turn, each answered once.
 //!
-//! Kept in the shared bounded store ([`super::kept`]), keyed by the ids of the calls the app got.
-//! A turn that is forgotten still leaves a valid sequence (the app's own calls and results, as
-//! it sent them); such a request is logged as a miss.
+//! Kept in the shared bounded store ([`super::kept`]), keyed by the ids of the calls the app got,
+//! and put back only into a request that sends back what the app was handed of it (its calls'
+//! ids, names and argument text, after the same last message of the person): several
+//! conversations' turns may have the same call ids. A turn that is forgotten still leaves a valid
+//! sequence (the app's own calls and results, as it sent them); such a request is logged as a
+//! miss.
 
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
-use super::kept::{KeptTurn, KeptTurns, Restored};
+use super::kept::{AppCall, HandBack, KeptTurn, KeptTurns, Restored, json_len, prompt_before};
 use super::wire::{MessageHead, Raw};
 
 /// One turn handed back to the app.
@@ -21,6 +24,8 @@ pub struct HandedTurn {
     pub calls: Vec<(Value, Option<Raw>)>,
     /// The user message showing the model the images of the server's results, if any.
     pub images: Option<Raw>,
+    /// The person's last message before the turn, as the app sent it.
+    pub prompt: Option<Value>,
 }
 
 impl HandedTurn {
@@ -28,19 +33,65 @@ impl HandedTurn {
         call.get("id").and_then(Value::as_str).unwrap_or_default()
     }
 
-    /// The ids of the calls the app got.
-    fn app_ids(&self) -> impl Iterator<Item = &str> {
+    /// The calls the app got.
+    fn app_calls(&self) -> impl Iterator<Item = &Value> {
         self.calls
             .iter()
             .filter(|(_, answer)| answer.is_none())
-            .map(|(call, _)| Self::call_id(call))
+            .map(|(call, _)| call)
     }
 }
 
 impl KeptTurn for HandedTurn {
     fn keys(&self) -> Vec<&str> {
-        self.app_ids().collect()
+        self.app_calls().map(Self::call_id).collect()
     }
+
+    fn hand_back(&self) -> HandBack {
+        HandBack::new(
+            self.app_calls().map(app_call).collect(),
+            self.prompt.clone(),
+        )
+    }
+
+    fn bytes(&self) -> usize {
+        let calls: usize = self
+            .calls
+            .iter()
+            .map(|(call, answer)| json_len(call) + answer.as_ref().map_or(0, |a| a.get().len()))
+            .sum();
+        calls
+            + self.images.as_ref().map_or(0, |i| i.get().len())
+            + self.prompt.as_ref().map_or(0, json_len)
+    }
+}
+
+/// A call in the chat shape (`{"id", "function": {"name", "arguments"}}`); what is missing reads
+/// as empty.
+fn app_call(call: &Value) -> AppCall {
+    let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_owned();
+    let function = call.get("function");
+    AppCall {
+        id: text(call.get("id")),
+        name: text(function.and_then(|f| f.get("name"))),
+        arguments: text(function.and_then(|f| f.get("arguments"))),
+    }
+}
+
+/// What the assistant turn at `index` of a request sends back of a handed-back turn.
+fn sent_back(messages: &[Raw], index: usize) -> Option<HandBack> {
+    let message: Value = serde_json::from_str(messages[index].get()).ok()?;
+    let calls = message.get("tool_calls")?.as_array()?;
+    Some(HandBack::new(
+        calls.iter().map(app_call).collect(),
+        prompt_before(messages, index),
+    ))
+}
+
+/// The person's last message of a request, as the app sent it: what a turn handed back in
+/// answer to it follows.
+pub(crate) fn last_prompt(messages: &[Raw]) -> Option<Value> {
+    prompt_before(messages, messages.len())
 }
 
 /// A character's handed-back chat turns.
@@ -60,6 +111,13 @@ pub(crate) fn restore(
         return (messages, restored);
     }
     let heads: Vec<MessageHead> = messages.iter().map(|m| MessageHead::of(m)).collect();
+    let backs: Vec<Option<HandBack>> = (0..messages.len())
+        .map(|i| {
+            (!heads[i].call_ids().is_empty())
+                .then(|| sent_back(&messages, i))
+                .flatten()
+        })
+        .collect();
     let mut out = Vec::with_capacity(messages.len());
     let mut messages = messages.into_iter().map(Some).collect::<Vec<_>>();
     let mut i = 0;
@@ -67,14 +125,7 @@ pub(crate) fn restore(
         let ids = heads[i].call_ids();
         let found = ids
             .first()
-            .and_then(|id| turns.find(id))
-            .filter(|(_, turn)| {
-                let mut theirs: Vec<&str> = turn.app_ids().collect();
-                let mut ours = ids.clone();
-                theirs.sort_unstable();
-                ours.sort_unstable();
-                theirs == ours
-            });
+            .and_then(|id| turns.find_handed(id, |_| backs[i].clone()));
         let Some((slot, turn)) = found else {
             if ids.iter().any(|id| turns.was_forgotten(id)) {
                 restored.missed += 1;
@@ -148,7 +199,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::chat::kept::{KEPT_TURN_TTL, MAX_KEPT_TURNS};
+    use crate::chat::kept::{KEPT_TURN_TTL, MAX_KEPT_BYTES, MAX_KEPT_TURNS};
 
     fn raw(value: Value) -> Raw {
         serde_json::value::to_raw_value(&value).unwrap()
@@ -171,6 +222,7 @@ mod tests {
                 (call("s2", "get_time"), Some(raw(tool("s2", "noon")))),
             ],
             images: None,
+            prompt: None,
         }
     }
 
@@ -185,7 +237,9 @@ mod tests {
     fn a_handed_back_turn_is_completed_in_the_models_order() {
         let mut turns = HandedTurns::default();
         let now = Instant::now();
-        turns.keep(mixed_turn(), now);
+        let mut turn = mixed_turn();
+        turn.prompt = Some(json!({"role": "user", "content": "hi"}));
+        turns.keep(turn, now).unwrap();
         let app_turn = json!({"role": "assistant", "content": "Looking.", "tool_calls": [call("a1", "app_clock")]});
         let messages = vec![
             raw(json!({"role": "user", "content": "hi"})),
@@ -220,6 +274,7 @@ mod tests {
         assert_eq!(out[5]["content"], "thanks");
         // The next request of the same conversation is completed the same way.
         let again = vec![
+            raw(json!({"role": "user", "content": "hi"})),
             raw(
                 json!({"role": "assistant", "content": null, "tool_calls": [call("a1", "app_clock")]}),
             ),
@@ -232,7 +287,7 @@ mod tests {
     fn an_unknown_turn_passes_as_it_is_and_a_forgotten_one_is_counted() {
         let mut turns = HandedTurns::default();
         let start = Instant::now();
-        turns.keep(mixed_turn(), start);
+        turns.keep(mixed_turn(), start).unwrap();
         let messages = || {
             vec![
                 raw(json!({"role": "assistant", "tool_calls": [call("a1", "app_clock")]})),
@@ -263,13 +318,16 @@ mod tests {
         let mut turns = HandedTurns::default();
         let now = Instant::now();
         for n in 0..MAX_KEPT_TURNS + 10 {
-            turns.keep(
-                HandedTurn {
-                    calls: vec![(call(&format!("a{n}"), "app"), None)],
-                    images: None,
-                },
-                now,
-            );
+            turns
+                .keep(
+                    HandedTurn {
+                        calls: vec![(call(&format!("a{n}"), "app"), None)],
+                        images: None,
+                        prompt: None,
+                    },
+                    now,
+                )
+                .unwrap();
         }
         assert_eq!(turns.len(), MAX_KEPT_TURNS);
         let first = vec![raw(
@@ -281,5 +339,127 @@ mod tests {
             json!({"role": "assistant", "tool_calls": [call(&last, "app")]}),
         )];
         assert_eq!(restore(&mut turns, newest, now).1.completed, 1);
+    }
+
+    /// A turn of conversation `who`: the server's `srv_0` echoing `n`, the app's `call_0`
+    /// with `arguments`, after the person said `said`.
+    fn turn_of(n: u32, arguments: &str, said: &str) -> HandedTurn {
+        let app = json!({"id": "call_0", "type": "function",
+                         "function": {"name": "app_clock", "arguments": arguments}});
+        HandedTurn {
+            calls: vec![
+                (
+                    call("srv_0", "echo"),
+                    Some(raw(tool("srv_0", &format!("{{\"n\": {n}}}")))),
+                ),
+                (app, None),
+            ],
+            images: None,
+            prompt: Some(json!({"role": "user", "content": said})),
+        }
+    }
+
+    fn request_of(arguments: &str, said: &str) -> Vec<Raw> {
+        vec![
+            raw(json!({"role": "user", "content": said})),
+            raw(json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_0", "type": "function",
+                 "function": {"name": "app_clock", "arguments": arguments}}]})),
+            raw(tool("call_0", "10:00")),
+        ]
+    }
+
+    fn echoed(out: &[Raw]) -> Vec<String> {
+        values(out.to_vec())
+            .iter()
+            .filter(|m| m["tool_call_id"] == "srv_0")
+            .map(|m| m["content"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn turns_with_the_same_call_ids_stay_with_their_conversations() {
+        let mut turns = HandedTurns::default();
+        let now = Instant::now();
+        turns.keep(turn_of(1, "{}", "time in Tokyo?"), now).unwrap();
+        turns.keep(turn_of(3, "{}", "time in Paris?"), now).unwrap();
+        turns
+            .keep(turn_of(5, "{\"tz\":\"utc\"}", "time in Paris?"), now)
+            .unwrap();
+
+        let (out, restored) = restore(&mut turns, request_of("{}", "time in Tokyo?"), now);
+        assert_eq!(
+            (restored.completed, echoed(&out)),
+            (1, vec!["{\"n\": 1}".to_owned()])
+        );
+        let (out, _) = restore(&mut turns, request_of("{}", "time in Paris?"), now);
+        assert_eq!(echoed(&out), ["{\"n\": 3}"]);
+        let (out, _) = restore(
+            &mut turns,
+            request_of("{\"tz\":\"utc\"}", "time in Paris?"),
+            now,
+        );
+        assert_eq!(echoed(&out), ["{\"n\": 5}"]);
+        // Arguments written otherwise, or another person's message: nothing is put in.
+        for request in [
+            request_of("{ }", "time in Tokyo?"),
+            request_of("{}", "time in Rome?"),
+        ] {
+            let sent = values(request.clone());
+            let (out, restored) = restore(&mut turns, request, now);
+            assert_eq!((values(out), restored), (sent, Restored::default()));
+        }
+        // The person's message may have its keys in another order.
+        let mut reordered = request_of("{}", "time in Tokyo?");
+        reordered[0] =
+            raw(serde_json::from_str(r#"{"content": "time in Tokyo?", "role": "user"}"#).unwrap());
+        assert_eq!(
+            echoed(&restore(&mut turns, reordered, now).0),
+            ["{\"n\": 1}"]
+        );
+    }
+
+    #[test]
+    fn the_store_is_bounded_in_bytes_forgetting_the_least_recently_used() {
+        let mut turns = HandedTurns::default();
+        let now = Instant::now();
+        let big = |n: u32| {
+            let output = "x".repeat(MAX_KEPT_BYTES / 4);
+            HandedTurn {
+                calls: vec![
+                    (call("srv_0", "echo"), Some(raw(tool("srv_0", &output)))),
+                    (call(&format!("a{n}"), "app"), None),
+                ],
+                images: None,
+                prompt: None,
+            }
+        };
+        for n in 0..6 {
+            turns.keep(big(n), now).unwrap();
+        }
+        assert_eq!(turns.len(), 3);
+        assert!(turns.bytes() <= MAX_KEPT_BYTES);
+        let asked = |n: u32| {
+            vec![raw(
+                json!({"role": "assistant", "tool_calls": [call(&format!("a{n}"), "app")]}),
+            )]
+        };
+        assert_eq!(restore(&mut turns, asked(0), now).1.missed, 1);
+        assert_eq!(restore(&mut turns, asked(5), now).1.completed, 1);
+
+        let too_large = HandedTurn {
+            calls: vec![
+                (
+                    call("srv_0", "echo"),
+                    Some(raw(tool("srv_0", &"y".repeat(MAX_KEPT_BYTES)))),
+                ),
+                (call("a9", "app"), None),
+            ],
+            images: None,
+            prompt: None,
+        };
+        assert!(turns.keep(too_large, now).unwrap_err().bytes > MAX_KEPT_BYTES);
+        assert_eq!(turns.len(), 3, "nothing kept was forgotten for it");
+        assert_eq!(restore(&mut turns, asked(9), now).1.missed, 1);
     }
 }

@@ -1,7 +1,10 @@
 //! The chat upstream's HTTP client: hyper-util's pooled HTTP/1.1 client over the same TLS
 //! stack as the callbacks (rustls on ring, the webpki roots), one per thread, so a request's
 //! exchange stays on the worker that serves the app. Redirects are never followed (the key
-//! goes only where the configuration says). Dropping a request or its body closes its
+//! goes only where the configuration says): one is an error, as is an answer over
+//! [`MAX_UPSTREAM_ANSWER_BYTES`]. Every byte read from the upstream has the keys of the
+//! exchange (the configured one, the app's own) redacted before anything repeats it: the app's
+//! answer, the log, `last_error`, the events. Dropping a request or its body closes its
 //! connection: that is how an app that goes away cancels the upstream's work.
 
 use std::cell::OnceCell;
@@ -9,7 +12,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::Stream;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
 use hyper::{Request, Response};
@@ -20,6 +23,8 @@ use hyper_util::rt::TokioExecutor;
 use sse_stream::{Sse, SseStream};
 
 use super::settings::ChatSettings;
+use crate::domain::peer_text;
+use crate::domain::secrets::Secrets;
 use crate::session::shell::MODEL_CONNECT_TIMEOUT;
 
 /// How long an idle connection to the upstream is kept for the next request: providers close
@@ -28,7 +33,7 @@ pub(crate) const UPSTREAM_KEEP_ALIVE: Duration = Duration::from_secs(30);
 
 /// Largest upstream answer read (a whole completion, a streamed round, or an error body): a
 /// completion is kilobytes; this only bounds a misbehaving upstream.
-pub(crate) const MAX_UPSTREAM_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+pub const MAX_UPSTREAM_ANSWER_BYTES: usize = 64 * 1024 * 1024;
 
 /// Headers an app sends that pass upstream unchanged (the provider's own routing headers).
 const PASSED_HEADERS: [&str; 4] = [
@@ -75,6 +80,49 @@ pub enum UpstreamError {
     /// No answer, or no next part of it, within the timeout (a 504).
     #[error("the upstream {url} did not answer within {seconds} s")]
     TimedOut { url: String, seconds: f64 },
+    /// The answer was longer than the server reads (a 502).
+    #[error("the upstream {url} answered with more than {limit} bytes")]
+    TooLarge { url: String, limit: usize },
+    /// The upstream redirected the request, which is never followed (a 502).
+    #[error(
+        "the upstream {url} answered HTTP {status}, a redirect to {location}: redirects are not \
+         followed (the key goes only where the configuration says)"
+    )]
+    Redirected {
+        url: String,
+        status: u16,
+        location: String,
+    },
+}
+
+impl UpstreamError {
+    /// The status the app gets.
+    pub fn status(&self) -> u16 {
+        match self {
+            Self::TimedOut { .. } => 504,
+            Self::Unreachable { .. } | Self::TooLarge { .. } | Self::Redirected { .. } => 502,
+        }
+    }
+
+    /// The `code` of the app's error (OpenAI's shape).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Unreachable { .. } => "upstream_unreachable",
+            Self::TimedOut { .. } => "upstream_timeout",
+            Self::TooLarge { .. } => "upstream_too_large",
+            Self::Redirected { .. } => "upstream_redirect",
+        }
+    }
+
+    /// The failure's `reason` in the metrics.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Unreachable { .. } => "unreachable",
+            Self::TimedOut { .. } => "timeout",
+            Self::TooLarge { .. } => "too_large",
+            Self::Redirected { .. } => "redirect",
+        }
+    }
 }
 
 /// A chat character's upstream: where its requests go and with which key.
@@ -85,6 +133,8 @@ pub struct Upstream {
     base_url: url::Url,
     /// `Bearer <key>` from the configuration, if any.
     authorization: Option<HeaderValue>,
+    /// The configured key, kept out of what the upstream sends back.
+    secrets: Secrets,
     timeout: Duration,
 }
 
@@ -111,20 +161,32 @@ impl AppHeaders {
                 .collect(),
         }
     }
+
+    /// The app's own key (`Authorization: Bearer <key>`), to keep out of what comes back.
+    fn key(&self) -> Option<&str> {
+        let value = self.authorization.as_ref()?.to_str().ok()?;
+        Some(value.strip_prefix("Bearer ").unwrap_or(value).trim())
+    }
 }
 
 impl Upstream {
     /// Reads the key the configuration names (start-up fails without it).
     pub fn new(settings: &ChatSettings) -> anyhow::Result<Self> {
         let base_url = url::Url::parse(&settings.url)?;
-        let authorization = settings
-            .api_key()?
+        let key = settings.api_key()?;
+        let authorization = key
+            .as_ref()
             .map(|key| HeaderValue::from_str(&format!("Bearer {key}")))
             .transpose()?;
+        let mut secrets = Secrets::default();
+        if let Some(key) = &key {
+            secrets.add(key);
+        }
         Ok(Self {
             base: settings.url.clone(),
             base_url,
             authorization,
+            secrets,
             timeout: settings.timeout,
         })
     }
@@ -193,22 +255,37 @@ impl Upstream {
     }
 
     async fn send(&self, request: Request<Body>) -> Result<Response<Incoming>, UpstreamError> {
-        match tokio::time::timeout(self.timeout, client().request(request)).await {
-            Ok(Ok(response)) => Ok(response),
-            Ok(Err(e)) => Err(self.unreachable(error_chain(&e))),
-            Err(_) => Err(self.timed_out()),
+        let response = match tokio::time::timeout(self.timeout, client().request(request)).await {
+            Ok(Ok(response)) => response,
+            Ok(Err(e)) => return Err(self.unreachable(error_chain(&e))),
+            Err(_) => return Err(self.timed_out()),
+        };
+        let status = response.status();
+        if status.is_redirection() && status != hyper::StatusCode::NOT_MODIFIED {
+            let location = response
+                .headers()
+                .get(hyper::header::LOCATION)
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .unwrap_or_else(|| "nowhere said".to_owned());
+            return Err(UpstreamError::Redirected {
+                url: self.base.clone(),
+                status: status.as_u16(),
+                location: peer_text::bounded(self.secrets.redact_str(&location).into_owned()),
+            });
         }
+        Ok(response)
     }
 
-    /// Reads a whole answer body (bounded in size, each part within the timeout).
-    pub async fn read(&self, body: Incoming) -> Result<Bytes, UpstreamError> {
+    /// Reads a whole answer body (bounded in size, each part within the timeout), the keys of
+    /// the exchange redacted.
+    pub async fn read(&self, body: Incoming, app: &AppHeaders) -> Result<Bytes, UpstreamError> {
         let mut body = Limited::new(body, MAX_UPSTREAM_ANSWER_BYTES);
         let mut bytes = Vec::new();
         loop {
             match tokio::time::timeout(self.timeout, body.frame()).await {
                 Err(_) => return Err(self.timed_out()),
-                Ok(None) => return Ok(Bytes::from(bytes)),
-                Ok(Some(Err(e))) => return Err(self.unreachable(error_chain(&*e))),
+                Ok(None) => break,
+                Ok(Some(Err(e))) => return Err(self.failed(&*e)),
                 Ok(Some(Ok(frame))) => {
                     if let Ok(data) = frame.into_data() {
                         bytes.extend_from_slice(&data);
@@ -216,15 +293,33 @@ impl Upstream {
                 }
             }
         }
+        Ok(match self.secrets.with(app.key()).redact(&bytes) {
+            std::borrow::Cow::Borrowed(_) => Bytes::from(bytes),
+            std::borrow::Cow::Owned(redacted) => Bytes::from(redacted),
+        })
     }
 
-    /// The events of a streamed answer, each within the timeout of the one before.
-    pub fn events(&self, body: Incoming) -> Events<'_> {
+    /// The events of a streamed answer, each within the timeout of the one before, the keys of
+    /// the exchange redacted from each.
+    pub fn events(&self, body: Incoming, app: &AppHeaders) -> Events<'_> {
         Events {
             stream: Box::pin(SseStream::new(
                 Limited::new(body, MAX_UPSTREAM_ANSWER_BYTES).map_err(std::io::Error::other),
             )),
             upstream: self,
+            secrets: self.secrets.with(app.key()).into_owned(),
+        }
+    }
+
+    /// A body that could not be read: too long, or cut off.
+    fn failed(&self, error: &(dyn std::error::Error + 'static)) -> UpstreamError {
+        if over_limit(error) {
+            UpstreamError::TooLarge {
+                url: self.base.clone(),
+                limit: MAX_UPSTREAM_ANSWER_BYTES,
+            }
+        } else {
+            self.unreachable(error_chain(error))
         }
     }
 
@@ -249,6 +344,7 @@ type EventStream = dyn Stream<Item = Result<Sse, sse_stream::Error>>;
 pub struct Events<'a> {
     stream: std::pin::Pin<Box<EventStream>>,
     upstream: &'a Upstream,
+    secrets: Secrets,
 }
 
 impl Events<'_> {
@@ -259,10 +355,13 @@ impl Events<'_> {
             match tokio::time::timeout(self.upstream.timeout, self.stream.next()).await {
                 Err(_) => return Err(self.upstream.timed_out()),
                 Ok(None) => return Ok(None),
+                Ok(Some(Err(sse_stream::Error::Body(e)))) => {
+                    return Err(self.upstream.failed(&*e));
+                }
                 Ok(Some(Err(e))) => return Err(self.upstream.unreachable(error_chain(&e))),
                 Ok(Some(Ok(event))) => {
                     if let Some(data) = event.data {
-                        return Ok(Some(data));
+                        return Ok(Some(self.secrets.redact_str(&data).into_owned()));
                     }
                 }
             }
@@ -283,6 +382,22 @@ fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
         source = cause_source(source);
     }
     text
+}
+
+/// Whether a body error is the size bound's (possibly wrapped in an I/O error).
+fn over_limit(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut next = Some(error);
+    while let Some(e) = next {
+        if e.is::<LengthLimitError>()
+            || e.downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::get_ref)
+                .is_some_and(|inner| inner.is::<LengthLimitError>())
+        {
+            return true;
+        }
+        next = e.source();
+    }
+    false
 }
 
 fn cause_source<'a>(

@@ -1,8 +1,9 @@
 //! Plain domain logic: tools, their parameters (and the check of a call's arguments, with the
 //! bounds a schema must keep), registries and their published snapshots, the callback-URL rule,
-//! call results, images, failure counting, a character's shared name, and the bound on text a
-//! peer sends. Nothing here imports the actor system or the web framework;
-//! the actors and the HTTP layer hold these types and do the messaging.
+//! call results, images, failure counting, a character's shared name, the bound on text a peer
+//! sends, and the keys kept out of what the server repeats. Nothing here imports the actor
+//! system or the web framework; the actors and the HTTP layer hold these types and do the
+//! messaging.
 
 pub(crate) mod arguments;
 pub(crate) mod call;
@@ -18,5 +19,6 @@ pub(crate) mod peer_text;
 pub(crate) mod registry;
 pub(crate) mod role;
 pub(crate) mod schema_limits;
+pub(crate) mod secrets;
 pub(crate) mod snapshot;
 pub(crate) mod tool;

@@ -1,5 +1,5 @@
 //! A call of an MCP server's tool: `tools/call` on the connection the tool was listed on, bounded
-//! by the server's `timeout_seconds`.
+//! by the server's `timeout_seconds`, its result by `dispatch.max_response_bytes`.
 //!
 //! A call that ends without its answer — cancelled (the person interrupted, or the invoke's
 //! client went away: the call's future is dropped) or timed out — tells the server so with
@@ -20,6 +20,7 @@ use rmcp::model::{
 use rmcp::service::{PeerRequestOptions, ServiceError};
 use rmcp::{Peer, RoleClient};
 
+use super::bounds::{ANSWER_REFUSED, json_bytes};
 use super::mapping;
 use crate::domain::call::{LocalHandler, ToolCall, ToolOutcome, seconds};
 use crate::domain::peer_text;
@@ -32,15 +33,23 @@ pub(super) struct McpToolHandler {
     server: Arc<str>,
     peer: Peer<RoleClient>,
     timeout: Duration,
+    max_result_bytes: usize,
 }
 
 impl McpToolHandler {
-    /// Calls on `peer`, the connection to the server named `server`, each bounded by `timeout`.
-    pub(super) fn new(server: &str, peer: Peer<RoleClient>, timeout: Duration) -> Self {
+    /// Calls on `peer`, the connection to the server named `server`, each bounded by `timeout`,
+    /// its result by `max_result_bytes`.
+    pub(super) fn new(
+        server: &str,
+        peer: Peer<RoleClient>,
+        timeout: Duration,
+        max_result_bytes: usize,
+    ) -> Self {
         Self {
             server: server.into(),
             peer,
             timeout,
+            max_result_bytes,
         }
     }
 }
@@ -48,8 +57,9 @@ impl McpToolHandler {
 impl LocalHandler for McpToolHandler {
     fn call(&self, call: ToolCall) -> BoxFuture<'static, ToolOutcome> {
         let (server, peer, timeout) = (self.server.clone(), self.peer.clone(), self.timeout);
+        let max = self.max_result_bytes;
         async move {
-            match call_tool(&peer, call, timeout).await {
+            match call_tool(&peer, call, timeout, max).await {
                 Ok(result) => mapping::outcome(result),
                 Err(failure) => Err(failure.text(&server, timeout)),
             }
@@ -89,13 +99,14 @@ impl CallFailure {
     }
 }
 
-/// `tools/call` on `peer`, waiting at most `timeout` for the answer. A wait that ends without
-/// the answer (this future dropped, or the timeout) sends the server `notifications/cancelled`
-/// for the request.
+/// `tools/call` on `peer`, waiting at most `timeout` for the answer, which may be at most
+/// `max_result_bytes` (as JSON). A wait that ends without the answer (this future dropped, or
+/// the timeout) sends the server `notifications/cancelled` for the request.
 pub(super) async fn call_tool(
     peer: &Peer<RoleClient>,
     call: ToolCall,
     timeout: Duration,
+    max_result_bytes: usize,
 ) -> Result<CallToolResult, CallFailure> {
     // The call's trace context goes in `_meta` (SEP-414), so the server's own spans of the
     // call join the call's trace.
@@ -124,7 +135,18 @@ pub(super) async fn call_tool(
     };
     unanswered.id = None;
     match answer {
+        // A stdio server's answer is bounded only as a message: its result is measured here.
+        Ok(ServerResult::CallToolResult(result)) if json_bytes(&result) > max_result_bytes => {
+            Err(CallFailure::Answered(format!(
+                "its result is over the {max_result_bytes}-byte limit \
+                 (dispatch.max_response_bytes)"
+            )))
+        }
         Ok(ServerResult::CallToolResult(result)) => Ok(result),
+        // Refused by the client for what it was: its text says why.
+        Err(ServiceError::McpError(e)) if e.code.0 == ANSWER_REFUSED => {
+            Err(CallFailure::Answered(e.message.into_owned()))
+        }
         Ok(_) => Err(CallFailure::Answered(
             "it answered tools/call with another result".to_owned(),
         )),

@@ -19,12 +19,12 @@ use std::time::Duration;
 use actix::prelude::*;
 use rmcp::model::{ClientCapabilities, ClientInfo, Implementation};
 use rmcp::service::{NotificationContext, RunningService, RunningServiceCancellationToken};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, Peer, RoleClient, ServiceExt};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
+use super::bounds::{BoundedLines, MAX_MCP_MESSAGE_BYTES};
 use super::call::McpToolHandler;
+use super::http_client;
 use super::listing::{Listing, list_every_tool};
 use super::mapping::{self, Definition};
 use super::settings::{McpServerSettings, McpTransport};
@@ -81,6 +81,8 @@ pub(crate) struct McpClient {
     cancel: Option<RunningServiceCancellationToken>,
     /// What the last applied listing registered; `None` before the first.
     applied: Option<Vec<Definition>>,
+    /// The bound of a call's result (`dispatch.max_response_bytes`).
+    max_result_bytes: usize,
 }
 
 impl McpClient {
@@ -89,8 +91,10 @@ impl McpClient {
         settings: McpServerSettings,
         router: Addr<Router>,
         board: McpBoard,
+        max_result_bytes: usize,
     ) -> Addr<Self> {
         let client = McpClient {
+            max_result_bytes,
             settings: Arc::new(settings),
             router,
             board,
@@ -118,12 +122,15 @@ impl McpClient {
         self.board
             .update(self.name(), |r| r.state = McpState::Connecting);
         let settings = self.settings.clone();
+        let max_result_bytes = self.max_result_bytes;
         let listener = Listener {
             actor: ctx.address(),
             connection,
         };
         let opening = async move {
-            match tokio::time::timeout(CONNECT_TIMEOUT, open(&settings, listener)).await {
+            match tokio::time::timeout(CONNECT_TIMEOUT, open(&settings, listener, max_result_bytes))
+                .await
+            {
                 Ok(opened) => opened,
                 Err(_) => Err(format!(
                     "did not start, initialize and list its tools within {} s",
@@ -200,6 +207,7 @@ impl McpClient {
             &self.settings.name,
             peer,
             self.settings.timeout,
+            self.max_result_bytes,
         )));
         let source = self.settings.source();
         let specs = definitions
@@ -306,7 +314,11 @@ impl Handler<ConnectionEnded> for McpClient {
 }
 
 /// Starts (or reaches) the server, initializes and lists every page of its tools.
-async fn open(settings: &McpServerSettings, listener: Listener) -> Result<Opened, String> {
+async fn open(
+    settings: &McpServerSettings,
+    listener: Listener,
+    max_result_bytes: usize,
+) -> Result<Opened, String> {
     let (service, child) = match &settings.transport {
         McpTransport::Stdio { command, args, env } => {
             let mut child = tokio::process::Command::new(command)
@@ -324,6 +336,8 @@ async fn open(settings: &McpServerSettings, listener: Listener) -> Result<Opened
             if let Some(stderr) = child.stderr.take() {
                 log_stderr(settings.name.clone(), stderr);
             }
+            // Each line the server writes is one message, read within its bound.
+            let stdout = BoundedLines::new(stdout, MAX_MCP_MESSAGE_BYTES);
             let service = listener
                 .serve((stdout, stdin))
                 .await
@@ -331,18 +345,7 @@ async fn open(settings: &McpServerSettings, listener: Listener) -> Result<Opened
             (service, Some(child))
         }
         McpTransport::Http { url } => {
-            let http = reqwest::Client::builder()
-                // The server is on loopback: an HTTP proxy of the environment must not see it.
-                .no_proxy()
-                // Never followed, as for a callback: a loopback server must not be able to send
-                // the calls elsewhere.
-                .redirect(reqwest::redirect::Policy::none())
-                .build()
-                .map_err(|e| format!("HTTP client: {e}"))?;
-            let transport = StreamableHttpClientTransport::with_client(
-                http,
-                StreamableHttpClientTransportConfig::with_uri(url.as_str()),
-            );
+            let transport = http_client::transport(url.as_str(), max_result_bytes)?;
             let service = listener
                 .serve(transport)
                 .await

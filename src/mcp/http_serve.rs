@@ -31,23 +31,26 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use super::exact::{self, CallArguments};
+use super::http_sessions::BoundedSessions;
+use super::settings::McpEndpointSettings;
 use crate::actors::router::{Directory, RouterError};
 use crate::dispatch::Dispatcher;
 use crate::domain::call::{ToolCall, ToolResult};
 use crate::events::{CallStart, CallWatch, Caller, EventHub, EventKind};
-
-/// How long a session may go without a request before it is let go: an MCP client left open in
-/// an editor may be quiet for long, but a session nobody ends (no `DELETE`) must not live for
-/// ever. A client that comes back after it gets 404 and initializes again, as the transport
-/// says.
-pub(crate) const SESSION_IDLE_TIMEOUT: Duration = Duration::from_secs(30 * 60);
 
 /// Interval of the keep-alive comment on a session's event streams: under the idle timeouts of
 /// common clients (30 s and up), as for `GET /api/events`.
 pub(crate) const STREAM_KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 /// The transport of one character's sessions.
-pub(crate) type CharacterService = StreamableHttpService<SessionTools, LocalSessionManager>;
+pub(crate) type CharacterService = StreamableHttpService<SessionTools, BoundedSessions>;
+
+/// A character's `/mcp`: its transport, and its sessions (which the route admits).
+#[derive(Clone)]
+pub(crate) struct CharacterMcp {
+    pub service: CharacterService,
+    pub sessions: Arc<BoundedSessions>,
+}
 
 /// Why a request to `/mcp` names no character.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -67,11 +70,17 @@ struct Inner {
     dispatcher: Dispatcher,
     events: EventHub,
     config: StreamableHttpServerConfig,
-    services: Mutex<HashMap<String, CharacterService>>,
+    settings: McpEndpointSettings,
+    services: Mutex<HashMap<String, CharacterMcp>>,
 }
 
 impl McpEndpoint {
-    pub(crate) fn new(directory: Directory, dispatcher: Dispatcher, events: EventHub) -> Self {
+    pub(crate) fn new(
+        directory: Directory,
+        dispatcher: Dispatcher,
+        events: EventHub,
+        settings: McpEndpointSettings,
+    ) -> Self {
         let config = StreamableHttpServerConfig::default()
             // The API's guard has already refused every peer, `Host` and `Origin` that is not
             // loopback (with every loopback form the other routes take: rmcp's own list would
@@ -84,6 +93,7 @@ impl McpEndpoint {
             dispatcher,
             events,
             config,
+            settings,
             services: Mutex::new(HashMap::new()),
         }))
     }
@@ -93,7 +103,7 @@ impl McpEndpoint {
     pub(crate) fn service(
         &self,
         role: Option<&str>,
-    ) -> Result<(String, CharacterService), McpEndpointError> {
+    ) -> Result<(String, CharacterMcp), McpEndpointError> {
         let listed = self.0.directory.list(role)?;
         let role = listed
             .into_iter()
@@ -108,9 +118,10 @@ impl McpEndpoint {
         let service = services.entry(role.clone()).or_insert_with(|| {
             let inner = self.0.clone();
             let character = role.clone();
-            let mut sessions = LocalSessionManager::default();
-            sessions.session_config.keep_alive = Some(SESSION_IDLE_TIMEOUT);
-            StreamableHttpService::new(
+            let mut local = LocalSessionManager::default();
+            local.session_config.keep_alive = Some(self.0.settings.session_idle);
+            let sessions = Arc::new(BoundedSessions::new(local, self.0.settings.max_sessions));
+            let service = StreamableHttpService::new(
                 move || {
                     Ok(SessionTools {
                         role: character.clone(),
@@ -120,9 +131,10 @@ impl McpEndpoint {
                         ended: watch::Sender::new(()),
                     })
                 },
-                Arc::new(sessions),
+                sessions.clone(),
                 self.0.config.clone(),
-            )
+            );
+            CharacterMcp { service, sessions }
         });
         Ok((role, service.clone()))
     }

@@ -1,4 +1,5 @@
-//! `[[mcp_server]]`: an MCP server whose tools the characters get.
+//! `[[mcp_server]]`: an MCP server whose tools the characters get; and `[mcp_endpoint]`, the
+//! sessions of `/mcp`, where the server serves the characters' tools.
 //!
 //! Either a child process spoken to over stdio (`command`, `args`, `env`) or a Streamable HTTP
 //! endpoint on loopback (`url`, under the same loopback rule as callback URLs). Every problem is
@@ -182,6 +183,76 @@ pub(crate) fn servers_from_file(
         out.push(settings);
     }
     Ok(out)
+}
+
+/// `/mcp` sessions a character may have open at once, unless configured: a few MCP clients
+/// (editors, agents) each with a session or two; a session costs its worker and buffers (about
+/// 100 KiB) until it ends or expires.
+pub const DEFAULT_MAX_MCP_SESSIONS: usize = 64;
+
+/// Most configurable `/mcp` sessions per character.
+pub(crate) const MAX_MCP_SESSIONS: usize = 10_000;
+
+/// How long an `/mcp` session may go without a request (and without an open stream) before it
+/// is let go, unless configured: an MCP client that comes back after it gets 404 and
+/// initializes again, as the transport says; a session nobody ends (no `DELETE`) must not hold
+/// its memory for long.
+pub const DEFAULT_MCP_SESSION_IDLE: Duration = Duration::from_secs(5 * 60);
+
+/// Longest configurable idle time of an `/mcp` session.
+pub(crate) const MAX_MCP_SESSION_IDLE: Duration = Duration::from_secs(24 * 3600);
+
+/// `[mcp_endpoint]`: the sessions of `/mcp`, where the server serves each character's tools.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct McpEndpointSettings {
+    /// Sessions a character may have open at once; past it an idle one makes room, or the
+    /// `initialize` is refused (503).
+    pub max_sessions: usize,
+    /// How long a session may go unused before it is let go.
+    pub session_idle: Duration,
+}
+
+impl Default for McpEndpointSettings {
+    fn default() -> Self {
+        Self {
+            max_sessions: DEFAULT_MAX_MCP_SESSIONS,
+            session_idle: DEFAULT_MCP_SESSION_IDLE,
+        }
+    }
+}
+
+/// `[mcp_endpoint]` as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FileMcpEndpoint {
+    max_sessions: Option<i64>,
+    session_idle_seconds: Option<f64>,
+}
+
+impl FileMcpEndpoint {
+    /// Checks the table; keys it leaves out keep their defaults.
+    pub(crate) fn into_settings(self) -> anyhow::Result<McpEndpointSettings> {
+        let mut settings = McpEndpointSettings::default();
+        if let Some(max) = self.max_sessions {
+            if !(1..=MAX_MCP_SESSIONS as i64).contains(&max) {
+                bail!(
+                    "key `mcp_endpoint.max_sessions`: must be from 1 to {MAX_MCP_SESSIONS}, got {max}"
+                );
+            }
+            settings.max_sessions = max as usize;
+        }
+        if let Some(seconds) = self.session_idle_seconds {
+            if !(seconds > 0.0 && seconds <= MAX_MCP_SESSION_IDLE.as_secs_f64()) {
+                bail!(
+                    "key `mcp_endpoint.session_idle_seconds`: must be greater than 0 and at most \
+                     {}, got {seconds}",
+                    MAX_MCP_SESSION_IDLE.as_secs()
+                );
+            }
+            settings.session_idle = Duration::from_secs_f64(seconds);
+        }
+        Ok(settings)
+    }
 }
 
 #[cfg(test)]

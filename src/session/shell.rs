@@ -256,9 +256,9 @@ pub(crate) fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
                 }
             }
             Effect::Reconnect(setup) => act.reconnect(setup, ctx),
-            Effect::WakeAfter(after, stop) => {
+            Effect::WakeAfter(after, wake) => {
                 ctx.run_later(after, move |act, ctx| {
-                    act.link().core.reply_grace_over(stop);
+                    act.link().core.woke(wake);
                     run_effects(act, ctx);
                 });
             }

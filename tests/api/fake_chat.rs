@@ -37,6 +37,8 @@ pub enum Answer {
     },
     /// No answer: the connection is held until the caller closes it (counted).
     HoldOpen,
+    /// A redirect with this status to this `Location`.
+    Redirect(u16, String),
 }
 
 impl Answer {
@@ -336,6 +338,15 @@ async fn write_answer(stream: &mut TcpStream, answer: Answer, shared: &Shared) -
         }
         Answer::Text(status, content_type, body) => {
             write_whole(stream, status, &content_type, body.as_bytes()).await?;
+            Ok(true)
+        }
+        Answer::Redirect(status, location) => {
+            let head = format!(
+                "HTTP/1.1 {status} {}\r\nlocation: {location}\r\ncontent-length: 0\r\n\r\n",
+                reason(status)
+            );
+            stream.write_all(head.as_bytes()).await?;
+            stream.flush().await?;
             Ok(true)
         }
         Answer::HoldOpen => {

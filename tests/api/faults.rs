@@ -112,7 +112,7 @@ async fn an_endless_chunked_answer_is_cut_at_the_limit() {
 }
 
 /// The largest memory the test process has used so far (`VmHWM`), in bytes.
-fn peak_rss() -> u64 {
+pub fn peak_rss() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
     let kib: u64 = status
         .lines()

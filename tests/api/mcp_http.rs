@@ -461,6 +461,114 @@ async fn a_loopback_page_may_be_an_mcp_client() {
     assert!(header(&headers, "mcp-session-id").is_some());
 }
 
+/// Opens the session's `GET` stream and reads its first event: the session is in use while it
+/// is open.
+pub(crate) async fn open_stream(
+    app: &TestApp,
+    session: &str,
+) -> awc::ClientResponse<impl futures_util::Stream> {
+    use futures_util::StreamExt;
+    let client = awc::Client::builder()
+        .timeout(crate::helpers::HTTP_DEADLINE)
+        .finish();
+    let mut stream = client
+        .get(app.url("/mcp"))
+        .insert_header(("accept", "text/event-stream"))
+        .insert_header(("mcp-session-id", session))
+        .insert_header(("mcp-protocol-version", "2025-06-18"))
+        .send()
+        .await
+        .expect("the stream opens");
+    assert_eq!(stream.status().as_u16(), 200);
+    stream.next().await.expect("a first chunk").expect("read");
+    stream
+}
+
+/// `tools/list` in `session`: its status.
+async fn list_in(app: &TestApp, session: &str) -> u16 {
+    let in_session = [
+        JSON_AND_SSE,
+        JSON,
+        ("mcp-session-id", session),
+        ("mcp-protocol-version", "2025-06-18"),
+    ];
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}).to_string();
+    exchange(app, "POST", "/mcp", &in_session, &list).await.0
+}
+
+#[actix_web::test]
+async fn sessions_are_bounded_the_least_recently_used_idle_one_makes_room() {
+    let mut bounded = settings(&["Lanlan"]);
+    bounded.mcp_endpoint.max_sessions = 2;
+    let app = spawn_app_with(bounded).await;
+
+    // A third session takes the place of the least recently used idle one.
+    let first = open_session(&app).await;
+    let second = open_session(&app).await;
+    assert_eq!(
+        list_in(&app, &first).await,
+        200,
+        "the first is now the most recent"
+    );
+    let third = open_session(&app).await;
+    assert_eq!(list_in(&app, &second).await, 404, "the second made room");
+    assert_eq!(list_in(&app, &first).await, 200);
+    assert_eq!(list_in(&app, &third).await, 200);
+
+    // Every session busy (its stream open): a new one is refused, in JSON-RPC.
+    let first_stream = open_stream(&app, &first).await;
+    let third_stream = open_stream(&app, &third).await;
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}})
+    .to_string();
+    let (status, _, body) =
+        exchange(&app, "POST", "/mcp", &[JSON_AND_SSE, JSON], &initialize).await;
+    assert_eq!(
+        (status, parse_json(body.as_bytes())),
+        (
+            503,
+            json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32603, "message":
+                "this character has 2 MCP sessions open and none is idle \
+                 (mcp_endpoint.max_sessions): end one with DELETE, or try again later"}})
+        )
+    );
+    assert_eq!(list_in(&app, &first).await, 200, "the open sessions go on");
+
+    // A stream closed: its session is idle again, and makes room.
+    drop(first_stream);
+    let fourth = wait_for_session(&app).await;
+    assert_eq!(list_in(&app, &fourth).await, 200);
+    assert_eq!(list_in(&app, &first).await, 404);
+    assert_eq!(list_in(&app, &third).await, 200);
+    drop(third_stream);
+}
+
+/// Initializes until the server takes a new session (a closed stream is seen closed by the
+/// server a moment after the client drops it); its id.
+async fn wait_for_session(app: &TestApp) -> String {
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}})
+    .to_string();
+    let deadline = tokio::time::Instant::now() + crate::child::DEADLINE;
+    loop {
+        let (status, headers, body) =
+            exchange(app, "POST", "/mcp", &[JSON_AND_SSE, JSON], &initialize).await;
+        match status {
+            200 => {
+                return header(&headers, "mcp-session-id")
+                    .expect("an id")
+                    .to_owned();
+            }
+            503 if tokio::time::Instant::now() < deadline => {
+                tokio::task::yield_now().await;
+            }
+            _ => panic!("initialize: {status} {body}"),
+        }
+    }
+}
+
 /// A `tools/call` whose `params._meta` carries a trace context (SEP-414): the call's span is in
 /// the client's trace, a child of the client's span, and the callback's `traceparent` is in it.
 #[actix_web::test]

@@ -571,3 +571,73 @@ async fn an_attached_call_answers_a_non_blocking_call_as_running_and_gets_its_re
     let report = validate_client_events(server_events(&fake)).await;
     assert!(report.is_ok(), "{report:?}");
 }
+
+/// Calls of `search` in one response of the model: as many as a session runs in its window.
+const BURST: usize = 8;
+
+/// The model calls `search` [`BURST`] times in one response and replies to the running answers;
+/// then every result becomes ready at once, while the model takes its time to begin the
+/// response it is asked for: one `response.create` covers them all, before it begins and after.
+async fn a_burst_of_results_gets_one_response_create(
+    app: &TestApp,
+    fake: &FakeRealtime,
+    slow: &Slow,
+) {
+    let calls: Vec<(String, &str, &str)> = (1..=BURST)
+        .map(|i| (format!("c{i}"), "search", "{}"))
+        .collect();
+    fake.push(response_created("r1")).await;
+    for (call_id, name, arguments) in &calls {
+        fake.push(call_event("r1", call_id, name, arguments)).await;
+    }
+    let done: Vec<(&str, &str, &str)> =
+        calls.iter().map(|(c, n, a)| (c.as_str(), *n, *a)).collect();
+    fake.push(response_done("r1", &done)).await;
+    fake.wait_for("the running answers' response.create", |events| {
+        (sent(events, "response.create") == 1).then_some(())
+    })
+    .await;
+    slow.search.wait_for_requests(BURST).await;
+    fake.push(response_created("r2")).await;
+    fake.push(response_done("r2", &[])).await;
+    conversation_is(app, "idle").await;
+
+    slow.search.open_gate();
+    let events = system_messages(fake, BURST).await;
+    assert_eq!(system_texts(&events).len(), BURST);
+    conversation_is(app, "response_asked").await;
+    let events = settled(app, fake, 1).await;
+    assert_eq!(sent(&events, "response.create"), 2, "one for every result");
+    // It begins and ends: nothing more is asked for.
+    fake.push(response_created("r3")).await;
+    fake.push(response_done("r3", &[])).await;
+    conversation_is(app, "idle").await;
+    let events = settled(app, fake, 2).await;
+    assert_eq!(
+        sent(&events, "response.create"),
+        2,
+        "{:#?}",
+        system_texts(&events)
+    );
+}
+
+#[actix_web::test]
+async fn results_ready_together_ask_for_one_response_until_it_begins() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let slow = Slow::start();
+    let (app, _stream) = session(&fake, &slow).await;
+    a_burst_of_results_gets_one_response_create(&app, &fake, &slow).await;
+}
+
+#[actix_web::test]
+async fn through_the_relay_with_the_openai_sdk_as_the_app_a_burst_gets_one_response_create() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let slow = Slow::start();
+    let app = crate::relay::relay_app(&fake, &[], Dialect::Openai, |_| {}).await;
+    slow.register(&app).await;
+    let mut sdk = crate::sdk_app::SdkApp::start().await;
+    sdk.connect_ok(&crate::relay::base(&app), json!({"character": "Mio"}))
+        .await;
+    fake.update_with_tools(&TOOLS).await;
+    a_burst_of_results_gets_one_response_create(&app, &fake, &slow).await;
+}

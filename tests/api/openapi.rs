@@ -347,6 +347,8 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     let mut chat = ChatSettings::new(chat_model.base());
     chat.timeout = std::time::Duration::from_secs(1);
     config.characters[0].chat = Some(chat);
+    // One `/mcp` session per character: with it busy, an `initialize` is a 503.
+    config.mcp_endpoint.max_sessions = 1;
     let app = spawn_app_with(config).await;
     let doc = fetch_document(&app).await;
 
@@ -661,7 +663,8 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     mcp.push(call_with(&app, "post", MCP, &[accept, foreign_host], init()).await);
     mcp.push(call_with(&app, "post", "/mcp?role=Nobody", &[accept], init()).await);
     mcp.push(call_with(&app, "put", MCP, &[], Body::None).await);
-    mcp.push(call_with(&app, "post", MCP, &[], init()).await);
+    // (Lanlan's: Mio's one session place stays with the session above.)
+    mcp.push(call_with(&app, "post", "/mcp?role=Lanlan", &[], init()).await);
     mcp.push(call_with(&app, "post", MCP, &[accept], too_large()).await);
     mcp.push(call_with(&app, "post", MCP, &[accept], Body::Raw(b"{".to_vec())).await);
     let listening = [stream, ("mcp-session-id", session.as_str()), version];
@@ -678,6 +681,12 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     mcp.push(call_with(&app, "delete", MCP, &[foreign_host], Body::None).await);
     mcp.push(call_with(&app, "delete", "/mcp?role=Nobody", &[], Body::None).await);
     mcp.push(call_with(&app, "delete", twice, &[], Body::None).await);
+    // The character's one session busy (its stream open): a new one is refused.
+    let busy = call_with(&app, "post", MCP, &[accept], init()).await;
+    let busy = busy.session.expect("a session id");
+    let busy_stream = crate::mcp_http::open_stream(&app, &busy).await;
+    mcp.push(call_with(&app, "post", MCP, &[accept], init()).await);
+    drop(busy_stream);
 
     // A running call's progress (an invoke the plugin holds), and a plugin's context.
     let held = CallbackServer::with("/held", Reply::HoldOpen);
@@ -778,6 +787,58 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     }
 
     exchanges.extend(mcp);
+
+    // A character that runs one chat request at a time, its place held by a body that never
+    // ends: a request of either chat route is a 429 meanwhile.
+    let mut one_at_a_time = settings(&["Mio"]);
+    let mut one = ChatSettings::new("http://127.0.0.1:9/v1".to_owned());
+    one.max_concurrent_requests = 1;
+    one_at_a_time.characters[0].chat = Some(one);
+    let limited = spawn_app_with(one_at_a_time).await;
+    let mut request = raw_head(
+        "POST",
+        CHAT,
+        &[
+            ("Host", &limited.host()),
+            ("Content-Type", "application/json"),
+            ("Content-Length", "100"),
+        ],
+    );
+    request.extend_from_slice(b"{\"messages\":");
+    let holding = actix_web::rt::spawn(raw_exchange_async(limited.addr, request));
+    let deadline = tokio::time::Instant::now() + crate::helpers::HTTP_DEADLINE;
+    loop {
+        // Until the held request has its place, a probe is refused for its body alone.
+        let probe = call(
+            &limited,
+            "post",
+            CHAT,
+            None,
+            Body::Json(json!({"messages": 1})),
+        )
+        .await;
+        if probe.status == 429 {
+            exchanges.push(probe);
+            break;
+        }
+        assert_eq!(probe.status, 400, "{probe:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the place was never held"
+        );
+        tokio::task::yield_now().await;
+    }
+    exchanges.push(
+        call(
+            &limited,
+            "post",
+            RESPONSES,
+            None,
+            Body::Json(json!({"input": 1})),
+        )
+        .await,
+    );
+    holding.abort();
     let declared = [(CHAT, chat_too_large), (RESPONSES, responses_too_large)];
     for (path, response) in declared {
         exchanges.push(Exchange {

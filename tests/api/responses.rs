@@ -896,3 +896,122 @@ async fn a_whole_response_still_streams_and_a_failure_after_the_stream_began_end
         "the upstream answered HTTP 500: The server had an error"
     );
 }
+
+/// The `output` texts the server's `call_s` got in an upstream request's input.
+fn server_outputs(body: &Value) -> Vec<&Value> {
+    body["input"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|i| i["type"] == "function_call_output" && i["call_id"] == "call_s")
+        .map(|i| &i["output"])
+        .collect()
+}
+
+#[actix_web::test]
+async fn a_kept_turn_goes_only_into_its_own_conversation() {
+    // An upstream that numbers its calls alike in every response: both conversations' turns
+    // have the server's `call_s` and the app's `call_a`.
+    let (mut upstream, app, callback) = weather_server(
+        |_| {},
+        Reply::output(json!({"n": 1})),
+        vec![answer(vec![
+            weather_call("call_s"),
+            call("call_a", "app_clock", json!({})),
+        ])],
+    )
+    .await;
+    let ask = |said: &str| json!({"role": "user", "content": said});
+    let first = |said: &str| json!({"model": "fake-model", "store": false, "tools": [app_clock()], "input": [ask(said)]});
+    let (status, tokyo) = app.post("/v1/responses", &first("time in Tokyo?")).await;
+    assert_eq!(status, 200, "{tokyo}");
+    assert_eq!(types(&tokyo["output"]), ["function_call"]);
+    callback.route("/weather", Reply::output(json!({"n": 3})));
+    upstream
+        .script(vec![answer(vec![
+            weather_call("call_s"),
+            call("call_a", "app_clock", json!({})),
+        ])])
+        .await;
+    let (status, paris) = app.post("/v1/responses", &first("time in Paris?")).await;
+    assert_eq!(status, 200, "{paris}");
+
+    // Each conversation replayed with the app's answer gets its own server output back,
+    // whichever came last.
+    let next = |said: &str, handed: &Value| {
+        let mut input = vec![ask(said)];
+        input.extend(handed["output"].as_array().unwrap().iter().cloned());
+        input.push(json!({"type": "function_call_output", "call_id": "call_a", "output": "10:00"}));
+        json!({"model": "fake-model", "store": false, "tools": [app_clock()], "input": input})
+    };
+    upstream
+        .script(vec![
+            answer(vec![message("Ten in Tokyo.")]),
+            answer(vec![message("Ten in Paris.")]),
+            answer(vec![message("Ten somewhere.")]),
+        ])
+        .await;
+    let (status, _) = app
+        .post("/v1/responses", &next("time in Tokyo?", &tokyo))
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = app
+        .post("/v1/responses", &next("time in Paris?", &paris))
+        .await;
+    assert_eq!(status, 200);
+    let bodies = upstream.bodies().await;
+    assert_eq!(server_outputs(&bodies[2]), [&json!("{\"n\":1}")]);
+    assert_eq!(server_outputs(&bodies[3]), [&json!("{\"n\":3}")]);
+
+    // A third conversation with the same ids gets nothing of theirs: it goes as sent.
+    let rome = next("time in Rome?", &tokyo);
+    let (status, _) = app.post("/v1/responses", &rome).await;
+    assert_eq!(status, 200);
+    assert_eq!(upstream.bodies().await[4]["input"], rome["input"]);
+    let (_, sessions) = app.get("/api/sessions").await;
+    assert_eq!(
+        sessions["sessions_by_role"]["Mio"]["chat"]["handed_turns"],
+        2
+    );
+}
+
+#[actix_web::test]
+async fn a_character_runs_a_bounded_number_of_responses_requests_at_once() {
+    // Two places, shared by both routes: a chat request and a Responses request hold them.
+    let upstream = FakeChat::start();
+    let app = chat_server(&upstream.base(), |chat| chat.max_concurrent_requests = 2).await;
+    upstream.script([Answer::HoldOpen, Answer::HoldOpen]);
+    let hold = |path: &str, body: Value| {
+        let client = app.client.clone();
+        let url = app.url(path);
+        actix_web::rt::spawn(async move { client.post(url).send_json(&body).await })
+    };
+    let chat = json!({"messages": [{"role": "user", "content": "hi"}]});
+    let held = [
+        hold("/v1/chat/completions", chat),
+        hold("/v1/responses", json!({"input": "hi"})),
+    ];
+    upstream.wait_for_requests(2).await;
+
+    let (status, answer) = app
+        .post("/v1/responses", &json!({"input": "one more"}))
+        .await;
+    assert_eq!(
+        (status, answer),
+        (
+            429,
+            json!({"error": {"message":
+                "the character's chat is already running 2 requests \
+                 (chat.max_concurrent_requests): try again when one has ended",
+                "type": "requests", "param": null, "code": "rate_limit_exceeded"}})
+        )
+    );
+    assert_eq!(
+        upstream.received().len(),
+        2,
+        "the refused request never reached the upstream"
+    );
+    for request in held {
+        request.abort();
+    }
+}

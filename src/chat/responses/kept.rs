@@ -11,7 +11,9 @@
 //!   that went with them) are put back in place, and its outputs after the turn's.
 //!
 //! Kept in the shared bounded store ([`crate::chat::kept`]) by the response's ids and the ids of
-//! the items the app got. No I/O.
+//! the app's calls; a replayed turn is put back only where the request sends back what the app
+//! was handed of it (its calls' ids, names and argument text, after the same last message of the
+//! person): several conversations' turns may have the same call ids. No I/O.
 
 use std::collections::HashSet;
 use std::time::Instant;
@@ -21,7 +23,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::chat::kept::{KeptTurn, KeptTurns, Restored};
+use crate::chat::kept::{
+    AppCall, HandBack, KeptTurn, KeptTurns, Restored, json_len, prompt_before,
+};
 use crate::chat::wire::Raw;
 
 /// One kept turn.
@@ -37,6 +41,8 @@ pub struct KeptResponse {
     pub calls: Vec<(String, Option<Raw>)>,
     /// The user message showing the model the images of the server's results, if any.
     pub images: Option<Raw>,
+    /// The person's last message before the turn, as the app sent it.
+    pub prompt: Option<Value>,
 }
 
 impl KeptResponse {
@@ -68,6 +74,30 @@ impl KeptTurn for KeptResponse {
         keys.extend(self.app_calls());
         keys
     }
+
+    fn hand_back(&self) -> HandBack {
+        let calls = self
+            .items
+            .iter()
+            .filter(|(_, app)| *app)
+            .filter_map(|(item, _)| Head::of(item).app_call());
+        HandBack::new(calls.collect(), self.prompt.clone())
+    }
+
+    fn bytes(&self) -> usize {
+        let items: usize = self.items.iter().map(|(item, _)| item.get().len()).sum();
+        let calls: usize = self
+            .calls
+            .iter()
+            .map(|(id, answer)| id.len() + answer.as_ref().map_or(0, |a| a.get().len()))
+            .sum();
+        self.response.len()
+            + self.alias.as_ref().map_or(0, String::len)
+            + items
+            + calls
+            + self.images.as_ref().map_or(0, |i| i.get().len())
+            + self.prompt.as_ref().map_or(0, json_len)
+    }
 }
 
 /// A character's kept responses.
@@ -82,6 +112,10 @@ struct Head {
     id: Option<String>,
     #[serde(default)]
     call_id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    arguments: Option<String>,
 }
 
 impl Head {
@@ -91,6 +125,15 @@ impl Head {
 
     fn is(&self, kind: &str) -> bool {
         self.kind.as_deref() == Some(kind)
+    }
+
+    /// A `function_call` item as one of the app's calls of a turn.
+    fn app_call(&self) -> Option<AppCall> {
+        self.is("function_call").then(|| AppCall {
+            id: self.call_id.clone().unwrap_or_default(),
+            name: self.name.clone().unwrap_or_default(),
+            arguments: self.arguments.clone().unwrap_or_default(),
+        })
     }
 
     fn identity(&self) -> Option<String> {
@@ -141,7 +184,15 @@ pub(crate) fn restore(
             .is("function_call")
             .then_some(())
             .and(heads[i].call_id.as_deref());
-        let Some((slot, turn)) = call.and_then(|id| kept.find(id)) else {
+        // A turn whose app calls the run around this call sends back exactly.
+        let found = call.and_then(|id| {
+            kept.find_handed(id, |turn| {
+                let (start, end) = run_of(turn, &heads, copied, i);
+                let calls = heads[start..end].iter().filter_map(Head::app_call);
+                Some(HandBack::new(calls.collect(), prompt_before(&input, start)))
+            })
+        });
+        let Some((slot, turn)) = found else {
             if call.is_some_and(|id| kept.was_forgotten(id)) {
                 restored.missed += 1;
             }
@@ -149,28 +200,7 @@ pub(crate) fn restore(
             i += 1;
             continue;
         };
-        // The run of the turn's items the app sent back, around this call.
-        let theirs: HashSet<String> = turn.app_identities().collect();
-        let in_turn = |head: &Head| head.identity().is_some_and(|id| theirs.contains(&id));
-        let mut start = i;
-        while start > copied && in_turn(&heads[start - 1]) {
-            start -= 1;
-        }
-        let mut end = i;
-        while end < input.len() && in_turn(&heads[end]) {
-            end += 1;
-        }
-        let sent: HashSet<&str> = heads[start..end]
-            .iter()
-            .filter(|h| h.is("function_call"))
-            .filter_map(|h| h.call_id.as_deref())
-            .collect();
-        if !turn.app_calls().all(|id| sent.contains(id)) {
-            // Not the whole turn: left as the app sent it.
-            out.extend(input[i..end].iter().cloned());
-            i = end;
-            continue;
-        }
+        let (start, end) = run_of(turn, &heads, copied, i);
         out.truncate(out.len() - (i - start));
         let mut apps: IndexMap<String, Raw> = (start..end)
             .filter_map(|k| heads[k].identity().map(|id| (id, input[k].clone())))
@@ -192,6 +222,21 @@ pub(crate) fn restore(
         kept.used(slot, now);
     }
     (out, previous, restored)
+}
+
+/// The run of `turn`'s items the app sent back around the call at `i` (not before `copied`).
+fn run_of(turn: &KeptResponse, heads: &[Head], copied: usize, i: usize) -> (usize, usize) {
+    let theirs: HashSet<String> = turn.app_identities().collect();
+    let in_turn = |head: &Head| head.identity().is_some_and(|id| theirs.contains(&id));
+    let mut start = i;
+    while start > copied && in_turn(&heads[start - 1]) {
+        start -= 1;
+    }
+    let mut end = i;
+    while end < heads.len() && in_turn(&heads[end]) {
+        end += 1;
+    }
+    (start, end)
 }
 
 /// Writes the answers of a turn's calls in the model's order — the server's outputs, and the
@@ -267,6 +312,7 @@ mod tests {
                 ("a".into(), None),
             ],
             images: None,
+            prompt: Some(json!({"role": "user", "content": "hi"})),
         }
     }
 
@@ -281,7 +327,7 @@ mod tests {
     fn a_continuation_by_id_gets_the_servers_outputs_in_the_models_order() {
         let mut kept = KeptResponses::default();
         let now = Instant::now();
-        kept.keep(mixed(), now);
+        kept.keep(mixed(), now).unwrap();
         let user = json!({"role": "user", "content": "and?"});
         let input = vec![item(output("a", "10:00")), item(user.clone())];
         let (out, previous, restored) = restore(&mut kept, input, Some("resp_1".into()), now);
@@ -297,7 +343,7 @@ mod tests {
     fn a_replayed_turn_gets_the_servers_items_back_in_place() {
         let mut kept = KeptResponses::default();
         let now = Instant::now();
-        kept.keep(mixed(), now);
+        kept.keep(mixed(), now).unwrap();
         let user = json!({"role": "user", "content": "hi"});
         let later = json!({"role": "user", "content": "thanks"});
         let input = vec![
@@ -347,11 +393,12 @@ mod tests {
                 ..KeptResponse::default()
             },
             now,
-        );
+        )
+        .unwrap();
         let (_, previous, restored) = restore(&mut kept, Vec::new(), Some("resp_7".into()), now);
         assert_eq!(previous.as_deref(), Some("resp_9"));
         assert_eq!(restored, Restored::default(), "nothing to answer");
-        kept.keep(mixed(), now);
+        kept.keep(mixed(), now).unwrap();
         let later = now + KEPT_TURN_TTL;
         let input = vec![item(call("fc_a", "a")), item(output("a", "1"))];
         let (out, _, restored) = restore(&mut kept, input, Some("resp_1".into()), later);

@@ -31,6 +31,7 @@ use self::kept::{KeptResponse, raw};
 use self::request::ResponsesRequest;
 use super::ChatEndpoint;
 use super::answer::ModelCall;
+use super::kept::{TooLarge, prompt_before};
 use super::round::{
     Answer, Round, Step, Streamed, ToolLoop, Unreadable, WireConversation, not_run_text,
 };
@@ -60,6 +61,8 @@ pub(crate) struct ResponsesConversation {
     dropped: Vec<ModelCall>,
     /// The turn handed to the app, kept for its next request.
     kept: Option<KeptResponse>,
+    /// The person's last message of the app's request: a turn handed back follows it.
+    prompt: Option<Value>,
 }
 
 impl ResponsesConversation {
@@ -71,15 +74,19 @@ impl ResponsesConversation {
         mut request: ResponsesRequest,
     ) -> Self {
         let apps_previous = request.previous_response_id.clone();
+        let prompt = prompt_before(&request.input, request.input.len());
         let (input, previous, restored) = endpoint.begin_responses(
             std::mem::take(&mut request.input),
             apps_previous.clone(),
             Instant::now(),
         );
         if restored.missed > 0 {
-            tracing::warn!(character = %role, turns = restored.missed, "a request continued responses whose server calls were forgotten (kept at most 1 h and 256 turns): the upstream may refuse it");
+            tracing::warn!(character = %role, turns = restored.missed, "a request continued responses whose server calls were forgotten ({}): the upstream may refuse it", crate::chat::kept::bounds_text());
         }
-        Self::new(request, input, apps_previous, previous, endpoint.settings())
+        let mut conversation =
+            Self::new(request, input, apps_previous, previous, endpoint.settings());
+        conversation.prompt = prompt;
+        conversation
     }
 
     pub(crate) fn new(
@@ -102,6 +109,7 @@ impl ResponsesConversation {
             round: RoundOutput::default(),
             dropped: Vec::new(),
             kept: None,
+            prompt: None,
         }
     }
 
@@ -181,6 +189,7 @@ impl ResponsesConversation {
             items,
             calls,
             images,
+            prompt: self.prompt.clone(),
         });
     }
 }
@@ -346,8 +355,8 @@ impl WireConversation for ResponsesConversation {
         (status == 404).then_some("the upstream does not speak the Responses API")
     }
 
-    fn keep(endpoint: &ChatEndpoint, kept: KeptResponse) {
-        endpoint.keep_response(kept);
+    fn keep(endpoint: &ChatEndpoint, kept: KeptResponse) -> Result<(), TooLarge> {
+        endpoint.keep_response(kept)
     }
 }
 

@@ -7,14 +7,13 @@ use std::sync::Arc;
 use actix::prelude::*;
 use rmcp::model::{ClientCapabilities, ClientInfo, Implementation};
 use rmcp::service::{NotificationContext, RunningService, RunningServiceCancellationToken};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use tokio::sync::watch;
 use url::Host;
 
 use crate::domain::call::seconds;
 use crate::domain::callback_url::CallbackUrl;
+use crate::mcp::http_client;
 use crate::mcp::listing::{Listing, list_every_tool};
 
 use super::messages::{McpRegistration, McpStage, ToolListChanged};
@@ -55,6 +54,7 @@ impl OpenFailure {
 pub(super) async fn open(
     registration: Arc<McpRegistration>,
     listener: Listener,
+    max_result_bytes: usize,
 ) -> Result<Opened, OpenFailure> {
     let deadline = tokio::time::Instant::now() + registration.timeout;
     let url = registration.url.as_written();
@@ -77,18 +77,8 @@ pub(super) async fn open(
         }
         Ok(Ok(())) => {}
     }
-    let http = reqwest::Client::builder()
-        // The server is on loopback: an HTTP proxy of the environment must not see it.
-        .no_proxy()
-        // Never followed, as for a callback: a loopback server must not be able to send the
-        // calls elsewhere.
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|e| OpenFailure::at(McpStage::Connect, format!("HTTP client: {e}")))?;
-    let transport = StreamableHttpClientTransport::with_client(
-        http,
-        StreamableHttpClientTransportConfig::with_uri(url),
-    );
+    let transport = http_client::transport(url, max_result_bytes)
+        .map_err(|e| OpenFailure::at(McpStage::Connect, e))?;
     let service = match tokio::time::timeout_at(deadline, listener.serve(transport)).await {
         Err(_) => return Err(late(McpStage::Initialize)),
         Ok(Err(e)) => {

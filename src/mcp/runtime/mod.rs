@@ -97,6 +97,8 @@ pub(crate) struct McpPlugins {
     router: Addr<Router>,
     directory: Directory,
     board: McpBoard,
+    /// The bound of a call's result (`dispatch.max_response_bytes`).
+    max_result_bytes: usize,
     servers: IndexMap<String, Server>,
     /// Registrations still connecting: their generation and source, by name.
     pending: IndexMap<String, (u64, String)>,
@@ -108,11 +110,13 @@ impl McpPlugins {
         router: Addr<Router>,
         directory: Directory,
         board: McpBoard,
+        max_result_bytes: usize,
     ) -> Addr<Self> {
         McpPlugins {
             router,
             directory,
             board,
+            max_result_bytes,
             servers: IndexMap::new(),
             pending: IndexMap::new(),
             next_generation: 0,
@@ -161,6 +165,7 @@ impl McpPlugins {
             url: registration.url.clone(),
             peer: service.peer().clone(),
             timeout: registration.timeout,
+            max_result_bytes: self.max_result_bytes,
             failures: Mutex::new(FailureTracker::new()),
             was_unreachable: AtomicBool::new(false),
             plugins: ctx.address(),
@@ -465,7 +470,7 @@ impl Handler<RegisterMcpServer> for McpPlugins {
             name: name.clone(),
             generation,
         };
-        let opening = open(registration.clone(), listener);
+        let opening = open(registration.clone(), listener, self.max_result_bytes);
         Box::pin(opening.into_actor(self).then(move |opened, act, ctx| {
             // Registrations of one name take effect in the order they arrived: one that a later
             // one overtook while connecting is dropped.

@@ -31,6 +31,8 @@ pub(super) struct PluginTool {
     pub(super) url: CallbackUrl,
     pub(super) peer: Peer<RoleClient>,
     pub(super) timeout: Duration,
+    /// The bound of a call's result (`dispatch.max_response_bytes`).
+    pub(super) max_result_bytes: usize,
     pub(super) failures: Mutex<FailureTracker>,
     /// The last call could not connect (so the board says so).
     pub(super) was_unreachable: AtomicBool,
@@ -87,13 +89,14 @@ impl LocalHandler for PluginToolHandler {
     fn call(&self, call: ToolCall) -> BoxFuture<'static, ToolOutcome> {
         let this = self.0.clone();
         async move {
-            let failure = match call_tool(&this.peer, call, this.timeout).await {
-                Ok(result) => {
-                    this.reached();
-                    return mapping::outcome(result);
-                }
-                Err(failure) => failure,
-            };
+            let failure =
+                match call_tool(&this.peer, call, this.timeout, this.max_result_bytes).await {
+                    Ok(result) => {
+                        this.reached();
+                        return mapping::outcome(result);
+                    }
+                    Err(failure) => failure,
+                };
             // A failure of the transport: whether the server can still be connected to decides
             // whether it counts towards removal. An error answer is an answer (the server is
             // there); a server that went quiet is not a dead one: as a callback's read timeout,

@@ -6,11 +6,13 @@
 //! [`note`](super::Protocol::note) or [`late_result`](super::Protocol::late_result)), so they
 //! reach the model in the order they became ready. What follows is its [`Scheduling`]:
 //! `silent` asks nothing; `interrupt` cancels a response in progress and asks for one at once;
-//! `when_idle` asks for a response only at a moment when none is in progress and the person is
-//! not speaking — after a `response.done`, or once the reply to the person's turn has begun and
-//! ended (or did not begin within [`REPLY_GRACE`]). One response covers everything added before
-//! it began, so one that begins for any reason (the person's turn, the app, a turn's answers)
-//! leaves nothing to ask for. A protocol whose provider schedules these itself (Gemini Live)
+//! `when_idle` asks for a response only at a moment when none is in progress, none was asked
+//! for that has not begun, and the person is not speaking — after a `response.done`, once the
+//! reply to the person's turn has begun and ended (or did not begin within [`REPLY_GRACE`]), or
+//! once a response asked for has begun and ended (or did not begin within
+//! [`RESPONSE_START_GRACE`]). One response covers everything added before it began, so one that
+//! begins for any reason (the person's turn, the app, a turn's answers, an earlier result)
+//! leaves nothing to ask for: results that become ready together get one `response.create`. A protocol whose provider schedules these itself (Gemini Live)
 //! gets the scheduling with the item and nothing more.
 
 use std::time::Duration;
@@ -29,6 +31,19 @@ use crate::domain::tool::Behavior;
 /// may start none.
 pub const REPLY_GRACE: Duration = Duration::from_millis(1500);
 
+/// How long a response the server asked for (`response.create`) may take to begin
+/// (`response.created`) before the session counts as idle without it: a provider starts a
+/// response at once; one that answered with an error (a response already active) starts none.
+pub const RESPONSE_START_GRACE: Duration = Duration::from_millis(2000);
+
+/// A wait of the floor that is over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// [`REPLY_GRACE`] after the person's stop of this number.
+    ReplyGrace(u64),
+    /// [`RESPONSE_START_GRACE`] after the ask of this number.
+    ResponseStart(u64),
+}
 /// Whether the model may be asked to speak now, and whether it should be.
 #[derive(Debug, Default)]
 pub(super) struct Floor {
@@ -40,13 +55,17 @@ pub(super) struct Floor {
     /// that stop, which its [`REPLY_GRACE`] timer names.
     reply_expected: Option<u64>,
     stops: u64,
+    /// A response was asked for and has not begun: the number of that ask, which its
+    /// [`RESPONSE_START_GRACE`] timer names.
+    asked: Option<u64>,
+    asks: u64,
     /// Something was added that asks for a response when the session is idle.
     wanted: bool,
 }
 
 impl Floor {
     fn idle(&self) -> bool {
-        !self.responding && !self.speaking && self.reply_expected.is_none()
+        !self.responding && !self.speaking && self.reply_expected.is_none() && self.asked.is_none()
     }
 
     /// Who has the floor, for the report.
@@ -55,6 +74,8 @@ impl Floor {
             Conversation::PersonSpeaking
         } else if self.responding {
             Conversation::Responding
+        } else if self.asked.is_some() {
+            Conversation::ResponseAsked
         } else if self.reply_expected.is_some() {
             Conversation::AwaitingReply
         } else {
@@ -72,6 +93,8 @@ pub enum Conversation {
     Idle,
     /// A response is in progress.
     Responding,
+    /// A response was asked for and has not begun (for at most [`RESPONSE_START_GRACE`]).
+    ResponseAsked,
     /// The person is speaking.
     PersonSpeaking,
     /// The person stopped speaking; the reply to their turn has not begun.
@@ -83,6 +106,7 @@ impl SessionCore {
     pub(super) fn turn_started(&mut self) {
         self.floor.responding = true;
         self.floor.reply_expected = None;
+        self.floor.asked = None;
         self.floor.wanted = false;
     }
 
@@ -103,21 +127,36 @@ impl SessionCore {
         self.floor.speaking = false;
         self.floor.stops += 1;
         self.floor.reply_expected = Some(self.floor.stops);
-        self.effects
-            .push(Effect::WakeAfter(REPLY_GRACE, self.floor.stops));
+        self.effects.push(Effect::WakeAfter(
+            REPLY_GRACE,
+            Wake::ReplyGrace(self.floor.stops),
+        ));
     }
 
-    /// The [`REPLY_GRACE`] after stop `stop` passed.
-    pub(crate) fn reply_grace_over(&mut self, stop: u64) {
-        if self.floor.reply_expected == Some(stop) {
-            self.floor.reply_expected = None;
+    /// A wait is over: the reply to the person's turn, or a response asked for, did not begin
+    /// in time (unless it did meanwhile).
+    pub(crate) fn woke(&mut self, wake: Wake) {
+        let (waited, number) = match wake {
+            Wake::ReplyGrace(stop) => (&mut self.floor.reply_expected, stop),
+            Wake::ResponseStart(ask) => (&mut self.floor.asked, ask),
+        };
+        if *waited == Some(number) {
+            *waited = None;
             self.respond_if_idle();
         }
     }
 
-    /// A response was asked for (a turn's answers all went): nothing more to ask for.
+    /// A response was asked for (a turn's answers all went, or something added): nothing more
+    /// to ask for until it has begun (it covers all added so far) and ended, or until
+    /// [`RESPONSE_START_GRACE`] passes without it.
     pub(super) fn response_asked(&mut self) {
         self.floor.wanted = false;
+        self.floor.asks += 1;
+        self.floor.asked = Some(self.floor.asks);
+        self.effects.push(Effect::WakeAfter(
+            RESPONSE_START_GRACE,
+            Wake::ResponseStart(self.floor.asks),
+        ));
     }
 
     /// Asks for a response if one is wanted and the session is idle.
@@ -145,6 +184,11 @@ impl SessionCore {
                 self.respond_if_idle();
             }
             Scheduling::Interrupt => {
+                if self.floor.asked.is_some() && !self.floor.responding {
+                    // The response asked for has not begun: it will cover this.
+                    self.floor.wanted = false;
+                    return;
+                }
                 if self.floor.responding {
                     let event_id = self.event_id("cancel");
                     if let Some(cancel) = self.protocol.cancel_response(&event_id) {

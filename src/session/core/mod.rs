@@ -38,7 +38,8 @@ pub(crate) use self::acks::AppUpdate;
 use self::acks::Pending;
 use self::answers::RunningCall;
 use self::later::Floor;
-pub use self::later::{Conversation, REPLY_GRACE};
+pub(crate) use self::later::Wake;
+pub use self::later::{Conversation, REPLY_GRACE, RESPONSE_START_GRACE};
 pub use self::words::SyncError;
 pub(crate) use self::words::{
     Answers, Call, ForeignTool, Interruption, Keep, ModelEvent, Protocol, ReadError, Seen,
@@ -74,9 +75,8 @@ pub(crate) enum Effect {
     /// whose tools need a new connection, [`Protocol::tools_need_new_connection`]); its
     /// acknowledgement comes on the new connection.
     Reconnect(String),
-    /// After this long, call [`SessionCore::reply_grace_over`] with this number (the reply to
-    /// the person's turn did not begin: see `later.rs`).
-    WakeAfter(Duration, u64),
+    /// After this long, call [`SessionCore::woke`] with this (a wait of `later.rs` is over).
+    WakeAfter(Duration, Wake),
 }
 
 /// One call of a registered tool to run.

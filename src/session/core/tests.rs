@@ -3,7 +3,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::domain::call::{ToolAnswer, ToolResult};
+use crate::domain::call::{Scheduling, ToolAnswer, ToolResult};
 use crate::domain::images::ToolImage;
 use crate::domain::tool::test_tools;
 use crate::events::{EventSettings, Subscription};
@@ -636,4 +636,67 @@ fn calls_running_when_the_connection_ends_are_announced_as_cancelled() {
     let result = output(&run.call, "1", Vec::new());
     core.answered(run.ticket, result);
     assert!(core.take_effects().is_empty());
+}
+
+#[test]
+fn things_ready_together_ask_for_one_response_until_it_begins_or_its_grace_passes() {
+    let mut core = interruptible(ConnectionKind::Client, true, &hub());
+    let creates = |frames: &[Value]| {
+        frames
+            .iter()
+            .filter(|f| f["type"] == "response.create")
+            .count()
+    };
+    let take = |core: &mut SessionCore| {
+        let effects = core.take_effects();
+        let frames: Vec<Value> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Upstream(text) => Some(serde_json::from_str(text).unwrap()),
+                _ => None,
+            })
+            .collect();
+        let wakes: Vec<Wake> = effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::WakeAfter(_, wake) => Some(*wake),
+                _ => None,
+            })
+            .collect();
+        (frames, wakes)
+    };
+    for n in 0..100 {
+        core.add_context(&format!("news {n}"), Some(Scheduling::WhenIdle))
+            .unwrap();
+    }
+    let (frames, wakes) = take(&mut core);
+    assert_eq!(creates(&frames), 1, "one ask for all hundred");
+    assert_eq!(wakes, [Wake::ResponseStart(1)]);
+    assert_eq!(core.floor.state(), Conversation::ResponseAsked);
+
+    // It begins: it covers them all; more news while it runs waits for its end.
+    core.on_upstream(r#"{"type":"response.created","response":{"id":"r1"}}"#);
+    core.add_context("late news", Some(Scheduling::WhenIdle))
+        .unwrap();
+    core.woke(Wake::ResponseStart(1));
+    assert_eq!(creates(&take(&mut core).0), 0);
+    core.on_upstream(&response_done("r1", "completed", &[]));
+    assert_eq!(
+        creates(&take(&mut core).0),
+        1,
+        "the late news, once r1 ended"
+    );
+
+    // An ask that never begins (the model refused it) holds the floor only for its grace.
+    core.add_context("more", Some(Scheduling::WhenIdle))
+        .unwrap();
+    assert_eq!(creates(&take(&mut core).0), 0);
+    core.woke(Wake::ResponseStart(2));
+    assert_eq!(creates(&take(&mut core).0), 1);
+    // An interrupting item while an ask has not begun: the ask covers it.
+    core.add_context("urgent", Some(Scheduling::Interrupt))
+        .unwrap();
+    let (frames, _) = take(&mut core);
+    assert_eq!(creates(&frames), 0);
+    assert!(!frames.iter().any(|f| f["type"] == "response.cancel"));
 }
