@@ -12,12 +12,14 @@ use serde::Deserialize;
 use crate::actors::settings::CharacterSettings;
 use crate::chat::settings::FileChat;
 use crate::dispatch::settings::{DispatchSettings, FileDispatch};
+use crate::domain::ownership::TokenPolicy;
 use crate::events::EventSettings;
 use crate::mcp::settings::{
     FileMcpEndpoint, FileMcpServer, McpEndpointSettings, McpServerSettings, servers_from_file,
 };
 use crate::observe::trace::TraceSettings;
 use crate::session::settings::FileSession;
+use crate::state::settings::{FileState, StateSettings};
 
 /// Where the server listens unless told otherwise: loopback only, a fixed port plugins know.
 pub(crate) const DEFAULT_BIND: &str = "127.0.0.1:48911";
@@ -53,6 +55,12 @@ pub struct Settings {
     /// Span export (not in the file: the standard `OTEL_*` variables, which the binary reads
     /// with [`TraceSettings::from_env`]); off by default.
     pub trace: TraceSettings,
+    /// `[security] plugin_tokens`: whether every change a plugin makes needs an
+    /// `X-Plugin-Token` (`required`) or only changes to sources bound to one (`optional`).
+    pub plugin_tokens: TokenPolicy,
+    /// `[state]` (or `--state FILE`): where registrations are kept across restarts; off by
+    /// default.
+    pub state: StateSettings,
 }
 
 impl Default for Settings {
@@ -69,6 +77,8 @@ impl Default for Settings {
             mcp_servers: Vec::new(),
             mcp_endpoint: McpEndpointSettings::default(),
             trace: TraceSettings::default(),
+            plugin_tokens: TokenPolicy::default(),
+            state: StateSettings::default(),
         }
     }
 }
@@ -87,6 +97,19 @@ struct FileConfig {
     mcp_server: Vec<FileMcpServer>,
     #[serde(default)]
     mcp_endpoint: FileMcpEndpoint,
+    #[serde(default)]
+    security: FileSecurity,
+    #[serde(default)]
+    state: FileState,
+}
+
+/// `[security]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileSecurity {
+    /// `"optional"` (the default) or `"required"`.
+    #[serde(default)]
+    plugin_tokens: TokenPolicy,
 }
 
 #[derive(Debug, Deserialize)]
@@ -124,6 +147,8 @@ impl Settings {
         }
         settings.dispatch = file.dispatch.into_settings()?;
         settings.mcp_endpoint = file.mcp_endpoint.into_settings()?;
+        settings.plugin_tokens = file.security.plugin_tokens;
+        settings.state = file.state.into_settings()?;
         settings.characters = Vec::with_capacity(file.character.len());
         for (i, c) in file.character.into_iter().enumerate() {
             settings

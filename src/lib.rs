@@ -26,6 +26,7 @@
 //!   through.
 //! - `observe`: metrics (`GET /metrics`), the recent calls (`GET /api/calls`) and OpenTelemetry
 //!   spans.
+//! - `state`: the durable registrations of `--state FILE` (a `redb` store).
 //! - `domain`: plain values and rules (tools, arguments, calls, callback URLs, registries); it
 //!   imports nothing of the actor system or the web framework.
 //! - `telemetry`: logging.
@@ -47,6 +48,7 @@ mod mcp;
 mod observe;
 mod session;
 mod startup;
+mod state;
 pub mod telemetry;
 
 // The application seam and its settings.
@@ -54,12 +56,14 @@ pub use actors::settings::CharacterSettings;
 pub use chat::settings::ChatSettings;
 pub use config::{Settings, parse_bind};
 pub use dispatch::settings::DispatchSettings;
+pub use domain::ownership::{OwnershipError, TokenPolicy};
 pub use events::{EventHub, EventKind, EventSettings};
 pub use mcp::settings::{McpEndpointSettings, McpServerSettings, McpTransport};
 pub use observe::Observer;
 pub use observe::trace::TraceSettings;
 pub use session::settings::{Dialect, SessionMode, SessionProtocol, SessionSettings};
 pub use startup::{Application, Stopper};
+pub use state::settings::StateSettings;
 
 // The router and the messages it takes.
 pub use actors::change::{ChangeFailure, ChangeReport, RoleFailure};

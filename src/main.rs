@@ -56,6 +56,10 @@ struct ServeArgs {
     /// A character; repeat for several. Replaces the configured character list.
     #[arg(long = "character", value_name = "NAME")]
     characters: Vec<String>,
+    /// Keep registrations in this file across restarts (overrides `[state] path`): each change
+    /// is durable before it is answered, and restored tools wait, dormant, for their callback.
+    #[arg(long, value_name = "FILE")]
+    state: Option<PathBuf>,
     /// HTTP worker threads (default: one per CPU).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     workers: Option<u16>,
@@ -97,6 +101,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         settings.set_characters(args.characters)?;
     }
     settings.workers = args.workers.map(usize::from);
+    if let Some(state) = args.state {
+        settings.state.path = Some(state);
+    }
     // Span export is switched on by the standard OpenTelemetry variables.
     settings.trace = runtime_tools::TraceSettings::from_env();
 

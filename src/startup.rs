@@ -13,16 +13,19 @@ use actix_web::{App, HttpServer, middleware, web};
 use anyhow::Context;
 use socket2::{Domain, Socket, Type};
 
-use crate::actors::router::{CloseAllConnections, Router, ShareDirectory, WatchClears};
+use crate::actors::router::{CloseAllConnections, Keeping, Router, ShareDirectory, WatchClears};
 use crate::api::{self, AppState};
 use crate::config::Settings;
 use crate::dispatch::Dispatcher;
+use crate::domain::dormant::DormantTool;
+use crate::domain::ownership::{SharedOwners, TokenHash};
 use crate::events::EventHub;
 use crate::mcp::client::McpClient;
 use crate::mcp::http_serve::McpEndpoint;
 use crate::mcp::runtime::{CloseMcpPlugins, McpPlugins};
 use crate::mcp::status::McpBoard;
 use crate::observe::Observer;
+use crate::state::StateStore;
 
 /// Pending connections the kernel queues for us: enough for bursts of plugin start-ups and
 /// benchmark clients.
@@ -140,10 +143,15 @@ impl Application {
         }
         let observer = Observer::new(&settings.trace)?;
         let events = EventHub::with_observer(&settings.events, observer);
-        let (router, dispatcher) = Router::launch(
+        let owners = SharedOwners::new(settings.plugin_tokens);
+        let keeping = keep_state(&settings, owners.clone(), local_addr)?;
+        let restored = keeping.dormant.len();
+        let keeps_state = keeping.store.is_some();
+        let (router, dispatcher) = Router::launch_keeping(
             settings.characters.clone(),
             &settings.dispatch,
             events.clone(),
+            keeping,
         );
         // One supervised client per MCP server: each registers its server's tools through the
         // router as soon as it has listed them.
@@ -171,6 +179,7 @@ impl Application {
             directory.clone(),
             mcp.clone(),
             settings.dispatch.max_response_bytes,
+            owners.clone(),
         );
         router
             .send(WatchClears(mcp_plugins.clone().recipient()))
@@ -192,6 +201,9 @@ impl Application {
             mcp_plugins: mcp_plugins.clone(),
             mcp_endpoint: mcp_endpoint.clone(),
             local_addr,
+            owners,
+            keeps_state,
+            restored,
         });
 
         let mut server = HttpServer::new(move || {
@@ -321,4 +333,48 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)?;
     socket.set_nonblocking(true)?;
     Ok(socket.into())
+}
+
+/// Opens the state store when the settings name one, binds the sources it recorded to their
+/// token hashes, and reads back its tools (each with the registration parser, as when it was
+/// registered) to be restored dormant. A tool of a character that is no longer configured, or
+/// one this version no longer accepts, is left out with a warning.
+fn keep_state(
+    settings: &Settings,
+    owners: SharedOwners,
+    local_addr: SocketAddr,
+) -> anyhow::Result<Keeping> {
+    let mut keeping = Keeping {
+        owners,
+        store: None,
+        dormant: Vec::new(),
+        dormant_ttl: settings.state.dormant_ttl,
+    };
+    let Some(path) = &settings.state.path else {
+        return Ok(keeping);
+    };
+    let (store, restored) = StateStore::open(path)?;
+    keeping.owners.with(|owners| {
+        for (source, hash) in restored.owners {
+            owners.restore(source, TokenHash::from_bytes(hash));
+        }
+    });
+    for (character, name, stored) in restored.tools {
+        if !settings.characters.iter().any(|c| c.name == character) {
+            tracing::warn!(%character, %name, "a stored tool's character is not configured: not restored");
+            continue;
+        }
+        match api::restore_tool(&stored.body, local_addr) {
+            Ok(tool) => keeping.dormant.push(DormantTool {
+                character,
+                tool: std::sync::Arc::new(tool),
+            }),
+            Err(e) => {
+                tracing::warn!(%character, %name, "a stored tool could not be read again: {e}");
+            }
+        }
+    }
+    tracing::info!(path = %path.display(), restored = keeping.dormant.len(), "state store opened");
+    keeping.store = Some(store);
+    Ok(keeping)
 }

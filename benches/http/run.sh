@@ -32,6 +32,9 @@
 #              a route that answers at once and one that first asks an actor), with the actor on
 #              the system thread (as the router) or on the first HTTP worker, at 2 and 1 workers.
 #              Not in the default list: run it by name.
+#   state      register at CONNS connections, 1 character, without and with --state (every change
+#              durable before its answer), one run of each in turn, RUNS times, each on a fresh
+#              server (and a fresh state file). Not in the default list: run it by name.
 #   (default: all of them, the floor first)
 # The server logs at its default level (info) to a file unless RUST_LOG says otherwise.
 # env: RUNS=3 DURATION=10s CONNS=16 WARMUP=2s WRK_CHECK=1 LIST_TOOLS=26 PORT=48999
@@ -71,6 +74,7 @@ server_start() {  # server_start CHARACTERS [WORKERS]
   local args=(serve --bind "127.0.0.1:$PORT") k
   for k in $(seq 0 $(($1 - 1))); do args+=(--character "role$k"); done
   if [ -n "${2:-}" ]; then args+=(--workers "$2"); fi
+  if [ -n "${STATE_FILE:-}" ]; then args+=(--state "$STATE_FILE"); fi
   serve "$BIN" "${args[@]}"
 }
 serve() {  # serve PROGRAM ARGS...: starts it as SERVER_PID, waits for its "listening on" line
@@ -134,6 +138,21 @@ register_suite() {  # register_suite CHARACTERS [WORKERS]
   post /api/tools/unregister '{"name":"tool_probe","role":null}' >/dev/null
   measure "register-c$1${2:+-w$2}" "$HERE/register.lua" "$BASE" "$SERVER_PID"
   server_stop
+}
+
+state_suite() {  # alternated: a run without the store, a run with it, RUNS times
+  local r runs=$RUNS
+  RUNS=1
+  for r in $(seq 1 "$runs"); do
+    server_start 1
+    measure register-nostate "$HERE/register.lua" "$BASE" "$SERVER_PID"
+    server_stop
+    rm -f "$WORK/state.redb"
+    STATE_FILE="$WORK/state.redb" server_start 1
+    measure register-state "$HERE/register.lua" "$BASE" "$SERVER_PID"
+    server_stop
+  done
+  RUNS=$runs
 }
 
 invoke_suite() {  # invoke_suite [WORKERS]
@@ -262,6 +281,7 @@ for suite in "${SUITES[@]}"; do
     callpath-export) callpath_export_suite ;;
     chat) chat_suite ;;
     hop) hop_suite ;;
+    state) state_suite ;;
     *) echo "unknown suite $suite" >&2; exit 2 ;;
   esac
 done

@@ -11,10 +11,12 @@ use utoipa::ToSchema;
 use super::body::JsonObject;
 use super::error::{ApiError, BodyRouteErrors, ErrorBody};
 use super::requests::{ContextRequest, ProgressRequest};
+use super::token::PluginToken;
 use super::{AppState, ask_router};
 use crate::actors::change::RoleFailure;
 use crate::actors::router::AddContextTo;
 use crate::dispatch::CallProgress;
+use crate::domain::ownership::Credential;
 use crate::domain::role::RoleName;
 use crate::events::ToolProgress;
 use crate::session::AddContext;
@@ -39,20 +41,26 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     responses(
         (status = 200, description = "Reported", body = ProgressResponse),
         BodyRouteErrors,
+        (status = 401, description = "No `X-Plugin-Token`, and the server requires one", body = ErrorBody),
         (status = 404, description = "No call of this id is running", body = ErrorBody),
     )
 )]
 async fn progress(
     state: web::Data<AppState>,
     call_id: web::Path<String>,
+    PluginToken(token): PluginToken,
     JsonObject(body): JsonObject,
 ) -> Result<HttpResponse, ApiError> {
     let request = ProgressRequest::parse(&body).map_err(ApiError::Validation)?;
     let call_id = call_id.into_inner();
+    let who = Credential::Plugin(token);
+    // A server that requires a token says so before it says whether the call runs.
+    state.owners.authorize(who, None, None)?;
     let not_running = || ApiError::NotFound(format!("no call with call_id {call_id} is running"));
     let Some(place) = state.dispatcher.board().find(&call_id) else {
         return Err(not_running());
     };
+    state.owners.authorize(who, [place.source.as_str()], None)?;
     let delivered = match &place.session {
         Some(session) => {
             let told = session

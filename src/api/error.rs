@@ -9,6 +9,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::actors::router::RouterError;
+use crate::domain::ownership::OwnershipError;
 use crate::mcp::http_serve::McpEndpointError;
 use crate::mcp::runtime::McpPluginError;
 
@@ -83,7 +84,11 @@ impl FieldError {
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ApiError {
-    /// 403: not a loopback caller, or a foreign `Host`.
+    /// 401: a change without the `X-Plugin-Token` the configuration requires.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// 403: not a loopback caller, or a foreign `Host`; a change to a source another plugin's
+    /// token owns.
     #[error("{0}")]
     Forbidden(String),
     /// 404: an unknown role or tool, or an unknown route.
@@ -141,11 +146,21 @@ impl From<RouterError> for ApiError {
                 )])
             }
             RouterError::TooManyAttachments { .. } => ApiError::Conflict(e.to_string()),
+            RouterError::Ownership(e) => e.into(),
             // Character lifecycle errors have no HTTP route today.
             RouterError::DuplicateCharacter(_)
             | RouterError::InvalidSession { .. }
             | RouterError::ManagerUnavailable(_)
             | RouterError::Stopping => ApiError::Unavailable(e.to_string()),
+        }
+    }
+}
+
+impl From<OwnershipError> for ApiError {
+    fn from(e: OwnershipError) -> Self {
+        match e {
+            OwnershipError::TokenRequired => ApiError::Unauthorized(e.to_string()),
+            OwnershipError::NotOwner { .. } => ApiError::Forbidden(e.to_string()),
         }
     }
 }
@@ -181,6 +196,7 @@ impl From<McpEndpointError> for ApiError {
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
         match self {
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,

@@ -86,6 +86,7 @@ async fn invoke(
         Where {
             role: resolved.role.to_string(),
             tool: resolved.tool.name.clone(),
+            source: resolved.tool.source.clone(),
             session: None,
         },
     );

@@ -34,6 +34,7 @@ use super::error::{
     ApiError, BodyRouteErrors, ErrorBody, FieldError, JsonRpcErrorBody, McpHttpError, rpc_code,
 };
 use super::requests::{McpRegisterRequest, McpUnregisterRequest};
+use super::token::PluginToken;
 use crate::actors::change::RoleFailure;
 use crate::domain::role::RoleName;
 use crate::mcp::exact::{self, CallArguments};
@@ -112,12 +113,14 @@ pub(crate) struct McpResponse {
     responses(
         (status = 200, description = "Registered; `ok` is false (with `error`, and `stage` when the server could not be reached) when nothing was registered or no role accepted the tools", body = McpRegisterResponse),
         BodyRouteErrors,
+        (status = 401, description = "No `X-Plugin-Token`, and the server requires one ([security] plugin_tokens = \"required\")", body = ErrorBody),
         (status = 404, description = "`role` names no character", body = ErrorBody),
         (status = 503, description = "The tool router or the MCP registry did not answer; retry (registration is idempotent)", body = ErrorBody),
     )
 )]
 async fn register(
     state: web::Data<AppState>,
+    PluginToken(token): PluginToken,
     JsonObject(body): JsonObject,
 ) -> Result<HttpResponse, ApiError> {
     let request = McpRegisterRequest::parse(&body, state.local_addr, |name| {
@@ -128,12 +131,13 @@ async fn register(
     let wait = request.server.timeout + super::ROUTER_REPLY_TIMEOUT + REGISTER_MARGIN;
     let registered = state
         .mcp_plugins
-        .send(RegisterMcpServer(request.server))
+        .send(RegisterMcpServer(request.server, token))
         .timeout(wait)
         .await
         .map_err(unavailable)??;
     Ok(HttpResponse::Ok().json(McpRegisterResponse {
         ok: registered.ok(),
+        instance_id: state.events.instance_id().to_owned(),
         registered: name,
         tools: registered.tools,
         skipped: registered.skipped,
@@ -161,6 +165,8 @@ fn unavailable(e: MailboxError) -> ApiError {
 pub(crate) struct McpRegisterResponse {
     /// False when nothing was registered, or no role accepted the tools.
     pub ok: bool,
+    /// This server instance's id: a new one means the server restarted.
+    pub instance_id: String,
     /// The server's name.
     pub registered: String,
     /// The tools registered, in the server's order.
@@ -195,11 +201,13 @@ pub(crate) struct McpRegisterResponse {
     responses(
         (status = 200, description = "Done; `removed` says whether a server of that name was registered", body = McpUnregisterResponse),
         BodyRouteErrors,
+        (status = 401, description = "No `X-Plugin-Token`, and the server requires one ([security] plugin_tokens = \"required\")", body = ErrorBody),
         (status = 503, description = "The tool router or the MCP registry did not answer; retry (unregister is idempotent)", body = ErrorBody),
     )
 )]
 async fn unregister(
     state: web::Data<AppState>,
+    PluginToken(token): PluginToken,
     JsonObject(body): JsonObject,
 ) -> Result<HttpResponse, ApiError> {
     let request = McpUnregisterRequest::parse(&body, |name| state.mcp.is_configured(name))
@@ -208,6 +216,7 @@ async fn unregister(
         .mcp_plugins
         .send(UnregisterMcpServer {
             name: request.name.clone(),
+            token,
         })
         .timeout(UNREGISTER_TIMEOUT)
         .await
@@ -215,6 +224,7 @@ async fn unregister(
     let report = unregistered.report;
     Ok(HttpResponse::Ok().json(McpUnregisterResponse {
         ok: unregistered.removed || report.failed_roles.is_empty(),
+        instance_id: state.events.instance_id().to_owned(),
         removed: unregistered.removed,
         name: request.name,
         affected_roles: report.affected_roles,
@@ -227,6 +237,8 @@ async fn unregister(
 pub(crate) struct McpUnregisterResponse {
     /// True unless some role failed and nothing was removed.
     pub ok: bool,
+    /// This server instance's id: a new one means the server restarted.
+    pub instance_id: String,
     /// Whether a server of that name was registered.
     pub removed: bool,
     pub name: String,

@@ -13,6 +13,7 @@ pub(crate) mod error;
 mod events;
 mod gemini;
 pub(crate) mod guard;
+mod health;
 mod inspector;
 mod invoke;
 mod mcp;
@@ -24,6 +25,7 @@ pub(crate) mod realtime;
 mod reports;
 pub(crate) mod requests;
 mod sessions;
+mod token;
 mod tools;
 
 use std::time::Duration;
@@ -33,6 +35,7 @@ use actix_web::{HttpResponse, web};
 
 use crate::actors::router::{Directory, MANAGER_REPLY_TIMEOUT, Router};
 use crate::dispatch::Dispatcher;
+use crate::domain::ownership::SharedOwners;
 use crate::events::EventHub;
 use crate::mcp::http_serve::McpEndpoint;
 use crate::mcp::runtime::McpPlugins;
@@ -73,6 +76,13 @@ pub(crate) struct AppState {
     pub mcp_endpoint: McpEndpoint,
     /// The address the server listens on: register refuses callbacks that point here.
     pub local_addr: std::net::SocketAddr,
+    /// Which sources are bound to a plugin's token (the router's): progress for a call passes it.
+    pub owners: SharedOwners,
+    /// Whether registrations are kept in a state store (`--state`): a registration's body is
+    /// then passed on for it.
+    pub keeps_state: bool,
+    /// How many tools were restored from the state store at start.
+    pub restored: usize,
 }
 
 /// The whole route tree.
@@ -87,6 +97,7 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
         .configure(events::configure)
         .configure(mcp::configure)
         .configure(observe::configure)
+        .configure(health::configure)
         .configure(openapi::configure)
         .configure(inspector::configure);
 }
@@ -148,5 +159,25 @@ where
                     .into(),
             ),
             MailboxError::Closed => ApiError::Unavailable("the tool router has stopped".into()),
+        })
+}
+
+/// A tool read back from the state store: its stored registration body, read by the same
+/// parser as a new registration (so a field a later version added is read the same way). The
+/// error names the fields that fail.
+pub(crate) fn restore_tool(
+    body: &str,
+    local_addr: std::net::SocketAddr,
+) -> Result<crate::domain::tool::ToolSpec, String> {
+    let body: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(body).map_err(|e| format!("not a JSON object: {e}"))?;
+    requests::RegisterRequest::parse(body, local_addr)
+        .map(|request| request.tool)
+        .map_err(|fields| {
+            fields
+                .iter()
+                .map(|f| format!("{}: {}", f.loc.join("."), f.msg))
+                .collect::<Vec<_>>()
+                .join("; ")
         })
 }

@@ -19,6 +19,7 @@ use super::error::{
     OpenAiErrorDetail, ValidationErrorBody,
 };
 use super::events;
+use super::health::{self, HealthResponse};
 use super::invoke::{self, InvokeBody, InvokeImage, InvokeResponse};
 use super::mcp::{
     self, McpRegisterBody, McpRegisterResponse, McpResponse, McpUnregisterBody,
@@ -81,6 +82,7 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         chat::list_models,
         observe::metrics,
         observe::calls,
+        health::health,
         openapi_document,
     ),
     components(schemas(
@@ -123,6 +125,7 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         McpStage,
         McpUnregisterBody,
         McpUnregisterResponse,
+        HealthResponse,
         JsonRpcErrorBody,
         JsonRpcErrorDetail,
         ChatReport,

@@ -12,9 +12,12 @@ use utoipa::ToSchema;
 use super::body::JsonObject;
 use super::error::{ApiError, BodyRouteErrors, ErrorBody, ValidationErrorBody};
 use super::requests::{ClearRequest, RegisterRequest, UnregisterRequest};
+use super::token::PluginToken;
 use super::{AppState, ask_router};
 use crate::actors::change::{ChangeReport, RoleFailure};
-use crate::actors::router::{ClearSource, RegisterTool, RoleTools, UnregisterTool};
+use crate::actors::router::{
+    ChangeRequest, ClearSource, PluginChange, RegisterTool, RoleTools, UnregisterTool,
+};
 use crate::dispatch::LOCAL_TOOL_TIMEOUT;
 use crate::domain::role::RoleName;
 use crate::domain::tool::Behavior;
@@ -28,6 +31,17 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
                 .app_data(super::query_config())
                 .route(super::read_route().to(list)),
         );
+}
+
+/// A registration's body as the store keeps it: without `role` (a restored tool belongs to the
+/// character it is stored under).
+fn stored_body(body: &Map<String, Value>) -> String {
+    let kept: Map<String, Value> = body
+        .iter()
+        .filter(|(key, _)| key.as_str() != "role")
+        .map(|(key, value)| (key.clone(), value.clone()))
+        .collect();
+    Value::Object(kept).to_string()
 }
 
 /// What no role accepting a registration reports in `error`.
@@ -44,27 +58,37 @@ const NO_ROLE_ACCEPTED: &str = "no role accepted the registration";
     responses(
         (status = 200, description = "Applied; `ok` is false (with `error`) when no role accepted it", body = RegisterResponse),
         BodyRouteErrors,
+        (status = 401, description = "No `X-Plugin-Token`, and the server requires one ([security] plugin_tokens = \"required\")", body = ErrorBody),
         (status = 404, description = "`role` names no character", body = ErrorBody),
         (status = 503, description = "The router did not answer; retry (registration is idempotent)", body = ErrorBody),
     )
 )]
 async fn register(
     state: web::Data<AppState>,
+    PluginToken(token): PluginToken,
     JsonObject(body): JsonObject,
 ) -> Result<HttpResponse, ApiError> {
+    // What the state store keeps: the body as sent, read again by this parser on restore.
+    let record = state.keeps_state.then(|| stored_body(&body));
     let request = RegisterRequest::parse(body, state.local_addr).map_err(ApiError::Validation)?;
     let name = request.tool.name.clone();
+    let register = RegisterTool {
+        tool: request.tool,
+        role: request.role,
+    };
     let report = ask_router(
         &state,
-        RegisterTool {
-            tool: request.tool,
-            role: request.role,
+        PluginChange {
+            request: ChangeRequest::Register(register),
+            token,
+            record,
         },
     )
     .await??;
     let ok = !report.affected_roles.is_empty();
     Ok(HttpResponse::Ok().json(RegisterResponse {
         ok,
+        instance_id: state.events.instance_id().to_owned(),
         registered: name,
         affected_roles: report.affected_roles,
         failed_roles: report.failed_roles,
@@ -77,6 +101,8 @@ async fn register(
 pub(crate) struct RegisterResponse {
     /// False only when no role accepted the registration.
     pub ok: bool,
+    /// This server instance's id (`GET /api/health`): a new one means the server restarted.
+    pub instance_id: String,
     /// The tool's name.
     pub registered: String,
     /// Characters that now have the tool (and whose session acknowledged it).
@@ -99,26 +125,34 @@ pub(crate) struct RegisterResponse {
     responses(
         (status = 200, description = "Done; `removed` says whether any role had the tool", body = UnregisterResponse),
         BodyRouteErrors,
+        (status = 401, description = "No `X-Plugin-Token`, and the server requires one ([security] plugin_tokens = \"required\")", body = ErrorBody),
         (status = 404, description = "`role` names no character", body = ErrorBody),
         (status = 503, description = "The router did not answer; retry (unregister is idempotent)", body = ErrorBody),
     )
 )]
 async fn unregister(
     state: web::Data<AppState>,
+    PluginToken(token): PluginToken,
     JsonObject(body): JsonObject,
 ) -> Result<HttpResponse, ApiError> {
     let request = UnregisterRequest::parse(&body).map_err(ApiError::Validation)?;
+    let unregister = UnregisterTool {
+        name: request.name.clone(),
+        role: request.role,
+    };
     let report = ask_router(
         &state,
-        UnregisterTool {
-            name: request.name.clone(),
-            role: request.role,
+        PluginChange {
+            request: ChangeRequest::Unregister(unregister),
+            token,
+            record: None,
         },
     )
     .await??;
     let removed = report.removed > 0;
     Ok(HttpResponse::Ok().json(UnregisterResponse {
         ok: removal_ok(&report),
+        instance_id: state.events.instance_id().to_owned(),
         removed,
         name: request.name,
         affected_roles: report.affected_roles,
@@ -136,6 +170,8 @@ fn removal_ok(report: &ChangeReport) -> bool {
 pub(crate) struct UnregisterResponse {
     /// True unless some role failed and nothing was removed.
     pub ok: bool,
+    /// This server instance's id: a new one means the server restarted.
+    pub instance_id: String,
     /// Whether any role had the tool.
     pub removed: bool,
     pub name: String,
@@ -154,25 +190,33 @@ pub(crate) struct UnregisterResponse {
     responses(
         (status = 200, description = "Done; `removed` counts the registry entries dropped", body = ClearResponse),
         BodyRouteErrors,
+        (status = 401, description = "No `X-Plugin-Token`, and the server requires one ([security] plugin_tokens = \"required\")", body = ErrorBody),
         (status = 404, description = "`role` names no character", body = ErrorBody),
         (status = 503, description = "The router did not answer; retry (clear is idempotent)", body = ErrorBody),
     )
 )]
 async fn clear(
     state: web::Data<AppState>,
+    PluginToken(token): PluginToken,
     JsonObject(body): JsonObject,
 ) -> Result<HttpResponse, ApiError> {
     let request = ClearRequest::parse(&body).map_err(ApiError::Validation)?;
+    let clear = ClearSource {
+        source: request.source.clone(),
+        role: request.role,
+    };
     let report = ask_router(
         &state,
-        ClearSource {
-            source: request.source.clone(),
-            role: request.role,
+        PluginChange {
+            request: ChangeRequest::Clear(clear),
+            token,
+            record: None,
         },
     )
     .await??;
     Ok(HttpResponse::Ok().json(ClearResponse {
         ok: removal_ok(&report),
+        instance_id: state.events.instance_id().to_owned(),
         removed: report.removed,
         source: request.source,
         affected_roles: report.affected_roles,
@@ -185,6 +229,8 @@ async fn clear(
 pub(crate) struct ClearResponse {
     /// True unless some role failed and nothing was removed.
     pub ok: bool,
+    /// This server instance's id: a new one means the server restarted.
+    pub instance_id: String,
     /// Registry entries removed, summed over characters.
     pub removed: usize,
     pub source: String,
@@ -238,6 +284,7 @@ async fn list(
         tools_by_role: ToolsByRole {
             roles: &roles,
             full: detail == Some(Detail::Full),
+            states: state.keeps_state,
         },
     })
     .map_err(|e| ApiError::Unavailable(format!("listing could not be encoded: {e}")))?;
@@ -260,6 +307,8 @@ struct ToolsByRole<'a> {
     roles: &'a [RoleTools],
     /// `?detail=full`: with each tool's parameters and timeout.
     full: bool,
+    /// Whether each tool says whether it is active or dormant (the server keeps state).
+    states: bool,
 }
 
 /// One listed tool.
@@ -286,6 +335,12 @@ pub(crate) struct ToolView<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, required = false, nullable = false)]
     behavior: Option<Behavior>,
+    /// Only when the server keeps state (`--state`): `active`, given to the models, or
+    /// `dormant`, restored from the state store and waiting for its callback to accept
+    /// connections (given to no model until then).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, required = false, nullable = false, pattern = "^(active|dormant)$")]
+    state: Option<&'static str>,
 }
 
 impl Serialize for ToolsByRole<'_> {
@@ -293,10 +348,11 @@ impl Serialize for ToolsByRole<'_> {
         use serde::ser::SerializeMap;
         let mut map = serializer.serialize_map(Some(self.roles.len()))?;
         for role in self.roles {
-            let views: Vec<ToolView<'_>> = role
-                .tools
-                .tools()
-                .map(|t| ToolView {
+            let active = role.tools.tools().map(|t| (t, "active"));
+            let dormant = role.dormant.iter().map(|t| (t, "dormant"));
+            let views: Vec<ToolView<'_>> = active
+                .chain(dormant)
+                .map(|(t, state)| ToolView {
                     name: &t.name,
                     description: &t.description,
                     source: &t.source,
@@ -307,6 +363,7 @@ impl Serialize for ToolsByRole<'_> {
                         .full
                         .then(|| t.timeout().unwrap_or(LOCAL_TOOL_TIMEOUT).as_secs_f64()),
                     behavior: self.full.then_some(t.behavior),
+                    state: self.states.then_some(state),
                 })
                 .collect();
             map.serialize_entry(&role.role, &views)?;

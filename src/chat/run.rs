@@ -515,6 +515,7 @@ impl<C: WireConversation> Driver<C> {
                             Where {
                                 role: self.ctx.role.clone(),
                                 tool: tool.name.clone(),
+                                source: tool.source.clone(),
                                 session: None,
                             },
                         );

@@ -26,6 +26,9 @@ pub(crate) struct CallProgress {
 pub(crate) struct Where {
     pub role: String,
     pub tool: String,
+    /// The tool's source: a progress report for a call of a source bound to a plugin's token
+    /// needs that token.
+    pub source: String,
     /// The live session that tells its model; `None` for text chat.
     pub session: Option<Recipient<CallProgress>>,
 }
@@ -95,6 +98,7 @@ mod tests {
         Where {
             role: "A".into(),
             tool: tool.into(),
+            source: "plugin:x".into(),
             session: None,
         }
     }

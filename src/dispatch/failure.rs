@@ -141,7 +141,7 @@ async fn connection_lost(endpoint: &RemoteEndpoint, what: impl fmt::Display) -> 
 }
 
 /// Opens (and at once closes) a TCP connection to `url`'s host and port.
-async fn probe(url: &Url) -> io::Result<()> {
+pub(crate) async fn probe(url: &Url) -> io::Result<()> {
     let port = url.port_or_known_default().unwrap_or(80);
     let connect = async {
         match url.host() {

@@ -33,6 +33,7 @@ use crate::observe::Observer;
 use crate::observe::trace::inject;
 
 use self::body::BodySink;
+pub(crate) use self::failure::probe;
 use self::failure::{CallFailure, body_failure, send_failure};
 
 mod board;

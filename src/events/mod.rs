@@ -189,6 +189,8 @@ pub enum ChangeOp {
     AutoRemoved,
     /// An MCP server's tools were (re)listed, changed, or removed when it went away.
     Mcp,
+    /// Restored tools whose callback accepted a connection again were given to the models.
+    Restored,
 }
 
 impl ChangeOp {
@@ -200,6 +202,7 @@ impl ChangeOp {
             ChangeOp::Clear => "clear",
             ChangeOp::AutoRemoved => "auto_removed",
             ChangeOp::Mcp => "mcp",
+            ChangeOp::Restored => "restored",
         }
     }
 }
@@ -350,6 +353,11 @@ impl EventHub {
     /// This server instance's id (random per start).
     pub fn instance_id(&self) -> &str {
         &self.inner.instance_id
+    }
+
+    /// When this server instance started (RFC 3339, UTC).
+    pub fn started_at(&self) -> &str {
+        &self.inner.started_at
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {

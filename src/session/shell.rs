@@ -234,6 +234,7 @@ pub(crate) fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
                 let place = Where {
                     role: act.link().core.character().to_owned(),
                     tool: tool.name.clone(),
+                    source: tool.source.clone(),
                     session: Some(ctx.address().recipient()),
                 };
                 let link = act.link();

@@ -174,7 +174,7 @@ impl Child {
     }
 
     /// Everything the child wrote to stderr (waits for it to exit).
-    fn stderr_after_exit(&mut self) -> String {
+    pub fn stderr_after_exit(&mut self) -> String {
         if self.exited.is_none() {
             self.kill();
         }

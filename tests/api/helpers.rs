@@ -96,7 +96,8 @@ impl TestApp {
         format!("{}{}", self.base, path)
     }
 
-    /// POSTs a JSON body; returns the status and the JSON answer.
+    /// POSTs a JSON body; returns the status and the JSON answer (a change's answer without
+    /// its `instance_id`, checked by [`without_instance_id`]).
     pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         let mut response = self
             .client
@@ -106,7 +107,10 @@ impl TestApp {
             .expect("request sent");
         let status = response.status().as_u16();
         let bytes = response.body().limit(64 << 20).await.expect("body read");
-        (status, parse_json(&bytes))
+        (
+            status,
+            without_instance_id(path, status, parse_json(&bytes)),
+        )
     }
 
     /// POSTs raw bytes with the given Content-Type (or none).
@@ -162,6 +166,32 @@ impl TestApp {
         }
         Value::Object(out)
     }
+}
+
+/// The routes that change tools: each answer (200) carries the server's `instance_id`.
+pub const CHANGE_ROUTES: [&str; 5] = [
+    "/api/tools/register",
+    "/api/tools/unregister",
+    "/api/tools/clear",
+    "/api/mcp/register",
+    "/api/mcp/unregister",
+];
+
+/// A change's answer with its `instance_id` checked (32 hex digits) and taken out, so a test can
+/// compare the rest exactly; any other answer as it is.
+pub fn without_instance_id(path: &str, status: u16, mut answer: Value) -> Value {
+    if status == 200 && CHANGE_ROUTES.contains(&path) {
+        let id = answer
+            .as_object_mut()
+            .and_then(|o| o.remove("instance_id"))
+            .unwrap_or_else(|| panic!("{path} answered without instance_id"));
+        let id = id.as_str().expect("instance_id is a string");
+        assert!(
+            id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{id}"
+        );
+    }
+    answer
 }
 
 pub fn parse_json(bytes: &[u8]) -> Value {

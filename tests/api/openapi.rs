@@ -42,7 +42,11 @@ const SERVER_ROUTES: &[(&str, &str)] = &[
     ("get", MODELS),
     ("get", METRICS),
     ("get", CALLS),
+    ("get", HEALTH),
 ];
+
+/// The server's identity and what it restored.
+const HEALTH: &str = "/api/health";
 
 /// The Prometheus exposition (text) and the recent calls.
 const METRICS: &str = "/metrics";
@@ -737,6 +741,32 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     run("get", CALLS, foreign, Body::None).await;
     run("post", CALLS, None, Body::Json(json!({}))).await;
 
+    // The server's health.
+    run("get", HEALTH, None, Body::None).await;
+    run("get", HEALTH, foreign, Body::None).await;
+    run("post", HEALTH, None, Body::Json(json!({}))).await;
+
+    // Changes without a token on a server that requires one: 401.
+    let mut strict = settings(&["Mio"]);
+    strict.plugin_tokens = runtime_tools::TokenPolicy::Required;
+    let strict = spawn_app_with(strict).await;
+    for (path, body) in [
+        (
+            "/api/tools/register",
+            tool_body("t", &callback.url("/cb"), "plugin:demo"),
+        ),
+        ("/api/tools/unregister", json!({"name": "t"})),
+        ("/api/tools/clear", json!({"source": "plugin:demo"})),
+        (
+            "/api/mcp/register",
+            json!({"name": "s", "url": callback.url("/mcp")}),
+        ),
+        ("/api/mcp/unregister", json!({"name": "s"})),
+        (PROGRESS, json!({"message": "halfway"})),
+    ] {
+        exchanges.push(call(&strict, "post", path, None, Body::Json(body)).await);
+    }
+
     // The full listing.
     run("get", "/api/tools?detail=full", None, Body::None).await;
     run("get", "/api/tools?detail=everything", None, Body::None).await;
@@ -763,6 +793,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
             MODELS,
             MCP,
             CALLS,
+            HEALTH,
         ]
         .contains(p)
     }) {
@@ -898,8 +929,9 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     let peer_registered = find("post", "/api/mcp/register", 200).unwrap();
     assert_eq!(
         peer_registered.body,
-        json!({"ok": true, "registered": "peer", "tools": ["peer_tool"], "skipped": [],
-               "affected_roles": ["Mio", "Lanlan"], "failed_roles": []})
+        json!({"ok": true, "instance_id": app.events.instance_id(), "registered": "peer",
+               "tools": ["peer_tool"], "skipped": [], "affected_roles": ["Mio", "Lanlan"],
+               "failed_roles": []})
     );
     let mcp_listing = find("get", "/api/mcp", 200).unwrap();
     assert_eq!(mcp_listing.body["runtime_mcp_servers"], json!({}));

@@ -25,6 +25,8 @@ pub(crate) struct Listed {
     pub tools: ToolCell,
     /// Its text chat endpoint, if it has one.
     pub chat: Option<Arc<ChatEndpoint>>,
+    /// Its restored tools no model is given yet (listed as dormant).
+    pub dormant: Arc<[SharedTool]>,
 }
 
 /// A shared handle on the roster; cheap to clone.
@@ -36,6 +38,8 @@ pub struct Directory(Arc<ArcSwap<Vec<Listed>>>);
 pub struct RoleTools {
     pub role: String,
     pub tools: Arc<ToolSnapshot>,
+    /// Restored tools waiting for their callback: listed, not given to any model.
+    pub dormant: Arc<[SharedTool]>,
 }
 
 /// The character a chat request is for: its name, chat endpoint and tools.
@@ -155,12 +159,18 @@ impl Directory {
             .map(|l| RoleTools {
                 role: l.character.clone(),
                 tools: l.tools.load_full(),
+                dormant: l.dormant.clone(),
             })
             .collect();
         match role {
             Some(role) if listed.is_empty() => Err(RouterError::UnknownRole(role.to_owned())),
             _ => Ok(listed),
         }
+    }
+
+    /// How many restored tools wait for their callback, over every character.
+    pub fn dormant(&self) -> usize {
+        self.0.load().iter().map(|l| l.dormant.len()).sum()
     }
 
     /// Whether any character holds a remote tool of `source` whose callback lives at `origin`.

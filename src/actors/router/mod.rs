@@ -17,6 +17,8 @@
 //! - [`sessions`]: relays, in-process sessions and attachments joined to a character's
 //!   manager, and all of them closed when the server stops;
 //! - [`reads`] and [`directory`]: listings and lookups, read from the published snapshots;
+//! - [`dormancy`]: the tools restored from the state store, given to the models when their
+//!   callback accepts a connection again, removed when it never does;
 //! - [`faults`]: fault injection for the containment tests.
 
 use std::collections::VecDeque;
@@ -30,15 +32,20 @@ use crate::actors::settings::CharacterSettings;
 use crate::chat::ChatEndpoint;
 use crate::dispatch::Dispatcher;
 use crate::dispatch::settings::DispatchSettings;
+use crate::domain::dormant::{Dormant, DormantTool};
 use crate::domain::failures::SharedFailures;
-use crate::domain::registry::Change;
+use crate::domain::ownership::{OwnershipError, SharedOwners};
+use crate::domain::registry::{Change, ToolRegistry};
 use crate::domain::role::RoleName;
 use crate::domain::snapshot::ToolCell;
+use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
 use crate::session::settings::{SessionProtocol, SessionSettings};
+use crate::state::StateStore;
 
 mod context;
 mod directory;
+mod dormancy;
 mod faults;
 mod gather;
 mod lifecycle;
@@ -52,8 +59,10 @@ pub use faults::{InjectManagerPanic, InjectRouterStop};
 pub use lifecycle::{AddCharacter, RebuildCharacter, RemoveCharacter};
 pub(crate) use reads::ShareDirectory;
 pub use reads::{ListCharacters, ListSessions, ListTools, ResolveTool};
+pub(crate) use routing::{
+    ChangeRequest, PluginChange, RemoveDeadOrigin, SourceCleared, WatchClears,
+};
 pub use routing::{ClearSource, RegisterTool, ReplaceSource, UnregisterTool};
-pub(crate) use routing::{RemoveDeadOrigin, SourceCleared, WatchClears};
 pub(crate) use sessions::{AttachCall, DetachCall, ResolveRelay};
 pub use sessions::{CloseAllConnections, JoinSession};
 
@@ -105,6 +114,15 @@ pub enum RouterError {
          ([character.session] max_attachments); detach one first"
     )]
     TooManyAttachments { character: String, max: usize },
+    /// A plugin's change was refused by the ownership rule (`X-Plugin-Token`); nothing changed.
+    #[error(transparent)]
+    Ownership(#[from] OwnershipError),
+    /// The change was applied, but the state store could not keep it: it would not survive a
+    /// restart.
+    #[error(
+        "the change was applied but could not be stored, so it would not survive a restart: {0}"
+    )]
+    NotStored(String),
 }
 
 fn other_protocol_text(character: &str, protocol: &str, relay: SessionProtocol) -> String {
@@ -184,6 +202,25 @@ pub struct Router {
     stopping: bool,
     /// Told about each clear of every character ([`WatchClears`]).
     clear_watcher: Option<Recipient<SourceCleared>>,
+    /// Which sources are bound to a plugin's token: every plugin's change passes it.
+    owners: SharedOwners,
+    /// Where each change goes, in routing order, to be durable before it is answered
+    /// (`--state`); `None`: nothing survives a restart.
+    store: Option<StateStore>,
+    /// Restored tools no model is given until their callback comes back.
+    dormant: Dormant,
+}
+
+/// What a router keeps beyond its characters: the sources' owners (shared with the MCP
+/// registry and the progress route), the state store, and the tools it restored from it.
+#[derive(Debug, Default)]
+pub(crate) struct Keeping {
+    pub owners: SharedOwners,
+    pub store: Option<StateStore>,
+    /// Restored tools, dormant until their callback accepts a connection.
+    pub dormant: Vec<DormantTool>,
+    /// How long a restored tool stays dormant before it is removed.
+    pub dormant_ttl: Duration,
 }
 
 impl Router {
@@ -194,6 +231,16 @@ impl Router {
         characters: Vec<CharacterSettings>,
         dispatch: &DispatchSettings,
         events: EventHub,
+    ) -> (Addr<Self>, Dispatcher) {
+        Self::launch_keeping(characters, dispatch, events, Keeping::default())
+    }
+
+    /// [`Router::launch`], with what the server keeps across restarts.
+    pub(crate) fn launch_keeping(
+        characters: Vec<CharacterSettings>,
+        dispatch: &DispatchSettings,
+        events: EventHub,
+        keeping: Keeping,
     ) -> (Addr<Self>, Dispatcher) {
         let mut shared = None;
         let router = Router::create(|ctx| {
@@ -219,6 +266,9 @@ impl Router {
                 next_generation: 0,
                 stopping: false,
                 clear_watcher: None,
+                owners: keeping.owners,
+                store: keeping.store,
+                dormant: Dormant::new(keeping.dormant, keeping.dormant_ttl),
             };
             for c in characters {
                 let chat = c.chat.and_then(|chat| match ChatEndpoint::new(chat) {
@@ -246,6 +296,7 @@ impl Router {
                     character: c.name.to_string(),
                     tools: c.tools.clone(),
                     chat: c.chat.clone(),
+                    dormant: self.dormant.of(&c.name).into(),
                 })
                 .collect(),
         );
@@ -304,6 +355,46 @@ impl Router {
         }
     }
 
+    /// The tool named `name` that character `i` holds once every change sent to its manager
+    /// is applied: its published snapshot's, with the changes that snapshot lacks applied, in
+    /// order, to that one entry (a change's effect on a name depends on that name's entry
+    /// alone).
+    fn current_tool(&self, i: usize, name: &str) -> Option<SharedTool> {
+        let character = &self.characters[i];
+        let snapshot = character.tools.load();
+        let applied = snapshot.applied();
+        if character
+            .unconfirmed
+            .back()
+            .is_none_or(|(n, _)| *n <= applied)
+        {
+            return snapshot.registry().get(name).cloned();
+        }
+        let mut one = ToolRegistry::new();
+        if let Some(tool) = snapshot.registry().get(name) {
+            one.apply(&Change::Register(tool.clone()));
+        }
+        for (number, change) in &character.unconfirmed {
+            if *number > applied {
+                one.apply(change);
+            }
+        }
+        one.get(name).cloned()
+    }
+
+    /// The sources of the tools named `name` that `targets` hold, each once.
+    fn holders(&self, targets: &[usize], name: &str) -> Vec<String> {
+        let mut sources: Vec<String> = Vec::new();
+        for &i in targets {
+            if let Some(tool) = self.current_tool(i, name)
+                && !sources.contains(&tool.source)
+            {
+                sources.push(tool.source.clone());
+            }
+        }
+        sources
+    }
+
     fn position(&self, name: &str) -> Option<usize> {
         self.characters.iter().position(|c| c.name == name)
     }
@@ -311,4 +402,8 @@ impl Router {
 
 impl Actor for Router {
     type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.watch_dormant(ctx);
+    }
 }

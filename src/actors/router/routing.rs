@@ -20,10 +20,14 @@ use crate::actors::change::{ChangeFailure, ChangeReport, RoleFailure};
 use crate::actors::manager::ApplyChange;
 use crate::domain::call::LocalToolHandler;
 use crate::domain::callback_url::CallbackOrigin;
+use crate::domain::dormant::DormantTool;
 use crate::domain::failures::{DeadOrigin, DeadOriginRemover};
+use crate::domain::ownership::{Credential, TokenHash};
 use crate::domain::registry::Change;
+use crate::domain::role::RoleName;
 use crate::domain::tool::{SharedTool, ToolSpec};
 use crate::events::{ChangeOp, EventHub, ToolsChanged};
+use crate::state::{Durable, Op, StoredTool};
 
 /// Register or replace a tool for one character (`role`) or every current character (`None`).
 #[derive(Message, Debug)]
@@ -48,6 +52,27 @@ pub struct UnregisterTool {
 pub struct ClearSource {
     pub source: String,
     pub role: Option<String>,
+}
+
+/// A change a plugin asks for over HTTP, with the hash of its `X-Plugin-Token` if it sent one:
+/// it passes the ownership rule (`domain::ownership`) before it is routed, and a refused one
+/// changes nothing.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<ChangeReport, RouterError>")]
+pub(crate) struct PluginChange {
+    pub request: ChangeRequest,
+    pub token: Option<TokenHash>,
+    /// A registration's body as the plugin sent it (without `role`), JSON text: what the
+    /// state store keeps, when the server keeps state.
+    pub record: Option<String>,
+}
+
+/// The changes a plugin makes over HTTP.
+#[derive(Debug)]
+pub(crate) enum ChangeRequest {
+    Register(RegisterTool),
+    Unregister(UnregisterTool),
+    Clear(ClearSource),
 }
 
 /// Remove the tools of a plugin `source` served from a dead callback `origin`, everywhere.
@@ -141,52 +166,208 @@ impl Router {
         Box::pin(gather(pending, how))
     }
 
-    /// Routes a change requested for `role` (`None` or `""`: every character).
-    fn route(
+    /// Registers `msg.tool` for `who`: refused when a target holds a tool of that name whose
+    /// source is bound to another token, or the tool's own source is; binds that source to
+    /// `who`'s token when it is the first tokened registration of it.
+    fn register(
         &mut self,
-        role: Option<&str>,
-        change: Change,
+        msg: RegisterTool,
+        who: Credential,
+        record: Option<String>,
     ) -> ResponseFuture<Result<ChangeReport, RouterError>> {
-        let targets = match self.targets(role) {
+        let targets = match self.targets(msg.role.as_deref()) {
             Ok(targets) => targets,
             Err(e) => return Box::pin(async move { Err(e) }),
         };
-        let report = self.route_to(targets, Vec::new(), change);
-        Box::pin(async move { Ok(report.await) })
+        let mut holders = self.holders(&targets, &msg.tool.name);
+        let names = self.names(&targets);
+        for replaced in self.dormant_named(&names, &msg.tool.name) {
+            holders.push(replaced);
+        }
+        let others = holders.iter().filter(|s| **s != msg.tool.source);
+        let touched = others.map(String::as_str);
+        let bound = match self.owners.authorize(who, touched, Some(&msg.tool.source)) {
+            Ok(bound) => bound,
+            Err(e) => return Box::pin(async move { Err(e.into()) }),
+        };
+        if let Some((source, hash)) = bound {
+            self.journal(Op::Bind {
+                source,
+                hash: *hash.bytes(),
+            });
+        }
+        // A restored tool of that name is replaced by the new registration.
+        let replaced = self.dormant.take_named(&as_strs(&names), &msg.tool.name);
+        let stored = record.and_then(|body| {
+            let origin = msg.tool.callback_origin()?.to_string();
+            Some(StoredTool {
+                source: msg.tool.source.clone(),
+                origin,
+                body,
+            })
+        });
+        let change = Change::Register(Arc::new(msg.tool));
+        let op = Op::of(&change, names, stored);
+        let subject = Subject::of(&change);
+        let report = self.route_to(targets, Vec::new(), change, Some(op), subject, replaced);
+        Box::pin(async move { report.await })
     }
 
-    /// Routes a change to `targets`, then logs and announces its outcome; `unknown` are the
-    /// roles the request named that do not exist, reported as failed.
-    fn route_to(
+    /// Unregisters `msg.name` for `who`: refused when a target holds it under a source bound
+    /// to another token. The change is logged and announced with the source that held it.
+    fn unregister(
+        &mut self,
+        msg: UnregisterTool,
+        who: Credential,
+    ) -> ResponseFuture<Result<ChangeReport, RouterError>> {
+        let targets = match self.targets(msg.role.as_deref()) {
+            Ok(targets) => targets,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        let mut holders = self.holders(&targets, &msg.name);
+        let names = self.names(&targets);
+        for dormant in self.dormant_named(&names, &msg.name) {
+            if !holders.contains(&dormant) {
+                holders.push(dormant);
+            }
+        }
+        if let Err(e) = self
+            .owners
+            .authorize(who, holders.iter().map(String::as_str), None)
+        {
+            return Box::pin(async move { Err(e.into()) });
+        }
+        let removed = self.dormant.take_named(&as_strs(&names), &msg.name);
+        let change = Change::Unregister(msg.name);
+        let op = Op::of(&change, names, None);
+        let mut subject = Subject::of(&change);
+        subject.source = holders.into_iter().next();
+        let report = self.route_to(targets, Vec::new(), change, Some(op), subject, removed);
+        Box::pin(async move { report.await })
+    }
+
+    /// Clears `msg.source` for `who` (refused when it is bound to another token); a clear of
+    /// every character is then told to the clear watcher.
+    fn clear(
+        &mut self,
+        msg: ClearSource,
+        who: Credential,
+    ) -> ResponseFuture<Result<ChangeReport, RouterError>> {
+        let targets = match self.targets(msg.role.as_deref()) {
+            Ok(targets) => targets,
+            Err(e) => return Box::pin(async move { Err(e) }),
+        };
+        if let Err(e) = self.owners.authorize(who, [msg.source.as_str()], None) {
+            return Box::pin(async move { Err(e.into()) });
+        }
+        let everywhere = msg.role.as_deref().is_none_or(str::is_empty);
+        let names = self.names(&targets);
+        let removed = self.dormant.take_source(&as_strs(&names), &msg.source);
+        let change = Change::ClearSource(msg.source.clone());
+        let op = Op::of(&change, names, None);
+        let subject = Subject::of(&change);
+        let report = self.route_to(targets, Vec::new(), change, Some(op), subject, removed);
+        let watcher = self.clear_watcher.clone().filter(|_| everywhere);
+        Box::pin(async move {
+            let report = report.await?;
+            if let Some(watcher) = watcher {
+                // A watcher that has stopped has nothing left to end.
+                let _ = watcher.send(SourceCleared { source: msg.source }).await;
+            }
+            Ok(report)
+        })
+    }
+
+    /// Routes a change to `targets` and hands `op` to the state store (when the server keeps
+    /// state) in the same order; once the managers answered and the store says the change is
+    /// durable, logs and announces the outcome. `unknown` are the roles the request named that
+    /// do not exist, reported as failed; `dormant` the restored tools the change removed or
+    /// replaced, whose characters count as affected (and, for a removal, their tools as
+    /// removed). A change the store could not keep is an error: it is applied, but would not
+    /// survive a restart.
+    pub(super) fn route_to(
         &mut self,
         targets: Vec<usize>,
         unknown: Vec<RoleFailure>,
         change: Change,
-    ) -> ResponseFuture<ChangeReport> {
-        let subject = Subject::of(&change);
+        op: Option<Op>,
+        subject: Subject,
+        dormant: Vec<DormantTool>,
+    ) -> ResponseFuture<Result<ChangeReport, RouterError>> {
+        let adds = change.adds();
         let report = self.fan_out(targets, change);
+        let durable = op.and_then(|op| self.journal(op));
+        if !dormant.is_empty() {
+            self.publish_roster();
+        }
         let events = self.events.clone();
         Box::pin(async move {
             let mut report = report.await;
             report.failed_roles.extend(unknown);
+            for tool in &dormant {
+                if !adds {
+                    report.removed += 1;
+                }
+                let role = RoleName::from(tool.character.as_str());
+                if !report.affected_roles.contains(&role) {
+                    report.affected_roles.push(role);
+                }
+            }
+            if let Some(durable) = durable {
+                let stored = durable.await.unwrap_or_else(|_| {
+                    Err("the state store stopped before the change was stored".into())
+                });
+                if let Err(e) = stored {
+                    subject.log(&report);
+                    return Err(RouterError::NotStored(e));
+                }
+            }
             subject.log(&report);
             subject.announce(&events, &report);
-            report
+            Ok(report)
         })
+    }
+
+    /// Hands `op` to the state store, if the server keeps state.
+    pub(super) fn journal(&self, op: Op) -> Option<Durable> {
+        self.store.as_ref().map(|store| store.submit(op))
+    }
+
+    /// The names of `targets`.
+    pub(super) fn names(&self, targets: &[usize]) -> Vec<String> {
+        targets
+            .iter()
+            .map(|&i| self.characters[i].name.to_string())
+            .collect()
+    }
+
+    /// The sources of the restored tools named `name` of `characters`.
+    fn dormant_named(&self, characters: &[String], name: &str) -> Vec<String> {
+        characters
+            .iter()
+            .flat_map(|c| self.dormant.of(c))
+            .filter(|t| t.name == name)
+            .map(|t| t.source.clone())
+            .collect()
     }
 }
 
+/// The names as `&str`s.
+pub(super) fn as_strs(names: &[String]) -> Vec<&str> {
+    names.iter().map(String::as_str).collect()
+}
+
 /// What a change request is about, as its log line and its `tools.changed` event name it.
-struct Subject {
-    op: ChangeOp,
+pub(super) struct Subject {
+    pub(super) op: ChangeOp,
     /// The tool, for register and unregister.
-    name: Option<String>,
-    /// The source, for every change but unregister.
-    source: Option<String>,
+    pub(super) name: Option<String>,
+    /// The source the change was made to: for an unregister, the source that held the tool.
+    pub(super) source: Option<String>,
 }
 
 impl Subject {
-    fn of(change: &Change) -> Self {
+    pub(super) fn of(change: &Change) -> Self {
         let (op, name, source) = match change {
             Change::Register(tool) => (
                 ChangeOp::Register,
@@ -205,7 +386,7 @@ impl Subject {
 
     /// The `tools.changed` event of the request, for the roles its report names, and its
     /// count in the metrics.
-    fn announce(&self, events: &EventHub, report: &ChangeReport) {
+    pub(super) fn announce(&self, events: &EventHub, report: &ChangeReport) {
         events
             .observer()
             .metrics()
@@ -224,7 +405,7 @@ impl Subject {
     /// those that took it (their names at debug level: with many characters, formatting every
     /// name on every registration was a measurable share of a register's CPU); never the tool's
     /// arguments or payloads.
-    fn log(&self, report: &ChangeReport) {
+    pub(super) fn log(&self, report: &ChangeReport) {
         let route = self.op.name();
         let name = self.name.as_deref().unwrap_or_default();
         let source = self.source.as_deref().unwrap_or_default();
@@ -249,8 +430,7 @@ impl Handler<RegisterTool> for Router {
     type Result = ResponseFuture<Result<ChangeReport, RouterError>>;
 
     fn handle(&mut self, msg: RegisterTool, _: &mut Self::Context) -> Self::Result {
-        let change = Change::Register(Arc::new(msg.tool));
-        self.route(msg.role.as_deref(), change)
+        self.register(msg, Credential::InProcess, None)
     }
 }
 
@@ -258,7 +438,7 @@ impl Handler<UnregisterTool> for Router {
     type Result = ResponseFuture<Result<ChangeReport, RouterError>>;
 
     fn handle(&mut self, msg: UnregisterTool, _: &mut Self::Context) -> Self::Result {
-        self.route(msg.role.as_deref(), Change::Unregister(msg.name))
+        self.unregister(msg, Credential::InProcess)
     }
 }
 
@@ -266,17 +446,20 @@ impl Handler<ClearSource> for Router {
     type Result = ResponseFuture<Result<ChangeReport, RouterError>>;
 
     fn handle(&mut self, msg: ClearSource, _: &mut Self::Context) -> Self::Result {
-        let everywhere = msg.role.as_deref().is_none_or(str::is_empty);
-        let report = self.route(msg.role.as_deref(), Change::ClearSource(msg.source.clone()));
-        let watcher = self.clear_watcher.clone().filter(|_| everywhere);
-        Box::pin(async move {
-            let report = report.await?;
-            if let Some(watcher) = watcher {
-                // A watcher that has stopped has nothing left to end.
-                let _ = watcher.send(SourceCleared { source: msg.source }).await;
-            }
-            Ok(report)
-        })
+        self.clear(msg, Credential::InProcess)
+    }
+}
+
+impl Handler<PluginChange> for Router {
+    type Result = ResponseFuture<Result<ChangeReport, RouterError>>;
+
+    fn handle(&mut self, msg: PluginChange, _: &mut Self::Context) -> Self::Result {
+        let who = Credential::Plugin(msg.token);
+        match msg.request {
+            ChangeRequest::Register(r) => self.register(r, who, msg.record),
+            ChangeRequest::Unregister(u) => self.unregister(u, who),
+            ChangeRequest::Clear(c) => self.clear(c, who),
+        }
     }
 }
 
@@ -298,10 +481,17 @@ impl Handler<RemoveDeadOrigin> for Router {
             origin: msg.origin.clone(),
         };
         let subject = Subject::of(&change);
+        let names = self.names(&targets);
+        let op = Op::of(&change, names, None);
         let report = self.fan_out(targets, change);
+        let durable = self.journal(op);
         let events = self.events.clone();
         Box::pin(async move {
             let report = report.await;
+            if let Some(durable) = durable {
+                // A failure is logged by the store; the removal stands either way.
+                let _ = durable.await;
+            }
             // Concurrent calls to a dead plugin can each reach the threshold; only the removal
             // that found tools to remove is worth a warning (and an event).
             if report.removed == 0 {
@@ -345,12 +535,23 @@ impl Handler<ReplaceSource> for Router {
                 .collect(),
         };
         let tools: Arc<[SharedTool]> = msg.tools.into_iter().map(Arc::new).collect();
+        let names = self.names(&targets);
+        let mut replaced = Vec::new();
+        for tool in tools.iter() {
+            replaced.extend(self.dormant.take_named(&as_strs(&names), &tool.name));
+        }
         let change = Change::ReplaceSource {
             source: msg.source,
             tools,
             owner: msg.owner,
         };
-        self.route_to(targets, unknown, change)
+        let op = Op::of(&change, names, None);
+        let subject = Subject::of(&change);
+        let report = self.route_to(targets, unknown, change, Some(op), subject, replaced);
+        Box::pin(async move {
+            // Logged where it failed; the MCP server's tools are applied all the same.
+            report.await.unwrap_or_default()
+        })
     }
 }
 

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::actors::change::ChangeReport;
 use crate::actors::router::RouterError;
 use crate::domain::callback_url::CallbackUrl;
+use crate::domain::ownership::TokenHash;
 use crate::domain::tool::Behavior;
 use crate::mcp::mapping::Skipped;
 
@@ -31,11 +32,11 @@ pub(crate) struct McpRegistration {
     pub behavior: Behavior,
 }
 
-/// Register (or replace) an MCP server; answers once its tools are registered and synced, or
-/// why it could not be reached.
+/// Register (or replace) an MCP server for a plugin (its token's hash, if it sent one); answers
+/// once its tools are registered and synced, or why it could not be reached.
 #[derive(Message, Debug)]
 #[rtype(result = "Result<McpRegistered, McpPluginError>")]
-pub(crate) struct RegisterMcpServer(pub McpRegistration);
+pub(crate) struct RegisterMcpServer(pub McpRegistration, pub Option<TokenHash>);
 
 /// Remove an MCP server registered at run time: its tools from every character, its connection
 /// closed.
@@ -43,6 +44,8 @@ pub(crate) struct RegisterMcpServer(pub McpRegistration);
 #[rtype(result = "Result<McpUnregistered, McpPluginError>")]
 pub(crate) struct UnregisterMcpServer {
     pub name: String,
+    /// The plugin's token hash, if it sent one.
+    pub token: Option<TokenHash>,
 }
 
 /// Close every connection (the server is stopping); answers once each is closed (or

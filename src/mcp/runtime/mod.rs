@@ -37,9 +37,10 @@ use super::listing::{Listing, list_every_tool};
 use super::mapping::{self, Definition, Skipped};
 use super::status::{McpBoard, RuntimeMcpReport, RuntimeMcpState};
 use crate::actors::change::ChangeReport;
-use crate::actors::router::{Directory, ReplaceSource, Router, SourceCleared};
+use crate::actors::router::{Directory, ReplaceSource, Router, RouterError, SourceCleared};
 use crate::domain::call::{LocalToolHandler, seconds};
 use crate::domain::failures::FailureTracker;
+use crate::domain::ownership::{Credential, SharedOwners};
 
 /// Most MCP servers registered at run time at once: each holds a connection and an event
 /// stream; a plugin that registers without end is refused past this.
@@ -103,6 +104,9 @@ pub(crate) struct McpPlugins {
     /// Registrations still connecting: their generation and source, by name.
     pending: IndexMap<String, (u64, String)>,
     next_generation: u64,
+    /// Which sources are bound to a plugin's token (the router's): a registration or removal
+    /// passes it before anything changes.
+    owners: SharedOwners,
 }
 
 impl McpPlugins {
@@ -111,6 +115,7 @@ impl McpPlugins {
         directory: Directory,
         board: McpBoard,
         max_result_bytes: usize,
+        owners: SharedOwners,
     ) -> Addr<Self> {
         McpPlugins {
             router,
@@ -120,8 +125,17 @@ impl McpPlugins {
             servers: IndexMap::new(),
             pending: IndexMap::new(),
             next_generation: 0,
+            owners,
         }
         .start()
+    }
+
+    /// The source of the server registered (or connecting) under `name`, if any.
+    fn source_of(&self, name: &str) -> Option<&str> {
+        self.servers
+            .get(name)
+            .map(|s| s.registration.source.as_str())
+            .or_else(|| self.pending.get(name).map(|(_, source)| source.as_str()))
     }
 
     /// The refusals decided before connecting: an unknown role, a source another server has,
@@ -453,11 +467,20 @@ impl Handler<RegisterMcpServer> for McpPlugins {
 
     fn handle(
         &mut self,
-        RegisterMcpServer(registration): RegisterMcpServer,
+        RegisterMcpServer(registration, token): RegisterMcpServer,
         ctx: &mut Self::Context,
     ) -> Self::Result {
         if let Err(refused) = self.check(&registration) {
             return Box::pin(fut::ready(Err(refused)));
+        }
+        // The server it replaces, if any, is a change to that server's source too.
+        let replaced = self.source_of(&registration.name);
+        let who = Credential::Plugin(token);
+        if let Err(refused) = self
+            .owners
+            .authorize(who, replaced, Some(&registration.source))
+        {
+            return Box::pin(fut::ready(Err(RouterError::from(refused).into())));
         }
         self.next_generation += 1;
         let generation = self.next_generation;
@@ -504,6 +527,10 @@ impl Handler<UnregisterMcpServer> for McpPlugins {
     type Result = ResponseFuture<Result<McpUnregistered, McpPluginError>>;
 
     fn handle(&mut self, msg: UnregisterMcpServer, _: &mut Self::Context) -> Self::Result {
+        let who = Credential::Plugin(msg.token);
+        if let Err(refused) = self.owners.authorize(who, self.source_of(&msg.name), None) {
+            return Box::pin(async move { Err(RouterError::from(refused).into()) });
+        }
         match self.retire(&msg.name, "unregistered", true, true) {
             None => Box::pin(async { Ok(McpUnregistered::default()) }),
             Some(retired) => {

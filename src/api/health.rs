@@ -1,0 +1,53 @@
+//! `GET /api/health`: whether the server answers, which instance it is (a new `instance_id`
+//! means it restarted), and how many tools it restored from its state store and how many of them
+//! still wait for their callback. A plugin polls it, or reads `instance_id` from any change's
+//! answer, to learn of a restart without the event stream.
+
+use actix_web::{HttpResponse, web};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::error::{ApiError, ErrorBody};
+
+pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
+    cfg.service(super::resource("/api/health").route(super::read_route().to(health)));
+}
+
+/// The server's identity and what it restored.
+#[utoipa::path(
+    get,
+    path = "/api/health",
+    tag = "observability",
+    responses(
+        (status = 200, description = "The server answers", body = HealthResponse),
+        (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = ErrorBody),
+        (status = 405, description = "Only GET and HEAD are allowed", body = ErrorBody),
+    )
+)]
+async fn health(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(HealthResponse {
+        ok: true,
+        instance_id: state.events.instance_id(),
+        started_at: state.events.started_at(),
+        version: env!("CARGO_PKG_VERSION"),
+        restored: state.restored,
+        dormant: state.directory.dormant(),
+    }))
+}
+
+/// The answer of `GET /api/health`.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct HealthResponse<'a> {
+    pub ok: bool,
+    /// Random per server start: a new one means the server restarted (register again).
+    pub instance_id: &'a str,
+    /// When this instance started (RFC 3339, UTC).
+    pub started_at: &'a str,
+    /// The server's version.
+    pub version: &'a str,
+    /// Tools read back from the state store at start (0 without `--state`).
+    pub restored: usize,
+    /// Restored tools still waiting for their callback to accept connections.
+    pub dormant: usize,
+}

@@ -1,0 +1,444 @@
+//! Registrations that survive a restart (`--state FILE`): the server killed with SIGKILL in the
+//! middle of a storm of registrations, unregistrations and clears from several clients keeps
+//! every change it answered with success and nothing half of one it did not; restored tools
+//! are dormant (listed, given to no model) until their callback listens, then reach a live
+//! session; one whose callback never listens is removed after the configured time. The token a
+//! plugin sends never appears in the log.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::rc::Rc;
+
+use runtime_tools::{Dialect, SessionSettings};
+use serde_json::{Value, json};
+
+use crate::callback_server::{CallbackServer, ClosedPort, Reply};
+use crate::cli::{Child, TempDir, get};
+use crate::event_stream::open;
+use crate::fake_realtime::{AckMode, FakeRealtime};
+use crate::helpers::{raw_exchange, raw_head, settings, spawn_app_with, test_client};
+use crate::ownership::{TOKEN_A, TOKEN_B};
+
+/// Clients of the storm, each with a source, a token and names of its own.
+const CLIENTS: usize = 4;
+/// Changes each client asks for (1,000 in all), unless the server dies first.
+const CHANGES_PER_CLIENT: usize = 250;
+/// The server is killed once this many changes were answered.
+const KILL_AFTER: usize = 500;
+/// Names per client: few, so changes overwrite and remove each other.
+const NAMES: usize = 6;
+
+fn token(client: usize) -> String {
+    format!("storm-client-{client}-token-0000")
+}
+
+/// A server child process keeping its state in `path`, logging at `level`.
+fn serve(path: &Path, characters: &[&str], level: &str) -> (Child, SocketAddr) {
+    let mut args = vec![
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+        "--state",
+        path.to_str().unwrap(),
+    ];
+    for c in characters {
+        args.extend(["--character", c]);
+    }
+    let mut child = Child::start_logging(&args, level);
+    let addr = child.listening("127.0.0.1");
+    (child, addr)
+}
+
+/// A blocking POST with an `X-Plugin-Token`.
+fn post_with_token(addr: SocketAddr, path: &str, body: &Value, token: &str) -> (u16, Value) {
+    let host = addr.to_string();
+    let body = serde_json::to_vec(body).unwrap();
+    let length = body.len().to_string();
+    let mut request = raw_head(
+        "POST",
+        path,
+        &[
+            ("Host", &host),
+            ("Content-Type", "application/json"),
+            ("Content-Length", &length),
+            ("X-Plugin-Token", token),
+        ],
+    );
+    request.extend(body);
+    let response = raw_exchange(addr, request);
+    (response.status, response.json())
+}
+
+/// One change of the storm.
+#[derive(Debug, Clone)]
+enum Op {
+    Register {
+        name: String,
+        role: Option<&'static str>,
+        url: String,
+    },
+    Unregister {
+        name: String,
+    },
+    Clear {
+        role: Option<&'static str>,
+    },
+    /// A registration with another client's token: refused, never applied.
+    Refused {
+        name: String,
+        url: String,
+    },
+}
+
+/// `(character, name)` → callback URL: what a client's source holds.
+type Model = BTreeMap<(String, String), String>;
+
+const CHARACTERS: [&str; 2] = ["Lanlan", "Mio"];
+
+fn apply(model: &mut Model, op: &Op) {
+    let targets = |role: &Option<&'static str>| -> Vec<String> {
+        match role {
+            Some(r) => vec![r.to_string()],
+            None => CHARACTERS.iter().map(|c| c.to_string()).collect(),
+        }
+    };
+    match op {
+        Op::Register { name, role, url } => {
+            for c in targets(role) {
+                model.insert((c, name.clone()), url.clone());
+            }
+        }
+        Op::Unregister { name } => model.retain(|(_, n), _| n != name),
+        Op::Clear { role } => {
+            let targets = targets(role);
+            model.retain(|(c, _), _| !targets.contains(c));
+        }
+        Op::Refused { .. } => {}
+    }
+}
+
+/// The client's `i`th change (a small deterministic generator per client).
+fn op(client: usize, i: usize, port: &ClosedPort) -> Op {
+    let x = (client * 7919 + i * 104_729 + (i * i) % 97) % 100;
+    let name = format!("c{client}_t{}", (i * 31 + client) % NAMES);
+    let role = if x % 3 == 0 { Some("Mio") } else { None };
+    match x {
+        // The first change binds the client's source to its token.
+        _ if i == 0 => Op::Register {
+            name,
+            role: None,
+            url: port.url(&format!("/c{client}/{i}")),
+        },
+        0..=59 => Op::Register {
+            name,
+            role,
+            url: port.url(&format!("/c{client}/{i}")),
+        },
+        60..=79 => Op::Unregister { name },
+        80..=87 => Op::Clear {
+            role: if x % 2 == 0 { Some("Lanlan") } else { None },
+        },
+        _ => Op::Refused {
+            name: format!("c{client}_refused_{i}"),
+            url: port.url("/refused"),
+        },
+    }
+}
+
+/// Sends `op` for `client`; `None` when no answer came (the server died).
+async fn send(client: &awc::Client, addr: SocketAddr, who: usize, op: &Op) -> Option<u16> {
+    let source = format!("plugin:c{who}");
+    let (path, body, token) = match op {
+        Op::Register { name, role, url } => (
+            "/api/tools/register",
+            json!({"name": name, "callback_url": url, "source": source, "role": role}),
+            token(who),
+        ),
+        Op::Unregister { name } => ("/api/tools/unregister", json!({"name": name}), token(who)),
+        Op::Clear { role } => (
+            "/api/tools/clear",
+            json!({"source": source, "role": role}),
+            token(who),
+        ),
+        Op::Refused { name, url } => (
+            "/api/tools/register",
+            json!({"name": name, "callback_url": url, "source": source}),
+            token(who + 1),
+        ),
+    };
+    let mut response = client
+        .post(format!("http://{addr}{path}"))
+        .insert_header(("X-Plugin-Token", token))
+        .send_json(&body)
+        .await
+        .ok()?;
+    let status = response.status().as_u16();
+    response.body().await.ok()?;
+    Some(status)
+}
+
+/// `(character, name)` → `(callback_url, state)` of every listed tool of `source`.
+fn listed(listing: &Value, source: &str) -> BTreeMap<(String, String), (String, String)> {
+    let mut rows = BTreeMap::new();
+    for (role, tools) in listing["tools_by_role"].as_object().unwrap() {
+        for t in tools.as_array().unwrap() {
+            if t["source"] == source {
+                rows.insert(
+                    (role.clone(), t["name"].as_str().unwrap().to_owned()),
+                    (
+                        t["callback_url"].as_str().unwrap().to_owned(),
+                        t["state"].as_str().unwrap().to_owned(),
+                    ),
+                );
+            }
+        }
+    }
+    rows
+}
+
+#[actix_web::test]
+async fn a_sigkill_in_a_storm_keeps_every_answered_change_and_no_half_of_another() {
+    let dir = TempDir::new("durability-storm");
+    let path = dir.file("state.redb", "");
+    let (child, addr) = serve(&path, &CHARACTERS, "debug");
+    let (status, health) = get(addr, "/api/health");
+    assert_eq!(status, 200);
+    let first_instance = health["instance_id"].clone();
+    assert_eq!(health["restored"], 0);
+    let child = Rc::new(RefCell::new(child));
+    let answered = Rc::new(Cell::new(0usize));
+    let ports: Vec<ClosedPort> = (0..CLIENTS).map(|_| ClosedPort::new()).collect();
+
+    // Each client: its answered changes applied to its model, and the one left unanswered.
+    let runs = (0..CLIENTS).map(|who| {
+        let (child, answered, port) = (child.clone(), answered.clone(), &ports[who]);
+        async move {
+            let client = test_client();
+            let mut model = Model::new();
+            let mut unanswered = None;
+            let mut refused = 0;
+            for i in 0..CHANGES_PER_CLIENT {
+                let op = op(who, i, port);
+                match send(&client, addr, who, &op).await {
+                    None => {
+                        unanswered = Some(op);
+                        break;
+                    }
+                    Some(403) if matches!(op, Op::Refused { .. }) => refused += 1,
+                    Some(200) => apply(&mut model, &op),
+                    Some(other) => panic!("client {who}: {op:?} answered {other}"),
+                }
+                answered.set(answered.get() + 1);
+                if answered.get() == KILL_AFTER {
+                    child.borrow().signal("KILL");
+                }
+            }
+            (model, unanswered, refused)
+        }
+    });
+    let outcomes = futures_util::future::join_all(runs).await;
+    assert!(answered.get() >= KILL_AFTER);
+    let killed_log = {
+        let mut child = child.borrow_mut();
+        assert!(!child.wait().success(), "the server was killed");
+        child.stderr_after_exit()
+    };
+    assert!(
+        outcomes
+            .iter()
+            .any(|(_, unanswered, _)| unanswered.is_some()),
+        "the kill came while changes were in flight"
+    );
+    assert!(outcomes.iter().all(|(_, _, refused)| *refused > 0));
+
+    let (mut child, addr) = serve(&path, &CHARACTERS, "debug");
+    let (status, listing) = get(addr, "/api/tools");
+    assert_eq!(status, 200);
+    let mut total = 0;
+    for (who, (model, unanswered, _)) in outcomes.iter().enumerate() {
+        let rows = listed(&listing, &format!("plugin:c{who}"));
+        total += rows.len();
+        // Nothing whose callback does not listen is given to a model.
+        assert!(
+            rows.values().all(|(_, state)| state == "dormant"),
+            "{rows:?}"
+        );
+        let got: Model = rows.into_iter().map(|(key, (url, _))| (key, url)).collect();
+        let mut with_unanswered = model.clone();
+        if let Some(op) = unanswered {
+            apply(&mut with_unanswered, op);
+        }
+        assert!(
+            got == *model || got == with_unanswered,
+            "client {who}: after the restart {got:?}\nanswered: {model:?}\nwith the unanswered \
+             {unanswered:?}: {with_unanswered:?}"
+        );
+    }
+    assert!(total > 0, "some tools were there to restore");
+    let (_, health) = get(addr, "/api/health");
+    assert_eq!(health["ok"], true);
+    assert_ne!(health["instance_id"], first_instance, "a new instance");
+    assert_eq!(health["restored"], total);
+    assert_eq!(health["dormant"], total);
+    assert_eq!(health["version"], env!("CARGO_PKG_VERSION"));
+
+    // The sources are still bound to their tokens after the restart.
+    let (status, answer) = post_with_token(
+        addr,
+        "/api/tools/clear",
+        &json!({"source": "plugin:c0"}),
+        TOKEN_B,
+    );
+    assert_eq!(
+        (status, answer),
+        (403, crate::ownership::not_owner("plugin:c0"))
+    );
+
+    child.signal("TERM");
+    child.wait();
+    let log = child.stderr_after_exit();
+    for text in [&killed_log, &log] {
+        for who in 0..=CLIENTS {
+            assert!(!text.contains(&token(who)), "a token was logged");
+        }
+        assert!(!text.contains(TOKEN_B), "a token was logged");
+    }
+    // Each change's log line names the source it was made to, an unregister's included.
+    assert!(
+        killed_log.lines().any(|l| l.contains("tool change")
+            && l.contains("route=\"unregister\"")
+            && l.contains("source=\"plugin:c")),
+        "{killed_log}"
+    );
+}
+
+/// Registers `weather` (source `plugin:w`, token A) for every character of a server with its
+/// state in `path`, then kills it.
+fn registered_then_killed(path: &Path, characters: &[&str], url: &str) {
+    let (mut child, addr) = serve(path, characters, "info");
+    let body = json!({"name": "weather", "callback_url": url, "source": "plugin:w"});
+    let (status, answer) = post_with_token(addr, "/api/tools/register", &body, TOKEN_A);
+    assert_eq!(status, 200, "{answer}");
+    child.signal("KILL");
+    child.wait();
+}
+
+#[actix_web::test]
+async fn restored_tools_are_dormant_until_their_callback_listens_then_reach_a_live_session() {
+    let dir = TempDir::new("durability-dormant");
+    let path = dir.file("state.redb", "");
+    let port = ClosedPort::new();
+    registered_then_killed(&path, &["Mio"], &port.url("/weather"));
+
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let mut config = settings(&["Mio"]);
+    config.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
+    config.state.path = Some(path.clone());
+    let app = spawn_app_with(config).await;
+    let mut stream = open(&app, "", None).await.expect("stream opens");
+    stream.expect("hello").await;
+
+    let (_, listing) = app.get("/api/tools").await;
+    assert_eq!(
+        listing["tools_by_role"]["Mio"][0],
+        json!({"name": "weather", "description": "", "source": "plugin:w",
+               "callback_url": port.url("/weather"), "is_remote": true, "state": "dormant"})
+    );
+    let (_, health) = app.get("/api/health").await;
+    assert_eq!(
+        (health["restored"].clone(), health["dormant"].clone()),
+        (json!(1), json!(1))
+    );
+    // The session's first list does not have it.
+    let first = fake.nth_update(1).await;
+    assert_eq!(
+        crate::fake_realtime::update_tool_names(&first),
+        Vec::<String>::new()
+    );
+    let (status, answer) = app
+        .post(
+            "/api/tools/invoke",
+            &json!({"name": "weather", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(status, 404, "a dormant tool cannot be called: {answer}");
+
+    // Its plugin comes back on the same port: the tool goes to the session.
+    let callback = CallbackServer::start_on(port.port());
+    callback.route("/weather", Reply::output(json!({"temperature_c": 28})));
+    let restored = stream
+        .wait_for("tools.changed", |d| d["op"] == "restored")
+        .await;
+    assert_eq!(restored.data["name"], "weather");
+    assert_eq!(restored.data["source"], "plugin:w");
+    fake.update_with_tools(&["weather"]).await;
+    let (_, listing) = app.get("/api/tools").await;
+    assert_eq!(listing["tools_by_role"]["Mio"][0]["state"], "active");
+    let (_, health) = app.get("/api/health").await;
+    assert_eq!(health["dormant"], 0);
+    let (status, answer) = app
+        .post(
+            "/api/tools/invoke",
+            &json!({"name": "weather", "arguments": {}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["output"], json!({"temperature_c": 28}));
+    // The binding came back with it.
+    let (status, _) = crate::ownership::post_as(
+        &app,
+        "/api/tools/clear",
+        &json!({"source": "plugin:w"}),
+        None,
+    )
+    .await;
+    assert_eq!(status, 403);
+}
+
+#[actix_web::test]
+async fn a_restored_tool_whose_callback_never_listens_is_removed_after_the_configured_time() {
+    let dir = TempDir::new("durability-expiry");
+    let path = dir.file("state.redb", "");
+    let port = ClosedPort::new();
+    registered_then_killed(&path, &["Lanlan"], &port.url("/weather"));
+
+    let mut config = settings(&["Lanlan"]);
+    config.state.path = Some(path.clone());
+    config.state.dormant_ttl = std::time::Duration::from_secs(1);
+    let app = spawn_app_with(config).await;
+    // From the first event on: the removal may come before the stream opens.
+    let mut stream = open(&app, "", Some("0")).await.expect("stream opens");
+    let removed = stream
+        .wait_for("tools.changed", |d| d["op"] == "auto_removed")
+        .await;
+    assert_eq!(removed.data["name"], "weather");
+    assert_eq!(removed.data["source"], "plugin:w");
+    assert_eq!(removed.data["affected_roles"], json!(["Lanlan"]));
+    let (_, listing) = app.get("/api/tools").await;
+    assert_eq!(listing["tools_by_role"]["Lanlan"], json!([]));
+    let (_, health) = app.get("/api/health").await;
+    assert_eq!(
+        (health["restored"].clone(), health["dormant"].clone()),
+        (json!(1), json!(0))
+    );
+}
+
+#[test]
+fn a_state_file_of_another_format_is_refused_at_start_with_a_clear_error() {
+    let dir = TempDir::new("durability-foreign");
+    let path = dir.file("state.redb", "this is not a state store");
+    let mut child = Child::start(&[
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+        "--state",
+        path.to_str().unwrap(),
+    ]);
+    let status = child.wait();
+    assert_eq!(status.code(), Some(1));
+    let log = child.stderr_after_exit();
+    assert!(log.contains("cannot open state file"), "{log}");
+    assert!(log.contains(path.to_str().unwrap()), "{log}");
+}
