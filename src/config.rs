@@ -288,6 +288,25 @@ mod tests {
     }
 
     #[test]
+    fn security_and_state() {
+        let s = Settings::from_toml(
+            "[security]\nplugin_tokens = \"required\"\n[state]\npath = \"s.redb\"\n\
+             dormant_ttl_seconds = 2.5\n",
+        )
+        .unwrap();
+        assert_eq!(s.plugin_tokens, TokenPolicy::Required);
+        assert_eq!(s.state.path.as_deref(), Some(Path::new("s.redb")));
+        assert_eq!(s.state.dormant_ttl, Duration::from_millis(2500));
+        let d = Settings::from_toml("").unwrap();
+        assert_eq!(d.plugin_tokens, TokenPolicy::Optional);
+        assert_eq!(d.state, StateSettings::default());
+        assert!(error_of("[security]\nplugin_tokens = \"sometimes\"").contains("plugin_tokens"));
+        assert!(
+            error_of("[state]\ndormant_ttl_seconds = 0").contains("state.dormant_ttl_seconds")
+        );
+    }
+
+    #[test]
     fn unknown_key_is_named() {
         assert!(error_of("bindd = \"x\"").contains("bindd"));
         assert!(error_of("[dispatch]\nmax_bytes = 1").contains("max_bytes"));

@@ -147,6 +147,7 @@ impl From<RouterError> for ApiError {
             }
             RouterError::TooManyAttachments { .. } => ApiError::Conflict(e.to_string()),
             RouterError::Ownership(e) => e.into(),
+            RouterError::NotStored(_) => ApiError::Unavailable(e.to_string()),
             // Character lifecycle errors have no HTTP route today.
             RouterError::DuplicateCharacter(_)
             | RouterError::InvalidSession { .. }

@@ -99,10 +99,10 @@ pub enum OwnershipError {
     )]
     TokenRequired,
     #[error(
-        "source {source:?} belongs to another plugin: a change to its tools needs the \
+        "source {tag:?} belongs to another plugin: a change to its tools needs the \
          X-Plugin-Token it was registered with"
     )]
-    NotOwner { source: String },
+    NotOwner { tag: String },
 }
 
 /// The sources bound to a token, and the policy.
@@ -141,7 +141,7 @@ impl Owners {
                 && Some(owner) != token.as_ref()
             {
                 return Err(OwnershipError::NotOwner {
-                    source: source.to_owned(),
+                    tag: source.to_owned(),
                 });
             }
         }
@@ -160,6 +160,7 @@ impl Owners {
     }
 
     /// Whether `source` is bound to a token.
+    #[cfg(test)]
     pub(crate) fn is_bound(&self, source: &str) -> bool {
         self.bound.contains_key(source)
     }
@@ -232,7 +233,7 @@ mod tests {
         assert_eq!(bound.map(|(s, _)| s).as_deref(), Some("plugin:a"));
         assert_eq!(owners.authorize(token(A), [], Some("plugin:a")), Ok(None));
         let refused = OwnershipError::NotOwner {
-            source: "plugin:a".into(),
+            tag: "plugin:a".into(),
         };
         assert_eq!(
             owners.authorize(token(B), [], Some("plugin:a")),

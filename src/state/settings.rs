@@ -9,10 +9,10 @@ use serde::Deserialize;
 
 /// How long a restored tool whose callback origin never accepts a connection stays listed
 /// (dormant) before it is removed: a day covers a plugin that comes back after a night off.
-pub const DEFAULT_DORMANT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+pub(crate) const DEFAULT_DORMANT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// The longest configurable dormancy: a month; past that a tool is not coming back.
-pub const MAX_DORMANT_TTL: Duration = Duration::from_secs(31 * 24 * 60 * 60);
+pub(crate) const MAX_DORMANT_TTL: Duration = Duration::from_secs(31 * 24 * 60 * 60);
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct StateSettings {

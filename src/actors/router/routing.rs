@@ -475,7 +475,7 @@ impl Handler<RemoveDeadOrigin> for Router {
     type Result = ResponseFuture<ChangeReport>;
 
     fn handle(&mut self, msg: RemoveDeadOrigin, _: &mut Self::Context) -> Self::Result {
-        let targets = (0..self.characters.len()).collect();
+        let targets: Vec<usize> = (0..self.characters.len()).collect();
         let change = Change::RemoveOrigin {
             source: msg.source.clone(),
             origin: msg.origin.clone(),
@@ -518,7 +518,7 @@ impl Handler<ReplaceSource> for Router {
 
     fn handle(&mut self, msg: ReplaceSource, _: &mut Self::Context) -> Self::Result {
         let mut unknown = Vec::new();
-        let targets = match &msg.roles {
+        let targets: Vec<usize> = match &msg.roles {
             None => (0..self.characters.len()).collect(),
             Some(roles) => roles
                 .iter()
