@@ -746,27 +746,6 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     run("get", HEALTH, foreign, Body::None).await;
     run("post", HEALTH, None, Body::Json(json!({}))).await;
 
-    // Changes without a token on a server that requires one: 401.
-    let mut strict = settings(&["Mio"]);
-    strict.plugin_tokens = runtime_tools::TokenPolicy::Required;
-    let strict = spawn_app_with(strict).await;
-    for (path, body) in [
-        (
-            "/api/tools/register",
-            tool_body("t", &callback.url("/cb"), "plugin:demo"),
-        ),
-        ("/api/tools/unregister", json!({"name": "t"})),
-        ("/api/tools/clear", json!({"source": "plugin:demo"})),
-        (
-            "/api/mcp/register",
-            json!({"name": "s", "url": callback.url("/mcp")}),
-        ),
-        ("/api/mcp/unregister", json!({"name": "s"})),
-        (PROGRESS, json!({"message": "halfway"})),
-    ] {
-        exchanges.push(call(&strict, "post", path, None, Body::Json(body)).await);
-    }
-
     // The full listing.
     run("get", "/api/tools?detail=full", None, Body::None).await;
     run("get", "/api/tools?detail=everything", None, Body::None).await;
@@ -891,6 +870,27 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
             content_type: response.header("content-type").map(str::to_owned),
             session: None,
         });
+    }
+
+    // Changes without a token on a server that requires one: 401.
+    let mut strict = settings(&["Mio"]);
+    strict.plugin_tokens = runtime_tools::TokenPolicy::Required;
+    let strict = spawn_app_with(strict).await;
+    for (path, body) in [
+        (
+            "/api/tools/register",
+            tool_body("t", &callback.url("/cb"), "plugin:demo"),
+        ),
+        ("/api/tools/unregister", json!({"name": "t"})),
+        ("/api/tools/clear", json!({"source": "plugin:demo"})),
+        (
+            "/api/mcp/register",
+            json!({"name": "s", "url": callback.url("/mcp")}),
+        ),
+        ("/api/mcp/unregister", json!({"name": "s"})),
+        (PROGRESS, json!({"message": "halfway"})),
+    ] {
+        exchanges.push(call(&strict, "post", path, None, Body::Json(body)).await);
     }
 
     // What the answers say, beyond their shape.
