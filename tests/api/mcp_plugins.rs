@@ -53,7 +53,11 @@ pub async fn start_plugin(app: &TestApp, name: &str, args: &[&str]) -> Plugin {
     Plugin {
         child,
         port,
-        answer: registered["answer"].clone(),
+        answer: crate::helpers::without_instance_id(
+            "/api/mcp/register",
+            200,
+            registered["answer"].clone(),
+        ),
         deletes_counted: 0,
     }
 }
