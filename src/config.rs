@@ -301,9 +301,7 @@ mod tests {
         assert_eq!(d.plugin_tokens, TokenPolicy::Optional);
         assert_eq!(d.state, StateSettings::default());
         assert!(error_of("[security]\nplugin_tokens = \"sometimes\"").contains("plugin_tokens"));
-        assert!(
-            error_of("[state]\ndormant_ttl_seconds = 0").contains("state.dormant_ttl_seconds")
-        );
+        assert!(error_of("[state]\ndormant_ttl_seconds = 0").contains("state.dormant_ttl_seconds"));
     }
 
     #[test]

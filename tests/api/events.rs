@@ -193,7 +193,12 @@ async fn hello_then_every_kind_of_event_with_its_exact_data() {
     assert_eq!(status, 200);
     assert_eq!(
         events.expect("tools.changed").await.data,
-        changed("unregister", json!("get_weather"), json!("plugin:w"), &["Lanlan"])
+        changed(
+            "unregister",
+            json!("get_weather"),
+            json!("plugin:w"),
+            &["Lanlan"]
+        )
     );
     let (status, _) = app
         .post("/api/tools/clear", &json!({"source": "plugin:w"}))

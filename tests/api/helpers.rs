@@ -127,7 +127,10 @@ impl TestApp {
         let mut response = request.send_body(body).await.expect("request sent");
         let status = response.status().as_u16();
         let bytes = response.body().limit(64 << 20).await.expect("body read");
-        (status, without_instance_id(path, status, parse_json(&bytes)))
+        (
+            status,
+            without_instance_id(path, status, parse_json(&bytes)),
+        )
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
