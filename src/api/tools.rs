@@ -79,7 +79,7 @@ async fn register(
     let report = ask_router(
         &state,
         PluginChange {
-            request: ChangeRequest::Register(register),
+            request: ChangeRequest::Register(Box::new(register)),
             token,
             record,
         },

@@ -70,7 +70,8 @@ pub(crate) struct PluginChange {
 /// The changes a plugin makes over HTTP.
 #[derive(Debug)]
 pub(crate) enum ChangeRequest {
-    Register(RegisterTool),
+    /// Boxed: a tool is far larger than the other requests.
+    Register(Box<RegisterTool>),
     Unregister(UnregisterTool),
     Clear(ClearSource),
 }
@@ -209,8 +210,7 @@ impl Router {
         let change = Change::Register(Arc::new(msg.tool));
         let op = Op::of(&change, names, stored);
         let subject = Subject::of(&change);
-        let report = self.route_to(targets, Vec::new(), change, Some(op), subject, replaced);
-        Box::pin(async move { report.await })
+        self.route_to(targets, Vec::new(), change, Some(op), subject, replaced)
     }
 
     /// Unregisters `msg.name` for `who`: refused when a target holds it under a source bound
@@ -242,8 +242,7 @@ impl Router {
         let op = Op::of(&change, names, None);
         let mut subject = Subject::of(&change);
         subject.source = holders.into_iter().next();
-        let report = self.route_to(targets, Vec::new(), change, Some(op), subject, removed);
-        Box::pin(async move { report.await })
+        self.route_to(targets, Vec::new(), change, Some(op), subject, removed)
     }
 
     /// Clears `msg.source` for `who` (refused when it is bound to another token); a clear of
@@ -456,7 +455,7 @@ impl Handler<PluginChange> for Router {
     fn handle(&mut self, msg: PluginChange, _: &mut Self::Context) -> Self::Result {
         let who = Credential::Plugin(msg.token);
         match msg.request {
-            ChangeRequest::Register(r) => self.register(r, who, msg.record),
+            ChangeRequest::Register(r) => self.register(*r, who, msg.record),
             ChangeRequest::Unregister(u) => self.unregister(u, who),
             ChangeRequest::Clear(c) => self.clear(c, who),
         }
