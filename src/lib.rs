@@ -75,6 +75,7 @@ pub use dispatch::Dispatcher;
 pub use domain::arguments::Parameters;
 pub use domain::call::{LocalHandler, LocalToolHandler, Scheduling, ToolCall, ToolOutcome};
 pub use domain::callback_url::CallbackUrl;
+pub use domain::approval::{Approval, McpApproval};
 pub use domain::tool::{Behavior, SharedTool, ToolHandler, ToolSpec, empty_parameters};
 
 /// An application's own model session, joined to a character with [`JoinSession`]: the

@@ -12,6 +12,7 @@ use std::sync::LazyLock;
 use actix_web::{HttpResponse, web};
 use utoipa::OpenApi;
 
+use super::approvals::{self, ApprovalView, ApprovalsResponse, DecisionBody, DecisionResponse};
 use super::chat;
 use super::conversation::{self, ContextBody, ContextResponse, ProgressBody, ProgressResponse};
 use super::error::{
@@ -66,6 +67,8 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         invoke::invoke,
         conversation::progress,
         conversation::context,
+        approvals::list,
+        approvals::decide,
         sessions::list_sessions,
         sessions::attach,
         sessions::detach,
@@ -100,6 +103,10 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         ProgressResponse,
         ContextBody,
         ContextResponse,
+        ApprovalsResponse,
+        ApprovalView,
+        DecisionBody,
+        DecisionResponse,
         RunningCallReport,
         Conversation,
         Behavior,
@@ -186,7 +193,7 @@ mod tests {
 
     use super::*;
     use crate::api::requests::{
-        AttachRequest, ClearRequest, DetachRequest, InvokeRequest, McpRegisterRequest,
+        AttachRequest, ClearRequest, DecisionRequest, DetachRequest, InvokeRequest, McpRegisterRequest,
         McpUnregisterRequest, RegisterRequest, UnregisterRequest,
     };
 
@@ -216,6 +223,7 @@ mod tests {
             ("McpUnregisterBody", |b| {
                 McpUnregisterRequest::parse(b, |_| false).map(drop)
             }),
+            ("DecisionBody", |b| DecisionRequest::parse(b).map(drop)),
         ]
     }
 

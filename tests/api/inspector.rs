@@ -1146,6 +1146,7 @@ async fn each_tool_says_where_it_runs_and_each_kind_of_field_reads_its_type() {
     let app = spawn_app_with(Settings {
         mcp_servers: vec![McpServerSettings {
             behavior: Default::default(),
+            approval: Default::default(),
             name: "time".to_owned(),
             transport: McpTransport::Stdio {
                 command: time.to_string_lossy().into_owned(),

@@ -8,6 +8,7 @@ use serde::Serialize;
 use crate::actors::change::ChangeReport;
 use crate::actors::router::RouterError;
 use crate::domain::callback_url::CallbackUrl;
+use crate::domain::approval::McpApproval;
 use crate::domain::tool::Behavior;
 use crate::mcp::mapping::Skipped;
 
@@ -29,6 +30,8 @@ pub(crate) struct McpRegistration {
     pub timeout: Duration,
     /// Whether a live conversation waits for its tools' calls.
     pub behavior: Behavior,
+    /// Which of its tools' calls wait for a person's approval.
+    pub approval: McpApproval,
 }
 
 /// Register (or replace) an MCP server; answers once its tools are registered and synced, or

@@ -228,7 +228,7 @@ impl McpPlugins {
                     d,
                     &registration.source,
                     server.owner(),
-                    registration.behavior,
+                    (registration.behavior, registration.approval),
                 )
             })
             .collect();
@@ -370,7 +370,7 @@ impl McpPlugins {
                     d,
                     &registration.source,
                     server.owner(),
-                    registration.behavior,
+                    (registration.behavior, registration.approval),
                 )
             })
             .collect();
@@ -688,6 +688,7 @@ mod tests {
             source: source.to_owned(),
             timeout: Duration::from_secs(30),
             behavior: Default::default(),
+            approval: Default::default(),
         }
     }
 

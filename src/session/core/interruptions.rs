@@ -32,7 +32,7 @@ impl SessionCore {
         }
         // A non-blocking call belongs to no turn: it runs on (see `later.rs`).
         let cancelled = self.take_running(|call| match &interruption {
-            Interruption::NewTurn => call.behavior == Behavior::Blocking,
+            Interruption::NewTurn => !call.is_detached(),
             Interruption::Turn(turn) => call.turn.as_deref() == Some(turn.as_str()),
             Interruption::Calls(_) => false,
         });
