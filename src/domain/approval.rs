@@ -9,17 +9,17 @@ use ring::rand::SecureRandom as _;
 use serde::Serialize;
 
 /// Default of `approval_timeout_seconds`.
-pub const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const DEFAULT_APPROVAL_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Largest `approval_timeout_seconds` (an hour).
-pub const MAX_APPROVAL_TIMEOUT_SECONDS: u64 = 3600;
+pub(crate) const MAX_APPROVAL_TIMEOUT_SECONDS: u64 = 3600;
 
 /// Most approvals one character may have pending at once; a call past it is refused at once
 /// (never queued).
-pub const MAX_PENDING_PER_CHARACTER: usize = 32;
+pub(crate) const MAX_PENDING_PER_CHARACTER: usize = 32;
 
 /// Longest `reason` a decision may carry, in characters.
-pub const MAX_REASON_CHARS: usize = 1024;
+pub(crate) const MAX_REASON_CHARS: usize = 1024;
 
 /// Whether a tool's calls wait for a person's approval, and for how long.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,7 +89,7 @@ impl McpApproval {
 /// What became of a pending approval.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Resolution {
+pub(crate) enum Resolution {
     Approved,
     Denied,
     Expired,
@@ -97,7 +97,7 @@ pub enum Resolution {
 }
 
 impl Resolution {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Self::Approved => "approved",
             Self::Denied => "denied",
@@ -107,7 +107,7 @@ impl Resolution {
     }
 
     /// How a later decision's 409 names it.
-    pub fn already(self) -> &'static str {
+    pub(crate) fn already(self) -> &'static str {
         match self {
             Self::Approved => "already approved",
             Self::Denied => "already denied",
@@ -118,7 +118,7 @@ impl Resolution {
 }
 
 /// The error the model is given when the person declined the call.
-pub fn denied_text(tool: &str, reason: Option<&str>) -> String {
+pub(crate) fn denied_text(tool: &str, reason: Option<&str>) -> String {
     let reason = match reason {
         Some(r) if !r.is_empty() => format!(" (their reason: {r})"),
         _ => " (they gave no reason)".to_owned(),
@@ -130,7 +130,7 @@ pub fn denied_text(tool: &str, reason: Option<&str>) -> String {
 }
 
 /// The error the model is given when nobody answered the approval request in time.
-pub fn expired_text(tool: &str, waited: Duration) -> String {
+pub(crate) fn expired_text(tool: &str, waited: Duration) -> String {
     format!(
         "nobody answered the approval request for '{tool}' within {} s, so the call was not run; \
          this is not a refusal: you may ask the person and call it again.",
@@ -140,22 +140,22 @@ pub fn expired_text(tool: &str, waited: Duration) -> String {
 
 /// The error of a call whose approval was cancelled (`why`: the tool changed, the session
 /// ended).
-pub fn cancelled_text(tool: &str, why: &str) -> String {
+pub(crate) fn cancelled_text(tool: &str, why: &str) -> String {
     format!("the call of '{tool}' was cancelled while it waited for approval: {why}")
 }
 
 /// What a live session's model is answered at once for a call that waits for approval.
-pub fn awaiting_output(tool: &str) -> String {
+pub(crate) fn awaiting_output(tool: &str) -> String {
     serde_json::json!({"status": "awaiting_approval", "tool": tool}).to_string()
 }
 
 /// The lowercase hex SHA-256 of `text`.
-pub fn sha256_hex(text: &str) -> String {
+pub(crate) fn sha256_hex(text: &str) -> String {
     hex(ring::digest::digest(&ring::digest::SHA256, text.as_bytes()).as_ref())
 }
 
 /// A new approval id: `apr_` and 128 random bits from the system's generator, in hex.
-pub fn new_id() -> String {
+pub(crate) fn new_id() -> String {
     let mut bytes = [0u8; 16];
     ring::rand::SystemRandom::new()
         .fill(&mut bytes)

@@ -36,33 +36,33 @@ const REMEMBERED: usize = 4096;
 
 /// Who asks: the character and the caller, as `tool.call` names them.
 #[derive(Debug, Clone, Copy)]
-pub struct Asker<'a> {
-    pub role: &'a str,
-    pub caller: Caller,
-    pub kind: Option<ConnectionKind>,
+pub(crate) struct Asker<'a> {
+    pub(crate) role: &'a str,
+    pub(crate) caller: Caller,
+    pub(crate) kind: Option<ConnectionKind>,
 }
 
 /// A pending approval as `GET /api/approvals` lists it and `approval.requested` announces it.
 #[derive(Debug, Clone, Serialize)]
-pub struct PendingApproval {
-    pub id: String,
-    pub role: String,
-    pub tool: String,
-    pub source: String,
-    pub call_id: String,
-    pub caller: Caller,
+pub(crate) struct PendingApproval {
+    pub(crate) id: String,
+    pub(crate) role: String,
+    pub(crate) tool: String,
+    pub(crate) source: String,
+    pub(crate) call_id: String,
+    pub(crate) caller: Caller,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub kind: Option<ConnectionKind>,
+    pub(crate) kind: Option<ConnectionKind>,
     /// The arguments as the model sent them, parsed.
-    pub arguments: Map<String, Value>,
+    pub(crate) arguments: Map<String, Value>,
     /// Lowercase hex SHA-256 of the exact argument text the model sent.
-    pub arguments_sha256: String,
+    pub(crate) arguments_sha256: String,
     /// The registration the call was asked under.
-    pub generation: u64,
-    pub timeout_seconds: u64,
+    pub(crate) generation: u64,
+    pub(crate) timeout_seconds: u64,
     /// RFC 3339, UTC.
-    pub requested_at: String,
-    pub expires_at: String,
+    pub(crate) requested_at: String,
+    pub(crate) expires_at: String,
 }
 
 /// `approval.resolved`.
@@ -121,7 +121,7 @@ impl Approvals {
 
 /// Why a decision was not taken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DecideError {
+pub(crate) enum DecideError {
     /// No approval of this id is pending or remembered.
     Unknown,
     /// It ended already, this way.
@@ -131,7 +131,7 @@ pub enum DecideError {
 /// A call waiting for a person's approval. Its caller keeps the call itself, as the model made
 /// it, and runs exactly that once [`Pending::decided`] lets it; dropping it before a decision
 /// cancels the approval.
-pub struct Pending {
+pub(crate) struct Pending {
     hub: EventHub,
     id: String,
     tool: String,
@@ -153,7 +153,7 @@ impl std::fmt::Debug for Pending {
 impl Pending {
     /// Waits for the decision on `call` (at most until the approval expires): the call to run,
     /// as it was held, or the result the model is given instead.
-    pub async fn decided(mut self, call: ToolCall) -> Result<ToolCall, ToolResult> {
+    pub(crate) async fn decided(mut self, call: ToolCall) -> Result<ToolCall, ToolResult> {
         let expiry = std::pin::pin!(tokio::time::sleep_until(self.expires.into()));
         let verdict = match select(&mut self.verdict, expiry).await {
             Either::Left((told, _)) => told.ok(),
@@ -197,7 +197,7 @@ impl Drop for Pending {
 
 /// Runs `call` through `run` once `approval` (if any) lets it: the one path every caller that
 /// may need approval takes.
-pub async fn after_approval<F, Fut>(approval: Option<Pending>, call: ToolCall, run: F) -> ToolResult
+pub(crate) async fn after_approval<F, Fut>(approval: Option<Pending>, call: ToolCall, run: F) -> ToolResult
 where
     F: FnOnce(ToolCall) -> Fut,
     Fut: Future<Output = ToolResult>,
@@ -221,7 +221,7 @@ impl EventHub {
     }
 
     /// Sets the tools that always need approval on `role`, whatever their registration says.
-    pub fn set_approval_rules(&self, role: &str, always: Vec<String>) {
+    pub(crate) fn set_approval_rules(&self, role: &str, always: Vec<String>) {
         let mut approvals = self.approvals();
         if always.is_empty() {
             approvals.rules.remove(role);
@@ -233,7 +233,7 @@ impl EventHub {
     }
 
     /// The approval timeout of calls of `tool` on `role`, when they need approval.
-    pub fn approval_required(&self, role: &str, tool: &SharedTool) -> Option<Duration> {
+    pub(crate) fn approval_required(&self, role: &str, tool: &SharedTool) -> Option<Duration> {
         let by_rule = || {
             self.approvals()
                 .rules
@@ -247,7 +247,7 @@ impl EventHub {
     /// character (`None`: it does not), announced as `approval.requested`. A call whose
     /// arguments fail the tool's schema is answered with the fix-it text instead, and one past
     /// the character's bound on pending approvals is refused; neither asks anyone.
-    pub fn approval_for(
+    pub(crate) fn approval_for(
         &self,
         asker: Asker<'_>,
         tool: &SharedTool,
@@ -338,7 +338,7 @@ impl EventHub {
     }
 
     /// The pending approvals (of `role` only, when given), oldest first.
-    pub fn pending_approvals(&self, role: Option<&str>) -> Vec<PendingApproval> {
+    pub(crate) fn pending_approvals(&self, role: Option<&str>) -> Vec<PendingApproval> {
         let approvals = self.approvals();
         let mut listed: Vec<(u64, PendingApproval)> = approvals
             .pending
@@ -355,7 +355,7 @@ impl EventHub {
 
     /// The person's decision on approval `id`. Single use: a decided, expired or cancelled one
     /// is refused with how it ended.
-    pub fn decide_approval(
+    pub(crate) fn decide_approval(
         &self,
         id: &str,
         approve: bool,
@@ -387,7 +387,7 @@ impl EventHub {
 
     /// `role`'s tools are now `tools`: a pending approval whose tool was replaced or removed is
     /// cancelled ("the tool changed").
-    pub fn approvals_tools_changed<'a>(
+    pub(crate) fn approvals_tools_changed<'a>(
         &self,
         role: &str,
         tools: impl Iterator<Item = &'a SharedTool>,
@@ -448,4 +448,133 @@ impl EventHub {
 
 fn rfc3339(time: SystemTime) -> String {
     humantime::format_rfc3339_millis(time).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::domain::approval::Approval;
+    use crate::domain::tool::{ToolSpec, test_tool};
+    use crate::events::EventSettings;
+
+    fn hub() -> EventHub {
+        EventHub::new(&EventSettings::default())
+    }
+
+    fn needs_approval(name: &str) -> SharedTool {
+        let plain = test_tool(name, "");
+        let ToolHandler::Remote(endpoint) = &plain.handler else {
+            unreachable!("a remote test tool")
+        };
+        Arc::new(
+            ToolSpec::remote(
+                name,
+                "",
+                plain.parameters.clone(),
+                "plugin:w",
+                endpoint.callback_url.clone(),
+                endpoint.timeout,
+            )
+            .with_approval(Approval {
+                required: true,
+                ..Approval::default()
+            }),
+        )
+    }
+
+    fn asker() -> Asker<'static> {
+        Asker {
+            role: "Mio",
+            caller: Caller::Model,
+            kind: Some(ConnectionKind::Client),
+        }
+    }
+
+    fn call(id: &str) -> ToolCall {
+        ToolCall::from_raw(id.into(), "send".into(), r#"{"to":  "Ann"}"#.into())
+    }
+
+    use crate::domain::tool::ToolHandler;
+
+    #[test]
+    fn a_tool_without_the_policy_asks_nobody_unless_the_character_says_so() {
+        let hub = hub();
+        let plain = test_tool("send", "");
+        assert!(hub.approval_for(asker(), &plain, &mut call("c1")).unwrap().is_none());
+        hub.set_approval_rules("Mio", vec!["send".into()]);
+        let held = hub.approval_for(asker(), &plain, &mut call("c1")).unwrap();
+        assert!(held.is_some());
+        assert_eq!(hub.pending_approvals(Some("Lanlan")).len(), 0);
+        assert_eq!(hub.pending_approvals(Some("Mio")).len(), 1);
+    }
+
+    #[test]
+    fn a_decision_is_taken_once_and_a_dropped_waiter_cancels() {
+        let hub = hub();
+        let tool = needs_approval("send");
+        let held = hub.approval_for(asker(), &tool, &mut call("c1")).unwrap().unwrap();
+        let record = hub.pending_approvals(None).remove(0);
+        assert_eq!(record.arguments_sha256, sha256_hex(r#"{"to":  "Ann"}"#));
+        assert_eq!(record.generation, tool.generation);
+        assert_eq!(hub.decide_approval(&record.id, false, None), Ok(()));
+        assert_eq!(
+            hub.decide_approval(&record.id, true, None),
+            Err(DecideError::Ended(Resolution::Denied))
+        );
+        assert_eq!(
+            hub.decide_approval("apr_nope", true, None),
+            Err(DecideError::Unknown)
+        );
+        drop(held);
+        let second = hub.approval_for(asker(), &tool, &mut call("c2")).unwrap().unwrap();
+        let id = hub.pending_approvals(None).remove(0).id;
+        drop(second);
+        assert_eq!(
+            hub.decide_approval(&id, true, None),
+            Err(DecideError::Ended(Resolution::Cancelled))
+        );
+    }
+
+    #[test]
+    fn a_replaced_tool_voids_its_pending_approvals_and_the_set_is_bounded() {
+        let hub = hub();
+        let tool = needs_approval("send");
+        let mut held = Vec::new();
+        for i in 0..MAX_PENDING_PER_CHARACTER {
+            held.push(
+                hub.approval_for(asker(), &tool, &mut call(&format!("c{i}")))
+                    .unwrap()
+                    .unwrap(),
+            );
+        }
+        let refused = hub
+            .approval_for(asker(), &tool, &mut call("over"))
+            .unwrap_err();
+        assert_eq!(refused.outcome, Outcome::Refused);
+        // Another character has its own bound.
+        let other = Asker {
+            role: "Lanlan",
+            ..asker()
+        };
+        let _theirs = hub.approval_for(other, &tool, &mut call("x")).unwrap().unwrap();
+        hub.approvals_tools_changed("Mio", [&tool].into_iter());
+        assert_eq!(hub.pending_approvals(Some("Mio")).len(), MAX_PENDING_PER_CHARACTER);
+        let replaced = needs_approval("send");
+        hub.approvals_tools_changed("Mio", [&replaced].into_iter());
+        assert!(hub.pending_approvals(Some("Mio")).is_empty());
+        assert_eq!(hub.pending_approvals(Some("Lanlan")).len(), 1);
+    }
+
+    #[test]
+    fn arguments_that_fail_the_schema_ask_nobody() {
+        let hub = hub();
+        let mut bad = ToolCall::from_raw("c1".into(), "send".into(), "[1]".into());
+        let refused = hub
+            .approval_for(asker(), &needs_approval("send"), &mut bad)
+            .unwrap_err();
+        assert_eq!(refused.outcome, Outcome::InvalidArguments);
+        assert!(hub.pending_approvals(None).is_empty());
+    }
 }

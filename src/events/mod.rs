@@ -26,7 +26,7 @@ use serde::Serialize;
 use sse_stream::Sse;
 use tokio::sync::mpsc;
 
-pub use self::approvals::{Asker, DecideError, Pending, PendingApproval, after_approval};
+pub(crate) use self::approvals::{Asker, DecideError, Pending, PendingApproval, after_approval};
 pub use self::calls::{CallStart, CallWatch, Caller, ToolCallFinished};
 use crate::domain::call::Scheduling;
 use crate::domain::connection::ConnectionKind;

@@ -14,6 +14,7 @@ use crate::chat::chat_server;
 use crate::child::LineChild;
 use crate::event_stream::{EventReader, open};
 use crate::fake_chat::{Answer, FakeChat, calls_completion, completion};
+use crate::fake_gemini::{FakeGemini, SetupMode};
 use crate::fake_realtime::{AckMode, FakeRealtime};
 use crate::helpers::{TestApp, app_with_session, settings, spawn_app_with};
 use crate::non_blocking::{
@@ -595,4 +596,123 @@ async fn an_mcp_client_of_mcp_waits_for_the_decision() {
     );
     assert_eq!(callback.received().len(), 1);
     assert_eq!(client.wait_exit().await, Some(0));
+}
+
+#[actix_web::test]
+async fn through_the_relay_with_the_openai_sdk_as_the_app_and_the_app_leaving_cancels() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let callback = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
+    let app = crate::relay::relay_app(&fake, &[], Dialect::Openai, |_| {}).await;
+    register(&app, &send_message(&callback, 300)).await;
+    let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
+    let mut sdk = crate::sdk_app::SdkApp::start().await;
+    sdk.connect_ok(&crate::relay::base(&app), json!({"character": "Mio"}))
+        .await;
+    fake.update_with_tools(&["send_message"]).await;
+
+    model_sends(&fake, "c1", r#"{"to": "Ann"}"#).await;
+    let events = fake
+        .wait_for("c1's awaiting answer and a response.create", |events| {
+            (sent(events, "response.create") == 1).then(|| events.to_vec())
+        })
+        .await;
+    assert_eq!(
+        outputs_of(&events, "c1"),
+        [json!({"status": "awaiting_approval", "tool": "send_message"})]
+    );
+    let record = requested(&mut stream, "c1").await;
+    assert_eq!(record["kind"], json!("relay"));
+    assert!(callback.received().is_empty());
+    decide(&app, record["id"].as_str().unwrap(), json!({"decision": "approve"})).await;
+    assert_eq!(
+        callback.wait_for_requests(1).await[0].json()["arguments"],
+        json!({"to": "Ann"})
+    );
+    let events = system_messages(&fake, 1).await;
+    assert!(system_texts(&events)[0].contains("approved"));
+    fake.wait_for("the response.create after the outcome", |events| {
+        (sent(events, "response.create") == 2).then_some(())
+    })
+    .await;
+
+    // The app leaves: the relay ends, and so does what waits in it.
+    model_sends(&fake, "c2", r#"{"to": "Bo"}"#).await;
+    requested(&mut stream, "c2").await;
+    sdk.close(1000, "bye").await;
+    let outcome = resolved(&mut stream, "c2").await;
+    assert_eq!(outcome["outcome"], json!("cancelled"), "{outcome}");
+    assert_eq!(callback.received().len(), 1);
+    let report =
+        crate::schema::validate_client_events(crate::relay::server_events(&fake)).await;
+    assert!(report.is_ok(), "{report:?}");
+}
+
+#[actix_web::test]
+async fn gemini_live_hears_at_once_and_the_outcome_as_a_turn() {
+    let fake = FakeGemini::start(SetupMode::Complete).await;
+    let mut config = settings(&["Mio"]);
+    config.characters[0].session = Some(runtime_tools::SessionSettings::gemini(
+        Some(&fake.url),
+        Some("gemini-test"),
+    ));
+    let app = spawn_app_with(config).await;
+    fake.nth_setup(1).await;
+    let callback = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
+    register(&app, &send_message(&callback, 300)).await;
+    fake.nth_setup(2).await;
+    let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
+
+    fake.push_calls(&[("c1", "send_message", json!({"to": "Ann"}))])
+        .await;
+    let answer = fake.nth_tool_response(1).await;
+    assert_eq!(
+        answer.message,
+        json!({"toolResponse": {"functionResponses": [{"id": "c1", "name": "send_message",
+               "response": {"status": "awaiting_approval", "tool": "send_message"}}]}})
+    );
+    let record = requested(&mut stream, "c1").await;
+    assert_eq!(record["kind"], json!("client"));
+    assert!(callback.received().is_empty());
+    decide(&app, record["id"].as_str().unwrap(), json!({"decision": "approve"})).await;
+    let turn = |n: usize| {
+        let fake = &fake;
+        async move {
+            fake.wait_until(&format!("client content turn #{n}"), |f| {
+                f.messages()
+                    .into_iter()
+                    .filter(|m| m.get("clientContent").is_some())
+                    .nth(n - 1)
+            })
+            .await
+        }
+    };
+    let told = turn(1).await;
+    let text = told["clientContent"]["turns"][0]["parts"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(text.contains("approved") && text.contains(r#"{"sent":true}"#), "{text}");
+    assert_eq!(told["clientContent"]["turnComplete"], json!(true));
+    assert_eq!(callback.wait_for_requests(1).await.len(), 1);
+
+    fake.push_calls(&[("c2", "send_message", json!({"to": "Bo"}))])
+        .await;
+    let record = requested(&mut stream, "c2").await;
+    decide(
+        &app,
+        record["id"].as_str().unwrap(),
+        json!({"decision": "deny", "reason": "no"}),
+    )
+    .await;
+    let told = turn(2).await;
+    let text = told["clientContent"]["turns"][0]["parts"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(text.contains("declined"), "{text}");
+    assert_eq!(callback.received().len(), 1);
+    let checked = crate::schema::validate_gemini_messages(fake.messages())
+        .await
+        .unwrap_or_else(|e| panic!("a message the server sent breaks the SDK's types: {e}"));
+    assert!(checked.contains("client messages valid"), "{checked}");
 }

@@ -10,7 +10,6 @@
 use super::answers::RunningCall;
 use super::{Effect, Interruption, SessionCore, Ticket};
 use crate::domain::call::ToolResult;
-use crate::domain::tool::Behavior;
 
 impl SessionCore {
     /// The person interrupted, or the provider cancelled (see [`Interruption`]): the turns it
