@@ -470,6 +470,9 @@ async fn a_chat_request_waits_for_the_decision_and_the_model_hears_it() {
     );
     assert!(callback.received().is_empty());
     decide(&app, record["id"].as_str().unwrap(), json!({"decision": "approve"})).await;
+    // The call ran after the decision, not before.
+    resolved(&mut stream, "call_1").await;
+    stream.wait_for("tool.call", |d| d["call_id"] == "call_1").await;
     let (status, answer) = pending.await.unwrap();
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["choices"][0]["message"]["content"], json!("Sent."));
@@ -563,6 +566,13 @@ async fn an_mcp_client_of_mcp_waits_for_the_decision() {
     assert_eq!(record["arguments"], json!({"to": "Ann"}));
     assert!(callback.received().is_empty());
     decide(&app, record["id"].as_str().unwrap(), json!({"decision": "approve"})).await;
+    // The call ran after the decision, not before.
+    stream
+        .wait_for("approval.resolved", |d| d["id"] == record["id"])
+        .await;
+    stream
+        .wait_for("tool.call", |d| d["call_id"] == record["call_id"])
+        .await;
     let first = step(&mut client, "approved").await;
     assert_eq!(
         (&first["is_error"], &first["texts"]),
