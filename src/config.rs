@@ -153,7 +153,9 @@ impl Settings {
             }
             if let Some(approval) = c.approval {
                 if let Some(empty) = approval.always.iter().position(String::is_empty) {
-                    bail!("key `character[{i}].approval.always[{empty}]`: a tool name must not be empty");
+                    bail!(
+                        "key `character[{i}].approval.always[{empty}]`: a tool name must not be empty"
+                    );
                 }
                 settings.characters[i].approval_always = approval.always;
             }

@@ -193,8 +193,8 @@ mod tests {
 
     use super::*;
     use crate::api::requests::{
-        AttachRequest, ClearRequest, DecisionRequest, DetachRequest, InvokeRequest, McpRegisterRequest,
-        McpUnregisterRequest, RegisterRequest, UnregisterRequest,
+        AttachRequest, ClearRequest, DecisionRequest, DetachRequest, InvokeRequest,
+        McpRegisterRequest, McpUnregisterRequest, RegisterRequest, UnregisterRequest,
     };
 
     type Parse = fn(&Map<String, Value>) -> Result<(), Vec<FieldError>>;

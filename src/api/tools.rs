@@ -15,10 +15,10 @@ use super::requests::{ClearRequest, RegisterRequest, UnregisterRequest};
 use super::{AppState, ask_router};
 use crate::actors::change::{ChangeReport, RoleFailure};
 use crate::actors::router::{ClearSource, RegisterTool, RoleTools, UnregisterTool};
-use crate::events::EventHub;
 use crate::dispatch::LOCAL_TOOL_TIMEOUT;
 use crate::domain::role::RoleName;
 use crate::domain::tool::Behavior;
+use crate::events::EventHub;
 
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/register").route(web::post().to(register)))

@@ -169,10 +169,9 @@ impl Pending {
         self.done = true;
         match verdict {
             Some(Verdict::Approved) => Ok(call),
-            Some(Verdict::Denied(reason)) => Err(call.failed(
-                Outcome::Denied,
-                denied_text(&self.tool, reason.as_deref()),
-            )),
+            Some(Verdict::Denied(reason)) => {
+                Err(call.failed(Outcome::Denied, denied_text(&self.tool, reason.as_deref())))
+            }
             Some(Verdict::Cancelled(why)) => {
                 Err(call.failed(Outcome::Cancelled, cancelled_text(&self.tool, &why)))
             }
@@ -197,7 +196,11 @@ impl Drop for Pending {
 
 /// Runs `call` through `run` once `approval` (if any) lets it: the one path every caller that
 /// may need approval takes.
-pub(crate) async fn after_approval<F, Fut>(approval: Option<Pending>, call: ToolCall, run: F) -> ToolResult
+pub(crate) async fn after_approval<F, Fut>(
+    approval: Option<Pending>,
+    call: ToolCall,
+    run: F,
+) -> ToolResult
 where
     F: FnOnce(ToolCall) -> Fut,
     Fut: Future<Output = ToolResult>,
@@ -401,10 +404,7 @@ impl EventHub {
             .pending
             .values()
             .filter(|e| {
-                e.record.role == role
-                    && !tools
-                        .iter()
-                        .any(|t| std::sync::Arc::ptr_eq(t, &e.tool))
+                e.record.role == role && !tools.iter().any(|t| std::sync::Arc::ptr_eq(t, &e.tool))
             })
             .map(|e| e.record.id.clone())
             .collect();
@@ -502,7 +502,11 @@ mod tests {
     fn a_tool_without_the_policy_asks_nobody_unless_the_character_says_so() {
         let hub = hub();
         let plain = test_tool("send", "");
-        assert!(hub.approval_for(asker(), &plain, &mut call("c1")).unwrap().is_none());
+        assert!(
+            hub.approval_for(asker(), &plain, &mut call("c1"))
+                .unwrap()
+                .is_none()
+        );
         hub.set_approval_rules("Mio", vec!["send".into()]);
         let held = hub.approval_for(asker(), &plain, &mut call("c1")).unwrap();
         assert!(held.is_some());
@@ -514,7 +518,10 @@ mod tests {
     fn a_decision_is_taken_once_and_a_dropped_waiter_cancels() {
         let hub = hub();
         let tool = needs_approval("send");
-        let held = hub.approval_for(asker(), &tool, &mut call("c1")).unwrap().unwrap();
+        let held = hub
+            .approval_for(asker(), &tool, &mut call("c1"))
+            .unwrap()
+            .unwrap();
         let record = hub.pending_approvals(None).remove(0);
         assert_eq!(record.arguments_sha256, sha256_hex(r#"{"to":  "Ann"}"#));
         assert_eq!(record.generation, tool.generation);
@@ -528,7 +535,10 @@ mod tests {
             Err(DecideError::Unknown)
         );
         drop(held);
-        let second = hub.approval_for(asker(), &tool, &mut call("c2")).unwrap().unwrap();
+        let second = hub
+            .approval_for(asker(), &tool, &mut call("c2"))
+            .unwrap()
+            .unwrap();
         let id = hub.pending_approvals(None).remove(0).id;
         drop(second);
         assert_eq!(
@@ -558,9 +568,15 @@ mod tests {
             role: "Lanlan",
             ..asker()
         };
-        let _theirs = hub.approval_for(other, &tool, &mut call("x")).unwrap().unwrap();
+        let _theirs = hub
+            .approval_for(other, &tool, &mut call("x"))
+            .unwrap()
+            .unwrap();
         hub.approvals_tools_changed("Mio", [&tool].into_iter());
-        assert_eq!(hub.pending_approvals(Some("Mio")).len(), MAX_PENDING_PER_CHARACTER);
+        assert_eq!(
+            hub.pending_approvals(Some("Mio")).len(),
+            MAX_PENDING_PER_CHARACTER
+        );
         let replaced = needs_approval("send");
         hub.approvals_tools_changed("Mio", [&replaced].into_iter());
         assert!(hub.pending_approvals(Some("Mio")).is_empty());

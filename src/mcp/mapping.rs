@@ -4,10 +4,10 @@
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use serde_json::{Value, json};
 
+use crate::domain::approval::{Approval, McpApproval};
 use crate::domain::arguments::Parameters;
 use crate::domain::call::{LocalToolHandler, ToolOutcome};
 use crate::domain::peer_text;
-use crate::domain::approval::{Approval, McpApproval};
 use crate::domain::tool::{Behavior, ToolSpec};
 
 /// Longest tool name this server accepts (the name rule of a registration).

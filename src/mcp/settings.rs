@@ -11,8 +11,8 @@ use anyhow::{Context, bail};
 use indexmap::IndexMap;
 use serde::Deserialize;
 
-use crate::domain::callback_url::CallbackUrl;
 use crate::domain::approval::McpApproval;
+use crate::domain::callback_url::CallbackUrl;
 use crate::domain::tool::Behavior;
 
 /// How long a call of an MCP server's tool may take unless configured: the default timeout of

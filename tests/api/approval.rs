@@ -18,7 +18,7 @@ use crate::fake_gemini::{FakeGemini, SetupMode};
 use crate::fake_realtime::{AckMode, FakeRealtime};
 use crate::helpers::{TestApp, app_with_session, settings, spawn_app_with};
 use crate::non_blocking::{
-    outputs_of, response_created, responding, sent, system_messages, system_texts,
+    outputs_of, responding, response_created, sent, system_messages, system_texts,
 };
 use crate::python::{repo_file, venv_python};
 use crate::sessions::{call_event, response_done};
@@ -112,7 +112,10 @@ async fn a_registration_and_a_character_set_the_policy_the_listing_shows_it_and_
             .find(|t| t["name"] == name)
             .unwrap()
             .clone();
-        (tool["approval"].clone(), tool["approval_timeout_seconds"].clone())
+        (
+            tool["approval"].clone(),
+            tool["approval_timeout_seconds"].clone(),
+        )
     };
     assert_eq!(policy("Mio", "send_message"), (json!("always"), json!(30)));
     assert_eq!(policy("Mio", "lights"), (json!("never"), json!(120)));
@@ -293,7 +296,10 @@ async fn realtime_the_model_hears_at_once_and_the_call_runs_only_as_approved_and
     let (status, answer) = decide(&app, &id, json!({"decision": "deny"})).await;
     assert_eq!(status, 409, "{answer}");
     assert!(
-        answer["detail"].as_str().unwrap().contains("already approved"),
+        answer["detail"]
+            .as_str()
+            .unwrap()
+            .contains("already approved"),
         "{answer}"
     );
     let (_, listed) = app.get("/api/approvals").await;
@@ -327,7 +333,12 @@ async fn realtime_the_model_hears_at_once_and_the_call_runs_only_as_approved_and
     assert_eq!(call.data["outcome"], json!("denied"));
     let (status, answer) = decide(&app, &id2, json!({"decision": "approve"})).await;
     assert_eq!(status, 409);
-    assert!(answer["detail"].as_str().unwrap().contains("already denied"));
+    assert!(
+        answer["detail"]
+            .as_str()
+            .unwrap()
+            .contains("already denied")
+    );
     assert_eq!(callback.received().len(), 1, "a denied call was run");
 }
 
@@ -348,9 +359,17 @@ async fn realtime_expiry_a_replaced_tool_and_the_when_idle_rule() {
         told.contains("nobody answered") && !told.contains("declined"),
         "{told}"
     );
-    let (status, answer) = decide(&app, record["id"].as_str().unwrap(), json!({"decision": "approve"})).await;
+    let (status, answer) = decide(
+        &app,
+        record["id"].as_str().unwrap(),
+        json!({"decision": "approve"}),
+    )
+    .await;
     assert_eq!(status, 409);
-    assert!(answer["detail"].as_str().unwrap().contains("expired"), "{answer}");
+    assert!(
+        answer["detail"].as_str().unwrap().contains("expired"),
+        "{answer}"
+    );
     let call = stream.wait_for("tool.call", |d| d["call_id"] == "c1").await;
     assert_eq!(call.data["outcome"], json!("expired"));
 
@@ -365,11 +384,17 @@ async fn realtime_expiry_a_replaced_tool_and_the_when_idle_rule() {
     let outcome = resolved(&mut stream, "c2").await;
     assert_eq!(outcome["outcome"], json!("cancelled"), "{outcome}");
     assert!(
-        outcome["reason"].as_str().unwrap().contains("the tool changed"),
+        outcome["reason"]
+            .as_str()
+            .unwrap()
+            .contains("the tool changed"),
         "{outcome}"
     );
     let events = system_messages(&fake, 2).await;
-    assert!(system_texts(&events)[1].contains("cancelled"), "{events:#?}");
+    assert!(
+        system_texts(&events)[1].contains("cancelled"),
+        "{events:#?}"
+    );
 
     // Approved while the model speaks: told at once, asked to speak only when it is done.
     model_sends(&fake, "c3", r#"{"to": "Cy"}"#).await;
@@ -382,7 +407,11 @@ async fn realtime_expiry_a_replaced_tool_and_the_when_idle_rule() {
     decide(&app, &id, json!({"decision": "approve"})).await;
     let events = system_messages(&fake, 3).await;
     assert!(system_texts(&events)[2].contains("approved"));
-    assert_eq!(sent(&events, "response.create"), asks, "asked while the model spoke");
+    assert_eq!(
+        sent(&events, "response.create"),
+        asks,
+        "asked while the model spoke"
+    );
     fake.push(response_done("r_speaking", &[])).await;
     fake.wait_for("the response.create once the model is done", |events| {
         (sent(events, "response.create") == asks + 1).then_some(())
@@ -458,7 +487,10 @@ async fn a_chat_request_waits_for_the_decision_and_the_model_hears_it() {
         actix_web::rt::spawn(async move {
             let mut response = client.post(url).send_json(&body).await.unwrap();
             let bytes = response.body().limit(1 << 20).await.unwrap();
-            (response.status().as_u16(), serde_json::from_slice::<Value>(&bytes).unwrap())
+            (
+                response.status().as_u16(),
+                serde_json::from_slice::<Value>(&bytes).unwrap(),
+            )
         })
     };
 
@@ -469,16 +501,28 @@ async fn a_chat_request_waits_for_the_decision_and_the_model_hears_it() {
         (&json!("model"), &json!("chat"))
     );
     assert!(callback.received().is_empty());
-    decide(&app, record["id"].as_str().unwrap(), json!({"decision": "approve"})).await;
+    decide(
+        &app,
+        record["id"].as_str().unwrap(),
+        json!({"decision": "approve"}),
+    )
+    .await;
     // The call ran after the decision, not before.
     resolved(&mut stream, "call_1").await;
-    stream.wait_for("tool.call", |d| d["call_id"] == "call_1").await;
+    stream
+        .wait_for("tool.call", |d| d["call_id"] == "call_1")
+        .await;
     let (status, answer) = pending.await.unwrap();
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["choices"][0]["message"]["content"], json!("Sent."));
     assert_eq!(callback.received().len(), 1);
     let bodies = upstream.bodies();
-    let tool_message = bodies[1]["messages"].as_array().unwrap().last().unwrap().clone();
+    let tool_message = bodies[1]["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
     assert_eq!(tool_message["content"], json!(r#"{"sent":true}"#));
 
     let pending = post(request);
@@ -512,7 +556,11 @@ async fn a_chat_request_that_goes_away_cancels_its_approval() {
     let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
     upstream.script([Answer::Json(
         200,
-        calls_completion("cmpl-1", None, &[("call_1", "send_message", json!({"to": "Ann"}))]),
+        calls_completion(
+            "cmpl-1",
+            None,
+            &[("call_1", "send_message", json!({"to": "Ann"}))],
+        ),
     )]);
     let client = app.client.clone();
     let url = app.url("/v1/chat/completions");
@@ -527,16 +575,19 @@ async fn a_chat_request_that_goes_away_cancels_its_approval() {
     request.abort();
     let outcome = resolved(&mut stream, "call_1").await;
     assert_eq!(outcome["outcome"], json!("cancelled"), "{outcome}");
-    let (status, _) = decide(&app, record["id"].as_str().unwrap(), json!({"decision": "approve"})).await;
+    let (status, _) = decide(
+        &app,
+        record["id"].as_str().unwrap(),
+        json!({"decision": "approve"}),
+    )
+    .await;
     assert_eq!(status, 409);
     assert!(callback.received().is_empty());
 }
 
 /// One step the client script printed, as JSON.
 async fn step(client: &mut LineChild, name: &str) -> Value {
-    let line = client
-        .expect_line(&format!("{{\"step\": \"{name}\""))
-        .await;
+    let line = client.expect_line(&format!("{{\"step\": \"{name}\"")).await;
     serde_json::from_str(&line).expect("a JSON step")
 }
 
@@ -565,7 +616,12 @@ async fn an_mcp_client_of_mcp_waits_for_the_decision() {
     assert!(record.get("kind").is_none(), "{record}");
     assert_eq!(record["arguments"], json!({"to": "Ann"}));
     assert!(callback.received().is_empty());
-    decide(&app, record["id"].as_str().unwrap(), json!({"decision": "approve"})).await;
+    decide(
+        &app,
+        record["id"].as_str().unwrap(),
+        json!({"decision": "approve"}),
+    )
+    .await;
     // The call ran after the decision, not before.
     stream
         .wait_for("approval.resolved", |d| d["id"] == record["id"])
@@ -579,7 +635,10 @@ async fn an_mcp_client_of_mcp_waits_for_the_decision() {
         (&json!(false), &json!([r#"{"sent":true}"#])),
         "{first}"
     );
-    assert_eq!(callback.wait_for_requests(1).await[0].json()["arguments"], json!({"to": "Ann"}));
+    assert_eq!(
+        callback.wait_for_requests(1).await[0].json()["arguments"],
+        json!({"to": "Ann"})
+    );
 
     // Denied: an error result saying so; never called.
     let record = stream
@@ -594,7 +653,10 @@ async fn an_mcp_client_of_mcp_waits_for_the_decision() {
     .await;
     let second = step(&mut client, "denied").await;
     assert_eq!(second["is_error"], json!(true));
-    assert!(second["texts"][0].as_str().unwrap().contains("declined"), "{second}");
+    assert!(
+        second["texts"][0].as_str().unwrap().contains("declined"),
+        "{second}"
+    );
 
     // Nobody answers: a different error, the call may be made again.
     let third = step(&mut client, "expired").await;
@@ -633,7 +695,12 @@ async fn through_the_relay_with_the_openai_sdk_as_the_app_and_the_app_leaving_ca
     let record = requested(&mut stream, "c1").await;
     assert_eq!(record["kind"], json!("relay"));
     assert!(callback.received().is_empty());
-    decide(&app, record["id"].as_str().unwrap(), json!({"decision": "approve"})).await;
+    decide(
+        &app,
+        record["id"].as_str().unwrap(),
+        json!({"decision": "approve"}),
+    )
+    .await;
     assert_eq!(
         callback.wait_for_requests(1).await[0].json()["arguments"],
         json!({"to": "Ann"})
@@ -652,8 +719,7 @@ async fn through_the_relay_with_the_openai_sdk_as_the_app_and_the_app_leaving_ca
     let outcome = resolved(&mut stream, "c2").await;
     assert_eq!(outcome["outcome"], json!("cancelled"), "{outcome}");
     assert_eq!(callback.received().len(), 1);
-    let report =
-        crate::schema::validate_client_events(crate::relay::server_events(&fake)).await;
+    let report = crate::schema::validate_client_events(crate::relay::server_events(&fake)).await;
     assert!(report.is_ok(), "{report:?}");
 }
 
@@ -683,7 +749,12 @@ async fn gemini_live_hears_at_once_and_the_outcome_as_a_turn() {
     let record = requested(&mut stream, "c1").await;
     assert_eq!(record["kind"], json!("client"));
     assert!(callback.received().is_empty());
-    decide(&app, record["id"].as_str().unwrap(), json!({"decision": "approve"})).await;
+    decide(
+        &app,
+        record["id"].as_str().unwrap(),
+        json!({"decision": "approve"}),
+    )
+    .await;
     let turn = |n: usize| {
         let fake = &fake;
         async move {
@@ -701,7 +772,10 @@ async fn gemini_live_hears_at_once_and_the_outcome_as_a_turn() {
         .as_str()
         .unwrap()
         .to_owned();
-    assert!(text.contains("approved") && text.contains(r#"{"sent":true}"#), "{text}");
+    assert!(
+        text.contains("approved") && text.contains(r#"{"sent":true}"#),
+        "{text}"
+    );
     assert_eq!(told["clientContent"]["turnComplete"], json!(true));
     assert_eq!(callback.wait_for_requests(1).await.len(), 1);
 

@@ -1554,7 +1554,9 @@ async fn a_call_waiting_for_approval_shows_and_is_approved_or_denied_from_the_pa
             && text.contains("s left to decide"),
         "{text:?}"
     );
-    let reason = browser.wait_css("#approvals li.approval input.approval-reason").await;
+    let reason = browser
+        .wait_css("#approvals li.approval input.approval-reason")
+        .await;
     reason.send_keys("not now").await.expect("typed");
     browser
         .wait_css("#approvals li.approval button.deny")
@@ -1563,7 +1565,10 @@ async fn a_call_waiting_for_approval_shows_and_is_approved_or_denied_from_the_pa
         .await
         .expect("clicked");
     browser
-        .wait_xpath(&feed_line("approval.resolved", "send_message · denied (not now)"))
+        .wait_xpath(&feed_line(
+            "approval.resolved",
+            "send_message · denied (not now)",
+        ))
         .await;
     browser
         .wait_xpath("//p[@id='approvals-empty'][not(@hidden)]")

@@ -687,7 +687,13 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     run("get", "/api/approvals", None, Body::None).await;
     run("get", "/api/approvals?role=Mio", None, Body::None).await;
     run("get", "/api/approvals?role=Nobody", None, Body::None).await;
-    run("get", "/api/approvals?role=Mio&role=Lanlan", None, Body::None).await;
+    run(
+        "get",
+        "/api/approvals?role=Mio&role=Lanlan",
+        None,
+        Body::None,
+    )
+    .await;
     run("get", "/api/approvals", foreign, Body::None).await;
     run("post", "/api/approvals", None, Body::Json(json!({}))).await;
     let approve = || Body::Json(json!({"decision": "approve"}));

@@ -12,13 +12,13 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::error::FieldError;
+use crate::domain::approval::{
+    Approval, DEFAULT_APPROVAL_TIMEOUT, MAX_APPROVAL_TIMEOUT_SECONDS, McpApproval,
+};
 use crate::domain::arguments::{Parameters, SchemaError};
 use crate::domain::call::JsonText;
 use crate::domain::call_url::{ACCEPTED_CALL_URLS, CallUrl, CallUrlError};
 use crate::domain::callback_url::{ACCEPTED_FORMS, CallbackUrl, CallbackUrlError};
-use crate::domain::approval::{
-    Approval, DEFAULT_APPROVAL_TIMEOUT, MAX_APPROVAL_TIMEOUT_SECONDS, McpApproval,
-};
 use crate::domain::tool::{
     Behavior, DEFAULT_SOURCE, DEFAULT_TIMEOUT, MAX_TIMEOUT, ToolSpec, empty_parameters,
 };
@@ -447,27 +447,41 @@ impl<'a> Fields<'a> {
         let field = "approval_timeout_seconds";
         let timeout = match self.body.get(field) {
             None => Some(DEFAULT_APPROVAL_TIMEOUT),
-            Some(Value::Number(n)) => match n.as_u64() {
-                Some(0) => {
-                    self.fail(field, "greater_than_equal", "Input should be greater than or equal to 1");
-                    None
-                }
-                Some(s) if s > MAX_APPROVAL_TIMEOUT_SECONDS => {
-                    self.fail(
+            Some(Value::Number(n)) => {
+                match n.as_u64() {
+                    Some(0) => {
+                        self.fail(
+                            field,
+                            "greater_than_equal",
+                            "Input should be greater than or equal to 1",
+                        );
+                        None
+                    }
+                    Some(s) if s > MAX_APPROVAL_TIMEOUT_SECONDS => {
+                        self.fail(
                         field,
                         "less_than_equal",
                         format!("Input should be less than or equal to {MAX_APPROVAL_TIMEOUT_SECONDS}"),
                     );
-                    None
+                        None
+                    }
+                    Some(s) => Some(Duration::from_secs(s)),
+                    None => {
+                        self.fail(
+                            field,
+                            "int_type",
+                            "Input should be a valid whole number of seconds",
+                        );
+                        None
+                    }
                 }
-                Some(s) => Some(Duration::from_secs(s)),
-                None => {
-                    self.fail(field, "int_type", "Input should be a valid whole number of seconds");
-                    None
-                }
-            },
+            }
             Some(_) => {
-                self.fail(field, "int_type", "Input should be a valid whole number of seconds");
+                self.fail(
+                    field,
+                    "int_type",
+                    "Input should be a valid whole number of seconds",
+                );
                 None
             }
         };

@@ -7,8 +7,8 @@ use serde::Serialize;
 
 use crate::actors::change::ChangeReport;
 use crate::actors::router::RouterError;
-use crate::domain::callback_url::CallbackUrl;
 use crate::domain::approval::McpApproval;
+use crate::domain::callback_url::CallbackUrl;
 use crate::domain::tool::Behavior;
 use crate::mcp::mapping::Skipped;
 

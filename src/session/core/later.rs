@@ -264,7 +264,10 @@ impl SessionCore {
             let frame = self.protocol.note(&text, true, &event_id);
             (frame, Scheduling::WhenIdle)
         } else {
-            (self.protocol.late_result(&result, &event_id), result.scheduling)
+            (
+                self.protocol.late_result(&result, &event_id),
+                result.scheduling,
+            )
         };
         self.effects.push(Effect::Upstream(frame));
         self.send_images(&result);
