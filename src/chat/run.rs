@@ -560,7 +560,7 @@ impl<C: WireConversation> Driver<C> {
                                 })
                                 .await
                             }
-                            Err(refused) => refused,
+                            Err(refused) => *refused,
                         }
                     }
                     None => {

@@ -255,7 +255,7 @@ impl EventHub {
         asker: Asker<'_>,
         tool: &SharedTool,
         call: &mut ToolCall,
-    ) -> Result<Option<Pending>, ToolResult> {
+    ) -> Result<Option<Pending>, Box<ToolResult>> {
         match self.approval_required(asker.role, tool) {
             None => Ok(None),
             Some(timeout) => self.request_approval(asker, tool, call, timeout).map(Some),
@@ -268,9 +268,11 @@ impl EventHub {
         tool: &SharedTool,
         call: &mut ToolCall,
         timeout: Duration,
-    ) -> Result<Pending, ToolResult> {
+    ) -> Result<Pending, Box<ToolResult>> {
         if let Err(refused) = call.check_arguments(&tool.parameters) {
-            return Err(call.failed(Outcome::InvalidArguments, refused.message(&tool.name)));
+            return Err(Box::new(
+                call.failed(Outcome::InvalidArguments, refused.message(&tool.name)),
+            ));
         }
         let now = SystemTime::now();
         let expires = Instant::now() + timeout;
@@ -300,7 +302,7 @@ impl EventHub {
                 .count();
             if held >= MAX_PENDING_PER_CHARACTER {
                 drop(approvals);
-                return Err(call.failed(
+                return Err(Box::new(call.failed(
                     Outcome::Refused,
                     format!(
                         "too many calls wait for approval on this character (at most \
@@ -308,7 +310,7 @@ impl EventHub {
                          was asked",
                         tool.name
                     ),
-                ));
+                )));
             }
             // Announced under the lock, so `approval.resolved` can never come first.
             self.publish(

@@ -253,7 +253,7 @@ impl ServerHandler for SessionTools {
             Ok(approval) => approval,
             Err(refused) => {
                 watch.finished(&refused);
-                return Ok(call_result(refused));
+                return Ok(call_result(*refused));
             }
         };
         let tool = &resolved.tool;

@@ -101,7 +101,7 @@ impl SessionCore {
         let approval = match self.events.approval_for(asker, &tool, &mut tool_call) {
             Ok(approval) => approval,
             Err(refused) => {
-                self.answer(turn, refused, watch);
+                self.answer(turn, *refused, watch);
                 return;
             }
         };
