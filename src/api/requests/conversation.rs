@@ -4,7 +4,6 @@
 use serde_json::{Map, Value};
 
 use super::{Checked, Fields};
-use crate::domain::approval::MAX_REASON_CHARS;
 use crate::domain::call::Scheduling;
 
 /// Longest progress message, in characters.
@@ -73,51 +72,5 @@ impl Fields<'_> {
             );
         }
         scheduling
-    }
-}
-
-/// `POST /api/approvals/{id}`.
-#[derive(Debug)]
-pub(crate) struct DecisionRequest {
-    pub approve: bool,
-    pub reason: Option<String>,
-}
-
-impl DecisionRequest {
-    /// `decision` (`"approve"` or `"deny"`) and an optional `reason` of at most 1,024
-    /// characters; no other field (a decision names exactly what it decides).
-    pub(crate) fn parse(body: &Map<String, Value>) -> Checked<Self> {
-        let mut f = Fields::new(body);
-        let decision = f.string("decision", None);
-        let approve = match decision.as_deref() {
-            Some("approve") => Some(true),
-            Some("deny") => Some(false),
-            Some(_) => {
-                f.fail("decision", "enum", "Input should be 'approve' or 'deny'");
-                None
-            }
-            None => None,
-        };
-        let reason = f.nullable_string("reason").flatten();
-        if reason
-            .as_ref()
-            .is_some_and(|r| r.chars().count() > MAX_REASON_CHARS)
-        {
-            f.fail(
-                "reason",
-                "string_too_long",
-                format!("String should have at most {MAX_REASON_CHARS} characters"),
-            );
-        }
-        for field in body.keys() {
-            if field != "decision" && field != "reason" {
-                f.fail(field, "extra_forbidden", "Extra inputs are not permitted");
-            }
-        }
-        f.finish()?;
-        Ok(Self {
-            approve: approve.unwrap_or_default(),
-            reason,
-        })
     }
 }

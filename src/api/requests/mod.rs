@@ -12,9 +12,6 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::error::FieldError;
-use crate::domain::approval::{
-    Approval, DEFAULT_APPROVAL_TIMEOUT, MAX_APPROVAL_TIMEOUT_SECONDS, McpApproval,
-};
 use crate::domain::arguments::{Parameters, SchemaError};
 use crate::domain::call::JsonText;
 use crate::domain::call_url::{ACCEPTED_CALL_URLS, CallUrl, CallUrlError};
@@ -31,9 +28,11 @@ pub const MAX_NAME_CHARS: usize = 64;
 /// Longest timeout a tool may ask for, in seconds ([`MAX_TIMEOUT`]).
 pub(crate) const MAX_TIMEOUT_SECONDS: f64 = MAX_TIMEOUT.as_secs() as f64;
 
+mod approval;
 mod conversation;
 
-pub(crate) use conversation::{ContextRequest, DecisionRequest, ProgressRequest};
+pub(crate) use approval::DecisionRequest;
+pub(crate) use conversation::{ContextRequest, ProgressRequest};
 pub use conversation::{MAX_CONTEXT_CHARS, MAX_PROGRESS_CHARS};
 
 /// `POST /api/tools/register`.
@@ -434,75 +433,6 @@ impl<'a> Fields<'a> {
             );
         }
         behavior
-    }
-
-    /// `approval` (`"never"`, the default, or `"always"`) and `approval_timeout_seconds` (a
-    /// whole number from 1 to 3,600, default 120).
-    fn approval(&mut self) -> Option<Approval> {
-        let name = self.string("approval", Some("never"))?;
-        let required = Approval::required_by_name(&name);
-        if required.is_none() {
-            self.fail("approval", "enum", "Input should be 'never' or 'always'");
-        }
-        let field = "approval_timeout_seconds";
-        let timeout = match self.body.get(field) {
-            None => Some(DEFAULT_APPROVAL_TIMEOUT),
-            Some(Value::Number(n)) => {
-                match n.as_u64() {
-                    Some(0) => {
-                        self.fail(
-                            field,
-                            "greater_than_equal",
-                            "Input should be greater than or equal to 1",
-                        );
-                        None
-                    }
-                    Some(s) if s > MAX_APPROVAL_TIMEOUT_SECONDS => {
-                        self.fail(
-                        field,
-                        "less_than_equal",
-                        format!("Input should be less than or equal to {MAX_APPROVAL_TIMEOUT_SECONDS}"),
-                    );
-                        None
-                    }
-                    Some(s) => Some(Duration::from_secs(s)),
-                    None => {
-                        self.fail(
-                            field,
-                            "int_type",
-                            "Input should be a valid whole number of seconds",
-                        );
-                        None
-                    }
-                }
-            }
-            Some(_) => {
-                self.fail(
-                    field,
-                    "int_type",
-                    "Input should be a valid whole number of seconds",
-                );
-                None
-            }
-        };
-        Some(Approval {
-            required: required?,
-            timeout: timeout?,
-        })
-    }
-
-    /// An MCP server's `approval`: `"never"` (the default), `"always"` or `"destructive"`.
-    fn mcp_approval(&mut self) -> Option<McpApproval> {
-        let name = self.string("approval", Some("never"))?;
-        let approval = McpApproval::from_name(&name);
-        if approval.is_none() {
-            self.fail(
-                "approval",
-                "enum",
-                "Input should be 'never', 'always' or 'destructive'",
-            );
-        }
-        approval
     }
 
     /// A string of 1 to `max` characters (not bytes).
