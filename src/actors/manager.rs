@@ -485,6 +485,9 @@ impl Handler<AddSession> for SessionManager {
         // The current list goes out before anything the session receives later; nobody waits
         // for this acknowledgement.
         session.sync.do_send(SyncTools(tool_list(&self.tools)));
+        // The handles of sessions that ended since the last use go now: a character whose
+        // apps come and go without a change in between must not keep one per app.
+        self.sessions.retain(SessionHandle::is_open);
         self.sessions.push(session);
     }
 }

@@ -8,7 +8,9 @@
 //! `initialize` is refused ([`SessionsFull`], a 503 with a JSON-RPC error). The route reserves
 //! the place before handing the request to the transport ([`BoundedSessions::admit`]), and the
 //! session created for that request takes it (the reservation travels with the request's task),
-//! so concurrent `initialize`s never get past the bound.
+//! so concurrent `initialize`s never get past the bound. The idle session that makes room is
+//! ended only when the new one is created: an `initialize` the transport refuses (a wrong
+//! `Accept`, a bad message) ends nobody's session.
 
 use std::cell::RefCell;
 use std::pin::Pin;
@@ -59,7 +61,7 @@ struct Table {
 
 /// A character's sessions: rmcp's manager, and their number and use.
 pub(crate) struct BoundedSessions {
-    inner: LocalSessionManager,
+    inner: Arc<LocalSessionManager>,
     max: usize,
     table: Arc<Mutex<Table>>,
 }
@@ -83,42 +85,54 @@ fn lock(table: &Mutex<Table>) -> std::sync::MutexGuard<'_, Table> {
 impl BoundedSessions {
     pub(crate) fn new(inner: LocalSessionManager, max: usize) -> Self {
         Self {
-            inner,
+            inner: Arc::new(inner),
             max,
             table: Arc::default(),
         }
     }
 
-    /// Reserves a place for a new session: a free one, or that of the least recently used
-    /// idle session, which is ended.
-    pub(crate) fn admit(self: &Arc<Self>) -> Result<Reservation, SessionsFull> {
+    /// Reserves a place for a new session: a free one, or one an idle session will make when
+    /// the new session is created ([`SessionManager::create_session`] ends the least recently
+    /// used idle one then).
+    pub(crate) fn admit(&self) -> Result<Reservation, SessionsFull> {
+        let mut table = lock(&self.table);
+        // Places past the bound, this one counted, each of which an idle session must make.
+        let over = (table.sessions.len() + table.reserved + 1).saturating_sub(self.max);
+        let idle = table.sessions.values().filter(|busy| **busy == 0).count();
+        if over > idle {
+            return Err(SessionsFull { max: self.max });
+        }
+        table.reserved += 1;
+        Ok(Reservation {
+            table: self.table.clone(),
+        })
+    }
+
+    /// Ends the least recently used idle session if the sessions and reservations are past the
+    /// bound; `Err` when none is idle any more.
+    fn make_room(&self) -> Result<(), SessionsFull> {
         let evicted = {
             let mut table = lock(&self.table);
-            let evicted = if table.sessions.len() + table.reserved < self.max {
-                None
-            } else {
-                let idle = table
-                    .sessions
-                    .iter()
-                    .position(|(_, busy)| *busy == 0)
-                    .ok_or(SessionsFull { max: self.max })?;
-                table.sessions.shift_remove_index(idle).map(|(id, _)| id)
-            };
-            table.reserved += 1;
-            evicted
+            if table.sessions.len() + table.reserved <= self.max {
+                return Ok(());
+            }
+            let idle = table
+                .sessions
+                .iter()
+                .position(|(_, busy)| *busy == 0)
+                .ok_or(SessionsFull { max: self.max })?;
+            table.sessions.shift_remove_index(idle).map(|(id, _)| id)
         };
         if let Some(id) = evicted {
             tracing::info!(session = %id, max = self.max, "an MCP session of /mcp was ended to make room for a new one (the least recently used idle one)");
-            let this = self.clone();
+            let inner = self.inner.clone();
             tokio::spawn(async move {
-                if let Err(e) = this.inner.close_session(&id).await {
+                if let Err(e) = inner.close_session(&id).await {
                     tracing::debug!(session = %id, error = %e, "an evicted MCP session did not close cleanly");
                 }
             });
         }
-        Ok(Reservation {
-            table: self.table.clone(),
-        })
+        Ok(())
     }
 
     /// Open sessions now.
@@ -193,9 +207,11 @@ impl SessionManager for BoundedSessions {
     async fn create_session(&self) -> Result<(SessionId, Self::Transport), Self::Error> {
         // The route's reservation; a session created any other way must find a free place.
         let reserved = RESERVED.try_with(|r| r.borrow_mut().take()).ok().flatten();
-        {
+        if reserved.is_some() {
+            self.make_room()?;
+        } else {
             let table = lock(&self.table);
-            if reserved.is_none() && table.sessions.len() + table.reserved >= self.max {
+            if table.sessions.len() + table.reserved >= self.max {
                 return Err(SessionsFull { max: self.max }.into());
             }
         }
@@ -292,17 +308,25 @@ mod tests {
             ids.push(id);
         }
         assert_eq!(sessions.len(), 2);
-        // The first is busy (a stream open), so the second goes.
+        // The first is busy (a stream open), so the second will go, but only when the new
+        // session is created: a reservation given back (the transport refused the
+        // `initialize`) ends nobody's session.
         let busy = sessions.busy(&ids[0]);
+        drop(sessions.admit().unwrap());
+        assert_eq!(sessions.len(), 2);
         let reservation = sessions.admit().unwrap();
+        // One idle session makes room for one new session, not two.
+        assert_eq!(sessions.admit().err(), Some(SessionsFull { max: 2 }));
+        let (third, _transport) = with_reservation(reservation, sessions.create_session())
+            .await
+            .unwrap();
         assert_eq!(
             lock(&sessions.table).sessions.keys().collect::<Vec<_>>(),
-            [&ids[0]]
+            [&ids[0], &third]
         );
-        // A reservation not taken is given back.
-        drop(reservation);
-        let _third = sessions.admit().unwrap();
-        // Every session busy and the places taken: refused.
+        // Every session busy: refused.
+        let _third_busy = sessions.busy(&third);
+        assert_eq!(sessions.admit().err(), Some(SessionsFull { max: 2 }));
         drop(busy);
         let _busy_again = sessions.busy(&ids[0]);
         assert_eq!(sessions.admit().err(), Some(SessionsFull { max: 2 }));

@@ -515,13 +515,25 @@ async fn sessions_are_bounded_the_least_recently_used_idle_one_makes_room() {
     assert_eq!(list_in(&app, &first).await, 200);
     assert_eq!(list_in(&app, &third).await, 200);
 
-    // Every session busy (its stream open): a new one is refused, in JSON-RPC.
-    let first_stream = open_stream(&app, &first).await;
-    let third_stream = open_stream(&app, &third).await;
+    // An `initialize` the transport refuses (its Accept lacks text/event-stream) opens no
+    // session, so it ends nobody's.
     let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "raw", "version": "1"}}})
     .to_string();
+    let json_only = ("accept", "application/json");
+    let (status, _, body) = exchange(&app, "POST", "/mcp", &[json_only, JSON], &initialize).await;
+    assert_eq!(status, 406, "{body}");
+    assert_eq!(
+        list_in(&app, &first).await,
+        200,
+        "a refused initialize ends no session"
+    );
+    assert_eq!(list_in(&app, &third).await, 200);
+
+    // Every session busy (its stream open): a new one is refused, in JSON-RPC.
+    let first_stream = open_stream(&app, &first).await;
+    let third_stream = open_stream(&app, &third).await;
     let (status, _, body) =
         exchange(&app, "POST", "/mcp", &[JSON_AND_SSE, JSON], &initialize).await;
     assert_eq!(

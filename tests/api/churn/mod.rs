@@ -161,8 +161,8 @@ impl Server {
     }
 
     /// [`Server::holds_bounds`] but for memory: for a kind whose state is kept, by design,
-    /// for a while after its client has gone, or whose memory is not yet bounded (attachments
-    /// and relays, docs/reliability.md): its RSS is printed, not bounded.
+    /// for a while after its client has gone, or whose RSS swings by more than the bound from
+    /// run to run (attachments, docs/reliability.md): its RSS is printed, not bounded.
     pub async fn holds_connection_bounds(
         &self,
         kinds: &str,

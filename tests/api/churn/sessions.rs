@@ -298,9 +298,8 @@ async fn relay_apps_that_leave_cleanly_by_dropping_tcp_or_mid_update_leave_nothi
     let warm = server.at_rest(0).await;
     let total = cycles(300);
     apps(WARM_UP, WARM_UP + total).await;
-    // Memory printed, not bounded: it grows with the number of relays (docs/reliability.md).
     server
-        .holds_connection_bounds(
+        .holds_bounds(
             "relay apps (clean close, dropped TCP, mid-update; realtime and gemini)",
             total,
             &warm,
@@ -355,8 +354,8 @@ async fn attachments_that_are_detached_or_whose_call_ends_leave_nothing() {
     let warm = server.at_rest(0).await;
     let total = cycles(300);
     attachments(WARM_UP, WARM_UP + total).await;
-    // Memory printed, not bounded: it grows with the number of attachments
-    // (docs/reliability.md).
+    // Memory printed, not bounded: the allocator's share swings by more than the bound from
+    // run to run (docs/reliability.md).
     server
         .holds_connection_bounds("attachments (detached, call ended)", total, &warm, 0)
         .await;
