@@ -118,6 +118,16 @@ struct FileCharacter {
     name: String,
     session: Option<FileSession>,
     chat: Option<FileChat>,
+    approval: Option<FileApproval>,
+}
+
+/// `[character.approval]`: tools whose calls always wait for a person's approval, whatever
+/// their registration says.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileApproval {
+    #[serde(default)]
+    always: Vec<String>,
 }
 
 impl Settings {
@@ -165,6 +175,14 @@ impl Settings {
                     .into_settings()
                     .with_context(|| format!("in `character[{i}].chat`"))?;
                 settings.characters[i].chat = Some(chat);
+            }
+            if let Some(approval) = c.approval {
+                if let Some(empty) = approval.always.iter().position(String::is_empty) {
+                    bail!(
+                        "key `character[{i}].approval.always[{empty}]`: a tool name must not be empty"
+                    );
+                }
+                settings.characters[i].approval_always = approval.always;
             }
         }
         settings.mcp_servers = servers_from_file(file.mcp_server, &settings.character_names())?;

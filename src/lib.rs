@@ -76,6 +76,7 @@ pub use actors::router::{
 // Tools, their calls, and in-process tools.
 pub use actors::local_tool::{CallLocalTool, local_handler};
 pub use dispatch::Dispatcher;
+pub use domain::approval::{Approval, McpApproval};
 pub use domain::arguments::Parameters;
 pub use domain::call::{LocalHandler, LocalToolHandler, Scheduling, ToolCall, ToolOutcome};
 pub use domain::callback_url::CallbackUrl;

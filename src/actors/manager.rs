@@ -409,6 +409,12 @@ impl Handler<ApplyChange> for SessionManager {
             }
         };
         let removed = effect.removed;
+        if effect.changed {
+            // A pending approval is for the registration it was asked under: one replaced or
+            // removed voids it.
+            self.events
+                .approvals_tools_changed(&self.character, self.tools.current().tools());
+        }
         match effect.changed.then(|| self.sync_sessions()).flatten() {
             None => drop(msg.reply.send(ChangeOutcome {
                 removed,

@@ -11,6 +11,9 @@ pub struct CharacterSettings {
     pub session: Option<SessionSettings>,
     /// The character's text chat upstream (`POST /v1/chat/completions`), if it has one.
     pub chat: Option<ChatSettings>,
+    /// The tools whose calls always wait for a person's approval on this character, whatever
+    /// their registration says (`[character.approval] always`).
+    pub approval_always: Vec<String>,
 }
 
 impl CharacterSettings {
@@ -20,6 +23,7 @@ impl CharacterSettings {
             name: name.into(),
             session: None,
             chat: None,
+            approval_always: Vec::new(),
         }
     }
 }

@@ -90,9 +90,19 @@ async fn invoke(
             session: None,
         },
     );
+    // The invoke's caller is the person trying the tool: a tool that needs approval runs
+    // without it, and the answer says so.
+    let approval_not_asked = state
+        .events
+        .approval_required(&resolved.role, &resolved.tool)
+        .is_some();
     let result = state.dispatcher.dispatch(&resolved.tool, call).await;
     watch.finished(&result);
-    Ok(HttpResponse::Ok().json(InvokeResponse::from(result)))
+    let mut answer = InvokeResponse::from(result);
+    if approval_not_asked {
+        answer.approval = Some(APPROVAL_NOT_ASKED);
+    }
+    Ok(HttpResponse::Ok().json(answer))
 }
 
 /// The result of a call, as the model would get it.
@@ -119,7 +129,15 @@ pub(crate) struct InvokeResponse {
     #[serde(skip_serializing_if = "Vec::is_empty")]
     #[schema(required = false)]
     pub image_warnings: Vec<String>,
+    /// Present only for a tool whose model calls wait for a person's approval on this
+    /// character: `not_asked`, since the invoke's caller is the person trying the tool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false)]
+    pub approval: Option<&'static str>,
 }
+
+/// `approval` of an invoke of a tool that needs approval: none was asked.
+const APPROVAL_NOT_ASKED: &str = "not_asked";
 
 /// One delivered image.
 #[derive(Debug, Serialize, ToSchema)]
@@ -157,6 +175,7 @@ impl From<ToolResult> for InvokeResponse {
             error: result.error,
             images: result.images.into_iter().map(InvokeImage::from).collect(),
             image_warnings: result.image_warnings,
+            approval: None,
         }
     }
 }

@@ -553,6 +553,15 @@ pub(crate) struct McpRegisterBody {
         pattern = "^(blocking|non_blocking)$"
     )]
     behavior: Option<String>,
+    /// Which of the server's tools' calls wait for a person's approval: `never` (the
+    /// default), `always`, or `destructive` (every tool whose annotations do not say
+    /// `readOnlyHint: true`).
+    #[schema(
+        default = "never",
+        nullable = false,
+        pattern = "^(never|always|destructive)$"
+    )]
+    approval: Option<String>,
 }
 
 /// `POST /api/mcp/unregister`. Unknown fields are ignored.

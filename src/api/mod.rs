@@ -6,6 +6,7 @@
 //! (`GET /` and its assets) is served from here too, as embedded files, and so is `/mcp`, a
 //! character's tools over MCP's Streamable HTTP transport (adapted to rmcp's tower service).
 
+mod approvals;
 pub(crate) mod body;
 mod chat;
 mod conversation;
@@ -88,6 +89,7 @@ pub(crate) struct AppState {
 /// The whole route tree.
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.configure(tools::configure)
+        .configure(approvals::configure)
         .configure(conversation::configure)
         .configure(invoke::configure)
         .configure(sessions::configure)

@@ -12,6 +12,7 @@ use std::sync::LazyLock;
 use actix_web::{HttpResponse, web};
 use utoipa::OpenApi;
 
+use super::approvals::{self, ApprovalView, ApprovalsResponse, DecisionBody, DecisionResponse};
 use super::chat;
 use super::conversation::{self, ContextBody, ContextResponse, ProgressBody, ProgressResponse};
 use super::error::{
@@ -67,6 +68,8 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         invoke::invoke,
         conversation::progress,
         conversation::context,
+        approvals::list,
+        approvals::decide,
         sessions::list_sessions,
         sessions::attach,
         sessions::detach,
@@ -102,6 +105,10 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         ProgressResponse,
         ContextBody,
         ContextResponse,
+        ApprovalsResponse,
+        ApprovalView,
+        DecisionBody,
+        DecisionResponse,
         RunningCallReport,
         Conversation,
         Behavior,
@@ -189,8 +196,8 @@ mod tests {
 
     use super::*;
     use crate::api::requests::{
-        AttachRequest, ClearRequest, DetachRequest, InvokeRequest, McpRegisterRequest,
-        McpUnregisterRequest, RegisterRequest, UnregisterRequest,
+        AttachRequest, ClearRequest, DecisionRequest, DetachRequest, InvokeRequest,
+        McpRegisterRequest, McpUnregisterRequest, RegisterRequest, UnregisterRequest,
     };
 
     type Parse = fn(&Map<String, Value>) -> Result<(), Vec<FieldError>>;
@@ -219,6 +226,7 @@ mod tests {
             ("McpUnregisterBody", |b| {
                 McpUnregisterRequest::parse(b, |_| false).map(drop)
             }),
+            ("DecisionBody", |b| DecisionRequest::parse(b).map(drop)),
         ]
     }
 

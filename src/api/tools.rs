@@ -21,6 +21,7 @@ use crate::actors::router::{
 use crate::dispatch::LOCAL_TOOL_TIMEOUT;
 use crate::domain::role::RoleName;
 use crate::domain::tool::Behavior;
+use crate::events::EventHub;
 
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/register").route(web::post().to(register)))
@@ -285,6 +286,7 @@ async fn list(
             roles: &roles,
             full: detail == Some(Detail::Full),
             states: state.keeps_state,
+            events: &state.events,
         },
     })
     .map_err(|e| ApiError::Unavailable(format!("listing could not be encoded: {e}")))?;
@@ -309,6 +311,8 @@ struct ToolsByRole<'a> {
     full: bool,
     /// Whether each tool says whether it is active or dormant (the server keeps state).
     states: bool,
+    /// Where each character's approval rules are held.
+    events: &'a EventHub,
 }
 
 /// One listed tool.
@@ -341,6 +345,17 @@ pub(crate) struct ToolView<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>, required = false, nullable = false, pattern = "^(active|dormant)$")]
     state: Option<&'static str>,
+    /// `always` when this character's calls of it wait for a person's approval (by its
+    /// registration, its MCP server's policy or the character's `[character.approval]`), else
+    /// `never`; only with `?detail=full`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false, pattern = "^(always|never)$")]
+    approval: Option<&'static str>,
+    /// How long a call waits for approval before it expires, in seconds; only with
+    /// `?detail=full`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false)]
+    approval_timeout_seconds: Option<u64>,
 }
 
 impl Serialize for ToolsByRole<'_> {
@@ -364,6 +379,13 @@ impl Serialize for ToolsByRole<'_> {
                         .then(|| t.timeout().unwrap_or(LOCAL_TOOL_TIMEOUT).as_secs_f64()),
                     behavior: self.full.then_some(t.behavior),
                     state: self.states.then_some(state),
+                    approval: self.full.then(|| {
+                        match self.events.approval_required(&role.role, t) {
+                            Some(_) => "always",
+                            None => "never",
+                        }
+                    }),
+                    approval_timeout_seconds: self.full.then(|| t.approval.timeout.as_secs()),
                 })
                 .collect();
             map.serialize_entry(&role.role, &views)?;
@@ -425,6 +447,13 @@ pub(crate) struct RegisterBody {
         pattern = "^(blocking|non_blocking)$"
     )]
     behavior: Option<String>,
+    /// `never` (the default) or `always`: each call waits for a person's decision
+    /// (`POST /api/approvals/{id}`) before the callback is called.
+    #[schema(default = "never", nullable = false, pattern = "^(never|always)$")]
+    approval: Option<String>,
+    /// How long a call waits for that decision, 1 to 3,600 whole seconds.
+    #[schema(minimum = 1, maximum = 3600, default = 120, nullable = false)]
+    approval_timeout_seconds: Option<u64>,
 }
 
 /// `POST /api/tools/unregister`. Unknown fields are ignored.

@@ -30,8 +30,12 @@ use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::registry::not_registered_text;
 use crate::domain::snapshot::ToolCell;
 use crate::domain::tool::SharedTool;
-use crate::events::{CallStart, CallWatch, Caller, EventHub};
+use crate::events::{Asker, CallStart, CallWatch, Caller, EventHub, after_approval};
 use crate::observe::trace::Span;
+
+/// How often a stream whose calls are running (one may wait for a person's approval) gets an
+/// SSE comment.
+pub(crate) const STREAM_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Frames waiting for an app that reads its stream slowly: the upstream is read only as fast
 /// as the app takes what came before.
@@ -472,6 +476,31 @@ impl<C: WireConversation> Driver<C> {
         Ok(())
     }
 
+    /// Awaits `work` (a round's calls, which may wait for a person's approval); meanwhile a
+    /// stream that has begun gets an SSE comment every [`STREAM_KEEP_ALIVE`], so neither the app
+    /// nor a proxy takes the quiet for a dead connection.
+    async fn keeping_alive<T>(&self, work: impl Future<Output = T>) -> T {
+        let Some(tx) = self
+            .stream
+            .as_ref()
+            .filter(|s| s.start.is_none())
+            .map(|s| s.tx.clone())
+        else {
+            return work.await;
+        };
+        let mut work = std::pin::pin!(work);
+        loop {
+            let tick = std::pin::pin!(tokio::time::sleep(STREAM_KEEP_ALIVE));
+            match select(work.as_mut(), tick).await {
+                Either::Left((done, _)) => return done,
+                Either::Right(_) => {
+                    // A full buffer has frames on the way: the comment is not needed then.
+                    let _ = tx.try_send(Bytes::from_static(b": keep-alive\n\n"));
+                }
+            }
+        }
+    }
+
     /// Runs the server's calls of a round concurrently; results in the model's order.
     async fn run_calls(&self, calls: &[ModelCall]) -> Vec<ToolResult> {
         let tools = self.conversation.tool_loop();
@@ -519,7 +548,21 @@ impl<C: WireConversation> Driver<C> {
                                 session: None,
                             },
                         );
-                        self.ctx.dispatcher.dispatch(tool, call).await
+                        // A tool that needs approval: the request waits for the person.
+                        let asker = Asker {
+                            role: &self.ctx.role,
+                            caller: Caller::Model,
+                            kind: Some(C::KIND),
+                        };
+                        match self.ctx.events.approval_for(asker, tool, &mut call) {
+                            Ok(approval) => {
+                                after_approval(approval, call, |call| {
+                                    self.ctx.dispatcher.dispatch(tool, call)
+                                })
+                                .await
+                            }
+                            Err(refused) => *refused,
+                        }
                     }
                     None => {
                         let error = not_registered_text(&call.name, None, sent.iter().copied());
@@ -530,7 +573,7 @@ impl<C: WireConversation> Driver<C> {
                     result
                 }
             });
-        let results = join_all(runs).await;
+        let results = self.keeping_alive(join_all(runs)).await;
         self.ctx
             .endpoint
             .ran_calls(results.len().min(MAX_CALLS_PER_ROUND));

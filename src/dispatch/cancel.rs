@@ -40,10 +40,20 @@ impl Dispatcher {
         CallCanceller,
         impl Future<Output = Option<ToolResult>> + 'static,
     ) {
-        let (cancel, cancelled) = oneshot::channel();
         let dispatcher = self.clone();
+        Self::cancellable(async move { dispatcher.dispatch(&tool, call).await })
+    }
+
+    /// `work` (a call's run), with a handle that stops it, as [`Dispatcher::dispatch_cancellable`].
+    pub fn cancellable(
+        work: impl Future<Output = ToolResult> + 'static,
+    ) -> (
+        CallCanceller,
+        impl Future<Output = Option<ToolResult>> + 'static,
+    ) {
+        let (cancel, cancelled) = oneshot::channel();
         let run = async move {
-            let work = pin!(dispatcher.dispatch(&tool, call));
+            let work = pin!(work);
             // A canceller dropped unused never cancels.
             let cancelled = pin!(async {
                 if cancelled.await.is_err() {

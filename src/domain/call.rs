@@ -266,6 +266,12 @@ impl ToolAnswer {
         Self::output(text_of(output.to_string()))
     }
 
+    /// What a live session's model is answered at once when its call waits for a person's
+    /// approval.
+    pub fn awaiting_approval(call: &ToolCall) -> Self {
+        Self::output(text_of(super::approval::awaiting_output(&call.name)))
+    }
+
     /// A tool error with no output.
     pub fn error(error: String) -> Self {
         Self::failed(Outcome::ToolError, error)
@@ -370,6 +376,33 @@ impl ToolResult {
             self.call_id,
             self.model_text()
         )
+    }
+
+    /// How a live session's model is told the outcome of a call it was answered as awaiting
+    /// approval for: not run (denied, expired, cancelled: the error says which), or approved
+    /// and run, with the result.
+    pub fn approval_text(&self) -> String {
+        match self.outcome {
+            Outcome::Denied | Outcome::Expired | Outcome::Cancelled => format!(
+                "The tool call {} (call_id {}) that waited for the person's approval was not                  run. Result: {}",
+                self.name,
+                self.call_id,
+                self.model_text()
+            ),
+            _ => {
+                let what = if self.is_error {
+                    "ran and ended with an error"
+                } else {
+                    "ran and finished"
+                };
+                format!(
+                    "The person approved the tool call {} (call_id {}); it {what}. Result: {}",
+                    self.name,
+                    self.call_id,
+                    self.model_text()
+                )
+            }
+        }
     }
 
     /// The text the model receives: the output's exact JSON text, or for an error a JSON object

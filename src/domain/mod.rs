@@ -5,6 +5,7 @@
 //! system or the web framework; the actors and the HTTP layer hold these types and do the
 //! messaging.
 
+pub(crate) mod approval;
 pub(crate) mod arguments;
 pub(crate) mod call;
 pub(crate) mod call_url;

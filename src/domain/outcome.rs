@@ -49,6 +49,10 @@ outcomes! {
     Refused => "refused",
     /// The server stopped before the call finished.
     Stopped => "stopped",
+    /// The person declined the call when asked to approve it; the tool was not called.
+    Denied => "denied",
+    /// Nobody answered the call's approval request within its timeout; the tool was not called.
+    Expired => "expired",
 }
 
 impl Outcome {

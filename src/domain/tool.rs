@@ -3,12 +3,14 @@
 //! A [`ToolSpec`] is immutable once built and shared as `Arc<ToolSpec>`: one registration that
 //! applies to many characters is one allocation, whatever the number of characters.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Map;
 
+use super::approval::Approval;
 use super::arguments::Parameters;
 use super::call::LocalToolHandler;
 use super::callback_url::{CallbackOrigin, CallbackUrl};
@@ -40,6 +42,17 @@ pub struct ToolSpec {
     pub handler: ToolHandler,
     /// Whether a live conversation waits for its calls.
     pub behavior: Behavior,
+    /// Whether its calls wait for a person's approval (`approval`, `approval_timeout_seconds`).
+    pub approval: Approval,
+    /// This registration's number, unique in the process: a pending approval names the
+    /// registration it was asked under, and a new registration of the same name voids it.
+    pub generation: u64,
+}
+
+/// The next registration number.
+fn next_generation() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Whether the model's conversation waits for a tool's calls (`behavior` of a registration).
@@ -109,12 +122,20 @@ impl ToolSpec {
                 timeout,
             }),
             behavior: Behavior::Blocking,
+            approval: Approval::default(),
+            generation: next_generation(),
         }
     }
 
     /// The same tool with `behavior`.
     pub fn with_behavior(mut self, behavior: Behavior) -> Self {
         self.behavior = behavior;
+        self
+    }
+
+    /// The same tool with `approval`.
+    pub fn with_approval(mut self, approval: Approval) -> Self {
+        self.approval = approval;
         self
     }
 
@@ -135,6 +156,8 @@ impl ToolSpec {
             source: source.into(),
             handler: ToolHandler::Local(handler),
             behavior: Behavior::Blocking,
+            approval: Approval::default(),
+            generation: next_generation(),
         }
     }
 

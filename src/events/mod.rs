@@ -26,12 +26,14 @@ use serde::Serialize;
 use sse_stream::Sse;
 use tokio::sync::mpsc;
 
+pub(crate) use self::approvals::{Asker, DecideError, Pending, PendingApproval, after_approval};
 pub use self::calls::{CallStart, CallWatch, Caller, ToolCallFinished};
 use crate::domain::call::Scheduling;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::role::RoleName;
 use crate::observe::Observer;
 
+mod approvals;
 mod calls;
 
 /// Events kept for `Last-Event-ID` resumption: enough for a client that reconnects within a
@@ -91,6 +93,10 @@ pub enum EventKind {
     ToolResult,
     /// A plugin reported a running call's progress.
     ToolProgress,
+    /// A call waits for a person's approval.
+    ApprovalRequested,
+    /// A pending approval ended: approved, denied, expired or cancelled.
+    ApprovalResolved,
 }
 
 impl EventKind {
@@ -105,6 +111,8 @@ impl EventKind {
             EventKind::McpState => "mcp.state",
             EventKind::ToolResult => "tool.result",
             EventKind::ToolProgress => "tool.progress",
+            EventKind::ApprovalRequested => "approval.requested",
+            EventKind::ApprovalResolved => "approval.resolved",
         }
     }
 }
@@ -290,6 +298,9 @@ struct Inner {
     state: Mutex<State>,
     /// What records every call announced here (metrics, the recent calls, spans).
     observer: Observer,
+    /// The calls that wait for a person's approval (`approvals`). Locked before `state` when
+    /// both are.
+    approvals: Mutex<approvals::Approvals>,
 }
 
 struct State {
@@ -341,6 +352,7 @@ impl EventHub {
                     subscribers: Vec::new(),
                 }),
                 observer,
+                approvals: Mutex::default(),
             }),
         }
     }

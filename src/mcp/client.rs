@@ -212,7 +212,14 @@ impl McpClient {
         let source = self.settings.source();
         let specs = definitions
             .iter()
-            .map(|d| mapping::tool_spec(d, &source, handler.clone(), self.settings.behavior))
+            .map(|d| {
+                mapping::tool_spec(
+                    d,
+                    &source,
+                    handler.clone(),
+                    (self.settings.behavior, self.settings.approval),
+                )
+            })
             .collect();
         let change = self.router.send(ReplaceSource {
             source,

@@ -36,7 +36,7 @@ use super::settings::McpEndpointSettings;
 use crate::actors::router::{Directory, RouterError};
 use crate::dispatch::Dispatcher;
 use crate::domain::call::{ToolCall, ToolResult};
-use crate::events::{CallStart, CallWatch, Caller, EventHub, EventKind};
+use crate::events::{Asker, CallStart, CallWatch, Caller, EventHub, EventKind, after_approval};
 
 /// Interval of the keep-alive comment on a session's event streams: under the idle timeouts of
 /// common clients (30 s and up), as for `GET /api/events`.
@@ -243,7 +243,23 @@ impl ServerHandler for SessionTools {
             parent.as_ref(),
         );
         call.trace = Some(watch.trace().clone());
-        let dispatch = std::pin::pin!(self.dispatcher.dispatch(&resolved.tool, call));
+        // A tool that needs approval: the call waits for the person.
+        let asker = Asker {
+            role: &resolved.role,
+            caller: Caller::Mcp,
+            kind: None,
+        };
+        let approval = match self.events.approval_for(asker, &resolved.tool, &mut call) {
+            Ok(approval) => approval,
+            Err(refused) => {
+                watch.finished(&refused);
+                return Ok(call_result(*refused));
+            }
+        };
+        let tool = &resolved.tool;
+        let dispatch = std::pin::pin!(after_approval(approval, call, |call| {
+            self.dispatcher.dispatch(tool, call)
+        }));
         let cancelled = std::pin::pin!(context.ct.cancelled());
         let result = match select(dispatch, cancelled).await {
             Either::Left((result, _)) => result,

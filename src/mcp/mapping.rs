@@ -4,6 +4,7 @@
 use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use serde_json::{Value, json};
 
+use crate::domain::approval::{Approval, McpApproval};
 use crate::domain::arguments::Parameters;
 use crate::domain::call::{LocalToolHandler, ToolOutcome};
 use crate::domain::peer_text;
@@ -19,6 +20,9 @@ pub(crate) struct Definition {
     pub name: String,
     pub description: String,
     pub parameters: Parameters,
+    /// Its `readOnlyHint` annotation, if it has one (the server's word: used only to ask for
+    /// approval more often, never less).
+    pub read_only: Option<bool>,
 }
 
 impl PartialEq for Definition {
@@ -26,6 +30,7 @@ impl PartialEq for Definition {
         self.name == other.name
             && self.description == other.description
             && self.parameters.schema() == other.parameters.schema()
+            && self.read_only == other.read_only
     }
 }
 
@@ -76,16 +81,17 @@ pub(crate) fn definition(tool: &Tool) -> Result<Definition, Skipped> {
         name,
         description: tool.description.as_deref().unwrap_or_default().to_owned(),
         parameters,
+        read_only: tool.annotations.as_ref().and_then(|a| a.read_only_hint),
     })
 }
 
 /// The tool a definition becomes, run by `handler`, registered as `source` with the server's
-/// `behavior`.
+/// `behavior` and `approval` policy.
 pub(crate) fn tool_spec(
     definition: &Definition,
     source: &str,
     handler: LocalToolHandler,
-    behavior: Behavior,
+    (behavior, approval): (Behavior, McpApproval),
 ) -> ToolSpec {
     ToolSpec::local(
         definition.name.clone(),
@@ -95,6 +101,10 @@ pub(crate) fn tool_spec(
         handler,
     )
     .with_behavior(behavior)
+    .with_approval(Approval {
+        required: approval.requires(definition.read_only),
+        ..Approval::default()
+    })
 }
 
 /// A `tools/call` result as the call's outcome: `isError` is an error with the content's text;

@@ -11,6 +11,7 @@ use anyhow::{Context, bail};
 use indexmap::IndexMap;
 use serde::Deserialize;
 
+use crate::domain::approval::McpApproval;
 use crate::domain::callback_url::CallbackUrl;
 use crate::domain::tool::Behavior;
 
@@ -36,6 +37,8 @@ pub struct McpServerSettings {
     pub timeout: Duration,
     /// Whether a live conversation waits for its tools' calls (`behavior`, for all of them).
     pub behavior: Behavior,
+    /// Which of its tools' calls wait for a person's approval (`approval`).
+    pub approval: McpApproval,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,6 +81,7 @@ pub(crate) struct FileMcpServer {
     roles: Option<Vec<String>>,
     timeout_seconds: Option<f64>,
     behavior: Option<String>,
+    approval: Option<String>,
 }
 
 impl FileMcpServer {
@@ -154,12 +158,21 @@ impl FileMcpServer {
                 )
             })?,
         };
+        let approval = match self.approval.as_deref() {
+            None => McpApproval::default(),
+            Some(name) => McpApproval::from_name(name).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "key `approval`: must be \"never\", \"always\" or \"destructive\", got {name:?}"
+                )
+            })?,
+        };
         Ok(McpServerSettings {
             name: self.name,
             transport,
             roles,
             timeout,
             behavior,
+            approval,
         })
     }
 }
@@ -302,6 +315,7 @@ mod tests {
                 roles: Some(vec!["Mio".into()]),
                 timeout: Duration::from_secs(5),
                 behavior: Behavior::Blocking,
+                approval: McpApproval::Never,
             }
         );
         assert_eq!(servers[0].source(), "mcp:time");

@@ -1146,6 +1146,7 @@ async fn each_tool_says_where_it_runs_and_each_kind_of_field_reads_its_type() {
     let app = spawn_app_with(Settings {
         mcp_servers: vec![McpServerSettings {
             behavior: Default::default(),
+            approval: Default::default(),
             name: "time".to_owned(),
             transport: McpTransport::Stdio {
                 command: time.to_string_lossy().into_owned(),
@@ -1516,5 +1517,81 @@ async fn each_tool_shows_its_latency_and_error_rate_updated_as_calls_happen() {
     crate::callback_server::invoke_ok(&app, "fast_tool", json!({})).await;
     let (text, _) = latency(&browser, &fast, 4).await;
     assert!(text.contains("errors 0/4 (0%)"), "{text}");
+    browser.close().await;
+}
+
+#[actix_web::test]
+async fn a_call_waiting_for_approval_shows_and_is_approved_or_denied_from_the_page() {
+    let test = "a_call_waiting_for_approval_shows_and_is_approved_or_denied_from_the_page";
+    let Some(browser) = Browser::start(test, &[]).await else {
+        return;
+    };
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let app =
+        crate::helpers::app_with_session(&fake.url, &[], runtime_tools::Dialect::Openai, |_| {})
+            .await;
+    let plugin = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
+    let mut send = tool_body("send_message", &plugin.url("/send"), "plugin:messages");
+    send["approval"] = json!("always");
+    send["approval_timeout_seconds"] = json!(600);
+    register(&app, send).await;
+    browser.open(&app.url("/")).await;
+    browser.wait_css(&card("Mio", "send_message")).await;
+
+    // Denied, with a reason.
+    fake.push(crate::sessions::call_event(
+        "r1",
+        "c1",
+        "send_message",
+        r#"{"city": "Ann"}"#,
+    ))
+    .await;
+    let pending = browser.wait_css("#approvals li.approval").await;
+    let text = pending.text().await.unwrap();
+    assert!(
+        text.contains("Mio · send_message")
+            && text.contains("\"city\": \"Ann\"")
+            && text.contains("s left to decide"),
+        "{text:?}"
+    );
+    let reason = browser
+        .wait_css("#approvals li.approval input.approval-reason")
+        .await;
+    reason.send_keys("not now").await.expect("typed");
+    browser
+        .wait_css("#approvals li.approval button.deny")
+        .await
+        .click()
+        .await
+        .expect("clicked");
+    browser
+        .wait_xpath(&feed_line(
+            "approval.resolved",
+            "send_message · denied (not now)",
+        ))
+        .await;
+    browser
+        .wait_xpath("//p[@id='approvals-empty'][not(@hidden)]")
+        .await;
+
+    // Approved: the plugin is called once.
+    fake.push(crate::sessions::call_event(
+        "r2",
+        "c2",
+        "send_message",
+        r#"{"city": "Bo"}"#,
+    ))
+    .await;
+    browser
+        .wait_xpath("//ul[@id='approvals']/li[contains(., 'Bo')]//button[@class='approve']")
+        .await
+        .click()
+        .await
+        .expect("clicked");
+    browser
+        .wait_xpath(&feed_line("approval.resolved", "send_message · approved"))
+        .await;
+    let received = plugin.wait_for_requests(1).await;
+    assert_eq!(received[0].json()["arguments"], json!({"city": "Bo"}));
     browser.close().await;
 }

@@ -4,6 +4,7 @@
 mod helpers;
 
 mod answers;
+mod approval;
 mod arguments;
 mod attach;
 mod auto_removal;

@@ -549,6 +549,7 @@ async fn server_everything_over_streamable_http_is_registered_at_run_time() {
 fn configured(name: &str) -> McpServerSettings {
     McpServerSettings {
         behavior: Default::default(),
+        approval: Default::default(),
         name: name.to_owned(),
         transport: McpTransport::Stdio {
             command: PathBuf::from("false").to_string_lossy().into_owned(),

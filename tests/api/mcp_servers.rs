@@ -29,6 +29,7 @@ use crate::sessions::{call_event, response_done};
 fn stdio(name: &str, command: PathBuf, args: &[&str]) -> McpServerSettings {
     McpServerSettings {
         behavior: Default::default(),
+        approval: Default::default(),
         name: name.to_owned(),
         transport: McpTransport::Stdio {
             command: command.to_string_lossy().into_owned(),
@@ -273,6 +274,7 @@ async fn server_everything_over_streamable_http() {
     // Until the server listens, the client retries with its backoff.
     let everything = McpServerSettings {
         behavior: Default::default(),
+        approval: Default::default(),
         transport: McpTransport::Http {
             url: format!("http://127.0.0.1:{port}/mcp"),
         },
@@ -292,6 +294,7 @@ async fn a_tool_added_at_run_time_arrives_by_list_changed() {
     let script = repo_file("tests/mcp_dynamic_server.py");
     let dynamic = McpServerSettings {
         behavior: Default::default(),
+        approval: Default::default(),
         roles: Some(vec!["Mio".to_owned()]),
         ..stdio("dynamic", python, &[&script.to_string_lossy()])
     };

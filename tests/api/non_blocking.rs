@@ -135,7 +135,7 @@ async fn session(fake: &FakeRealtime, slow: &Slow) -> (TestApp, EventReader) {
     (app, stream)
 }
 
-fn response_created(response: &str) -> Value {
+pub fn response_created(response: &str) -> Value {
     json!({"type": "response.created", "event_id": format!("srv_created_{response}"),
            "response": {"id": response, "object": "realtime.response", "status": "in_progress",
                         "output": []}})
@@ -160,7 +160,7 @@ pub async fn conversation_is(app: &TestApp, state: &str) {
 }
 
 /// The model begins `response`, and the server has seen it.
-async fn responding(app: &TestApp, fake: &FakeRealtime, response: &str) {
+pub async fn responding(app: &TestApp, fake: &FakeRealtime, response: &str) {
     fake.push(response_created(response)).await;
     conversation_is(app, "responding").await;
 }
@@ -174,7 +174,7 @@ async fn model_calls(fake: &FakeRealtime, response: &str, call_id: &str, name: &
 }
 
 /// The `function_call_output` texts the server sent for `call_id`.
-fn outputs_of(events: &[Value], call_id: &str) -> Vec<Value> {
+pub fn outputs_of(events: &[Value], call_id: &str) -> Vec<Value> {
     events
         .iter()
         .filter(|e| e["item"]["type"] == "function_call_output" && e["item"]["call_id"] == call_id)
@@ -205,7 +205,7 @@ pub fn sent(events: &[Value], kind: &str) -> usize {
 }
 
 /// Waits until the model has `n` system messages; returns every event.
-async fn system_messages(fake: &FakeRealtime, n: usize) -> Vec<Value> {
+pub async fn system_messages(fake: &FakeRealtime, n: usize) -> Vec<Value> {
     fake.wait_for(&format!("{n} system message(s)"), |events| {
         (system_texts(events).len() >= n).then(|| events.to_vec())
     })

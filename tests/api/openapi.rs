@@ -25,6 +25,8 @@ const SERVER_ROUTES: &[(&str, &str)] = &[
     ("get", "/api/tools"),
     ("post", "/api/tools/invoke"),
     ("post", PROGRESS),
+    ("get", "/api/approvals"),
+    ("post", APPROVAL),
     ("get", "/api/sessions"),
     ("post", "/api/sessions/context"),
     ("post", "/api/sessions/attach"),
@@ -56,13 +58,21 @@ const CALLS: &str = "/api/calls";
 /// ([`concrete`]), and recorded under this name.
 const PROGRESS: &str = "/api/tools/calls/{call_id}/progress";
 
-/// A path as requested: the progress route's `{call_id}` made a call id.
+/// A decision on a pending approval, as the document names it.
+const APPROVAL: &str = "/api/approvals/{id}";
+
+/// A path as requested: the progress route's `{call_id}` made a call id, an approval's `{id}`
+/// an id.
 fn concrete(path: &str) -> String {
     path.replace("{call_id}", "call_doc")
+        .replace("{id}", "apr_doc")
 }
 
 /// A requested path as the document names it.
 fn documented_path(path: &str) -> String {
+    if path.starts_with("/api/approvals/") {
+        return APPROVAL.to_owned();
+    }
     match path.strip_prefix("/api/tools/calls/") {
         Some(rest) if rest.ends_with("/progress") => PROGRESS.to_owned(),
         _ => path.to_owned(),
@@ -642,6 +652,65 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         ],
     );
     let responses_too_large = raw_exchange_async(app.addr, head).await;
+    // A call that waits for approval (Mio's chat model calls it), listed and decided, then
+    // every error of both routes.
+    let mut stream = crate::event_stream::open(&app, "?role=Mio", None)
+        .await
+        .expect("stream opens");
+    let mut asks = tool_body("asks_doc", &callback.url("/cb"), "plugin:demo");
+    asks["approval"] = json!("always");
+    asks["role"] = json!("Mio");
+    run("post", "/api/tools/register", None, Body::Json(asks)).await;
+    chat_model.script([
+        Answer::Json(
+            200,
+            crate::fake_chat::calls_completion(
+                "cmpl-doc",
+                None,
+                &[("c_doc", "asks_doc", json!({"city": "Kyoto"}))],
+            ),
+        ),
+        Answer::Json(200, completion("cmpl-doc-2", "Done.", (1, 1))),
+    ]);
+    let url = app.url(CHAT);
+    let waiting = actix_web::rt::spawn(async move {
+        let body = json!({"model": "m", "messages": [{"role": "user", "content": "go"}]});
+        let _ = crate::helpers::test_client()
+            .post(url)
+            .send_json(&body)
+            .await;
+    });
+    let id = stream
+        .wait_for("approval.requested", |d| d["call_id"] == "c_doc")
+        .await
+        .data["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let decision = format!("/api/approvals/{id}");
+    run("get", "/api/approvals", None, Body::None).await;
+    run("get", "/api/approvals?role=Mio", None, Body::None).await;
+    run("get", "/api/approvals?role=Nobody", None, Body::None).await;
+    run(
+        "get",
+        "/api/approvals?role=Mio&role=Lanlan",
+        None,
+        Body::None,
+    )
+    .await;
+    run("get", "/api/approvals", foreign, Body::None).await;
+    run("post", "/api/approvals", None, Body::Json(json!({}))).await;
+    let approve = || Body::Json(json!({"decision": "approve"}));
+    run("post", &decision, foreign, approve()).await;
+    run("get", &decision, None, Body::None).await;
+    run("post", &decision, None, too_large()).await;
+    let bad = json!({"decision": "maybe", "reason": 7, "extra": true});
+    run("post", &decision, None, Body::Json(bad)).await;
+    run("post", &decision, None, approve()).await;
+    run("post", &decision, None, approve()).await;
+    run("post", "/api/approvals/apr_nobody", None, approve()).await;
+    let _ = waiting.await;
+
     // And with the upstream gone.
     drop(chat_model);
     run("get", MODELS, None, Body::None).await;
@@ -773,6 +842,8 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
             MCP,
             CALLS,
             HEALTH,
+            "/api/approvals",
+            APPROVAL,
         ]
         .contains(p)
     }) {

@@ -271,6 +271,7 @@ impl Router {
                 dormant: Dormant::new(keeping.dormant, keeping.dormant_ttl),
             };
             for c in characters {
+                router.events.set_approval_rules(&c.name, c.approval_always);
                 let chat = c.chat.and_then(|chat| match ChatEndpoint::new(chat) {
                     Ok(endpoint) => Some(Arc::new(endpoint)),
                     // Start-up checked the key already; a variable unset since is reported.

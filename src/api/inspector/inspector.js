@@ -5,7 +5,8 @@
 // It uses only the public HTTP API: GET /api/tools?detail=full, GET /api/sessions and
 // GET /api/mcp for the state, GET /api/calls for each tool's recent calls (its latency and
 // error rate, kept up to date by the tool.call events), GET /api/events (Server-Sent Events) for
-// changes, POST /api/tools/invoke for calls.
+// changes, POST /api/tools/invoke for calls, GET /api/approvals and POST /api/approvals/{id} for
+// the calls that wait for a person's decision.
 // Every string from the server is inserted with textContent: tool names, descriptions and
 // schemas come from plugins.
 
@@ -131,8 +132,96 @@ const refreshSessions = coalesced(async () => {
   for (const [role, character] of characters) renderSession(character.session, sessions.get(role));
 });
 
+// ---- Approvals ----------------------------------------------------------------------------
+
+/** The pending approvals shown, by id: their record and list item. */
+const approvals = new Map();
+
+const refreshApprovals = coalesced(async () => {
+  const body = await getJson("/api/approvals");
+  const listed = new Set();
+  for (const record of body.approvals ?? []) {
+    listed.add(record.id);
+    showApproval(record);
+  }
+  for (const id of [...approvals.keys()]) {
+    if (!listed.has(id)) dropApproval(id);
+  }
+});
+
+/** Seconds left before `record` expires, never below 0. */
+function secondsLeft(record) {
+  const left = (Date.parse(record.expires_at) - Date.now()) / 1000;
+  return Math.max(0, Math.ceil(left));
+}
+
+function showApproval(record) {
+  if (approvals.has(record.id)) return;
+  const item = element("li", "approval");
+  item.dataset.id = record.id;
+  item.append(element("h3", null, `${record.role} · ${record.tool}`));
+  const by = record.kind ? kindName(record.kind) : record.caller === "mcp" ? "an MCP client (/mcp)" : record.caller;
+  item.append(element("p", "muted", `called by ${by} · call ${record.call_id}`));
+  item.append(element("pre", "approval-arguments", JSON.stringify(record.arguments, null, 2)));
+  const left = element("p", "approval-left");
+  item.append(left);
+  const reason = element("input", "approval-reason");
+  reason.type = "text";
+  reason.maxLength = 1024;
+  reason.placeholder = "Reason (optional; told to the model on a denial)";
+  reason.setAttribute("aria-label", `Reason for ${record.tool}`);
+  const approve = element("button", "approve", "Approve");
+  const deny = element("button", "deny", "Deny");
+  for (const button of [approve, deny]) button.type = "button";
+  const problem = element("p", "approval-problem");
+  problem.hidden = true;
+  const decide = async (decision) => {
+    approve.disabled = deny.disabled = true;
+    const body = { decision };
+    if (reason.value) body.reason = reason.value;
+    const [status, answer] = await fetchJson(`/api/approvals/${encodeURIComponent(record.id)}`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    if (status !== 200) {
+      problem.textContent = detailText(answer, status);
+      problem.hidden = false;
+      approve.disabled = deny.disabled = false;
+    }
+  };
+  approve.addEventListener("click", () => decide("approve"));
+  deny.addEventListener("click", () => decide("deny"));
+  const actions = element("div", "approval-actions");
+  actions.append(reason, approve, deny);
+  item.append(actions, problem);
+  const entry = { record, item, left };
+  approvals.set(record.id, entry);
+  tickApproval(entry);
+  $("approvals").append(item);
+  $("approvals-empty").hidden = true;
+}
+
+function tickApproval(entry) {
+  const left = secondsLeft(entry.record);
+  entry.left.textContent = `${left} s left to decide`;
+}
+
+function dropApproval(id) {
+  const entry = approvals.get(id);
+  if (!entry) return;
+  entry.item.remove();
+  approvals.delete(id);
+  $("approvals-empty").hidden = approvals.size > 0;
+}
+
+setInterval(() => {
+  for (const entry of approvals.values()) tickApproval(entry);
+}, 1000);
+
 /** Reads everything again: on (re)connecting, after a restart, after missed events. */
 function startOver() {
+  refreshApprovals();
   refreshCalls();
   refreshTools();
   refreshSessions();
@@ -725,6 +814,16 @@ const handlers = {
     const told = data.delivered ? "the model was told" : "shown here only";
     addFeed("tool.progress", `${data.role} · ${data.tool} · ${data.message} (${told})`);
     refreshSessions();
+  },
+  "approval.requested": (data) => {
+    addFeed("approval.requested", `${data.role} · ${data.tool} · waits for your approval`);
+    showApproval(data);
+  },
+  "approval.resolved": (data) => {
+    dropApproval(data.id);
+    const reason = data.reason ? ` (${data.reason})` : "";
+    const flag = data.outcome === "approved" ? null : data.outcome === "denied" ? "error" : "cancelled";
+    addFeed("approval.resolved", `${data.role} · ${data.tool} · ${data.outcome}${reason}`, flag);
   },
   "mcp.state": (data) => {
     const who = `MCP server ${data.name} (${mcpOrigin(data.kind)})`;

@@ -28,8 +28,10 @@ pub const MAX_NAME_CHARS: usize = 64;
 /// Longest timeout a tool may ask for, in seconds ([`MAX_TIMEOUT`]).
 pub(crate) const MAX_TIMEOUT_SECONDS: f64 = MAX_TIMEOUT.as_secs() as f64;
 
+mod approval;
 mod conversation;
 
+pub(crate) use approval::DecisionRequest;
 pub(crate) use conversation::{ContextRequest, ProgressRequest};
 pub use conversation::{MAX_CONTEXT_CHARS, MAX_PROGRESS_CHARS};
 
@@ -112,6 +114,7 @@ impl RegisterRequest {
         let source = f.non_empty_string_or("source", DEFAULT_SOURCE);
         let timeout = f.timeout("timeout_seconds");
         let behavior = f.behavior("behavior");
+        let approval = f.approval();
         f.finish()?;
         let (
             Some(name),
@@ -135,7 +138,8 @@ impl RegisterRequest {
         };
         Ok(Self {
             tool: ToolSpec::remote(name, description, parameters, source, callback_url, timeout)
-                .with_behavior(behavior),
+                .with_behavior(behavior)
+                .with_approval(approval.unwrap_or_default()),
             role,
         })
     }
@@ -244,6 +248,7 @@ impl McpRegisterRequest {
         };
         let timeout = f.timeout("timeout_seconds");
         let behavior = f.behavior("behavior");
+        let approval = f.mcp_approval();
         f.finish()?;
         let (Some(name), Some(url), Some(source), Some(timeout), Some(behavior)) =
             (name, url, source, timeout, behavior)
@@ -258,6 +263,7 @@ impl McpRegisterRequest {
                 source,
                 timeout,
                 behavior,
+                approval: approval.unwrap_or_default(),
             },
         })
     }

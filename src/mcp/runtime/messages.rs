@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use crate::actors::change::ChangeReport;
 use crate::actors::router::RouterError;
+use crate::domain::approval::McpApproval;
 use crate::domain::callback_url::CallbackUrl;
 use crate::domain::ownership::TokenHash;
 use crate::domain::tool::Behavior;
@@ -30,6 +31,8 @@ pub(crate) struct McpRegistration {
     pub timeout: Duration,
     /// Whether a live conversation waits for its tools' calls.
     pub behavior: Behavior,
+    /// Which of its tools' calls wait for a person's approval.
+    pub approval: McpApproval,
 }
 
 /// Register (or replace) an MCP server for a plugin (its token's hash, if it sent one); answers

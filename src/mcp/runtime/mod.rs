@@ -242,7 +242,7 @@ impl McpPlugins {
                     d,
                     &registration.source,
                     server.owner(),
-                    registration.behavior,
+                    (registration.behavior, registration.approval),
                 )
             })
             .collect();
@@ -384,7 +384,7 @@ impl McpPlugins {
                     d,
                     &registration.source,
                     server.owner(),
-                    registration.behavior,
+                    (registration.behavior, registration.approval),
                 )
             })
             .collect();
@@ -715,6 +715,7 @@ mod tests {
             source: source.to_owned(),
             timeout: Duration::from_secs(30),
             behavior: Default::default(),
+            approval: Default::default(),
         }
     }
 

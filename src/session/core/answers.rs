@@ -10,7 +10,7 @@ use super::{Answers, Call, Effect, Run, SessionCore, Ticket};
 use crate::domain::call::{Outcome, ToolAnswer, ToolCall, ToolResult};
 use crate::domain::registry::not_registered_text;
 use crate::domain::tool::{Behavior, SharedTool};
-use crate::events::{CallStart, CallWatch, Caller};
+use crate::events::{Asker, CallStart, CallWatch, Caller};
 use crate::session::calls::{Arrival, TurnState};
 
 /// A call the actor runs now.
@@ -26,8 +26,20 @@ pub(super) struct RunningCall {
     /// A non-blocking call was answered as running: its result is delivered when it comes, and
     /// a new user turn does not cancel it.
     pub(super) behavior: Behavior,
+    /// The call waited for a person's approval: it was answered at once as awaiting it, and
+    /// its outcome is told later, like a non-blocking call's result.
+    pub(super) waits_for_approval: bool,
     /// Observes the call until it is answered (or dropped with the session, as cancelled).
     pub(super) watch: CallWatch,
+}
+
+impl RunningCall {
+    /// Whether the call was answered at once and belongs to no turn (a non-blocking call, or
+    /// one that waited for approval): its result is delivered when it comes, and a new user
+    /// turn passes it by.
+    pub(super) fn is_detached(&self) -> bool {
+        self.behavior == Behavior::NonBlocking || self.waits_for_approval
+    }
 }
 
 impl SessionCore {
@@ -81,10 +93,30 @@ impl SessionCore {
             return;
         };
         tool_call.trace = Some(watch.trace().clone());
+        let asker = Asker {
+            role: &self.character,
+            caller: Caller::Model,
+            kind: Some(self.kind),
+        };
+        let approval = match self.events.approval_for(asker, &tool, &mut tool_call) {
+            Ok(approval) => approval,
+            Err(refused) => {
+                self.answer(turn, *refused, watch);
+                return;
+            }
+        };
         let ticket = Ticket(self.next_ticket);
         self.next_ticket += 1;
         let behavior = tool.behavior;
         let turn = match behavior {
+            // A call that waits for a person is answered now, so the model can say what it is
+            // about to do and ask: the turn goes on, and the outcome comes later.
+            _ if approval.is_some() => {
+                let awaiting =
+                    tool_call.result(ToolAnswer::awaiting_approval(&tool_call), Vec::new());
+                self.send_answer(turn, awaiting);
+                None
+            }
             Behavior::Blocking => turn,
             Behavior::NonBlocking => {
                 // Answered now (or, for a protocol that carries such calls itself, left out of
@@ -107,6 +139,7 @@ impl SessionCore {
                 started,
                 started_at: super::rfc3339_now(),
                 behavior,
+                waits_for_approval: approval.is_some(),
                 watch,
             },
         );
@@ -114,6 +147,7 @@ impl SessionCore {
             call: tool_call,
             tool,
             ticket,
+            approval,
         })));
     }
 
@@ -152,7 +186,7 @@ impl SessionCore {
             tracing::debug!(character = %self.character, call_id = %result.call_id, "dropping the result of a cancelled call");
             return;
         };
-        if call.behavior == Behavior::NonBlocking {
+        if call.is_detached() {
             self.deliver_late(call, result);
             return;
         }

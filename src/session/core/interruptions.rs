@@ -10,7 +10,6 @@
 use super::answers::RunningCall;
 use super::{Effect, Interruption, SessionCore, Ticket};
 use crate::domain::call::ToolResult;
-use crate::domain::tool::Behavior;
 
 impl SessionCore {
     /// The person interrupted, or the provider cancelled (see [`Interruption`]): the turns it
@@ -32,7 +31,7 @@ impl SessionCore {
         }
         // A non-blocking call belongs to no turn: it runs on (see `later.rs`).
         let cancelled = self.take_running(|call| match &interruption {
-            Interruption::NewTurn => call.behavior == Behavior::Blocking,
+            Interruption::NewTurn => !call.is_detached(),
             Interruption::Turn(turn) => call.turn.as_deref() == Some(turn.as_str()),
             Interruption::Calls(_) => false,
         });

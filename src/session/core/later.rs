@@ -257,7 +257,18 @@ impl SessionCore {
         };
         result.add_image_warnings(warning.into_iter().collect());
         let event_id = self.event_id("result");
-        let frame = self.protocol.late_result(&result, &event_id);
+        // A call that waited for approval was answered as awaiting it: its outcome is a message
+        // (the protocol's note), whatever the tool's own behavior.
+        let (frame, scheduling) = if call.waits_for_approval {
+            let text = result.approval_text();
+            let frame = self.protocol.note(&text, true, &event_id);
+            (frame, Scheduling::WhenIdle)
+        } else {
+            (
+                self.protocol.late_result(&result, &event_id),
+                result.scheduling,
+            )
+        };
         self.effects.push(Effect::Upstream(frame));
         self.send_images(&result);
         self.events.late_result(&crate::events::LateResult {
@@ -268,7 +279,7 @@ impl SessionCore {
             scheduling: result.scheduling,
             is_error: result.is_error,
         });
-        self.speak(result.scheduling);
+        self.speak(scheduling);
     }
 
     /// The character's tools changed: a non-blocking call of a tool it no longer has is

@@ -85,6 +85,8 @@ pub(crate) struct Run {
     pub call: ToolCall,
     pub tool: SharedTool,
     pub ticket: Ticket,
+    /// The person's approval the call waits for before it runs, when its tool needs one.
+    pub approval: Option<crate::events::Pending>,
 }
 
 /// A resuming session's handle and switches.
