@@ -1,8 +1,9 @@
 //! A person approves before a tool acts: the policy (a registration's, a character's), the
 //! pending approval bound to the exact call, the decision routes, and what the model is told, in
 //! the server's own realtime connection (the fake realtime peer as the model), text chat (the
-//! fake chat upstream) and an MCP client of `/mcp` (the official MCP Python SDK). Plugins record
-//! every request, so "never called" is read off them.
+//! fake chat upstream), the Responses API (the fake Responses upstream) and an MCP client of
+//! `/mcp` (the official MCP Python SDK). Plugins record every request, so "never called" is read
+//! off them.
 
 use std::process::Command;
 
@@ -16,6 +17,7 @@ use crate::event_stream::{EventReader, open};
 use crate::fake_chat::{Answer, FakeChat, calls_completion, completion};
 use crate::fake_gemini::{FakeGemini, SetupMode};
 use crate::fake_realtime::{AckMode, FakeRealtime};
+use crate::fake_responses::{FakeResponses, answer, call, message};
 use crate::helpers::{TestApp, app_with_session, settings, spawn_app_with};
 use crate::non_blocking::{
     outputs_of, responding, response_created, sent, system_messages, system_texts,
@@ -799,4 +801,172 @@ async fn gemini_live_hears_at_once_and_the_outcome_as_a_turn() {
         .await
         .unwrap_or_else(|e| panic!("a message the server sent breaks the SDK's types: {e}"));
     assert!(checked.contains("client messages valid"), "{checked}");
+}
+
+#[actix_web::test]
+async fn a_responses_request_waits_for_the_decision_and_the_model_hears_it() {
+    let mut upstream = FakeResponses::start().await;
+    let app = chat_server(&upstream.base(), |_| {}).await;
+    let callback = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
+    register(&app, &send_message(&callback, 300)).await;
+    let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
+    upstream
+        .script(vec![
+            answer(vec![call("call_1", "send_message", json!({"to": "Ann"}))]),
+            answer(vec![message("Sent.")]),
+            answer(vec![call("call_2", "send_message", json!({"to": "Bo"}))]),
+            answer(vec![message("I will not.")]),
+        ])
+        .await;
+    let post = |text: &str| {
+        let request = app
+            .client
+            .post(app.url("/v1/responses"))
+            .send_json(&json!({"model": "fake-model", "input": text}));
+        actix_web::rt::spawn(async move {
+            let mut response = request.await.unwrap();
+            let bytes = response.body().limit(1 << 20).await.unwrap();
+            (
+                response.status().as_u16(),
+                serde_json::from_slice::<Value>(&bytes).unwrap(),
+            )
+        })
+    };
+
+    let pending = post("Tell Ann hi");
+    let record = requested(&mut stream, "call_1").await;
+    assert_eq!(
+        (&record["caller"], &record["kind"]),
+        (&json!("model"), &json!("responses"))
+    );
+    assert!(callback.received().is_empty(), "run before the decision");
+    decide(
+        &app,
+        record["id"].as_str().unwrap(),
+        json!({"decision": "approve"}),
+    )
+    .await;
+    let (status, answer) = pending.await.unwrap();
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["status"], json!("completed"), "{answer}");
+    let received = callback.received();
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].json()["arguments"], json!({"to": "Ann"}));
+    let bodies = upstream.bodies().await;
+    assert_eq!(
+        bodies[1]["input"],
+        json!([{"type": "function_call_output", "call_id": "call_1",
+                "output": r#"{"sent":true}"#}])
+    );
+
+    let pending = post("Tell Bo hi");
+    let record = requested(&mut stream, "call_2").await;
+    decide(
+        &app,
+        record["id"].as_str().unwrap(),
+        json!({"decision": "deny", "reason": "not today"}),
+    )
+    .await;
+    let (status, answer) = pending.await.unwrap();
+    assert_eq!(status, 200, "{answer}");
+    let bodies = upstream.bodies().await;
+    let told = bodies[3]["input"][0].clone();
+    assert_eq!(
+        (&told["type"], &told["call_id"]),
+        (&json!("function_call_output"), &json!("call_2")),
+        "{told}"
+    );
+    let told = told["output"].as_str().unwrap();
+    assert!(
+        told.contains("declined") && told.contains("not today"),
+        "{told}"
+    );
+    assert_eq!(callback.received().len(), 1, "a denied call was run");
+}
+
+#[actix_web::test]
+async fn a_tool_unregistered_or_cleared_while_it_waits_cancels_its_approval() {
+    let upstream = FakeChat::start();
+    let app = chat_server(&upstream.base(), |_| {}).await;
+    let callback = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
+    let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
+    let ask = |call: &str| {
+        Answer::Json(
+            200,
+            calls_completion(
+                &format!("cmpl-{call}"),
+                None,
+                &[(call, "send_message", json!({"to": "Ann"}))],
+            ),
+        )
+    };
+    upstream.script([
+        ask("call_1"),
+        Answer::Json(200, completion("cmpl-2", "It was cancelled.", (5, 1))),
+        ask("call_2"),
+        Answer::Json(200, completion("cmpl-4", "It was cancelled.", (5, 1))),
+    ]);
+    let removals = [
+        (
+            "call_1",
+            "/api/tools/unregister",
+            json!({"name": "send_message"}),
+        ),
+        (
+            "call_2",
+            "/api/tools/clear",
+            json!({"source": "plugin:messages"}),
+        ),
+    ];
+    for (round, (call_id, path, body)) in removals.into_iter().enumerate() {
+        register(&app, &send_message(&callback, 300)).await;
+        let request = app
+            .client
+            .post(app.url("/v1/chat/completions"))
+            .send_json(&json!({"model": "fake-model",
+                    "messages": [{"role": "user", "content": "Tell Ann hi"}]}));
+        let pending = actix_web::rt::spawn(async move {
+            let mut response = request.await.unwrap();
+            let bytes = response.body().limit(1 << 20).await.unwrap();
+            (
+                response.status().as_u16(),
+                serde_json::from_slice::<Value>(&bytes).unwrap(),
+            )
+        });
+        let record = requested(&mut stream, call_id).await;
+        let (status, answer) = app.post(path, &body).await;
+        assert_eq!(status, 200, "{path}: {answer}");
+        let outcome = resolved(&mut stream, call_id).await;
+        assert_eq!(outcome["outcome"], json!("cancelled"), "{path}: {outcome}");
+        assert!(
+            outcome["reason"]
+                .as_str()
+                .unwrap()
+                .contains("the tool changed"),
+            "{path}: {outcome}"
+        );
+        let (status, answer) = pending.await.unwrap();
+        assert_eq!(status, 200, "{path}: {answer}");
+        let bodies = upstream.bodies();
+        let told = bodies[2 * round + 1]["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()["content"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(told.contains("cancelled"), "{path}: {told}");
+        let (status, _) = decide(
+            &app,
+            record["id"].as_str().unwrap(),
+            json!({"decision": "approve"}),
+        )
+        .await;
+        assert_eq!(status, 409, "{path}: a cancelled approval was decided");
+        assert!(
+            callback.received().is_empty(),
+            "{path}: the callback was called"
+        );
+    }
 }
