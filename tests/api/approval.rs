@@ -7,14 +7,15 @@
 
 use std::process::Command;
 
+use futures_util::StreamExt;
 use runtime_tools::Dialect;
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, Reply, invoke};
 use crate::chat::chat_server;
 use crate::child::LineChild;
-use crate::event_stream::{EventReader, open};
-use crate::fake_chat::{Answer, FakeChat, calls_completion, completion};
+use crate::event_stream::{EventReader, FRAME_DEADLINE, open};
+use crate::fake_chat::{Answer, FakeChat, call_chunks, calls_completion, completion, text_chunks};
 use crate::fake_gemini::{FakeGemini, SetupMode};
 use crate::fake_realtime::{AckMode, FakeRealtime};
 use crate::fake_responses::{FakeResponses, answer, call, message};
@@ -969,4 +970,57 @@ async fn a_tool_unregistered_or_cleared_while_it_waits_cancels_its_approval() {
             "{path}: the callback was called"
         );
     }
+}
+
+#[actix_web::test]
+async fn a_streamed_chat_request_that_waits_for_approval_gets_keep_alive_comments() {
+    let upstream = FakeChat::start();
+    let app = chat_server(&upstream.base(), |_| {}).await;
+    let callback = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
+    register(&app, &send_message(&callback, 300)).await;
+    let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
+    upstream.script([
+        Answer::stream(call_chunks(
+            "cmpl-1",
+            None,
+            &[("call_1", "send_message", json!({"to": "Ann"}))],
+        )),
+        Answer::stream(text_chunks("cmpl-2", &["Sent."], (5, 1))),
+    ]);
+    let mut response = app
+        .client
+        .post(app.url("/v1/chat/completions"))
+        .timeout(FRAME_DEADLINE * 4)
+        .send_json(&json!({"model": "fake-model", "stream": true,
+                           "messages": [{"role": "user", "content": "Tell Ann hi"}]}))
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let record = requested(&mut stream, "call_1").await;
+
+    // Nothing else is said while the approval waits: the comments keep the stream alive.
+    let mut seen = String::new();
+    tokio::time::timeout(FRAME_DEADLINE, async {
+        while !seen.contains(": keep-alive\n\n") {
+            let chunk = response.next().await.expect("the stream goes on").unwrap();
+            seen.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no keep-alive within {FRAME_DEADLINE:?}; read: {seen:?}"));
+    assert!(callback.received().is_empty(), "run before the decision");
+
+    decide(
+        &app,
+        record["id"].as_str().unwrap(),
+        json!({"decision": "approve"}),
+    )
+    .await;
+    let rest = response.body().limit(1 << 20).await.unwrap();
+    let rest = std::str::from_utf8(&rest).unwrap();
+    assert!(
+        rest.contains("Sent.") && rest.trim_end().ends_with("data: [DONE]"),
+        "{rest}"
+    );
+    assert_eq!(callback.received().len(), 1);
 }
