@@ -492,9 +492,11 @@ fn report(label: &str, run: usize, tally: &mut Tally, cpu: f64, seconds: f64, ro
     }
 }
 
-fn start_server(upstream: &str, work: &std::path::Path) -> Server {
+fn start_server(upstream: &str, work: &std::path::Path, conns: usize) -> Server {
+    // Every connection's request runs at once (the default limit, 8, would answer the rest
+    // with 429: faults, not a measure).
     let config = format!(
-        "bind = \"127.0.0.1:0\"\n[[character]]\nname = \"Mio\"\n[character.chat]\nurl = \"{upstream}\"\n"
+        "bind = \"127.0.0.1:0\"\n[[character]]\nname = \"Mio\"\n[character.chat]\nurl = \"{upstream}\"\nmax_concurrent_requests = {conns}\n"
     );
     let path = work.join("chat.toml");
     std::fs::write(&path, config).expect("config written");
@@ -615,7 +617,7 @@ fn main() {
         let fake_handle = fake.handle();
         actix_web::rt::spawn(fake);
 
-        let server = start_server(&upstream, &work);
+        let server = start_server(&upstream, &work, o.conns);
         let base = format!("http://{}", server.address);
         register(&base, &o.callback).await;
         for run in 1..=o.runs {

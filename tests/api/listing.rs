@@ -226,7 +226,7 @@ impl actix::Handler<runtime_tools::CallLocalTool> for Idle {
 }
 
 #[actix_web::test]
-async fn detail_full_adds_parameters_timeout_and_behavior_and_nothing_else_changes() {
+async fn detail_full_adds_parameters_timeout_behavior_and_approval_and_nothing_else_changes() {
     use actix::Actor;
     use runtime_tools::RegisterTool;
     use runtime_tools::local_handler;
@@ -262,11 +262,13 @@ async fn detail_full_adds_parameters_timeout_and_behavior_and_nothing_else_chang
             {"name": "get_weather", "description": "get_weather tool", "source": "plugin:w",
              "callback_url": "http://127.0.0.1:9333/cb", "is_remote": true,
              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-             "timeout_seconds": 12.5, "behavior": "blocking"},
+             "timeout_seconds": 12.5, "behavior": "blocking",
+             "approval": "never", "approval_timeout_seconds": 120},
             {"name": "idle", "description": "Does nothing.", "source": "inproc:idle",
              "callback_url": null, "is_remote": false,
              "parameters": {"type": "object", "properties": {}},
-             "timeout_seconds": 300.0, "behavior": "blocking"}
+             "timeout_seconds": 300.0, "behavior": "blocking",
+             "approval": "never", "approval_timeout_seconds": 120}
         ]}})
     );
     let (status, body) = app.get("/api/tools?detail=some").await;
