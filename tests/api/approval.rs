@@ -458,6 +458,18 @@ async fn the_pending_set_is_bounded_and_an_ended_session_cancels_its_approvals()
     assert!(callback.received().is_empty());
 }
 
+/// The upstream's answer that calls `send_message` to Ann as `call`.
+fn asks_to_send(call: &str) -> Answer {
+    Answer::Json(
+        200,
+        calls_completion(
+            &format!("cmpl-{call}"),
+            None,
+            &[(call, "send_message", json!({"to": "Ann"}))],
+        ),
+    )
+}
+
 #[actix_web::test]
 async fn a_chat_request_waits_for_the_decision_and_the_model_hears_it() {
     let upstream = FakeChat::start();
@@ -465,20 +477,10 @@ async fn a_chat_request_waits_for_the_decision_and_the_model_hears_it() {
     let callback = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
     register(&app, &send_message(&callback, 300)).await;
     let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
-    let ask = |call: &str| {
-        Answer::Json(
-            200,
-            calls_completion(
-                &format!("cmpl-{call}"),
-                None,
-                &[(call, "send_message", json!({"to": "Ann"}))],
-            ),
-        )
-    };
     upstream.script([
-        ask("call_1"),
+        asks_to_send("call_1"),
         Answer::Json(200, completion("cmpl-2", "Sent.", (5, 1))),
-        ask("call_2"),
+        asks_to_send("call_2"),
         Answer::Json(200, completion("cmpl-4", "I will not.", (5, 1))),
     ]);
     let request = json!({"model": "fake-model",
@@ -891,20 +893,10 @@ async fn a_tool_unregistered_or_cleared_while_it_waits_cancels_its_approval() {
     let app = chat_server(&upstream.base(), |_| {}).await;
     let callback = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
     let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
-    let ask = |call: &str| {
-        Answer::Json(
-            200,
-            calls_completion(
-                &format!("cmpl-{call}"),
-                None,
-                &[(call, "send_message", json!({"to": "Ann"}))],
-            ),
-        )
-    };
     upstream.script([
-        ask("call_1"),
+        asks_to_send("call_1"),
         Answer::Json(200, completion("cmpl-2", "It was cancelled.", (5, 1))),
-        ask("call_2"),
+        asks_to_send("call_2"),
         Answer::Json(200, completion("cmpl-4", "It was cancelled.", (5, 1))),
     ]);
     let removals = [
