@@ -159,6 +159,12 @@ impl Owners {
         self.bound.insert(source, token);
     }
 
+    /// The token hash `source` is bound to, if it is: the credential of an MCP server restored
+    /// under it (which was registered with that token, or bound the source with it).
+    pub(crate) fn owner_of(&self, source: &str) -> Option<TokenHash> {
+        self.bound.get(source).copied()
+    }
+
     /// Whether `source` is bound to a token.
     #[cfg(test)]
     pub(crate) fn is_bound(&self, source: &str) -> bool {
