@@ -494,7 +494,7 @@ async fn a_runtime_mcp_server_is_restored_dormant_until_it_answers_then_reaches_
     let path = dir.file("state.redb", "");
     let (mut child, addr) = serve(&path, &["Mio"], "info");
     let base = format!("http://{addr}");
-    let (mut plugin, port) = mcp_plugin(&base, "weather", &[]).await;
+    let (plugin, port) = mcp_plugin(&base, "weather", &[]).await;
     let url = format!("http://127.0.0.1:{port}/mcp");
     let body = json!({"name": "weather", "url": url});
     let (status, answer) = post_with_token(addr, "/api/mcp/register", &body, TOKEN_A);
@@ -586,7 +586,7 @@ async fn a_runtime_mcp_server_is_restored_dormant_until_it_answers_then_reaches_
 
     // The MCP server comes back on its port: its tools go to the session.
     let port_text = port.to_string();
-    let (mut plugin, _) = mcp_plugin(&app.base, "weather", &["--port", &port_text]).await;
+    let (plugin, _) = mcp_plugin(&app.base, "weather", &["--port", &port_text]).await;
     stream
         .wait_for("tools.changed", |d| {
             d["op"] == "mcp"

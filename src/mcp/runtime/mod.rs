@@ -330,7 +330,11 @@ impl McpPlugins {
             })
             .map(|old| (old.registration.source.clone(), old.owner()))
             // A restored server's dormant tools that its new listing did not replace.
-            .or_else(|| restored.map(|r| (r.registration.source.clone(), r.owner)))
+            .or_else(|| {
+                restored
+                    .filter(|r| r.generation != generation)
+                    .map(|r| (r.registration.source.clone(), r.owner))
+            })
             .map(|(source, owner)| {
                 self.router.send(ReplaceSource {
                     source,
@@ -400,12 +404,16 @@ impl McpPlugins {
         if refused.is_empty() {
             return (names, skipped);
         }
-        for (tool, why) in refused {
-            names.retain(|n| *n != tool);
-            let reason = format!("its name is taken: {why}");
-            skipped.push(Skipped { name: tool, reason });
-        }
-        log_skipped(name, &skipped);
+        let refused: Vec<Skipped> = refused
+            .into_iter()
+            .map(|(tool, why)| Skipped {
+                name: tool,
+                reason: format!("its name is taken: {why}"),
+            })
+            .collect();
+        log_skipped(name, &refused);
+        names.retain(|n| !refused.iter().any(|r| r.name == *n));
+        skipped.extend(refused);
         if self
             .servers
             .get(name)
