@@ -243,10 +243,10 @@ impl McpPlugins {
             }
         };
         ctx.spawn(attempt.into_actor(self).map(move |opened, act, ctx| {
-            if !act
+            if act
                 .restoring
                 .get(&name)
-                .is_some_and(|r| r.generation == generation)
+                .is_none_or(|r| r.generation != generation)
             {
                 // Registered again, unregistered or cleared meanwhile.
                 return;
