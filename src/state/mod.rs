@@ -223,6 +223,8 @@ fn open_database(path: &Path) -> anyhow::Result<Database> {
             ),
         }
         // Created when missing, so that readers find every table.
+        txn.open_table(TOOLS)?;
+        txn.open_table(OWNERS)?;
         txn.open_table(MCP_SERVERS)?;
     }
     txn.commit()?;
