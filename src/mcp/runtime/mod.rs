@@ -17,7 +17,7 @@
 //! `tools/call` itself, and counts the connection failures.
 //!
 //! With `--state`, each registration is durable before its answer and each removal is durable
-//! too; at start the servers stored are restored dormant until they answer ([`restore`]).
+//! too; at start the servers stored are restored dormant until they answer (`restore.rs`).
 //!
 //! Nothing here waits inside the actor: connecting and listing run beside it, and the router's
 //! answers are awaited by the futures that reply. Changes still reach the router in the order
