@@ -22,7 +22,7 @@ use crate::domain::ownership::{SharedOwners, TokenHash};
 use crate::events::EventHub;
 use crate::mcp::client::McpClient;
 use crate::mcp::http_serve::McpEndpoint;
-use crate::mcp::runtime::{CloseMcpPlugins, McpPlugins};
+use crate::mcp::runtime::{CloseMcpPlugins, McpKeeping, McpPlugins, restore as restore_mcp};
 use crate::mcp::status::McpBoard;
 use crate::observe::Observer;
 use crate::state::StateStore;
@@ -144,7 +144,7 @@ impl Application {
         let observer = Observer::new(&settings.trace)?;
         let events = EventHub::with_observer(&settings.events, observer);
         let owners = SharedOwners::new(settings.plugin_tokens);
-        let keeping = keep_state(&settings, owners.clone(), local_addr)?;
+        let (keeping, mcp_keeping) = keep_state(&settings, owners.clone(), local_addr)?;
         let restored = keeping.dormant.len();
         let keeps_state = keeping.store.is_some();
         let (router, dispatcher) = Router::launch_keeping(
@@ -180,6 +180,7 @@ impl Application {
             mcp.clone(),
             settings.dispatch.max_response_bytes,
             owners.clone(),
+            mcp_keeping,
         );
         router
             .send(WatchClears(mcp_plugins.clone().recipient()))
@@ -336,22 +337,27 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 }
 
 /// Opens the state store when the settings name one, binds the sources it recorded to their
-/// token hashes, and reads back its tools (each with the registration parser, as when it was
-/// registered) to be restored dormant. A tool of a character that is no longer configured, or
-/// one this version no longer accepts, is left out with a warning.
+/// token hashes, and reads back its tools and runtime MCP servers (each with the registration
+/// parser, as when it was registered) to be restored dormant: the router's part and the MCP
+/// registry's. A tool of a character that is no longer configured, or one this version no
+/// longer accepts, is left out with a warning; so is such an MCP server.
 fn keep_state(
     settings: &Settings,
     owners: SharedOwners,
     local_addr: SocketAddr,
-) -> anyhow::Result<Keeping> {
+) -> anyhow::Result<(Keeping, McpKeeping)> {
     let mut keeping = Keeping {
         owners,
         store: None,
         dormant: Vec::new(),
         dormant_ttl: settings.state.dormant_ttl,
     };
+    let mut mcp_keeping = McpKeeping {
+        dormant_ttl: settings.state.dormant_ttl,
+        ..McpKeeping::default()
+    };
     let Some(path) = &settings.state.path else {
-        return Ok(keeping);
+        return Ok((keeping, mcp_keeping));
     };
     let (store, restored) = StateStore::open(path)?;
     keeping.owners.with(|owners| {
@@ -368,13 +374,39 @@ fn keep_state(
             Ok(tool) => keeping.dormant.push(DormantTool {
                 character,
                 tool: std::sync::Arc::new(tool),
+                mcp: false,
             }),
             Err(e) => {
                 tracing::warn!(%character, %name, "a stored tool could not be read again: {e}");
             }
         }
     }
-    tracing::info!(path = %path.display(), restored = keeping.dormant.len(), "state store opened");
+    let characters: Vec<String> = settings.characters.iter().map(|c| c.name.clone()).collect();
+    let configured = |name: &str| settings.mcp_servers.iter().any(|s| s.name == name);
+    for (name, stored) in restored.mcp_servers {
+        let registration = api::restore_mcp_server(&stored.body, local_addr, configured).and_then(
+            |registration| match &registration.role {
+                Some(role) if !characters.contains(role) => {
+                    Err(format!("its role {role:?} is not a configured character"))
+                }
+                _ => Ok(registration),
+            },
+        );
+        let token = keeping
+            .owners
+            .with(|owners| owners.owner_of(&stored.source));
+        match registration.and_then(|r| restore_mcp(&name, &stored, r, &characters, token)) {
+            Ok((server, tools)) => {
+                keeping.dormant.extend(tools);
+                mcp_keeping.restored.push(server);
+            }
+            Err(e) => {
+                tracing::warn!(mcp_server = %name, "a stored MCP server could not be read again: {e}");
+            }
+        }
+    }
+    tracing::info!(path = %path.display(), restored = keeping.dormant.len(), mcp_servers = mcp_keeping.restored.len(), "state store opened");
+    mcp_keeping.store = Some(store.clone());
     keeping.store = Some(store);
-    Ok(keeping)
+    Ok((keeping, mcp_keeping))
 }

@@ -129,9 +129,17 @@ async fn register(
     .map_err(ApiError::Validation)?;
     let name = request.server.name.clone();
     let wait = request.server.timeout + super::ROUTER_REPLY_TIMEOUT + REGISTER_MARGIN;
+    // What the state store keeps of it, when the server keeps state: the body as sent.
+    let record = state
+        .keeps_state
+        .then(|| serde_json::to_string(&body).unwrap_or_default());
     let registered = state
         .mcp_plugins
-        .send(RegisterMcpServer(request.server, token))
+        .send(RegisterMcpServer {
+            registration: request.server,
+            token,
+            record,
+        })
         .timeout(wait)
         .await
         .map_err(unavailable)??;

@@ -164,6 +164,29 @@ where
         })
 }
 
+/// An MCP server registration read back from the state store: its stored body, parsed as
+/// `POST /api/mcp/register` parses a new one (`configured` names the configured servers).
+pub(crate) fn restore_mcp_server(
+    body: &str,
+    local_addr: std::net::SocketAddr,
+    configured: impl Fn(&str) -> bool,
+) -> Result<crate::mcp::runtime::McpRegistration, String> {
+    let body: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(body).map_err(|e| format!("not a JSON object: {e}"))?;
+    requests::McpRegisterRequest::parse(&body, local_addr, configured)
+        .map(|request| request.server)
+        .map_err(|fields| field_errors(&fields))
+}
+
+/// Field errors as one line.
+fn field_errors(fields: &[error::FieldError]) -> String {
+    fields
+        .iter()
+        .map(|f| format!("{}: {}", f.loc.join("."), f.msg))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// A tool read back from the state store: its stored registration body, read by the same
 /// parser as a new registration (so a field a later version added is read the same way). The
 /// error names the fields that fail.
@@ -175,11 +198,5 @@ pub(crate) fn restore_tool(
         serde_json::from_str(body).map_err(|e| format!("not a JSON object: {e}"))?;
     requests::RegisterRequest::parse(body, local_addr)
         .map(|request| request.tool)
-        .map_err(|fields| {
-            fields
-                .iter()
-                .map(|f| format!("{}: {}", f.loc.join("."), f.msg))
-                .collect::<Vec<_>>()
-                .join("; ")
-        })
+        .map_err(|fields| field_errors(&fields))
 }

@@ -4,17 +4,36 @@
 //! connection (then it becomes a registration like any other) or its plugin registers it again;
 //! a change that would have removed it (unregister by name, clear of its source) removes it,
 //! and one that stays dormant longer than the configured time is removed as an auto-removal.
+//! The tools of an MCP server a plugin registered at run time are restored the same way, from
+//! the server's last listing (`mcp`): they wake when the server answers again and its new
+//! listing replaces them, which the MCP registry (`mcp::runtime`) sees to.
 
 use std::time::{Duration, Instant};
 
 use super::callback_url::{CallbackOrigin, CallbackUrl};
 use super::tool::{SharedTool, ToolHandler};
 
+/// The first wait after a probe that found nothing listening (a callback's origin, or a
+/// restored MCP server): a plugin restarted with the server is usually back within a second.
+pub(crate) const FIRST_PROBE_BACKOFF: Duration = Duration::from_millis(250);
+
+/// The longest wait between two probes of one origin: a plugin that comes back is in use
+/// within half a minute, and a probe a minute per origin costs nothing.
+pub(crate) const MAX_PROBE_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The wait after `backoff` when the probe found nothing again: doubled, up to
+/// [`MAX_PROBE_BACKOFF`].
+pub(crate) fn next_backoff(backoff: Duration) -> Duration {
+    (backoff * 2).min(MAX_PROBE_BACKOFF)
+}
+
 /// One restored tool of one character.
 #[derive(Debug, Clone)]
 pub(crate) struct DormantTool {
     pub character: String,
     pub tool: SharedTool,
+    /// A tool of an MCP server registered at run time (not of an HTTP callback).
+    pub mcp: bool,
 }
 
 /// The dormant tools, in the order they were restored.
@@ -70,6 +89,12 @@ impl Dormant {
     /// Takes the tools of `source` of `characters` (a clear).
     pub(crate) fn take_source(&mut self, characters: &[&str], source: &str) -> Vec<DormantTool> {
         self.take_where(characters, |t| t.tool.source == source)
+    }
+
+    /// Takes the tools of `characters` restored from the listing of the MCP server of `source`
+    /// (its new listing replaces them, or the server went).
+    pub(crate) fn take_mcp(&mut self, characters: &[&str], source: &str) -> Vec<DormantTool> {
+        self.take_where(characters, |t| t.mcp && t.tool.source == source)
     }
 
     /// Takes every tool whose callback lives at `origin` (it accepted a connection).
@@ -139,6 +164,7 @@ mod tests {
                 CallbackUrl::parse(&format!("http://127.0.0.1:{port}/{name}")).unwrap(),
                 Duration::from_secs(30),
             )),
+            mcp: false,
         }
     }
 

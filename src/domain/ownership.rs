@@ -3,7 +3,9 @@
 //! A plugin may send a token (16 to 256 visible ASCII characters) with its changes. The first
 //! registration of a `source` that carries one binds the source to it; from then on a change
 //! that touches a tool of that source — register or replace, unregister by name, clear, an MCP
-//! server's registration or removal, progress for its calls — must carry the same token. Only
+//! server's registration or removal, a tool of an MCP server's listing that would replace one
+//! of its tools (with the token that server was registered with), progress for its calls — must
+//! carry the same token. Only
 //! the token's SHA-256 hash is kept ([`TokenHash`]), and nothing here prints it. The router holds
 //! one [`Owners`] behind a [`SharedOwners`] that the MCP registry and the progress route consult
 //! too, so the rule lives here once.
@@ -157,6 +159,12 @@ impl Owners {
     /// Binds `source` to a hash read back from the store.
     pub(crate) fn restore(&mut self, source: String, token: TokenHash) {
         self.bound.insert(source, token);
+    }
+
+    /// The token hash `source` is bound to, if it is: the credential of an MCP server restored
+    /// under it (which was registered with that token, or bound the source with it).
+    pub(crate) fn owner_of(&self, source: &str) -> Option<TokenHash> {
+        self.bound.get(source).copied()
     }
 
     /// Whether `source` is bound to a token.

@@ -55,6 +55,9 @@ pub(crate) enum RuntimeMcpState {
     /// Its last call could not connect to it (a `plugin:` source's tools are removed after
     /// three such failures in a row).
     Unreachable,
+    /// Restored from the state store after a restart and not answering yet: its tools (as its
+    /// last listing had them) are listed dormant, given to no model.
+    Dormant,
 }
 
 /// One MCP server a plugin registered at run time (`POST /api/mcp/register`), as

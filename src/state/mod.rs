@@ -2,8 +2,10 @@
 //!
 //! Kept: every tool a plugin registered over HTTP, per character, as the registration's own
 //! body (so a restored tool is read by the same parser as a new one), with its source and
-//! callback origin; and each source's bound token hash. Not kept: in-process tools, MCP servers'
-//! tools (their servers list them again), sessions, calls.
+//! callback origin; every MCP server a plugin registered at run time, as its registration's
+//! body, with the tools of its last listing that were registered (so they can be listed while
+//! the server is not back); and each source's bound token hash. Not kept: in-process tools, the
+//! configured MCP servers' tools (their servers list them again), sessions, calls.
 //!
 //! The router hands each change to [`StateStore::submit`] in the order it routes them, and
 //! answers the change only once the returned receiver says its commit is durable. One thread
@@ -26,8 +28,12 @@ use tokio::sync::oneshot;
 
 use crate::domain::registry::Change;
 
-/// The layout this server writes and reads: the tables below, their keys and values.
-pub(crate) const FORMAT_VERSION: u64 = 1;
+/// The layout this server writes: the tables below, their keys and values.
+pub(crate) const FORMAT_VERSION: u64 = 2;
+
+/// The older layouts this server reads, and upgrades when it opens them: version 1 had no
+/// table of MCP servers (an empty one is added).
+const READS_VERSIONS: [u64; 1] = [1];
 
 /// The most changes one transaction takes: bounds the time the first of them waits.
 const MAX_BATCH: usize = 1024;
@@ -38,6 +44,8 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const TOOLS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("tools");
 /// Source → the SHA-256 hash of the token it is bound to.
 const OWNERS: TableDefinition<&str, &[u8]> = TableDefinition::new("owners");
+/// MCP server name → [`StoredMcpServer`] as JSON (since version 2).
+const MCP_SERVERS: TableDefinition<&str, &[u8]> = TableDefinition::new("mcp_servers");
 
 /// A registered tool as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,6 +55,16 @@ pub(crate) struct StoredTool {
     pub origin: String,
     /// The registration's body (without `role`), as JSON text.
     pub body: String,
+}
+
+/// An MCP server registered at run time, as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub(crate) struct StoredMcpServer {
+    pub source: String,
+    /// The registration's body, as JSON text.
+    pub body: String,
+    /// The tools of its last listing that were registered (MCP `Tool`s), as JSON text.
+    pub tools: String,
 }
 
 /// One change, as the store applies it: in one transaction, all or nothing.
@@ -79,6 +97,13 @@ pub(crate) enum Op {
     },
     /// A source bound to a token (its hash).
     Bind { source: String, hash: [u8; 32] },
+    /// An MCP server registered (or registered again, or listed anew) under `name`.
+    McpRegister {
+        name: String,
+        stored: StoredMcpServer,
+    },
+    /// The MCP server registered under `name` removed.
+    McpUnregister { name: String },
 }
 
 impl Op {
@@ -118,6 +143,8 @@ pub(crate) struct Restored {
     pub tools: Vec<(String, String, StoredTool)>,
     /// (source, token hash).
     pub owners: Vec<(String, [u8; 32])>,
+    /// (MCP server name, record), in name order.
+    pub mcp_servers: Vec<(String, StoredMcpServer)>,
 }
 
 /// Whether a change is durable: `Ok` once its transaction committed.
@@ -179,13 +206,26 @@ fn open_database(path: &Path) -> anyhow::Result<Database> {
                 path.display()
             ),
             Some(FORMAT_VERSION) => {}
+            Some(older) if READS_VERSIONS.contains(&older) => {
+                meta.insert("format", FORMAT_VERSION)?;
+                tracing::info!(
+                    path = %path.display(),
+                    from = older,
+                    to = FORMAT_VERSION,
+                    "state file upgraded to this server's format"
+                );
+            }
             Some(other) => bail!(
-                "state file {} has format version {other}, and this server reads version \
-                 {FORMAT_VERSION} only: run the server version that wrote it, or move the file \
-                 aside to start empty",
+                "state file {} has format version {other}, and this server reads versions \
+                 {READS_VERSIONS:?} and {FORMAT_VERSION} only: run the server version that wrote \
+                 it, or move the file aside to start empty",
                 path.display()
             ),
         }
+        // Created when missing, so that readers find every table.
+        txn.open_table(TOOLS)?;
+        txn.open_table(OWNERS)?;
+        txn.open_table(MCP_SERVERS)?;
     }
     txn.commit()?;
     Ok(db)
@@ -193,7 +233,9 @@ fn open_database(path: &Path) -> anyhow::Result<Database> {
 
 /// Whether the data tables are empty (a new file).
 fn is_empty(txn: &redb::WriteTransaction) -> anyhow::Result<bool> {
-    Ok(txn.open_table(TOOLS)?.len()? == 0 && txn.open_table(OWNERS)?.len()? == 0)
+    Ok(txn.open_table(TOOLS)?.len()? == 0
+        && txn.open_table(OWNERS)?.len()? == 0
+        && txn.open_table(MCP_SERVERS)?.len()? == 0)
 }
 
 fn read_all(db: &Database) -> anyhow::Result<Restored> {
@@ -217,6 +259,13 @@ fn read_all(db: &Database) -> anyhow::Result<Restored> {
             .try_into()
             .with_context(|| format!("the token hash of source {:?}", source.value()))?;
         restored.owners.push((source.value().to_owned(), hash));
+    }
+    let servers = txn.open_table(MCP_SERVERS)?;
+    for row in servers.iter()? {
+        let (name, value) = row?;
+        let stored: StoredMcpServer = serde_json::from_slice(value.value())
+            .with_context(|| format!("the stored MCP server {:?}", name.value()))?;
+        restored.mcp_servers.push((name.value().to_owned(), stored));
     }
     Ok(restored)
 }
@@ -246,10 +295,13 @@ fn write_loop(db: Database, path: PathBuf, requests: mpsc::Receiver<Request>) {
 fn commit<'a>(db: &Database, ops: impl Iterator<Item = &'a Op>) -> anyhow::Result<()> {
     let txn = db.begin_write()?;
     {
-        let mut tools = txn.open_table(TOOLS)?;
-        let mut owners = txn.open_table(OWNERS)?;
+        let mut tables = Tables {
+            tools: txn.open_table(TOOLS)?,
+            owners: txn.open_table(OWNERS)?,
+            servers: txn.open_table(MCP_SERVERS)?,
+        };
         for op in ops {
-            apply(&mut tools, &mut owners, op)?;
+            apply(&mut tables, op)?;
         }
     }
     txn.commit()?;
@@ -257,9 +309,17 @@ fn commit<'a>(db: &Database, ops: impl Iterator<Item = &'a Op>) -> anyhow::Resul
 }
 
 type Tools<'t> = redb::Table<'t, (&'static str, &'static str), &'static [u8]>;
-type Owners<'t> = redb::Table<'t, &'static str, &'static [u8]>;
+type ByName<'t> = redb::Table<'t, &'static str, &'static [u8]>;
 
-fn apply(tools: &mut Tools<'_>, owners: &mut Owners<'_>, op: &Op) -> anyhow::Result<()> {
+/// The tables one transaction writes.
+struct Tables<'t> {
+    tools: Tools<'t>,
+    owners: ByName<'t>,
+    servers: ByName<'t>,
+}
+
+fn apply(tables: &mut Tables<'_>, op: &Op) -> anyhow::Result<()> {
+    let tools = &mut tables.tools;
     match op {
         Op::Register {
             characters,
@@ -299,7 +359,14 @@ fn apply(tools: &mut Tools<'_>, owners: &mut Owners<'_>, op: &Op) -> anyhow::Res
             })?;
         }
         Op::Bind { source, hash } => {
-            owners.insert(source.as_str(), &hash[..])?;
+            tables.owners.insert(source.as_str(), &hash[..])?;
+        }
+        Op::McpRegister { name, stored } => {
+            let value = serde_json::to_vec(stored)?;
+            tables.servers.insert(name.as_str(), &value[..])?;
+        }
+        Op::McpUnregister { name } => {
+            tables.servers.remove(name.as_str())?;
         }
     }
     Ok(())
@@ -390,6 +457,16 @@ mod tests {
                     },
                 )
                 .await;
+                for name in ["m1", "m2"] {
+                    let stored = StoredMcpServer {
+                        source: format!("mcp:{name}"),
+                        body: "{}".into(),
+                        tools: "[]".into(),
+                    };
+                    let name = name.into();
+                    run(&store, Op::McpRegister { name, stored }).await;
+                }
+                run(&store, Op::McpUnregister { name: "m1".into() }).await;
             });
         }
         // The writer thread ends with its queue; the file is closed once it has.
@@ -403,6 +480,12 @@ mod tests {
         let (store, restored) = reopened;
         assert_eq!(names(&restored), ["A/a", "A/c", "B/a"]);
         assert_eq!(restored.owners, [("plugin:x".to_owned(), [7; 32])]);
+        let servers: Vec<_> = restored
+            .mcp_servers
+            .iter()
+            .map(|(n, s)| (n.as_str(), s.source.as_str()))
+            .collect();
+        assert_eq!(servers, [("m2", "mcp:m2")]);
         rt.block_on(run(
             &store,
             Op::Clear {
@@ -422,7 +505,26 @@ mod tests {
         }
         let refused = StateStore::open(&other).unwrap_err().to_string();
         assert!(refused.contains("format version 99"), "{refused}");
-        assert!(refused.contains("reads version 1 only"), "{refused}");
+        assert!(
+            refused.contains("reads versions [1] and 2 only"),
+            "{refused}"
+        );
+
+        // A file of version 1 (no table of MCP servers) is read, and upgraded.
+        let older = dir.join("older.redb");
+        {
+            let db = Database::create(&older).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(META).unwrap().insert("format", 1).unwrap();
+            txn.open_table(OWNERS)
+                .unwrap()
+                .insert("plugin:x", &[7u8; 32][..])
+                .unwrap();
+            txn.commit().unwrap();
+        }
+        let (_, restored) = StateStore::open(&older).unwrap();
+        assert_eq!(restored.owners.len(), 1);
+        assert!(restored.mcp_servers.is_empty());
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -9,17 +9,20 @@ use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::process::Command;
 use std::rc::Rc;
 
 use runtime_tools::{Dialect, SessionSettings};
 use serde_json::{Value, json};
 
 use crate::callback_server::{CallbackServer, ClosedPort, Reply};
-use crate::cli::{Child, TempDir, get};
+use crate::child::LineChild;
+use crate::cli::{Child, TempDir, get, post};
 use crate::event_stream::open;
 use crate::fake_realtime::{AckMode, FakeRealtime};
 use crate::helpers::{raw_exchange, raw_head, settings, spawn_app_with, test_client};
 use crate::ownership::{TOKEN_A, TOKEN_B};
+use crate::python::{repo_file, venv_python};
 
 /// Clients of the storm, each with a source, a token and names of its own.
 const CLIENTS: usize = 4;
@@ -441,4 +444,209 @@ fn a_state_file_of_another_format_is_refused_at_start_with_a_clear_error() {
     let log = child.stderr_after_exit();
     assert!(log.contains("cannot open state file"), "{log}");
     assert!(log.contains(path.to_str().unwrap()), "{log}");
+}
+
+/// Starts `tests/mcp_plugin.py` (the official MCP Python SDK's server) as MCP server `name` for
+/// the server at `base`, without registering it (`args` may name its `--port`); returns it and
+/// its port once it listens.
+async fn mcp_plugin(base: &str, name: &str, args: &[&str]) -> (LineChild, u16) {
+    let python = venv_python().await;
+    let mut child = LineChild::spawn(
+        Command::new(python)
+            .arg(repo_file("tests/mcp_plugin.py"))
+            .arg(base)
+            .arg(name)
+            .arg("--no-register")
+            .args(args),
+    );
+    let listening = child.expect_line("listening ").await;
+    let port = listening["listening ".len()..].parse().expect("a port");
+    (child, port)
+}
+
+/// The names and states `listing` gives character `role`, in order.
+fn names_and_states(listing: &Value, role: &str) -> Vec<(String, String, String)> {
+    listing["tools_by_role"][role]
+        .as_array()
+        .expect("the character's tools")
+        .iter()
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_owned(),
+                t["source"].as_str().unwrap().to_owned(),
+                t["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// An MCP server a plugin registered at run time, with its token, survives a SIGKILL of the
+/// server: restarted with the same state file, its tools (as its last listing had them) are
+/// listed dormant and given to no model, and its source is still bound; once the MCP server
+/// answers again they reach the live session and run. A second registration on the same
+/// endpoint, without the token, skips the tools whose names the bound source holds (the
+/// ownership rule, stated in its `skipped`); its unregistration is durable too. After the
+/// restart, a tool added through `notifications/tools/list_changed` under a name another
+/// plugin's bound source holds is skipped the same way, and the holder keeps it.
+#[actix_web::test]
+async fn a_runtime_mcp_server_is_restored_dormant_until_it_answers_then_reaches_a_live_session() {
+    let dir = TempDir::new("durability-mcp");
+    let path = dir.file("state.redb", "");
+    let (mut child, addr) = serve(&path, &["Mio"], "info");
+    let base = format!("http://{addr}");
+    let (plugin, port) = mcp_plugin(&base, "weather", &[]).await;
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let body = json!({"name": "weather", "url": url});
+    let (status, answer) = post_with_token(addr, "/api/mcp/register", &body, TOKEN_A);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        (answer["ok"].clone(), answer["tools"].clone()),
+        (json!(true), json!(["get_weather", "add_tool"]))
+    );
+    // The same endpoint under another name, without the token: the names are held by a source
+    // bound to another plugin, so its tools are skipped, with why.
+    let other = json!({"name": "copycat", "url": url});
+    let (status, answer) = post(addr, "/api/mcp/register", &other);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["tools"], json!([]), "{answer}");
+    let reason = format!(
+        "its name is taken: {}",
+        crate::ownership::not_owner("mcp:weather")["detail"]
+            .as_str()
+            .unwrap()
+    );
+    assert_eq!(
+        answer["skipped"],
+        json!([{"name": "get_weather", "reason": reason}, {"name": "add_tool", "reason": reason}])
+    );
+    let (status, listing) = get(addr, "/api/tools");
+    assert_eq!(status, 200);
+    assert_eq!(
+        names_and_states(&listing, "Mio"),
+        [
+            ("get_weather".into(), "mcp:weather".into(), "active".into()),
+            ("add_tool".into(), "mcp:weather".into(), "active".into())
+        ]
+    );
+    let (status, _) = post(addr, "/api/mcp/unregister", &json!({"name": "copycat"}));
+    assert_eq!(status, 200);
+    child.signal("KILL");
+    assert!(!child.wait().success(), "the server was killed");
+    plugin.signal("KILL");
+    plugin.wait_exit().await;
+
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let mut config = settings(&["Mio"]);
+    config.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
+    config.state.path = Some(path.clone());
+    let app = spawn_app_with(config).await;
+    let mut stream = open(&app, "", None).await.expect("stream opens");
+    stream.expect("hello").await;
+    let (_, listing) = app.get("/api/tools").await;
+    assert_eq!(
+        names_and_states(&listing, "Mio"),
+        [
+            ("get_weather".into(), "mcp:weather".into(), "dormant".into()),
+            ("add_tool".into(), "mcp:weather".into(), "dormant".into())
+        ]
+    );
+    let (_, servers) = app.get("/api/mcp").await;
+    let runtime = &servers["runtime_mcp_servers"];
+    assert_eq!(runtime["weather"]["state"], "dormant", "{servers}");
+    assert_eq!(runtime["weather"]["url"], url);
+    assert!(
+        runtime.get("copycat").is_none(),
+        "its removal was kept: {servers}"
+    );
+    let (_, health) = app.get("/api/health").await;
+    assert_eq!(
+        (health["restored"].clone(), health["dormant"].clone()),
+        (json!(2), json!(2))
+    );
+    fake.wait_connections(1).await;
+    for update in fake.events_of("session.update") {
+        let names = crate::fake_realtime::update_tool_names(&update);
+        assert!(!names.contains(&"get_weather".to_owned()), "{update}");
+    }
+    let call = json!({"name": "get_weather", "arguments": {"city": "Oslo"}});
+    let (status, answer) = app.post("/api/tools/invoke", &call).await;
+    assert_eq!(status, 404, "a dormant tool cannot be called: {answer}");
+    // The source is still bound to the token it was registered with.
+    let (status, answer) = crate::ownership::post_as(
+        &app,
+        "/api/mcp/unregister",
+        &json!({"name": "weather"}),
+        Some(TOKEN_B),
+    )
+    .await;
+    assert_eq!(
+        (status, answer),
+        (403, crate::ownership::not_owner("mcp:weather"))
+    );
+
+    // The MCP server comes back on its port: its tools go to the session.
+    let port_text = port.to_string();
+    let (plugin, _) = mcp_plugin(&app.base, "weather", &["--port", &port_text]).await;
+    stream
+        .wait_for("tools.changed", |d| {
+            d["op"] == "mcp"
+                && d["source"] == "mcp:weather"
+                && d["affected_roles"] == json!(["Mio"])
+        })
+        .await;
+    fake.update_with_tools(&["get_weather", "add_tool"]).await;
+    let (_, listing) = app.get("/api/tools").await;
+    assert_eq!(
+        names_and_states(&listing, "Mio"),
+        [
+            ("get_weather".into(), "mcp:weather".into(), "active".into()),
+            ("add_tool".into(), "mcp:weather".into(), "active".into())
+        ]
+    );
+    let (_, health) = app.get("/api/health").await;
+    assert_eq!(health["dormant"], 0);
+    let (_, servers) = app.get("/api/mcp").await;
+    assert_eq!(
+        servers["runtime_mcp_servers"]["weather"]["state"],
+        "connected"
+    );
+    let (status, answer) = app.post("/api/tools/invoke", &call).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        answer["output"],
+        json!({"city": "Oslo", "temperature_c": 28})
+    );
+
+    // A tool another plugin's bound source holds is not taken over by a new listing.
+    let held = json!({"name": "greet_me", "callback_url": "http://127.0.0.1:9/greet",
+                      "source": "plugin:b"});
+    let (status, _) =
+        crate::ownership::post_as(&app, "/api/tools/register", &held, Some(TOKEN_B)).await;
+    assert_eq!(status, 200);
+    let add = json!({"name": "add_tool", "arguments": {"name": "greet_me"}});
+    let (status, answer) = app.post("/api/tools/invoke", &add).await;
+    assert_eq!(status, 200, "{answer}");
+    let skipped = stream
+        .wait_for("mcp.state", |d| {
+            d["name"] == "weather" && d["skipped"].as_array().is_some_and(|s| !s.is_empty())
+        })
+        .await;
+    assert_eq!(
+        skipped.data["skipped"],
+        json!([{"name": "greet_me", "reason": format!(
+            "its name is taken: {}",
+            crate::ownership::not_owner("plugin:b")["detail"].as_str().unwrap()
+        )}])
+    );
+    let (_, listing) = app.get("/api/tools").await;
+    assert_eq!(
+        names_and_states(&listing, "Mio"),
+        [
+            ("get_weather".into(), "mcp:weather".into(), "active".into()),
+            ("add_tool".into(), "mcp:weather".into(), "active".into()),
+            ("greet_me".into(), "plugin:b".into(), "active".into())
+        ]
+    );
+    plugin.signal("KILL");
+    plugin.wait_exit().await;
 }

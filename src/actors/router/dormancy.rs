@@ -5,25 +5,16 @@
 //! clears its source takes it over or removes it (`routing`). Those still dormant when the
 //! configured time is up are removed, from the store too, as an auto-removal.
 
-use std::time::Duration;
-
 use actix::prelude::*;
 
 use super::Router;
 use super::routing::Subject;
 use crate::dispatch::probe;
 use crate::domain::callback_url::{CallbackOrigin, CallbackUrl};
+use crate::domain::dormant::{FIRST_PROBE_BACKOFF, next_backoff};
 use crate::domain::registry::Change;
 use crate::events::ChangeOp;
 use crate::state::Op;
-
-/// The first wait after a probe that found nothing listening: a plugin restarted with the
-/// server is usually back within a second.
-const FIRST_PROBE_BACKOFF: Duration = Duration::from_millis(250);
-
-/// The longest wait between two probes of one origin: a plugin that comes back is in use
-/// within half a minute, and a probe a minute per origin costs nothing.
-const MAX_PROBE_BACKOFF: Duration = Duration::from_secs(30);
 
 /// A probe found the callback origin of restored tools listening: they become registrations.
 #[derive(Message, Debug)]
@@ -77,7 +68,7 @@ async fn probe_until_back(url: CallbackUrl, router: Addr<Router>) {
             return;
         }
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(MAX_PROBE_BACKOFF);
+        backoff = next_backoff(backoff);
         if !router
             .send(StillDormant(origin.clone()))
             .await
@@ -132,12 +123,15 @@ impl Handler<DormantExpired> for Router {
         }
         self.publish_roster();
         for gone in expired {
-            let op = Op::Unregister {
-                characters: vec![gone.character.clone()],
-                name: gone.tool.name.clone(),
-            };
-            // A failure is logged by the store; the tool is gone from this run either way.
-            drop(self.journal(op));
+            // An MCP server's row is the MCP registry's to remove (its own time is up too).
+            if !gone.mcp {
+                let op = Op::Unregister {
+                    characters: vec![gone.character.clone()],
+                    name: gone.tool.name.clone(),
+                };
+                // A failure is logged by the store; the tool is gone from this run either way.
+                drop(self.journal(op));
+            }
             tracing::warn!(
                 character = %gone.character,
                 name = %gone.tool.name,

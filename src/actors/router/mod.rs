@@ -61,7 +61,7 @@ pub use lifecycle::{AddCharacter, RebuildCharacter, RemoveCharacter};
 pub(crate) use reads::ShareDirectory;
 pub use reads::{ListCharacters, ListSessions, ListTools, ResolveTool};
 pub(crate) use routing::{
-    ChangeRequest, PluginChange, RemoveDeadOrigin, SourceCleared, WatchClears,
+    ChangeRequest, McpListing, PluginChange, RemoveDeadOrigin, SourceCleared, WatchClears,
 };
 pub use routing::{ClearSource, RegisterTool, ReplaceSource, UnregisterTool};
 pub(crate) use sessions::ResolveRelay;

@@ -22,7 +22,7 @@ use crate::domain::call::LocalToolHandler;
 use crate::domain::callback_url::CallbackOrigin;
 use crate::domain::dormant::DormantTool;
 use crate::domain::failures::{DeadOrigin, DeadOriginRemover};
-use crate::domain::ownership::{Credential, TokenHash};
+use crate::domain::ownership::{Credential, OwnershipError, TokenHash};
 use crate::domain::registry::Change;
 use crate::domain::role::RoleName;
 use crate::domain::tool::{SharedTool, ToolSpec};
@@ -99,6 +99,23 @@ pub struct ReplaceSource {
     /// `source`): an MCP server registered at run time replaces its own tools, never an HTTP
     /// tool a plugin registered under the same source.
     pub owner: Option<LocalToolHandler>,
+}
+
+/// A runtime MCP server's listing ([`ReplaceSource`] with the server's handler as `owner`), for
+/// the plugin that registered it (its token's hash, if it sent one): a tool of the listing
+/// whose name a tool of another source bound to another token holds is not registered.
+#[derive(Message, Debug)]
+#[rtype(result = "SourceReplaced")]
+pub(crate) struct McpListing {
+    pub replace: ReplaceSource,
+    pub token: Option<TokenHash>,
+}
+
+/// What an [`McpListing`] did, and the tools it left out with why.
+#[derive(Debug, Default)]
+pub(crate) struct SourceReplaced {
+    pub report: ChangeReport,
+    pub refused: Vec<(String, OwnershipError)>,
 }
 
 /// A clear of every character's tools of `source` was applied: told to whoever watches clears
@@ -516,6 +533,35 @@ impl Handler<ReplaceSource> for Router {
     type Result = ResponseFuture<ChangeReport>;
 
     fn handle(&mut self, msg: ReplaceSource, _: &mut Self::Context) -> Self::Result {
+        let (report, _) = self.replace_source(msg, Credential::InProcess);
+        report
+    }
+}
+
+impl Handler<McpListing> for Router {
+    type Result = ResponseFuture<SourceReplaced>;
+
+    fn handle(&mut self, msg: McpListing, _: &mut Self::Context) -> Self::Result {
+        let (report, refused) = self.replace_source(msg.replace, Credential::Plugin(msg.token));
+        Box::pin(async move {
+            SourceReplaced {
+                report: report.await,
+                refused,
+            }
+        })
+    }
+}
+
+impl Router {
+    /// Makes `msg.tools` the tools of `msg.source` for `who`: a tool whose name another
+    /// source's tool holds in a target, when that source is bound to another token, is left
+    /// out (returned with why: the ownership rule, as for a registration); the restored tools
+    /// of a runtime MCP server of that source (its last listing, dormant) are replaced.
+    fn replace_source(
+        &mut self,
+        msg: ReplaceSource,
+        who: Credential,
+    ) -> (ResponseFuture<ChangeReport>, Vec<(String, OwnershipError)>) {
         let mut unknown = Vec::new();
         let targets: Vec<usize> = match &msg.roles {
             None => (0..self.characters.len()).collect(),
@@ -533,24 +579,43 @@ impl Handler<ReplaceSource> for Router {
                 })
                 .collect(),
         };
-        let tools: Arc<[SharedTool]> = msg.tools.into_iter().map(Arc::new).collect();
         let names = self.names(&targets);
+        let mut refused = Vec::new();
+        let mut tools: Vec<SharedTool> = Vec::with_capacity(msg.tools.len());
+        for tool in msg.tools {
+            let mut holders = self.holders(&targets, &tool.name);
+            holders.extend(self.dormant_named(&names, &tool.name));
+            let others = holders.iter().filter(|s| **s != msg.source);
+            let touched: Vec<&str> = others.map(String::as_str).collect();
+            if touched.is_empty() {
+                tools.push(Arc::new(tool));
+                continue;
+            }
+            match self.owners.authorize(who, touched, None) {
+                Ok(_) => tools.push(Arc::new(tool)),
+                Err(e) => refused.push((tool.name, e)),
+            }
+        }
         let mut replaced = Vec::new();
-        for tool in tools.iter() {
+        if msg.owner.is_some() {
+            replaced.extend(self.dormant.take_mcp(&as_strs(&names), &msg.source));
+        }
+        for tool in &tools {
             replaced.extend(self.dormant.take_named(&as_strs(&names), &tool.name));
         }
         let change = Change::ReplaceSource {
             source: msg.source,
-            tools,
+            tools: tools.into(),
             owner: msg.owner,
         };
         let op = Op::of(&change, names, None);
         let subject = Subject::of(&change);
         let report = self.route_to(targets, unknown, change, Some(op), subject, replaced);
-        Box::pin(async move {
+        let report = Box::pin(async move {
             // Logged where it failed; the MCP server's tools are applied all the same.
             report.await.unwrap_or_default()
-        })
+        });
+        (report, refused)
     }
 }
 

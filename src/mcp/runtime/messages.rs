@@ -35,11 +35,19 @@ pub(crate) struct McpRegistration {
     pub approval: McpApproval,
 }
 
-/// Register (or replace) an MCP server for a plugin (its token's hash, if it sent one); answers
-/// once its tools are registered and synced, or why it could not be reached.
+/// Register (or replace) an MCP server for a plugin; answers once its tools are registered and
+/// synced (and, when the server keeps state, the registration is durable), or why it could not
+/// be reached.
 #[derive(Message, Debug)]
 #[rtype(result = "Result<McpRegistered, McpPluginError>")]
-pub(crate) struct RegisterMcpServer(pub McpRegistration, pub Option<TokenHash>);
+pub(crate) struct RegisterMcpServer {
+    pub registration: McpRegistration,
+    /// The plugin's token hash, if it sent one.
+    pub token: Option<TokenHash>,
+    /// The registration's body as sent (JSON text): what the state store keeps, when the
+    /// server keeps state.
+    pub record: Option<String>,
+}
 
 /// Remove an MCP server registered at run time: its tools from every character, its connection
 /// closed.

@@ -16,6 +16,9 @@
 //! passes through it: each tool's handler ([`PluginTool`]) holds the connection's peer and sends
 //! `tools/call` itself, and counts the connection failures.
 //!
+//! With `--state`, each registration is durable before its answer and each removal is durable
+//! too; at start the servers stored are restored dormant until they answer (`restore.rs`).
+//!
 //! Nothing here waits inside the actor: connecting and listing run beside it, and the router's
 //! answers are awaited by the futures that reply. Changes still reach the router in the order
 //! this actor decides them (`send` enqueues at once), so one server's listings apply in order.
@@ -23,13 +26,14 @@
 use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use actix::fut::LocalBoxActorFuture;
 use actix::prelude::*;
 use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use indexmap::IndexMap;
+use rmcp::model::Tool;
 use rmcp::service::RunningServiceCancellationToken;
 use tokio::sync::watch;
 
@@ -37,10 +41,13 @@ use super::listing::{Listing, list_every_tool};
 use super::mapping::{self, Definition, Skipped};
 use super::status::{McpBoard, RuntimeMcpReport, RuntimeMcpState};
 use crate::actors::change::ChangeReport;
-use crate::actors::router::{Directory, ReplaceSource, Router, RouterError, SourceCleared};
+use crate::actors::router::{
+    Directory, McpListing, ReplaceSource, Router, RouterError, SourceCleared,
+};
 use crate::domain::call::{LocalToolHandler, seconds};
 use crate::domain::failures::FailureTracker;
-use crate::domain::ownership::{Credential, SharedOwners};
+use crate::domain::ownership::{Credential, SharedOwners, TokenHash};
+use crate::state::{Op, StateStore};
 
 /// Most MCP servers registered at run time at once: each holds a connection and an event
 /// stream; a plugin that registers without end is refused past this.
@@ -60,6 +67,7 @@ const NO_ROLE_ACCEPTED: &str = "no role accepted the registration";
 
 mod connection;
 mod messages;
+mod restore;
 mod tool;
 
 use connection::{Listener, Opened, close, open};
@@ -68,6 +76,8 @@ pub(crate) use messages::{
     RegisterMcpServer, UnregisterMcpServer,
 };
 use messages::{ConnectionEnded, ServerDead, ToolListChanged};
+pub(crate) use restore::{McpKeeping, restore};
+use restore::{Restoring, durable, stored};
 use tool::{PluginTool, PluginToolHandler};
 
 /// One registered server.
@@ -86,6 +96,13 @@ struct Server {
     relist: bool,
     /// Changes sent to the router and not answered yet.
     applying: usize,
+    /// The token hash of the plugin that registered it, if it sent one: its listings pass the
+    /// ownership rule with it.
+    token: Option<TokenHash>,
+    /// Its registration's body, when the server keeps state.
+    record: Option<String>,
+    /// The tools of its last listing (what the store keeps of those registered).
+    listed: Vec<Tool>,
 }
 
 impl Server {
@@ -107,6 +124,12 @@ pub(crate) struct McpPlugins {
     /// Which sources are bound to a plugin's token (the router's): a registration or removal
     /// passes it before anything changes.
     owners: SharedOwners,
+    /// The state store, when the server keeps state.
+    store: Option<StateStore>,
+    /// Servers restored from the store that have not answered yet, by name.
+    restoring: IndexMap<String, Restoring>,
+    /// When restored servers that never answered are removed.
+    dormant_deadline: Instant,
 }
 
 impl McpPlugins {
@@ -116,7 +139,28 @@ impl McpPlugins {
         board: McpBoard,
         max_result_bytes: usize,
         owners: SharedOwners,
+        keeping: McpKeeping,
     ) -> Addr<Self> {
+        let mut restoring = IndexMap::new();
+        let mut next_generation = 0;
+        for restored in keeping.restored {
+            next_generation += 1;
+            let registration = Arc::new(restored.registration);
+            board.set_runtime(
+                &restored.name,
+                McpPlugins::dormant_report(&registration, restored.tools),
+            );
+            restoring.insert(
+                restored.name,
+                Restoring {
+                    registration,
+                    generation: next_generation,
+                    token: restored.token,
+                    record: restored.record,
+                    owner: restored.owner,
+                },
+            );
+        }
         McpPlugins {
             router,
             directory,
@@ -124,8 +168,11 @@ impl McpPlugins {
             max_result_bytes,
             servers: IndexMap::new(),
             pending: IndexMap::new(),
-            next_generation: 0,
+            next_generation,
             owners,
+            store: keeping.store,
+            restoring,
+            dormant_deadline: Instant::now() + keeping.dormant_ttl,
         }
         .start()
     }
@@ -136,6 +183,11 @@ impl McpPlugins {
             .get(name)
             .map(|s| s.registration.source.as_str())
             .or_else(|| self.pending.get(name).map(|(_, source)| source.as_str()))
+            .or_else(|| {
+                self.restoring
+                    .get(name)
+                    .map(|r| r.registration.source.as_str())
+            })
     }
 
     /// The refusals decided before connecting: an unknown role, a source another server has,
@@ -152,20 +204,29 @@ impl McpPlugins {
             .pending
             .iter()
             .map(|(name, (_, source))| (name.as_str(), source.as_str()));
+        let restoring = self
+            .restoring
+            .iter()
+            .map(|(name, r)| (name.as_str(), r.registration.source.as_str()));
         admit(
             registration,
-            registered.chain(connecting),
+            registered.chain(connecting).chain(restoring),
             self.board.configured_with_source(&registration.source),
         )
     }
 
     /// Makes a connected server the one of its name: registers its tools (replacing those of
-    /// the server it replaces), and resolves to what the registration did.
+    /// the server it replaces, or its restored ones), stores it when the server keeps state
+    /// (`record`), and resolves to what the registration did once that is durable. A tool whose
+    /// name a tool of a source bound to another token holds is skipped (the ownership rule,
+    /// with `token`).
     fn install(
         &mut self,
         registration: Arc<McpRegistration>,
         generation: u64,
         opened: Opened,
+        token: Option<TokenHash>,
+        record: Option<String>,
         ctx: &mut Context<Self>,
     ) -> LocalBoxActorFuture<Self, Result<McpRegistered, McpPluginError>> {
         let Opened { service, listing } = opened;
@@ -227,8 +288,12 @@ impl McpPlugins {
             listing: false,
             relist: false,
             applying: 1,
+            token,
+            record,
+            listed: listing.tools.clone(),
         };
         let old = self.servers.shift_remove(&name);
+        let restored = self.restoring.shift_remove(&name);
         // The tools of the server replaced, if any, are the ones this listing replaces: they
         // are the candidates for removal where the new tools go.
         let owner = match &old {
@@ -246,11 +311,14 @@ impl McpPlugins {
                 )
             })
             .collect();
-        let registered = self.router.send(ReplaceSource {
-            source: registration.source.clone(),
-            tools: specs,
-            roles: targets(&registration),
-            owner: Some(owner),
+        let registered = self.router.send(McpListing {
+            replace: ReplaceSource {
+                source: registration.source.clone(),
+                tools: specs,
+                roles: targets(&registration),
+                owner: Some(owner),
+            },
+            token,
         });
         // What the replaced server left where the new one does not go (another source, or
         // other characters) is removed after; with its owner, nothing else can be.
@@ -260,12 +328,19 @@ impl McpPlugins {
                 old.registration.source != registration.source
                     || (old.registration.role != registration.role && registration.role.is_some())
             })
-            .map(|old| {
+            .map(|old| (old.registration.source.clone(), old.owner()))
+            // A restored server's dormant tools that its new listing did not replace.
+            .or_else(|| {
+                restored
+                    .filter(|r| r.generation != generation)
+                    .map(|r| (r.registration.source.clone(), r.owner))
+            })
+            .map(|(source, owner)| {
                 self.router.send(ReplaceSource {
-                    source: old.registration.source.clone(),
+                    source,
                     tools: Vec::new(),
                     roles: None,
-                    owner: Some(old.owner()),
+                    owner: Some(owner),
                 })
             });
         if let Some(old) = old {
@@ -281,9 +356,9 @@ impl McpPlugins {
             }
             report
         };
-        Box::pin(waiting.into_actor(self).map(move |report, act, _| {
+        Box::pin(waiting.into_actor(self).then(move |report, act, _| {
             act.answered(&name, generation);
-            let Ok(report) = report else {
+            let Ok(replaced) = report else {
                 // Nothing can be registered any more: the connection is not kept for nothing.
                 if act
                     .servers
@@ -292,18 +367,85 @@ impl McpPlugins {
                 {
                     act.retire(&name, "the tool router has stopped", false, false);
                 }
-                return Err(McpPluginError::RouterStopped);
+                let stopped: LocalBoxActorFuture<Self, _> =
+                    Box::pin(fut::ready(Err(McpPluginError::RouterStopped)));
+                return stopped;
             };
+            let (names, skipped) = act.refused(&name, generation, names, skipped, replaced.refused);
+            let stored = act.keep(&name, generation, &names);
+            let report = replaced.report;
             let error = (!names.is_empty() && report.affected_roles.is_empty())
                 .then(|| NO_ROLE_ACCEPTED.to_owned());
-            Ok(McpRegistered {
-                tools: names,
-                skipped,
-                report,
-                error,
-                stage: None,
-            })
+            let answer = async move {
+                durable(stored).await?;
+                Ok(McpRegistered {
+                    tools: names,
+                    skipped,
+                    report,
+                    error,
+                    stage: None,
+                })
+            };
+            Box::pin(fut::wrap_future(answer))
         }))
+    }
+
+    /// Takes the tools the router refused (their names held by a source bound to another
+    /// token) out of `names` into `skipped`, with why, on the board too when server `name`
+    /// (this incarnation) is still there.
+    fn refused(
+        &mut self,
+        name: &str,
+        generation: u64,
+        mut names: Vec<String>,
+        mut skipped: Vec<Skipped>,
+        refused: Vec<(String, crate::domain::ownership::OwnershipError)>,
+    ) -> (Vec<String>, Vec<Skipped>) {
+        if refused.is_empty() {
+            return (names, skipped);
+        }
+        let refused: Vec<Skipped> = refused
+            .into_iter()
+            .map(|(tool, why)| Skipped {
+                name: tool,
+                reason: format!("its name is taken: {why}"),
+            })
+            .collect();
+        log_skipped(name, &refused);
+        names.retain(|n| !refused.iter().any(|r| r.name == *n));
+        skipped.extend(refused);
+        if self
+            .servers
+            .get(name)
+            .is_some_and(|s| s.generation == generation)
+        {
+            let (tools, skips) = (names.clone(), skipped.clone());
+            self.board.update_runtime(name, |r| {
+                r.tools = tools;
+                r.skipped = skips;
+            });
+        }
+        (names, skipped)
+    }
+
+    /// Stores server `name` (this incarnation) with the tools registered, when the server keeps
+    /// state: the returned receiver says when it is durable.
+    fn keep(
+        &self,
+        name: &str,
+        generation: u64,
+        registered: &[String],
+    ) -> Option<crate::state::Durable> {
+        let server = self
+            .servers
+            .get(name)
+            .filter(|s| s.generation == generation)?;
+        let record = server.record.as_deref()?;
+        let stored = stored(&server.registration, record, &server.listed, registered);
+        self.journal(Op::McpRegister {
+            name: name.to_owned(),
+            stored,
+        })
     }
 
     /// A change for server `name` (this incarnation) was answered.
@@ -367,9 +509,10 @@ impl McpPlugins {
         let (definitions, skipped) = listing.definitions();
         log_skipped(name, &skipped);
         let names: Vec<String> = definitions.iter().map(|d| d.name.clone()).collect();
+        let (tools, skips) = (names.clone(), skipped.clone());
         self.board.update_runtime(name, |r| {
-            r.tools = names;
-            r.skipped = skipped;
+            r.tools = tools;
+            r.skipped = skips;
             r.last_error = None;
         });
         if server.applied == definitions {
@@ -388,20 +531,28 @@ impl McpPlugins {
                 )
             })
             .collect();
-        let change = self.router.send(ReplaceSource {
-            source: registration.source.clone(),
-            tools: specs,
-            roles: targets(&registration),
-            owner: Some(server.owner()),
+        let change = self.router.send(McpListing {
+            replace: ReplaceSource {
+                source: registration.source.clone(),
+                tools: specs,
+                roles: targets(&registration),
+                owner: Some(server.owner()),
+            },
+            token: server.token,
         });
         server.applied = definitions;
+        server.listed = listing.tools;
         server.applying += 1;
         let (name, generation) = (name.to_owned(), server.generation);
         ctx.spawn(change.into_actor(self).map(move |report, act, _| {
             act.answered(&name, generation);
-            if report.is_err() {
+            let Ok(replaced) = report else {
                 tracing::warn!(mcp_server = %name, "the router did not take the MCP tools");
-            }
+                return;
+            };
+            let (names, _) = act.refused(&name, generation, names, skipped, replaced.refused);
+            // A failure is logged by the store; the new listing stands either way.
+            drop(act.keep(&name, generation, &names));
         }));
     }
 
@@ -418,6 +569,9 @@ impl McpPlugins {
     ) -> Option<BoxFuture<'static, Result<ChangeReport, McpPluginError>>> {
         let server = self.servers.shift_remove(name)?;
         self.board.remove_runtime(name, reason);
+        let stored = self.journal(Op::McpUnregister {
+            name: name.to_owned(),
+        });
         let removal = remove_tools.then(|| {
             self.router.send(ReplaceSource {
                 source: server.registration.source.clone(),
@@ -440,6 +594,7 @@ impl McpPlugins {
                     None => Ok(ChangeReport::default()),
                 };
                 closing.await;
+                durable(stored).await?;
                 report
             }
             .boxed(),
@@ -453,6 +608,7 @@ impl Actor for McpPlugins {
     fn started(&mut self, ctx: &mut Self::Context) {
         // Plugins register at any rate; an unbounded mailbox keeps each sender's order.
         ctx.set_mailbox_capacity(0);
+        self.watch_restored(ctx);
     }
 
     fn stopped(&mut self, _: &mut Self::Context) {
@@ -467,7 +623,11 @@ impl Handler<RegisterMcpServer> for McpPlugins {
 
     fn handle(
         &mut self,
-        RegisterMcpServer(registration, token): RegisterMcpServer,
+        RegisterMcpServer {
+            registration,
+            token,
+            record,
+        }: RegisterMcpServer,
         ctx: &mut Self::Context,
     ) -> Self::Result {
         if let Err(refused) = self.check(&registration) {
@@ -476,11 +636,19 @@ impl Handler<RegisterMcpServer> for McpPlugins {
         // The server it replaces, if any, is a change to that server's source too.
         let replaced = self.source_of(&registration.name);
         let who = Credential::Plugin(token);
-        if let Err(refused) = self
+        match self
             .owners
             .authorize(who, replaced, Some(&registration.source))
         {
-            return Box::pin(fut::ready(Err(RouterError::from(refused).into())));
+            Err(refused) => return Box::pin(fut::ready(Err(RouterError::from(refused).into()))),
+            Ok(Some((source, hash))) => {
+                // Kept before the registration's own record, which waits for its listing.
+                drop(self.journal(Op::Bind {
+                    source,
+                    hash: *hash.bytes(),
+                }));
+            }
+            Ok(None) => {}
         }
         self.next_generation += 1;
         let generation = self.next_generation;
@@ -516,7 +684,7 @@ impl Handler<RegisterMcpServer> for McpPlugins {
                          connected; it replaced this one"
                             .to_owned(),
                     )))),
-                    Ok(opened) => act.install(registration, generation, opened, ctx),
+                    Ok(opened) => act.install(registration, generation, opened, token, record, ctx),
                 };
             done
         }))
@@ -530,6 +698,10 @@ impl Handler<UnregisterMcpServer> for McpPlugins {
         let who = Credential::Plugin(msg.token);
         if let Err(refused) = self.owners.authorize(who, self.source_of(&msg.name), None) {
             return Box::pin(async move { Err(RouterError::from(refused).into()) });
+        }
+        if let Some(removed) = self.forget_restored(&msg.name, "unregistered") {
+            tracing::info!(mcp_server = %msg.name, "restored MCP server unregistered");
+            return removed;
         }
         match self.retire(&msg.name, "unregistered", true, true) {
             None => Box::pin(async { Ok(McpUnregistered::default()) }),
@@ -558,13 +730,25 @@ impl Handler<SourceCleared> for McpPlugins {
             .filter(|(_, s)| s.registration.source == msg.source)
             .map(|(name, s)| (name.clone(), s.applying > 0))
             .collect();
-        let retired: Vec<_> = names
+        let mut retired: Vec<_> = names
             .into_iter()
             .filter_map(|(name, applying)| {
                 tracing::info!(mcp_server = %name, source = %msg.source, "MCP server's source cleared: its connection is closed");
                 self.retire(&name, "cleared", applying, true)
             })
             .collect();
+        // A restored server of that source: the clear removed its dormant tools already.
+        let restored: Vec<String> = self
+            .restoring
+            .iter()
+            .filter(|(_, r)| r.registration.source == msg.source)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in restored {
+            if let Some(forgotten) = self.forget_restored(&name, "cleared") {
+                retired.push(forgotten.map(|done| done.map(|u| u.report)).boxed());
+            }
+        }
         Box::pin(async move {
             futures_util::future::join_all(retired).await;
         })
