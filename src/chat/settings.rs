@@ -70,7 +70,7 @@ impl ChatSettings {
     pub fn api_key(&self) -> anyhow::Result<Option<String>> {
         match &self.api_key_env {
             None => Ok(None),
-            Some(var) => std::env::var(var).map(Some).with_context(|| {
+            Some(var) => crate::domain::secrets::key_from_env(var).map(Some).with_context(|| {
                 format!("environment variable {var} (chat.api_key_env) is not set")
             }),
         }
