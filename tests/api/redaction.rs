@@ -179,7 +179,7 @@ async fn keys_quoted_back_never_reach_the_log() {
         &format!(
             "bind = \"127.0.0.1:0\"\n\
              [[character]]\nname = \"Mio\"\n\
-             [character.session]\nurl = {url:?}\napi_key_env = \"RT_TEST_LOG_KEY\"\n\
+             [character.session]\nkind = \"openai-realtime\"\nurl = {url:?}\napi_key_env = \"RT_TEST_LOG_KEY\"\n\
              [[mcp_server]]\nname = \"odd\"\ncommand = {python:?}\nargs = [{script:?}]\n\
              env = {{ SERVICE_TOKEN = {TOKEN:?} }}\n",
             url = fake.url,
@@ -199,15 +199,17 @@ async fn keys_quoted_back_never_reach_the_log() {
         let deadline = std::time::Instant::now() + EVENT_DEADLINE;
         loop {
             let (_, sessions) = get(addr, "/api/sessions");
-            let (_, mcp) = get(addr, "/api/mcp");
+            let (_, tools) = get(addr, "/api/tools");
+            let listed = tools["tools_by_role"]["Mio"].as_array().cloned();
+            let mcp = listed.unwrap_or_default();
             if sessions["sessions_by_role"]["Mio"]["last_sync"]["ok"] == json!(false)
-                && mcp["mcp_servers"]["odd"]["state"] == json!("connected")
+                && mcp.iter().any(|t| t["name"] == "leak")
             {
                 break;
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "{sessions} {mcp}; stderr: {}",
+                "{sessions} {mcp:?}; stderr: {}",
                 child.stderr_after_exit()
             );
             std::thread::yield_now();
