@@ -188,7 +188,7 @@ async fn keys_quoted_back_never_reach_the_log() {
         ),
     );
     let config = config.to_string_lossy().into_owned();
-    let (mut child, stderr) = actix_web::rt::task::spawn_blocking(move || {
+    let (status, stderr) = actix_web::rt::task::spawn_blocking(move || {
         let mut child = Child::start_logging_with_env(
             &["serve", "--config", &config],
             "debug",
@@ -221,12 +221,12 @@ async fn keys_quoted_back_never_reach_the_log() {
         );
         assert_eq!(status, 200, "{answer}");
         child.signal("TERM");
-        let stderr = child.stderr_after_exit();
-        (child, stderr)
+        let status = child.wait();
+        (status, child.stderr_after_exit())
     })
     .await
     .expect("the child's task");
-    assert!(child.wait().success(), "{stderr}");
+    assert!(status.success(), "{status}: {stderr}");
     assert!(
         stderr.contains(&format!("Bearer {REDACTED}"))
             && stderr.contains(&format!("SERVICE_TOKEN={REDACTED}")),
