@@ -684,7 +684,10 @@ async fn an_idle_session_is_let_go_and_a_busy_one_is_not() {
         // longer than the idle time with a stream open, or a call running.
         let later = open_session(&app).await;
         let_go(&app, &later).await;
-        assert!(still_open(&app, &listening).await, "the listening one stays");
+        assert!(
+            still_open(&app, &listening).await,
+            "the listening one stays"
+        );
         assert!(still_open(&app, &calling).await, "the calling one stays");
         callback.open_gate();
     };

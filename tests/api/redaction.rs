@@ -63,7 +63,9 @@ async fn a_realtime_model_that_quotes_the_key_in_an_error_has_it_redacted() {
     // The model quotes the header it was given.
     let header = fake.authorizations()[0].clone().expect("the key was sent");
     assert_eq!(header, format!("Bearer {KEY}"));
-    fake.set_mode(AckMode::Error(format!("bad Authorization header: {header}")));
+    fake.set_mode(AckMode::Error(format!(
+        "bad Authorization header: {header}"
+    )));
 
     let answer = register(&app, "get_weather").await;
     assert_eq!(
