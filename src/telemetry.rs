@@ -5,7 +5,7 @@
 //! non-blocking writer). When stderr does not take them — a pipe that an app launching the
 //! server never reads — the queue fills and further lines are dropped and counted; once stderr
 //! takes lines again, that thread writes how many were dropped before the next line. That
-//! thread also redacts the keys the server holds ([`crate::domain::secrets`]) from each line.
+//! thread also redacts the keys the server holds (`domain::secrets`) from each line.
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
