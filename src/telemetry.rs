@@ -4,7 +4,8 @@
 //! a bounded queue to a thread of its own that writes them to stderr (tracing-appender's
 //! non-blocking writer). When stderr does not take them — a pipe that an app launching the
 //! server never reads — the queue fills and further lines are dropped and counted; once stderr
-//! takes lines again, that thread writes how many were dropped before the next line.
+//! takes lines again, that thread writes how many were dropped before the next line. That
+//! thread also redacts the keys the server holds (`domain::secrets`) from each line.
 
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -105,8 +106,8 @@ fn non_blocking<W: Write + Send + 'static>(
 }
 
 /// The sink of the writer thread: before each line, a line saying how many were dropped since
-/// it last said so. Written by that thread itself, so a report never waits in (or is dropped
-/// from) the queue.
+/// it last said so; each line with the server's keys redacted. Written by that thread itself,
+/// so a report never waits in (or is dropped from) the queue.
 struct ReportingSink<W> {
     sink: W,
     counts: Arc<Counts>,
@@ -121,7 +122,10 @@ impl<W: Write> Write for ReportingSink<W> {
                 .reported
                 .fetch_add(unreported, Ordering::Relaxed);
         }
-        self.sink.write(buf)
+        // Every key the server holds is redacted from every line, whatever logged it.
+        let held = crate::domain::secrets::held();
+        self.sink.write_all(&held.redact(buf))?;
+        Ok(buf.len())
     }
 
     fn flush(&mut self) -> io::Result<()> {

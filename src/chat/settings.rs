@@ -6,6 +6,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
+use crate::domain::secrets;
+
 /// Model calls of one chat request that may run tools, unless configured: the reference's cap
 /// (three rounds of tools, then one last call for words).
 pub(crate) const DEFAULT_MAX_TOOL_ROUNDS: usize = 3;
@@ -70,7 +72,7 @@ impl ChatSettings {
     pub fn api_key(&self) -> anyhow::Result<Option<String>> {
         match &self.api_key_env {
             None => Ok(None),
-            Some(var) => std::env::var(var).map(Some).with_context(|| {
+            Some(var) => secrets::key_from_env(var).map(Some).with_context(|| {
                 format!("environment variable {var} (chat.api_key_env) is not set")
             }),
         }

@@ -2,9 +2,9 @@
 //! stack as the callbacks (rustls on ring, the webpki roots), one per thread, so a request's
 //! exchange stays on the worker that serves the app. Redirects are never followed (the key
 //! goes only where the configuration says): one is an error, as is an answer over
-//! [`MAX_UPSTREAM_ANSWER_BYTES`]. Every byte read from the upstream has the keys of the
-//! exchange (the configured one, the app's own) redacted before anything repeats it: the app's
-//! answer, the log, `last_error`, the events. Dropping a request or its body closes its
+//! [`MAX_UPSTREAM_ANSWER_BYTES`]. Every byte read from the upstream has the server's keys (the
+//! configured one among them, [`crate::domain::secrets`]) and the app's own key of the exchange
+//! redacted before anything repeats it: the app's answer, the log, `last_error`, the events. Dropping a request or its body closes its
 //! connection: that is how an app that goes away cancels the upstream's work.
 
 use std::cell::OnceCell;
@@ -24,7 +24,7 @@ use sse_stream::{Sse, SseStream};
 
 use super::settings::ChatSettings;
 use crate::domain::peer_text;
-use crate::domain::secrets::Secrets;
+use crate::domain::secrets::{self, Secrets};
 use crate::session::shell::MODEL_CONNECT_TIMEOUT;
 
 /// How long an idle connection to the upstream is kept for the next request: providers close
@@ -131,10 +131,9 @@ pub struct Upstream {
     /// The base URL as configured, for messages.
     base: String,
     base_url: url::Url,
-    /// `Bearer <key>` from the configuration, if any.
+    /// `Bearer <key>` from the configuration, if any (the key is held with the server's
+    /// others, kept out of what the upstream sends back).
     authorization: Option<HeaderValue>,
-    /// The configured key, kept out of what the upstream sends back.
-    secrets: Secrets,
     timeout: Duration,
 }
 
@@ -178,15 +177,10 @@ impl Upstream {
             .as_ref()
             .map(|key| HeaderValue::from_str(&format!("Bearer {key}")))
             .transpose()?;
-        let mut secrets = Secrets::default();
-        if let Some(key) = &key {
-            secrets.add(key);
-        }
         Ok(Self {
             base: settings.url.clone(),
             base_url,
             authorization,
-            secrets,
             timeout: settings.timeout,
         })
     }
@@ -270,7 +264,7 @@ impl Upstream {
             return Err(UpstreamError::Redirected {
                 url: self.base.clone(),
                 status: status.as_u16(),
-                location: peer_text::bounded(self.secrets.redact_str(&location).into_owned()),
+                location: peer_text::bounded(location),
             });
         }
         Ok(response)
@@ -293,7 +287,8 @@ impl Upstream {
                 }
             }
         }
-        Ok(match self.secrets.with(app.key()).redact(&bytes) {
+        let held = secrets::held();
+        Ok(match held.with(app.key()).redact(&bytes) {
             std::borrow::Cow::Borrowed(_) => Bytes::from(bytes),
             std::borrow::Cow::Owned(redacted) => Bytes::from(redacted),
         })
@@ -307,7 +302,7 @@ impl Upstream {
                 Limited::new(body, MAX_UPSTREAM_ANSWER_BYTES).map_err(std::io::Error::other),
             )),
             upstream: self,
-            secrets: self.secrets.with(app.key()).into_owned(),
+            secrets: secrets::held().with(app.key()).into_owned(),
         }
     }
 

@@ -1,12 +1,51 @@
 //! Keys the server holds, kept out of every text it repeats. A peer that quotes a request back —
-//! an upstream that echoes the `Authorization` header in an error, or in an answer it got wrong
-//! — would otherwise have the server copy the key into the app's answer, the log, the sessions
-//! listing and the events. [`Secrets::redact`] replaces each key (as written, and as JSON
-//! writes it inside a string) with [`REDACTED`] where the text enters.
+//! an upstream that echoes the `Authorization` header in an error, or in an answer it got wrong;
+//! a model whose error event, or a Gemini Live API whose close reason, quotes the key; an MCP
+//! server whose error quotes its environment — would otherwise have the server copy the key
+//! into the app's answer, the log, the sessions listing and the events. [`Secrets::redact`]
+//! replaces each key (as written, and as JSON writes it inside a string) with [`REDACTED`].
+//!
+//! The keys are held once for the whole server ([`hold`], [`held`]): each one as it is read
+//! from the environment ([`key_from_env`]: a character's `[character.session] api_key_env` and
+//! `attach_api_key_envs`, its `[character.chat] api_key_env`), which start-up does for every
+//! configured key, and the values of a stdio MCP server's `env`. Like the environment they come
+//! from, they are the process's, so every kind of session reads the same set: peer text is
+//! redacted where it enters ([`crate::domain::peer_text::bounded`]), an upstream's chat answer
+//! as it is read (with the app's own key of that request besides), and every log line as it is
+//! written.
 
 use std::borrow::Cow;
+use std::sync::{Arc, LazyLock};
 
+use arc_swap::ArcSwap;
 use memchr::memmem;
+
+/// The keys the server holds.
+static HELD: LazyLock<ArcSwap<Secrets>> = LazyLock::new(ArcSwap::default);
+
+/// Holds `key` for the whole server: from now on it is redacted from every text that enters.
+pub(crate) fn hold(key: &str) {
+    if key.len() < MIN_REDACTED_KEY_BYTES {
+        return;
+    }
+    HELD.rcu(|held| {
+        let mut more = Secrets::clone(held);
+        more.add(key);
+        more
+    });
+}
+
+/// The keys the server holds.
+pub(crate) fn held() -> Arc<Secrets> {
+    HELD.load_full()
+}
+
+/// The key in the environment variable `name`, held ([`hold`]) once read.
+pub(crate) fn key_from_env(name: &str) -> Result<String, std::env::VarError> {
+    let key = std::env::var(name)?;
+    hold(&key);
+    Ok(key)
+}
 
 /// What a key is replaced with.
 pub(crate) const REDACTED: &str = "[redacted]";
@@ -107,5 +146,21 @@ mod tests {
         let both = secrets.with(Some("app-key-123456"));
         assert_eq!(both.redact_str("x app-key-123456 y"), "x [redacted] y");
         assert_eq!(secrets.redact_str("app-key-123456"), "app-key-123456");
+    }
+
+    #[test]
+    fn a_held_key_is_redacted_everywhere_from_then_on() {
+        hold("held-key-for-every-session-7f3a");
+        hold("tiny");
+        assert_eq!(
+            held().redact_str("saw held-key-for-every-session-7f3a and tiny"),
+            "saw [redacted] and tiny"
+        );
+        assert_eq!(
+            held()
+                .with(Some("request-key-0042"))
+                .redact_str("held-key-for-every-session-7f3a request-key-0042"),
+            "[redacted] [redacted]"
+        );
     }
 }

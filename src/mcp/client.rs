@@ -32,6 +32,7 @@ use super::status::{McpBoard, McpState};
 use crate::actors::router::{ReplaceSource, Router};
 use crate::domain::call::LocalToolHandler;
 use crate::domain::peer_text;
+use crate::domain::secrets;
 
 /// First wait before starting a server again; doubled per failed attempt up to [`MAX_BACKOFF`].
 pub(crate) const INITIAL_BACKOFF: Duration = Duration::from_millis(250);
@@ -328,6 +329,10 @@ async fn open(
 ) -> Result<Opened, String> {
     let (service, child) = match &settings.transport {
         McpTransport::Stdio { command, args, env } => {
+            // What its environment is given (tokens, often) is held with the server's keys.
+            for value in env.values() {
+                secrets::hold(value);
+            }
             let mut child = tokio::process::Command::new(command)
                 .args(args)
                 .envs(env)

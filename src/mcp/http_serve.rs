@@ -119,8 +119,14 @@ impl McpEndpoint {
             let inner = self.0.clone();
             let character = role.clone();
             let mut local = LocalSessionManager::default();
-            local.session_config.keep_alive = Some(self.0.settings.session_idle);
-            let sessions = Arc::new(BoundedSessions::new(local, self.0.settings.max_sessions));
+            // The idle expiry is the bounded sessions': rmcp's counts a long call or an open
+            // stream as idle.
+            local.session_config.keep_alive = None;
+            let sessions = Arc::new(BoundedSessions::new(
+                local,
+                self.0.settings.max_sessions,
+                self.0.settings.session_idle,
+            ));
             let service = StreamableHttpService::new(
                 move || {
                     Ok(SessionTools {

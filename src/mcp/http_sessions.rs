@@ -5,7 +5,10 @@
 //! Beyond the maximum, a new session takes the place of the least recently used one that is
 //! idle (no request in flight, no stream open: a client in an editor that listens for
 //! `list_changed` keeps its `GET` stream open, and its session); when every session is busy the
-//! `initialize` is refused ([`SessionsFull`], a 503 with a JSON-RPC error). The route reserves
+//! `initialize` is refused ([`SessionsFull`], a 503 with a JSON-RPC error). A session that stays
+//! idle for `[mcp_endpoint] session_idle_seconds` is let go (its next request gets 404); one
+//! with a request in flight or a stream open is never let go for want of use, however long the
+//! call or the stream lasts. The route reserves
 //! the place before handing the request to the transport ([`BoundedSessions::admit`]), and the
 //! session created for that request takes it (the reservation travels with the request's task),
 //! so concurrent `initialize`s never get past the bound. The idle session that makes room is
@@ -14,8 +17,11 @@
 
 use std::cell::RefCell;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures_util::Stream;
 use indexmap::IndexMap;
@@ -52,11 +58,55 @@ pub(crate) async fn with_reservation<F: Future>(reservation: Reservation, future
 
 #[derive(Debug, Default)]
 struct Table {
-    /// Open sessions, the least recently used first, with how many requests and streams each
-    /// has going.
-    sessions: IndexMap<SessionId, usize>,
+    /// Open sessions, the least recently used first, with their use.
+    sessions: IndexMap<SessionId, Use>,
     /// Places reserved for sessions being created.
     reserved: usize,
+}
+
+/// How a session is used.
+#[derive(Debug, Clone, Copy)]
+struct Use {
+    /// How many requests and streams it has going.
+    busy: usize,
+    /// When it was last used: created, sent a message, or a request or stream of it ended.
+    last: Instant,
+}
+
+impl Use {
+    fn new() -> Self {
+        Self {
+            busy: 0,
+            last: Instant::now(),
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.busy == 0
+    }
+}
+
+impl Table {
+    /// Takes out the idle sessions unused for `idle` by `now`; returns them, and how long until
+    /// the next one of those left would be (at most `idle`: a session idle from now on).
+    fn expire(&mut self, now: Instant, idle: Duration) -> (Vec<SessionId>, Duration) {
+        let mut expired = Vec::new();
+        self.sessions.retain(|id, used| {
+            let over = used.idle() && now.saturating_duration_since(used.last) >= idle;
+            if over {
+                expired.push(id.clone());
+            }
+            !over
+        });
+        let next = self
+            .sessions
+            .values()
+            .filter(|used| used.idle())
+            .map(|used| (used.last + idle).saturating_duration_since(now))
+            .min()
+            .unwrap_or(idle);
+        (expired, next)
+    }
 }
 
 /// A character's sessions: rmcp's manager, and their number and use.
@@ -83,12 +133,21 @@ fn lock(table: &Mutex<Table>) -> std::sync::MutexGuard<'_, Table> {
 }
 
 impl BoundedSessions {
-    pub(crate) fn new(inner: LocalSessionManager, max: usize) -> Self {
-        Self {
+    /// At most `max` sessions of `inner` (whose own idle expiry must be off), each let go once
+    /// it has been idle for `idle`. Call within a Tokio runtime: the expiry runs as a task of
+    /// its own, which ends with the sessions.
+    pub(crate) fn new(inner: LocalSessionManager, max: usize, idle: Duration) -> Self {
+        let sessions = Self {
             inner: Arc::new(inner),
             max,
             table: Arc::default(),
-        }
+        };
+        tokio::spawn(expire_idle(
+            Arc::downgrade(&sessions.table),
+            Arc::downgrade(&sessions.inner),
+            idle,
+        ));
+        sessions
     }
 
     /// Reserves a place for a new session: a free one, or one an idle session will make when
@@ -98,7 +157,7 @@ impl BoundedSessions {
         let mut table = lock(&self.table);
         // Places past the bound, this one counted, each of which an idle session must make.
         let over = (table.sessions.len() + table.reserved + 1).saturating_sub(self.max);
-        let idle = table.sessions.values().filter(|busy| **busy == 0).count();
+        let idle = table.sessions.values().filter(|used| used.idle()).count();
         if over > idle {
             return Err(SessionsFull { max: self.max });
         }
@@ -119,7 +178,7 @@ impl BoundedSessions {
             let idle = table
                 .sessions
                 .iter()
-                .position(|(_, busy)| *busy == 0)
+                .position(|(_, used)| used.idle())
                 .ok_or(SessionsFull { max: self.max })?;
             table.sessions.shift_remove_index(idle).map(|(id, _)| id)
         };
@@ -145,6 +204,7 @@ impl BoundedSessions {
     fn touch(&self, id: &SessionId) {
         let mut table = lock(&self.table);
         if let Some(index) = table.sessions.get_index_of(id) {
+            table.sessions[index].last = Instant::now();
             let last = table.sessions.len() - 1;
             table.sessions.move_index(index, last);
         }
@@ -153,8 +213,8 @@ impl BoundedSessions {
     /// A request or stream of the session is going until the guard is dropped.
     fn busy(&self, id: &SessionId) -> Busy {
         self.touch(id);
-        if let Some(busy) = lock(&self.table).sessions.get_mut(id) {
-            *busy += 1;
+        if let Some(used) = lock(&self.table).sessions.get_mut(id) {
+            used.busy += 1;
         }
         Busy {
             table: self.table.clone(),
@@ -171,9 +231,30 @@ struct Busy {
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        if let Some(busy) = lock(&self.table).sessions.get_mut(&self.id) {
-            *busy = busy.saturating_sub(1);
+        if let Some(used) = lock(&self.table).sessions.get_mut(&self.id) {
+            used.busy = used.busy.saturating_sub(1);
+            used.last = Instant::now();
         }
+    }
+}
+
+/// Lets go of the sessions idle for `idle`, waking when the next one would be, until the
+/// sessions are gone.
+async fn expire_idle(table: Weak<Mutex<Table>>, inner: Weak<LocalSessionManager>, idle: Duration) {
+    loop {
+        let Some(table) = table.upgrade() else { return };
+        let (expired, next) = lock(&table).expire(Instant::now(), idle);
+        drop(table);
+        if !expired.is_empty() {
+            let Some(inner) = inner.upgrade() else { return };
+            for id in expired {
+                tracing::debug!(session = %id, idle_seconds = idle.as_secs_f64(), "an idle MCP session of /mcp was let go");
+                if let Err(e) = inner.close_session(&id).await {
+                    tracing::debug!(session = %id, error = %e, "an idle MCP session did not close cleanly");
+                }
+            }
+        }
+        tokio::time::sleep(next).await;
     }
 }
 
@@ -217,7 +298,7 @@ impl SessionManager for BoundedSessions {
         }
         let (id, transport) = self.inner.create_session().await?;
         let mut table = lock(&self.table);
-        table.sessions.insert(id.clone(), 0);
+        table.sessions.insert(id.clone(), Use::new());
         if let Some(reservation) = reserved {
             // The session holds the place now.
             table.reserved -= 1;
@@ -298,7 +379,11 @@ mod tests {
 
     #[actix_web::test]
     async fn past_the_bound_the_least_recently_used_idle_session_makes_room() {
-        let sessions = Arc::new(BoundedSessions::new(LocalSessionManager::default(), 2));
+        let sessions = Arc::new(BoundedSessions::new(
+            LocalSessionManager::default(),
+            2,
+            Duration::from_secs(3600),
+        ));
         let mut ids = Vec::new();
         for _ in 0..2 {
             let reservation = sessions.admit().unwrap();

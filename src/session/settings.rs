@@ -7,6 +7,7 @@ use anyhow::{Context, bail};
 use serde::Deserialize;
 
 use crate::domain::call_url::CallUrl;
+use crate::domain::secrets;
 
 /// How long a change waits for `session.updated` unless configured.
 pub(crate) const DEFAULT_SYNC_TIMEOUT: Duration = Duration::from_secs(5);
@@ -201,7 +202,7 @@ pub(crate) fn attach_key(
             ),
         });
     }
-    match std::env::var(name) {
+    match secrets::key_from_env(name) {
         Ok(key) => Ok(Some(key)),
         Err(_) => Err(AttachRefusal {
             field: "api_key_env",
@@ -233,7 +234,7 @@ impl SessionSettings {
     pub fn check_keys(&self) -> anyhow::Result<()> {
         self.api_key()?;
         for name in &self.attach.api_key_envs {
-            std::env::var(name).with_context(|| {
+            secrets::key_from_env(name).with_context(|| {
                 format!("environment variable {name} (session.attach_api_key_envs) is not set")
             })?;
         }
@@ -253,7 +254,7 @@ impl SessionSettings {
     pub fn api_key(&self) -> anyhow::Result<Option<String>> {
         match &self.api_key_env {
             None => Ok(None),
-            Some(var) => std::env::var(var).map(Some).with_context(|| {
+            Some(var) => secrets::key_from_env(var).map(Some).with_context(|| {
                 format!("environment variable {var} (session.api_key_env) is not set")
             }),
         }

@@ -43,6 +43,11 @@ impl Child {
         Self::start_reading_stderr(args, &[], true, level)
     }
 
+    /// Starts the command logging at `level`, with these environment variables set as well.
+    pub fn start_logging_with_env(args: &[&str], level: &str, env: &[(&str, &str)]) -> Self {
+        Self::start_reading_stderr(args, env, true, level)
+    }
+
     /// Starts the command with these environment variables set as well.
     pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Self {
         Self::start_reading_stderr(args, env, true, "info")

@@ -60,6 +60,7 @@ mod ownership;
 mod panics;
 mod procfs;
 mod python;
+mod redaction;
 mod relay;
 mod responses;
 mod responses_app;

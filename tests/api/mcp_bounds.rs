@@ -3,7 +3,8 @@
 //! is skipped with the reason, a listing over its bound or whose cursor comes back ends there, a
 //! page over the message bound fails the registration without being held, a `tools/call` result
 //! over `dispatch.max_response_bytes` is an error naming the bound (as JSON or as an event
-//! stream, the rest never read), and an answer that is not JSON is an error at once.
+//! stream, the rest never read), and an answer that is not JSON is an error at once. A stdio
+//! server of the configuration is bounded by the same rules.
 
 use runtime_tools::limits::{MAX_LISTING_BYTES, MAX_MCP_MESSAGE_BYTES, MAX_TOOL_DEFINITION_BYTES};
 use serde_json::{Value, json};
@@ -11,7 +12,9 @@ use serde_json::{Value, json};
 use crate::callback_server::{error_text, invoke_ok};
 use crate::fake_mcp::{CallAnswer, FakeMcp, Listing};
 use crate::faults::peak_rss;
-use crate::helpers::{TestApp, spawn_app};
+use crate::helpers::{TestApp, settings, spawn_app, spawn_app_with};
+use crate::python::venv_python;
+use crate::redaction::odd_stdio_server;
 
 async fn register(app: &TestApp, fake: &FakeMcp, name: &str) -> (u16, Value) {
     app.post(
@@ -183,4 +186,50 @@ async fn an_answer_that_is_not_json_is_an_error_at_once() {
         "{error}"
     );
     assert_eq!(fake.calls(), 1);
+}
+
+/// A stdio server (the official MCP SDK's) listing a tool larger than a registration and
+/// answering a call with more than `dispatch.max_response_bytes`: bounded as an HTTP one is.
+#[actix_web::test]
+async fn a_stdio_servers_listing_and_results_are_bounded_as_an_http_servers_are() {
+    let python = venv_python().await;
+    let huge = MAX_TOOL_DEFINITION_BYTES + 1024;
+    let limit = runtime_tools::DispatchSettings::default().max_response_bytes;
+    let app = spawn_app_with(runtime_tools::Settings {
+        mcp_servers: vec![odd_stdio_server(
+            python,
+            &[
+                ("HUGE_DESCRIPTION_BYTES", &huge.to_string()),
+                ("DUMP_BYTES", &(limit + 1024).to_string()),
+            ],
+        )],
+        ..settings(&["Lanlan"])
+    })
+    .await;
+    let mut events = crate::event_stream::open(&app, "", Some("0"))
+        .await
+        .expect("stream opens");
+    events
+        .wait_for("tools.changed", |d| d["source"] == "mcp:odd")
+        .await;
+
+    let (_, mcp) = app.get("/api/mcp").await;
+    let report = &mcp["mcp_servers"]["odd"];
+    assert_eq!(report["tools"], json!(["dump", "leak"]), "{report}");
+    assert_eq!(report["skipped"][0]["name"], json!("huge"), "{report}");
+    let reason = report["skipped"][0]["reason"].as_str().expect("a reason");
+    assert!(
+        reason.contains(&format!("at most {MAX_TOOL_DEFINITION_BYTES} are taken")),
+        "{reason}"
+    );
+    assert_eq!(listed_tools(&app).await, ["dump", "leak"]);
+
+    let result = invoke_ok(&app, "dump", json!({})).await;
+    let error = error_text(&result);
+    assert!(
+        error.contains(&format!(
+            "over the {limit}-byte limit (dispatch.max_response_bytes)"
+        )),
+        "{error}"
+    );
 }

@@ -627,3 +627,81 @@ async fn a_calls_meta_trace_context_puts_its_span_in_the_clients_trace() {
         (TRACE, SPAN)
     );
 }
+
+/// Whether `session` is still open, asked without using it: a `GET` with a protocol version no
+/// server speaks is refused (400) once the session is found, and a session let go is a 404.
+async fn still_open(app: &TestApp, session: &str) -> bool {
+    let probe = [
+        ("accept", "text/event-stream"),
+        ("mcp-session-id", session),
+        ("mcp-protocol-version", "1999-01-01"),
+    ];
+    match exchange(app, "GET", "/mcp", &probe, "").await {
+        (400, _, _) => true,
+        (404, _, _) => false,
+        (status, _, body) => panic!("probe of {session}: {status} {body}"),
+    }
+}
+
+/// Waits (within the deadline) until `session` has been let go.
+async fn let_go(app: &TestApp, session: &str) {
+    let deadline = tokio::time::Instant::now() + crate::child::DEADLINE;
+    while still_open(app, session).await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{session} is still open"
+        );
+        tokio::task::yield_now().await;
+    }
+}
+
+#[actix_web::test]
+async fn an_idle_session_is_let_go_and_a_busy_one_is_not() {
+    let mut short = settings(&["Lanlan"]);
+    short.mcp_endpoint.session_idle = std::time::Duration::from_secs(1);
+    let app = spawn_app_with(short).await;
+    let callback = CallbackServer::with("/slow", Reply::after_gate(Reply::output(json!("done"))));
+    register(&app, "slow", &callback, "Lanlan").await;
+
+    let idle = open_session(&app).await;
+    let listening = open_session(&app).await;
+    let stream = open_stream(&app, &listening).await;
+    let calling = open_session(&app).await;
+    let in_calling = [
+        JSON_AND_SSE,
+        JSON,
+        ("mcp-session-id", calling.as_str()),
+        ("mcp-protocol-version", "2025-06-18"),
+    ];
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                      "params": {"name": "slow", "arguments": {}}})
+    .to_string();
+    let call = exchange(&app, "POST", "/mcp", &in_calling, &call);
+    let waited = async {
+        callback.wait_for_requests(1).await;
+        let_go(&app, &idle).await;
+        // A session opened after the busy ones' last use is let go too: they have gone
+        // longer than the idle time with a stream open, or a call running.
+        let later = open_session(&app).await;
+        let_go(&app, &later).await;
+        assert!(
+            still_open(&app, &listening).await,
+            "the listening one stays"
+        );
+        assert!(still_open(&app, &calling).await, "the calling one stays");
+        callback.open_gate();
+    };
+    let ((status, _, body), ()) = futures_util::join!(call, waited);
+    assert_eq!(status, 200, "{body}");
+    let answer = rpc_answer(&body);
+    assert!(
+        answer["result"]["isError"] != json!(true) && answer.to_string().contains("done"),
+        "{answer}"
+    );
+    assert_eq!(list_in(&app, &idle).await, 404, "its next request");
+
+    // Idle once the call has ended, or the stream closed: let go in turn.
+    let_go(&app, &calling).await;
+    drop(stream);
+    let_go(&app, &listening).await;
+}

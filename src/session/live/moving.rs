@@ -24,6 +24,7 @@ use super::super::gemini::Resumption;
 use super::super::gemini::read::{self, Signals};
 use super::super::shell::{self, MODEL_CONNECT_TIMEOUT, Reassembly, Shell, Whole};
 use super::super::wire::FromUpstream;
+use crate::domain::peer_text;
 
 /// Why a new tool list waits: the words `failed_roles` gives when no moment comes in time.
 const CALL_RUNNING: &str = "a tool call is running";
@@ -368,7 +369,11 @@ pub(crate) fn closed<A: Moving>(
     ctx: &mut Context<A>,
 ) -> bool {
     if act.moves().opening.as_ref().is_some_and(|o| o.id == id) {
-        let reason = reason.unwrap_or_else(|| "it closed before setupComplete".into());
+        // The API's text, kept in the session's report and quoted by answers and events.
+        let reason = reason.map_or_else(
+            || "it closed before setupComplete".into(),
+            peer_text::bounded,
+        );
         opening_failed(act, &reason, ctx);
         return false;
     }
