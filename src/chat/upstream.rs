@@ -279,11 +279,7 @@ impl Upstream {
 
     /// Reads a whole answer body (bounded in size, each part within the timeout), the keys of
     /// the exchange redacted.
-    pub async fn read(
-        &self,
-        body: UpstreamBody,
-        app: &AppHeaders,
-    ) -> Result<Bytes, UpstreamError> {
+    pub async fn read(&self, body: UpstreamBody, app: &AppHeaders) -> Result<Bytes, UpstreamError> {
         let mut body = Limited::new(body, MAX_UPSTREAM_ANSWER_BYTES);
         let mut bytes = Vec::new();
         loop {
