@@ -68,10 +68,12 @@ pub use state::settings::StateSettings;
 // The router and the messages it takes.
 pub use actors::change::{ChangeFailure, ChangeReport, RoleFailure};
 pub use actors::router::{
-    AddCharacter, ClearSource, JoinSession, ListCharacters, ListSessions, ListTools,
-    RebuildCharacter, RegisterTool, RemoveCharacter, ReplaceSource, ResolveTool, Router,
-    RouterError, UnregisterTool,
+    AddCharacter, AttachCall, ClearSource, DetachCall, JoinSession, ListCharacters, ListSessions,
+    ListTools, RebuildCharacter, RegisterTool, RemoveCharacter, ReplaceSource, ResolveTool,
+    ResolvedTool, RoleTools, Router, RouterError, UnregisterTool,
 };
+pub use domain::call_url::CallUrl;
+pub use domain::role::RoleName;
 
 // Tools, their calls, and in-process tools.
 pub use actors::local_tool::{CallLocalTool, local_handler};
@@ -91,7 +93,9 @@ pub mod embedding {
     pub use crate::domain::call::ToolResult;
     pub use crate::domain::connection::ConnectionKind;
     pub use crate::events::{CallStart, CallWatch, Caller, ToolCallFinished};
+    pub use crate::session::attach::{JoinError, Joined};
     pub use crate::session::core::rfc3339_now;
+    pub use crate::session::realtime::image_message;
     pub use crate::session::{
         CloseSession, ConnectionReport, ConnectionState, Conversation, ResumptionReport,
         RunningCallReport, SessionHandle, SessionStatus, SyncError, SyncOutcome, SyncTools,

@@ -28,7 +28,7 @@ use crate::events::EventHub;
 
 /// How joining a call went: `Err` when the websocket could not be opened, otherwise the outcome
 /// of the first tool update (`Err` says why the call did not take the tools).
-pub(crate) type Joined = Result<Result<(), SyncError>, JoinError>;
+pub type Joined = Result<Result<(), SyncError>, JoinError>;
 
 /// Why no websocket to the call was opened.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

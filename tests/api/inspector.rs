@@ -1082,7 +1082,7 @@ async fn call_result(browser: &Browser, card: &str) -> (String, String) {
 }
 
 /// Writes `docs/inspector.png`: the page at 1280x800 in light mode with a few tools, a call's
-/// result and the feed. Run on purpose:
+/// result, a call waiting for the person's approval and the feed. Run on purpose:
 /// `cargo test --release --test api inspector::screenshot -- --ignored`.
 #[actix_web::test]
 #[ignore = "writes docs/inspector.png; run it to refresh the README's screenshot"]
@@ -1122,6 +1122,25 @@ async fn screenshot() {
             card("Lanlan", "plan_trip")
         ))
         .await;
+    // Mio's model calls a tool that needs the person's approval: it waits on the page.
+    let messages = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
+    let mut send = tool_body("send_message", &messages.url("/send"), "plugin:messages");
+    send["approval"] = json!("always");
+    send["approval_timeout_seconds"] = json!(600);
+    send["description"] = json!("Send a message to one of the person's contacts.");
+    send["role"] = json!("Mio");
+    send["parameters"] = json!({"type": "object", "properties": {
+        "to": {"type": "string"}, "text": {"type": "string"}}, "required": ["to", "text"]});
+    register(&app, send).await;
+    browser.wait_css(&card("Mio", "send_message")).await;
+    fake.push(crate::sessions::call_event(
+        "r1",
+        "c1",
+        "send_message",
+        r#"{"to": "Ann", "text": "Running ten minutes late"}"#,
+    ))
+    .await;
+    browser.wait_css("#approvals li.approval").await;
     // The focus ring is not part of the picture.
     browser
         .eval(

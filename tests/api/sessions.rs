@@ -4,6 +4,11 @@
 use std::rc::Rc;
 use std::time::Duration;
 
+use runtime_tools::JoinSession;
+use runtime_tools::embedding::{
+    CloseSession, ConnectionKind, ConnectionReport, ConnectionState, Conversation, SessionHandle,
+    SessionStatus, SyncError, SyncTools, rfc3339_now,
+};
 use runtime_tools::limits::MAX_UPSTREAM_QUEUE_BYTES;
 use runtime_tools::{Dialect, SessionSettings};
 use serde_json::{Value, json};
@@ -662,4 +667,88 @@ async fn a_model_that_stops_reading_is_dropped_and_the_session_reconnects() {
     }
     // The session gave up on that connection and connected again.
     model.wait_connections(2).await;
+}
+
+/// An application's in-process session that takes every list and stops when told.
+struct Embedded;
+
+impl actix::Actor for Embedded {
+    type Context = actix::Context<Self>;
+}
+
+impl actix::Handler<SyncTools> for Embedded {
+    type Result = Result<(), SyncError>;
+
+    fn handle(&mut self, _: SyncTools, _: &mut Self::Context) -> Self::Result {
+        Ok(())
+    }
+}
+
+impl actix::Handler<SessionStatus> for Embedded {
+    type Result = actix::MessageResult<SessionStatus>;
+
+    fn handle(&mut self, _: SessionStatus, _: &mut Self::Context) -> Self::Result {
+        actix::MessageResult(ConnectionReport {
+            kind: ConnectionKind::Embedded,
+            since: rfc3339_now(),
+            upstream: None,
+            state: ConnectionState::Connected,
+            last_sync: None,
+            acknowledged_tools: 0,
+            calls_answered: 0,
+            clashes: Vec::new(),
+            gemini: None,
+            running_calls: Vec::new(),
+            conversation: Conversation::Idle,
+        })
+    }
+}
+
+impl actix::Handler<CloseSession> for Embedded {
+    type Result = ();
+
+    fn handle(&mut self, _: CloseSession, ctx: &mut Self::Context) {
+        actix::ActorContext::stop(ctx);
+    }
+}
+
+#[actix_web::test]
+async fn a_character_lets_go_of_ended_sessions_when_the_next_one_joins() {
+    use actix::Actor;
+
+    let app = crate::helpers::spawn_app(&["Lanlan"]).await;
+    let join = |session: &actix::Addr<Embedded>| {
+        app.router.send(JoinSession {
+            role: "Lanlan".into(),
+            session: SessionHandle::embedded(session),
+        })
+    };
+    // Sessions that come and go with no tool change or listing in between: the character must
+    // not keep a handle (and what it holds) per session that ended.
+    let mut ended = Vec::new();
+    for _ in 0..3 {
+        let session = Embedded.start();
+        join(&session).await.unwrap().unwrap();
+        session.send(CloseSession).await.unwrap();
+        let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
+        while session.connected() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the session did not stop"
+            );
+            tokio::task::yield_now().await;
+        }
+        // A weak recipient upgrades while anything still holds the actor's address (a weak
+        // address would not: it also asks whether the actor runs).
+        ended.push(session.downgrade().recipient::<SyncTools>());
+    }
+    let next = Embedded.start();
+    join(&next).await.unwrap().unwrap();
+    let held = ended.iter().filter(|s| s.upgrade().is_some()).count();
+    assert_eq!(held, 0, "ended sessions still held by the character");
+    // The one that joined is kept: it gets the next change.
+    let listed = app.get("/api/sessions").await.1;
+    let connections = &listed["sessions_by_role"]["Lanlan"]["connections"];
+    assert_eq!(connections.as_array().map(Vec::len), Some(1), "{listed}");
+    assert_eq!(connections[0]["kind"], "embedded", "{listed}");
 }

@@ -54,7 +54,8 @@ mod routing;
 mod sessions;
 
 pub(crate) use context::AddContextTo;
-pub(crate) use directory::{ChatTarget, Directory, RoleTools};
+pub(crate) use directory::{ChatTarget, Directory};
+pub use directory::{ResolvedTool, RoleTools};
 pub use faults::{InjectManagerPanic, InjectRouterStop};
 pub use lifecycle::{AddCharacter, RebuildCharacter, RemoveCharacter};
 pub(crate) use reads::ShareDirectory;
@@ -63,8 +64,8 @@ pub(crate) use routing::{
     ChangeRequest, PluginChange, RemoveDeadOrigin, SourceCleared, WatchClears,
 };
 pub use routing::{ClearSource, RegisterTool, ReplaceSource, UnregisterTool};
-pub(crate) use sessions::{AttachCall, DetachCall, ResolveRelay};
-pub use sessions::{CloseAllConnections, JoinSession};
+pub(crate) use sessions::ResolveRelay;
+pub use sessions::{AttachCall, CloseAllConnections, DetachCall, JoinSession};
 
 /// How long the router waits for a manager that has no live session to sync. Managers answer
 /// at once unless they wait on a session, so this only catches a stuck or overloaded actor.

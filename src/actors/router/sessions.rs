@@ -42,7 +42,7 @@ pub struct JoinSession {
 }
 
 /// Join the live call at `url` for `role`; see [`Joined`]. The character's configuration
-/// decides whether it may ([`attach_key`]): the hosts, the key, how many calls at once.
+/// decides whether it may: the hosts, the key, how many calls at once.
 #[derive(Message, Debug)]
 #[rtype(result = "Result<Joined, RouterError>")]
 pub struct AttachCall {

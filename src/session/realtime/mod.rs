@@ -93,7 +93,7 @@ fn system_message(text: &str, event_id: &str) -> String {
 
 /// The user message that shows the model a call's images, sent right after the call's output:
 /// for each image a line naming the call and what to look for, then the image as a `data:` URL.
-pub(crate) fn image_message(result: &ToolResult, event_id: &str) -> String {
+pub fn image_message(result: &ToolResult, event_id: &str) -> String {
     let mut content = Vec::with_capacity(result.images.len() * 2);
     for image in &result.images {
         content.push(json!({"type": "input_text", "text": result.image_caption(image)}));
