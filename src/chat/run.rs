@@ -13,7 +13,6 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::future::{Either, join_all, select};
-use hyper::body::Incoming;
 use hyper::header::CONTENT_TYPE;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
@@ -21,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::answer::ModelCall;
 use super::kept::{MAX_KEPT_BYTES, TooLarge};
 use super::round::{Answer, MAX_CALLS_PER_ROUND, Step, Streamed, Unreadable, WireConversation};
-use super::upstream::{AppHeaders, UpstreamError};
+use super::upstream::{AppHeaders, UpstreamBody, UpstreamError};
 use super::wire::{error_body, error_text, refuses_tools};
 use super::{ChatEndpoint, RequestPermit};
 use crate::dispatch::{Dispatcher, Where};
@@ -459,7 +458,7 @@ impl<C: WireConversation> Driver<C> {
     }
 
     /// Reads a streamed round, forwarding to the app what the conversation says as it comes.
-    async fn read_stream(&mut self, body: Incoming) -> Result<(), Failure> {
+    async fn read_stream(&mut self, body: UpstreamBody) -> Result<(), Failure> {
         let endpoint = self.ctx.endpoint.clone();
         let mut events = endpoint.upstream().events(body, &self.ctx.app);
         self.conversation.stream_begins();

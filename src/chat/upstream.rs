@@ -1,28 +1,26 @@
-//! The chat upstream's HTTP client: hyper-util's pooled HTTP/1.1 client over the same TLS
-//! stack as the callbacks (rustls on ring, the webpki roots), one per thread, so a request's
-//! exchange stays on the worker that serves the app. Redirects are never followed (the key
-//! goes only where the configuration says): one is an error, as is an answer over
+//! The chat upstream's HTTP client: the server's own HTTP/1.1 client (`dispatch::client`, the
+//! callbacks' too: hyper's connection API, a keep-alive pool per thread, rustls on ring and the
+//! webpki roots for `https`), so a round's exchange stays in the task of the request that asks
+//! for it, on the worker that serves the app. Redirects are never followed (the key goes only
+//! where the configuration says): one is an error, as is an answer over
 //! [`MAX_UPSTREAM_ANSWER_BYTES`]. Every byte read from the upstream has the server's keys (the
 //! configured one among them, [`crate::domain::secrets`]) and the app's own key of the exchange
-//! redacted before anything repeats it: the app's answer, the log, `last_error`, the events. Dropping a request or its body closes its
-//! connection: that is how an app that goes away cancels the upstream's work.
+//! redacted before anything repeats it: the app's answer, the log, `last_error`, the events.
+//! Dropping a request or its body closes its connection: that is how an app that goes away
+//! cancels the upstream's work.
 
-use std::cell::OnceCell;
 use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::Stream;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
-use hyper::body::Incoming;
-use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderName, HeaderValue};
+use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderName, HeaderValue};
 use hyper::{Request, Response};
-use hyper_rustls::HttpsConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use sse_stream::{Sse, SseStream};
+use url::Position;
 
 use super::settings::ChatSettings;
+use crate::dispatch::client::{self, Peer, PooledBody, SendError};
 use crate::domain::peer_text;
 use crate::domain::secrets::{self, Secrets};
 use crate::session::shell::MODEL_CONNECT_TIMEOUT;
@@ -30,6 +28,12 @@ use crate::session::shell::MODEL_CONNECT_TIMEOUT;
 /// How long an idle connection to the upstream is kept for the next request: providers close
 /// theirs after about a minute; half of that is never cut under us.
 pub(crate) const UPSTREAM_KEEP_ALIVE: Duration = Duration::from_secs(30);
+
+/// The chat upstreams, to the server's HTTP client.
+const UPSTREAMS: Peer = Peer {
+    connect_timeout: MODEL_CONNECT_TIMEOUT,
+    keep_alive: UPSTREAM_KEEP_ALIVE,
+};
 
 /// Largest upstream answer read (a whole completion, a streamed round, or an error body): a
 /// completion is kilobytes; this only bounds a misbehaving upstream.
@@ -45,31 +49,8 @@ const PASSED_HEADERS: [&str; 4] = [
 
 type Body = Full<Bytes>;
 
-thread_local! {
-    static CLIENT: OnceCell<Client<HttpsConnector<HttpConnector>, Body>> = const { OnceCell::new() };
-}
-
-fn client() -> Client<HttpsConnector<HttpConnector>, Body> {
-    CLIENT.with(|cell| {
-        cell.get_or_init(|| {
-            let mut http = HttpConnector::new();
-            http.enforce_http(false);
-            http.set_connect_timeout(Some(MODEL_CONNECT_TIMEOUT));
-            // Requests and streamed answers are small writes that must not wait.
-            http.set_nodelay(true);
-            let https = hyper_rustls::HttpsConnectorBuilder::new()
-                .with_provider_and_webpki_roots(rustls::crypto::ring::default_provider())
-                .expect("ring supports the default TLS versions")
-                .https_or_http()
-                .enable_http1()
-                .wrap_connector(http);
-            Client::builder(TokioExecutor::new())
-                .pool_idle_timeout(UPSTREAM_KEEP_ALIVE)
-                .build(https)
-        })
-        .clone()
-    })
-}
+/// An upstream answer's body: reading it drives its connection.
+pub(crate) type UpstreamBody = PooledBody;
 
 /// Why the upstream gave no answer.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -131,6 +112,8 @@ pub struct Upstream {
     /// The base URL as configured, for messages.
     base: String,
     base_url: url::Url,
+    /// `scheme://host:port` of the base, the pool's key.
+    origin: String,
     /// `Bearer <key>` from the configuration, if any (the key is held with the server's
     /// others, kept out of what the upstream sends back).
     authorization: Option<HeaderValue>,
@@ -177,9 +160,16 @@ impl Upstream {
             .as_ref()
             .map(|key| HeaderValue::from_str(&format!("Bearer {key}")))
             .transpose()?;
+        let origin = format!(
+            "{}://{}:{}",
+            base_url.scheme(),
+            base_url.host_str().unwrap_or_default(),
+            base_url.port_or_known_default().unwrap_or_default()
+        );
         Ok(Self {
             base: settings.url.clone(),
             base_url,
+            origin,
             authorization,
             timeout: settings.timeout,
         })
@@ -187,11 +177,20 @@ impl Upstream {
 
     /// The URL of `path` under the base (`chat/completions`, `responses`, `models`), its query
     /// kept.
-    fn url(&self, path: &str) -> String {
+    fn url(&self, path: &str) -> url::Url {
         let mut url = self.base_url.clone();
         let joined = format!("{}/{path}", url.path().trim_end_matches('/'));
         url.set_path(&joined);
-        url.to_string()
+        url
+    }
+
+    /// A request to `path`: origin-form, with its own `Host`.
+    fn request(&self, method: hyper::Method, path: &str) -> hyper::http::request::Builder {
+        let url = self.url(path);
+        Request::builder()
+            .method(method)
+            .uri(&url[Position::BeforePath..Position::AfterQuery])
+            .header(HOST, &url[Position::BeforeHost..Position::AfterPort])
     }
 
     /// POSTs a round's request to `path` (`chat/completions`, `responses`); resolves with the
@@ -202,8 +201,9 @@ impl Upstream {
         body: Vec<u8>,
         stream: bool,
         app: &AppHeaders,
-    ) -> Result<Response<Incoming>, UpstreamError> {
-        let mut request = Request::post(self.url(path))
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        let mut request = self
+            .request(hyper::Method::POST, path)
             .header(CONTENT_TYPE, "application/json")
             .header(
                 ACCEPT,
@@ -225,8 +225,8 @@ impl Upstream {
         &self,
         path: &str,
         app: &AppHeaders,
-    ) -> Result<Response<Incoming>, UpstreamError> {
-        let request = self.authorize(Request::get(self.url(path)), app);
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        let request = self.authorize(self.request(hyper::Method::GET, path), app);
         let request = request
             .body(Full::new(Bytes::new()))
             .map_err(|e| self.unreachable(e))?;
@@ -248,10 +248,12 @@ impl Upstream {
         request
     }
 
-    async fn send(&self, request: Request<Body>) -> Result<Response<Incoming>, UpstreamError> {
-        let response = match tokio::time::timeout(self.timeout, client().request(request)).await {
+    async fn send(&self, request: Request<Body>) -> Result<Response<UpstreamBody>, UpstreamError> {
+        let sent = client::exchange(&UPSTREAMS, &self.origin, request);
+        let response = match tokio::time::timeout(self.timeout, sent).await {
             Ok(Ok(response)) => response,
-            Ok(Err(e)) => return Err(self.unreachable(error_chain(&e))),
+            Ok(Err(SendError::Connect(e))) => return Err(self.unreachable(error_chain(&*e))),
+            Ok(Err(SendError::Exchange(e))) => return Err(self.unreachable(error_chain(&e))),
             Err(_) => return Err(self.timed_out()),
         };
         let status = response.status();
@@ -272,7 +274,7 @@ impl Upstream {
 
     /// Reads a whole answer body (bounded in size, each part within the timeout), the keys of
     /// the exchange redacted.
-    pub async fn read(&self, body: Incoming, app: &AppHeaders) -> Result<Bytes, UpstreamError> {
+    pub async fn read(&self, body: UpstreamBody, app: &AppHeaders) -> Result<Bytes, UpstreamError> {
         let mut body = Limited::new(body, MAX_UPSTREAM_ANSWER_BYTES);
         let mut bytes = Vec::new();
         loop {
@@ -296,7 +298,7 @@ impl Upstream {
 
     /// The events of a streamed answer, each within the timeout of the one before, the keys of
     /// the exchange redacted from each.
-    pub fn events(&self, body: Incoming, app: &AppHeaders) -> Events<'_> {
+    pub fn events(&self, body: UpstreamBody, app: &AppHeaders) -> Events<'_> {
         Events {
             stream: Box::pin(SseStream::new(
                 Limited::new(body, MAX_UPSTREAM_ANSWER_BYTES).map_err(std::io::Error::other),
@@ -409,11 +411,15 @@ mod tests {
     fn paths_join_the_base_and_keep_its_query() {
         let upstream = |url: &str| Upstream::new(&ChatSettings::new(url)).unwrap();
         assert_eq!(
-            upstream("http://127.0.0.1:11434/v1").url("chat/completions"),
+            upstream("http://127.0.0.1:11434/v1")
+                .url("chat/completions")
+                .as_str(),
             "http://127.0.0.1:11434/v1/chat/completions"
         );
         assert_eq!(
-            upstream("https://example.com/openai/v1/?api-version=2").url("models"),
+            upstream("https://example.com/openai/v1/?api-version=2")
+                .url("models")
+                .as_str(),
             "https://example.com/openai/v1/models?api-version=2"
         );
     }

@@ -39,7 +39,7 @@ use self::failure::{CallFailure, body_failure, send_failure};
 mod board;
 mod body;
 mod cancel;
-mod client;
+pub(crate) mod client;
 mod failure;
 pub(crate) mod settings;
 

@@ -144,6 +144,8 @@ async fn a_server_round_then_words_without_streaming() {
     // The model got the tools, then its own turn and the result.
     let bodies = upstream.bodies();
     assert_eq!(bodies.len(), 2);
+    // Both rounds went over one kept-alive connection.
+    assert_eq!(upstream.connections(), 1);
     assert_eq!(tool_names(&bodies[0]), ["get_weather"]);
     assert_eq!(
         bodies[0]["tools"][0],

@@ -184,6 +184,8 @@ struct Shared {
     gate: watch::Sender<bool>,
     /// Connections held by [`Answer::HoldOpen`] that the caller has since closed.
     closed: watch::Sender<usize>,
+    /// Connections accepted.
+    connections: std::cell::Cell<usize>,
     tasks: RefCell<Vec<JoinHandle<()>>>,
 }
 
@@ -204,6 +206,7 @@ impl FakeChat {
             count: watch::channel(0).0,
             gate: watch::channel(false).0,
             closed: watch::channel(0).0,
+            connections: std::cell::Cell::new(0),
             tasks: RefCell::new(Vec::new()),
         });
         let accepting = shared.clone();
@@ -212,6 +215,7 @@ impl FakeChat {
                 let Ok((stream, _)) = listener.accept().await else {
                     continue;
                 };
+                accepting.connections.set(accepting.connections.get() + 1);
                 let task = actix_web::rt::spawn(serve(stream, accepting.clone()));
                 accepting.tasks.borrow_mut().push(task);
             }
@@ -262,6 +266,11 @@ impl FakeChat {
             self.shared.received.borrow().len()
         );
         self.received()
+    }
+
+    /// Connections accepted so far.
+    pub fn connections(&self) -> usize {
+        self.shared.connections.get()
     }
 
     /// Lets held stream events through.

@@ -137,39 +137,61 @@ impl AppResponse {
         let response = serde_json::from_slice::<Map<String, Value>>(body)
             .ok()
             .filter(|r| r.get("output").is_some_and(Value::is_array));
-        let Some(response) = response else {
+        let Some(mut response) = response else {
             return Err(Unreadable::Invalid(format!(
                 "the upstream answered with success, but not with a response: {}",
                 error_text(body)
             )));
         };
         self.round_begins();
+        // The items, out of the response while its opening is written (with no output yet);
+        // put back for the terminal event.
+        let items = match response.get_mut("output") {
+            Some(Value::Array(items)) => std::mem::take(items),
+            _ => Vec::new(),
+        };
         let mut opening = response.clone();
-        opening.insert("output".into(), json!([]));
         opening.insert("status".into(), json!("in_progress"));
-        let mut events = vec![
-            event_of("response.created", json!({"response": opening})),
-            event_of("response.in_progress", json!({"response": opening})),
-        ];
-        let items = response["output"].as_array().cloned().unwrap_or_default();
-        for (index, item) in items.into_iter().enumerate() {
-            let added = json!({"output_index": index, "item": item});
-            events.push(event_of("response.output_item.added", added.clone()));
-            events.push(event_of("response.output_item.done", added));
+        let mut frames = Vec::new();
+        if self.streaming {
+            for kind in ["response.created", "response.in_progress"] {
+                let event = event_of(kind, [("response", Value::Object(opening.clone()))]);
+                frames.extend(self.take_frames(event, is_app)?);
+            }
+        } else if self.first.is_none() {
+            // Without a stream, all the opening events give is the first round's response.
+            self.first = Some(opening);
+        }
+        for (index, item) in items.iter().enumerate() {
+            for kind in ["response.output_item.added", "response.output_item.done"] {
+                let event = event_of(
+                    kind,
+                    [("output_index", json!(index)), ("item", item.clone())],
+                );
+                frames.extend(self.take_frames(event, is_app)?);
+            }
         }
         let terminal = match response.get("status").and_then(Value::as_str) {
             Some("incomplete") => "response.incomplete",
             Some("failed") => "response.failed",
             _ => "response.completed",
         };
-        events.push(event_of(terminal, json!({"response": response})));
-        let mut frames = Vec::new();
-        for event in events {
-            if let Streamed::Frames(more) = self.take(event, is_app)? {
-                frames.extend(more);
-            }
-        }
+        response.insert("output".into(), Value::Array(items));
+        let event = event_of(terminal, [("response", Value::Object(response))]);
+        frames.extend(self.take_frames(event, is_app)?);
         Ok(frames)
+    }
+
+    /// [`Self::take`], for the frames it gives.
+    fn take_frames(
+        &mut self,
+        event: Map<String, Value>,
+        is_app: &dyn Fn(&str) -> bool,
+    ) -> Result<Vec<Bytes>, Unreadable> {
+        Ok(match self.take(event, is_app)? {
+            Streamed::Frames(frames) => frames,
+            Streamed::End => Vec::new(),
+        })
     }
 
     fn take(
@@ -319,19 +341,19 @@ impl AppResponse {
 
     /// The round is read: its output for the loop.
     pub(crate) fn round_output(&mut self) -> RoundOutput {
-        let response = self.round.response.take();
+        let mut response = self.round.response.take();
         let status = response
             .as_ref()
             .filter(|_| self.round.ended)
             .and_then(|r| r.get("status"))
             .and_then(Value::as_str)
             .map(str::to_owned);
-        let mut items = response
-            .as_ref()
-            .and_then(|r| r.get("output"))
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
+        // The items are taken: the response kept as the last one gets the app's items when
+        // the app's response is written.
+        let mut items = match response.as_mut().and_then(|r| r.get_mut("output")) {
+            Some(Value::Array(items)) => std::mem::take(items),
+            _ => Vec::new(),
+        };
         if items.is_empty() {
             items = std::mem::take(&mut self.round.done).into_values().collect();
         }
@@ -420,14 +442,16 @@ impl AppResponse {
             let mut opening = response.clone();
             opening.insert("status".into(), json!("in_progress"));
             opening.insert("output".into(), json!([]));
-            frames.extend(self.frame(event_of("response.created", json!({"response": opening}))));
+            let event = event_of("response.created", [("response", Value::Object(opening))]);
+            frames.extend(self.frame(event));
         }
         let kind = match response.get("status").and_then(Value::as_str) {
             Some("incomplete") => "response.incomplete",
             Some("failed") => "response.failed",
             _ => "response.completed",
         };
-        frames.extend(self.frame(event_of(kind, json!({"response": response}))));
+        let event = event_of(kind, [("response", Value::Object(response))]);
+        frames.extend(self.frame(event));
         frames
     }
 }
@@ -440,12 +464,12 @@ fn call_name(item: &Value) -> &str {
     item.get("name").and_then(Value::as_str).unwrap_or_default()
 }
 
-/// An event of this type with these fields.
-fn event_of(kind: &str, fields: Value) -> Map<String, Value> {
+/// An event of this type with these fields (moved in, not serialised again).
+fn event_of<const N: usize>(kind: &str, fields: [(&str, Value); N]) -> Map<String, Value> {
     let mut event = Map::new();
     event.insert("type".into(), json!(kind));
-    if let Value::Object(fields) = fields {
-        event.extend(fields);
+    for (key, value) in fields {
+        event.insert(key.into(), value);
     }
     event
 }
