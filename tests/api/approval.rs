@@ -458,6 +458,16 @@ async fn the_pending_set_is_bounded_and_an_ended_session_cancels_its_approvals()
     assert!(callback.received().is_empty());
 }
 
+/// A chat character on `upstream` with `send_message` registered (it needs approval), and Mio's
+/// event stream.
+async fn chat_with_send_message(upstream: &FakeChat) -> (TestApp, CallbackServer, EventReader) {
+    let app = chat_server(&upstream.base(), |_| {}).await;
+    let callback = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
+    register(&app, &send_message(&callback, 300)).await;
+    let stream = open(&app, "?role=Mio", None).await.expect("stream opens");
+    (app, callback, stream)
+}
+
 /// The upstream's answer that calls `send_message` to Ann as `call`.
 fn asks_to_send(call: &str) -> Answer {
     Answer::Json(
@@ -473,10 +483,7 @@ fn asks_to_send(call: &str) -> Answer {
 #[actix_web::test]
 async fn a_chat_request_waits_for_the_decision_and_the_model_hears_it() {
     let upstream = FakeChat::start();
-    let app = chat_server(&upstream.base(), |_| {}).await;
-    let callback = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
-    register(&app, &send_message(&callback, 300)).await;
-    let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
+    let (app, callback, mut stream) = chat_with_send_message(&upstream).await;
     upstream.script([
         asks_to_send("call_1"),
         Answer::Json(200, completion("cmpl-2", "Sent.", (5, 1))),
@@ -555,10 +562,7 @@ async fn a_chat_request_waits_for_the_decision_and_the_model_hears_it() {
 #[actix_web::test]
 async fn a_chat_request_that_goes_away_cancels_its_approval() {
     let upstream = FakeChat::start();
-    let app = chat_server(&upstream.base(), |_| {}).await;
-    let callback = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
-    register(&app, &send_message(&callback, 300)).await;
-    let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
+    let (app, callback, mut stream) = chat_with_send_message(&upstream).await;
     upstream.script([Answer::Json(
         200,
         calls_completion(
@@ -967,10 +971,7 @@ async fn a_tool_unregistered_or_cleared_while_it_waits_cancels_its_approval() {
 #[actix_web::test]
 async fn a_streamed_chat_request_that_waits_for_approval_gets_keep_alive_comments() {
     let upstream = FakeChat::start();
-    let app = chat_server(&upstream.base(), |_| {}).await;
-    let callback = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
-    register(&app, &send_message(&callback, 300)).await;
-    let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
+    let (app, callback, mut stream) = chat_with_send_message(&upstream).await;
     upstream.script([
         Answer::stream(call_chunks(
             "cmpl-1",
