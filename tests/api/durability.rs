@@ -18,9 +18,9 @@ use serde_json::{Value, json};
 use crate::callback_server::{CallbackServer, ClosedPort, Reply};
 use crate::child::LineChild;
 use crate::cli::{Child, TempDir, get, post};
-use crate::event_stream::open;
+use crate::event_stream::{EventReader, open};
 use crate::fake_realtime::{AckMode, FakeRealtime};
-use crate::helpers::{raw_exchange, raw_head, settings, spawn_app_with, test_client};
+use crate::helpers::{TestApp, raw_exchange, raw_head, settings, spawn_app_with, test_client};
 use crate::ownership::{TOKEN_A, TOKEN_B};
 use crate::python::{repo_file, venv_python};
 
@@ -328,6 +328,19 @@ fn registered_then_killed(path: &Path, characters: &[&str], url: &str) {
     child.wait();
 }
 
+/// The server started again on the state file at `path`, Mio with a live session to a fake
+/// model, and the event stream past its `hello`.
+async fn restarted_with_a_live_session(path: &Path) -> (FakeRealtime, TestApp, EventReader) {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let mut config = settings(&["Mio"]);
+    config.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
+    config.state.path = Some(path.to_owned());
+    let app = spawn_app_with(config).await;
+    let mut stream = open(&app, "", None).await.expect("stream opens");
+    stream.expect("hello").await;
+    (fake, app, stream)
+}
+
 #[actix_web::test]
 async fn restored_tools_are_dormant_until_their_callback_listens_then_reach_a_live_session() {
     let dir = TempDir::new("durability-dormant");
@@ -335,13 +348,7 @@ async fn restored_tools_are_dormant_until_their_callback_listens_then_reach_a_li
     let port = ClosedPort::new();
     registered_then_killed(&path, &["Mio"], &port.url("/weather"));
 
-    let fake = FakeRealtime::start(AckMode::Immediate).await;
-    let mut config = settings(&["Mio"]);
-    config.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
-    config.state.path = Some(path.clone());
-    let app = spawn_app_with(config).await;
-    let mut stream = open(&app, "", None).await.expect("stream opens");
-    stream.expect("hello").await;
+    let (fake, app, mut stream) = restarted_with_a_live_session(&path).await;
 
     let (_, listing) = app.get("/api/tools").await;
     assert_eq!(
@@ -535,13 +542,7 @@ async fn a_runtime_mcp_server_is_restored_dormant_until_it_answers_then_reaches_
     plugin.signal("KILL");
     plugin.wait_exit().await;
 
-    let fake = FakeRealtime::start(AckMode::Immediate).await;
-    let mut config = settings(&["Mio"]);
-    config.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
-    config.state.path = Some(path.clone());
-    let app = spawn_app_with(config).await;
-    let mut stream = open(&app, "", None).await.expect("stream opens");
-    stream.expect("hello").await;
+    let (fake, app, mut stream) = restarted_with_a_live_session(&path).await;
     let (_, listing) = app.get("/api/tools").await;
     assert_eq!(
         names_and_states(&listing, "Mio"),
