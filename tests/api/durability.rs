@@ -501,7 +501,8 @@ async fn a_runtime_mcp_server_is_restored_dormant_until_it_answers_then_reaches_
     let path = dir.file("state.redb", "");
     let (mut child, addr) = serve(&path, &["Mio"], "info");
     let base = format!("http://{addr}");
-    let (plugin, port) = mcp_plugin(&base, "weather", &[]).await;
+    let port_text = crate::helpers::port_to_come_back_to().to_string();
+    let (plugin, port) = mcp_plugin(&base, "weather", &["--port", &port_text]).await;
     let url = format!("http://127.0.0.1:{port}/mcp");
     let body = json!({"name": "weather", "url": url});
     let (status, answer) = post_with_token(addr, "/api/mcp/register", &body, TOKEN_A);
@@ -586,7 +587,6 @@ async fn a_runtime_mcp_server_is_restored_dormant_until_it_answers_then_reaches_
     );
 
     // The MCP server comes back on its port: its tools go to the session.
-    let port_text = port.to_string();
     let (plugin, _) = mcp_plugin(&app.base, "weather", &["--port", &port_text]).await;
     stream
         .wait_for("tools.changed", |d| {

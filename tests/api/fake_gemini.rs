@@ -322,6 +322,9 @@ async fn handshake(
                 _ => continue,
             };
             let message: Value = serde_json::from_str(&text).unwrap_or(Value::String(text));
+            // The mode in force when the message is recorded decides the answer: a test that
+            // changes the mode after seeing a setup never changes how that setup is answered.
+            let mode = fake.mode.lock().unwrap().clone();
             fake.shared.lock().unwrap().received.push(Received {
                 connection,
                 message: message.clone(),
@@ -347,7 +350,6 @@ async fn handshake(
                         .await;
                     break;
                 }
-                let mode = fake.mode.lock().unwrap().clone();
                 match mode {
                     SetupMode::Complete => {}
                     SetupMode::Held => fake.released.acquire().await.unwrap().forget(),

@@ -439,3 +439,26 @@ pub fn cannot_run(test: &str, reason: &str) {
     }
     println!("SKIPPED {test}: {reason}");
 }
+
+/// A free loopback port below the kernel's ephemeral range, for a server that a test stops and
+/// starts again on the same port. A port the kernel handed out for `bind(0)` can be handed to
+/// another test's socket (a listener or an outgoing connection) while the server is down, so
+/// the server could not come back on it, or a call meant to find it gone would reach another;
+/// below the range, only an explicit bind takes a port, and these are picked at random.
+pub fn port_to_come_back_to() -> u16 {
+    use std::hash::{BuildHasher, RandomState};
+    let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let floor = 10_000u16.min(low / 2);
+    let random = RandomState::new();
+    for attempt in 0u32..1000 {
+        let pick = random.hash_one((std::process::id(), attempt));
+        let port = floor + (pick % u64::from(low - floor)) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port below {low}");
+}

@@ -333,7 +333,9 @@ async fn only_three_failed_calls_in_a_row_remove_a_plugins_mcp_server() {
     let app = spawn_app(&["Lanlan"]).await;
     let mut events = open(&app, "", None).await.expect("stream opens");
     let args = ["--source", "plugin:flaky", "--wait-tool", "--timeout", "10"];
-    let plugin = start_plugin(&app, "flaky", &args).await;
+    let first_port = crate::helpers::port_to_come_back_to().to_string();
+    let first_args = [&args[..], &["--port", &first_port]].concat();
+    let plugin = start_plugin(&app, "flaky", &first_args).await;
     assert_eq!(plugin.answer["ok"], json!(true), "{}", plugin.answer);
     let port = plugin.port;
     let refused = format!(
