@@ -182,11 +182,16 @@ impl FakeGemini {
 
     /// Waits for the `n`th setup (1-based), over every connection.
     pub async fn nth_setup(&self, n: usize) -> Received {
+        // Read in place: a soak's thousands of messages are not copied at every wake-up.
         self.wait_until(&format!("setup #{n}"), |fake| {
-            fake.received()
-                .into_iter()
+            fake.shared
+                .lock()
+                .unwrap()
+                .received
+                .iter()
                 .filter(|r| r.message.get("setup").is_some())
                 .nth(n - 1)
+                .cloned()
         })
         .await
     }

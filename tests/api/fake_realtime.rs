@@ -208,7 +208,9 @@ impl FakeRealtime {
 
     /// Waits until `done` holds over the recorded events; returns its value.
     pub async fn wait_for<T>(&self, what: &str, mut done: impl FnMut(&[Value]) -> Option<T>) -> T {
-        self.wait_until(what, |fake| done(&fake.events())).await
+        // Read in place: a soak's thousands of events are not copied at every wake-up.
+        self.wait_until(what, |fake| done(&fake.shared.lock().unwrap().events))
+            .await
     }
 
     /// Waits for the `n`-th `session.update` (1-based) and returns it.

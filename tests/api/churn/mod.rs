@@ -24,8 +24,8 @@ use crate::procfs::Holdings;
 /// an allocator's file may come late, a leak grows with the cycles.
 pub const FD_SLACK: usize = 4;
 
-/// RSS a kind may add beyond its warm reading, in KiB: allocators keep some of what they
-/// freed; a leak grows with the cycles.
+/// RSS a kind may add beyond its warm reading, in KiB: the allocator's pages are not all
+/// emptied again, and bounded stores fill; a leak grows with the cycles.
 pub const RSS_SLACK_KIB: u64 = 8 * 1024;
 
 /// Longest wait for the server to let go of what the cycles left once their peers are gone:
@@ -34,6 +34,18 @@ const SETTLE_DEADLINE: Duration = Duration::from_secs(40);
 
 /// How often the server's holdings are read while waiting for them to settle.
 const READ_EVERY: Duration = Duration::from_millis(100);
+
+/// The cycles before the warm reading: `CHURN_WARM_UP`, or `default` (a few, so `cargo test`
+/// stays fast). The server's memory climbs to a plateau before it stays flat: what a few
+/// thousand connections leave in the allocator's pages and in the bounded stores (the event
+/// ring) is not a leak, and a soak that reads RSS against it warms up past it
+/// (docs/reliability.md, "Churn").
+pub fn warm_up(default: usize) -> usize {
+    std::env::var("CHURN_WARM_UP")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(default)
+}
 
 /// The cycles a kind runs: `CHURN_CYCLES`, or `default`.
 pub fn cycles(default: usize) -> usize {
@@ -58,9 +70,14 @@ impl Server {
         let dir = TempDir::new(&format!("churn-{test}"));
         let path = dir.file("runtime-tools.toml", config);
         let path = path.to_str().expect("a UTF-8 path");
-        let mut child = Child::start_logging(
+        // mimalloc returns the pages it frees at once rather than 10 ms later on the thread's
+        // next allocation, which an idle server never makes: RSS at rest is then what the
+        // server holds, not pages freed and kept for reuse (up to +17 MiB after a few thousand
+        // attachments, whatever their number).
+        let mut child = Child::start_logging_with_env(
             &["serve", "--config", path, "--bind", "127.0.0.1:0"],
             "warn",
+            &[("MIMALLOC_PURGE_DELAY", "0")],
         );
         let addr = child.listening("127.0.0.1");
         Server {

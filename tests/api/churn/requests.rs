@@ -148,11 +148,11 @@ async fn chat_requests_plain_streamed_abandoned_and_cut_off_leave_nothing() {
             chat_cycle(&server, &upstream, cycle, &mut held).await;
         }
     };
-    run(0, WARM_UP).await;
+    run(0, warm_up()).await;
     // At rest: the upstream connections the chat client keeps alive, one per worker.
     let warm = server.at_rest(2).await;
     let total = cycles(300);
-    run(WARM_UP, WARM_UP + total).await;
+    run(warm_up(), warm_up() + total).await;
     server
         .holds_bounds(
             "chat (plain, streamed, client gone, upstream cut mid-stream)",
@@ -186,10 +186,10 @@ async fn mcp_sessions_deleted_or_abandoned_leave_nothing() {
             delete_mcp_session(&server, &session).await;
         }
     };
-    deleted(0, WARM_UP).await;
+    deleted(0, warm_up()).await;
     let warm = server.at_rest(0).await;
     let total = cycles(300);
-    deleted(WARM_UP, WARM_UP + total).await;
+    deleted(warm_up(), warm_up() + total).await;
     server
         .holds_bounds("/mcp sessions (deleted)", total, &warm, 0)
         .await;
@@ -233,10 +233,10 @@ async fn mcp_servers_registered_at_run_time_and_removed_leave_nothing() {
             );
         }
     };
-    run(0, WARM_UP).await;
+    run(0, warm_up()).await;
     let warm = server.at_rest(0).await;
     let total = cycles(300);
-    run(WARM_UP, WARM_UP + total).await;
+    run(warm_up(), warm_up() + total).await;
     server
         .holds_bounds("runtime MCP servers (registered, removed)", total, &warm, 0)
         .await;
@@ -251,10 +251,10 @@ async fn event_stream_subscribers_that_come_and_go_leave_nothing() {
             subscriber(&server).await;
         }
     };
-    run(0, WARM_UP).await;
+    run(0, warm_up()).await;
     let warm = server.at_rest(0).await;
     let total = cycles(300);
-    run(WARM_UP, WARM_UP + total).await;
+    run(warm_up(), warm_up() + total).await;
     server
         .holds_bounds("event-stream subscribers", total, &warm, 0)
         .await;
@@ -334,11 +334,11 @@ async fn callbacks_that_time_out_answer_late_or_are_cancelled_leave_nothing() {
         };
         futures_util::join!(timeouts, interruptions);
     };
-    run(0, WARM_UP).await;
+    run(0, warm_up()).await;
     // At rest: the session's connection to its model.
     let warm = server.at_rest(1).await;
     let total = cycles(300);
-    run(WARM_UP, WARM_UP + total).await;
+    run(warm_up(), warm_up() + total).await;
     server
         .holds_bounds(
             "callbacks (timed out, answered late, cancelled by an interruption)",
@@ -347,4 +347,9 @@ async fn callbacks_that_time_out_answer_late_or_are_cancelled_leave_nothing() {
             1,
         )
         .await;
+}
+
+/// The cycles before the warm reading ([`super::warm_up`]).
+fn warm_up() -> usize {
+    super::warm_up(WARM_UP)
 }
