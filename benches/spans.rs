@@ -187,12 +187,17 @@ impl Variant {
         label: &'static str,
         callback: SocketAddr,
         receiver: Option<SocketAddr>,
+        calls: usize,
     ) -> Self {
         let trace = match receiver {
             Some(at) => TraceSettings {
                 export: true,
                 endpoint: Some(format!("http://{at}/v1/traces")),
                 schedule_delay: Some(Duration::from_millis(100)),
+                // Room for every span of a run: on a loaded machine the exporter's thread may
+                // wait for a core longer than the default queue (2048 spans) lasts, and a
+                // dropped span would cost less than an exported one (and never arrive).
+                max_queue: calls * SPANS_PER_CALL,
                 ..TraceSettings::default()
             },
             None => TraceSettings::default(),
@@ -298,8 +303,8 @@ fn main() {
     let receiver = peer(peers.clone(), "", count_spans);
     actix_web::rt::System::new().block_on(async move {
         let variants = [
-            Variant::start("export off", callback, None).await,
-            Variant::start("export on", callback, Some(receiver)).await,
+            Variant::start("export off", callback, None, options.calls).await,
+            Variant::start("export on", callback, Some(receiver), options.calls).await,
         ];
         // Warm-up: connections, pools, the exporter's runtime.
         for variant in &variants {
