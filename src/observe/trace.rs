@@ -177,10 +177,10 @@ impl Span {
         &self.context
     }
 
-    /// Sets attributes (built only when the span is exported).
-    pub(crate) fn set(&mut self, attributes: impl FnOnce() -> Vec<KeyValue>) {
+    /// Sets an attribute (built only when the span is exported).
+    pub(crate) fn set(&mut self, attribute: impl FnOnce() -> KeyValue) {
         if let Some(span) = &mut self.live {
-            span.set_attributes(attributes());
+            span.set_attribute(attribute());
         }
     }
 
