@@ -108,7 +108,7 @@ impl Observer {
                 let mut name = String::with_capacity(CALL_SPAN_PREFIX.len() + call.tool.len());
                 name.push_str(CALL_SPAN_PREFIX);
                 name.push_str(&call.tool);
-                name
+                name.into()
             },
             SpanKind::Internal,
             parent,
@@ -137,7 +137,7 @@ impl Observer {
     /// The CLIENT span of a callback's HTTP exchange, under the call's span.
     pub(crate) fn callback_span(&self, parent: Option<&SpanContext>, url: &CallbackUrl) -> Span {
         self.inner.tracing.start(
-            || "POST".to_owned(),
+            || "POST".into(),
             SpanKind::Client,
             parent,
             || {
@@ -165,7 +165,7 @@ impl Observer {
         parent: Option<&SpanContext>,
     ) -> Span {
         self.inner.tracing.start(
-            || format!("{} {character}", kind.name()),
+            || format!("{} {character}", kind.name()).into(),
             SpanKind::Server,
             parent,
             || {
@@ -182,7 +182,7 @@ impl Observer {
     /// parent of the calls it made.
     pub(crate) fn turn_span(&self, kind: ConnectionKind, character: &str, turn: &str) -> Span {
         self.inner.tracing.start(
-            || format!("turn {character}"),
+            || format!("turn {character}").into(),
             SpanKind::Internal,
             None,
             || {
