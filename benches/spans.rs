@@ -10,7 +10,8 @@
 //! protobuf types and counts its spans; a run with export on ends only once every span of its
 //! calls has arrived, so the exporter's work (encoding, posting) is inside the figure.
 //!
-//! Run: `cargo bench --bench spans [-- --calls N --runs N --concurrency N]`. Figures and
+//! Run: `cargo bench --bench spans [-- --calls N --runs N --concurrency N]`; `--only on` (or
+//! `off`) runs one variant alone, to profile it. Figures and
 //! method: docs/benchmarks.md ("Span export on the call path").
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -44,6 +45,8 @@ struct Options {
     calls: usize,
     runs: usize,
     concurrency: usize,
+    /// `--only off|on`: run that variant alone (to profile it).
+    only: Option<String>,
 }
 
 impl Options {
@@ -52,9 +55,14 @@ impl Options {
             calls: 20_000,
             runs: 5,
             concurrency: 8,
+            only: None,
         };
         let mut args = std::env::args().skip(1);
         while let Some(arg) = args.next() {
+            if arg == "--only" {
+                options.only = args.next();
+                continue;
+            }
             let mut value = || {
                 args.next()
                     .and_then(|v| v.parse().ok())
@@ -187,12 +195,17 @@ impl Variant {
         label: &'static str,
         callback: SocketAddr,
         receiver: Option<SocketAddr>,
+        calls: usize,
     ) -> Self {
         let trace = match receiver {
             Some(at) => TraceSettings {
                 export: true,
                 endpoint: Some(format!("http://{at}/v1/traces")),
                 schedule_delay: Some(Duration::from_millis(100)),
+                // Room for every span of a run: on a loaded machine the exporter's thread may
+                // wait for a core longer than the default queue (2048 spans) lasts, and a
+                // dropped span would cost less than an exported one (and never arrive).
+                max_queue: calls * SPANS_PER_CALL,
                 ..TraceSettings::default()
             },
             None => TraceSettings::default(),
@@ -298,8 +311,8 @@ fn main() {
     let receiver = peer(peers.clone(), "", count_spans);
     actix_web::rt::System::new().block_on(async move {
         let variants = [
-            Variant::start("export off", callback, None).await,
-            Variant::start("export on", callback, Some(receiver)).await,
+            Variant::start("export off", callback, None, options.calls).await,
+            Variant::start("export on", callback, Some(receiver), options.calls).await,
         ];
         // Warm-up: connections, pools, the exporter's runtime.
         for variant in &variants {
@@ -310,12 +323,22 @@ fn main() {
         let mut figures = vec![Vec::new(); variants.len()];
         for run in 1..=options.runs {
             for (variant, figures) in variants.iter().zip(&mut figures) {
+                if options
+                    .only
+                    .as_deref()
+                    .is_some_and(|only| !variant.label.ends_with(only))
+                {
+                    continue;
+                }
                 let per_call = variant
                     .run(options.calls, options.concurrency, &peers)
                     .await;
                 println!("{} run{run} cpu_us_per_call={per_call:.2}", variant.label);
                 figures.push(per_call);
             }
+        }
+        if options.only.is_some() {
+            return;
         }
         let (off, on) = (median(figures[0].clone()), median(figures[1].clone()));
         println!(

@@ -244,7 +244,7 @@ impl Dispatcher {
         let mut span = self
             .inner
             .observer
-            .callback_span(call.trace.as_ref(), endpoint.callback_url.url());
+            .callback_span(call.trace.as_ref(), &endpoint.callback_url);
         let context = span.context().clone();
         let exchange = std::pin::pin!(tokio::time::timeout(
             endpoint.timeout,
@@ -265,10 +265,7 @@ impl Dispatcher {
         let (liveness, answer) = match exchange.await {
             Ok(Ok((status, body))) => {
                 span.set(|| {
-                    vec![opentelemetry::KeyValue::new(
-                        "http.response.status_code",
-                        i64::from(status),
-                    )]
+                    opentelemetry::KeyValue::new("http.response.status_code", i64::from(status))
                 });
                 if status >= 400 {
                     span.fail(&status.to_string());

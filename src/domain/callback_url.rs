@@ -9,6 +9,7 @@
 
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 
 use url::Url;
 
@@ -32,6 +33,10 @@ pub struct CallbackUrl {
     /// The parsed form requests are sent to.
     parsed: Url,
     origin: CallbackOrigin,
+    /// The parsed URL and its host as shared text: what every call's CLIENT span names
+    /// (`url.full`, `server.address`) for a reference count, not a copy.
+    shared_url: Arc<str>,
+    shared_host: Arc<str>,
 }
 
 /// `scheme://host:port` of a callback, the default port filled in: the unit of auto-removal.
@@ -88,6 +93,8 @@ impl CallbackUrl {
         let origin = CallbackOrigin::of(&parsed);
         Ok(Self {
             written: written.to_owned(),
+            shared_url: parsed.as_str().into(),
+            shared_host: parsed.host_str().unwrap_or_default().into(),
             parsed,
             origin,
         })
@@ -101,6 +108,11 @@ impl CallbackUrl {
     /// The parsed URL requests go to.
     pub fn url(&self) -> &Url {
         &self.parsed
+    }
+
+    /// The parsed URL (`url()`'s text) and its host, shared.
+    pub fn shared_text(&self) -> (&Arc<str>, &Arc<str>) {
+        (&self.shared_url, &self.shared_host)
     }
 
     pub fn origin(&self) -> &CallbackOrigin {

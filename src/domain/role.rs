@@ -59,6 +59,12 @@ impl From<&str> for RoleName {
     }
 }
 
+impl From<Arc<str>> for RoleName {
+    fn from(name: Arc<str>) -> Self {
+        Self(name)
+    }
+}
+
 impl From<String> for RoleName {
     fn from(name: String) -> Self {
         Self(name.into())

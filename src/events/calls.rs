@@ -74,10 +74,10 @@ impl CallWatch {
     /// session's turn, of a chat request, or the `traceparent` an invoke came with.
     pub fn start(hub: &EventHub, call: CallStart<'_>, parent: Option<&SpanContext>) -> Self {
         let identity = CallIdentity {
-            role: call.role.to_owned(),
-            tool: call.tool.to_owned(),
-            source: call.source.map(str::to_owned),
-            call_id: call.call_id.to_owned(),
+            role: call.role.into(),
+            tool: call.tool.into(),
+            source: call.source.map(Into::into),
+            call_id: call.call_id.into(),
             caller: call.caller,
             kind: call.kind,
         };
@@ -111,7 +111,7 @@ impl CallWatch {
         let call = &self.call;
         self.hub.publish(
             EventKind::ToolCall,
-            Scope::Roles(vec![call.role.as_str().into()]),
+            Scope::Roles(vec![call.role.clone().into()]),
             &ToolCallFinished {
                 call: CallStart {
                     role: &call.role,

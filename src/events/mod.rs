@@ -702,7 +702,7 @@ mod tests {
             });
         let seen: Vec<(&str, &str)> = recent
             .iter()
-            .map(|c| (c.call_id.as_str(), c.outcome.name()))
+            .map(|c| (&*c.call_id, c.outcome.name()))
             .collect();
         assert_eq!(seen, [("c2", "cancelled"), ("c1", "timeout")]);
         assert_eq!(recent[1].trace_id, trace_id);

@@ -22,19 +22,24 @@ use opentelemetry::trace::{SpanContext, SpanKind};
 use self::metrics::{CallSample, Metrics, Snapshot};
 use self::recent::{CallFilter, RecentCall, RecentCalls};
 use self::trace::{Span, TraceSettings, Tracing};
+use crate::domain::callback_url::CallbackUrl;
 use crate::domain::connection::ConnectionKind;
 
 /// How long a stopping server waits for the last spans to reach the collector.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The identity of a call, as its span and its record name it.
+/// The name of a call's span, before the tool's.
+const CALL_SPAN_PREFIX: &str = "execute_tool ";
+
+/// The identity of a call, as its span and its record name it: shared text, so the span's
+/// attributes and the recent calls' record take it for a reference count, not a copy.
 #[derive(Debug, Clone)]
 pub(crate) struct CallIdentity {
-    pub role: String,
-    pub tool: String,
+    pub role: Arc<str>,
+    pub tool: Arc<str>,
     /// `None`: the character has no tool of this name.
-    pub source: Option<String>,
-    pub call_id: String,
+    pub source: Option<Arc<str>>,
+    pub call_id: Arc<str>,
     pub caller: crate::domain::connection::Caller,
     pub kind: Option<ConnectionKind>,
 }
@@ -99,18 +104,25 @@ impl Observer {
     /// attributes and the server's own.
     pub(crate) fn call_span(&self, call: &CallIdentity, parent: Option<&SpanContext>) -> Span {
         self.inner.tracing.start(
-            || format!("execute_tool {}", call.tool),
+            || {
+                let mut name = String::with_capacity(CALL_SPAN_PREFIX.len() + call.tool.len());
+                name.push_str(CALL_SPAN_PREFIX);
+                name.push_str(&call.tool);
+                name.into()
+            },
             SpanKind::Internal,
             parent,
             || {
-                let mut attributes = vec![
+                // Room for `error.type` too: the span's list never grows after its start.
+                let mut attributes = Vec::with_capacity(9);
+                attributes.extend([
                     KeyValue::new("gen_ai.operation.name", "execute_tool"),
                     KeyValue::new("gen_ai.tool.name", call.tool.clone()),
                     KeyValue::new("gen_ai.tool.call.id", call.call_id.clone()),
                     KeyValue::new("gen_ai.tool.type", "function"),
                     KeyValue::new("runtime_tools.character", call.role.clone()),
                     KeyValue::new("runtime_tools.caller", call.caller.name()),
-                ];
+                ]);
                 if let Some(source) = &call.source {
                     attributes.push(KeyValue::new("runtime_tools.source", source.clone()));
                 }
@@ -123,24 +135,23 @@ impl Observer {
     }
 
     /// The CLIENT span of a callback's HTTP exchange, under the call's span.
-    pub(crate) fn callback_span(&self, parent: Option<&SpanContext>, url: &url::Url) -> Span {
+    pub(crate) fn callback_span(&self, parent: Option<&SpanContext>, url: &CallbackUrl) -> Span {
         self.inner.tracing.start(
-            || "POST".to_owned(),
+            || "POST".into(),
             SpanKind::Client,
             parent,
             || {
-                vec![
+                let (full, host) = url.shared_text();
+                let port = url.url().port_or_known_default().unwrap_or_default();
+                // Room for the status code and `error.type`, set when the exchange ends.
+                let mut attributes = Vec::with_capacity(6);
+                attributes.extend([
                     KeyValue::new("http.request.method", "POST"),
-                    KeyValue::new("url.full", url.as_str().to_owned()),
-                    KeyValue::new(
-                        "server.address",
-                        url.host_str().unwrap_or_default().to_owned(),
-                    ),
-                    KeyValue::new(
-                        "server.port",
-                        i64::from(url.port_or_known_default().unwrap_or_default()),
-                    ),
-                ]
+                    KeyValue::new("url.full", full.clone()),
+                    KeyValue::new("server.address", host.clone()),
+                    KeyValue::new("server.port", i64::from(port)),
+                ]);
+                attributes
             },
         )
     }
@@ -154,7 +165,7 @@ impl Observer {
         parent: Option<&SpanContext>,
     ) -> Span {
         self.inner.tracing.start(
-            || format!("{} {character}", kind.name()),
+            || format!("{} {character}", kind.name()).into(),
             SpanKind::Server,
             parent,
             || {
@@ -171,7 +182,7 @@ impl Observer {
     /// parent of the calls it made.
     pub(crate) fn turn_span(&self, kind: ConnectionKind, character: &str, turn: &str) -> Span {
         self.inner.tracing.start(
-            || format!("turn {character}"),
+            || format!("turn {character}").into(),
             SpanKind::Internal,
             None,
             || {
@@ -188,7 +199,7 @@ impl Observer {
     pub(crate) fn call_finished(&self, call: RecentCall, duration: Duration) {
         self.inner.metrics.call(&CallSample {
             character: &call.role,
-            tool: call.source.is_some().then_some(call.tool.as_str()),
+            tool: call.source.is_some().then_some(&*call.tool),
             caller: call.caller.name(),
             kind: call.kind,
             outcome: call.outcome.name(),

@@ -16,11 +16,11 @@ pub const RECENT_CALLS: usize = 1000;
 /// One finished call.
 #[derive(Debug, Clone, Serialize)]
 pub(crate) struct RecentCall {
-    pub call_id: String,
-    pub role: String,
-    pub tool: String,
+    pub call_id: Arc<str>,
+    pub role: Arc<str>,
+    pub tool: Arc<str>,
     /// `null` when the character has no such tool.
-    pub source: Option<String>,
+    pub source: Option<Arc<str>>,
     pub caller: Caller,
     /// The kind of session whose model made the call; `null` for an invoke or an `/mcp` call.
     pub kind: Option<ConnectionKind>,
@@ -59,8 +59,8 @@ impl RecentCalls {
         let ring = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         ring.iter()
             .rev()
-            .filter(|c| filter.role.is_none_or(|r| c.role == r))
-            .filter(|c| filter.tool.is_none_or(|t| c.tool == t))
+            .filter(|c| filter.role.is_none_or(|r| *c.role == *r))
+            .filter(|c| filter.tool.is_none_or(|t| *c.tool == *t))
             .take(filter.limit)
             .cloned()
             .collect()
@@ -73,7 +73,7 @@ mod tests {
 
     fn call(id: usize, role: &str, tool: &str) -> RecentCall {
         RecentCall {
-            call_id: format!("c{id}"),
+            call_id: format!("c{id}").into(),
             role: role.into(),
             tool: tool.into(),
             source: None,
@@ -97,14 +97,14 @@ mod tests {
             ..Default::default()
         });
         assert_eq!(all.len(), RECENT_CALLS);
-        assert_eq!(all[0].call_id, format!("c{}", RECENT_CALLS + 9));
-        assert_eq!(all.last().unwrap().call_id, "c10");
+        assert_eq!(*all[0].call_id, format!("c{}", RECENT_CALLS + 9));
+        assert_eq!(&*all.last().unwrap().call_id, "c10");
         let b = ring.list(&CallFilter {
             role: Some("B"),
             tool: Some("t"),
             limit: 2,
         });
-        let ids: Vec<&str> = b.iter().map(|c| c.call_id.as_str()).collect();
+        let ids: Vec<&str> = b.iter().map(|c| &*c.call_id).collect();
         assert_eq!(
             ids,
             [

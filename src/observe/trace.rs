@@ -5,6 +5,7 @@
 //! ids — random, or the caller's trace — so every callback still gets a `traceparent` for its
 //! own call at the cost of two random numbers, and nothing else is built.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
@@ -123,7 +124,7 @@ impl Tracing {
     /// built only when the span is exported.
     pub(crate) fn start(
         &self,
-        name: impl FnOnce() -> String,
+        name: impl FnOnce() -> Cow<'static, str>,
         kind: SpanKind,
         parent: Option<&SpanContext>,
         attributes: impl FnOnce() -> Vec<KeyValue>,
@@ -177,10 +178,10 @@ impl Span {
         &self.context
     }
 
-    /// Sets attributes (built only when the span is exported).
-    pub(crate) fn set(&mut self, attributes: impl FnOnce() -> Vec<KeyValue>) {
+    /// Sets an attribute (built only when the span is exported).
+    pub(crate) fn set(&mut self, attribute: impl FnOnce() -> KeyValue) {
         if let Some(span) = &mut self.live {
-            span.set_attributes(attributes());
+            span.set_attribute(attribute());
         }
     }
 
