@@ -384,7 +384,7 @@ if grep -q '^chat-\|^ttft-\|^responses-' "$RESULTS"; then
       }
       # Each wire format against its own floor: chat completions, then the Responses API; this
       # build ("server") and, when MAIN_BIN was given, the other ("main").
-      split("chat responses", formats, " "); split(" responses-", ttft, " "); split("main server", builds, " ")
+      split("chat responses", formats, " "); split("|responses-", ttft, "|"); split("main server", builds, " ")
       for (f=1; f<=2; f++) for (b=1; b<=2; b++) {
         p = formats[f]; t = ttft[f]; s = builds[b]; w = (s == "main") ? "MAIN_BIN" : "this build"
         c1 = "-conn1"
