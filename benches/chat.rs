@@ -20,10 +20,15 @@
 //!   request answered in words, the time to the first event with text, straight from the
 //!   upstream and through the server.
 //!
+//! With `MAIN_BIN=PATH` (another build of the server, e.g. main's), that binary runs beside this
+//! one and every server scenario is measured on it too, right before this build's, run after run
+//! (`chat-main`, `ttft-main`, `responses-main`, `responses-ttft-main`, with the same suffixes):
+//! two builds compared in the same minutes, beside the same floor.
+//!
 //! Every answer is checked (the words of the final answer); a wrong one is a fault, printed.
 //! Figures and method: docs/benchmarks.md. Run:
 //! `cargo bench --bench chat -- [--conns N] [--seconds S] [--warmup-seconds S] [--runs N]
-//! [--callback URL]`; `RUNTIME_TOOLS_BIN=PATH` measures that server binary instead.
+//! [--callback URL]`; `RUNTIME_TOOLS_BIN=PATH` measures that server binary instead of this build.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -52,6 +57,8 @@ struct Options {
     warmup_seconds: f64,
     runs: usize,
     callback: String,
+    /// The other build measured alternately with this one (`MAIN_BIN`).
+    main_bin: Option<std::ffi::OsString>,
 }
 
 fn options() -> Options {
@@ -61,6 +68,7 @@ fn options() -> Options {
         warmup_seconds: 2.0,
         runs: 3,
         callback: std::env::var("CALLBACK").unwrap_or_else(|_| "http://127.0.0.1:9333".into()),
+        main_bin: std::env::var_os("MAIN_BIN").filter(|bin| !bin.is_empty()),
     };
     let args: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -492,7 +500,21 @@ fn report(label: &str, run: usize, tally: &mut Tally, cpu: f64, seconds: f64, ro
     }
 }
 
-fn start_server(upstream: &str, work: &std::path::Path, conns: usize) -> Server {
+/// A server under measure: its process, its base URL and the name of its scenarios (`server` for
+/// this build, `main` for `MAIN_BIN`'s).
+struct Measured {
+    server: Server,
+    base: String,
+    tag: &'static str,
+}
+
+fn start_server(
+    upstream: &str,
+    work: &std::path::Path,
+    conns: usize,
+    program: Option<&std::ffi::OsStr>,
+    tag: &str,
+) -> Server {
     // Every connection's request runs at once (the default limit, 8, would answer the rest
     // with 429: faults, not a measure).
     let config = format!(
@@ -500,8 +522,11 @@ fn start_server(upstream: &str, work: &std::path::Path, conns: usize) -> Server 
     );
     let path = work.join("chat.toml");
     std::fs::write(&path, config).expect("config written");
-    let log = std::fs::File::create(work.join("server.log")).expect("log file");
-    Server::start(&path, log.into(), None)
+    let log = std::fs::File::create(work.join(format!("{tag}.log"))).expect("log file");
+    match program {
+        Some(program) => Server::start_program(program, &path, log.into(), None),
+        None => Server::start(&path, log.into(), None),
+    }
 }
 
 async fn register(server: &str, callback: &str) {
@@ -523,21 +548,24 @@ async fn register(server: &str, callback: &str) {
     assert_eq!(answer["ok"], true, "{answer}");
 }
 
-/// One run of a wire format's scenarios, alternated: the floor, then the server, each at
-/// `conns` and at one; then the first token straight and through the server.
+/// One run of a wire format's scenarios, alternated: the floor, then each server (`MAIN_BIN`'s
+/// first), at `conns` and at one; then the first token straight and through each server.
 async fn measure_format(
     o: &Options,
-    server: &Server,
+    servers: &[Measured],
     format: Format,
     run: usize,
     upstream: &str,
-    base: &str,
 ) {
     let label = format.label();
-    for conns in [o.conns, 1] {
+    let mut widths = vec![o.conns];
+    if o.conns != 1 {
+        widths.push(1);
+    }
+    for conns in widths {
         let suffix = if conns == 1 { "-conn1" } else { "" };
         let (upstream_, callback) = (upstream.to_owned(), o.callback.clone());
-        let (mut tally, cpu, seconds) = closed_loop(o, conns, server, move |c| {
+        let (mut tally, cpu, seconds) = closed_loop(o, conns, &servers[0].server, move |c| {
             let (u, cb) = (upstream_.clone(), callback.clone());
             async move { floor_request(&c, format, &u, &cb).await }
         })
@@ -550,29 +578,34 @@ async fn measure_format(
             seconds,
             2,
         );
-        let base_ = base.to_owned();
-        let (mut tally, cpu, seconds) = closed_loop(o, conns, server, move |c| {
-            let b = base_.clone();
-            async move { server_request(&c, format, &b).await }
-        })
-        .await;
-        report(
-            &format!("{label}-server{suffix}"),
-            run,
-            &mut tally,
-            cpu,
-            seconds,
-            2,
-        );
+        for measured in servers {
+            let base_ = measured.base.clone();
+            let (mut tally, cpu, seconds) = closed_loop(o, conns, &measured.server, move |c| {
+                let b = base_.clone();
+                async move { server_request(&c, format, &b).await }
+            })
+            .await;
+            report(
+                &format!("{label}-{}{suffix}", measured.tag),
+                run,
+                &mut tally,
+                cpu,
+                seconds,
+                2,
+            );
+        }
     }
     let prefix = match format {
         Format::Chat => "",
         Format::Responses => "responses-",
     };
-    for (label, at) in [
-        ("ttft-direct", upstream.to_owned()),
-        ("ttft-server", format!("{base}/v1")),
-    ] {
+    let mut targets = vec![("direct", upstream.to_owned(), &servers[0].server)];
+    for measured in servers {
+        let at = format!("{}/v1", measured.base);
+        targets.push((measured.tag, at, &measured.server));
+    }
+    for (tag, at, server) in targets {
+        let label = format!("ttft-{tag}");
         let mut tally = Tally::default();
         let (cpu0, from) = (server.cpu_seconds(), Instant::now());
         let client = client();
@@ -617,15 +650,28 @@ fn main() {
         let fake_handle = fake.handle();
         actix_web::rt::spawn(fake);
 
-        let server = start_server(&upstream, &work, o.conns);
-        let base = format!("http://{}", server.address);
-        register(&base, &o.callback).await;
+        let mut servers = Vec::new();
+        if let Some(main_bin) = &o.main_bin {
+            let server = start_server(&upstream, &work, o.conns, Some(main_bin), "main");
+            println!("# main: {}", main_bin.to_string_lossy());
+            servers.push((server, "main"));
+        }
+        servers.push((
+            start_server(&upstream, &work, o.conns, None, "server"),
+            "server",
+        ));
+        let mut measured = Vec::new();
+        for (server, tag) in servers {
+            let base = format!("http://{}", server.address);
+            register(&base, &o.callback).await;
+            measured.push(Measured { server, base, tag });
+        }
         for run in 1..=o.runs {
             for format in [Format::Chat, Format::Responses] {
-                measure_format(&o, &server, format, run, &upstream, &base).await;
+                measure_format(&o, &measured, format, run, &upstream).await;
             }
         }
-        drop(server);
+        drop(measured);
         fake_handle.stop(false).await;
     });
     let _ = std::fs::remove_dir_all(&work);

@@ -27,7 +27,10 @@
 #              one round of a registered tool through the server against the app's own loop
 #              (upstream, callback, upstream), at CONNS and at 1 connection, and the first streamed
 #              token through the server against straight from the upstream; with the floor of one
-#              exchange (wrk at nginx, 1 connection). Not in the default list: run it by name.
+#              exchange (wrk at nginx, 1 connection). With MAIN_BIN=PATH (another build's binary,
+#              e.g. main's) every server scenario also runs on that binary, right before this
+#              build's in each run, and the summary gives both builds' figures beside the same
+#              floor. Not in the default list: run it by name.
 #   hop        what one actor round trip from a handler costs (benches/actor_hop.rs: a server with
 #              a route that answers at once and one that first asks an actor), with the actor on
 #              the system thread (as the router) or on the first HTTP worker, at 2 and 1 workers.
@@ -379,19 +382,21 @@ if grep -q '^chat-\|^ttft-\|^responses-' "$RESULTS"; then
         printf "%-20s %10.0f %8.3f %8.3f %12.1f %14.1f %6d\n", s, med(s, "rps"), med(s, "p50_ms"),
           med(s, "p99_ms"), med(s, "cpu_us_per_req"), med(s, "cpu_us_per_round"), mx(s, "faults")
       }
-      # Each wire format against its own floor: chat completions, then the Responses API.
-      split("chat responses", formats, " "); split(" responses-", ttft, " ")
-      for (f=1; f<=2; f++) {
-        p = formats[f]; t = ttft[f]
-        if (((p "-server") in n) && ((p "-floor") in n))
-          printf "# %s: requests/s through the server: %.1f%% of the app'"'"'s own loop\n", p, 100 * med(p "-server", "rps") / med(p "-floor", "rps")
-        if (((p "-server-conn1") in n) && ((p "-floor-conn1") in n) && x > 0) {
-          d = med(p "-server-conn1", "p50_ms") - med(p "-floor-conn1", "p50_ms")
-          printf "# %s: a one-round request adds %.3f ms = %.2f exchanges over the app'"'"'s own loop (target: at most 2)\n", p, d, d / x
+      # Each wire format against its own floor: chat completions, then the Responses API; this
+      # build ("server") and, when MAIN_BIN was given, the other ("main").
+      split("chat responses", formats, " "); split("|responses-", ttft, "|"); split("main server", builds, " ")
+      for (f=1; f<=2; f++) for (b=1; b<=2; b++) {
+        p = formats[f]; t = ttft[f]; s = builds[b]; w = (s == "main") ? "MAIN_BIN" : "this build"
+        c1 = "-conn1"
+        if (((p "-" s) in n) && ((p "-floor") in n))
+          printf "# %s, %s: requests/s through the server: %.1f%% of the app'"'"'s own loop\n", p, w, 100 * med(p "-" s, "rps") / med(p "-floor", "rps")
+        if (((p "-" s c1) in n) && ((p "-floor" c1) in n) && x > 0) {
+          d = med(p "-" s c1, "p50_ms") - med(p "-floor" c1, "p50_ms")
+          printf "# %s, %s: a one-round request adds %.3f ms = %.2f exchanges over the app'"'"'s own loop (target: at most 2; p50 at 1 connection)\n", p, w, d, d / x
         }
-        if (((t "ttft-server") in n) && ((t "ttft-direct") in n) && x > 0) {
-          d = med(t "ttft-server", "p50_ms") - med(t "ttft-direct", "p50_ms")
-          printf "# %s: the first streamed token comes %.3f ms = %.2f exchanges later through the server (target: at most 1.5)\n", p, d, d / x
+        if (((t "ttft-" s) in n) && ((t "ttft-direct") in n) && x > 0) {
+          d = med(t "ttft-" s, "p50_ms") - med(t "ttft-direct", "p50_ms")
+          printf "# %s, %s: the first streamed token comes %.3f ms = %.2f exchanges later through the server (target: at most 1.5)\n", p, w, d, d / x
         }
       }
     }' "$RESULTS"

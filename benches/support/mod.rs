@@ -20,10 +20,20 @@ impl Server {
     /// Starts `serve --config CONFIG` and waits for the address it prints; its log goes to
     /// `stderr`, with `RUST_LOG` set to `log_level` when given (the server's default otherwise).
     pub fn start(config: &Path, stderr: Stdio, log_level: Option<&str>) -> Self {
-        let mut command = Command::new(
-            std::env::var_os("RUNTIME_TOOLS_BIN")
-                .unwrap_or_else(|| env!("CARGO_BIN_EXE_runtime-tools").into()),
-        );
+        let program = std::env::var_os("RUNTIME_TOOLS_BIN")
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_runtime-tools").into());
+        Self::start_program(program.as_ref(), config, stderr, log_level)
+    }
+
+    /// [`Server::start`] of the server binary `program` (e.g. another build, measured
+    /// alternately with this one).
+    pub fn start_program(
+        program: &std::ffi::OsStr,
+        config: &Path,
+        stderr: Stdio,
+        log_level: Option<&str>,
+    ) -> Self {
+        let mut command = Command::new(program);
         command
             .args(["serve", "--config"])
             .arg(config)

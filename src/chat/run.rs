@@ -211,8 +211,11 @@ pub(crate) async fn serve<C: WireConversation + 'static>(
         conversation,
         stream: None,
     };
+    // The tool loop's future is large (every await of the loop, the calls', the upstream
+    // exchange's): it is boxed once, so the handler's future that actix-web moves around as it
+    // polls, and the stream's task, stay small.
     if !stream {
-        return match driver.run().await {
+        return match Box::pin(driver.run()).await {
             Ok(Answer::Whole(answer)) => {
                 driver.count(None);
                 Reply::json(200, &answer)
@@ -230,8 +233,8 @@ pub(crate) async fn serve<C: WireConversation + 'static>(
         tx: tx.clone(),
         start: Some(start),
     });
+    let work = Box::pin(driver.run_stream());
     actix_web::rt::spawn(async move {
-        let work = std::pin::pin!(driver.run_stream());
         let gone = std::pin::pin!(tx.closed());
         // The app went away: dropping the work closes the upstream exchange and the callbacks.
         if let Either::Right(_) = select(work, gone).await {

@@ -358,7 +358,12 @@ impl Events<'_> {
                 Ok(Some(Err(e))) => return Err(self.upstream.unreachable(error_chain(&e))),
                 Ok(Some(Ok(event))) => {
                     if let Some(data) = event.data {
-                        return Ok(Some(self.secrets.redact_str(&data).into_owned()));
+                        // The event's own text unless a key had to be taken out of it.
+                        let redacted = match self.secrets.redact_str(&data) {
+                            std::borrow::Cow::Borrowed(_) => None,
+                            std::borrow::Cow::Owned(redacted) => Some(redacted),
+                        };
+                        return Ok(Some(redacted.unwrap_or(data)));
                     }
                 }
             }

@@ -16,7 +16,6 @@ use serde_json::{Map, Value, json};
 use super::answer::ModelCall;
 use crate::domain::call::ToolResult;
 use crate::domain::tool::SharedTool;
-use crate::domain::tool::{FlatTool, NestedTool};
 use crate::session::core::ForeignTool;
 
 /// JSON text kept exactly as the app or the upstream wrote it.
@@ -311,8 +310,8 @@ impl Serialize for ToolList<'_> {
         }
         for tool in self.registered {
             match self.shape {
-                ToolShape::Nested => list.serialize_element(&NestedTool::new(tool))?,
-                ToolShape::FlatLoose => list.serialize_element(&FlatTool::loose(tool))?,
+                ToolShape::Nested => list.serialize_element(tool.nested_json())?,
+                ToolShape::FlatLoose => list.serialize_element(tool.flat_loose_json())?,
             }
         }
         list.end()

@@ -4,11 +4,12 @@
 //! applies to many characters is one allocation, whatever the number of characters.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Map;
+use serde_json::value::RawValue;
 
 use super::approval::Approval;
 use super::arguments::Parameters;
@@ -47,6 +48,17 @@ pub struct ToolSpec {
     /// This registration's number, unique in the process: a pending approval names the
     /// registration it was asked under, and a new registration of the same name voids it.
     pub generation: u64,
+    /// Its definition as chat requests send it, written once on first use: every round of
+    /// every request sends the same text.
+    wire: WireForms,
+}
+
+/// A tool's definition serialised in the chat wire formats' shapes ([`NestedTool`],
+/// [`FlatTool::loose`]).
+#[derive(Debug, Default)]
+struct WireForms {
+    nested: OnceLock<Box<RawValue>>,
+    flat_loose: OnceLock<Box<RawValue>>,
 }
 
 /// The next registration number.
@@ -124,6 +136,7 @@ impl ToolSpec {
             behavior: Behavior::Blocking,
             approval: Approval::default(),
             generation: next_generation(),
+            wire: WireForms::default(),
         }
     }
 
@@ -158,6 +171,7 @@ impl ToolSpec {
             behavior: Behavior::Blocking,
             approval: Approval::default(),
             generation: next_generation(),
+            wire: WireForms::default(),
         }
     }
 
@@ -202,6 +216,20 @@ impl ToolSpec {
         }
     }
 
+    /// [`NestedTool`] of this tool, as JSON (chat completions' `tools`).
+    pub(crate) fn nested_json(&self) -> &RawValue {
+        self.wire
+            .nested
+            .get_or_init(|| raw_json(&NestedTool::new(self)))
+    }
+
+    /// [`FlatTool::loose`] of this tool, as JSON (the Responses API's `tools`).
+    pub(crate) fn flat_loose_json(&self) -> &RawValue {
+        self.wire
+            .flat_loose
+            .get_or_init(|| raw_json(&FlatTool::loose(self)))
+    }
+
     /// Whether this is a remote tool of `source` whose callback lives at `origin`.
     pub fn is_served_by(&self, source: &str, origin: &CallbackOrigin) -> bool {
         self.source == source && self.callback_origin() == Some(origin)
@@ -214,6 +242,10 @@ pub fn empty_parameters() -> Parameters {
     static EMPTY: LazyLock<Parameters> =
         LazyLock::new(|| Parameters::new(Map::new()).expect("the empty object schema is valid"));
     EMPTY.clone()
+}
+
+fn raw_json(value: &impl Serialize) -> Box<RawValue> {
+    serde_json::value::to_raw_value(value).expect("a tool definition serialises")
 }
 
 /// A shared, immutable tool definition.

@@ -212,16 +212,17 @@ impl AppResponse {
                 return Err(Unreadable::Error(Value::Object(event)));
             }
             "response.created" | "response.in_progress" | "response.queued" => {
-                if let Some(Value::Object(response)) = event.get("response") {
+                // Later rounds are the same response to the app: not announced again. The
+                // frame is written before the response is moved out of the event.
+                if self.rounds <= 1 {
+                    self.began |= kind == "response.created";
+                    frames.extend(self.frame_of(&mut event));
+                }
+                if let Some(Value::Object(response)) = event.remove("response") {
                     if self.first.is_none() {
                         self.first = Some(response.clone());
                     }
-                    self.round.response = Some(response.clone());
-                }
-                // Later rounds are the same response to the app: not announced again.
-                if self.rounds <= 1 {
-                    self.began |= kind == "response.created";
-                    frames.extend(self.frame(event));
+                    self.round.response = Some(response);
                 }
             }
             "response.completed" | "response.incomplete" | "response.failed" => {
@@ -331,12 +332,17 @@ impl AppResponse {
 
     /// An event as the app gets it, numbered in the app's sequence (nothing without a stream).
     fn frame(&mut self, mut event: Map<String, Value>) -> Option<Bytes> {
+        self.frame_of(&mut event)
+    }
+
+    /// [`Self::frame`] of an event still needed after (its `sequence_number` set in it).
+    fn frame_of(&mut self, event: &mut Map<String, Value>) -> Option<Bytes> {
         if !self.streaming {
             return None;
         }
         event.insert("sequence_number".into(), json!(self.sequence));
         self.sequence += 1;
-        Some(sse_event(&event))
+        Some(sse_event(event))
     }
 
     /// The round is read: its output for the loop.
