@@ -208,15 +208,17 @@ impl FakeRealtime {
 
     /// Waits until `done` holds over the recorded events; returns its value.
     pub async fn wait_for<T>(&self, what: &str, mut done: impl FnMut(&[Value]) -> Option<T>) -> T {
-        // Read in place: a soak's thousands of events are not copied at every wake-up.
-        self.wait_until(what, |fake| done(&fake.shared.lock().unwrap().events))
-            .await
+        self.wait_until(what, |fake| done(&fake.events())).await
     }
 
     /// Waits for the `n`-th `session.update` (1-based) and returns it.
     pub async fn nth_update(&self, n: usize) -> Value {
-        self.wait_for(&format!("session.update #{n}"), |events| {
-            events
+        // Read in place: a soak's thousands of events are not copied at every wake-up.
+        self.wait_until(&format!("session.update #{n}"), |fake| {
+            fake.shared
+                .lock()
+                .unwrap()
+                .events
                 .iter()
                 .filter(|e| e["type"] == "session.update")
                 .nth(n - 1)
