@@ -519,6 +519,9 @@ impl EventHub {
             }
         }
         if !state.closed {
+            // Those that went since the last event go now: with no event between them, each
+            // subscriber that comes and goes would otherwise stay (a few KiB each).
+            state.subscribers.retain(|s| !s.tx.is_closed());
             state.subscribers.push(Subscriber { role, tx });
         }
         Subscription { opening, events }
@@ -828,6 +831,16 @@ mod tests {
         drop(hub.subscribe(None, None));
         publish_call(&hub, "A", "c");
         assert_eq!(hub.state().subscribers.len(), 0);
+    }
+
+    #[test]
+    fn subscribers_that_went_are_forgotten_when_the_next_comes_with_no_event_between() {
+        let hub = hub(4);
+        for _ in 0..100 {
+            drop(hub.subscribe(None, None));
+        }
+        let _open = hub.subscribe(None, None);
+        assert_eq!(hub.state().subscribers.len(), 1);
     }
 
     #[test]
