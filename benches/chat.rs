@@ -18,7 +18,12 @@
 //!   request and per round (two rounds);
 //! - at one connection, `ttft-direct` and `ttft-server` (and `responses-ttft-*`): a streamed
 //!   request answered in words, the time to the first event with text, straight from the
-//!   upstream and through the server.
+//!   upstream and through the server;
+//! - `chat-forwarder`, `ttft-forwarder` (and `responses-*`): the same requests through a plain
+//!   forwarder, the floor of any server of this shape on this stack: this harness run as a child
+//!   process (`--forwarder UPSTREAM CALLBACK`), an actix-web server with one worker per CPU as
+//!   the server has, whose awc client does the round's three exchanges with bytes prepared in
+//!   advance (no JSON read or written) and passes a streamed answer on chunk by chunk.
 //!
 //! With `MAIN_BIN=PATH` (another build of the server, e.g. main's), that binary runs beside this
 //! one and every server scenario is measured on it too, right before this build's, run after run
@@ -237,6 +242,131 @@ fn answer(text: &str, words: bool, [call, whole, stream]: [&Bytes; 3]) -> HttpRe
     HttpResponse::Ok()
         .content_type(content_type)
         .body(body.clone())
+}
+
+/// The plain forwarder (`--forwarder UPSTREAM CALLBACK`): what a server of the endpoint's shape
+/// costs with no work of its own. A request asking for a stream is passed to the upstream and its
+/// answer passed back chunk by chunk; any other request is the tool round: its bytes to the
+/// upstream, the callback's request, the answered request (both prepared once), the upstream's
+/// last answer passed back. Nothing is parsed.
+struct Forwarder {
+    upstream: String,
+    callback_url: String,
+    callback_body: Bytes,
+    /// The round's second request to the upstream, by wire format.
+    answered: [Bytes; 2],
+}
+
+fn forwarder_main(upstream: String, callback: String) {
+    let arguments = "{\"city\":\"Tokyo\",\"unit\":\"c\"}";
+    let callback_body = json!({"name": TOOL, "arguments": serde_json::from_str::<Value>(arguments)
+        .expect("arguments"), "call_id": "call_bench", "raw_arguments": arguments});
+    // The callback's answer as nginx's callback gives it (`benches/http/nginx-callback.conf`).
+    let output = json!({"output": {"temperature_c": 28}, "is_error": false});
+    let canned = canned();
+    let answered = [Format::Chat, Format::Responses].map(|format| {
+        let first: Value = serde_json::from_slice(match format {
+            Format::Chat => &canned.call,
+            Format::Responses => &canned.response_call,
+        })
+        .expect("a canned call");
+        let (call_id, _) = format.call(&first);
+        Bytes::from(format.answered(&first, call_id, &output).to_string())
+    });
+    let forwarder = web::Data::new(Forwarder {
+        upstream,
+        callback_url: format!("{callback}/tools/{TOOL}"),
+        callback_body: Bytes::from(callback_body.to_string()),
+        answered,
+    });
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    actix_web::rt::System::new().block_on(async move {
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(forwarder.clone())
+                .app_data(web::Data::new(client()))
+                .app_data(web::PayloadConfig::new(1 << 20))
+                .route("/v1/chat/completions", web::post().to(forward_chat))
+                .route("/v1/responses", web::post().to(forward_responses))
+        })
+        .workers(workers)
+        .disable_signals()
+        .bind("127.0.0.1:0")
+        .expect("a loopback port");
+        println!("listening on http://{}", server.addrs()[0]);
+        server.run().await.expect("the forwarder runs");
+    });
+}
+
+async fn forward_chat(
+    body: Bytes,
+    forwarder: web::Data<Forwarder>,
+    client: web::Data<awc::Client>,
+) -> HttpResponse {
+    forward(body, forwarder, client, Format::Chat).await
+}
+
+async fn forward_responses(
+    body: Bytes,
+    forwarder: web::Data<Forwarder>,
+    client: web::Data<awc::Client>,
+) -> HttpResponse {
+    forward(body, forwarder, client, Format::Responses).await
+}
+
+async fn forward(
+    body: Bytes,
+    forwarder: web::Data<Forwarder>,
+    client: web::Data<awc::Client>,
+    format: Format,
+) -> HttpResponse {
+    let url = format!("{}/{}", forwarder.upstream, format.path());
+    let exchange = |url: &str, body: Bytes| {
+        client
+            .post(url)
+            .insert_header(("content-type", "application/json"))
+            .send_body(body)
+    };
+    let failed = |e: &dyn std::fmt::Display| HttpResponse::BadGateway().body(e.to_string());
+    let streamed = asks_for_stream(&body);
+    let first = match exchange(&url, body).await {
+        Ok(response) => response,
+        Err(e) => return failed(&e),
+    };
+    if streamed {
+        return HttpResponse::Ok()
+            .content_type("text/event-stream")
+            .streaming(first);
+    }
+    let mut first = first;
+    if let Err(e) = first.body().limit(1 << 20).await {
+        return failed(&e);
+    }
+    let mut output = match exchange(&forwarder.callback_url, forwarder.callback_body.clone()).await
+    {
+        Ok(response) => response,
+        Err(e) => return failed(&e),
+    };
+    if let Err(e) = output.body().limit(1 << 20).await {
+        return failed(&e);
+    }
+    let answered = forwarder.answered[format as usize].clone();
+    let mut last = match exchange(&url, answered).await {
+        Ok(response) => response,
+        Err(e) => return failed(&e),
+    };
+    match last.body().limit(1 << 20).await {
+        Ok(bytes) => HttpResponse::Ok()
+            .content_type("application/json")
+            .body(bytes),
+        Err(e) => failed(&e),
+    }
+}
+
+/// Whether a request's bytes ask for a stream (read as the fake upstream reads them).
+fn asks_for_stream(body: &[u8]) -> bool {
+    const MARK: &[u8] = b"\"stream\":true";
+    body.windows(MARK.len()).any(|w| w == MARK)
 }
 
 fn client() -> awc::Client {
@@ -628,6 +758,12 @@ async fn measure_format(
 }
 
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(at) = args.iter().position(|a| a == "--forwarder") {
+        let upstream = args.get(at + 1).expect("--forwarder UPSTREAM CALLBACK").clone();
+        let callback = args.get(at + 2).expect("--forwarder UPSTREAM CALLBACK").clone();
+        return forwarder_main(upstream, callback);
+    }
     let o = options();
     let work = std::env::temp_dir().join(format!("chat-bench-{}", std::process::id()));
     std::fs::create_dir_all(&work).expect("a work directory");
@@ -660,7 +796,17 @@ fn main() {
             start_server(&upstream, &work, o.conns, None, "server"),
             "server",
         ));
-        let mut measured = Vec::new();
+        // The floor of the stack: the plain forwarder, measured like a server.
+        let forwarder = Server::spawn(
+            std::process::Command::new(std::env::current_exe().expect("this harness"))
+                .args(["--forwarder", &upstream, &o.callback])
+                .stderr(std::process::Stdio::inherit()),
+        );
+        let mut measured = vec![Measured {
+            base: format!("http://{}", forwarder.address),
+            server: forwarder,
+            tag: "forwarder",
+        }];
         for (server, tag) in servers {
             let base = format!("http://{}", server.address);
             register(&base, &o.callback).await;

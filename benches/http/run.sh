@@ -27,7 +27,8 @@
 #              one round of a registered tool through the server against the app's own loop
 #              (upstream, callback, upstream), at CONNS and at 1 connection, and the first streamed
 #              token through the server against straight from the upstream; with the floor of one
-#              exchange (wrk at nginx, 1 connection). With MAIN_BIN=PATH (another build's binary,
+#              exchange (wrk at nginx, 1 connection) and the floor of the stack (a plain forwarder:
+#              actix-web and awc doing the same exchanges with no JSON work). With MAIN_BIN=PATH (another build's binary,
 #              e.g. main's) every server scenario also runs on that binary, right before this
 #              build's in each run, and the summary gives both builds' figures beside the same
 #              floor. Not in the default list: run it by name.
@@ -382,11 +383,13 @@ if grep -q '^chat-\|^ttft-\|^responses-' "$RESULTS"; then
         printf "%-20s %10.0f %8.3f %8.3f %12.1f %14.1f %6d\n", s, med(s, "rps"), med(s, "p50_ms"),
           med(s, "p99_ms"), med(s, "cpu_us_per_req"), med(s, "cpu_us_per_round"), mx(s, "faults")
       }
-      # Each wire format against its own floor: chat completions, then the Responses API; this
+      # Each wire format against its own floor: chat completions, then the Responses API; the
+      # plain forwarder (actix-web and awc doing the same exchanges with no JSON work), this
       # build ("server") and, when MAIN_BIN was given, the other ("main").
-      split("chat responses", formats, " "); split("|responses-", ttft, "|"); split("main server", builds, " ")
-      for (f=1; f<=2; f++) for (b=1; b<=2; b++) {
-        p = formats[f]; t = ttft[f]; s = builds[b]; w = (s == "main") ? "MAIN_BIN" : "this build"
+      split("chat responses", formats, " "); split("|responses-", ttft, "|"); split("forwarder main server", builds, " ")
+      for (f=1; f<=2; f++) for (b=1; b<=3; b++) {
+        p = formats[f]; t = ttft[f]; s = builds[b]
+        w = (s == "main") ? "MAIN_BIN" : (s == "server") ? "this build" : "a plain forwarder (the floor of the stack)"
         c1 = "-conn1"
         if (((p "-" s) in n) && ((p "-floor") in n))
           printf "# %s, %s: requests/s through the server: %.1f%% of the app'"'"'s own loop\n", p, w, 100 * med(p "-" s, "rps") / med(p "-floor", "rps")
