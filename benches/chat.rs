@@ -760,8 +760,14 @@ async fn measure_format(
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(at) = args.iter().position(|a| a == "--forwarder") {
-        let upstream = args.get(at + 1).expect("--forwarder UPSTREAM CALLBACK").clone();
-        let callback = args.get(at + 2).expect("--forwarder UPSTREAM CALLBACK").clone();
+        let upstream = args
+            .get(at + 1)
+            .expect("--forwarder UPSTREAM CALLBACK")
+            .clone();
+        let callback = args
+            .get(at + 2)
+            .expect("--forwarder UPSTREAM CALLBACK")
+            .clone();
         return forwarder_main(upstream, callback);
     }
     let o = options();

@@ -176,12 +176,16 @@ impl WireConversation for Conversation {
             return Err(Unreadable::Error(error));
         }
         self.encoder.adopt_header(&chunk);
-        let frames = if self.streamed.take(&mut chunk) {
-            vec![self.encoder.forward(chunk)]
+        if !self.streamed.take(&mut chunk) {
+            return Ok(Streamed::Frames(Vec::new()));
+        }
+        let opening = says_nothing(&chunk);
+        let frames = vec![self.encoder.forward(chunk)];
+        Ok(if opening {
+            Streamed::Held(frames)
         } else {
-            Vec::new()
-        };
-        Ok(Streamed::Frames(frames))
+            Streamed::Frames(frames)
+        })
     }
 
     /// Takes a whole completion (a stream whose upstream answered without streaming gets its
@@ -305,6 +309,30 @@ impl WireConversation for Conversation {
     fn keep(endpoint: &ChatEndpoint, kept: HandedTurn) -> Result<(), TooLarge> {
         endpoint.keep(kept)
     }
+}
+
+/// Whether a chunk says nothing yet: a role, or empty text, with no finish and no usage.
+fn says_nothing(chunk: &Map<String, Value>) -> bool {
+    let silent = |delta: &Map<String, Value>| {
+        delta.iter().all(|(key, value)| match key.as_str() {
+            "role" => true,
+            "content" => value.as_str().is_some_and(str::is_empty) || value.is_null(),
+            _ => false,
+        })
+    };
+    chunk.get("usage").is_none_or(Value::is_null)
+        && chunk
+            .get("choices")
+            .and_then(Value::as_array)
+            .is_some_and(|choices| {
+                choices.iter().all(|choice| {
+                    choice.get("finish_reason").is_none_or(Value::is_null)
+                        && choice
+                            .get("delta")
+                            .and_then(Value::as_object)
+                            .is_some_and(silent)
+                })
+            })
 }
 
 #[cfg(test)]

@@ -242,6 +242,9 @@ pub(crate) enum Unreadable {
 pub(crate) enum Streamed {
     /// Frames for the app, now (maybe none).
     Frames(Vec<bytes::Bytes>),
+    /// Frames that say nothing yet (the stream's or an item's opening, a role with no text):
+    /// the app gets them with the next frames that do, in one write.
+    Held(Vec<bytes::Bytes>),
     /// The round's answer is complete.
     End,
 }

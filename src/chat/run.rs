@@ -453,9 +453,6 @@ impl<C: WireConversation> Driver<C> {
     async fn send(&mut self, frame: Bytes) -> Result<(), Failure> {
         if let Some(stream) = &self.stream {
             stream.tx.send(frame).await.map_err(|_| Failure::Gone)?;
-            // The response writes it now, before the rest of what the upstream sent is read:
-            // the person sees the first words without waiting for the later ones to be parsed.
-            tokio::task::yield_now().await;
         }
         Ok(())
     }
@@ -467,10 +464,25 @@ impl<C: WireConversation> Driver<C> {
         self.conversation.stream_begins();
         while let Some(data) = events.next().await.map_err(Failure::Upstream)? {
             match self.conversation.stream_event(&data)? {
-                Streamed::End => break,
-                Streamed::Frames(frames) => {
+                Streamed::End => {
+                    events.finish().await;
+                    break;
+                }
+                Streamed::Held(frames) => {
                     for frame in frames {
                         self.send(frame).await?;
+                    }
+                }
+                Streamed::Frames(frames) => {
+                    let said = !frames.is_empty();
+                    for frame in frames {
+                        self.send(frame).await?;
+                    }
+                    if said {
+                        // The response writes them now (with any held before them), before the
+                        // rest of what the upstream sent is read: the person sees the first words
+                        // without waiting for the later ones to be parsed.
+                        tokio::task::yield_now().await;
                     }
                 }
             }

@@ -335,6 +335,10 @@ impl Upstream {
     }
 }
 
+/// How long a streamed answer's body may go on after its `[DONE]` before its connection is
+/// closed rather than kept for the next exchange.
+const AFTER_DONE: Duration = Duration::from_secs(1);
+
 type EventStream = dyn Stream<Item = Result<Sse, sse_stream::Error>>;
 
 /// A streamed answer's events.
@@ -345,6 +349,16 @@ pub struct Events<'a> {
 }
 
 impl Events<'_> {
+    /// The stream said it is done (`[DONE]`): the rest of the body (its last chunk, which comes
+    /// with it or right after) is read to its end, so that the connection goes back to the pool
+    /// for the next round or request instead of being closed. An upstream that keeps the body
+    /// open after `[DONE]` gets [`AFTER_DONE`], then its connection is closed.
+    pub async fn finish(mut self) {
+        use futures_util::StreamExt;
+        let rest = async { while let Some(Ok(_)) = self.stream.next().await {} };
+        let _ = tokio::time::timeout(AFTER_DONE, rest).await;
+    }
+
     /// The next event's data; `None` at the end of the stream.
     pub async fn next(&mut self) -> Result<Option<String>, UpstreamError> {
         use futures_util::StreamExt;

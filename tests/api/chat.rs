@@ -213,6 +213,12 @@ async fn a_server_round_then_words_streamed_as_one_message() {
 
     let chunks = sdk.chunks(request.clone()).await;
 
+    // A stream read to its `[DONE]` leaves its connection for the next round.
+    assert_eq!(
+        upstream.connections(),
+        1,
+        "both streamed rounds went over one kept-alive connection"
+    );
     assert_eq!(streamed_text(&chunks), "Let me check.\n\nIt is sunny.");
     assert!(chunks.iter().all(|c| c["id"] == "chatcmpl-a"), "one id");
     let roles = chunks
@@ -271,6 +277,34 @@ async fn without_registered_calls_the_stream_is_what_the_upstream_would_have_sen
     let bodies = upstream.bodies();
     assert_eq!(bodies[1]["temperature"], 0.25, "every field passes");
     assert_eq!(bodies[1].get("tools"), None, "no tools to add");
+}
+
+#[actix_web::test]
+async fn an_upstream_that_keeps_its_body_open_after_done_does_not_hold_the_answer() {
+    let upstream = FakeChat::start();
+    let app = chat_server(&upstream.base(), |_| {}).await;
+    // `[DONE]`, then the body stays open: its end waits for a gate that never opens.
+    let mut events: Vec<String> = text_chunks("c", &["Hello"], (1, 1))
+        .iter()
+        .map(Value::to_string)
+        .collect();
+    events.extend(["[DONE]".to_owned(), "{}".to_owned()]);
+    let held = events.len() - 1;
+    let lingering = || Answer::Sse {
+        events: events.clone(),
+        gate_at: Some(held),
+        close_delimited: false,
+    };
+    upstream.script([lingering(), lingering()]);
+    let mut sdk = sdk(&app).await;
+
+    let first = sdk.chunks(ask_weather()).await;
+    let second = sdk.chunks(ask_weather()).await;
+
+    assert_eq!(streamed_text(&first), "Hello");
+    assert_eq!(streamed_text(&second), "Hello");
+    // Neither connection could be kept: each request opened its own.
+    assert_eq!(upstream.connections(), 2);
 }
 
 #[actix_web::test]

@@ -189,7 +189,7 @@ impl AppResponse {
         is_app: &dyn Fn(&str) -> bool,
     ) -> Result<Vec<Bytes>, Unreadable> {
         Ok(match self.take(event, is_app)? {
-            Streamed::Frames(frames) => frames,
+            Streamed::Frames(frames) | Streamed::Held(frames) => frames,
             Streamed::End => Vec::new(),
         })
     }
@@ -224,6 +224,7 @@ impl AppResponse {
                     }
                     self.round.response = Some(response);
                 }
+                return Ok(Streamed::Held(frames));
             }
             "response.completed" | "response.incomplete" | "response.failed" => {
                 if let Some(Value::Object(response)) = event.remove("response") {
@@ -236,7 +237,12 @@ impl AppResponse {
             }
             _ => match event.get("output_index").and_then(Value::as_u64) {
                 None => frames.extend(self.frame(event)),
-                Some(index) => frames.extend(self.item_event(&kind, index, event, is_app)),
+                Some(index) => {
+                    frames.extend(self.item_event(&kind, index, event, is_app));
+                    if opens(&kind) {
+                        return Ok(Streamed::Held(frames));
+                    }
+                }
             },
         }
         Ok(Streamed::Frames(frames))
@@ -497,6 +503,14 @@ pub(crate) fn new_response_id() -> String {
     format!("resp_{}", uuid::Uuid::new_v4().simple())
 }
 
+/// Whether an item's event only opens it (the item or a part of it, with nothing said yet).
+fn opens(kind: &str) -> bool {
+    matches!(
+        kind,
+        "response.output_item.added" | "response.content_part.added"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -512,7 +526,9 @@ mod tests {
         let mut frames = Vec::new();
         for event in events {
             match answer.event(&event.to_string(), &is_app).unwrap() {
-                Streamed::Frames(more) => frames.extend(more.iter().map(data)),
+                Streamed::Frames(more) | Streamed::Held(more) => {
+                    frames.extend(more.iter().map(data))
+                }
                 Streamed::End => unreachable!("the terminal event gives its frames"),
             }
         }
