@@ -1,7 +1,12 @@
 //! What span export costs per call, in one process: the server's dispatcher runs a call of a
 //! remote tool inside its `execute_tool` span (a `CallWatch`, as every session starts one) and
 //! the callback's exchange in its CLIENT span, exactly as the call path does, with export off
-//! and with every span exported over OTLP/HTTP; the two alternate, run after run.
+//! and with every span exported over OTLP/HTTP; the two alternate, run after run. Beside them,
+//! the floor of any server exporting these spans with the official crates: the same two spans
+//! (names, kinds, attributes, parentage) made straight with the OpenTelemetry SDK, through the
+//! server's own tracer provider (batch processor, OTLP/HTTP exporter), around the call of a
+//! server with export off (`sdk beside a call`: its figure less export off's is what the SDK
+//! costs on a call path) and with no call at all (`sdk alone`).
 //!
 //! The callback and the OTLP receiver are small keep-alive HTTP servers on threads of this
 //! process; the CPU those threads spend is read from each thread (`getrusage(RUSAGE_THREAD)`)
@@ -11,7 +16,7 @@
 //! calls has arrived, so the exporter's work (encoding, posting) is inside the figure.
 //!
 //! Run: `cargo bench --bench spans [-- --calls N --runs N --concurrency N]`; `--only on` (or
-//! `off`) runs one variant alone, to profile it. Figures and
+//! `off`, `call`, `alone`: how a variant's name ends) runs one variant alone, to profile it. Figures and
 //! method: docs/benchmarks.md ("Span export on the call path").
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -45,7 +50,7 @@ struct Options {
     calls: usize,
     runs: usize,
     concurrency: usize,
-    /// `--only off|on`: run that variant alone (to profile it).
+    /// `--only off|on|call|alone`: run the variant whose name ends so alone (to profile it).
     only: Option<String>,
 }
 
@@ -181,10 +186,12 @@ fn count_spans(body: &[u8]) {
     SPANS_RECEIVED.fetch_add(spans, Ordering::AcqRel);
 }
 
-/// One server, export on or off.
+/// One server, export on or off; or the SDK's spans made straight, beside a call of a server
+/// with export off or alone.
 struct Variant {
     label: &'static str,
     exports: bool,
+    sdk: Option<(opentelemetry_sdk::trace::SdkTracer, Floor)>,
     dispatcher: Dispatcher,
     events: EventHub,
     tool: SharedTool,
@@ -236,6 +243,7 @@ impl Variant {
         Self {
             label,
             exports: receiver.is_some(),
+            sdk: None,
             dispatcher,
             events,
             tool,
@@ -245,6 +253,16 @@ impl Variant {
     /// One call as a session makes it: its watch, the dispatch in the watch's span, the end.
     async fn call(&self, n: usize) {
         let call_id = format!("call_{n}");
+        let spans = match &self.sdk {
+            Some((tracer, floor)) => {
+                let spans = CallSpans::start(tracer, call_id.clone(), &self.tool);
+                if *floor == Floor::Alone {
+                    return spans.end();
+                }
+                Some(spans)
+            }
+            None => None,
+        };
         let watch = CallWatch::start(
             &self.events,
             CallStart {
@@ -267,6 +285,9 @@ impl Variant {
             result.model_text()
         );
         watch.finished(&result);
+        if let Some(spans) = spans {
+            spans.end();
+        }
     }
 
     /// `calls` calls, `concurrency` at a time; the CPU per call, the fake peers' taken out.
@@ -299,6 +320,83 @@ impl Variant {
     }
 }
 
+/// Where the SDK's spans are made: around a call of a server with export off, or alone.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Floor {
+    BesideACall,
+    Alone,
+}
+
+impl Variant {
+    /// `self` (a server with export off) making the SDK's spans straight with `provider`'s
+    /// tracer.
+    fn with_sdk(
+        mut self,
+        provider: opentelemetry_sdk::trace::SdkTracerProvider,
+        floor: Floor,
+    ) -> Self {
+        use opentelemetry::trace::TracerProvider as _;
+        self.sdk = Some((provider.tracer("runtime-tools"), floor));
+        self.exports = true;
+        self
+    }
+}
+
+/// A call's two spans made straight with the SDK, as the server makes them: `execute_tool
+/// {tool}` (INTERNAL) with the GenAI and server attributes, and under it the callback's `POST`
+/// (CLIENT) with the HTTP ones and the status set at its end.
+struct CallSpans {
+    call: opentelemetry_sdk::trace::Span,
+    client: opentelemetry_sdk::trace::Span,
+}
+
+impl CallSpans {
+    fn start(
+        tracer: &opentelemetry_sdk::trace::SdkTracer,
+        call_id: String,
+        tool: &SharedTool,
+    ) -> Self {
+        use opentelemetry::trace::{Span as _, SpanKind, TraceContextExt as _, Tracer as _};
+        use opentelemetry::{Context, KeyValue};
+        let url = tool.callback_url().unwrap_or_default().to_owned();
+        let call = tracer
+            .span_builder(format!("execute_tool {TOOL}"))
+            .with_kind(SpanKind::Internal)
+            .with_attributes([
+                KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                KeyValue::new("gen_ai.tool.name", TOOL),
+                KeyValue::new("gen_ai.tool.call.id", call_id),
+                KeyValue::new("gen_ai.tool.type", "function"),
+                KeyValue::new("runtime_tools.character", "Lanlan"),
+                KeyValue::new("runtime_tools.caller", "model"),
+                KeyValue::new("runtime_tools.source", "plugin:bench"),
+                KeyValue::new("runtime_tools.kind", "embedded"),
+            ])
+            .start(tracer);
+        let parent = Context::new().with_remote_span_context(call.span_context().clone());
+        let client = tracer
+            .span_builder("POST")
+            .with_kind(SpanKind::Client)
+            .with_attributes([
+                KeyValue::new("http.request.method", "POST"),
+                KeyValue::new("url.full", url),
+                KeyValue::new("server.address", "127.0.0.1"),
+                KeyValue::new("server.port", 8080_i64),
+            ])
+            .start_with_context(tracer, &parent);
+        Self { call, client }
+    }
+
+    fn end(mut self) {
+        use opentelemetry::KeyValue;
+        use opentelemetry::trace::Span as _;
+        self.client
+            .set_attribute(KeyValue::new("http.response.status_code", 200_i64));
+        self.client.end();
+        self.call.end();
+    }
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]
@@ -310,12 +408,30 @@ fn main() {
     let callback = peer(peers.clone(), CALLBACK_ANSWER, |_| {});
     let receiver = peer(peers.clone(), "", count_spans);
     actix_web::rt::System::new().block_on(async move {
+        let on = Variant::start("export on", callback, Some(receiver), options.calls).await;
+        let provider = on
+            .events
+            .observer()
+            .tracer_provider()
+            .expect("export is on");
         let variants = [
             Variant::start("export off", callback, None, options.calls).await,
-            Variant::start("export on", callback, Some(receiver), options.calls).await,
+            on,
+            Variant::start("sdk beside a call", callback, None, options.calls)
+                .await
+                .with_sdk(provider.clone(), Floor::BesideACall),
+            Variant::start("sdk alone", callback, None, options.calls)
+                .await
+                .with_sdk(provider, Floor::Alone),
         ];
+        let skipped = |variant: &Variant| {
+            options
+                .only
+                .as_deref()
+                .is_some_and(|only| !variant.label.ends_with(only))
+        };
         // Warm-up: connections, pools, the exporter's runtime.
-        for variant in &variants {
+        for variant in variants.iter().filter(|v| !skipped(v)) {
             variant
                 .run(options.calls / 10, options.concurrency, &peers)
                 .await;
@@ -323,11 +439,7 @@ fn main() {
         let mut figures = vec![Vec::new(); variants.len()];
         for run in 1..=options.runs {
             for (variant, figures) in variants.iter().zip(&mut figures) {
-                if options
-                    .only
-                    .as_deref()
-                    .is_some_and(|only| !variant.label.ends_with(only))
-                {
+                if skipped(variant) {
                     continue;
                 }
                 let per_call = variant
@@ -341,13 +453,17 @@ fn main() {
             return;
         }
         let (off, on) = (median(figures[0].clone()), median(figures[1].clone()));
+        let (beside, alone) = (median(figures[2].clone()), median(figures[3].clone()));
         println!(
-            "# medians of {} runs of {} calls ({} at a time): export off {off:.2} µs, export on \
-             {on:.2} µs of CPU per call; export costs {:.2} µs per call",
+            "# medians of {} runs of {} calls ({} at a time), CPU per call: export off {off:.2} \
+             µs, export on {on:.2} µs: export costs {:.2} µs; the floor, the SDK's two spans made \
+             straight: beside a call (export off) {beside:.2} µs, {:.2} µs more than export off; \
+             alone (no call) {alone:.2} µs",
             options.runs,
             options.calls,
             options.concurrency,
-            on - off
+            on - off,
+            beside - off
         );
     });
 }

@@ -86,6 +86,13 @@ impl Observer {
         Ok(Self::with(metrics, Tracing::on(provider)))
     }
 
+    /// The OpenTelemetry tracer provider spans are exported through (batch processor, OTLP/HTTP
+    /// exporter), when export is on: for an embedding app's own spans, which then share the
+    /// server's queue and collector.
+    pub fn tracer_provider(&self) -> Option<opentelemetry_sdk::trace::SdkTracerProvider> {
+        self.inner.tracing.provider().cloned()
+    }
+
     fn with(metrics: Metrics, tracing: Tracing) -> Self {
         Self {
             inner: Arc::new(Inner {
