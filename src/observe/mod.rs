@@ -235,3 +235,22 @@ impl Observer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tracer_provider_is_given_only_when_spans_are_exported() {
+        let off = Observer::new(&TraceSettings::default()).unwrap();
+        assert!(off.tracer_provider().is_none());
+        let on = Observer::new(&TraceSettings {
+            export: true,
+            endpoint: Some("http://127.0.0.1:9/v1/traces".into()),
+            ..TraceSettings::default()
+        })
+        .unwrap();
+        let provider = on.tracer_provider().expect("export is on");
+        provider.shutdown().ok();
+    }
+}
