@@ -247,6 +247,11 @@ impl StreamRound {
         forward
     }
 
+    /// Takes the text of a chunk that carries nothing else (read as a [`super::wire::TextChunk`]).
+    pub(crate) fn take_text(&mut self, text: &str) {
+        self.text.push_str(text);
+    }
+
     pub(crate) fn finish(self) -> RoundAnswer {
         RoundAnswer {
             text: self.text,

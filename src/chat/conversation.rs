@@ -19,6 +19,7 @@ use serde_json::{Map, Value, json};
 use super::ChatEndpoint;
 use super::answer::{self, ModelCall, RoundAnswer, StreamRound, add_usage};
 use super::kept::{self, TooLarge};
+use super::plain::PlainChunk;
 use super::round::{Answer, Round, Step, Streamed, ToolLoop, Unreadable, WireConversation};
 use super::settings::ChatSettings;
 use super::turns::{self, HandedTurn};
@@ -165,6 +166,21 @@ impl WireConversation for Conversation {
     fn stream_event(&mut self, data: &str) -> Result<Streamed, Unreadable> {
         if data.trim() == "[DONE]" {
             return Ok(Streamed::End);
+        }
+        // Most chunks carry only text: passed as written when nothing in them changes.
+        if let Some(chunk) = PlainChunk::read(data)
+            && let Some(delta) = chunk.delta(data)
+        {
+            if delta.text.is_empty() {
+                // The role, or nothing: nothing for the app yet (it gets the role with the
+                // first text).
+                self.encoder.adopt_plain_header(&chunk);
+                return Ok(Streamed::Frames(Vec::new()));
+            }
+            if let Some(frame) = self.encoder.pass_text(&chunk, &delta, data) {
+                self.streamed.take_text(&delta.text);
+                return Ok(Streamed::Frames(vec![frame]));
+            }
         }
         let Ok(mut chunk) = serde_json::from_str::<Map<String, Value>>(data) else {
             return Err(Unreadable::Invalid(format!(
@@ -523,5 +539,77 @@ mod tests {
                 );
             }
         }
+    }
+
+    fn frames(streamed: Streamed) -> Vec<String> {
+        let (Streamed::Frames(frames) | Streamed::Held(frames)) = streamed else {
+            return vec!["(end)".into()];
+        };
+        frames
+            .iter()
+            .map(|f| String::from_utf8(f.to_vec()).unwrap())
+            .collect()
+    }
+
+    /// What a frame says, as JSON.
+    fn said(frame: &str) -> Value {
+        let data = frame
+            .strip_prefix("data: ")
+            .unwrap()
+            .strip_suffix("\n\n")
+            .unwrap();
+        serde_json::from_str(data).unwrap()
+    }
+
+    #[test]
+    fn chunks_of_text_alone_pass_as_written_and_the_others_are_written_again() {
+        let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
+        let request = ChatRequest::parse(body.as_bytes()).unwrap();
+        let messages = request.messages.clone();
+        let mut c = Conversation::new(request, messages, &ChatSettings::new("http://x/v1"));
+        let header = r#""id":"c1","object":"chat.completion.chunk","created":7,"model":"m""#;
+        let text = |id: &str, text: &str| {
+            format!(
+                r#"{{"id":"{id}","object":"chat.completion.chunk","created":7,"model":"m","choices":[{{"index":0,"delta":{{"content":"{text}"}},"logprobs":null,"finish_reason":null}}],"usage":null}}"#
+            )
+        };
+        c.next_round(&[]);
+        c.stream_begins();
+        let role = format!(
+            r#"{{{header},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},"finish_reason":null}}]}}"#
+        );
+        assert!(frames(c.stream_event(&role).unwrap()).is_empty());
+        // The first text gets the role, put in its delta; the next passes as it came.
+        let first = text("c1", "Let me");
+        assert_eq!(
+            frames(c.stream_event(&first).unwrap()),
+            [format!(
+                "data: {}\n\n",
+                first.replace(r#""delta":{"#, r#""delta":{"role":"assistant","#)
+            )]
+        );
+        let second = text("c1", " check.");
+        assert_eq!(
+            frames(c.stream_event(&second).unwrap()),
+            [format!("data: {second}\n\n")]
+        );
+        assert_eq!(frames(c.stream_event("[DONE]").unwrap()), ["(end)"]);
+        assert_eq!(c.answered(), Step::Deliver);
+        // A later round's chunks have their own id: written again with the stream's, and its
+        // first text set apart from the last round's.
+        let mut c2 = c;
+        c2.stream_begins();
+        let later = frames(c2.stream_event(&text("c2", "Sunny.")).unwrap());
+        let later = said(&later[0]);
+        assert_eq!(later["id"], "c1");
+        assert_eq!(
+            later["choices"][0]["delta"],
+            json!({"content": "\n\nSunny."})
+        );
+        let next = frames(c2.stream_event(&text("c2", " Hot.")).unwrap());
+        assert_eq!(said(&next[0])["id"], "c1");
+        c2.stream_event("[DONE]").unwrap();
+        assert_eq!(c2.answered(), Step::Deliver);
+        assert_eq!(c2.text(), "Let me check.\n\nSunny. Hot.");
     }
 }

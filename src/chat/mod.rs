@@ -22,6 +22,7 @@
 pub(crate) mod answer;
 pub(crate) mod conversation;
 pub(crate) mod kept;
+pub(crate) mod plain;
 pub(crate) mod responses;
 pub(crate) mod round;
 pub(crate) mod run;

@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use super::answer::ModelCall;
+use super::plain::{PlainChunk, PlainDelta};
 use crate::domain::call::ToolResult;
 use crate::domain::tool::SharedTool;
 use crate::session::core::ForeignTool;
@@ -376,12 +377,18 @@ pub(crate) fn round_separator(before: Option<char>, next: Option<char>) -> &'sta
     }
 }
 
+/// The fields of a chunk's header, which every chunk of the app's stream has as in its first.
+const HEADER: [&str; 4] = ["id", "created", "model", "system_fingerprint"];
+
 /// The app's stream: every chunk with the first round's `id`, `created` and `model`, the role
 /// once, the app's own calls as proper deltas, one finish reason, the usage chunk when asked
 /// for, then `[DONE]`.
 #[derive(Debug)]
 pub(crate) struct AppStream {
     header: Option<Map<String, Value>>,
+    /// The header's values as JSON text, in [`HEADER`]'s order (none: absent or `null`): what a
+    /// chunk passed as written must carry.
+    header_text: [Option<String>; 4],
     include_usage: bool,
     role_sent: bool,
     /// The last character of text the app got, and whether a round began since.
@@ -393,6 +400,7 @@ impl AppStream {
     pub(crate) fn new(include_usage: bool) -> Self {
         Self {
             header: None,
+            header_text: Default::default(),
             include_usage,
             role_sent: false,
             last_char: None,
@@ -409,12 +417,87 @@ impl AppStream {
     /// chunk of the first round; later rounds' chunks carry them too.
     pub(crate) fn adopt_header(&mut self, chunk: &Map<String, Value>) {
         if self.header.is_none() {
-            let header = ["id", "created", "model", "system_fingerprint"]
+            let header: Map<String, Value> = HEADER
                 .into_iter()
                 .filter_map(|k| chunk.get(k).map(|v| (k.to_owned(), v.clone())))
                 .collect();
+            self.header_text =
+                HEADER.map(|k| header.get(k).filter(|v| !v.is_null()).map(Value::to_string));
             self.header = Some(header);
         }
+    }
+
+    /// [`Self::adopt_header`] for a chunk read as a [`PlainChunk`].
+    pub(crate) fn adopt_plain_header(&mut self, chunk: &PlainChunk<'_>) {
+        if self.header.is_some() {
+            return;
+        }
+        let raw = [
+            chunk.id,
+            chunk.created,
+            chunk.model,
+            chunk.system_fingerprint,
+        ];
+        let mut header = Map::new();
+        for (key, raw) in HEADER.into_iter().zip(raw) {
+            if let Some(value) = raw.and_then(|r| serde_json::from_str(r.get()).ok()) {
+                header.insert(key.to_owned(), value);
+            }
+        }
+        self.header_text = raw.map(|r| r.map(|r| r.get().to_owned()));
+        self.header = Some(header);
+    }
+
+    /// The frame of a chunk that carries only text (`plain`, read from `data`), when the app
+    /// gets it as the upstream wrote it: its header is already the stream's and no round's
+    /// first text needs setting apart; the role, if it is the first and the chunk has none, put
+    /// in its delta. `None`: the chunk is written again in full ([`Self::forward`]).
+    pub(crate) fn pass_text(
+        &mut self,
+        chunk: &PlainChunk<'_>,
+        plain: &PlainDelta<'_>,
+        data: &str,
+    ) -> Option<Bytes> {
+        if plain.text.is_empty() || (plain.role && self.role_sent) {
+            return None;
+        }
+        let header = [
+            chunk.id,
+            chunk.created,
+            chunk.model,
+            chunk.system_fingerprint,
+        ];
+        let same_header = self.header.is_some()
+            && header
+                .iter()
+                .zip(&self.header_text)
+                .all(|(raw, kept)| raw.map(RawValue::get) == kept.as_deref());
+        // A frame is one line: data spread over several is written again on one.
+        if !same_header || data.contains(['\n', '\r']) {
+            return None;
+        }
+        let text = &plain.text;
+        if self.fresh_round {
+            if !round_separator(self.last_char, text.chars().next()).is_empty() {
+                return None;
+            }
+            self.fresh_round = false;
+        }
+        self.last_char = text.chars().next_back();
+        let mut frame = String::with_capacity(data.len() + 40);
+        frame.push_str("data: ");
+        if self.role_sent || plain.role {
+            self.role_sent = true;
+            frame.push_str(data);
+        } else {
+            self.role_sent = true;
+            let (before, after) = data.split_at(plain.delta_at + 1);
+            frame.push_str(before);
+            frame.push_str(r#""role":"assistant","#);
+            frame.push_str(after);
+        }
+        frame.push_str("\n\n");
+        Some(Bytes::from(frame))
     }
 
     /// A chunk of the upstream's (already stripped by [`StreamRound::take`]), as the app gets

@@ -1,0 +1,216 @@
+//! A streamed chat chunk that carries nothing but text, read without building it into a map:
+//! most chunks of any stream are such, and the app gets them as the upstream wrote them when
+//! nothing in them changes ([`super::wire::AppStream::pass_text`]). Anything else a chunk
+//! carries (a role, calls, a refusal, a finish reason, usage, an error, several choices) makes
+//! it not plain: it is read and written again in full. No I/O.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde_json::value::RawValue;
+
+/// A chunk's fields the loop looks at; the others pass as written.
+#[derive(Deserialize)]
+pub(crate) struct PlainChunk<'a> {
+    #[serde(borrow)]
+    pub id: Option<&'a RawValue>,
+    #[serde(borrow)]
+    pub created: Option<&'a RawValue>,
+    #[serde(borrow)]
+    pub model: Option<&'a RawValue>,
+    #[serde(borrow)]
+    pub system_fingerprint: Option<&'a RawValue>,
+    #[serde(borrow)]
+    usage: Option<&'a RawValue>,
+    #[serde(borrow)]
+    error: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    choices: Vec<PlainChoice<'a>>,
+}
+
+#[derive(Deserialize)]
+struct PlainChoice<'a> {
+    #[serde(default)]
+    index: u64,
+    #[serde(borrow)]
+    delta: Option<&'a RawValue>,
+    /// Present, and `null`.
+    #[serde(default, deserialize_with = "present_null")]
+    finish_reason: bool,
+}
+
+/// What a plain chunk's delta holds: its text (maybe none), whether it states the role, and
+/// where its object begins in the chunk's data.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct PlainDelta<'a> {
+    pub text: Cow<'a, str>,
+    pub role: bool,
+    /// The byte offset of the delta's `{`.
+    pub delta_at: usize,
+}
+
+impl<'a> PlainChunk<'a> {
+    /// Reads `data` (a chunk's JSON); `None` when it is not a JSON object.
+    pub(crate) fn read(data: &'a str) -> Option<Self> {
+        serde_json::from_str(data).ok()
+    }
+
+    /// The chunk's delta, when the chunk carries nothing but text or the role: no usage, no
+    /// error, one choice (the first), whose finish reason is `null` and whose delta has only
+    /// `content` (a string or `null`) and `role` (a string). `data` is the text the chunk was
+    /// read from.
+    pub(crate) fn delta(&self, data: &'a str) -> Option<PlainDelta<'a>> {
+        let [choice] = self.choices.as_slice() else {
+            return None;
+        };
+        if choice.index != 0 || !choice.finish_reason || self.usage.is_some() {
+            return None;
+        }
+        if self.error.is_some() {
+            return None;
+        }
+        let delta = choice.delta?.get();
+        let delta_at = (delta.as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
+        if !delta.starts_with('{') || data.get(delta_at..delta_at + 1) != Some("{") {
+            return None;
+        }
+        let Fields { content, role } = serde_json::from_str::<PlainFields>(delta).ok()?.0?;
+        Some(PlainDelta {
+            text: content.unwrap_or_default(),
+            role,
+            delta_at,
+        })
+    }
+}
+
+fn present_null<'de, D: Deserializer<'de>>(value: D) -> Result<bool, D::Error> {
+    Ok(Option::<IgnoredAny>::deserialize(value)?.is_none())
+}
+
+/// A delta's `content` and whether it has a `role`.
+struct Fields<'a> {
+    content: Option<Cow<'a, str>>,
+    role: bool,
+}
+
+/// A delta's fields, when it has no others (and none twice).
+struct PlainFields<'a>(Option<Fields<'a>>);
+
+impl<'de> Deserialize<'de> for PlainFields<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(PlainFieldsVisitor)
+    }
+}
+
+struct PlainFieldsVisitor;
+
+impl<'de> Visitor<'de> for PlainFieldsVisitor {
+    type Value = PlainFields<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a delta object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let (mut content, mut role, mut other) = (None, false, false);
+        let mut seen_content = false;
+        while let Some(key) = map.next_key::<Text<'de>>()? {
+            match key.0.as_ref() {
+                "content" if !seen_content => {
+                    seen_content = true;
+                    content = map.next_value::<Option<Text<'de>>>()?.map(|t| t.0);
+                }
+                "role" if !role => {
+                    map.next_value::<Text<'de>>()?;
+                    role = true;
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                    other = true;
+                }
+            }
+        }
+        Ok(PlainFields((!other).then_some(Fields { content, role })))
+    }
+}
+
+/// A string, borrowed from the data when it has no escapes.
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de> Deserialize<'de> for Text<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(TextVisitor)
+    }
+}
+
+struct TextVisitor;
+
+impl<'de> Visitor<'de> for TextVisitor {
+    type Value = Text<'de>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
+        Ok(Text(Cow::Borrowed(text)))
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+        Ok(Text(Cow::Owned(text.to_owned())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(text, role)` of a plain chunk.
+    fn delta(data: &str) -> Option<(String, bool)> {
+        let chunk = PlainChunk::read(data)?;
+        chunk.delta(data).map(|d| {
+            assert_eq!(&data[d.delta_at..d.delta_at + 1], "{");
+            (d.text.into_owned(), d.role)
+        })
+    }
+
+    #[test]
+    fn a_chunk_of_text_or_the_role_alone_is_plain() {
+        let data = r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hi \"there\""},"logprobs":null,"finish_reason":null}],"usage":null}"#;
+        assert_eq!(delta(data), Some(("Hi \"there\"".into(), false)));
+        let spaced =
+            r#"{ "choices" : [ { "delta" : { "content" : "Hi" } , "finish_reason" : null } ] }"#;
+        assert_eq!(delta(spaced), Some(("Hi".into(), false)));
+        let role = r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}"#;
+        assert_eq!(delta(role), Some((String::new(), true)));
+        let null = r#"{"choices":[{"index":0,"delta":{"content":null},"finish_reason":null}]}"#;
+        assert_eq!(delta(null), Some((String::new(), false)));
+    }
+
+    #[test]
+    fn a_chunk_with_anything_else_is_not_plain() {
+        for data in [
+            // Calls, a refusal, a role that is not a string.
+            r#"{"choices":[{"index":0,"delta":{"content":"Hi","tool_calls":[]},"finish_reason":null}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"Hi","refusal":null},"finish_reason":null}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"role":null,"content":"Hi"},"finish_reason":null}]}"#,
+            // The same key twice.
+            r#"{"choices":[{"index":0,"delta":{"content":"a","content":"b"},"finish_reason":null}]}"#,
+            // A finish reason, or none stated; another choice; two choices.
+            r#"{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"Hi"}}]}"#,
+            r#"{"choices":[{"index":1,"delta":{"content":"Hi"},"finish_reason":null}]}"#,
+            r#"{"choices":[{"delta":{"content":"a"},"finish_reason":null},{"index":1,"delta":{"content":"b"},"finish_reason":null}]}"#,
+            // Usage, an error, no delta, no choices, not an object.
+            r#"{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}],"usage":{"total_tokens":1}}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":null}],"error":{"message":"x"}}"#,
+            r#"{"choices":[{"index":0,"finish_reason":null}]}"#,
+            r#"{"choices":[]}"#,
+            r#"[1]"#,
+        ] {
+            assert_eq!(delta(data), None, "{data}");
+        }
+    }
+}
