@@ -33,7 +33,7 @@
 //! Every answer is checked (the words of the final answer); a wrong one is a fault, printed.
 //! Figures and method: docs/benchmarks.md. Run:
 //! `cargo bench --bench chat -- [--conns N] [--seconds S] [--warmup-seconds S] [--runs N]
-//! [--callback URL]`; `RUNTIME_TOOLS_BIN=PATH` measures that server binary instead of this build.
+//! [--callback URL] [--only round|ttft]`; `RUNTIME_TOOLS_BIN=PATH` measures that server binary instead of this build.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -64,6 +64,8 @@ struct Options {
     callback: String,
     /// The other build measured alternately with this one (`MAIN_BIN`).
     main_bin: Option<std::ffi::OsString>,
+    /// Only the one-round requests (`round`) or only the first token (`ttft`).
+    only: Option<String>,
 }
 
 fn options() -> Options {
@@ -74,6 +76,7 @@ fn options() -> Options {
         runs: 3,
         callback: std::env::var("CALLBACK").unwrap_or_else(|_| "http://127.0.0.1:9333".into()),
         main_bin: std::env::var_os("MAIN_BIN").filter(|bin| !bin.is_empty()),
+        only: None,
     };
     let args: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -85,6 +88,14 @@ fn options() -> Options {
             "--warmup-seconds" => o.warmup_seconds = value().parse().expect("--warmup-seconds S"),
             "--runs" => o.runs = value().parse().expect("--runs N"),
             "--callback" => o.callback = value(),
+            "--only" => {
+                let only = value();
+                assert!(
+                    only == "round" || only == "ttft",
+                    "--only round|ttft, not {only:?}"
+                );
+                o.only = Some(only);
+            }
             // `cargo bench` passes `--bench`; anything else is not ours.
             _ => {
                 i += 1;
@@ -692,6 +703,9 @@ async fn measure_format(
     if o.conns != 1 {
         widths.push(1);
     }
+    if o.only.as_deref() == Some("ttft") {
+        widths.clear();
+    }
     for conns in widths {
         let suffix = if conns == 1 { "-conn1" } else { "" };
         let (upstream_, callback) = (upstream.to_owned(), o.callback.clone());
@@ -724,6 +738,9 @@ async fn measure_format(
                 2,
             );
         }
+    }
+    if o.only.as_deref() == Some("round") {
+        return;
     }
     let prefix = match format {
         Format::Chat => "",

@@ -45,6 +45,7 @@
 #      GRID="1 8 64" (characters of the register and callpath suites)  SKIP_BUILD=1 (use the built
 #      binary)  MODES="client relay" (session modes of the callpath suite)
 #      HOP_WORKERS="2 1" HOP_ACTOR="system worker" (the layouts of the hop suite)
+#      CHAT_ONLY=round|ttft (the chat suite's one-round requests only, or its first token only)
 #      RUNTIME_TOOLS_BIN=PATH (measure that server binary instead, e.g. an older build to compare)
 # Every run prints `SCENARIO runN rps=… p50_ms=… p99_ms=… … cpu_us_per_req=…`; the summary at
 # the end gives each scenario's median and its ratio to the median floor of this invocation.
@@ -217,7 +218,7 @@ chat_suite() {
   measure floor-callback-conn1 "$HERE/callback.lua" "$CALLBACK" "$(nginx_pids)" 1
   [ -n "${SKIP_BUILD:-}" ] || cargo bench --quiet --bench chat --no-run 2>/dev/null
   cargo bench --quiet --bench chat -- --conns "$CONNS" --runs "$RUNS" --seconds "${DURATION%s}" \
-    --warmup-seconds "${WARMUP%s}" --callback "$CALLBACK" \
+    --warmup-seconds "${WARMUP%s}" --callback "$CALLBACK" ${CHAT_ONLY:+--only "$CHAT_ONLY"} \
     2>"$WORK/chat.err" | tee -a "$RESULTS" | grep -v '^#' || { cat "$WORK/chat.err" >&2; exit 1; }
 }
 

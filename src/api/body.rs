@@ -18,6 +18,7 @@ use serde_json::map::Entry;
 use serde_json::{Map, Value};
 
 use super::error::{ApiError, FieldError};
+use crate::domain::json_text::JsonStr;
 
 /// Largest accepted request body: tool schemas are small; 1 MiB leaves ample room.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
@@ -313,15 +314,30 @@ impl<'de> serde::de::Visitor<'de> for KeysOnceVisitor {
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<KeysOnce, A::Error> {
-        let mut keys = std::collections::HashSet::new();
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
-            if keys.contains(&key) {
+        // Most objects have a few keys: compared one by one until there are many.
+        const FEW: usize = 16;
+        let mut few: Vec<std::borrow::Cow<'de, str>> = Vec::new();
+        let mut many = std::collections::HashSet::new();
+        while let Some(JsonStr(key)) = map.next_key::<JsonStr<'de>>()? {
+            let seen = if many.is_empty() {
+                few.contains(&key)
+            } else {
+                many.contains(&key)
+            };
+            if seen {
                 return Err(serde::de::Error::custom(format_args!(
                     "duplicate key {key:?}"
                 )));
             }
             map.next_value::<KeysOnce>()?;
-            keys.insert(key);
+            if !many.is_empty() {
+                many.insert(key);
+            } else if few.len() < FEW {
+                few.push(key);
+            } else {
+                many.extend(few.drain(..));
+                many.insert(key);
+            }
         }
         Ok(KeysOnce)
     }
@@ -445,6 +461,17 @@ mod tests {
                 .unwrap_err()
                 .contains("\"role\"")
         );
+        // Past the keys compared one by one, and at the switch.
+        for repeated in [3, 16, 17, 30] {
+            let keys: Vec<String> = (0..30).map(|i| format!("\"k{i}\": {i}")).collect();
+            let body = format!("{{{}, \"k{repeated}\": 0}}", keys.join(", "));
+            let found = refuse_duplicate_keys(body.as_bytes()).map_err(|e| e.contains("k"));
+            if repeated < 30 {
+                assert_eq!(found, Err(true), "{body}");
+            } else {
+                assert_eq!(found, Ok(()), "{body}");
+            }
+        }
         let escaped = br#"{"a\u0062": 1, "ab": 2}"#;
         assert!(
             refuse_duplicate_keys(escaped).is_err(),

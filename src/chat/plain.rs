@@ -8,8 +8,10 @@ use std::borrow::Cow;
 use std::fmt;
 
 use serde::Deserialize;
-use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::de::{Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
+
+use crate::domain::json_text::JsonStr;
 
 /// A chunk's fields the loop looks at; the others pass as written.
 #[derive(Deserialize)]
@@ -116,14 +118,14 @@ impl<'de> Visitor<'de> for PlainFieldsVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let (mut content, mut role, mut other) = (None, false, false);
         let mut seen_content = false;
-        while let Some(key) = map.next_key::<Text<'de>>()? {
+        while let Some(key) = map.next_key::<JsonStr<'de>>()? {
             match key.0.as_ref() {
                 "content" if !seen_content => {
                     seen_content = true;
-                    content = map.next_value::<Option<Text<'de>>>()?.map(|t| t.0);
+                    content = map.next_value::<Option<JsonStr<'de>>>()?.map(|t| t.0);
                 }
                 "role" if !role => {
-                    map.next_value::<Text<'de>>()?;
+                    map.next_value::<JsonStr<'de>>()?;
                     role = true;
                 }
                 _ => {
@@ -133,33 +135,6 @@ impl<'de> Visitor<'de> for PlainFieldsVisitor {
             }
         }
         Ok(PlainFields((!other).then_some(Fields { content, role })))
-    }
-}
-
-/// A string, borrowed from the data when it has no escapes.
-struct Text<'a>(Cow<'a, str>);
-
-impl<'de> Deserialize<'de> for Text<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_str(TextVisitor)
-    }
-}
-
-struct TextVisitor;
-
-impl<'de> Visitor<'de> for TextVisitor {
-    type Value = Text<'de>;
-
-    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("a string")
-    }
-
-    fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
-        Ok(Text(Cow::Borrowed(text)))
-    }
-
-    fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
-        Ok(Text(Cow::Owned(text.to_owned())))
     }
 }
 

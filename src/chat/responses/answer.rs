@@ -24,6 +24,24 @@ use crate::chat::answer::{ModelCall, add_usage};
 use crate::chat::round::{Streamed, Unreadable};
 use crate::chat::wire::error_text;
 
+/// An event's fields that say where it goes and what it is numbered; the others pass as
+/// written.
+#[derive(serde::Deserialize)]
+struct ItemEvent<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(borrow)]
+    output_index: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow)]
+    sequence_number: Option<&'a serde_json::value::RawValue>,
+}
+
+/// Where `part` (a slice of `data`) begins in `data`.
+fn offset_in(data: &str, part: &str) -> Option<usize> {
+    let at = (part.as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
+    (at + part.len() <= data.len()).then_some(at)
+}
+
 /// Where one upstream item's events go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
@@ -119,6 +137,9 @@ impl AppResponse {
         data: &str,
         is_app: &dyn Fn(&str) -> bool,
     ) -> Result<Streamed, Unreadable> {
+        if let Some(streamed) = self.pass_item_event(data) {
+            return Ok(streamed);
+        }
         let Ok(event) = serde_json::from_str::<Map<String, Value>>(data) else {
             return Err(Unreadable::Invalid(format!(
                 "the upstream's stream sent data that is not a JSON object: {}",
@@ -126,6 +147,67 @@ impl AppResponse {
             )));
         };
         self.take(event, is_app)
+    }
+
+    /// An event of an item already placed (a text delta, a call's arguments, ...), read without
+    /// building it into a map: the app's item's gets its `output_index` and `sequence_number`
+    /// written in place of the upstream's, the rest as the upstream wrote it; a server's call's
+    /// is dropped. `None`: the event is read in full ([`Self::take`]).
+    fn pass_item_event(&mut self, data: &str) -> Option<Streamed> {
+        let event = serde_json::from_str::<ItemEvent>(data).ok()?;
+        let kind = event.kind;
+        if !self.streaming
+            || matches!(
+                kind,
+                "response.output_item.added" | "response.output_item.done"
+            )
+        {
+            return None;
+        }
+        let index_raw = event.output_index?;
+        let index: u64 = index_raw.get().parse().ok()?;
+        let held = |frames| {
+            if opens(kind) {
+                Streamed::Held(frames)
+            } else {
+                Streamed::Frames(frames)
+            }
+        };
+        let at = match self.round.places.get(&index)? {
+            Place::Server => return Some(held(Vec::new())),
+            Place::Held => return None,
+            Place::App(at) => *at,
+        };
+        // A frame's data is one line.
+        let sequence_raw = event.sequence_number?;
+        if data.contains(['\n', '\r']) {
+            return None;
+        }
+        let mut replaced = [
+            (
+                offset_in(data, index_raw.get())?,
+                index_raw.get().len(),
+                at as u64,
+            ),
+            (
+                offset_in(data, sequence_raw.get())?,
+                sequence_raw.get().len(),
+                self.sequence,
+            ),
+        ];
+        replaced.sort_unstable_by_key(|(start, ..)| *start);
+        let mut frame = String::with_capacity(data.len() + kind.len() + 32);
+        let _ = write!(frame, "event: {kind}\ndata: ");
+        let mut from = 0;
+        for (start, len, number) in replaced {
+            frame.push_str(data.get(from..start)?);
+            let _ = write!(frame, "{number}");
+            from = start + len;
+        }
+        frame.push_str(data.get(from..)?);
+        frame.push_str("\n\n");
+        self.sequence += 1;
+        Some(held(vec![Bytes::from(frame)]))
     }
 
     /// A round's whole response, read as the events a stream of it would have sent.
@@ -618,6 +700,65 @@ mod tests {
         let end = answer.terminal(response);
         assert_eq!(data(&end[0])["type"], "response.completed");
         assert_eq!(data(&end[0])["sequence_number"], 11);
+    }
+
+    #[test]
+    fn an_items_events_pass_as_written_but_for_their_index_and_number() {
+        let is_app = |name: &str| name == "app_clock";
+        let mut answer = AppResponse::new(true);
+        answer.round_begins();
+        let words = json!({"type": "message", "id": "msg_1", "content": []});
+        assert_eq!(feed(&mut answer, &round("resp_1", &[words])).len(), 5);
+        answer.round_output();
+        answer.round_begins();
+        let call = |id: &str| {
+            json!({"type": "response.output_item.added", "output_index": 0, "item": {
+                "type": "function_call", "id": id, "call_id": id, "name": "get_weather",
+                "arguments": ""}})
+        };
+        let mut second = call("fc_1");
+        let mut third = call("fc_2");
+        third["output_index"] = json!(1);
+        second["sequence_number"] = json!(2);
+        third["sequence_number"] = json!(3);
+        let message = json!({"type": "response.output_item.added", "sequence_number": 4,
+            "output_index": 2, "item": {"type": "message", "id": "msg_2", "content": []}});
+        let added = feed(&mut answer, &[second, third, message]);
+        assert_eq!(added.len(), 1, "the server's calls are not the app's");
+        assert_eq!(
+            (&added[0]["output_index"], &added[0]["sequence_number"]),
+            (&json!(1), &json!(5))
+        );
+        // The server's call's arguments: dropped.
+        let arguments = r#"{"type":"response.function_call_arguments.delta","sequence_number":5,"item_id":"fc_1","output_index":0,"delta":"{}"}"#;
+        let Streamed::Frames(none) = answer.event(arguments, &is_app).unwrap() else {
+            panic!("not an opening")
+        };
+        assert!(none.is_empty());
+        // The app's text: as written, but for its place in the app's output and its number.
+        let delta = r#"{"type":"response.output_text.delta","sequence_number":9,"item_id":"msg_2","output_index":2,"content_index":0,"delta":"Hi \"you\"\u00e9","logprobs":[]}"#;
+        let Streamed::Frames(frames) = answer.event(delta, &is_app).unwrap() else {
+            panic!("a delta is not an opening")
+        };
+        let written = delta
+            .replace(r#""sequence_number":9"#, r#""sequence_number":6"#)
+            .replace(r#""output_index":2"#, r#""output_index":1"#);
+        assert_eq!(
+            std::str::from_utf8(&frames[0]).unwrap(),
+            format!("event: response.output_text.delta\ndata: {written}\n\n")
+        );
+        // Numbered in the app's sequence, whatever the upstream's.
+        let later = r#"{"type":"response.output_text.delta","sequence_number":40,"item_id":"msg_2","output_index":2,"content_index":0,"delta":"!"}"#;
+        let Streamed::Frames(frames) = answer.event(later, &is_app).unwrap() else {
+            panic!("a delta is not an opening")
+        };
+        assert_eq!(
+            (
+                &data(&frames[0])["sequence_number"],
+                &data(&frames[0])["output_index"]
+            ),
+            (&json!(7), &json!(1))
+        );
     }
 
     #[test]
