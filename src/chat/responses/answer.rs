@@ -18,28 +18,49 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use bytes::Bytes;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
 use crate::chat::answer::{ModelCall, add_usage};
 use crate::chat::round::{Streamed, Unreadable};
 use crate::chat::wire::error_text;
 
-/// An event's fields that say where it goes and what it is numbered; the others pass as
-/// written.
+/// An event's fields that say what it is, where it goes and what it is numbered; the others
+/// pass as written.
 #[derive(serde::Deserialize)]
-struct ItemEvent<'a> {
+struct EventHead<'a> {
     #[serde(rename = "type")]
     kind: &'a str,
     #[serde(borrow)]
-    output_index: Option<&'a serde_json::value::RawValue>,
+    output_index: Option<&'a RawValue>,
     #[serde(borrow)]
-    sequence_number: Option<&'a serde_json::value::RawValue>,
+    sequence_number: Option<&'a RawValue>,
+    #[serde(borrow)]
+    response: Option<&'a RawValue>,
+    #[serde(borrow)]
+    item: Option<&'a RawValue>,
 }
 
-/// Where `part` (a slice of `data`) begins in `data`.
-fn offset_in(data: &str, part: &str) -> Option<usize> {
-    let at = (part.as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
-    (at + part.len() <= data.len()).then_some(at)
+/// Where a number's text is in an event's data.
+#[derive(Debug, Clone, Copy)]
+struct Number {
+    at: usize,
+    len: usize,
+}
+
+impl Number {
+    /// `raw`, read from `data`, when it lies within it.
+    fn of(data: &str, raw: &RawValue) -> Option<Self> {
+        let text = raw.get();
+        let at = (text.as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
+        let end = at.checked_add(text.len())?;
+        (end <= data.len() && data.is_char_boundary(at) && data.is_char_boundary(end)).then_some(
+            Self {
+                at,
+                len: text.len(),
+            },
+        )
+    }
 }
 
 /// Where one upstream item's events go.
@@ -137,7 +158,7 @@ impl AppResponse {
         data: &str,
         is_app: &dyn Fn(&str) -> bool,
     ) -> Result<Streamed, Unreadable> {
-        if let Some(streamed) = self.pass_item_event(data) {
+        if let Some(streamed) = self.pass_event(data, is_app) {
             return Ok(streamed);
         }
         let Ok(event) = serde_json::from_str::<Map<String, Value>>(data) else {
@@ -149,23 +170,47 @@ impl AppResponse {
         self.take(event, is_app)
     }
 
-    /// An event of an item already placed (a text delta, a call's arguments, ...), read without
-    /// building it into a map: the app's item's gets its `output_index` and `sequence_number`
-    /// written in place of the upstream's, the rest as the upstream wrote it; a server's call's
-    /// is dropped. `None`: the event is read in full ([`Self::take`]).
-    fn pass_item_event(&mut self, data: &str) -> Option<Streamed> {
-        let event = serde_json::from_str::<ItemEvent>(data).ok()?;
-        let kind = event.kind;
-        if !self.streaming
-            || matches!(
-                kind,
-                "response.output_item.added" | "response.output_item.done"
-            )
-        {
+    /// An event read without building it into a map, when that is enough: the first round's
+    /// opening events (the response parsed alone, and only once), an item's beginning and end
+    /// (the item parsed alone), and the events of an item already placed (a text delta, a
+    /// call's arguments, ...). The app gets each as the upstream wrote it, but for its
+    /// `output_index` and `sequence_number`, written in place of the upstream's; a server's
+    /// call's events are dropped. `None`: the event is read in full ([`Self::take`]), as are
+    /// reasoning items' (held) and any event without a `sequence_number`.
+    fn pass_event(&mut self, data: &str, is_app: &dyn Fn(&str) -> bool) -> Option<Streamed> {
+        if !self.streaming || data.contains(['\n', '\r']) {
             return None;
+        }
+        let event = serde_json::from_str::<EventHead>(data).ok()?;
+        let kind = event.kind;
+        let sequence = Number::of(data, event.sequence_number?)?;
+        if matches!(
+            kind,
+            "response.created" | "response.in_progress" | "response.queued"
+        ) {
+            // The response as created is the round's until its terminal event.
+            let response = if kind == "response.created" || self.round.response.is_none() {
+                let raw = event.response?.get();
+                Some(serde_json::from_str::<Map<String, Value>>(raw).ok()?)
+            } else {
+                None
+            };
+            let mut frames = Vec::new();
+            if self.rounds <= 1 {
+                self.began |= kind == "response.created";
+                frames.push(self.renumbered(data, kind, sequence, None));
+            }
+            if let Some(response) = response {
+                if self.first.is_none() {
+                    self.first = Some(response.clone());
+                }
+                self.round.response = Some(response);
+            }
+            return Some(Streamed::Held(frames));
         }
         let index_raw = event.output_index?;
         let index: u64 = index_raw.get().parse().ok()?;
+        let index_raw = Number::of(data, index_raw)?;
         let held = |frames| {
             if opens(kind) {
                 Streamed::Held(frames)
@@ -173,41 +218,68 @@ impl AppResponse {
                 Streamed::Frames(frames)
             }
         };
-        let at = match self.round.places.get(&index)? {
-            Place::Server => return Some(held(Vec::new())),
-            Place::Held => return None,
-            Place::App(at) => *at,
+        let at = match kind {
+            "response.output_item.added" => {
+                let item: Value = serde_json::from_str(event.item?.get()).ok()?;
+                if item_type(&item) == "reasoning" {
+                    return None;
+                }
+                let (place, mut frames) = self.place(index, Some(&item), is_app);
+                if let Place::App(at) = place {
+                    frames.push(self.renumbered(data, kind, sequence, Some((index_raw, at))));
+                }
+                return Some(held(frames));
+            }
+            "response.output_item.done" => {
+                let item: Value = serde_json::from_str(event.item?.get()).ok()?;
+                let at = match self.round.places.get(&index)? {
+                    Place::Held => return None,
+                    Place::Server => None,
+                    Place::App(at) => Some(*at),
+                };
+                if let Some(at) = at {
+                    self.items[at] = item.clone();
+                }
+                self.round.done.insert(index, item);
+                at
+            }
+            _ => match self.round.places.get(&index)? {
+                Place::Held => return None,
+                Place::Server => None,
+                Place::App(at) => Some(*at),
+            },
         };
-        // A frame's data is one line.
-        let sequence_raw = event.sequence_number?;
-        if data.contains(['\n', '\r']) {
-            return None;
-        }
-        let mut replaced = [
-            (
-                offset_in(data, index_raw.get())?,
-                index_raw.get().len(),
-                at as u64,
-            ),
-            (
-                offset_in(data, sequence_raw.get())?,
-                sequence_raw.get().len(),
-                self.sequence,
-            ),
-        ];
-        replaced.sort_unstable_by_key(|(start, ..)| *start);
+        let frames = at
+            .map(|at| self.renumbered(data, kind, sequence, Some((index_raw, at))))
+            .into_iter()
+            .collect();
+        Some(held(frames))
+    }
+
+    /// The frame of an event (`data`, of type `kind`) as the upstream wrote it, but for its
+    /// `sequence_number`, the app's next, and its `output_index`, when given, `at`.
+    fn renumbered(
+        &mut self,
+        data: &str,
+        kind: &str,
+        sequence: Number,
+        index: Option<(Number, usize)>,
+    ) -> Bytes {
+        let mut numbers = vec![(sequence, self.sequence)];
+        self.sequence += 1;
+        numbers.extend(index.map(|(number, at)| (number, at as u64)));
+        numbers.sort_unstable_by_key(|(number, _)| number.at);
         let mut frame = String::with_capacity(data.len() + kind.len() + 32);
         let _ = write!(frame, "event: {kind}\ndata: ");
         let mut from = 0;
-        for (start, len, number) in replaced {
-            frame.push_str(data.get(from..start)?);
-            let _ = write!(frame, "{number}");
-            from = start + len;
+        for (number, value) in numbers {
+            frame.push_str(&data[from..number.at]);
+            let _ = write!(frame, "{value}");
+            from = number.at + number.len;
         }
-        frame.push_str(data.get(from..)?);
+        frame.push_str(&data[from..]);
         frame.push_str("\n\n");
-        self.sequence += 1;
-        Some(held(vec![Bytes::from(frame)]))
+        Bytes::from(frame)
     }
 
     /// A round's whole response, read as the events a stream of it would have sent.
@@ -341,20 +413,7 @@ impl AppResponse {
         let mut frames = Vec::new();
         let item = event.get("item").cloned();
         if kind == "response.output_item.added" {
-            let place = match &item {
-                Some(item) if item_type(item) == "function_call" && !is_app(call_name(item)) => {
-                    // Reasoning before a server's call is the server's too.
-                    self.round.held.clear();
-                    Place::Server
-                }
-                Some(item) if item_type(item) == "reasoning" => Place::Held,
-                _ => {
-                    frames.extend(self.release_held());
-                    self.items.push(item.clone().unwrap_or(Value::Null));
-                    Place::App(self.items.len() - 1)
-                }
-            };
-            self.round.places.insert(index, place);
+            frames = self.place(index, item.as_ref(), is_app).1;
         }
         if kind == "response.output_item.done"
             && let Some(item) = &item
@@ -391,6 +450,32 @@ impl AppResponse {
             }
         }
         frames
+    }
+
+    /// Where a new item's events go (the app's, a server's call, or held reasoning); the
+    /// frames of the held reasoning it releases.
+    fn place(
+        &mut self,
+        index: u64,
+        item: Option<&Value>,
+        is_app: &dyn Fn(&str) -> bool,
+    ) -> (Place, Vec<Bytes>) {
+        let mut frames = Vec::new();
+        let place = match item {
+            Some(item) if item_type(item) == "function_call" && !is_app(call_name(item)) => {
+                // Reasoning before a server's call is the server's too.
+                self.round.held.clear();
+                Place::Server
+            }
+            Some(item) if item_type(item) == "reasoning" => Place::Held,
+            _ => {
+                frames.extend(self.release_held());
+                self.items.push(item.cloned().unwrap_or(Value::Null));
+                Place::App(self.items.len() - 1)
+            }
+        };
+        self.round.places.insert(index, place);
+        (place, frames)
     }
 
     /// The held reasoning items become the app's, with the events they had so far.
@@ -759,6 +844,57 @@ mod tests {
             ),
             (&json!(7), &json!(1))
         );
+    }
+
+    /// The frames of these rounds (each a list of events, the last its terminal one), the
+    /// rounds' outputs and the app's response.
+    fn rounds_as_read(rounds: &[Vec<Value>]) -> (Vec<Value>, Vec<Vec<Value>>, Map<String, Value>) {
+        let mut answer = AppResponse::new(true);
+        let mut frames = Vec::new();
+        let mut outputs = Vec::new();
+        for events in rounds {
+            answer.round_begins();
+            frames.extend(feed(&mut answer, events));
+            outputs.push(answer.round_output().items);
+        }
+        let response = answer.response(None, "completed", None);
+        frames.extend(answer.terminal(response.clone()).iter().map(data));
+        (frames, outputs, response)
+    }
+
+    #[test]
+    fn events_passed_as_written_read_as_events_read_in_full() {
+        let reasoning = json!({"type": "reasoning", "id": "rs_1", "summary": []});
+        let server = json!({"type": "function_call", "id": "fc_1", "call_id": "s",
+                            "name": "get_weather", "arguments": "{}"});
+        let words = json!({"type": "message", "id": "msg_1", "content": []});
+        let app_call = json!({"type": "function_call", "id": "fc_2", "call_id": "a",
+                              "name": "app_clock", "arguments": "{}"});
+        let mut rounds = [
+            round("resp_1", &[reasoning.clone(), server]),
+            round("resp_2", &[reasoning, words, app_call]),
+        ];
+        // An item as it begins is not as it ends.
+        for event in rounds.iter_mut().flatten() {
+            if event["type"] == "response.output_item.added" {
+                event["item"]["status"] = json!("in_progress");
+            }
+        }
+        // The upstream's numbers (from 100): the events are passed as written, but for them.
+        let numbered: Vec<Vec<Value>> = rounds
+            .iter()
+            .map(|events| {
+                let mut events = events.clone();
+                for (n, event) in events.iter_mut().enumerate() {
+                    event["sequence_number"] = json!(100 + n);
+                }
+                events
+            })
+            .collect();
+        let read = rounds_as_read(&rounds);
+        assert_eq!(rounds_as_read(&numbered), read);
+        let numbers: Vec<&Value> = read.0.iter().map(|f| &f["sequence_number"]).collect();
+        assert_eq!(numbers, (0..numbers.len()).collect::<Vec<_>>());
     }
 
     #[test]
