@@ -562,6 +562,31 @@ mod tests {
     }
 
     #[test]
+    fn a_chunk_passed_as_written_says_usage_null_when_the_app_asked_for_usage() {
+        let body = r#"{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}"#;
+        let request = ChatRequest::parse(body.as_bytes()).unwrap();
+        let messages = request.messages.clone();
+        let mut c = Conversation::new(request, messages, &ChatSettings::new("http://x/v1"));
+        c.next_round(&[]);
+        c.stream_begins();
+        let role = r#"{"id":"c1","choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null}]}"#;
+        assert!(frames(c.stream_event(role).unwrap()).is_empty());
+        let with = r#"{"id":"c1","choices":[{"index":0,"delta":{"role":"assistant","content":"Hi"},"finish_reason":null}],"usage":null}"#;
+        assert_eq!(
+            frames(c.stream_event(with).unwrap()),
+            [format!("data: {with}\n\n")]
+        );
+        let without = r#"{"id":"c1","choices":[{"index":0,"delta":{"content":" there"},"finish_reason":null}]} "#;
+        assert_eq!(
+            frames(c.stream_event(without).unwrap()),
+            [format!(
+                "data: {}\n\n",
+                without.replace("]} ", r#"],"usage":null} "#)
+            )]
+        );
+    }
+
+    #[test]
     fn chunks_of_text_alone_pass_as_written_and_the_others_are_written_again() {
         let body = r#"{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}"#;
         let request = ChatRequest::parse(body.as_bytes()).unwrap();
@@ -581,17 +606,23 @@ mod tests {
         assert!(frames(c.stream_event(&role).unwrap()).is_empty());
         // The first text gets the role, put in its delta; the next passes as it came.
         let first = text("c1", "Let me");
+        // The app did not ask for usage: the upstream's `"usage": null` is left out.
         assert_eq!(
             frames(c.stream_event(&first).unwrap()),
             [format!(
                 "data: {}\n\n",
-                first.replace(r#""delta":{"#, r#""delta":{"role":"assistant","#)
+                first
+                    .replace(r#""delta":{"#, r#""delta":{"role":"assistant","#)
+                    .replace(r#","usage":null"#, "")
             )]
         );
         let second = text("c1", " check.");
         assert_eq!(
             frames(c.stream_event(&second).unwrap()),
-            [format!("data: {second}\n\n")]
+            [format!(
+                "data: {}\n\n",
+                second.replace(r#","usage":null"#, "")
+            )]
         );
         assert_eq!(frames(c.stream_event("[DONE]").unwrap()), ["(end)"]);
         assert_eq!(c.answered(), Step::Deliver);

@@ -24,8 +24,8 @@ pub(crate) struct PlainChunk<'a> {
     pub model: Option<&'a RawValue>,
     #[serde(borrow)]
     pub system_fingerprint: Option<&'a RawValue>,
-    #[serde(borrow)]
-    usage: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    usage: Stated<'a>,
     #[serde(borrow)]
     error: Option<&'a RawValue>,
     #[serde(borrow, default)]
@@ -43,6 +43,16 @@ struct PlainChoice<'a> {
     finish_reason: bool,
 }
 
+/// A field's value as written, `null` included; absent: none.
+#[derive(Default)]
+struct Stated<'a>(Option<&'a RawValue>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Stated<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        <&RawValue>::deserialize(deserializer).map(|raw| Self(Some(raw)))
+    }
+}
+
 /// What a plain chunk's delta holds: its text (maybe none), whether it states the role, and
 /// where its object begins in the chunk's data.
 #[derive(Debug, PartialEq, Eq)]
@@ -51,11 +61,17 @@ pub(crate) struct PlainDelta<'a> {
     pub role: bool,
     /// The byte offset of the delta's `{`.
     pub delta_at: usize,
+    /// The chunk's `"usage": null` (the key, the value and a comma beside them), when it has
+    /// one: the bytes to leave out for it to have none.
+    pub usage: Option<std::ops::Range<usize>>,
 }
 
 impl<'a> PlainChunk<'a> {
     /// Reads `data` (a chunk's JSON); `None` when it is not a JSON object.
     pub(crate) fn read(data: &'a str) -> Option<Self> {
+        if !data.trim_start().starts_with('{') {
+            return None;
+        }
         serde_json::from_str(data).ok()
     }
 
@@ -67,9 +83,14 @@ impl<'a> PlainChunk<'a> {
         let [choice] = self.choices.as_slice() else {
             return None;
         };
-        if choice.index != 0 || !choice.finish_reason || self.usage.is_some() {
+        if choice.index != 0 || !choice.finish_reason {
             return None;
         }
+        let usage = match self.usage.0 {
+            None => None,
+            Some(raw) if raw.get() == "null" => Some(member(data, "usage", raw.get())?),
+            Some(_) => return None,
+        };
         if self.error.is_some() {
             return None;
         }
@@ -83,8 +104,35 @@ impl<'a> PlainChunk<'a> {
             text: content.unwrap_or_default(),
             role,
             delta_at,
+            usage,
         })
     }
+}
+
+/// Where the member `key` whose value is `value` (a slice of `data`, an object's text) lies,
+/// with the comma that sets it apart from the one before or after it.
+fn member(data: &str, key: &str, value: &str) -> Option<std::ops::Range<usize>> {
+    let value_at = (value.as_ptr() as usize).checked_sub(data.as_ptr() as usize)?;
+    let value_end = value_at + value.len();
+    let before = data
+        .get(..value_at)?
+        .trim_end()
+        .strip_suffix(':')?
+        .trim_end();
+    let key_at = before
+        .strip_suffix('"')?
+        .strip_suffix(key)?
+        .strip_suffix('"')?
+        .len();
+    let lead = data[..key_at].trim_end();
+    if lead.ends_with(',') {
+        return Some(lead.len() - 1..value_end);
+    }
+    // The first member: the comma after it goes.
+    let after = data.get(value_end..)?;
+    let comma = after.len() - after.trim_start().len();
+    (lead.ends_with('{') && after.trim_start().starts_with(','))
+        .then_some(key_at..value_end + comma + 1)
 }
 
 fn present_null<'de, D: Deserializer<'de>>(value: D) -> Result<bool, D::Error> {
@@ -142,6 +190,24 @@ impl<'de> Visitor<'de> for PlainFieldsVisitor {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_null_usage_is_found_with_its_comma() {
+        for (data, left) in [
+            (r#"{"a":1,"usage":null}"#, r#"{"a":1}"#),
+            (r#"{"usage" : null , "a":1}"#, r#"{ "a":1}"#),
+            (r#"{"a":1 , "usage": null,"b":2}"#, r#"{"a":1 ,"b":2}"#),
+        ] {
+            let value = data.find("null").unwrap();
+            let range = member(data, "usage", &data[value..value + 4]).unwrap();
+            let mut kept = data.to_owned();
+            kept.replace_range(range, "");
+            assert_eq!(kept, left, "{data}");
+        }
+        let data = r#"{"usages":null}"#;
+        let value = data.find("null").unwrap();
+        assert_eq!(member(data, "usage", &data[value..value + 4]), None);
+    }
+
     /// `(text, role)` of a plain chunk.
     fn delta(data: &str) -> Option<(String, bool)> {
         let chunk = PlainChunk::read(data)?;
@@ -154,6 +220,8 @@ mod tests {
     #[test]
     fn a_chunk_of_text_or_the_role_alone_is_plain() {
         let data = r#"{"id":"c","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"delta":{"content":"Hi \"there\""},"logprobs":null,"finish_reason":null}],"usage":null}"#;
+        let usage = PlainChunk::read(data).unwrap().delta(data).unwrap().usage;
+        assert_eq!(&data[usage.unwrap()], r#","usage":null"#);
         assert_eq!(delta(data), Some(("Hi \"there\"".into(), false)));
         let spaced =
             r#"{ "choices" : [ { "delta" : { "content" : "Hi" } , "finish_reason" : null } ] }"#;

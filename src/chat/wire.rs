@@ -451,7 +451,8 @@ impl AppStream {
     /// The frame of a chunk that carries only text (`plain`, read from `data`), when the app
     /// gets it as the upstream wrote it: its header is already the stream's and no round's
     /// first text needs setting apart; the role, if it is the first and the chunk has none, put
-    /// in its delta. `None`: the chunk is written again in full ([`Self::forward`]).
+    /// in its delta, and `"usage": null` put in or left out as the app asked for usage. `None`:
+    /// the chunk is written again in full ([`Self::forward`]).
     pub(crate) fn pass_text(
         &mut self,
         chunk: &PlainChunk<'_>,
@@ -484,18 +485,33 @@ impl AppStream {
             self.fresh_round = false;
         }
         self.last_char = text.chars().next_back();
-        let mut frame = String::with_capacity(data.len() + 40);
-        frame.push_str("data: ");
-        if self.role_sent || plain.role {
-            self.role_sent = true;
-            frame.push_str(data);
-        } else {
-            self.role_sent = true;
-            let (before, after) = data.split_at(plain.delta_at + 1);
-            frame.push_str(before);
-            frame.push_str(r#""role":"assistant","#);
-            frame.push_str(after);
+        // What is put in or left out: the role, once; `"usage": null` as the app asked.
+        let mut edits: Vec<(std::ops::Range<usize>, &str)> = Vec::with_capacity(2);
+        if !self.role_sent && !plain.role {
+            edits.push((
+                plain.delta_at + 1..plain.delta_at + 1,
+                r#""role":"assistant","#,
+            ));
         }
+        self.role_sent = true;
+        match (&plain.usage, self.include_usage) {
+            (Some(usage), false) => edits.push((usage.clone(), "")),
+            (None, true) => {
+                let end = data.trim_end().len() - 1;
+                edits.push((end..end, r#","usage":null"#));
+            }
+            _ => {}
+        }
+        edits.sort_unstable_by_key(|(range, _)| range.start);
+        let mut frame = String::with_capacity(data.len() + 48);
+        frame.push_str("data: ");
+        let mut from = 0;
+        for (range, put) in edits {
+            frame.push_str(&data[from..range.start]);
+            frame.push_str(put);
+            from = range.end;
+        }
+        frame.push_str(&data[from..]);
         frame.push_str("\n\n");
         Some(Bytes::from(frame))
     }
