@@ -22,11 +22,9 @@ use super::kept::{self, TooLarge};
 use super::plain::PlainChunk;
 use super::round::{Answer, Round, Step, Streamed, ToolLoop, Unreadable, WireConversation};
 use super::settings::ChatSettings;
+use super::stream::{AppStream, round_separator};
 use super::turns::{self, HandedTurn};
-use super::wire::{
-    self, AppStream, ChatRequest, Raw, assistant_turn, call_value, error_text, round_separator,
-    tool_message,
-};
+use super::wire::{self, ChatRequest, Raw, assistant_turn, call_value, error_text, tool_message};
 use crate::domain::call::ToolResult;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::SharedTool;

@@ -27,6 +27,7 @@ pub(crate) mod responses;
 pub(crate) mod round;
 pub(crate) mod run;
 pub(crate) mod settings;
+pub(crate) mod stream;
 pub(crate) mod turns;
 pub(crate) mod upstream;
 pub(crate) mod wire;

@@ -1,6 +1,6 @@
 //! A streamed chat chunk that carries nothing but text, read without building it into a map:
 //! most chunks of any stream are such, and the app gets them as the upstream wrote them when
-//! nothing in them changes ([`super::wire::AppStream::pass_text`]). Anything else a chunk
+//! nothing in them changes ([`super::stream::AppStream::pass_text`]). Anything else a chunk
 //! carries (a role, calls, a refusal, a finish reason, usage, an error, several choices) makes
 //! it not plain: it is read and written again in full. No I/O.
 
