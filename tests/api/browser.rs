@@ -223,8 +223,16 @@ fn start_driver() -> (Child, u16) {
 fn try_start_driver() -> Option<(Child, u16)> {
     use std::os::unix::process::CommandExt;
 
+    // Its own log, shown when it stays silent: what it was doing instead.
+    static LOGS: AtomicUsize = AtomicUsize::new(0);
+    let log = std::env::temp_dir().join(format!(
+        "chromedriver-{}-{}.log",
+        std::process::id(),
+        LOGS.fetch_add(1, Ordering::Relaxed)
+    ));
     let mut driver = Command::new(CHROMEDRIVER)
         .arg("--port=0")
+        .arg(format!("--log-path={}", log.display()))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -261,11 +269,19 @@ fn try_start_driver() -> Option<(Child, u16)> {
             }
         }
     });
-    match rx.recv_timeout(DRIVER_ATTEMPT_DEADLINE) {
+    let started = rx.recv_timeout(DRIVER_ATTEMPT_DEADLINE);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    match started {
         Ok(port) => Some((driver, port)),
         Err(_) => {
             let _ = driver.kill();
             let _ = driver.wait();
+            let tail: Vec<&str> = text.lines().rev().take(20).collect();
+            println!(
+                "{CHROMEDRIVER}'s log, last lines first:\n{}",
+                tail.join("\n")
+            );
             None
         }
     }
