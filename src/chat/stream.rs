@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 use super::answer::ModelCall;
 use super::plain::{PlainChunk, PlainDelta};
 use super::wire::{new_completion_id, unix_now};
+use crate::domain::json_text::splice;
 
 /// What goes between the text the app has seen (ending in `before`) and a later round's text
 /// (starting with `next`): a paragraph break between two rounds' words, so "Let me check." and
@@ -149,16 +150,9 @@ impl AppStream {
             }
             _ => {}
         }
-        edits.sort_unstable_by_key(|(range, _)| range.start);
         let mut frame = String::with_capacity(data.len() + 48);
         frame.push_str("data: ");
-        let mut from = 0;
-        for (range, put) in edits {
-            frame.push_str(&data[from..range.start]);
-            frame.push_str(put);
-            from = range.end;
-        }
-        frame.push_str(&data[from..]);
+        splice(&mut frame, data, &mut edits);
         frame.push_str("\n\n");
         Some(Bytes::from(frame))
     }

@@ -24,6 +24,7 @@ use serde_json::{Map, Value, json};
 use crate::chat::answer::{ModelCall, add_usage};
 use crate::chat::round::{Streamed, Unreadable};
 use crate::chat::wire::error_text;
+use crate::domain::json_text::splice;
 
 /// An event's fields that say what it is, where it goes and what it is numbered; the others
 /// pass as written.
@@ -265,19 +266,21 @@ impl AppResponse {
         sequence: Number,
         index: Option<(Number, usize)>,
     ) -> Bytes {
-        let mut numbers = vec![(sequence, self.sequence)];
+        let (sequence_text, index_text) = (
+            self.sequence.to_string(),
+            index.map(|(_, at)| at.to_string()),
+        );
         self.sequence += 1;
-        numbers.extend(index.map(|(number, at)| (number, at as u64)));
-        numbers.sort_unstable_by_key(|(number, _)| number.at);
+        let mut edits = vec![(
+            sequence.at..sequence.at + sequence.len,
+            sequence_text.as_str(),
+        )];
+        if let (Some((number, _)), Some(text)) = (index, &index_text) {
+            edits.push((number.at..number.at + number.len, text.as_str()));
+        }
         let mut frame = String::with_capacity(data.len() + kind.len() + 32);
         let _ = write!(frame, "event: {kind}\ndata: ");
-        let mut from = 0;
-        for (number, value) in numbers {
-            frame.push_str(&data[from..number.at]);
-            let _ = write!(frame, "{value}");
-            from = number.at + number.len;
-        }
-        frame.push_str(&data[from..]);
+        splice(&mut frame, data, &mut edits);
         frame.push_str("\n\n");
         Bytes::from(frame)
     }
