@@ -301,6 +301,10 @@ impl AppResponse {
             )));
         };
         self.round_begins();
+        if !self.streaming {
+            self.whole_unstreamed(response, is_app);
+            return Ok(Vec::new());
+        }
         // The items, out of the response while its opening is written (with no output yet);
         // put back for the terminal event.
         let items = match response.get_mut("output") {
@@ -337,6 +341,39 @@ impl AppResponse {
         let event = event_of(terminal, [("response", Value::Object(response))]);
         frames.extend(self.take_frames(event, is_app)?);
         Ok(frames)
+    }
+
+    /// A round's whole response for an app that asked for no stream: its items placed as its
+    /// events would place them, with no event written.
+    fn whole_unstreamed(&mut self, response: Map<String, Value>, is_app: &dyn Fn(&str) -> bool) {
+        if self.first.is_none() {
+            // All the first round gives the app's response is its creation time.
+            let mut first = Map::new();
+            for key in ["id", "created_at"] {
+                if let Some(value) = response.get(key) {
+                    first.insert(key.into(), value.clone());
+                }
+            }
+            self.first = Some(first);
+        }
+        let items = match response.get("output") {
+            Some(Value::Array(items)) => items.as_slice(),
+            _ => &[],
+        };
+        let mut held = Vec::new();
+        for item in items {
+            match item_type(item) {
+                "function_call" if !is_app(call_name(item)) => held.clear(),
+                "reasoning" => held.push(item),
+                _ => {
+                    self.items.extend(held.drain(..).cloned());
+                    self.items.push(item.clone());
+                }
+            }
+        }
+        self.items.extend(held.into_iter().cloned());
+        self.round.response = Some(response);
+        self.round.ended = true;
     }
 
     /// [`Self::take`], for the frames it gives.
@@ -577,21 +614,23 @@ impl AppResponse {
     /// The whole response the app gets: the last round's, with the app's id, the first round's
     /// creation time, the app's items of every round, usage summed over rounds, the app's own
     /// `previous_response_id`, and `status` (with its details) as given.
+    /// Written once, at the end: the last round's response and the app's items are moved
+    /// into it.
     pub(crate) fn response(
-        &self,
+        &mut self,
         previous: Option<&str>,
         status: &str,
         details: Option<Value>,
     ) -> Map<String, Value> {
-        let mut response = self
-            .last
-            .clone()
-            .or_else(|| self.first.clone())
-            .unwrap_or_default();
         let id = self
             .app_id()
             .map(str::to_owned)
             .unwrap_or_else(new_response_id);
+        let mut response = self
+            .last
+            .take()
+            .or_else(|| self.first.clone())
+            .unwrap_or_default();
         response.insert("id".into(), json!(id));
         response.insert("object".into(), json!("response"));
         if let Some(created) = self.first.as_ref().and_then(|f| f.get("created_at")) {
@@ -606,10 +645,13 @@ impl AppResponse {
             };
             response.insert(key.into(), details);
         }
-        response.insert("output".into(), Value::Array(self.items.clone()));
+        response.insert(
+            "output".into(),
+            Value::Array(std::mem::take(&mut self.items)),
+        );
         response.insert(
             "usage".into(),
-            self.usage.clone().map_or(Value::Null, Value::Object),
+            self.usage.take().map_or(Value::Null, Value::Object),
         );
         response.insert("previous_response_id".into(), json!(previous));
         response
@@ -898,6 +940,71 @@ mod tests {
         assert_eq!(rounds_as_read(&numbered), read);
         let numbers: Vec<&Value> = read.0.iter().map(|f| &f["sequence_number"]).collect();
         assert_eq!(numbers, (0..numbers.len()).collect::<Vec<_>>());
+    }
+
+    /// Whole responses read by an app's response with or without a stream: each round's
+    /// output and the app's response (its id apart: a stream's is its first round's).
+    fn wholes_as_read(streaming: bool, rounds: &[Value]) -> (Vec<RoundOutput>, Map<String, Value>) {
+        let mut answer = AppResponse::new(streaming);
+        let outputs = rounds
+            .iter()
+            .map(|round| {
+                let is_app = |name: &str| name == "app_clock";
+                answer.whole(round.to_string().as_bytes(), &is_app).unwrap();
+                answer.round_output()
+            })
+            .collect();
+        let mut response = answer.response(Some("resp_0"), "completed", None);
+        response.remove("id");
+        (outputs, response)
+    }
+
+    #[test]
+    fn a_whole_response_without_a_stream_places_its_items_as_its_events_would() {
+        let reasoning = |id: &str| json!({"type": "reasoning", "id": id, "summary": []});
+        let server = json!({"type": "function_call", "id": "fc_1", "call_id": "s",
+                            "name": "get_weather", "arguments": "{}"});
+        let words = json!({"type": "message", "id": "msg_1", "content": []});
+        let app_call = json!({"type": "function_call", "id": "fc_2", "call_id": "a",
+                              "name": "app_clock", "arguments": "{}"});
+        let round = |id: &str, created: u64, output: Vec<Value>| {
+            json!({"id": id, "object": "response", "created_at": created, "status": "completed",
+                   "model": "m", "output": output, "usage": {"total_tokens": 3}})
+        };
+        let rounds = [
+            round(
+                "resp_1",
+                7,
+                vec![reasoning("rs_1"), server, reasoning("rs_2")],
+            ),
+            round(
+                "resp_2",
+                8,
+                vec![reasoning("rs_3"), words, app_call, reasoning("rs_4")],
+            ),
+        ];
+        let (outputs, response) = wholes_as_read(false, &rounds);
+        let (streamed_outputs, streamed) = wholes_as_read(true, &rounds);
+        assert_eq!(response, streamed);
+        let ids = |items: &[Value]| items.iter().map(|i| i["id"].clone()).collect::<Vec<_>>();
+        assert_eq!(
+            ids(response["output"].as_array().unwrap()),
+            ["rs_2", "rs_3", "msg_1", "fc_2", "rs_4"]
+        );
+        assert_eq!(response["created_at"], 7);
+        assert_eq!(response["usage"]["total_tokens"], 6);
+        for (output, streamed) in outputs.iter().zip(&streamed_outputs) {
+            assert_eq!(
+                (&output.id, &output.status, &output.items, &output.calls),
+                (
+                    &streamed.id,
+                    &streamed.status,
+                    &streamed.items,
+                    &streamed.calls
+                )
+            );
+        }
+        assert_eq!(outputs[1].calls.len(), 1);
     }
 
     #[test]

@@ -308,10 +308,10 @@ impl WireConversation for ResponsesConversation {
                 .collect();
             self.keep_turn(answers, None);
         }
+        let stream_id = self.answer.app_id().map(str::to_owned);
         let response = self
             .answer
             .response(self.apps_previous.as_deref(), &status, details);
-        let stream_id = self.answer.app_id().map(str::to_owned);
         let mut kept = self.kept.take();
         if kept.is_none()
             && self.request.store
