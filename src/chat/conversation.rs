@@ -225,7 +225,14 @@ impl WireConversation for Conversation {
             }
         } else {
             if self.first.is_none() {
-                self.first = Some(completion.object.clone());
+                // All the first completion gives the app's answer is its id and creation.
+                let mut first = Map::new();
+                for key in ["id", "created"] {
+                    if let Some(value) = completion.object.get(key) {
+                        first.insert(key.into(), value.clone());
+                    }
+                }
+                self.first = Some(first);
             }
             self.last = Some(completion.object);
         }

@@ -42,6 +42,33 @@ struct EventHead<'a> {
     item: Option<&'a RawValue>,
 }
 
+/// What the app's response takes of the first round's: its id (a stream's) and its creation.
+#[derive(serde::Deserialize)]
+struct Opening {
+    id: Option<Value>,
+    created_at: Option<Value>,
+}
+
+impl Opening {
+    fn into_first(self) -> Map<String, Value> {
+        let fields = [("id", self.id), ("created_at", self.created_at)];
+        fields
+            .into_iter()
+            .filter_map(|(key, value)| Some((key.to_owned(), value?)))
+            .collect()
+    }
+}
+
+/// The first round's response as far as the app's response takes it ([`Opening`]).
+fn first_of(response: &Map<String, Value>) -> Map<String, Value> {
+    let field = |key| response.get(key).cloned();
+    Opening {
+        id: field("id"),
+        created_at: field("created_at"),
+    }
+    .into_first()
+}
+
 /// Where a number's text is in an event's data.
 #[derive(Debug, Clone, Copy)]
 struct Number {
@@ -85,6 +112,9 @@ struct RoundRead {
     done: std::collections::BTreeMap<u64, Value>,
     /// The round's response, from its terminal event (or its creation, until then).
     response: Option<Map<String, Value>>,
+    /// The round's response as an opening event passed as written gave it: read only when no
+    /// terminal event came after it.
+    opening: Option<Box<RawValue>>,
     ended: bool,
 }
 
@@ -107,7 +137,7 @@ pub(crate) struct AppResponse {
     streaming: bool,
     /// The next event's `sequence_number`.
     sequence: u64,
-    /// The first round's response (the stream's id and creation).
+    /// The first round's id (a stream's id) and creation: all the app's response takes of it.
     first: Option<Map<String, Value>>,
     /// The last round's response.
     last: Option<Map<String, Value>>,
@@ -189,23 +219,23 @@ impl AppResponse {
             kind,
             "response.created" | "response.in_progress" | "response.queued"
         ) {
-            // The response as created is the round's until its terminal event.
-            let response = if kind == "response.created" || self.round.response.is_none() {
-                let raw = event.response?.get();
-                Some(serde_json::from_str::<Map<String, Value>>(raw).ok()?)
-            } else {
-                None
-            };
+            // The response as created is the round's until its terminal event; it is read
+            // then, and only if that event never comes.
+            let raw = event.response?;
+            if self.first.is_none() {
+                let opening = serde_json::from_str::<Opening>(raw.get()).ok()?;
+                self.first = Some(opening.into_first());
+            }
+            if kind == "response.created"
+                || (self.round.response.is_none() && self.round.opening.is_none())
+            {
+                self.round.response = None;
+                self.round.opening = Some(raw.to_owned());
+            }
             let mut frames = Vec::new();
             if self.rounds <= 1 {
                 self.began |= kind == "response.created";
                 frames.push(self.renumbered(data, kind, sequence, None));
-            }
-            if let Some(response) = response {
-                if self.first.is_none() {
-                    self.first = Some(response.clone());
-                }
-                self.round.response = Some(response);
             }
             return Some(Streamed::Held(frames));
         }
@@ -319,9 +349,6 @@ impl AppResponse {
                 let event = event_of(kind, [("response", Value::Object(opening.clone()))]);
                 frames.extend(self.take_frames(event, is_app)?);
             }
-        } else if self.first.is_none() {
-            // Without a stream, all the opening events give is the first round's response.
-            self.first = Some(opening);
         }
         for (index, item) in items.iter().enumerate() {
             for kind in ["response.output_item.added", "response.output_item.done"] {
@@ -347,14 +374,7 @@ impl AppResponse {
     /// events would place them, with no event written.
     fn whole_unstreamed(&mut self, response: Map<String, Value>, is_app: &dyn Fn(&str) -> bool) {
         if self.first.is_none() {
-            // All the first round gives the app's response is its creation time.
-            let mut first = Map::new();
-            for key in ["id", "created_at"] {
-                if let Some(value) = response.get(key) {
-                    first.insert(key.into(), value.clone());
-                }
-            }
-            self.first = Some(first);
+            self.first = Some(first_of(&response));
         }
         let items = match response.get("output") {
             Some(Value::Array(items)) => items.as_slice(),
@@ -414,8 +434,9 @@ impl AppResponse {
                 }
                 if let Some(Value::Object(response)) = event.remove("response") {
                     if self.first.is_none() {
-                        self.first = Some(response.clone());
+                        self.first = Some(first_of(&response));
                     }
+                    self.round.opening = None;
                     self.round.response = Some(response);
                 }
                 return Ok(Streamed::Held(frames));
@@ -560,7 +581,10 @@ impl AppResponse {
 
     /// The round is read: its output for the loop.
     pub(crate) fn round_output(&mut self) -> RoundOutput {
-        let mut response = self.round.response.take();
+        let opening = self.round.opening.take();
+        let mut response = self.round.response.take().or_else(|| {
+            opening.and_then(|raw| serde_json::from_str::<Map<String, Value>>(raw.get()).ok())
+        });
         let status = response
             .as_ref()
             .filter(|_| self.round.ended)
@@ -626,9 +650,15 @@ impl AppResponse {
             .app_id()
             .map(str::to_owned)
             .unwrap_or_else(new_response_id);
+        // Before any round's end: the response as the round being read was created.
         let mut response = self
             .last
             .take()
+            .or_else(|| self.round.response.take())
+            .or_else(|| {
+                let raw = self.round.opening.take()?;
+                serde_json::from_str(raw.get()).ok()
+            })
             .or_else(|| self.first.clone())
             .unwrap_or_default();
         response.insert("id".into(), json!(id));
@@ -1005,6 +1035,30 @@ mod tests {
             );
         }
         assert_eq!(outputs[1].calls.len(), 1);
+    }
+
+    #[test]
+    fn a_round_cut_short_keeps_the_response_it_was_created_with() {
+        let created = json!({"type": "response.created", "sequence_number": 0, "response": {
+            "id": "resp_1", "created_at": 7, "model": "m", "status": "in_progress",
+            "output": []}});
+        let cut_short = || {
+            let mut answer = AppResponse::new(true);
+            answer.round_begins();
+            assert_eq!(feed(&mut answer, std::slice::from_ref(&created)).len(), 1);
+            answer
+        };
+        let output = cut_short().round_output();
+        assert_eq!(
+            (output.id.as_deref(), output.status),
+            (Some("resp_1"), None)
+        );
+        let response = cut_short().response(None, "failed", Some(json!({"code": "x"})));
+        assert_eq!(
+            [&response["id"], &response["model"], &response["created_at"]],
+            [&json!("resp_1"), &json!("m"), &json!(7)]
+        );
+        assert_eq!(response["status"], "failed");
     }
 
     #[test]
