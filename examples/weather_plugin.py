@@ -14,7 +14,7 @@ runtime-tools server:
   polling `GET /api/tools`, registering whenever its tool is missing, and tries the stream again;
 * on SIGINT / SIGTERM it clears its tools (`POST /api/tools/clear`) and exits 0.
 
-Run it beside a server started with `cargo run --release -- serve`:
+Run it beside a server started with `cargo run --profile dist -- serve`:
 
     python3 examples/weather_plugin.py
     python3 examples/weather_plugin.py --server http://127.0.0.1:48911 --port 48912 --role Lanlan

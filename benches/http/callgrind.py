@@ -20,7 +20,7 @@ Scenarios, for chat completions (`chat-*`) and the Responses API (`responses-*`)
 
 usage: benches/http/callgrind.py [--bin PATH] [--requests N] [--warmup N] [--out DIR]
                                  [--scenarios NAME,...]
-  --bin   the server binary (default: target/release/runtime-tools)
+  --bin   the server binary (default: target/dist/runtime-tools, as the benchmarks run it)
   --out   where the dumps are kept (default: a new temporary directory)
 Several binaries: run it once per binary; counts do not depend on the machine's load.
 """
@@ -223,7 +223,7 @@ def totals(out, pid):
 def main():
     parser = argparse.ArgumentParser()
     root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-    parser.add_argument("--bin", default=os.path.join(root, "target", "release", "runtime-tools"))
+    parser.add_argument("--bin", default=os.path.join(root, "target", "dist", "runtime-tools"))
     parser.add_argument("--requests", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--out", default=None)

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# HTTP load harness: the release server under wrk, against an nginx callback server, with the
-# floor (wrk straight at nginx) measured in the same run. Needs wrk, nginx and curl
-# (Debian: apt-get install -y wrk nginx curl). Figures and method: docs/benchmarks.md.
+# HTTP load harness: the server (its `dist` build, as it is run) under wrk, against an nginx
+# callback server, with the floor (wrk straight at nginx) measured in the same run. Needs wrk,
+# nginx and curl (Debian: apt-get install -y wrk nginx curl). Figures and method: docs/benchmarks.md.
 #
 # usage (from anywhere):  benches/http/run.sh [SUITE ...]
 #   floor      wrk -> nginx callback (POST, one loopback HTTP exchange) and GET /static
@@ -66,9 +66,12 @@ WORK="$(mktemp -d "${TMPDIR:-/tmp}/runtime-tools-bench.XXXXXX")"
 RESULTS="$WORK/results"; : >"$RESULTS"
 SERVER_PID=""
 
-if [ -z "${SKIP_BUILD:-}" ]; then cargo build --release --quiet; fi
+# The server as it is run: the `dist` profile (Cargo.toml); the harnesses that start it as a
+# child process (cargo bench) get it through RUNTIME_TOOLS_BIN.
+if [ -z "${SKIP_BUILD:-}" ]; then cargo build --profile dist --quiet --bin runtime-tools; fi
 TARGET_DIR="$(cargo metadata --format-version 1 --no-deps | sed 's/.*"target_directory":"\([^"]*\)".*/\1/')"
-BIN="${RUNTIME_TOOLS_BIN:-$TARGET_DIR/release/runtime-tools}"
+BIN="${RUNTIME_TOOLS_BIN:-$TARGET_DIR/dist/runtime-tools}"
+export RUNTIME_TOOLS_BIN="$BIN"
 
 nginx_start() { nginx -p "$WORK/" -c "$HERE/nginx-callback.conf" -e "$WORK/error.log"; }
 nginx_stop() { [ -s "$WORK/nginx.pid" ] && nginx -p "$WORK/" -c "$HERE/nginx-callback.conf" -e "$WORK/error.log" -s quit || true; }
@@ -238,7 +241,7 @@ hop_suite() {
 }
 
 callpath_export_suite() {
-  [ -n "${MAIN_BIN:-}" ] || { echo "callpath-export needs MAIN_BIN=PATH (main's release binary)" >&2; exit 2; }
+  [ -n "${MAIN_BIN:-}" ] || { echo "callpath-export needs MAIN_BIN=PATH (main's server binary)" >&2; exit 2; }
   measure floor-callback-conn1 "$HERE/callback.lua" "$CALLBACK" "$(nginx_pids)" 1
   [ -n "${SKIP_BUILD:-}" ] || cargo bench --quiet --bench call_path --no-run 2>/dev/null
   local run variant bin endpoint

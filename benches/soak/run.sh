@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Soak run: minutes of steady load against the release server, its RSS sampled from /proc.
+# Soak run: minutes of steady load against the server as it is run (the `dist` profile), its RSS sampled from /proc.
 # Not a test (not in `cargo test`): run by hand, e.g. `benches/soak/run.sh 300`, and copy the
 # figures to docs/reliability.md. Arguments: DURATION_SECONDS (default 180), SAMPLE_SECONDS (5).
 set -euo pipefail
@@ -7,7 +7,7 @@ cd "$(dirname "$0")/../.."
 duration=${1:-180}
 sample=${2:-5}
 
-cargo build --release --quiet --bin runtime-tools
+cargo build --profile dist --quiet --bin runtime-tools
 dir=$(mktemp -d)
 pids=()
 cleanup() {
@@ -18,7 +18,7 @@ cleanup() {
 trap cleanup EXIT
 
 # The server: two workers, two characters, on a free port (it prints its address).
-target/release/runtime-tools serve --bind 127.0.0.1:0 --character Lanlan --character Mio \
+target/dist/runtime-tools serve --bind 127.0.0.1:0 --character Lanlan --character Mio \
     --workers 2 >"$dir/server.out" 2>"$dir/server.err" &
 server=$!
 pids+=("$server")
