@@ -464,6 +464,46 @@ mod tests {
     }
 
     #[test]
+    fn a_whole_answer_has_the_first_completions_id_and_creation_and_the_last_ones_rest() {
+        let mut c = conversation("null", 2, false);
+        let registered = [tool("get_weather")];
+        c.next_round(&registered);
+        let calls = [call_value(&call("c1", "get_weather"))];
+        let first = json!({"id": "chatcmpl-1", "created": 100, "model": "m-1",
+            "system_fingerprint": "fp-1", "choices": [{"index": 0, "finish_reason": "tool_calls",
+            "message": {"role": "assistant", "content": null, "tool_calls": calls}}]});
+        c.whole_answer(first.to_string().as_bytes()).unwrap();
+        let Step::Run(run) = c.answered() else {
+            panic!("a server round")
+        };
+        c.ran(&run, vec![result(&run[0], "1", vec![])]);
+        c.next_round(&registered);
+        let last = json!({"id": "chatcmpl-2", "created": 200, "model": "m-2",
+            "system_fingerprint": "fp-2", "choices": [{"index": 0, "finish_reason": "stop",
+            "message": {"role": "assistant", "content": "Sunny."}}]});
+        c.whole_answer(last.to_string().as_bytes()).unwrap();
+        assert_eq!(c.answered(), Step::Deliver);
+        let (Answer::Whole(done), None) = c.finish() else {
+            panic!("a whole answer, nothing kept")
+        };
+        assert_eq!(
+            [
+                &done["id"],
+                &done["created"],
+                &done["model"],
+                &done["system_fingerprint"]
+            ],
+            [
+                &json!("chatcmpl-1"),
+                &json!(100),
+                &json!("m-2"),
+                &json!("fp-2")
+            ]
+        );
+        assert_eq!(done["choices"][0]["message"]["content"], "Sunny.");
+    }
+
+    #[test]
     fn a_turn_with_the_apps_calls_is_handed_off_with_the_servers_kept() {
         let mut c = conversation(APP_CLOCK, 3, false);
         let round = c.next_round(&[tool("get_weather"), tool("app_clock")]);
