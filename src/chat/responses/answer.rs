@@ -1,5 +1,6 @@
 //! The app's one response, built round after round from the upstream's: each round read from
-//! its events (a stream) or from its whole response (turned into the same events), the items
+//! its events (a stream) or from its whole response (for a stream, turned into the same events;
+//! without one, its items placed as those events would place them), the items
 //! the app gets kept in order, and — for a stream — the events the app gets, as they come. No
 //! I/O.
 //!
@@ -164,7 +165,8 @@ impl AppResponse {
         self.take(event, is_app)
     }
 
-    /// A round's whole response, read as the events a stream of it would have sent.
+    /// A round's whole response: for an app's stream, read as the events a stream of it would
+    /// have sent (their frames); without a stream, its items placed directly (no frames).
     pub(crate) fn whole(
         &mut self,
         body: &[u8],
