@@ -8,7 +8,9 @@
 //! for words, the marker below) with a short answer in words; streamed when asked. The tool's
 //! callback is the nginx callback of `benches/http/` (`--callback`, started by
 //! `benches/http/run.sh chat`). Scenarios, each a closed loop of `--conns` clients for the
-//! measured window after a warm-up, alternated run by run:
+//! measured window after a warm-up, alternated run by run; at one connection, the scenarios
+//! compared with each other run in turn within each of `--slices` slices of the window, so a
+//! change in the machine's speed falls on all of them alike:
 //!
 //! - `chat-floor` / `responses-floor`: what an app running its own tool loop does: the upstream
 //!   (a call), the callback, the upstream again (the words; for the Responses API chained with
@@ -33,7 +35,7 @@
 //! Every answer is checked (the words of the final answer); a wrong one is a fault, printed.
 //! Figures and method: docs/benchmarks.md. Run:
 //! `cargo bench --bench chat -- [--conns N] [--seconds S] [--warmup-seconds S] [--runs N]
-//! [--callback URL] [--only round|ttft]`; `RUNTIME_TOOLS_BIN=PATH` measures that server binary instead of this build.
+//! [--callback URL] [--only round|ttft] [--slices N]`; `RUNTIME_TOOLS_BIN=PATH` measures that server binary instead of this build.
 
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -42,6 +44,7 @@ use std::time::{Duration, Instant};
 use actix_web::{App, HttpResponse, HttpServer, web};
 use bytes::Bytes;
 use futures_util::StreamExt;
+use futures_util::future::LocalBoxFuture;
 use serde_json::{Value, json};
 
 mod support;
@@ -66,6 +69,8 @@ struct Options {
     main_bin: Option<std::ffi::OsString>,
     /// Only the one-round requests (`round`) or only the first token (`ttft`).
     only: Option<String>,
+    /// How many slices a one-connection window is cut into ([`sliced`]).
+    slices: usize,
 }
 
 fn options() -> Options {
@@ -77,6 +82,7 @@ fn options() -> Options {
         callback: std::env::var("CALLBACK").unwrap_or_else(|_| "http://127.0.0.1:9333".into()),
         main_bin: std::env::var_os("MAIN_BIN").filter(|bin| !bin.is_empty()),
         only: None,
+        slices: 10,
     };
     let args: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -87,6 +93,7 @@ fn options() -> Options {
             "--seconds" => o.seconds = value().parse().expect("--seconds S"),
             "--warmup-seconds" => o.warmup_seconds = value().parse().expect("--warmup-seconds S"),
             "--runs" => o.runs = value().parse().expect("--runs N"),
+            "--slices" => o.slices = value().parse().expect("--slices N"),
             "--callback" => o.callback = value(),
             "--only" => {
                 let only = value();
@@ -689,8 +696,82 @@ async fn register(server: &str, callback: &str) {
     assert_eq!(answer["ok"], true, "{answer}");
 }
 
-/// One run of a wire format's scenarios, alternated: the floor, then each server (`MAIN_BIN`'s
-/// first), at `conns` and at one; then the first token straight and through each server.
+/// One request of a one-connection scenario: its microseconds (the whole request, or up to the
+/// first text).
+type Probe = Box<dyn Fn(Rc<awc::Client>) -> LocalBoxFuture<'static, Result<f64, String>>>;
+
+/// A one-connection scenario measured in slices: its label, the process whose CPU it costs
+/// (none for the floor, which is the harness itself), its rounds per request and its request.
+struct Sliced<'a> {
+    label: String,
+    server: Option<&'a Server>,
+    rounds: usize,
+    probe: Probe,
+}
+
+/// Requests of each scenario from the first one: warming a scenario's code up again after the
+/// others ran, not counted.
+const SLICE_WARMUP_REQUESTS: usize = 20;
+
+/// One connection's scenarios, measured against each other in the same seconds: the window is
+/// cut into `o.slices` slices, and in each slice every scenario runs in turn (the order turning
+/// by one each slice), one request at a time. A change in the machine's speed during the run
+/// falls on every scenario alike, so their differences hold still where each scenario's own
+/// figure moves; each slice still runs hundreds of requests of one scenario back to back, as a
+/// closed loop does.
+async fn sliced(o: &Options, scenarios: &[Sliced<'_>], run: usize) {
+    let client = Rc::new(client());
+    for scenario in scenarios {
+        let warm = Instant::now();
+        while warm.elapsed().as_secs_f64() < o.warmup_seconds {
+            let _ = (scenario.probe)(client.clone()).await;
+        }
+    }
+    let slice = o.seconds / o.slices as f64;
+    let mut tallies: Vec<(Tally, f64)> = scenarios.iter().map(|_| Default::default()).collect();
+    for turn in 0..o.slices {
+        for k in 0..scenarios.len() {
+            let at = (turn + k) % scenarios.len();
+            let scenario = &scenarios[at];
+            let (tally, cpu) = &mut tallies[at];
+            for _ in 0..SLICE_WARMUP_REQUESTS {
+                let _ = (scenario.probe)(client.clone()).await;
+            }
+            let cpu0 = scenario.server.map_or(0.0, Server::cpu_seconds);
+            let from = Instant::now();
+            while from.elapsed().as_secs_f64() < slice {
+                match (scenario.probe)(client.clone()).await {
+                    Ok(us) => tally.samples.push(us),
+                    Err(e) => tally.faults.push(e),
+                }
+            }
+            *cpu += scenario.server.map_or(0.0, Server::cpu_seconds) - cpu0;
+        }
+    }
+    for (scenario, (tally, cpu)) in scenarios.iter().zip(&mut tallies) {
+        report(
+            &scenario.label,
+            run,
+            tally,
+            *cpu,
+            o.seconds,
+            scenario.rounds,
+        );
+    }
+}
+
+/// Times a whole request.
+async fn timed(
+    request: impl std::future::Future<Output = Result<(), String>>,
+) -> Result<f64, String> {
+    let started = Instant::now();
+    request.await?;
+    Ok(started.elapsed().as_secs_f64() * 1e6)
+}
+
+/// One run of a wire format's scenarios: at `conns` connections, alternated (the floor, then
+/// each server, `MAIN_BIN`'s first); at one connection, the one-round requests and then the
+/// first token, each [`sliced`] against its floor.
 async fn measure_format(
     o: &Options,
     servers: &[Measured],
@@ -699,38 +780,23 @@ async fn measure_format(
     upstream: &str,
 ) {
     let label = format.label();
-    let mut widths = vec![o.conns];
-    if o.conns != 1 {
-        widths.push(1);
-    }
-    if o.only.as_deref() == Some("ttft") {
-        widths.clear();
-    }
-    for conns in widths {
-        let suffix = if conns == 1 { "-conn1" } else { "" };
+    if o.only.as_deref() != Some("ttft") && o.conns != 1 {
         let (upstream_, callback) = (upstream.to_owned(), o.callback.clone());
-        let (mut tally, cpu, seconds) = closed_loop(o, conns, &servers[0].server, move |c| {
+        let (mut tally, cpu, seconds) = closed_loop(o, o.conns, &servers[0].server, move |c| {
             let (u, cb) = (upstream_.clone(), callback.clone());
             async move { floor_request(&c, format, &u, &cb).await }
         })
         .await;
-        report(
-            &format!("{label}-floor{suffix}"),
-            run,
-            &mut tally,
-            cpu,
-            seconds,
-            2,
-        );
+        report(&format!("{label}-floor"), run, &mut tally, cpu, seconds, 2);
         for measured in servers {
             let base_ = measured.base.clone();
-            let (mut tally, cpu, seconds) = closed_loop(o, conns, &measured.server, move |c| {
+            let (mut tally, cpu, seconds) = closed_loop(o, o.conns, &measured.server, move |c| {
                 let b = base_.clone();
                 async move { server_request(&c, format, &b).await }
             })
             .await;
             report(
-                &format!("{label}-{}{suffix}", measured.tag),
+                &format!("{label}-{}", measured.tag),
                 run,
                 &mut tally,
                 cpu,
@@ -739,6 +805,31 @@ async fn measure_format(
             );
         }
     }
+    if o.only.as_deref() != Some("ttft") {
+        let (u, cb) = (upstream.to_owned(), o.callback.clone());
+        let mut scenarios = vec![Sliced {
+            label: format!("{label}-floor-conn1"),
+            server: None,
+            rounds: 2,
+            probe: Box::new(move |c| {
+                let (u, cb) = (u.clone(), cb.clone());
+                Box::pin(async move { timed(floor_request(&c, format, &u, &cb)).await })
+            }),
+        }];
+        for measured in servers {
+            let base = measured.base.clone();
+            scenarios.push(Sliced {
+                label: format!("{label}-{}-conn1", measured.tag),
+                server: Some(&measured.server),
+                rounds: 2,
+                probe: Box::new(move |c| {
+                    let b = base.clone();
+                    Box::pin(async move { timed(server_request(&c, format, &b)).await })
+                }),
+            });
+        }
+        sliced(o, &scenarios, run).await;
+    }
     if o.only.as_deref() == Some("round") {
         return;
     }
@@ -746,32 +837,24 @@ async fn measure_format(
         Format::Chat => "",
         Format::Responses => "responses-",
     };
-    let mut targets = vec![("direct", upstream.to_owned(), &servers[0].server)];
+    let mut targets = vec![("direct", upstream.to_owned(), None)];
     for measured in servers {
         let at = format!("{}/v1", measured.base);
-        targets.push((measured.tag, at, &measured.server));
+        targets.push((measured.tag, at, Some(&measured.server)));
     }
-    for (tag, at, server) in targets {
-        let label = format!("ttft-{tag}");
-        let mut tally = Tally::default();
-        let (cpu0, from) = (server.cpu_seconds(), Instant::now());
-        let client = client();
-        while from.elapsed().as_secs_f64() < o.seconds {
-            match first_token(&client, format, &at).await {
-                Ok(us) => tally.samples.push(us),
-                Err(e) => tally.faults.push(e),
-            }
-        }
-        let cpu = server.cpu_seconds() - cpu0;
-        report(
-            &format!("{prefix}{label}"),
-            run,
-            &mut tally,
-            cpu,
-            o.seconds,
-            1,
-        );
-    }
+    let scenarios: Vec<Sliced> = targets
+        .into_iter()
+        .map(|(tag, at, server)| Sliced {
+            label: format!("{prefix}ttft-{tag}"),
+            server,
+            rounds: 1,
+            probe: Box::new(move |c| {
+                let at = at.clone();
+                Box::pin(async move { first_token(&c, format, &at).await })
+            }),
+        })
+        .collect();
+    sliced(o, &scenarios, run).await;
 }
 
 fn main() {

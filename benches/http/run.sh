@@ -223,6 +223,8 @@ chat_suite() {
   cargo bench --quiet --bench chat -- --conns "$CONNS" --runs "$RUNS" --seconds "${DURATION%s}" \
     --warmup-seconds "${WARMUP%s}" --callback "$CALLBACK" ${CHAT_ONLY:+--only "$CHAT_ONLY"} \
     2>"$WORK/chat.err" | tee -a "$RESULTS" | grep -v '^#' || { cat "$WORK/chat.err" >&2; exit 1; }
+  # The exchange again: the unit is the median of both, from either end of the suite's minutes.
+  measure floor-callback-conn1 "$HERE/callback.lua" "$CALLBACK" "$(nginx_pids)" 1
 }
 
 hop_suite() {
@@ -380,7 +382,7 @@ if grep -q '^chat-\|^ttft-\|^responses-' "$RESULTS"; then
     }
     END {
       x = ("floor-callback-conn1" in n) ? med("floor-callback-conn1", "p50_ms") : 0
-      printf "# chat: one exchange (wrk -> nginx, 1 connection) p50 %.3f ms\n", x
+      printf "# chat: one exchange (wrk -> nginx, 1 connection, before and after the suite) p50 %.3f ms\n", x
       printf "%-20s %10s %8s %8s %12s %14s %6s\n", "scenario", "rps", "p50_ms", "p99_ms", "cpu_us/req", "cpu_us/round", "faults"
       for (k=1; k<=m; k++) {
         s = order[k]

@@ -16,6 +16,7 @@ use futures_util::future::{Either, join_all, select};
 use hyper::header::CONTENT_TYPE;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::task::AbortOnDropHandle;
 
 use super::answer::ModelCall;
 use super::kept::{MAX_KEPT_BYTES, TooLarge};
@@ -215,17 +216,36 @@ pub(crate) async fn serve<C: WireConversation + 'static>(
     // exchange's): it is boxed once, so the handler's future that actix-web moves around as it
     // polls, and the stream's task, stay small.
     if !stream {
-        return match Box::pin(driver.run()).await {
-            Ok(Answer::Whole(answer)) => {
-                driver.count(None);
-                Reply::json(200, &answer)
+        // A task of its own: each of the loop's wake-ups (an upstream answer, a callback's)
+        // polls the loop alone rather than the app connection's whole dispatcher, which wakes
+        // once, for the answer. The handle aborts the task when it is dropped: the app went
+        // away, and the upstream exchange and the running callbacks go with the task.
+        let work = AbortOnDropHandle::new(actix_web::rt::spawn(async move {
+            match driver.run().await {
+                Ok(Answer::Whole(answer)) => {
+                    driver.count(None);
+                    Reply::json(200, &answer)
+                }
+                Ok(Answer::Frames(_)) => {
+                    unreachable!("a request without a stream is answered whole")
+                }
+                Err(failure) => {
+                    driver.record(&failure);
+                    failure.reply()
+                }
             }
-            Ok(Answer::Frames(_)) => unreachable!("a request without a stream is answered whole"),
-            Err(failure) => {
-                driver.record(&failure);
-                failure.reply()
-            }
-        };
+        }));
+        return work.await.unwrap_or_else(|_| {
+            Reply::json(
+                500,
+                &error_body(
+                    "the chat request ended before it answered",
+                    "server_error",
+                    None,
+                    None,
+                ),
+            )
+        });
     }
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let (start, started) = oneshot::channel();
