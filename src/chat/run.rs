@@ -6,8 +6,9 @@
 //! Before the first round answers with success nothing is sent to the app, so an upstream
 //! error (or one that cannot be reached) is the app's answer, with the upstream's status; a
 //! later error ends a stream the way its wire format ends one. Everything here is owned by the
-//! request: when the app goes away, the request's future is dropped, and with it the upstream
-//! exchange and the running callbacks (their connections close).
+//! request: the loop runs as a task of the worker that ends with the app's request (its handle
+//! aborts it when the handler is dropped; a stream's ends when its body is), and with it the
+//! upstream exchange and the running callbacks (their connections close).
 
 use std::sync::Arc;
 

@@ -12,15 +12,14 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::Stream;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderName, HeaderValue};
 use hyper::{Request, Response};
-use sse_stream::{Sse, SseStream};
 use url::Position;
 
 use super::settings::ChatSettings;
 use crate::dispatch::client::{self, Peer, PooledBody, SendError};
+use crate::domain::event_stream::EventStreamReader;
 use crate::domain::peer_text;
 use crate::domain::secrets::{self, Secrets};
 use crate::session::shell::MODEL_CONNECT_TIMEOUT;
@@ -300,9 +299,9 @@ impl Upstream {
     /// the exchange redacted from each.
     pub fn events(&self, body: UpstreamBody, app: &AppHeaders) -> Events<'_> {
         Events {
-            stream: Box::pin(SseStream::new(
-                Limited::new(body, MAX_UPSTREAM_ANSWER_BYTES).map_err(std::io::Error::other),
-            )),
+            body: Limited::new(body, MAX_UPSTREAM_ANSWER_BYTES),
+            reader: EventStreamReader::default(),
+            ended: false,
             upstream: self,
             secrets: secrets::held().with(app.key()).into_owned(),
         }
@@ -339,11 +338,12 @@ impl Upstream {
 /// closed rather than kept for the next exchange.
 const AFTER_DONE: Duration = Duration::from_secs(1);
 
-type EventStream = dyn Stream<Item = Result<Sse, sse_stream::Error>>;
-
 /// A streamed answer's events.
 pub struct Events<'a> {
-    stream: std::pin::Pin<Box<EventStream>>,
+    body: Limited<UpstreamBody>,
+    reader: EventStreamReader,
+    /// The body was read to its end.
+    ended: bool,
     upstream: &'a Upstream,
     secrets: Secrets,
 }
@@ -354,30 +354,34 @@ impl Events<'_> {
     /// for the next round or request instead of being closed. An upstream that keeps the body
     /// open after `[DONE]` gets [`AFTER_DONE`], then its connection is closed.
     pub async fn finish(mut self) {
-        use futures_util::StreamExt;
-        let rest = async { while let Some(Ok(_)) = self.stream.next().await {} };
+        if self.ended {
+            return;
+        }
+        let rest = async { while let Some(Ok(_)) = self.body.frame().await {} };
         let _ = tokio::time::timeout(AFTER_DONE, rest).await;
     }
 
     /// The next event's data; `None` at the end of the stream.
     pub async fn next(&mut self) -> Result<Option<String>, UpstreamError> {
-        use futures_util::StreamExt;
         loop {
-            match tokio::time::timeout(self.upstream.timeout, self.stream.next()).await {
+            if let Some(data) = self.reader.next_data() {
+                // The event's own text unless a key had to be taken out of it.
+                let redacted = match self.secrets.redact_str(&data) {
+                    std::borrow::Cow::Borrowed(_) => None,
+                    std::borrow::Cow::Owned(redacted) => Some(redacted),
+                };
+                return Ok(Some(redacted.unwrap_or(data)));
+            }
+            if self.ended {
+                return Ok(None);
+            }
+            match tokio::time::timeout(self.upstream.timeout, self.body.frame()).await {
                 Err(_) => return Err(self.upstream.timed_out()),
-                Ok(None) => return Ok(None),
-                Ok(Some(Err(sse_stream::Error::Body(e)))) => {
-                    return Err(self.upstream.failed(&*e));
-                }
-                Ok(Some(Err(e))) => return Err(self.upstream.unreachable(error_chain(&e))),
-                Ok(Some(Ok(event))) => {
-                    if let Some(data) = event.data {
-                        // The event's own text unless a key had to be taken out of it.
-                        let redacted = match self.secrets.redact_str(&data) {
-                            std::borrow::Cow::Borrowed(_) => None,
-                            std::borrow::Cow::Owned(redacted) => Some(redacted),
-                        };
-                        return Ok(Some(redacted.unwrap_or(data)));
+                Ok(None) => self.ended = true,
+                Ok(Some(Err(e))) => return Err(self.upstream.failed(&*e)),
+                Ok(Some(Ok(frame))) => {
+                    if let Ok(data) = frame.into_data() {
+                        self.reader.feed(&data);
                     }
                 }
             }

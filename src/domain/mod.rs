@@ -12,6 +12,7 @@ pub(crate) mod call_url;
 pub(crate) mod callback_url;
 pub(crate) mod connection;
 pub(crate) mod dormant;
+pub(crate) mod event_stream;
 pub(crate) mod failures;
 pub(crate) mod images;
 pub(crate) mod json_text;

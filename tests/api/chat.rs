@@ -998,6 +998,61 @@ async fn a_stream_delimited_by_closing_the_connection_is_read_whole() {
     assert_eq!(streamed_text(&chunks), "All of it.");
 }
 
+/// `chunks` written as an event stream the way the format allows but few servers write it: a
+/// byte-order mark, comments, `id`, `retry`, unknown fields, a line without a colon, two `event`
+/// lines, each JSON chunk cut over two `data` lines, every line ended by `end`.
+fn unusual_event_stream(chunks: &[Value], end: &str) -> String {
+    let mut stream = String::from("\u{feff}: the stream begins");
+    stream.push_str(end);
+    for chunk in chunks.iter().map(Value::to_string).chain(["[DONE]".into()]) {
+        let (head, tail) = chunk.split_at(chunk.find(',').unwrap_or(chunk.len()));
+        for line in [
+            "retry: 3000".to_owned(),
+            "id: 7".into(),
+            "event: chunk".into(),
+            "event: message".into(),
+            "x-vendor: anything".into(),
+            "nocolon".into(),
+            format!("data:{head}"),
+            format!("data: {tail}"),
+            String::new(),
+        ] {
+            stream.push_str(&line);
+            stream.push_str(end);
+        }
+    }
+    stream
+}
+
+#[actix_web::test]
+async fn an_upstream_stream_framed_any_way_the_format_allows_is_read_as_its_events() {
+    let upstream = FakeChat::start();
+    let app = chat_server(&upstream.base(), |_| {}).await;
+    let callback = CallbackServer::with("/weather", Reply::output(json!("sunny")));
+    register_weather(&app, &callback).await;
+    let round_one = call_chunks(
+        "chatcmpl-a",
+        Some("Let me check."),
+        &[("call_1", "get_weather", json!({"location": "Tokyo"}))],
+    );
+    let round_two = text_chunks("chatcmpl-b", &["It is ", "sunny."], (20, 7));
+    let sse = |chunks: &[Value], end: &str| {
+        Answer::Text(
+            200,
+            "text/event-stream".into(),
+            unusual_event_stream(chunks, end),
+        )
+    };
+    upstream.script([sse(&round_one, "\r\n"), sse(&round_two, "\r")]);
+    let mut sdk = sdk(&app).await;
+
+    let chunks = sdk.chunks(ask_weather()).await;
+
+    assert_eq!(streamed_text(&chunks), "Let me check.\n\nIt is sunny.");
+    assert_eq!(callback.received().len(), 1, "the server's call ran once");
+    assert_eq!(upstream.bodies().len(), 2, "two rounds");
+}
+
 #[actix_web::test]
 async fn a_body_over_32_mib_is_a_413_in_openais_shape() {
     let upstream = FakeChat::start();
