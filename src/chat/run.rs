@@ -214,8 +214,8 @@ pub(crate) async fn serve<C: WireConversation + 'static>(
         stream: None,
     };
     // The tool loop's future is large (every await of the loop, the calls', the upstream
-    // exchange's): it is boxed once, so the handler's future that actix-web moves around as it
-    // polls, and the stream's task, stay small.
+    // exchange's): it is boxed once (a spawned task's is), so the handler's future that
+    // actix-web moves around as it polls, and the stream's task, stay small.
     if !stream {
         // A task of its own: each of the loop's wake-ups (an upstream answer, a callback's)
         // polls the loop alone rather than the app connection's whole dispatcher, which wakes
