@@ -79,6 +79,19 @@ impl Reply {
             body: Bytes::from(body.to_string()),
         }
     }
+
+    /// The request's task ended before it said what to answer (the app went away meanwhile).
+    fn unanswered() -> Self {
+        Self::json(
+            500,
+            &error_body(
+                "the chat request ended before it answered",
+                "server_error",
+                None,
+                None,
+            ),
+        )
+    }
 }
 
 /// Why a request ended without its answer.
@@ -236,17 +249,7 @@ pub(crate) async fn serve<C: WireConversation + 'static>(
                 }
             }
         }));
-        return work.await.unwrap_or_else(|_| {
-            Reply::json(
-                500,
-                &error_body(
-                    "the chat request ended before it answered",
-                    "server_error",
-                    None,
-                    None,
-                ),
-            )
-        });
+        return work.await.unwrap_or_else(|_| Reply::unanswered());
     }
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
     let (start, started) = oneshot::channel();
@@ -268,15 +271,7 @@ pub(crate) async fn serve<C: WireConversation + 'static>(
         Ok(Some(reply)) => reply,
         Ok(None) => Reply::Stream(rx),
         // The stream's task ended without a word: the app went away meanwhile.
-        Err(_) => Reply::json(
-            500,
-            &error_body(
-                "the chat request ended before it answered",
-                "server_error",
-                None,
-                None,
-            ),
-        ),
+        Err(_) => Reply::unanswered(),
     }
 }
 
