@@ -29,9 +29,10 @@
 #              token through the server against straight from the upstream; with the floor of one
 #              exchange (wrk at nginx, 1 connection) and the floor of the stack (a plain forwarder:
 #              actix-web and awc doing the same exchanges with no JSON work). With MAIN_BIN=PATH (another build's binary,
-#              e.g. main's) every server scenario also runs on that binary, right before this
-#              build's in each run, and the summary gives both builds' figures beside the same
-#              floor. Not in the default list: run it by name.
+#              e.g. main's) every server scenario also runs on that binary, and the summary gives
+#              both builds' figures beside the same floor. At 1 connection the scenarios run in
+#              turn within slices of each run; the exchange is measured before and after the
+#              suite. Not in the default list: run it by name.
 #   hop        what one actor round trip from a handler costs (benches/actor_hop.rs: a server with
 #              a route that answers at once and one that first asks an actor), with the actor on
 #              the system thread (as the router) or on the first HTTP worker, at 2 and 1 workers.
