@@ -93,7 +93,10 @@ fn options() -> Options {
             "--seconds" => o.seconds = value().parse().expect("--seconds S"),
             "--warmup-seconds" => o.warmup_seconds = value().parse().expect("--warmup-seconds S"),
             "--runs" => o.runs = value().parse().expect("--runs N"),
-            "--slices" => o.slices = value().parse().expect("--slices N"),
+            "--slices" => {
+                o.slices = value().parse().expect("--slices N");
+                assert!(o.slices > 0, "--slices N: at least one slice");
+            }
             "--callback" => o.callback = value(),
             "--only" => {
                 let only = value();
@@ -709,8 +712,8 @@ struct Sliced<'a> {
     probe: Probe,
 }
 
-/// Requests of each scenario from the first one: warming a scenario's code up again after the
-/// others ran, not counted.
+/// Requests each scenario runs at the start of each of its slices, not counted: its code warmed
+/// up again after the others ran.
 const SLICE_WARMUP_REQUESTS: usize = 20;
 
 /// One connection's scenarios, measured against each other in the same seconds: the window is
