@@ -18,7 +18,7 @@ use crate::api::{self, AppState};
 use crate::config::Settings;
 use crate::dispatch::Dispatcher;
 use crate::domain::dormant::DormantTool;
-use crate::domain::ownership::{SharedOwners, TokenHash};
+use crate::domain::ownership::SharedOwners;
 use crate::events::EventHub;
 use crate::mcp::client::McpClient;
 use crate::mcp::http_serve::McpEndpoint;
@@ -147,6 +147,7 @@ impl Application {
         let (keeping, mcp_keeping) = keep_state(&settings, owners.clone(), local_addr)?;
         let restored = keeping.dormant.len();
         let keeps_state = keeping.store.is_some();
+        let store_status = keeping.store.as_ref().map(StateStore::status);
         let (router, dispatcher) = Router::launch_keeping(
             settings.characters.clone(),
             &settings.dispatch,
@@ -205,6 +206,7 @@ impl Application {
             owners,
             keeps_state,
             restored,
+            store_status,
         });
 
         let mut server = HttpServer::new(move || {
@@ -359,10 +361,10 @@ fn keep_state(
     let Some(path) = &settings.state.path else {
         return Ok((keeping, mcp_keeping));
     };
-    let (store, restored) = StateStore::open(path)?;
+    let (store, restored) = StateStore::open(path, settings.state.new)?;
     keeping.owners.with(|owners| {
-        for (source, hash) in restored.owners {
-            owners.restore(source, TokenHash::from_bytes(hash));
+        for (source, salted) in restored.owners {
+            owners.restore(source, salted);
         }
     });
     for (character, name, stored) in restored.tools {

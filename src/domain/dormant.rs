@@ -114,6 +114,19 @@ impl Dormant {
         std::mem::take(&mut self.tools)
     }
 
+    /// Puts back tools taken by a change that was then not made (the state store could not keep
+    /// it); returns one callback URL of each of their origins, to probe again.
+    pub(crate) fn give_back(&mut self, tools: Vec<DormantTool>) -> Vec<CallbackUrl> {
+        let back = Self {
+            tools,
+            since: self.since,
+            ttl: self.ttl,
+        };
+        let origins = back.origins();
+        self.tools.extend(back.tools);
+        origins
+    }
+
     /// Whether a tool whose callback lives at `origin` is still dormant.
     pub(crate) fn waits_for(&self, origin: &CallbackOrigin) -> bool {
         self.tools

@@ -6,7 +6,9 @@
 //! server's registration or removal, a tool of an MCP server's listing that would replace one
 //! of its tools (with the token that server was registered with), progress for its calls — must
 //! carry the same token. Only
-//! the token's SHA-256 hash is kept ([`TokenHash`]), and nothing here prints it. The router holds
+//! the token's SHA-256 hash is kept ([`TokenHash`]), and nothing here prints it; the state file
+//! keeps a salted hash of it instead ([`SaltedHash`]), so the same token bound twice, or in two
+//! files, does not show. The router holds
 //! one [`Owners`] behind a [`SharedOwners`] that the MCP registry and the progress route consult
 //! too, so the rule lives here once.
 //!
@@ -18,6 +20,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use ring::rand::SecureRandom as _;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -71,6 +74,98 @@ impl fmt::Debug for TokenHash {
     }
 }
 
+/// Bytes of a binding's random salt: 128 bits, so no two bindings share one.
+pub(crate) const SALT_LEN: usize = 16;
+
+/// A token's hash as the state file keeps it: a random salt of its own, and the SHA-256 of that
+/// salt followed by the token's [`TokenHash`]. A token is checked against it with the salt; the
+/// stored bytes show neither the token nor its plain SHA-256, and two bindings of one token
+/// look unrelated. Its `Debug` shows no byte of it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SaltedHash {
+    salt: [u8; SALT_LEN],
+    hash: [u8; 32],
+}
+
+impl SaltedHash {
+    /// Bytes of [`SaltedHash::to_bytes`]: the salt, then the hash.
+    pub(crate) const LEN: usize = SALT_LEN + 32;
+
+    /// `token`'s salted hash, with a new random salt.
+    pub(crate) fn new(token: &TokenHash) -> Self {
+        let mut salt = [0; SALT_LEN];
+        ring::rand::SystemRandom::new()
+            .fill(&mut salt)
+            .expect("the system's random number generator works");
+        Self::with_salt(token, salt)
+    }
+
+    fn with_salt(token: &TokenHash, salt: [u8; SALT_LEN]) -> Self {
+        let mut hasher = Sha256::new();
+        hasher.update(salt);
+        hasher.update(token.0);
+        Self {
+            salt,
+            hash: hasher.finalize().into(),
+        }
+    }
+
+    /// Whether `token` is the token this hash was made of.
+    pub(crate) fn verifies(&self, token: &TokenHash) -> bool {
+        Self::with_salt(token, self.salt).hash == self.hash
+    }
+
+    /// The salt, then the hash: what the state file stores.
+    pub(crate) fn to_bytes(self) -> [u8; Self::LEN] {
+        let mut bytes = [0; Self::LEN];
+        bytes[..SALT_LEN].copy_from_slice(&self.salt);
+        bytes[SALT_LEN..].copy_from_slice(&self.hash);
+        bytes
+    }
+
+    /// Reads [`SaltedHash::to_bytes`] back; `None` for any other length.
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() != Self::LEN {
+            return None;
+        }
+        let (salt, hash) = bytes.split_at(SALT_LEN);
+        Some(Self {
+            salt: salt.try_into().ok()?,
+            hash: hash.try_into().ok()?,
+        })
+    }
+}
+
+impl fmt::Debug for SaltedHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SaltedHash(..)")
+    }
+}
+
+/// What a bound source is bound to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Binding {
+    /// Bound during this run: the token's hash itself.
+    Token(TokenHash),
+    /// Restored from the state file: only the salted hash is known, so the plain hash is not.
+    /// `stand_in` is a random credential, made at start and never sent by any plugin, that the
+    /// MCP servers restored under the source act with until their plugin registers them again
+    /// ([`Owners::owner_of`]).
+    Stored {
+        salted: SaltedHash,
+        stand_in: TokenHash,
+    },
+}
+
+impl Binding {
+    fn admits(&self, token: &TokenHash) -> bool {
+        match self {
+            Binding::Token(bound) => bound == token,
+            Binding::Stored { salted, stand_in } => stand_in == token || salted.verifies(token),
+        }
+    }
+}
+
 /// `[security] plugin_tokens`: whether a plugin's change needs a token at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -111,7 +206,7 @@ pub enum OwnershipError {
 #[derive(Debug, Default)]
 pub(crate) struct Owners {
     policy: TokenPolicy,
-    bound: HashMap<String, TokenHash>,
+    bound: HashMap<String, Binding>,
 }
 
 impl Owners {
@@ -140,7 +235,7 @@ impl Owners {
         }
         for source in touched.into_iter().chain(binds) {
             if let Some(owner) = self.bound.get(source)
-                && Some(owner) != token.as_ref()
+                && !token.as_ref().is_some_and(|t| owner.admits(t))
             {
                 return Err(OwnershipError::NotOwner {
                     tag: source.to_owned(),
@@ -149,22 +244,42 @@ impl Owners {
         }
         match (binds, token) {
             (Some(source), Some(token)) if !self.bound.contains_key(source) => {
-                self.bound.insert(source.to_owned(), token);
+                self.bound.insert(source.to_owned(), Binding::Token(token));
                 Ok(Some((source.to_owned(), token)))
             }
             _ => Ok(None),
         }
     }
 
-    /// Binds `source` to a hash read back from the store.
-    pub(crate) fn restore(&mut self, source: String, token: TokenHash) {
-        self.bound.insert(source, token);
+    /// Binds `source` to a salted hash read back from the store.
+    pub(crate) fn restore(&mut self, source: String, salted: SaltedHash) {
+        let mut stand_in = [0; 32];
+        ring::rand::SystemRandom::new()
+            .fill(&mut stand_in)
+            .expect("the system's random number generator works");
+        let stand_in = TokenHash(stand_in);
+        self.bound
+            .insert(source, Binding::Stored { salted, stand_in });
     }
 
-    /// The token hash `source` is bound to, if it is: the credential of an MCP server restored
-    /// under it (which was registered with that token, or bound the source with it).
+    /// Undoes a binding [`Owners::authorize`] made for a change that was then not made (the
+    /// state store could not keep it): `source` is unbound if it is still bound to `token`.
+    pub(crate) fn undo_binding(&mut self, source: &str, token: &TokenHash) {
+        if self.bound.get(source) == Some(&Binding::Token(*token)) {
+            self.bound.remove(source);
+        }
+    }
+
+    /// The credential an MCP server restored under `source` acts with, if the source is bound
+    /// (the server was registered with its token, or bound the source with it): the token's
+    /// hash when it was bound during this run, else the binding's stand-in. A restored
+    /// binding's stand-in is admitted by that source alone: whether another source is bound to
+    /// the same token cannot be told from salted hashes, until the plugin sends its token.
     pub(crate) fn owner_of(&self, source: &str) -> Option<TokenHash> {
-        self.bound.get(source).copied()
+        self.bound.get(source).map(|binding| match binding {
+            Binding::Token(token) => *token,
+            Binding::Stored { stand_in, .. } => *stand_in,
+        })
     }
 
     /// Whether `source` is bound to a token.

@@ -8,6 +8,7 @@
 use actix::prelude::*;
 
 use super::Router;
+use super::commit::Undo;
 use super::routing::Subject;
 use crate::dispatch::probe;
 use crate::domain::callback_url::{CallbackOrigin, CallbackUrl};
@@ -43,17 +44,23 @@ impl Router {
             "restored tools are dormant until their callbacks accept connections"
         );
         self.publish_roster();
-        for url in self.dormant.origins() {
-            ctx.spawn(actix::fut::wrap_future(probe_until_back(
-                url,
-                ctx.address(),
-            )));
-        }
+        self.probe(self.dormant.origins(), ctx);
         let wait = self
             .dormant
             .deadline()
             .saturating_duration_since(std::time::Instant::now());
         ctx.notify_later(DormantExpired, wait);
+    }
+
+    /// Probes each of `urls`' origins until it accepts a connection or no restored tool waits
+    /// for it any more.
+    pub(super) fn probe(&self, urls: Vec<CallbackUrl>, ctx: &mut Context<Self>) {
+        for url in urls {
+            ctx.spawn(actix::fut::wrap_future(probe_until_back(
+                url,
+                ctx.address(),
+            )));
+        }
     }
 }
 
@@ -96,7 +103,8 @@ impl Handler<OriginListening> for Router {
             let mut subject = Subject::of(&change);
             subject.op = ChangeOp::Restored;
             // Already in the store: nothing to write.
-            let routed = self.route_to(vec![i], Vec::new(), change, None, subject, Vec::new());
+            let undo = Undo::default();
+            let routed = self.route_to(vec![i], Vec::new(), change, Vec::new(), subject, undo);
             ctx.spawn(actix::fut::wrap_future(async move {
                 let _ = routed.await;
             }));

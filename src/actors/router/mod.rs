@@ -19,6 +19,8 @@
 //! - [`reads`] and [`directory`]: listings and lookups, read from the published snapshots;
 //! - [`dormancy`]: the tools restored from the state store, given to the models when their
 //!   callback accepts a connection again, removed when it never does;
+//! - [`commit`]: with a state store, each change stored first and made after (or undone, not
+//!   made, when its commit failed), in routing order;
 //! - [`faults`]: fault injection for the containment tests.
 
 use std::collections::VecDeque;
@@ -43,6 +45,7 @@ use crate::events::EventHub;
 use crate::session::settings::{SessionProtocol, SessionSettings};
 use crate::state::StateStore;
 
+mod commit;
 mod context;
 mod directory;
 mod dormancy;
@@ -118,10 +121,10 @@ pub enum RouterError {
     /// A plugin's change was refused by the ownership rule (`X-Plugin-Token`); nothing changed.
     #[error(transparent)]
     Ownership(#[from] OwnershipError),
-    /// The change was applied, but the state store could not keep it: it would not survive a
-    /// restart.
+    /// The state store could not keep the change, so it was not made.
     #[error(
-        "the change was applied but could not be stored, so it would not survive a restart: {0}"
+        "the change could not be stored in the state file, so it was not made; try again once \
+         the state file can be written: {0}"
     )]
     NotStored(String),
 }
@@ -210,6 +213,10 @@ pub struct Router {
     store: Option<StateStore>,
     /// Restored tools no model is given until their callback comes back.
     dormant: Dormant,
+    /// With a store: the changes decided and handed to it, made once their commit is durable.
+    commits: commit::Commits,
+    /// This router, as the store's commits' listener.
+    committed: Recipient<commit::Committed>,
 }
 
 /// What a router keeps beyond its characters: the sources' owners (shared with the MCP
@@ -270,6 +277,8 @@ impl Router {
                 owners: keeping.owners,
                 store: keeping.store,
                 dormant: Dormant::new(keeping.dormant, keeping.dormant_ttl),
+                commits: commit::Commits::default(),
+                committed: ctx.address().recipient(),
             };
             for c in characters {
                 router.events.set_approval_rules(&c.name, c.approval_always);
@@ -357,18 +366,20 @@ impl Router {
         }
     }
 
-    /// The tool named `name` that character `i` holds once every change sent to its manager
-    /// is applied: its published snapshot's, with the changes that snapshot lacks applied, in
-    /// order, to that one entry (a change's effect on a name depends on that name's entry
-    /// alone).
+    /// The tool named `name` that character `i` holds once every change sent to its manager,
+    /// and every change waiting for its commit, is applied: its published snapshot's, with the
+    /// changes that snapshot lacks applied, in order, to that one entry (a change's effect on a
+    /// name depends on that name's entry alone).
     fn current_tool(&self, i: usize, name: &str) -> Option<SharedTool> {
         let character = &self.characters[i];
         let snapshot = character.tools.load();
         let applied = snapshot.applied();
+        let mut waiting = self.commits.waiting_for(&character.name).peekable();
         if character
             .unconfirmed
             .back()
             .is_none_or(|(n, _)| *n <= applied)
+            && waiting.peek().is_none()
         {
             return snapshot.registry().get(name).cloned();
         }
@@ -380,6 +391,9 @@ impl Router {
             if *number > applied {
                 one.apply(change);
             }
+        }
+        for change in waiting {
+            one.apply(change);
         }
         one.get(name).cloned()
     }

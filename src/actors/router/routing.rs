@@ -2,7 +2,9 @@
 //! replacement pick their target characters, number the change per character, remember it until
 //! the character's snapshot shows it, and send it to each target's manager; [`super::gather`]
 //! collects the answers, and the request is then logged and announced as one `tools.changed`
-//! event with the roles it really affected and those that failed. A clear of every character is
+//! event with the roles it really affected and those that failed. With a state store a change
+//! is stored before it is sent ([`super::commit`]), and one the store could not keep is not
+//! made. A clear of every character is
 //! then told to the clear watcher (the MCP servers registered at run time), which ends the
 //! connection of a server of that source before the clear answers.
 
@@ -14,20 +16,20 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
 
+use super::commit::Undo;
 use super::gather::{Gathering, Reply, Target, gather};
 use super::{Router, RouterError};
 use crate::actors::change::{ChangeFailure, ChangeReport, RoleFailure};
 use crate::actors::manager::ApplyChange;
 use crate::domain::call::LocalToolHandler;
 use crate::domain::callback_url::CallbackOrigin;
-use crate::domain::dormant::DormantTool;
 use crate::domain::failures::{DeadOrigin, DeadOriginRemover};
 use crate::domain::ownership::{Credential, OwnershipError, TokenHash};
 use crate::domain::registry::Change;
 use crate::domain::role::RoleName;
 use crate::domain::tool::{SharedTool, ToolSpec};
 use crate::events::{ChangeOp, EventHub, ToolsChanged};
-use crate::state::{Durable, Op, StoredTool};
+use crate::state::{Durable, Op, StoreFailure, StoredTool};
 
 /// Register or replace a tool for one character (`role`) or every current character (`None`).
 #[derive(Message, Debug)]
@@ -135,7 +137,11 @@ pub struct WatchClears(pub Recipient<SourceCleared>);
 impl Router {
     /// Numbers `change` for each of `targets`, remembers it until their snapshots show it, and
     /// sends it to their managers; the future gathers the outcomes.
-    fn fan_out(&mut self, targets: Vec<usize>, change: Change) -> ResponseFuture<ChangeReport> {
+    pub(super) fn fan_out(
+        &mut self,
+        targets: Vec<usize>,
+        change: Change,
+    ) -> ResponseFuture<ChangeReport> {
         let adds = change.adds();
         let change = Arc::new(change);
         let mut pending = Vec::with_capacity(targets.len());
@@ -208,14 +214,15 @@ impl Router {
             Ok(bound) => bound,
             Err(e) => return Box::pin(async move { Err(e.into()) }),
         };
-        if let Some((source, hash)) = bound {
-            self.journal(Op::Bind {
-                source,
+        let mut ops = Vec::with_capacity(2);
+        if let Some((source, hash)) = &bound {
+            ops.push(Op::Bind {
+                source: source.clone(),
                 hash: *hash.bytes(),
             });
         }
         // A restored tool of that name is replaced by the new registration.
-        let replaced = self.dormant.take_named(&as_strs(&names), &msg.tool.name);
+        let dormant = self.dormant.take_named(&as_strs(&names), &msg.tool.name);
         let stored = record.and_then(|body| {
             let origin = msg.tool.callback_origin()?.to_string();
             Some(StoredTool {
@@ -225,9 +232,10 @@ impl Router {
             })
         });
         let change = Change::Register(Arc::new(msg.tool));
-        let op = Op::of(&change, names, stored);
+        ops.push(Op::of(&change, names, stored));
         let subject = Subject::of(&change);
-        self.route_to(targets, Vec::new(), change, Some(op), subject, replaced)
+        let undo = Undo { bound, dormant };
+        self.route_to(targets, Vec::new(), change, ops, subject, undo)
     }
 
     /// Unregisters `msg.name` for `who`: refused when a target holds it under a source bound
@@ -254,12 +262,16 @@ impl Router {
         {
             return Box::pin(async move { Err(e.into()) });
         }
-        let removed = self.dormant.take_named(&as_strs(&names), &msg.name);
+        let dormant = self.dormant.take_named(&as_strs(&names), &msg.name);
         let change = Change::Unregister(msg.name);
         let op = Op::of(&change, names, None);
         let mut subject = Subject::of(&change);
         subject.source = holders.into_iter().next();
-        self.route_to(targets, Vec::new(), change, Some(op), subject, removed)
+        let undo = Undo {
+            dormant,
+            ..Undo::default()
+        };
+        self.route_to(targets, Vec::new(), change, vec![op], subject, undo)
     }
 
     /// Clears `msg.source` for `who` (refused when it is bound to another token); a clear of
@@ -278,11 +290,15 @@ impl Router {
         }
         let everywhere = msg.role.as_deref().is_none_or(str::is_empty);
         let names = self.names(&targets);
-        let removed = self.dormant.take_source(&as_strs(&names), &msg.source);
+        let dormant = self.dormant.take_source(&as_strs(&names), &msg.source);
         let change = Change::ClearSource(msg.source.clone());
         let op = Op::of(&change, names, None);
         let subject = Subject::of(&change);
-        let report = self.route_to(targets, Vec::new(), change, Some(op), subject, removed);
+        let undo = Undo {
+            dormant,
+            ..Undo::default()
+        };
+        let report = self.route_to(targets, Vec::new(), change, vec![op], subject, undo);
         let watcher = self.clear_watcher.clone().filter(|_| everywhere);
         Box::pin(async move {
             let report = report.await?;
@@ -294,48 +310,47 @@ impl Router {
         })
     }
 
-    /// Routes a change to `targets` and hands `op` to the state store (when the server keeps
-    /// state) in the same order; once the managers answered and the store says the change is
-    /// durable, logs and announces the outcome. `unknown` are the roles the request named that
-    /// do not exist, reported as failed; `dormant` the restored tools the change removed or
-    /// replaced, whose characters count as affected (and, for a removal, their tools as
-    /// removed). A change the store could not keep is an error: it is applied, but would not
-    /// survive a restart.
+    /// Routes a change to `targets`, with a state store once `ops` are durable
+    /// ([`Router::store_then_make`]); then logs and announces the outcome. `unknown` are the
+    /// roles the request named that do not exist, reported as failed; `undo.dormant` the
+    /// restored tools the change removed or replaced, whose characters count as affected (and,
+    /// for a removal, their tools as removed). A change the store could not keep is not made:
+    /// an error, with what it did when it was decided undone.
     pub(super) fn route_to(
         &mut self,
         targets: Vec<usize>,
         unknown: Vec<RoleFailure>,
         change: Change,
-        op: Option<Op>,
+        ops: Vec<Op>,
         subject: Subject,
-        dormant: Vec<DormantTool>,
+        undo: Undo,
     ) -> ResponseFuture<Result<ChangeReport, RouterError>> {
         let adds = change.adds();
-        let report = self.fan_out(targets, change);
-        let durable = op.and_then(|op| self.journal(op));
+        let dormant: Vec<RoleName> = undo
+            .dormant
+            .iter()
+            .map(|t| RoleName::from(t.character.as_str()))
+            .collect();
+        let made = self.store_then_make(targets, ops, change, undo);
         if !dormant.is_empty() {
             self.publish_roster();
         }
         let events = self.events.clone();
         Box::pin(async move {
-            let mut report = report.await;
+            let mut report = match made.await {
+                Ok(report) => report,
+                Err(failure) => {
+                    subject.not_stored(&failure);
+                    return Err(RouterError::NotStored(failure.text));
+                }
+            };
             report.failed_roles.extend(unknown);
-            for tool in &dormant {
+            for role in dormant {
                 if !adds {
                     report.removed += 1;
                 }
-                let role = RoleName::from(tool.character.as_str());
                 if !report.affected_roles.contains(&role) {
                     report.affected_roles.push(role);
-                }
-            }
-            if let Some(durable) = durable {
-                let stored = durable.await.unwrap_or_else(|_| {
-                    Err("the state store stopped before the change was stored".into())
-                });
-                if let Err(e) = stored {
-                    subject.log(&report);
-                    return Err(RouterError::NotStored(e));
                 }
             }
             subject.log(&report);
@@ -415,6 +430,16 @@ impl Subject {
             failed_roles: &report.failed_roles,
         };
         events.tools_changed(&change, &report.failed_role_names());
+    }
+
+    /// The warning of a change that was not made because the state store could not keep it.
+    pub(super) fn not_stored(&self, failure: &StoreFailure) {
+        tracing::warn!(
+            route = self.op.name(),
+            name = self.name.as_deref().unwrap_or_default(),
+            source = self.source.as_deref().unwrap_or_default(),
+            "tool change not made: the state store could not keep it: {failure}"
+        );
     }
 
     /// One info line per change request, naming the characters that failed but only counting
@@ -499,15 +524,22 @@ impl Handler<RemoveDeadOrigin> for Router {
         let subject = Subject::of(&change);
         let names = self.names(&targets);
         let op = Op::of(&change, names, None);
-        let report = self.fan_out(targets, change);
-        let durable = self.journal(op);
+        let made = self.store_then_make(targets, vec![op], change, Undo::default());
         let events = self.events.clone();
         Box::pin(async move {
-            let report = report.await;
-            if let Some(durable) = durable {
-                // A failure is logged by the store; the removal stands either way.
-                let _ = durable.await;
-            }
+            let report = match made.await {
+                Ok(report) => report,
+                Err(failure) => {
+                    // Its tools stay; calls that cannot connect lead here again.
+                    tracing::warn!(
+                        source = %msg.source,
+                        origin = %msg.origin,
+                        "the tools of a dead plugin callback origin were not removed: the state \
+                         store could not keep the removal: {failure}"
+                    );
+                    return ChangeReport::default();
+                }
+            };
             // Concurrent calls to a dead plugin can each reach the threshold; only the removal
             // that found tools to remove is worth a warning (and an event).
             if report.removed == 0 {
@@ -596,12 +628,12 @@ impl Router {
                 Err(e) => refused.push((tool.name, e)),
             }
         }
-        let mut replaced = Vec::new();
+        let mut dormant = Vec::new();
         if msg.owner.is_some() {
-            replaced.extend(self.dormant.take_mcp(&as_strs(&names), &msg.source));
+            dormant.extend(self.dormant.take_mcp(&as_strs(&names), &msg.source));
         }
         for tool in &tools {
-            replaced.extend(self.dormant.take_named(&as_strs(&names), &tool.name));
+            dormant.extend(self.dormant.take_named(&as_strs(&names), &tool.name));
         }
         let change = Change::ReplaceSource {
             source: msg.source,
@@ -610,7 +642,11 @@ impl Router {
         };
         let op = Op::of(&change, names, None);
         let subject = Subject::of(&change);
-        let report = self.route_to(targets, unknown, change, Some(op), subject, replaced);
+        let undo = Undo {
+            dormant,
+            ..Undo::default()
+        };
+        let report = self.route_to(targets, unknown, change, vec![op], subject, undo);
         let report = Box::pin(async move {
             // Logged where it failed; the MCP server's tools are applied all the same.
             report.await.unwrap_or_default()
