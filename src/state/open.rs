@@ -72,17 +72,28 @@ pub(super) fn at_start(path: &Path, empty_is_new: bool) -> anyhow::Result<Opened
     } else {
         check_clean_file(db, &file)?
     };
-    quietly(|| tables::check_format(&db, &file))
-        .map_err(|why| cannot_open(&file, &damaged(&why)))?
-        .map_err(|e| anyhow::anyhow!("{e:#}; {}", move_aside(&file)))?;
-    let restored = quietly(|| tables::read_all(&db))
-        .map_err(|why| cannot_open(&file, &damaged(&why)))?
-        .map_err(|e| anyhow::anyhow!("state file {file}: {e:#}; {}", move_aside(&file)))?;
-    Ok(Opened {
-        db,
-        restored,
-        went_back,
-    })
+    match read(&db, &file) {
+        Ok(restored) => Ok(Opened {
+            db,
+            restored,
+            went_back,
+        }),
+        Err(e) => {
+            // Closing writes to the file, which `redb` may panic on too.
+            let _ = quietly(move || drop(db));
+            Err(e)
+        }
+    }
+}
+
+/// Checks the format of the store at `file` (upgrading an older one) and reads what it holds.
+fn read(db: &Database, file: &str) -> anyhow::Result<Restored> {
+    quietly(|| tables::check_format(db, file))
+        .map_err(|why| cannot_open(file, &damaged(&why)))?
+        .map_err(|e| anyhow::anyhow!("{e:#}; {}", move_aside(file)))?;
+    quietly(|| tables::read_all(db))
+        .map_err(|why| cannot_open(file, &damaged(&why)))?
+        .map_err(|e| anyhow::anyhow!("state file {file}: {e:#}; {}", move_aside(file)))
 }
 
 /// What `redb`'s repair of a file did while it was opened.
@@ -146,7 +157,7 @@ fn existing(handle: File, file: &str, empty_is_new: bool) -> anyhow::Result<File
     let mode = metadata.permissions().mode() & 0o777;
     if mode & READABLE_BY_OTHERS != 0 {
         tracing::warn!(
-            path = file,
+            path = %file,
             mode = format!("{mode:o}"),
             "the state file can be read by other users: it holds the plugins' registrations and \
              their token hashes; `chmod 600` it (its mode is left as it is)"
@@ -185,14 +196,20 @@ fn check_clean_file(mut db: Database, file: &str) -> anyhow::Result<(Database, O
         }
         Ok(Ok((false, _, _))) => {
             tracing::warn!(
-                path = file,
+                path = %file,
                 "the state file's allocation records were damaged and have been repaired; no \
                  commit was lost"
             );
             Ok((db, None))
         }
-        Ok(Err(e)) => Err(cannot_open(file, &describe(&e))),
-        Err(why) => Err(cannot_open(file, &damaged(&why))),
+        Ok(Err(e)) => {
+            let _ = quietly(move || drop(db));
+            Err(cannot_open(file, &describe(&e)))
+        }
+        Err(why) => {
+            let _ = quietly(move || drop(db));
+            Err(cannot_open(file, &damaged(&why)))
+        }
     }
 }
 

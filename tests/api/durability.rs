@@ -38,7 +38,7 @@ fn token(client: usize) -> String {
 }
 
 /// A server child process keeping its state in `path`, logging at `level`.
-fn serve(path: &Path, characters: &[&str], level: &str) -> (Child, SocketAddr) {
+pub fn serve(path: &Path, characters: &[&str], level: &str) -> (Child, SocketAddr) {
     let mut args = vec![
         "serve",
         "--bind",
@@ -55,7 +55,7 @@ fn serve(path: &Path, characters: &[&str], level: &str) -> (Child, SocketAddr) {
 }
 
 /// A blocking POST with an `X-Plugin-Token`.
-fn post_with_token(addr: SocketAddr, path: &str, body: &Value, token: &str) -> (u16, Value) {
+pub fn post_with_token(addr: SocketAddr, path: &str, body: &Value, token: &str) -> (u16, Value) {
     let host = addr.to_string();
     let body = serde_json::to_vec(body).unwrap();
     let length = body.len().to_string();

@@ -70,6 +70,7 @@ mod sdk_app;
 mod self_calls;
 mod sessions;
 mod smoke;
+mod state_file;
 mod stopping;
 mod stress;
 mod traces;
