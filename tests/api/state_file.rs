@@ -16,7 +16,8 @@ use sha2::{Digest, Sha256};
 
 use crate::cli::{Child, TempDir, get};
 use crate::durability::{post_with_token, serve};
-use crate::helpers::cannot_run;
+use crate::fake_mcp::{CallAnswer, FakeMcp, Listing};
+use crate::helpers::{cannot_run, settings, spawn_app_with};
 use crate::ownership::{TOKEN_A, TOKEN_B, not_owner};
 
 /// The small filesystem the full-disk test fills: room for the store and a few changes.
@@ -446,4 +447,45 @@ fn the_state_file_holds_no_plain_hash_of_a_token_and_the_token_still_owns_its_so
     assert_eq!(status, 200, "{answer}");
     child.signal("TERM");
     child.wait();
+}
+
+/// A runtime MCP server's registration on a full disk: its listing and its record share one
+/// commit, so it is refused whole (no tool made, the server not kept) and succeeds whole once
+/// the disk has room.
+#[actix_web::test]
+async fn a_runtime_mcp_server_registered_on_a_full_disk_is_refused_whole() {
+    const TEST: &str = "a_runtime_mcp_server_registered_on_a_full_disk";
+    let disk = match SmallDisk::mount("state-full-disk-mcp") {
+        Ok(disk) => disk,
+        Err(reason) => return cannot_run(TEST, &reason),
+    };
+    let path = disk.path("state.redb");
+    let mut config = settings(&["Lanlan"]);
+    config.state.path = Some(path.clone());
+    let app = spawn_app_with(config).await;
+    let fake = FakeMcp::start(
+        Listing::HugeDescription(LARGE_BYTES),
+        CallAnswer::Text("ok".into()),
+    );
+    let body = json!({"name": "huge_server", "url": fake.url()});
+
+    disk.fill();
+    let (status, answer) = app.post("/api/mcp/register", &body).await;
+    assert_not_stored(status, &answer, &path);
+    let (_, servers) = app.get("/api/mcp").await;
+    assert!(
+        servers["runtime_mcp_servers"].get("huge_server").is_none(),
+        "refused, yet kept: {servers}"
+    );
+    let (_, listing) = app.get("/api/tools").await;
+    assert_eq!(listing["tools_by_role"]["Lanlan"], json!([]));
+
+    disk.free();
+    let (status, answer) = app.post("/api/mcp/register", &body).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["tools"], json!(["huge"]));
+    let (_, listing) = app.get("/api/tools").await;
+    assert_eq!(listing["tools_by_role"]["Lanlan"][0]["name"], "huge");
+    let (_, health) = app.get("/api/health").await;
+    assert_eq!(health["state"], "ok");
 }

@@ -64,7 +64,8 @@ pub use lifecycle::{AddCharacter, RebuildCharacter, RemoveCharacter};
 pub(crate) use reads::ShareDirectory;
 pub use reads::{ListCharacters, ListSessions, ListTools, ResolveTool};
 pub(crate) use routing::{
-    ChangeRequest, McpListing, PluginChange, RemoveDeadOrigin, SourceCleared, WatchClears,
+    ChangeRequest, ListingRecord, McpListing, PluginChange, RemoveDeadOrigin, SourceCleared,
+    WatchClears,
 };
 pub use routing::{ClearSource, RegisterTool, ReplaceSource, UnregisterTool};
 pub(crate) use sessions::ResolveRelay;

@@ -106,11 +106,31 @@ pub struct ReplaceSource {
 /// A runtime MCP server's listing ([`ReplaceSource`] with the server's handler as `owner`), for
 /// the plugin that registered it (its token's hash, if it sent one): a tool of the listing
 /// whose name a tool of another source bound to another token holds is not registered.
-#[derive(Message, Debug)]
+#[derive(Message)]
 #[rtype(result = "SourceReplaced")]
 pub(crate) struct McpListing {
     pub replace: ReplaceSource,
     pub token: Option<TokenHash>,
+    /// With a state store: the server's record, stored in the listing's own commit, so the
+    /// server is stored exactly when its tools are made.
+    pub record: Option<ListingRecord>,
+}
+
+/// A routed change's report, or why it was not made.
+type Routed = ResponseFuture<Result<ChangeReport, RouterError>>;
+
+/// The ops that store an MCP server with its listing, given the names of the tools the
+/// listing registered (those the ownership rule let through).
+pub(crate) type ListingRecord = Box<dyn FnOnce(&[String]) -> Vec<Op> + Send>;
+
+impl std::fmt::Debug for McpListing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpListing")
+            .field("replace", &self.replace)
+            .field("token", &self.token)
+            .field("record", &self.record.is_some())
+            .finish()
+    }
 }
 
 /// What an [`McpListing`] did, and the tools it left out with why.
@@ -118,6 +138,8 @@ pub(crate) struct McpListing {
 pub(crate) struct SourceReplaced {
     pub report: ChangeReport,
     pub refused: Vec<(String, OwnershipError)>,
+    /// Why the listing was not made: the state store could not keep it.
+    pub not_stored: Option<String>,
 }
 
 /// A clear of every character's tools of `source` was applied: told to whoever watches clears
@@ -565,8 +587,9 @@ impl Handler<ReplaceSource> for Router {
     type Result = ResponseFuture<ChangeReport>;
 
     fn handle(&mut self, msg: ReplaceSource, _: &mut Self::Context) -> Self::Result {
-        let (report, _) = self.replace_source(msg, Credential::InProcess);
-        report
+        let (report, _) = self.replace_source(msg, Credential::InProcess, None);
+        // Logged where it failed: a replacement the store could not keep was not made.
+        Box::pin(async move { report.await.unwrap_or_default() })
     }
 }
 
@@ -574,11 +597,18 @@ impl Handler<McpListing> for Router {
     type Result = ResponseFuture<SourceReplaced>;
 
     fn handle(&mut self, msg: McpListing, _: &mut Self::Context) -> Self::Result {
-        let (report, refused) = self.replace_source(msg.replace, Credential::Plugin(msg.token));
+        let who = Credential::Plugin(msg.token);
+        let (report, refused) = self.replace_source(msg.replace, who, msg.record);
         Box::pin(async move {
+            let (report, not_stored) = match report.await {
+                Ok(report) => (report, None),
+                Err(RouterError::NotStored(why)) => (ChangeReport::default(), Some(why)),
+                Err(e) => (ChangeReport::default(), Some(e.to_string())),
+            };
             SourceReplaced {
-                report: report.await,
+                report,
                 refused,
+                not_stored,
             }
         })
     }
@@ -589,11 +619,13 @@ impl Router {
     /// source's tool holds in a target, when that source is bound to another token, is left
     /// out (returned with why: the ownership rule, as for a registration); the restored tools
     /// of a runtime MCP server of that source (its last listing, dormant) are replaced.
+    /// `record`'s ops are stored in the same commit.
     fn replace_source(
         &mut self,
         msg: ReplaceSource,
         who: Credential,
-    ) -> (ResponseFuture<ChangeReport>, Vec<(String, OwnershipError)>) {
+        record: Option<ListingRecord>,
+    ) -> (Routed, Vec<(String, OwnershipError)>) {
         let mut unknown = Vec::new();
         let targets: Vec<usize> = match &msg.roles {
             None => (0..self.characters.len()).collect(),
@@ -635,22 +667,20 @@ impl Router {
         for tool in &tools {
             dormant.extend(self.dormant.take_named(&as_strs(&names), &tool.name));
         }
+        let registered: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
         let change = Change::ReplaceSource {
             source: msg.source,
             tools: tools.into(),
             owner: msg.owner,
         };
-        let op = Op::of(&change, names, None);
+        let mut ops = vec![Op::of(&change, names, None)];
+        ops.extend(record.map(|record| record(&registered)).unwrap_or_default());
         let subject = Subject::of(&change);
         let undo = Undo {
             dormant,
             ..Undo::default()
         };
-        let report = self.route_to(targets, unknown, change, vec![op], subject, undo);
-        let report = Box::pin(async move {
-            // Logged where it failed; the MCP server's tools are applied all the same.
-            report.await.unwrap_or_default()
-        });
+        let report = self.route_to(targets, unknown, change, ops, subject, undo);
         (report, refused)
     }
 }
