@@ -391,4 +391,73 @@ mod tests {
         assert!(owners.authorize(token(A), [], Some("plugin:a")).is_ok());
         assert_eq!(owners.authorize(Credential::InProcess, [], None), Ok(None));
     }
+
+    #[test]
+    fn a_salted_hash_verifies_its_token_only_and_never_shows_its_bytes() {
+        let a = TokenHash::from_header(A.as_bytes()).unwrap();
+        let b = TokenHash::from_header(B.as_bytes()).unwrap();
+        let (one, two) = (SaltedHash::new(&a), SaltedHash::new(&a));
+        assert!(one.verifies(&a) && two.verifies(&a) && !one.verifies(&b));
+        assert_ne!(
+            one.to_bytes(),
+            two.to_bytes(),
+            "a salt of its own each time"
+        );
+        assert_eq!(SaltedHash::from_bytes(&one.to_bytes()), Some(one));
+        assert_eq!(
+            SaltedHash::from_bytes(a.bytes()),
+            None,
+            "a plain hash is not one"
+        );
+        assert_eq!(format!("{one:?}"), "SaltedHash(..)");
+    }
+
+    #[test]
+    fn a_restored_binding_admits_its_token_and_its_own_stand_in() {
+        let mut owners = Owners::default();
+        let a = TokenHash::from_header(A.as_bytes()).unwrap();
+        owners.restore("plugin:a".into(), SaltedHash::new(&a));
+        owners.restore("plugin:b".into(), SaltedHash::new(&a));
+        assert_eq!(owners.authorize(token(A), ["plugin:a"], None), Ok(None));
+        let refused = |tag: &str| {
+            Err(OwnershipError::NotOwner {
+                tag: tag.to_owned(),
+            })
+        };
+        assert_eq!(
+            owners.authorize(token(B), ["plugin:a"], None),
+            refused("plugin:a")
+        );
+        // A restored MCP server acts with the stand-in: its own source admits it, another
+        // source bound to the same token cannot tell, and does not.
+        let stand_in = owners.owner_of("plugin:a").unwrap();
+        assert_ne!(stand_in, a);
+        let server = Credential::Plugin(Some(stand_in));
+        assert_eq!(owners.authorize(server, ["plugin:a"], None), Ok(None));
+        assert_eq!(
+            owners.authorize(server, ["plugin:b"], None),
+            refused("plugin:b")
+        );
+    }
+
+    #[test]
+    fn an_undone_binding_frees_its_source_and_no_other_binding() {
+        let mut owners = Owners::default();
+        let a = TokenHash::from_header(A.as_bytes()).unwrap();
+        let b = TokenHash::from_header(B.as_bytes()).unwrap();
+        let bound = owners.authorize(token(A), [], Some("plugin:a")).unwrap();
+        assert_eq!(bound, Some(("plugin:a".to_owned(), a)));
+        owners.undo_binding("plugin:a", &b);
+        assert!(
+            owners.is_bound("plugin:a"),
+            "another token's undo changes nothing"
+        );
+        owners.undo_binding("plugin:a", &a);
+        assert!(!owners.is_bound("plugin:a"));
+        assert!(owners.authorize(token(B), [], Some("plugin:a")).is_ok());
+        // A restored binding is never undone: only a change of this run binds.
+        owners.restore("plugin:r".into(), SaltedHash::new(&a));
+        owners.undo_binding("plugin:r", &a);
+        assert!(owners.is_bound("plugin:r"));
+    }
 }
