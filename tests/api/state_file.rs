@@ -26,6 +26,9 @@ const DISK_BYTES: usize = 4 << 20;
 /// The most registrations tried on the full disk before one must have been refused.
 const MAX_TRIES_WHEN_FULL: usize = 20;
 
+/// Registrations sent at once on the full disk.
+const BURST: usize = 8;
+
 /// The description of a registration tried on the full disk: more pages than a commit that
 /// failed leaves free in the file.
 const LARGE_BYTES: usize = 64 << 10;
@@ -198,6 +201,27 @@ fn a_full_disk_refuses_changes_cleanly_and_they_succeed_again_once_it_has_room()
     }
     assert!(refused, "the full disk refused no registration");
     assert_eq!(health_state(addr), "failing");
+
+    // A burst of large registrations at once: each refused, and none made, whether its commit
+    // failed or it was decided behind one that did (it may rest on that one, so it is refused
+    // without a try).
+    let burst: Vec<(u16, Value)> = std::thread::scope(|scope| {
+        let threads: Vec<_> = (0..BURST)
+            .map(|i| {
+                let body = tool(&format!("burst_{i}"), "plugin:a", &large);
+                scope.spawn(move || post_with_token(addr, "/api/tools/register", &body, TOKEN_A))
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    for (status, answer) in &burst {
+        assert_not_stored(*status, answer, &path);
+    }
+    let now = listing(addr);
+    assert!(
+        !now.keys().any(|name| name.starts_with("burst_")),
+        "refused, yet made: {now:?}"
+    );
 
     // More changes while the disk is full, each made or not, never half: a registration that
     // would bind a new source (as large: refused), an unregistration (small: it may fit).
