@@ -394,3 +394,26 @@ fn a_damaged_page_of_a_cleanly_closed_file_is_refused_not_read() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn a_commit_that_reports_an_error_but_reached_the_file_counts_as_stored() {
+    let dir = dir();
+    let path = dir.join("state.redb");
+    let opened = open::at_start(&path, false).unwrap();
+    let status = StoreStatus::default();
+    let mut writer = writer::Writer::new(path.clone(), opened.db, status.clone());
+    writer.fail_after_commit = true;
+    let (done, mut answer) = oneshot::channel();
+    let request = Request {
+        ops: vec![register("landed", "plugin:x", "http://127.0.0.1:1")],
+        seen: Some(0),
+        reply: Reply::Commit(done),
+    };
+    writer.take(vec![request]);
+    assert_eq!(answer.try_recv().unwrap(), Ok(()), "answered as stored");
+    assert_eq!(status.name(), "ok");
+    drop(writer);
+    let (_, restored) = reopen(&path);
+    assert_eq!(names(&restored), ["A/landed", "B/landed"]);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -54,6 +54,10 @@ pub(super) struct Writer {
     /// Why the store fails, while it does.
     failing: Option<String>,
     status: StoreStatus,
+    /// Tests: every commit reports an error after it reached the file (an `fsync` that failed
+    /// after the writes went through).
+    #[cfg(test)]
+    pub(super) fail_after_commit: bool,
 }
 
 impl Writer {
@@ -67,6 +71,8 @@ impl Writer {
             failures: 0,
             failing: None,
             status,
+            #[cfg(test)]
+            fail_after_commit: false,
         }
     }
 
@@ -101,7 +107,7 @@ impl Writer {
     }
 
     /// Commits one batch and answers each of its changes.
-    fn take(&mut self, batch: Vec<Request>) {
+    pub(super) fn take(&mut self, batch: Vec<Request>) {
         let failures = self.failures;
         let (stale, fresh): (Vec<Request>, Vec<Request>) = batch
             .into_iter()
@@ -173,6 +179,13 @@ impl Writer {
         let db = self.database()?;
         let outcome = open::quietly(|| tables::commit(db, ops))
             .unwrap_or_else(|panic| Err(anyhow::anyhow!("the database library failed: {panic}")));
+        #[cfg(test)]
+        let outcome = outcome.and_then(|count| {
+            if self.fail_after_commit {
+                anyhow::bail!("I/O error: the fsync failed (injected after commit {count})")
+            }
+            Ok(count)
+        });
         let why = match outcome {
             Ok(count) => {
                 self.commits = count;
@@ -180,11 +193,11 @@ impl Writer {
             }
             Err(e) => format!("{e:#}"),
         };
+        let attempted = self.commits + 1;
         self.close();
         let db = self.database()?;
         match open::quietly(|| tables::commits(db)) {
-            Ok(Ok(count)) if count == self.commits + 1 => {
-                self.commits = count;
+            Ok(Ok(count)) if count == attempted => {
                 tracing::warn!(
                     path = %self.file,
                     "a commit that reported an error ({why}) is in the file all the same: its \
