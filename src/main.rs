@@ -57,7 +57,8 @@ struct ServeArgs {
     #[arg(long = "character", value_name = "NAME")]
     characters: Vec<String>,
     /// Keep registrations in this file across restarts (overrides `[state] path`): each change
-    /// is durable before it is answered, and restored tools wait, dormant, for their callback.
+    /// is durable before it is made and answered (one the file cannot take is refused with 503
+    /// and not made), and restored tools wait, dormant, for their callback.
     #[arg(long, value_name = "FILE")]
     state: Option<PathBuf>,
     /// Start a new, empty store in the --state file when that file is empty (0 bytes); without

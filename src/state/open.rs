@@ -13,9 +13,11 @@
 //! warning. `redb` keeps the last two commits and goes back to the earlier one when the last
 //! one's pages do not match their checksums — a damaged page, or a commit a crash interrupted.
 //! After a crash it checks while it repairs, and calls back with where it is: a call at
-//! [`ROLLBACK_PROGRESS`] is that step. A file that was closed cleanly is not checked on open, so
-//! it is checked here ([`Database::check_integrity`]), and the file's commit counter before and
-//! after the check says how many commits were lost.
+//! [`ROLLBACK_PROGRESS`] is that step. `redb` does not check a file that was closed cleanly, so
+//! it is checked here ([`Database::check_integrity`]): such a file's last commit (the one
+//! `redb` makes as it closes) is a two-phase commit, which it never goes back from, so a damaged
+//! page is a start-up error rather than data read from it; should a check go back all the same,
+//! the file's commit counter before and after it says how many commits were lost.
 
 use std::cell::{Cell, RefCell};
 use std::fs::{File, OpenOptions};
@@ -180,8 +182,8 @@ fn open_database(handle: File, repair: Arc<Repair>) -> Result<Database, String> 
         .map_err(|e| describe(&e))
 }
 
-/// A file that was closed cleanly, checked as a crash's would be: the check goes back to the
-/// commit before the last one if the last one is damaged, which the commit counter shows.
+/// A file that was closed cleanly, checked as `redb` checks one after a crash: a damaged page is
+/// an error; should the check go back to an earlier commit, the commit counter says how far.
 fn check_clean_file(mut db: Database, file: &str) -> anyhow::Result<(Database, Option<WentBack>)> {
     let checked = quietly(|| {
         let before = tables::commits(&db).ok();
