@@ -4,9 +4,9 @@
 //! collects the answers, and the request is then logged and announced as one `tools.changed`
 //! event with the roles it really affected and those that failed. With a state store a change
 //! is stored before it is sent ([`super::commit`]), and one the store could not keep is not
-//! made. A clear of every character is
-//! then told to the clear watcher (the MCP servers registered at run time), which ends the
-//! connection of a server of that source before the clear answers.
+//! made. A clear of every character is then told to the clear watcher (the MCP servers
+//! registered at run time), which ends the connection of a server of that source before the
+//! clear answers.
 
 use std::sync::Arc;
 use std::time::Duration;
