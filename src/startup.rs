@@ -25,6 +25,7 @@ use crate::mcp::http_serve::McpEndpoint;
 use crate::mcp::runtime::{CloseMcpPlugins, McpKeeping, McpPlugins, restore as restore_mcp};
 use crate::mcp::status::McpBoard;
 use crate::observe::Observer;
+use crate::policy::Policy;
 use crate::state::StateStore;
 
 /// Pending connections the kernel queues for us: enough for bursts of plugin start-ups and
@@ -143,6 +144,7 @@ impl Application {
         }
         let observer = Observer::new(&settings.trace)?;
         let events = EventHub::with_observer(&settings.events, observer);
+        let policy = Policy::new(events.clone());
         let owners = SharedOwners::new(settings.plugin_tokens);
         let (keeping, mcp_keeping) = keep_state(&settings, owners.clone(), local_addr)?;
         let restored = keeping.dormant.len();
@@ -151,6 +153,7 @@ impl Application {
             settings.characters.clone(),
             &settings.dispatch,
             events.clone(),
+            policy.clone(),
             keeping,
         );
         // One supervised client per MCP server: each registers its server's tools through the
@@ -190,6 +193,7 @@ impl Application {
             directory.clone(),
             dispatcher.clone(),
             events.clone(),
+            policy.clone(),
             settings.mcp_endpoint.clone(),
         );
         let state = web::Data::new(AppState {
@@ -197,6 +201,7 @@ impl Application {
             dispatcher: dispatcher.clone(),
             directory,
             events: events.clone(),
+            policy,
             keep_alive: settings.events.keep_alive,
             mcp,
             mcp_plugins: mcp_plugins.clone(),
