@@ -154,9 +154,12 @@ impl Pending {
                     .policy
                     .end_approval(&self.id, Resolution::Expired, None)
                 {
+                    tracing::info!(tool = %self.tool, approval = %self.id, outcome = Resolution::Expired.name(), "an approval expired before a decision");
                     None
                 } else {
-                    // A decision came at the same moment: it was taken first.
+                    // A decision (or a cancel) ended the record at the same moment, and was
+                    // taken first: whatever ends a record tells its waiter before it lets the
+                    // store's lock go, so the verdict is here already.
                     self.verdict.try_recv().ok()
                 }
             }
@@ -353,14 +356,18 @@ impl Policy {
                 .map_or(DecideError::Unknown, |r| DecideError::Ended(*r)));
         };
         self.announce_end(&entry, resolution, reason.as_deref());
-        drop(approvals);
-        tracing::info!(role = %entry.record.role, tool = %entry.record.tool, approval = %id, outcome = resolution.name(), "an approval was decided");
+        let Entry { record, tell, .. } = entry;
         let verdict = if approve {
             Verdict::Approved
         } else {
             Verdict::Denied(reason)
         };
-        let _ = entry.tell.send(verdict);
+        // Told before the lock is let go: the waiter's expiry timer, which ends the record under
+        // the same lock, either ends it first (this decision is then refused) or finds it gone
+        // and this verdict already waiting. The decision that wins is the one that runs.
+        let _ = tell.send(verdict);
+        drop(approvals);
+        tracing::info!(role = %record.role, tool = %record.tool, approval = %id, outcome = resolution.name(), "an approval was decided");
         Ok(())
     }
 
