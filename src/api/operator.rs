@@ -75,6 +75,11 @@ impl Operator {
         Self { token, decisions }
     }
 
+    /// Who may decide an approval (`GET /api/health` says it, for the inspector).
+    pub(crate) fn decisions(&self) -> Decisions {
+        self.decisions
+    }
+
     /// Whether `req` carries the operator token; `what` names the act in the error ("deciding
     /// an approval").
     pub(crate) fn require(&self, req: &HttpRequest, what: &str) -> Result<(), ApiError> {

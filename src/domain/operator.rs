@@ -138,7 +138,7 @@ fn check(value: &str) -> Result<(), String> {
 }
 
 /// `[security] decisions`: who may decide an approval.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Decisions {
     /// Only a caller with the operator token (the default).

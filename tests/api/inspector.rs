@@ -1771,7 +1771,7 @@ async fn opened_without_the_token_the_page_cannot_decide_and_says_how_to_open_it
     let said = note.text().await.unwrap();
     assert!(
         said.starts_with(
-            "Read-only: this page was opened without the operator token, which deciding needs"
+            "Read-only: this page was opened without the operator token, which deciding an approval needs."
         ) && said.contains(
             "open the inspector at the address the server printed when it started, on its \
              line that begins with \"inspector:\" and ends in \"/#token=…\""

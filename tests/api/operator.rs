@@ -237,6 +237,8 @@ async fn decide_with(app: &TestApp, id: &str, authorization: Option<&str>) -> (u
 async fn a_plugin_cannot_approve_its_own_call_and_the_operator_can() {
     let upstream = FakeChat::start();
     let (app, callback, mut stream) = chat_app(&upstream, |_| {}).await;
+    let (_, health) = app.get("/api/health").await;
+    assert_eq!(health["decisions"], json!("operator"));
     let pending = ask_to_send(&app, &upstream, "call_1");
     let record = stream
         .wait_for("approval.requested", |d| d["call_id"] == "call_1")
@@ -280,6 +282,8 @@ async fn with_decisions_loopback_any_local_caller_decides() {
         s.decisions = runtime_tools::Decisions::Loopback;
     })
     .await;
+    let (_, health) = app.get("/api/health").await;
+    assert_eq!(health["decisions"], json!("loopback"));
     let pending = ask_to_send(&app, &upstream, "call_1");
     let record = stream
         .wait_for("approval.requested", |d| d["call_id"] == "call_1")

@@ -184,28 +184,21 @@ function setDeciding(how, why) {
 }
 
 /** Whether the page may decide. With a token it may (the server says otherwise when a decision
- * is refused). Without one it asks the server, which says whether deciding needs the token only
- * by answering a decision: one with no credential and an empty body is refused with 401 when it
- * does, and otherwise read and refused with 422, so nothing is decided either way. */
+ * is refused). Without one it may only when the server lets any local caller decide, which
+ * `GET /api/health` says (`decisions`). */
 const refreshDeciding = coalesced(async () => {
   if (sessionStorage.getItem(TOKEN_KEY)) {
     setDeciding("token");
     return;
   }
-  const [status, answer] = await fetchJson("/api/approvals/apr_0", {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: "{}",
-  });
-  if (status === 401 || status === 403) {
-    setDeciding(
-      "read-only",
-      `Read-only: this page was opened without the operator token, which deciding needs (the server: ${detailText(answer, status)}).`,
-    );
-  } else if (status === 422 || status === 404) {
+  const health = await getJson("/api/health");
+  if (health.decisions === "loopback") {
     setDeciding("open");
   } else {
-    throw new Error(`POST /api/approvals: ${detailText(answer, status)}`);
+    setDeciding(
+      "read-only",
+      "Read-only: this page was opened without the operator token, which deciding an approval needs.",
+    );
   }
 });
 
