@@ -20,6 +20,7 @@ use crate::api::{self, AppState};
 use crate::config::Settings;
 use crate::dispatch::Dispatcher;
 use crate::domain::dormant::{DormantTool, epoch_millis, from_epoch_millis};
+use crate::domain::operator::OperatorToken;
 use crate::domain::ownership::{ConfiguredSource, SharedOwners, TokenHash};
 use crate::events::EventHub;
 use crate::mcp::client::McpClient;
@@ -53,6 +54,7 @@ pub struct Application {
     _mcp_clients: Vec<Addr<McpClient>>,
     mcp_plugins: Addr<McpPlugins>,
     mcp_endpoint: McpEndpoint,
+    operator_token: OperatorToken,
 }
 
 /// Stops a running [`Application`] gracefully; cheap to clone.
@@ -199,7 +201,12 @@ impl Application {
             events.clone(),
             settings.mcp_endpoint.clone(),
         );
+        let operator_token = settings
+            .operator_token
+            .clone()
+            .unwrap_or_else(OperatorToken::generate);
         let state = web::Data::new(AppState {
+            operator: api::operator::Operator::new(operator_token.clone(), settings.decisions),
             router: router.clone(),
             dispatcher: dispatcher.clone(),
             directory,
@@ -255,6 +262,7 @@ impl Application {
             _mcp_clients: mcp_clients,
             mcp_plugins,
             mcp_endpoint,
+            operator_token,
         })
     }
 
@@ -291,6 +299,13 @@ impl Application {
     /// [`EventHub::close`] it first, or the graceful stop waits for the open event streams.
     pub fn events(&self) -> EventHub {
         self.events.clone()
+    }
+
+    /// The person's credential (`[security] operator_token_env`, or made at this start): what
+    /// `Authorization: Bearer` must carry to decide an approval or free a source's binding. The
+    /// binary prints it once, in the inspector's address; nothing else shows it.
+    pub fn operator_token(&self) -> &OperatorToken {
+        &self.operator_token
     }
 
     /// A handle that stops the server (gracefully when asked to).

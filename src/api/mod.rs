@@ -20,6 +20,7 @@ mod invoke;
 mod mcp;
 mod observe;
 pub(crate) mod openapi;
+pub(crate) mod operator;
 #[cfg(test)]
 mod properties;
 pub(crate) mod realtime;
@@ -62,6 +63,8 @@ pub(crate) const ROUTER_REPLY_TIMEOUT: Duration = Duration::from_secs(
 
 /// What every handler shares.
 pub(crate) struct AppState {
+    /// The person's credential, which the operator routes (deciding an approval) require.
+    pub operator: operator::Operator,
     pub router: Addr<Router>,
     pub dispatcher: Dispatcher,
     /// Every character's published tools, read directly by the listing and the invoke route.

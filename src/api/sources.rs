@@ -1,13 +1,15 @@
 //! The sources plugins own: `GET /api/sources` lists every source that holds tools or a binding
 //! (never a token or its hash); `POST /api/sources/{source}/wake` lets a plugin prove it owns a
 //! source (its `X-Plugin-Token`) so the source's restored tools may wake; the operator's
-//! `DELETE /api/sources/{source}/binding` frees a binding made at run time.
+//! `DELETE /api/sources/{source}/binding` (`Authorization: Bearer` with the operator token,
+//! checked before anything else) frees a binding made at run time.
 
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{HttpResponse, web};
 use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::body::JsonObject;
+use super::operator::{AsOperator, OperatorAct};
 use super::error::{ApiError, ErrorBody, ValidationErrorBody};
 use super::token::PluginToken;
 use super::{AppState, ask_router};
@@ -155,11 +157,10 @@ pub(crate) struct WakeResponse {
     )
 )]
 async fn unbind(
-    request: HttpRequest,
+    _: AsOperator<FreeBinding>,
     state: web::Data<AppState>,
     source: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    operator_check(&request)?;
     let source = source.into_inner();
     ask_router(
         &state,
@@ -175,10 +176,11 @@ async fn unbind(
     }))
 }
 
-/// OPERATOR TOKEN PLACEHOLDER: the one check of the operator's credential for this route, to be
-/// replaced by the operator token's extractor (`Authorization: Bearer TOKEN`).
-fn operator_check(_request: &HttpRequest) -> Result<(), ApiError> {
-    Ok(())
+/// Freeing a source's binding: the operator's act.
+pub(crate) struct FreeBinding;
+
+impl OperatorAct for FreeBinding {
+    const WHAT: &'static str = "freeing a source's binding";
 }
 
 /// The answer to an unbinding.

@@ -17,6 +17,7 @@ pub(crate) mod failures;
 pub(crate) mod images;
 pub(crate) mod json_text;
 pub(crate) mod loopback;
+pub(crate) mod operator;
 pub(crate) mod outcome;
 pub(crate) mod ownership;
 pub(crate) mod peer_text;

@@ -159,14 +159,19 @@ pub struct ConfiguredSource {
 impl ConfiguredSource {
     /// The hash of the token the variable holds; the error names the variable, never its value.
     pub(crate) fn token(&self) -> Result<TokenHash, String> {
-        let Some(value) = std::env::var_os(&self.token_env) else {
-            return Err(format!(
+        // Held like the server's other keys: a peer that quotes it back has it redacted.
+        let value = super::secrets::key_from_env(&self.token_env).map_err(|e| match e {
+            std::env::VarError::NotPresent => format!(
                 "environment variable {} is not set: it must hold the X-Plugin-Token of source \
                  {:?}",
                 self.token_env, self.source
-            ));
-        };
-        TokenHash::from_header(value.as_encoded_bytes())
+            ),
+            std::env::VarError::NotUnicode(_) => format!(
+                "the value of environment variable {} must be visible ASCII characters only",
+                self.token_env
+            ),
+        })?;
+        TokenHash::from_header(value.as_bytes())
             .map_err(|e| format!("the value of environment variable {} {e}", self.token_env))
     }
 }

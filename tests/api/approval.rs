@@ -47,9 +47,10 @@ async fn register(app: &TestApp, body: &Value) {
     assert_eq!(status, 200, "{answer}");
 }
 
-/// Decides approval `id`; the status and answer.
+/// Decides approval `id` as the person (with the operator token); the status and answer.
 async fn decide(app: &TestApp, id: &str, body: Value) -> (u16, Value) {
-    app.post(&format!("/api/approvals/{id}"), &body).await
+    app.post_as_operator(&format!("/api/approvals/{id}"), &body)
+        .await
 }
 
 fn sha256(text: &str) -> String {

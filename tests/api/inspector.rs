@@ -1546,9 +1546,11 @@ async fn a_call_waiting_for_approval_shows_and_is_approved_or_denied_from_the_pa
         return;
     };
     let fake = FakeRealtime::start(AckMode::Immediate).await;
-    let app =
-        crate::helpers::app_with_session(&fake.url, &[], runtime_tools::Dialect::Openai, |_| {})
-            .await;
+    let mut settings = settings(&["Mio"]);
+    settings.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
+    // Any local caller decides here: this test is of the page's approvals, not of the token.
+    settings.decisions = runtime_tools::Decisions::Loopback;
+    let app = spawn_app_with(settings).await;
     let plugin = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
     let mut send = tool_body("send_message", &plugin.url("/send"), "plugin:messages");
     send["approval"] = json!("always");

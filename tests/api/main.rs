@@ -56,6 +56,7 @@ mod metrics;
 mod node;
 mod non_blocking;
 mod openapi;
+mod operator;
 mod ownership;
 mod panics;
 mod procfs;

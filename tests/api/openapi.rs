@@ -400,15 +400,18 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         .iter()
         .filter(|(method, _)| *method == "post")
         .map(|(_, path)| {
-            let mut request = raw_head(
-                "POST",
-                &concrete(path),
-                &[
-                    ("Host", &app.host()),
-                    ("Content-Type", "application/json"),
-                    ("Content-Length", "100"),
-                ],
-            );
+            let bearer = format!("Bearer {}", app.operator_token);
+            let mut headers = vec![
+                ("Host", app.host()),
+                ("Content-Type", "application/json".to_owned()),
+                ("Content-Length", "100".to_owned()),
+            ];
+            // A decision's credential is checked before its body is read.
+            if path.starts_with("/api/approvals/") {
+                headers.push(("Authorization", bearer));
+            }
+            let headers: Vec<_> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let mut request = raw_head("POST", &concrete(path), &headers);
             request.extend_from_slice(b"{\"name\":");
             (
                 *path,
@@ -731,12 +734,21 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     let approve = || Body::Json(json!({"decision": "approve"}));
     run("post", &decision, foreign, approve()).await;
     run("get", &decision, None, Body::None).await;
-    run("post", &decision, None, too_large()).await;
+    // Decisions are the operator's (collected apart: `run` holds the list meanwhile): without
+    // the token, with another, then every other answer with it.
+    let mut decided = Vec::new();
+    decided.push(call(&app, "post", &decision, None, approve()).await);
+    let plugins_token = ("authorization", "Bearer a-plugin-token-not-the-operators");
+    decided.push(call_with(&app, "post", &decision, &[plugins_token], approve()).await);
+    let bearer = format!("Bearer {}", app.operator_token);
+    let operator = [("authorization", bearer.as_str())];
+    decided.push(call_with(&app, "post", &decision, &operator, too_large()).await);
     let bad = json!({"decision": "maybe", "reason": 7, "extra": true});
-    run("post", &decision, None, Body::Json(bad)).await;
-    run("post", &decision, None, approve()).await;
-    run("post", &decision, None, approve()).await;
-    run("post", "/api/approvals/apr_nobody", None, approve()).await;
+    decided.push(call_with(&app, "post", &decision, &operator, Body::Json(bad)).await);
+    decided.push(call_with(&app, "post", &decision, &operator, approve()).await);
+    decided.push(call_with(&app, "post", &decision, &operator, approve()).await);
+    let nobody = "/api/approvals/apr_nobody";
+    decided.push(call_with(&app, "post", nobody, &operator, approve()).await);
     let _ = waiting.await;
 
     // And with the upstream gone.
@@ -925,6 +937,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         run(method, &path, None, body).await;
     }
 
+    exchanges.extend(decided);
     exchanges.extend(mcp);
     exchanges.extend(sources);
 
