@@ -776,11 +776,16 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     sources.push(call(&app, "get", wake, None, Body::None).await);
     sources.push(call(&app, "post", wake, None, too_large()).await);
     sources.push(call(&app, "post", wake, None, Body::Raw(b"[]".to_vec())).await);
+    let bearer = format!("Bearer {}", app.operator_token);
+    let operator = [("authorization", bearer.as_str())];
+    let plugin = [("authorization", "Bearer a-plugin-token-0123456789")];
     sources.push(call(&app, "delete", binding, foreign, Body::None).await);
     sources.push(call(&app, "delete", binding, None, Body::None).await);
-    sources.push(call(&app, "delete", binding, None, Body::None).await);
+    sources.push(call_with(&app, "delete", binding, &plugin, Body::None).await);
+    sources.push(call_with(&app, "delete", binding, &operator, Body::None).await);
+    sources.push(call_with(&app, "delete", binding, &operator, Body::None).await);
     let configured = "/api/sources/plugin:configured/binding";
-    sources.push(call(&app, "delete", configured, None, Body::None).await);
+    sources.push(call_with(&app, "delete", configured, &operator, Body::None).await);
     sources.push(call(&app, "get", binding, None, Body::None).await);
 
     // A character's tools over MCP's Streamable HTTP transport: a session opened, used, its
@@ -911,6 +916,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
             CALLS,
             HEALTH,
             SOURCES,
+            BINDING,
             "/api/approvals",
             APPROVAL,
         ]
@@ -936,6 +942,12 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         };
         run(method, &path, None, body).await;
     }
+    // The operator's unbinding gets past its credential to the router.
+    let bearer = format!("Bearer {}", app.operator_token);
+    let operator = [("authorization", bearer.as_str())];
+    let unbinding = call_with(&app, "delete", BINDING, &operator, Body::None).await;
+    assert_eq!(unbinding.status, 503, "{unbinding:?}");
+    exchanges.push(unbinding);
 
     exchanges.extend(decided);
     exchanges.extend(mcp);
@@ -1038,6 +1050,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         ),
         ("/api/mcp/unregister", json!({"name": "s"})),
         (PROGRESS, json!({"message": "halfway"})),
+        ("/api/sessions/context", json!({"text": "The doorbell rang."})),
     ] {
         exchanges.push(call(&strict, "post", path, None, Body::Json(body)).await);
     }

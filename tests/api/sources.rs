@@ -24,18 +24,31 @@ fn tool(name: &str, source: &str, url: &str) -> Value {
     json!({"name": name, "description": "d", "callback_url": url, "source": source})
 }
 
-/// `DELETE /api/sources/{source}/binding` as the operator.
-async fn unbind(app: &TestApp, source: &str) -> (u16, Value) {
-    let mut response = app
+/// `DELETE /api/sources/{source}/binding` with `Authorization: Bearer` and this value (none
+/// when `None`).
+async fn unbind_with(app: &TestApp, source: &str, bearer: Option<&str>) -> (u16, Value) {
+    let mut request = app
         .client
-        .delete(app.url(&format!("/api/sources/{source}/binding")))
-        .send()
-        .await
-        .expect("request sent");
+        .delete(app.url(&format!("/api/sources/{source}/binding")));
+    if let Some(token) = bearer {
+        request = request.insert_header(("authorization", format!("Bearer {token}")));
+    }
+    let mut response = request.send().await.expect("request sent");
     let status = response.status().as_u16();
     let body = response.body().await.expect("body read");
     (status, crate::helpers::parse_json(&body))
 }
+
+/// `DELETE /api/sources/{source}/binding` as the operator.
+async fn unbind(app: &TestApp, source: &str) -> (u16, Value) {
+    unbind_with(app, source, Some(&app.operator_token)).await
+}
+
+/// What an unbinding without the operator token is told, when the server made the token.
+const NO_OPERATOR: &str = "freeing a source's binding needs the operator token: send it as \
+                           \"Authorization: Bearer TOKEN\"; the server printed it at start on \
+                           its standard output, on the line \"inspector: \
+                           http://HOST:PORT/#token=TOKEN\"";
 
 /// The refusal of a `[[security.source]]` source's unbinding.
 fn configured_refusal(source: &str) -> Value {
@@ -70,6 +83,20 @@ async fn a_squatter_unbound_by_the_operator_and_the_owner_back_in() {
     ]});
     assert_eq!(app.get("/api/sources").await, (200, listed));
 
+    // Only the operator frees it: not the owner, nor anyone with a plugin's token.
+    assert_eq!(
+        unbind_with(&app, "plugin:notes", None).await,
+        (401, json!({"ok": false, "detail": NO_OPERATOR}))
+    );
+    let (status, answer) = unbind_with(&app, "plugin:notes", Some(TOKEN_A)).await;
+    assert_eq!(status, 403, "{answer}");
+    assert!(
+        answer["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("freeing a source's binding needs the operator token, and the bearer"),
+        "{answer}"
+    );
     assert_eq!(
         unbind(&app, "plugin:notes").await,
         (
@@ -130,9 +157,11 @@ async fn an_unbinding_is_stored_before_its_answer() {
     let takeover = tool("notes", "plugin:notes", &port.url("/squat"));
     let (status, _) = post_with_token(addr, "/api/tools/register", &takeover, TOKEN_B);
     assert_eq!(status, 200);
+    let operator = child.printed_token().expect("a made token").to_owned();
     let client = crate::helpers::test_client();
     let mut response = client
         .delete(format!("http://{addr}/api/sources/plugin:notes/binding"))
+        .insert_header(("authorization", format!("Bearer {operator}")))
         .send()
         .await
         .expect("request sent");
