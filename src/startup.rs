@@ -459,8 +459,8 @@ async fn keep_state(
             .owners
             .with(|owners| owners.owner_of(&stored.source));
         let dormant_since = since(stored.dormant_since);
-        let restored =
-            registration.and_then(|r| restore_mcp(&name, &stored, r, &characters, token, dormant_since));
+        let restored = registration
+            .and_then(|r| restore_mcp(&name, &stored, r, &characters, token, dormant_since));
         match restored {
             Ok((server, tools)) => {
                 if stored.dormant_since.is_none() {

@@ -30,9 +30,7 @@ use super::observe::{self, CallsResponse};
 use super::sessions::{
     self, AttachBody, AttachResponse, DetachBody, DetachResponse, SessionsResponse,
 };
-use super::sources::{
-    self, SourceView, SourcesResponse, UnbindResponse, WakeBody, WakeResponse,
-};
+use super::sources::{self, SourceView, SourcesResponse, UnbindResponse, WakeBody, WakeResponse};
 use super::tools::{
     self, ClearBody, ClearResponse, ListResponse, RegisterBody, RegisterResponse, ToolView,
     UnregisterBody, UnregisterResponse,

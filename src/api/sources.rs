@@ -9,8 +9,8 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::body::JsonObject;
-use super::operator::{AsOperator, OperatorAct};
 use super::error::{ApiError, ErrorBody, ValidationErrorBody};
+use super::operator::{AsOperator, OperatorAct};
 use super::token::PluginToken;
 use super::{AppState, ask_router};
 use crate::actors::router::{UnbindSource, WakeSource};
@@ -19,9 +19,7 @@ use crate::domain::sources::{SourceEntry, summarize};
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/sources").route(super::read_route().to(list)))
         .service(super::resource("/api/sources/{source}/wake").route(web::post().to(wake)))
-        .service(
-            super::resource("/api/sources/{source}/binding").route(web::delete().to(unbind)),
-        );
+        .service(super::resource("/api/sources/{source}/binding").route(web::delete().to(unbind)));
 }
 
 /// Every source that holds tools (active or dormant) or a binding, ordered by source. Needs no

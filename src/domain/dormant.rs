@@ -39,7 +39,9 @@ pub(crate) fn next_backoff(backoff: Duration) -> Duration {
 
 /// A time as the store keeps it: milliseconds since the Unix epoch.
 pub(crate) fn epoch_millis(time: SystemTime) -> u64 {
-    let since = time.duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    let since = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
     u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
 }
 
@@ -259,7 +261,10 @@ mod tests {
         assert!(!d.waits_for(&origin));
         let deadline = SystemTime::UNIX_EPOCH + Duration::from_secs(1060);
         assert_eq!(d.next_deadline(), Some(deadline));
-        assert!(d.take_expired(deadline - Duration::from_millis(1)).is_empty());
+        assert!(
+            d.take_expired(deadline - Duration::from_millis(1))
+                .is_empty()
+        );
         assert_eq!(names(&d.take_expired(deadline)), ["A/c"]);
         assert!(d.is_empty());
         assert_eq!(d.next_deadline(), None);
@@ -283,7 +288,10 @@ mod tests {
         // Only plugin:y's tool has its origin probed, and only it wakes.
         assert_eq!(d.start_probing().len(), 1);
         assert_eq!(names(&d.take_origin(&origin)), ["A/b"]);
-        assert!(!d.waits_for(&origin), "the probe ends: nothing here may wake");
+        assert!(
+            !d.waits_for(&origin),
+            "the probe ends: nothing here may wake"
+        );
         assert_eq!(d.release("plugin:y"), 0);
         assert_eq!(d.release("plugin:x"), 2);
         assert_eq!(d.release("plugin:x"), 0);

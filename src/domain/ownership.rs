@@ -271,7 +271,11 @@ impl Owners {
 
     /// Whether `who` may wake the restored tools of `source`: it carries the token `source` is
     /// bound to.
-    pub(crate) fn may_wake(&self, who: Option<TokenHash>, source: &str) -> Result<(), OwnershipError> {
+    pub(crate) fn may_wake(
+        &self,
+        who: Option<TokenHash>,
+        source: &str,
+    ) -> Result<(), OwnershipError> {
         let tag = source.to_owned();
         if !self.bound.contains_key(source) {
             return Err(OwnershipError::Unbound { tag });

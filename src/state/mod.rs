@@ -403,7 +403,10 @@ fn apply(tables: &mut Tables<'_>, op: &Op) -> anyhow::Result<()> {
                 })?;
             }
             for name in servers {
-                let Some(value) = tables.servers.get(name.as_str())?.map(|v| v.value().to_vec())
+                let Some(value) = tables
+                    .servers
+                    .get(name.as_str())?
+                    .map(|v| v.value().to_vec())
                 else {
                     continue;
                 };
@@ -570,7 +573,11 @@ mod tests {
         };
         let (store, restored) = reopened;
         assert_eq!(names(&restored), ["A/a", "A/c", "B/a"]);
-        let since: Vec<_> = restored.tools.iter().map(|(_, _, t)| t.dormant_since).collect();
+        let since: Vec<_> = restored
+            .tools
+            .iter()
+            .map(|(_, _, t)| t.dormant_since)
+            .collect();
         assert_eq!(since, [Some(5), None, None]);
         assert_eq!(restored.owners, [("plugin:x".to_owned(), [7; 32])]);
         let servers: Vec<_> = restored

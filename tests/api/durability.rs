@@ -350,7 +350,13 @@ pub async fn restarted_with_a_live_session(path: &Path) -> (FakeRealtime, TestAp
 
 /// `POST /api/sources/{source}/wake` with `token` (none when `None`).
 pub async fn wake(app: &TestApp, source: &str, token: Option<&str>) -> (u16, Value) {
-    crate::ownership::post_as(app, &format!("/api/sources/{source}/wake"), &json!({}), token).await
+    crate::ownership::post_as(
+        app,
+        &format!("/api/sources/{source}/wake"),
+        &json!({}),
+        token,
+    )
+    .await
 }
 
 /// A restored tool of a source bound to a token does not wake for whoever answers on its old
@@ -691,7 +697,10 @@ async fn a_runtime_mcp_server_is_restored_dormant_until_it_answers_then_reaches_
     let (plugin, _) = mcp_plugin(&app.base, "weather", &["--port", &port_text]).await;
     assert_eq!(
         wake(&app, "mcp:weather", Some(TOKEN_A)).await,
-        (200, json!({"ok": true, "source": "mcp:weather", "woken": 2}))
+        (
+            200,
+            json!({"ok": true, "source": "mcp:weather", "woken": 2})
+        )
     );
     stream
         .wait_for("tools.changed", |d| {

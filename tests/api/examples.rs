@@ -314,10 +314,7 @@ async fn server_without_events(app: &TestApp) -> (String, actix_web::dev::Server
                     if let Some(token) = request.headers().get("x-plugin-token") {
                         forwarding = forwarding.insert_header(("x-plugin-token", token.clone()));
                     }
-                    let mut forwarded = forwarding
-                        .send_body(body)
-                        .await
-                        .expect("upstream answers");
+                    let mut forwarded = forwarding.send_body(body).await.expect("upstream answers");
                     let answer = forwarded.body().await.expect("upstream body");
                     HttpResponse::build(forwarded.status())
                         .content_type("application/json")

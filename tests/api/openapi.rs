@@ -1050,7 +1050,10 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         ),
         ("/api/mcp/unregister", json!({"name": "s"})),
         (PROGRESS, json!({"message": "halfway"})),
-        ("/api/sessions/context", json!({"text": "The doorbell rang."})),
+        (
+            "/api/sessions/context",
+            json!({"text": "The doorbell rang."}),
+        ),
     ] {
         exchanges.push(call(&strict, "post", path, None, Body::Json(body)).await);
     }
@@ -1118,8 +1121,10 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         .find(|s| s["source"] == "plugin:bound");
     assert_eq!(
         bound,
-        Some(&json!({"source": "plugin:bound", "bound": true, "configured": false, "tools": 2,
-                     "dormant": 0}))
+        Some(
+            &json!({"source": "plugin:bound", "bound": true, "configured": false, "tools": 2,
+                     "dormant": 0})
+        )
     );
 
     // Every answer is documented for its route and matches the schema given for it...

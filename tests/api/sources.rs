@@ -140,10 +140,7 @@ async fn a_squatter_unbound_by_the_operator_and_the_owner_back_in() {
         tools["tools_by_role"]["Lanlan"][0]["callback_url"],
         owner.url("/notes")
     );
-    assert_eq!(
-        app.get("/api/sources").await.1["sources"][0]["bound"],
-        true
-    );
+    assert_eq!(app.get("/api/sources").await.1["sources"][0]["bound"], true);
 }
 
 /// With `--state`, the unbinding is stored before its answer: a server killed right after it
@@ -260,7 +257,10 @@ fn a_configured_sources_missing_or_bad_token_stops_start_up_naming_the_variable_
         let stderr = child.stderr_after_exit();
         assert_eq!(status.code(), Some(1), "{stderr}");
         assert!(stderr.contains(expected), "{stderr}");
-        assert!(!stderr.contains("tiny-tok"), "the value was repeated: {stderr}");
+        assert!(
+            !stderr.contains("tiny-tok"),
+            "the value was repeated: {stderr}"
+        );
     }
 }
 
@@ -297,7 +297,10 @@ async fn an_unbound_restored_tool_is_not_woken_by_a_bare_tcp_listener_but_by_an_
     let probe = read_request(&mut first, &mut buf)
         .await
         .expect("the probe sends a request, not just a connection");
-    assert_eq!((probe.method.as_str(), probe.path.as_str()), ("HEAD", "/open"));
+    assert_eq!(
+        (probe.method.as_str(), probe.path.as_str()),
+        ("HEAD", "/open")
+    );
     // Never answered: the probe gives up on it and connects again later.
     let mut second = accept().await;
     let mut buf = Vec::new();
@@ -376,7 +379,10 @@ fn a_restored_tools_dormant_time_counts_across_restarts() {
     let (_, listing) = get(addr, "/api/tools");
     assert_eq!(listing["tools_by_role"]["Lanlan"], json!([]), "{listing}");
     let (_, health) = get(addr, "/api/health");
-    assert_eq!((health["restored"].clone(), health["dormant"].clone()), (json!(1), json!(0)));
+    assert_eq!(
+        (health["restored"].clone(), health["dormant"].clone()),
+        (json!(1), json!(0))
+    );
     third.signal("TERM");
     third.wait();
     let log = third.stderr_after_exit();
@@ -414,14 +420,21 @@ async fn context_and_progress_under_required_need_the_token_of_a_bound_source() 
     let progress = "/api/tools/calls/call_none/progress";
     let report = json!({"message": "halfway"});
     for (path, body) in [("/api/sessions/context", &context), (progress, &report)] {
-        assert_eq!(post_as(&app, path, body, None).await, (401, required.clone()));
+        assert_eq!(
+            post_as(&app, path, body, None).await,
+            (401, required.clone())
+        );
         assert_eq!(
             post_as(&app, path, body, Some(TOKEN_B)).await,
             (403, unbound.clone()),
             "{path}"
         );
     }
-    assert!(fake.texts().iter().all(|t| !t.contains("The player just won.")));
+    assert!(
+        fake.texts()
+            .iter()
+            .all(|t| !t.contains("The player just won."))
+    );
 
     let callback = CallbackServer::with("/slow", Reply::after_gate(Reply::output(json!("done"))));
     let slow = tool("slow", "plugin:notes", &callback.url("/slow"));

@@ -123,7 +123,12 @@ impl Router {
 
     /// A change of `who` to `sources` passed the token rule: the sources its token is bound to
     /// have their owner back, so their restored tools may wake.
-    pub(super) fn owner_seen(&mut self, who: Credential, sources: &[&str], ctx: &mut Context<Self>) {
+    pub(super) fn owner_seen(
+        &mut self,
+        who: Credential,
+        sources: &[&str],
+        ctx: &mut Context<Self>,
+    ) {
         for source in self.owners.with(|owners| owners.owned_by(who, sources)) {
             self.release(&source, ctx);
         }
@@ -167,9 +172,7 @@ impl Router {
             subject.announce(&self.events, &report);
         }
         if let Some(next) = self.dormant.next_deadline() {
-            let wait = next
-                .duration_since(SystemTime::now())
-                .unwrap_or_default();
+            let wait = next.duration_since(SystemTime::now()).unwrap_or_default();
             ctx.notify_later(DormantExpired, wait);
         }
     }

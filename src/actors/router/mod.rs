@@ -56,9 +56,9 @@ mod sessions;
 
 pub(crate) use context::AddContextTo;
 pub(crate) use directory::{ChatTarget, Directory};
+pub use directory::{ResolvedTool, RoleTools};
 pub(crate) use dormancy::SourceMayWake;
 pub(crate) use dormancy::{UnbindSource, WakeSource, WatchWakes};
-pub use directory::{ResolvedTool, RoleTools};
 pub use faults::{InjectManagerPanic, InjectRouterStop};
 pub use lifecycle::{AddCharacter, RebuildCharacter, RemoveCharacter};
 pub(crate) use reads::ShareDirectory;

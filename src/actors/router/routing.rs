@@ -205,13 +205,14 @@ impl Router {
         }
         let others = holders.iter().filter(|s| **s != msg.tool.source);
         let mut touched: Vec<&str> = others.map(String::as_str).collect();
-        let bound = match self
-            .owners
-            .authorize(who, touched.iter().copied(), Some(&msg.tool.source))
-        {
-            Ok(bound) => bound,
-            Err(e) => return Box::pin(async move { Err(e.into()) }),
-        };
+        let bound =
+            match self
+                .owners
+                .authorize(who, touched.iter().copied(), Some(&msg.tool.source))
+            {
+                Ok(bound) => bound,
+                Err(e) => return Box::pin(async move { Err(e.into()) }),
+            };
         touched.push(&msg.tool.source);
         let touched: Vec<String> = touched.into_iter().map(str::to_owned).collect();
         self.owner_seen(who, &as_strs(&touched), ctx);
