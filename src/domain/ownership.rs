@@ -441,6 +441,95 @@ mod tests {
     }
 
     #[test]
+    fn a_configured_binding_stays_and_a_run_time_one_is_freed() {
+        let hash = |text: &str| TokenHash::from_header(text.as_bytes()).unwrap();
+        let mut owners = Owners::default();
+        owners.configure("plugin:notes".into(), hash(A));
+        assert!(
+            !owners.restore("plugin:notes".into(), hash(B)),
+            "the configuration wins"
+        );
+        assert_eq!(
+            owners.authorize(token(B), [], Some("plugin:notes")),
+            Err(OwnershipError::NotOwner {
+                tag: "plugin:notes".into()
+            })
+        );
+        owners.authorize(token(B), [], Some("plugin:b")).unwrap();
+        let mut bindings = owners.bindings();
+        bindings.sort_by(|x, y| x.source.cmp(&y.source));
+        assert_eq!(
+            bindings,
+            [
+                Binding {
+                    source: "plugin:b".into(),
+                    configured: false
+                },
+                Binding {
+                    source: "plugin:notes".into(),
+                    configured: true
+                }
+            ]
+        );
+        assert_eq!(
+            owners.unbind("plugin:notes"),
+            Err(UnbindError::Configured("plugin:notes".into()))
+        );
+        assert_eq!(owners.unbind("plugin:b"), Ok(()));
+        assert_eq!(
+            owners.unbind("plugin:b"),
+            Err(UnbindError::NotBound("plugin:b".into()))
+        );
+        // Free again: the next tokened registration binds it.
+        assert!(
+            owners
+                .authorize(token(A), [], Some("plugin:b"))
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn only_the_owner_wakes_and_its_token_names_its_source() {
+        let hash = |text: &str| TokenHash::from_header(text.as_bytes()).unwrap();
+        let mut owners = Owners::new(TokenPolicy::Required);
+        owners.restore("plugin:z".into(), hash(A));
+        owners.restore("plugin:a".into(), hash(A));
+        let refused = OwnershipError::NotWaker {
+            tag: "plugin:a".into(),
+        };
+        assert_eq!(owners.may_wake(None, "plugin:a"), Err(refused.clone()));
+        assert_eq!(owners.may_wake(Some(hash(B)), "plugin:a"), Err(refused));
+        assert_eq!(owners.may_wake(Some(hash(A)), "plugin:a"), Ok(()));
+        assert_eq!(
+            owners.may_wake(Some(hash(A)), "plugin:free"),
+            Err(OwnershipError::Unbound {
+                tag: "plugin:free".into()
+            })
+        );
+        assert_eq!(
+            owners.owned_by(token(A), &["plugin:a", "plugin:free", "plugin:z"]),
+            ["plugin:a", "plugin:z"]
+        );
+        assert!(
+            owners
+                .owned_by(Credential::InProcess, &["plugin:a"])
+                .is_empty()
+        );
+        // The first of its sources by name; a token of no source, or none, is refused.
+        assert_eq!(owners.reporter(token(A)), Ok(Some("plugin:a".into())));
+        assert_eq!(owners.reporter(token(B)), Err(OwnershipError::UnboundToken));
+        assert_eq!(
+            owners.reporter(Credential::Plugin(None)),
+            Err(OwnershipError::TokenRequired)
+        );
+        assert_eq!(owners.reporter(Credential::InProcess), Ok(None));
+        let optional = Owners::default();
+        assert_eq!(optional.reporter(token(B)), Ok(None));
+        assert_eq!(optional.reporter(Credential::Plugin(None)), Ok(None));
+    }
+
+    #[test]
     fn required_policy_needs_a_token() {
         let mut owners = Owners::new(TokenPolicy::Required);
         assert_eq!(
