@@ -14,13 +14,15 @@
 //! - `startup`: [`Application`], the seam that builds the actors and the HTTP server and runs
 //!   them; `demo` uses it.
 //! - `api`: the HTTP handlers, their request and answer shapes, the caller guard, the OpenAPI
-//!   document and the inspector page. Handlers talk to the router and the event hub.
+//!   document and the inspector page. Handlers talk to the router, the event hub and the call policy.
 //! - `config`: reads the TOML file (and the command line) into each module's settings.
 //! - `mcp`: MCP servers as tool sources, and a character's tools served over MCP.
 //! - `actors`: the [`Router`], one session manager per character, in-process tools.
 //! - `chat`: text chat (`POST /v1/chat/completions`), the server running the tool loop.
 //! - `session`: live model sessions: one protocol-agnostic core, one adapter per wire protocol,
 //!   one actor per kind of connection.
+//! - `policy`: what a call must pass before it runs (a person's approval); it announces on
+//!   `events`.
 //! - `dispatch`: the [`Dispatcher`], which runs a call against a callback or a local tool.
 //! - `events`: the [`EventHub`] behind `GET /api/events`, and the watch every call is observed
 //!   through.
@@ -46,6 +48,7 @@ mod domain;
 mod events;
 mod mcp;
 mod observe;
+mod policy;
 mod session;
 mod startup;
 mod state;

@@ -28,6 +28,7 @@ use crate::mcp::http_serve::McpEndpoint;
 use crate::mcp::runtime::{CloseMcpPlugins, McpKeeping, McpPlugins, restore as restore_mcp};
 use crate::mcp::status::McpBoard;
 use crate::observe::Observer;
+use crate::policy::Policy;
 use crate::state::{Op, StateStore};
 
 /// Pending connections the kernel queues for us: enough for bursts of plugin start-ups and
@@ -147,6 +148,7 @@ impl Application {
         }
         let observer = Observer::new(&settings.trace)?;
         let events = EventHub::with_observer(&settings.events, observer);
+        let policy = Policy::new(events.clone());
         let owners = SharedOwners::new(settings.plugin_tokens);
         bind_configured_sources(&settings.configured_sources, &owners)?;
         let (keeping, mcp_keeping) = keep_state(&settings, owners.clone(), local_addr).await?;
@@ -156,6 +158,7 @@ impl Application {
             settings.characters.clone(),
             &settings.dispatch,
             events.clone(),
+            policy.clone(),
             keeping,
         );
         // One supervised client per MCP server: each registers its server's tools through the
@@ -199,6 +202,7 @@ impl Application {
             directory.clone(),
             dispatcher.clone(),
             events.clone(),
+            policy.clone(),
             settings.mcp_endpoint.clone(),
         );
         let operator_token = settings
@@ -211,6 +215,7 @@ impl Application {
             dispatcher: dispatcher.clone(),
             directory,
             events: events.clone(),
+            policy,
             keep_alive: settings.events.keep_alive,
             mcp,
             mcp_plugins: mcp_plugins.clone(),

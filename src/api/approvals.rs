@@ -12,7 +12,7 @@ use super::error::{ApiError, BodyRouteErrors, ErrorBody, ValidationErrorBody};
 use super::operator::{AsOperator, Decide};
 use super::requests::DecisionRequest;
 use crate::domain::connection::{Caller, ConnectionKind};
-use crate::events::{DecideError, PendingApproval};
+use crate::policy::{DecideError, PendingApproval};
 
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(
@@ -52,7 +52,7 @@ async fn list(
     if let Some(role) = &role {
         state.directory.list(Some(role))?;
     }
-    let approvals = state.events.pending_approvals(role.as_deref());
+    let approvals = state.policy.pending_approvals(role.as_deref());
     Ok(HttpResponse::Ok().json(ApprovalsResponse { approvals }))
 }
 
@@ -83,7 +83,7 @@ async fn decide(
     let request = DecisionRequest::parse(&body).map_err(ApiError::Validation)?;
     let id = id.into_inner();
     match state
-        .events
+        .policy
         .decide_approval(&id, request.approve, request.reason)
     {
         Ok(()) => Ok(HttpResponse::Ok().json(DecisionResponse {

@@ -158,6 +158,7 @@ where
         tools: target.tools,
         dispatcher: state.dispatcher.clone(),
         events: state.events.clone(),
+        policy: state.policy.clone(),
         app: AppHeaders::from_request(req.headers()),
         parent: super::incoming_trace(&req),
         _permit: permit,

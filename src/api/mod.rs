@@ -43,6 +43,7 @@ use crate::events::EventHub;
 use crate::mcp::http_serve::McpEndpoint;
 use crate::mcp::runtime::McpPlugins;
 use crate::mcp::status::McpBoard;
+use crate::policy::Policy;
 use crate::session::settings::MAX_SYNC_TIMEOUT;
 use crate::session::shell::MODEL_CONNECT_TIMEOUT;
 use error::ApiError;
@@ -71,6 +72,9 @@ pub(crate) struct AppState {
     pub directory: Directory,
     /// The change events: subscribed to by `GET /api/events`, published to by invoke.
     pub events: EventHub,
+    /// The call policy: what a call passes before it runs; the approval routes list and decide
+    /// on it.
+    pub policy: Policy,
     /// Interval of the keep-alive comment on an idle event stream.
     pub keep_alive: Duration,
     /// Each MCP server's state, read by `GET /api/mcp`.

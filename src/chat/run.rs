@@ -31,8 +31,9 @@ use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::registry::not_registered_text;
 use crate::domain::snapshot::ToolCell;
 use crate::domain::tool::SharedTool;
-use crate::events::{Asker, CallStart, CallWatch, Caller, EventHub, after_approval};
+use crate::events::{CallStart, CallWatch, Caller, EventHub};
 use crate::observe::trace::Span;
+use crate::policy::{Asker, Policy};
 
 /// How often a stream whose calls are running (one may wait for a person's approval) gets an
 /// SSE comment.
@@ -50,6 +51,8 @@ pub(crate) struct ChatContext {
     pub tools: ToolCell,
     pub dispatcher: Dispatcher,
     pub events: EventHub,
+    /// What each call passes before it runs (a person's approval).
+    pub policy: Policy,
     /// The app's headers that pass upstream.
     pub app: AppHeaders,
     /// The trace context the app's request came with: the parent of the request's span.
@@ -584,12 +587,11 @@ impl<C: WireConversation> Driver<C> {
                             caller: Caller::Model,
                             kind: Some(C::KIND),
                         };
-                        match self.ctx.events.approval_for(asker, tool, &mut call) {
-                            Ok(approval) => {
-                                after_approval(approval, call, |call| {
-                                    self.ctx.dispatcher.dispatch(tool, call)
-                                })
-                                .await
+                        match self.ctx.policy.admit(asker, tool, &mut call) {
+                            Ok(admission) => {
+                                admission
+                                    .run(call, |call| self.ctx.dispatcher.dispatch(tool, call))
+                                    .await
                             }
                             Err(refused) => *refused,
                         }

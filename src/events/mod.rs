@@ -2,7 +2,8 @@
 //!
 //! A plain type, shared by handle: the router publishes `tools.changed`, each model session
 //! `session.state` and the calls it answers, the invoke route and the `/mcp` endpoint the calls
-//! they run (`tool.call`), the MCP board each MCP server's state (`mcp.state`).
+//! they run (`tool.call`), the MCP board each MCP server's state (`mcp.state`), the call
+//! policy (`crate::policy`) its approvals (`approval.requested`, `approval.resolved`).
 //! Every event gets the next id and is kept in a bounded ring, so a client that reconnects with
 //! `Last-Event-ID` gets what it missed (or a `reset` when the ring no longer holds it, or when it
 //! missed more than its buffer holds). Each subscriber has a bounded buffer, which the replay
@@ -26,14 +27,12 @@ use serde::Serialize;
 use sse_stream::Sse;
 use tokio::sync::mpsc;
 
-pub(crate) use self::approvals::{Asker, DecideError, Pending, PendingApproval, after_approval};
 pub use self::calls::{CallStart, CallWatch, Caller, ToolCallFinished};
 use crate::domain::call::Scheduling;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::role::RoleName;
 use crate::observe::Observer;
 
-mod approvals;
 mod calls;
 
 /// Events kept for `Last-Event-ID` resumption: enough for a client that reconnects within a
@@ -316,9 +315,6 @@ struct Inner {
     state: Mutex<State>,
     /// What records every call announced here (metrics, the recent calls, spans).
     observer: Observer,
-    /// The calls that wait for a person's approval (`approvals`). Locked before `state` when
-    /// both are.
-    approvals: Mutex<approvals::Approvals>,
 }
 
 struct State {
@@ -370,7 +366,6 @@ impl EventHub {
                     subscribers: Vec::new(),
                 }),
                 observer,
-                approvals: Mutex::default(),
             }),
         }
     }

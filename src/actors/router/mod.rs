@@ -41,6 +41,7 @@ use crate::domain::role::RoleName;
 use crate::domain::snapshot::ToolCell;
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
+use crate::policy::Policy;
 use crate::session::settings::{SessionProtocol, SessionSettings};
 use crate::state::StateStore;
 
@@ -204,6 +205,9 @@ pub struct Router {
     failures: SharedFailures,
     /// Where each change request is announced (`tools.changed`), and what sessions announce on.
     events: EventHub,
+    /// What the sessions' calls pass before they run: given to every manager, and the
+    /// characters' approval rules set on it.
+    policy: Policy,
     /// This router, as managers' watcher.
     me: Recipient<ManagerGone>,
     next_generation: u64,
@@ -244,14 +248,17 @@ impl Router {
         dispatch: &DispatchSettings,
         events: EventHub,
     ) -> (Addr<Self>, Dispatcher) {
-        Self::launch_keeping(characters, dispatch, events, Keeping::default())
+        let policy = Policy::new(events.clone());
+        Self::launch_keeping(characters, dispatch, events, policy, Keeping::default())
     }
 
-    /// [`Router::launch`], with what the server keeps across restarts.
+    /// [`Router::launch`], with the server's call policy (shared with the HTTP handlers) and
+    /// what the server keeps across restarts.
     pub(crate) fn launch_keeping(
         characters: Vec<CharacterSettings>,
         dispatch: &DispatchSettings,
         events: EventHub,
+        policy: Policy,
         keeping: Keeping,
     ) -> (Addr<Self>, Dispatcher) {
         let mut shared = None;
@@ -274,6 +281,7 @@ impl Router {
                 dispatcher,
                 failures,
                 events,
+                policy,
                 me: ctx.address().recipient(),
                 next_generation: 0,
                 stopping: false,
@@ -284,7 +292,7 @@ impl Router {
                 wake_watcher: None,
             };
             for c in characters {
-                router.events.set_approval_rules(&c.name, c.approval_always);
+                router.policy.set_approval_rules(&c.name, c.approval_always);
                 let chat = c.chat.and_then(|chat| match ChatEndpoint::new(chat) {
                     Ok(endpoint) => Some(Arc::new(endpoint)),
                     // Start-up checked the key already; a variable unset since is reported.
@@ -336,6 +344,7 @@ impl Router {
             session.clone(),
             self.dispatcher.clone(),
             self.events.clone(),
+            self.policy.clone(),
             Some(watcher),
         );
         (manager, self.next_generation)

@@ -7,6 +7,10 @@
 // error rate, kept up to date by the tool.call events), GET /api/events (Server-Sent Events) for
 // changes, POST /api/tools/invoke for calls, GET /api/approvals and POST /api/approvals/{id} for
 // the calls that wait for a person's decision.
+// Deciding is the person's: the page decides with the operator token it was opened with (the
+// address the server printed, `/#token=...`), which it keeps for the tab only and sends in the
+// Authorization header of each decision, never in a URL. Opened without it, it shows the calls
+// that wait but cannot decide them (unless the server lets any local caller decide).
 // Every string from the server is inserted with textContent: tool names, descriptions and
 // schemas come from plugins.
 
@@ -132,9 +136,82 @@ const refreshSessions = coalesced(async () => {
   for (const [role, character] of characters) renderSession(character.session, sessions.get(role));
 });
 
+// ---- The operator token -------------------------------------------------------------------
+
+/** Where the page keeps the operator token: the tab's own storage (sessionStorage), which
+ * outlives a reload and ends with the tab. */
+const TOKEN_KEY = "runtime-tools.operator-token";
+
+/** How to give the page the token, for a page that cannot decide. */
+const HOW_TO_DECIDE =
+  "To decide here, open the inspector at the address the server printed when it started, on its " +
+  "line that begins with \"inspector:\" and ends in \"/#token=…\" (with [security] " +
+  "operator_token_env set, add #token= and that variable's value to this page's address).";
+
+/** Moves a token given in the address (`#token=...`) into the tab's storage, and out of the
+ * address bar and the tab's history (the fragment never reaches a server, but a copied address
+ * or a screen share would show it); whether one was given. */
+function takeTokenFromAddress() {
+  const given = /^#token=(.*)$/s.exec(location.hash);
+  if (!given) return false;
+  history.replaceState(history.state, "", location.pathname + location.search);
+  let token = given[1];
+  try {
+    token = decodeURIComponent(token);
+  } catch {
+    // Not percent-encoded: kept as written.
+  }
+  if (!token) return false;
+  sessionStorage.setItem(TOKEN_KEY, token);
+  return true;
+}
+
+takeTokenFromAddress();
+addEventListener("hashchange", () => {
+  if (takeTokenFromAddress()) refreshDeciding();
+});
+
+/** How the page may decide: "token" (with the operator token), "open" (the server lets any
+ * local caller decide: `[security] decisions = "loopback"`) or "read-only". */
+let deciding = "read-only";
+
+function setDeciding(how, why) {
+  deciding = how;
+  const note = $("approvals-read-only");
+  note.textContent = how === "read-only" ? `${why} ${HOW_TO_DECIDE}` : "";
+  note.hidden = how !== "read-only";
+  for (const entry of approvals.values()) showActions(entry);
+}
+
+/** Whether the page may decide. With a token it may (the server says otherwise when a decision
+ * is refused). Without one it asks the server, which says whether deciding needs the token only
+ * by answering a decision: one with no credential and an empty body is refused with 401 when it
+ * does, and otherwise read and refused with 422, so nothing is decided either way. */
+const refreshDeciding = coalesced(async () => {
+  if (sessionStorage.getItem(TOKEN_KEY)) {
+    setDeciding("token");
+    return;
+  }
+  const [status, answer] = await fetchJson("/api/approvals/apr_0", {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: "{}",
+  });
+  if (status === 401 || status === 403) {
+    setDeciding(
+      "read-only",
+      `Read-only: this page was opened without the operator token, which deciding needs (the server: ${detailText(answer, status)}).`,
+    );
+  } else if (status === 422 || status === 404) {
+    setDeciding("open");
+  } else {
+    throw new Error(`POST /api/approvals: ${detailText(answer, status)}`);
+  }
+});
+
 // ---- Approvals ----------------------------------------------------------------------------
 
-/** The pending approvals shown, by id: their record and list item. */
+/** The pending approvals shown, by id: their record, list item and decision controls. */
 const approvals = new Map();
 
 const refreshApprovals = coalesced(async () => {
@@ -179,12 +256,27 @@ function showApproval(record) {
     approve.disabled = deny.disabled = true;
     const body = { decision };
     if (reason.value) body.reason = reason.value;
+    const headers = { "content-type": "application/json" };
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    if (token) headers.authorization = `Bearer ${token}`;
     const [status, answer] = await fetchJson(`/api/approvals/${encodeURIComponent(record.id)}`, {
       method: "POST",
-      headers: { "content-type": "application/json" },
+      headers,
       body: JSON.stringify(body),
     });
-    if (status !== 200) {
+    if (status === 401 || status === 403) {
+      // The token is not (or no longer: a restarted server makes a new one) the operator's, or
+      // the server now wants one: the page cannot decide until it is given the right one.
+      sessionStorage.removeItem(TOKEN_KEY);
+      problem.textContent = `Not decided: the server refused it (${detailText(answer, status)}).`;
+      problem.hidden = false;
+      setDeciding(
+        "read-only",
+        token
+          ? "Read-only: the server refused this page's token: it is not the operator token (a server that restarted made a new one)."
+          : "Read-only: the server now needs the operator token to decide.",
+      );
+    } else if (status !== 200) {
       problem.textContent = detailText(answer, status);
       problem.hidden = false;
       approve.disabled = deny.disabled = false;
@@ -194,12 +286,25 @@ function showApproval(record) {
   deny.addEventListener("click", () => decide("deny"));
   const actions = element("div", "approval-actions");
   actions.append(reason, approve, deny);
-  item.append(actions, problem);
-  const entry = { record, item, left };
+  item.append(problem);
+  const entry = { record, item, left, actions, problem, buttons: [approve, deny] };
+  showActions(entry);
   approvals.set(record.id, entry);
   tickApproval(entry);
   $("approvals").append(item);
   $("approvals-empty").hidden = true;
+}
+
+/** Gives an approval its reason field and Approve / Deny buttons while the page may decide,
+ * and takes them away while it may not. */
+function showActions(entry) {
+  if (deciding === "read-only") {
+    entry.actions.remove();
+  } else if (!entry.actions.isConnected) {
+    for (const button of entry.buttons) button.disabled = false;
+    entry.problem.hidden = true;
+    entry.item.insertBefore(entry.actions, entry.problem);
+  }
 }
 
 function tickApproval(entry) {
@@ -221,6 +326,7 @@ setInterval(() => {
 
 /** Reads everything again: on (re)connecting, after a restart, after missed events. */
 function startOver() {
+  refreshDeciding();
   refreshApprovals();
   refreshCalls();
   refreshTools();
