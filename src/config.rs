@@ -13,7 +13,7 @@ use crate::actors::settings::CharacterSettings;
 use crate::chat::settings::FileChat;
 use crate::dispatch::settings::{DispatchSettings, FileDispatch};
 use crate::domain::operator::{Decisions, OperatorToken};
-use crate::domain::ownership::TokenPolicy;
+use crate::domain::ownership::{ConfiguredSource, TokenPolicy};
 use crate::events::EventSettings;
 use crate::mcp::settings::{
     FileMcpEndpoint, FileMcpServer, McpEndpointSettings, McpServerSettings, servers_from_file,
@@ -67,6 +67,9 @@ pub struct Settings {
     /// `[state]` (or `--state FILE`): where registrations are kept across restarts; off by
     /// default.
     pub state: StateSettings,
+    /// `[[security.source]]`: sources bound to a token before any plugin runs, in
+    /// configuration order.
+    pub configured_sources: Vec<ConfiguredSource>,
 }
 
 impl Default for Settings {
@@ -87,6 +90,7 @@ impl Default for Settings {
             operator_token: None,
             decisions: Decisions::default(),
             state: StateSettings::default(),
+            configured_sources: Vec::new(),
         }
     }
 }
@@ -118,11 +122,50 @@ struct FileSecurity {
     /// `"optional"` (the default) or `"required"`.
     #[serde(default)]
     plugin_tokens: TokenPolicy,
+    /// `[[security.source]]`: sources bound from start-up on.
+    #[serde(default)]
+    source: Vec<FileConfiguredSource>,
     /// The environment variable that holds the operator token; without it one is made at start.
     operator_token_env: Option<String>,
     /// `"operator"` (the default) or `"loopback"`.
     #[serde(default)]
     decisions: Decisions,
+}
+
+/// One `[[security.source]]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfiguredSource {
+    source: String,
+    token_env: String,
+}
+
+/// The `[[security.source]]` entries, checked: each names a source once, and a variable.
+fn configured_sources(file: Vec<FileConfiguredSource>) -> anyhow::Result<Vec<ConfiguredSource>> {
+    let mut sources: Vec<ConfiguredSource> = Vec::with_capacity(file.len());
+    for (i, entry) in file.into_iter().enumerate() {
+        if entry.source.is_empty() {
+            bail!("key `security.source[{i}].source`: a source must not be empty");
+        }
+        if sources.iter().any(|s| s.source == entry.source) {
+            bail!(
+                "key `security.source[{i}].source`: source {:?} is configured twice",
+                entry.source
+            );
+        }
+        if entry.token_env.is_empty() || entry.token_env.contains(['=', '\0']) {
+            bail!(
+                "key `security.source[{i}].token_env`: must name an environment variable, got \
+                 {:?}",
+                entry.token_env
+            );
+        }
+        sources.push(ConfiguredSource {
+            source: entry.source,
+            token_env: entry.token_env,
+        });
+    }
+    Ok(sources)
 }
 
 #[derive(Debug, Deserialize)]
@@ -177,6 +220,7 @@ impl Settings {
             settings.operator_token = Some(token);
         }
         settings.decisions = file.security.decisions;
+        settings.configured_sources = configured_sources(file.security.source)?;
         settings.state = file.state.into_settings()?;
         settings.characters = Vec::with_capacity(file.character.len());
         for (i, c) in file.character.into_iter().enumerate() {
@@ -338,6 +382,28 @@ mod tests {
         assert_eq!(d.plugin_tokens, TokenPolicy::Optional);
         assert_eq!(d.state, StateSettings::default());
         assert!(error_of("[security]\nplugin_tokens = \"sometimes\"").contains("plugin_tokens"));
+        let bound = Settings::from_toml(
+            "[[security.source]]\nsource = \"plugin:notes\"\ntoken_env = \"NOTES_TOKEN\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            bound.configured_sources,
+            [ConfiguredSource {
+                source: "plugin:notes".into(),
+                token_env: "NOTES_TOKEN".into()
+            }]
+        );
+        let twice = "[[security.source]]\nsource = \"a\"\ntoken_env = \"A\"\n\
+                     [[security.source]]\nsource = \"a\"\ntoken_env = \"B\"\n";
+        assert_eq!(
+            error_of(twice),
+            "key `security.source[1].source`: source \"a\" is configured twice"
+        );
+        assert!(
+            error_of("[[security.source]]\nsource = \"a\"\ntoken_env = \"\"\n")
+                .contains("security.source[0].token_env")
+        );
+        assert!(error_of("[[security.source]]\nsource = \"a\"\n").contains("token_env"));
         assert!(error_of("[state]\ndormant_ttl_seconds = 0").contains("state.dormant_ttl_seconds"));
     }
 

@@ -60,7 +60,7 @@ pub use chat::settings::ChatSettings;
 pub use config::{Settings, parse_bind};
 pub use dispatch::settings::DispatchSettings;
 pub use domain::operator::{Decisions, OperatorToken, TokenOrigin};
-pub use domain::ownership::{OwnershipError, TokenPolicy};
+pub use domain::ownership::{ConfiguredSource, OwnershipError, TokenPolicy};
 pub use events::{EventHub, EventKind, EventSettings};
 pub use mcp::settings::{McpEndpointSettings, McpServerSettings, McpTransport};
 pub use observe::Observer;

@@ -27,6 +27,7 @@ pub(crate) mod realtime;
 mod reports;
 pub(crate) mod requests;
 mod sessions;
+mod sources;
 mod token;
 mod tools;
 
@@ -100,6 +101,7 @@ pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
         .configure(conversation::configure)
         .configure(invoke::configure)
         .configure(sessions::configure)
+        .configure(sources::configure)
         .configure(realtime::configure)
         .configure(gemini::configure)
         .configure(chat::configure)

@@ -30,6 +30,7 @@ use super::observe::{self, CallsResponse};
 use super::sessions::{
     self, AttachBody, AttachResponse, DetachBody, DetachResponse, SessionsResponse,
 };
+use super::sources::{self, SourceView, SourcesResponse, UnbindResponse, WakeBody, WakeResponse};
 use super::tools::{
     self, ClearBody, ClearResponse, ListResponse, RegisterBody, RegisterResponse, ToolView,
     UnregisterBody, UnregisterResponse,
@@ -73,6 +74,9 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         sessions::list_sessions,
         sessions::attach,
         sessions::detach,
+        sources::list,
+        sources::wake,
+        sources::unbind,
         events::events,
         mcp::list_mcp_servers,
         mcp::register,
@@ -105,6 +109,11 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         ProgressResponse,
         ContextBody,
         ContextResponse,
+        SourcesResponse,
+        SourceView,
+        WakeBody,
+        WakeResponse,
+        UnbindResponse,
         ApprovalsResponse,
         ApprovalView,
         DecisionBody,
@@ -153,6 +162,7 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
     tags(
         (name = "tools", description = "Register, remove, list and invoke remote tools"),
         (name = "sessions", description = "The characters' live model sessions: the server's own, apps' relays (`GET /v1/realtime`, a websocket, not in this document), attached calls, in-process ones"),
+        (name = "sources", description = "Who owns a source: the listing of sources and their bindings, a plugin's wake of its restored tools, the operator's freeing of a binding"),
         (name = "events", description = "Change events, as Server-Sent Events"),
         (name = "mcp", description = "MCP both ways: the MCP servers whose tools the characters get (configured, and registered by plugins at run time), and a character's tools as an MCP server over Streamable HTTP (`/mcp`)"),
         (name = "chat", description = "The server as an OpenAI-compatible chat endpoint: a character's chat model with its registered tools, the tool loop run by the server (OpenAI's request, answer and error shapes)"),

@@ -26,4 +26,5 @@ pub(crate) mod role;
 pub(crate) mod schema_limits;
 pub(crate) mod secrets;
 pub(crate) mod snapshot;
+pub(crate) mod sources;
 pub(crate) mod tool;

@@ -92,6 +92,8 @@ pub enum EventKind {
     ToolResult,
     /// A plugin reported a running call's progress.
     ToolProgress,
+    /// A plugin added text to the live conversations (`POST /api/sessions/context`).
+    ContextAdded,
     /// A call waits for a person's approval.
     ApprovalRequested,
     /// A pending approval ended: approved, denied, expired or cancelled.
@@ -110,6 +112,7 @@ impl EventKind {
             EventKind::McpState => "mcp.state",
             EventKind::ToolResult => "tool.result",
             EventKind::ToolProgress => "tool.progress",
+            EventKind::ContextAdded => "context.added",
             EventKind::ApprovalRequested => "approval.requested",
             EventKind::ApprovalResolved => "approval.resolved",
         }
@@ -264,6 +267,21 @@ pub struct ToolProgress<'a> {
     pub speak: bool,
     /// The call runs in a live session, whose model was told.
     pub delivered: bool,
+}
+
+/// The data of `context.added`: a plugin's text for the conversations, and whose it is; `F` is
+/// the failed-role entry of the report.
+#[derive(Debug, Serialize)]
+pub struct ContextAdded<'a, F> {
+    /// The source the plugin's token binds (`null` for a plugin without one).
+    pub source: Option<&'a str>,
+    /// The character asked for (`null`: every character with a live session).
+    pub role: Option<&'a str>,
+    pub text: &'a str,
+    /// The model was asked to answer it.
+    pub respond: bool,
+    pub affected_roles: &'a [RoleName],
+    pub failed_roles: &'a [F],
 }
 
 #[derive(Debug, Serialize)]
@@ -460,6 +478,13 @@ impl EventHub {
             Scope::Roles(vec![progress.role.into()]),
             progress,
         );
+    }
+
+    /// `context.added` of a plugin's text, for the roles it reached or failed.
+    pub fn context_added<F: Serialize>(&self, context: &ContextAdded<'_, F>, failed: &[&str]) {
+        let mut roles = context.affected_roles.to_vec();
+        roles.extend(failed.iter().map(|r| RoleName::from(*r)));
+        self.publish(EventKind::ContextAdded, Scope::Roles(roles), context);
     }
 
     /// Subscribes to the events `role` concerns (every event for `None`), resuming after

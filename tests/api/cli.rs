@@ -419,6 +419,11 @@ impl TempDir {
         Self(dir)
     }
 
+    /// The path of `name` in the directory, without making the file.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
     pub fn file(&self, name: &str, text: &str) -> PathBuf {
         let path = self.0.join(name);
         std::fs::write(&path, text).expect("file written");

@@ -71,6 +71,7 @@ mod sdk_app;
 mod self_calls;
 mod sessions;
 mod smoke;
+mod sources;
 mod stopping;
 mod stress;
 mod traces;
