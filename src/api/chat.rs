@@ -91,7 +91,7 @@ async fn chat_completions(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, OpenAiError> {
-    serve(req, payload, state, ChatRequest::parse, complete).await
+    serve(req, payload, state, ChatRequest::parse, |_, _, _| Ok(()), complete).await
 }
 
 /// Create a model response (the Responses API): the app's request passed to the character's
@@ -127,7 +127,42 @@ async fn responses(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, OpenAiError> {
-    serve(req, payload, state, ResponsesRequest::parse, respond).await
+    serve(
+        req,
+        payload,
+        state,
+        ResponsesRequest::parse,
+        previous_of_this_character,
+        respond,
+    )
+    .await
+}
+
+/// A `previous_response_id` another character returned is not this one's to go on from: a 400
+/// as the upstream answers an id it never stored. An id no character returned passes.
+fn previous_of_this_character(
+    state: &AppState,
+    target: &ChatTarget,
+    request: &ResponsesRequest,
+) -> Result<(), OpenAiError> {
+    let Some(id) = request.previous_response_id.as_deref() else {
+        return Ok(());
+    };
+    let others = state.directory.chat_endpoints();
+    if crate::chat::issued_elsewhere(&target.chat, others.iter().map(|(_, chat)| &**chat), id) {
+        return Err(OpenAiError {
+            code: Some("previous_response_not_found"),
+            ..OpenAiError::invalid(
+                format!(
+                    "Previous response with id '{}' not found: it was returned for another \
+                     character's conversation",
+                    crate::domain::peer_text::bounded_str(id)
+                ),
+                Some("previous_response_id"),
+            )
+        });
+    }
+    Ok(())
 }
 
 /// Either wire format's request: the character found, the body read and parsed, the request
@@ -137,6 +172,7 @@ async fn serve<R, F>(
     payload: web::Payload,
     state: web::Data<AppState>,
     parse: fn(&[u8]) -> Result<R, RequestError>,
+    check: fn(&AppState, &ChatTarget, &R) -> Result<(), OpenAiError>,
     run: fn(ChatContext, R) -> F,
 ) -> Result<HttpResponse, OpenAiError>
 where
@@ -151,7 +187,11 @@ where
     refuse_duplicate_keys(&body).map_err(|e| {
         OpenAiError::invalid(format!("the request body must not repeat a key: {e}"), None)
     })?;
-    let request = parse(&body).map_err(|e| OpenAiError::invalid(e.message, e.param))?;
+    let request = parse(&body).map_err(|e| OpenAiError {
+        code: e.code,
+        ..OpenAiError::invalid(e.message, e.param)
+    })?;
+    check(&state, &target, &request)?;
     let context = ChatContext {
         role: target.role,
         endpoint: target.chat,
@@ -160,6 +200,7 @@ where
         events: state.events.clone(),
         app: AppHeaders::from_request(req.headers()),
         parent: super::incoming_trace(&req),
+        client: req.peer_addr(),
         _permit: permit,
     };
     Ok(match run(context, request).await {
@@ -230,6 +271,7 @@ async fn pass_through(
     let upstream = target.chat.upstream();
     let app = AppHeaders::from_request(req.headers());
     let outcome = async {
+        let deadline = upstream.deadline();
         let response = upstream.get(&path, &app).await?;
         let status = response.status().as_u16();
         let content_type = response
@@ -238,7 +280,7 @@ async fn pass_through(
             .and_then(|v| v.to_str().ok())
             .unwrap_or("application/json")
             .to_owned();
-        let body = upstream.read(response.into_body(), &app).await?;
+        let body = upstream.read(response.into_body(), &app, deadline).await?;
         Ok::<_, UpstreamError>((status, content_type, body))
     };
     match outcome.await {

@@ -24,6 +24,8 @@ pub(crate) struct RequestError {
     pub message: String,
     /// The field at fault, when there is one.
     pub param: Option<&'static str>,
+    /// OpenAI's code for it, when it has one.
+    pub code: Option<&'static str>,
 }
 
 impl RequestError {
@@ -31,7 +33,59 @@ impl RequestError {
         Self {
             message: message.into(),
             param: Some(param),
+            code: None,
         }
+    }
+}
+
+/// Items one request may carry (chat's `messages`, the Responses API's `input`): far more than
+/// any model's context holds (a million tokens are some 50,000 of the shortest messages), and
+/// few enough that reading and putting a request together again stays a matter of
+/// milliseconds. A request with more is a 400, as OpenAI answers an array over its bound.
+pub const MAX_REQUEST_ITEMS: usize = 65_536;
+
+/// An array of JSON values (`param`: `messages`, `input`), each kept as written, at most
+/// [`MAX_REQUEST_ITEMS`] of them: past the bound the rest is only counted, never kept.
+pub(crate) fn request_items(text: &str, param: &'static str) -> Result<Option<Vec<Raw>>, RequestError> {
+    struct Items;
+    impl<'de> serde::de::Visitor<'de> for Items {
+        type Value = Result<Vec<Raw>, usize>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an array")
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut items = Vec::new();
+            while let Some(item) = seq.next_element::<Raw>()? {
+                if items.len() == MAX_REQUEST_ITEMS {
+                    let mut count = items.len() + 1;
+                    while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                        count += 1;
+                    }
+                    return Ok(Err(count));
+                }
+                items.push(item);
+            }
+            Ok(Ok(items))
+        }
+    }
+    let mut reader = serde_json::Deserializer::from_str(text);
+    let read = serde::Deserializer::deserialize_seq(&mut reader, Items).and_then(|items| {
+        reader.end()?;
+        Ok(items)
+    });
+    match read {
+        Err(_) => Ok(None),
+        Ok(Ok(items)) => Ok(Some(items)),
+        Ok(Err(count)) => Err(RequestError {
+            message: format!(
+                "Invalid '{param}': array too long. Expected an array with maximum length \
+                 {MAX_REQUEST_ITEMS}, but got an array with length {count} instead."
+            ),
+            param: Some(param),
+            code: Some("array_above_max_length"),
+        }),
     }
 }
 
@@ -51,6 +105,7 @@ impl AppRequest {
             serde_json::from_slice(body).map_err(|e| RequestError {
                 message: format!("the request body must be a JSON object: {e}"),
                 param: None,
+                code: None,
             })?;
         let app_tools = match fields.get("tools").filter(|raw| raw.get() != "null") {
             None => Vec::new(),
@@ -125,7 +180,7 @@ impl ChatRequest {
         } = AppRequest::read(body)?;
         let messages = match fields.get("messages") {
             None => return Err(RequestError::new("messages", "messages is required")),
-            Some(raw) => serde_json::from_str::<Vec<Raw>>(raw.get()).map_err(|_| {
+            Some(raw) => request_items(raw.get(), "messages")?.ok_or_else(|| {
                 RequestError::new("messages", "messages must be an array of message objects")
             })?,
         };
