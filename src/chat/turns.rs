@@ -189,7 +189,7 @@ pub(crate) fn restore(messages: Vec<Raw>, replay: Replay, looked: Looked) -> (Ve
     let mut i = 0;
     for (sent, found) in sent.iter().zip(looked.found) {
         let Some(found) = found else { continue };
-        if sent.index < i {
+        if sent.index < i || !restored.take(found.slot) {
             continue;
         }
         out.extend(messages[i..sent.index].iter_mut().filter_map(Option::take));
@@ -221,8 +221,6 @@ pub(crate) fn restore(messages: Vec<Raw>, replay: Replay, looked: Looked) -> (Ve
         }
         restored.completed += 1;
         restored.conversation = Some(found.conversation);
-        // Used again: the conversation goes on, so it is kept longer.
-        restored.used.push(found.slot);
         i = j;
     }
     out.extend(messages[i..].iter_mut().filter_map(Option::take));

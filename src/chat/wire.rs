@@ -513,14 +513,21 @@ pub(crate) fn error_text(body: &[u8]) -> String {
     }
 }
 
-/// Whether an upstream's error answer refuses the request's tools (it names tools or
-/// functions): the request is then sent again without them.
+/// Words of an error that says the model or server cannot take tools at all (`does not support
+/// tools`, `tools param requires --jinja`, `function calling is not enabled`), as opposed to one
+/// about the request's own calls (`No tool output found for function call ...`), which is the
+/// request's fault and no reason to withhold tools from the model.
+const REFUSAL_WORDS: [&str; 5] = ["support", "requires", "not enabled", "not available", "jinja"];
+
+/// Whether an upstream's error answer refuses the request's tools (it names tools or functions,
+/// and says they cannot be taken): the request is then sent again without them.
 pub(crate) fn refuses_tools(status: u16, body: &[u8]) -> bool {
     if status < 400 {
         return false;
     }
     let text = error_text(body).to_lowercase();
-    text.contains("tool") || text.contains("function")
+    (text.contains("tool") || text.contains("function"))
+        && REFUSAL_WORDS.iter().any(|word| text.contains(word))
 }
 
 /// A fresh completion id in OpenAI's style, for a stream whose upstream sent none.
@@ -649,6 +656,27 @@ mod tests {
             error(r#"{"messages":[],"stream":"yes"}"#).param,
             Some("stream")
         );
+    }
+
+    #[test]
+    fn a_request_carries_at_most_its_bound_of_items() {
+        let items = |n: usize| format!("[{}]", vec!["{}"; n].join(","));
+        let taken = request_items(&items(MAX_REQUEST_ITEMS), "input").unwrap();
+        assert_eq!(taken.map(|t| t.len()), Some(MAX_REQUEST_ITEMS));
+        let refused = request_items(&items(MAX_REQUEST_ITEMS + 2), "input").unwrap_err();
+        assert_eq!(
+            (refused.param, refused.code),
+            (Some("input"), Some("array_above_max_length"))
+        );
+        assert!(
+            refused.message.ends_with(&format!(
+                "but got an array with length {} instead.",
+                MAX_REQUEST_ITEMS + 2
+            )),
+            "{}",
+            refused.message
+        );
+        assert!(request_items("{}", "input").unwrap().is_none());
     }
 
     fn calls_of(fragments: &[Value]) -> Vec<(String, String, String)> {
@@ -782,6 +810,16 @@ mod tests {
             br#"{"error":{"message":"invalid api key"}}"#
         ));
         assert!(!refuses_tools(200, b"tools"));
+        assert!(refuses_tools(400, b"Function calling is not enabled for this model"));
+        for about_the_request in [
+            "No tool output found for function call call_a.",
+            "An assistant message with 'tool_calls' must be followed by tool messages responding \
+             to each 'tool_call_id'. The following tool_call_ids did not have response messages: x",
+            "Invalid parameter: messages with role 'tool' must be a response to a preceeding \
+             message with 'tool_calls'.",
+        ] {
+            assert!(!refuses_tools(400, about_the_request.as_bytes()), "{about_the_request}");
+        }
         assert_eq!(error_text(br#"{"error":"boom"}"#), "boom");
         assert_eq!(error_text(br#"{"detail":"nope"}"#), "nope");
     }

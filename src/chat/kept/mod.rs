@@ -97,7 +97,7 @@ pub struct TooLarge {
 }
 
 /// Where a kept turn is in its store, for the request that found it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Slot(u64);
 
 /// A kept turn a request found: taken out of the lock as a shared handle.
@@ -367,8 +367,21 @@ pub(crate) struct Restored {
     pub(crate) lost: usize,
     /// The conversation the request goes on (of the last kept turn it continued).
     pub(crate) conversation: Option<u64>,
-    /// The kept turns it used, to be marked as used under the lock.
+    /// The kept turns it used, to be marked as used under the lock: each at most once (a
+    /// turn sent back twice in one request is put back once, so a request never grows by more
+    /// than the store holds).
     pub(crate) used: Vec<Slot>,
+}
+
+impl Restored {
+    /// Takes the turn at `slot` for the request: false when the request used it already.
+    pub(crate) fn take(&mut self, slot: Slot) -> bool {
+        if self.used.contains(&slot) {
+            return false;
+        }
+        self.used.push(slot);
+        true
+    }
 }
 
 #[cfg(test)]

@@ -313,7 +313,7 @@ pub(crate) fn restore(
                 restored.completed += 1;
             }
             restored.conversation = Some(found.conversation);
-            restored.used.push(found.slot);
+            restored.take(found.slot);
         }
         Previous::Forgotten(Some(lost)) => {
             // The upstream holds the turn, the server no longer its results: each is answered
@@ -327,7 +327,7 @@ pub(crate) fn restore(
     }
     for (run, found) in runs.iter().zip(looked.runs) {
         let Some(found) = found else { continue };
-        if run.start < i {
+        if run.start < i || !restored.take(found.slot) {
             continue;
         }
         out.extend(input[i..run.start].iter().cloned());
@@ -335,7 +335,6 @@ pub(crate) fn restore(
         i = answers(&found.turn, &input, &heads, run.end, &mut out);
         restored.completed += 1;
         restored.conversation = Some(found.conversation);
-        restored.used.push(found.slot);
     }
     out.extend(input[i..].iter().cloned());
     (out, previous, restored)

@@ -53,7 +53,7 @@ fn values(items: Vec<Raw>) -> Vec<Value> {
 }
 
 /// The whole restore, as the endpoint runs it (its lock aside).
-fn restored(
+fn put_together(
     kept: &mut KeptResponses,
     input: Vec<Raw>,
     previous: Option<&str>,
@@ -78,7 +78,7 @@ fn a_continuation_by_id_gets_the_servers_outputs_in_the_models_order() {
     keep(&mut kept, mixed(), now);
     let user = json!({"role": "user", "content": "and?"});
     let input = vec![item(output("a", "10:00")), item(user.clone())];
-    let (out, previous, restored) = restored(&mut kept, input, Some("resp_1"), now);
+    let (out, previous, restored) = put_together(&mut kept, input, Some("resp_1"), now);
     assert_eq!(previous.as_deref(), Some("resp_1"));
     assert_eq!((restored.completed, restored.used.len()), (1, 1));
     assert_eq!(
@@ -100,7 +100,7 @@ fn a_replayed_turn_gets_the_servers_items_back_in_place() {
         item(output("a", "10:00")),
         item(later.clone()),
     ];
-    let (out, previous, restored) = restored(&mut kept, input, None, now);
+    let (out, previous, restored) = put_together(&mut kept, input, None, now);
     assert_eq!((previous, restored.completed), (None, 1));
     let out = values(out);
     let kinds: Vec<&str> = out
@@ -136,7 +136,7 @@ fn a_replayed_turn_gets_the_servers_items_back_in_place() {
         item(output("a", "10:00")),
     ];
     let sent = values(other.clone());
-    let (out, _, restored) = restored(&mut kept, other, None, now);
+    let (out, _, restored) = put_together(&mut kept, other, None, now);
     assert_eq!((values(out), restored.completed), (sent, 0));
 }
 
@@ -153,7 +153,7 @@ fn a_streams_id_goes_on_from_the_last_and_forgotten_turns_are_counted() {
         },
         now,
     );
-    let (_, previous, restored) = restored(&mut kept, Vec::new(), Some("resp_7"), now);
+    let (_, previous, restored) = put_together(&mut kept, Vec::new(), Some("resp_7"), now);
     assert_eq!(previous.as_deref(), Some("resp_9"));
     assert_eq!(restored.completed, 0, "nothing to answer");
     keep(&mut kept, mixed(), now);
@@ -163,7 +163,7 @@ fn a_streams_id_goes_on_from_the_last_and_forgotten_turns_are_counted() {
         item(call("fc_a", "a")),
         item(output("a", "1")),
     ];
-    let (out, _, restored) = restored(&mut kept, input, None, later);
+    let (out, _, restored) = put_together(&mut kept, input, None, later);
     assert_eq!(restored.missed, 1, "by its call");
     assert_eq!(out.len(), 3, "left as the app sent it: a valid conversation");
 }
@@ -187,7 +187,7 @@ fn a_continuation_of_a_forgotten_turn_answers_its_server_calls_as_lost() {
     }
     let user = json!({"role": "user", "content": "and?"});
     let input = vec![item(output("a", "10:00")), item(user.clone())];
-    let (out, previous, restored) = restored(&mut kept, input, Some("resp_1"), now);
+    let (out, previous, restored) = put_together(&mut kept, input, Some("resp_1"), now);
     assert_eq!(previous.as_deref(), Some("resp_1"));
     assert_eq!((restored.lost, restored.previous_forgotten), (1, true));
     assert_eq!(
@@ -208,6 +208,26 @@ fn a_long_run_of_calls_is_read_once() {
     let sent = input.len();
     let replay = Replay::read(&input);
     assert_eq!(replay.runs.len(), 1);
-    let (out, _, restored) = restored(&mut kept, input, None, now);
+    let (out, _, restored) = put_together(&mut kept, input, None, now);
     assert_eq!((out.len(), restored.completed), (sent, 0));
+}
+
+#[test]
+fn a_turn_sent_back_twice_in_one_request_is_put_back_once() {
+    let mut kept = KeptResponses::default();
+    let now = Instant::now();
+    keep(&mut kept, mixed(), now);
+    let mut input = Vec::new();
+    for _ in 0..3 {
+        input.push(item(json!({"role": "user", "content": "hi"})));
+        input.push(item(call("fc_a", "a")));
+        input.push(item(output("a", "10:00")));
+    }
+    let (out, _, restored) = put_together(&mut kept, input, None, now);
+    assert_eq!((restored.completed, restored.used.len()), (1, 1));
+    let servers = values(out)
+        .iter()
+        .filter(|i| i["call_id"] == "s")
+        .count();
+    assert_eq!(servers, 2, "the server's call and its output, once");
 }
