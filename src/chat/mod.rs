@@ -53,15 +53,41 @@ use self::upstream::Upstream;
 use self::wire::{ChatRequest, Raw};
 use crate::session::core::rfc3339_now;
 
+/// Requests with more items (messages, input items) than this are put together again with
+/// their kept turns on the blocking pool, not on the HTTP worker: that takes about a
+/// microsecond per item in a release build (tens in a debug one), and a worker busy with one
+/// history would hold up every other connection it serves.
+pub(crate) const INLINE_ITEMS: usize = 1024;
+
+/// Runs `start` where it does not hold up the worker: on its thread for a request of at most
+/// [`INLINE_ITEMS`] items, on the blocking pool otherwise.
+async fn begin<T: Send + 'static>(items: usize, start: impl FnOnce() -> T + Send + 'static) -> T {
+    if items <= INLINE_ITEMS {
+        return start();
+    }
+    match actix_web::rt::task::spawn_blocking(start).await {
+        Ok(started) => started,
+        Err(e) => std::panic::resume_unwind(e.into_panic()),
+    }
+}
+
 /// Serves one `POST /v1/chat/completions` request.
 pub(crate) async fn complete(ctx: ChatContext, request: ChatRequest) -> Reply {
-    let conversation = Conversation::start(&ctx.endpoint, &ctx.role, request);
+    let (endpoint, role) = (ctx.endpoint.clone(), ctx.role.clone());
+    let conversation = begin(request.messages.len(), move || {
+        Conversation::start(&endpoint, &role, request)
+    })
+    .await;
     run::serve(ctx, conversation).await
 }
 
 /// Serves one `POST /v1/responses` request.
 pub(crate) async fn respond(ctx: ChatContext, request: ResponsesRequest) -> Reply {
-    let conversation = ResponsesConversation::start(&ctx.endpoint, &ctx.role, request);
+    let (endpoint, role) = (ctx.endpoint.clone(), ctx.role.clone());
+    let conversation = begin(request.input.len(), move || {
+        ResponsesConversation::start(&endpoint, &role, request)
+    })
+    .await;
     run::serve(ctx, conversation).await
 }
 
@@ -373,7 +399,9 @@ impl ChatEndpoint {
             client,
             conversation: turn.conversation,
         };
-        self.state().responses_kept.keep(turn, owner, Instant::now())
+        self.state()
+            .responses_kept
+            .keep(turn, owner, Instant::now())
     }
 
     /// The app got a response with this id (`POST /v1/responses`): a later request that goes

@@ -194,7 +194,9 @@ pub(crate) fn restore(messages: Vec<Raw>, replay: Replay, looked: Looked) -> (Ve
         }
         out.extend(messages[i..sent.index].iter_mut().filter_map(Option::take));
         let turn = &found.turn;
-        let assistant = messages[sent.index].take().expect("each message is taken once");
+        let assistant = messages[sent.index]
+            .take()
+            .expect("each message is taken once");
         // The app's own results follow its turn.
         let mut j = sent.index + 1;
         let mut results: IndexMap<String, Raw> = IndexMap::new();
@@ -263,11 +265,7 @@ mod tests {
     use crate::chat::kept::{KEPT_TURN_TTL, MAX_KEPT_BYTES, MAX_KEPT_TURNS, Owner};
 
     /// The whole restore, as the endpoint runs it (its lock aside).
-    fn restore(
-        turns: &mut HandedTurns,
-        messages: Vec<Raw>,
-        now: Instant,
-    ) -> (Vec<Raw>, Restored) {
+    fn restore(turns: &mut HandedTurns, messages: Vec<Raw>, now: Instant) -> (Vec<Raw>, Restored) {
         turns.expire(now);
         let replay = Replay::read(&messages);
         let looked = replay.look_up(turns);
@@ -277,11 +275,19 @@ mod tests {
     }
 
     trait Keep {
-        fn keep_turn(&mut self, turn: HandedTurn, now: Instant) -> Result<(), crate::chat::kept::TooLarge>;
+        fn keep_turn(
+            &mut self,
+            turn: HandedTurn,
+            now: Instant,
+        ) -> Result<(), crate::chat::kept::TooLarge>;
     }
 
     impl Keep for HandedTurns {
-        fn keep_turn(&mut self, turn: HandedTurn, now: Instant) -> Result<(), crate::chat::kept::TooLarge> {
+        fn keep_turn(
+            &mut self,
+            turn: HandedTurn,
+            now: Instant,
+        ) -> Result<(), crate::chat::kept::TooLarge> {
             self.keep(turn, Owner::default(), now)
         }
     }
@@ -461,8 +467,12 @@ mod tests {
     fn turns_with_the_same_call_ids_stay_with_their_conversations() {
         let mut turns = HandedTurns::default();
         let now = Instant::now();
-        turns.keep_turn(turn_of(1, "{}", "time in Tokyo?"), now).unwrap();
-        turns.keep_turn(turn_of(3, "{}", "time in Paris?"), now).unwrap();
+        turns
+            .keep_turn(turn_of(1, "{}", "time in Tokyo?"), now)
+            .unwrap();
+        turns
+            .keep_turn(turn_of(3, "{}", "time in Paris?"), now)
+            .unwrap();
         turns
             .keep_turn(turn_of(5, "{\"tz\":\"utc\"}", "time in Paris?"), now)
             .unwrap();

@@ -46,7 +46,10 @@ pub const MAX_REQUEST_ITEMS: usize = 65_536;
 
 /// An array of JSON values (`param`: `messages`, `input`), each kept as written, at most
 /// [`MAX_REQUEST_ITEMS`] of them: past the bound the rest is only counted, never kept.
-pub(crate) fn request_items(text: &str, param: &'static str) -> Result<Option<Vec<Raw>>, RequestError> {
+pub(crate) fn request_items(
+    text: &str,
+    param: &'static str,
+) -> Result<Option<Vec<Raw>>, RequestError> {
     struct Items;
     impl<'de> serde::de::Visitor<'de> for Items {
         type Value = Result<Vec<Raw>, usize>;
@@ -55,7 +58,10 @@ pub(crate) fn request_items(text: &str, param: &'static str) -> Result<Option<Ve
             f.write_str("an array")
         }
 
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
             let mut items = Vec::new();
             while let Some(item) = seq.next_element::<Raw>()? {
                 if items.len() == MAX_REQUEST_ITEMS {
@@ -517,7 +523,13 @@ pub(crate) fn error_text(body: &[u8]) -> String {
 /// tools`, `tools param requires --jinja`, `function calling is not enabled`), as opposed to one
 /// about the request's own calls (`No tool output found for function call ...`), which is the
 /// request's fault and no reason to withhold tools from the model.
-const REFUSAL_WORDS: [&str; 5] = ["support", "requires", "not enabled", "not available", "jinja"];
+const REFUSAL_WORDS: [&str; 5] = [
+    "support",
+    "requires",
+    "not enabled",
+    "not available",
+    "jinja",
+];
 
 /// Whether an upstream's error answer refuses the request's tools (it names tools or functions,
 /// and says they cannot be taken): the request is then sent again without them.
@@ -810,7 +822,10 @@ mod tests {
             br#"{"error":{"message":"invalid api key"}}"#
         ));
         assert!(!refuses_tools(200, b"tools"));
-        assert!(refuses_tools(400, b"Function calling is not enabled for this model"));
+        assert!(refuses_tools(
+            400,
+            b"Function calling is not enabled for this model"
+        ));
         for about_the_request in [
             "No tool output found for function call call_a.",
             "An assistant message with 'tool_calls' must be followed by tool messages responding \
@@ -818,7 +833,10 @@ mod tests {
             "Invalid parameter: messages with role 'tool' must be a response to a preceeding \
              message with 'tool_calls'.",
         ] {
-            assert!(!refuses_tools(400, about_the_request.as_bytes()), "{about_the_request}");
+            assert!(
+                !refuses_tools(400, about_the_request.as_bytes()),
+                "{about_the_request}"
+            );
         }
         assert_eq!(error_text(br#"{"error":"boom"}"#), "boom");
         assert_eq!(error_text(br#"{"detail":"nope"}"#), "nope");

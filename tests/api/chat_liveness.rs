@@ -6,6 +6,8 @@
 //! server's two workers) answered within a second while the long request runs; an upstream on a
 //! raw socket that trickles its answer.
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use runtime_tools::ChatSettings;
@@ -13,7 +15,7 @@ use runtime_tools::limits::MAX_REQUEST_ITEMS;
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
 
-use crate::callback_server::{CallbackServer, Reply, listen, read_request};
+use crate::callback_server::{CallbackServer, Reply, listen, read_request, reason};
 use crate::chat::{chat_server, register_weather};
 use crate::fake_chat::{Answer, FakeChat, calls_completion, completion};
 use crate::helpers::{HTTP_DEADLINE, TestApp, settings, spawn_app_with, test_client};
@@ -22,11 +24,93 @@ use crate::helpers::{HTTP_DEADLINE, TestApp, settings, spawn_app_with, test_clie
 /// loopback such a request takes milliseconds).
 const LIVENESS: Duration = Duration::from_secs(1);
 
+/// A scripted upstream on a thread (and runtime) of its own, so that the test's thread, which
+/// runs the probes, never waits for it, nor it for the test: each request takes the next
+/// answer, and its body is kept.
+struct ThreadUpstream {
+    base: String,
+    received: Arc<Mutex<Vec<Vec<u8>>>>,
+    answers: Arc<Mutex<VecDeque<(u16, Value)>>>,
+}
+
+impl ThreadUpstream {
+    fn start() -> Self {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("the upstream listens");
+        let base = format!("http://{}/v1", listener.local_addr().unwrap());
+        listener.set_nonblocking(true).unwrap();
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let answers = Arc::new(Mutex::new(VecDeque::new()));
+        let (kept, scripted) = (received.clone(), answers.clone());
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                while let Ok((stream, _)) = listener.accept().await {
+                    tokio::spawn(answer_each(stream, kept.clone(), scripted.clone()));
+                }
+            });
+        });
+        Self {
+            base,
+            received,
+            answers,
+        }
+    }
+
+    fn script(&self, answers: impl IntoIterator<Item = (u16, Value)>) {
+        self.answers.lock().unwrap().extend(answers);
+    }
+
+    fn count(&self) -> usize {
+        self.received.lock().unwrap().len()
+    }
+
+    /// The last request's body.
+    fn last(&self) -> Value {
+        serde_json::from_slice(self.received.lock().unwrap().last().unwrap()).unwrap()
+    }
+}
+
+async fn answer_each(
+    mut stream: tokio::net::TcpStream,
+    received: Arc<Mutex<Vec<Vec<u8>>>>,
+    answers: Arc<Mutex<VecDeque<(u16, Value)>>>,
+) {
+    let mut buf = Vec::new();
+    while let Some(request) = read_request(&mut stream, &mut buf).await {
+        let (status, body) = answers.lock().unwrap().pop_front().unwrap_or_else(|| {
+            (
+                500,
+                json!({"error": {"message": "no scripted answer left"}}),
+            )
+        });
+        received.lock().unwrap().push(request.body);
+        let body = body.to_string();
+        let head = format!(
+            "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            reason(status),
+            body.len()
+        );
+        if stream.write_all(head.as_bytes()).await.is_err()
+            || stream.write_all(body.as_bytes()).await.is_err()
+        {
+            return;
+        }
+    }
+}
+
 /// A server whose Mio (with `get_weather`) and Kai chat through upstreams of their own.
-async fn two_chats(mio: &FakeChat, kai: &FakeChat, callback: &CallbackServer) -> TestApp {
+async fn two_chats(
+    mio: &ThreadUpstream,
+    kai: &ThreadUpstream,
+    callback: &CallbackServer,
+) -> TestApp {
     let mut config = settings(&["Mio", "Kai"]);
-    config.characters[0].chat = Some(ChatSettings::new(mio.base()));
-    config.characters[1].chat = Some(ChatSettings::new(kai.base()));
+    config.characters[0].chat = Some(ChatSettings::new(&mio.base));
+    config.characters[1].chat = Some(ChatSettings::new(&kai.base));
     let app = spawn_app_with(config).await;
     register_weather(&app, callback).await;
     app
@@ -60,7 +144,10 @@ async fn post_alone(app: &TestApp, path: &str, body: &Value) -> (u16, Value) {
         .expect("request sent");
     let status = response.status().as_u16();
     let bytes = response.body().limit(64 << 20).await.expect("body read");
-    (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
 }
 
 /// Kai's chat request and `GET /api/tools`, each on a fresh connection, both answered within
@@ -88,18 +175,28 @@ async fn probe(app: &TestApp) {
 /// Sends `body` to Mio's `path` on a connection of its own and, until Mio's upstream has
 /// received it (the history was put together), probes the other requests again and again; then
 /// once more. Returns the long request's status and body.
-async fn probe_while(app: &TestApp, mio: &FakeChat, path: &str, body: Value) -> (u16, Value) {
-    let before = mio.received().len();
+async fn probe_while(app: &TestApp, mio: &ThreadUpstream, path: &str, body: Value) -> (u16, Value) {
+    let before = mio.count();
     let client = test_client();
     let url = app.url(path);
+    // Written before the probes begin: the test's own thread serves the probes' upstream.
+    let body = serde_json::to_vec(&body).unwrap();
     let long = actix_web::rt::spawn(async move {
-        let mut response = client.post(url).send_json(&body).await.expect("sent");
+        let mut response = client
+            .post(url)
+            .insert_header(("content-type", "application/json"))
+            .send_body(body)
+            .await
+            .expect("sent");
         let status = response.status().as_u16();
         let bytes = response.body().limit(64 << 20).await.expect("body read");
-        (status, serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null))
+        (
+            status,
+            serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null),
+        )
     });
     let started = std::time::Instant::now();
-    while mio.received().len() == before {
+    while mio.count() == before {
         probe(app).await;
         assert!(
             started.elapsed() < HTTP_DEADLINE,
@@ -112,12 +209,12 @@ async fn probe_while(app: &TestApp, mio: &FakeChat, path: &str, body: Value) -> 
 
 #[actix_web::test]
 async fn a_long_responses_replay_holds_up_no_other_request() {
-    let (mio, kai) = (FakeChat::start(), FakeChat::start());
+    let (mio, kai) = (ThreadUpstream::start(), ThreadUpstream::start());
     let callback = CallbackServer::with("/weather", Reply::output(json!("sunny")));
     let app = two_chats(&mio, &kai, &callback).await;
-    kai.script((0..1000).map(|_| Answer::Json(200, completion("c", "hello", (1, 1)))));
+    kai.script((0..1000).map(|_| (200, completion("c", "hello", (1, 1)))));
     // A kept turn for Mio: the server's call and the app's `call_a`.
-    mio.script([Answer::Json(
+    mio.script([(
         200,
         response(
             "resp_1",
@@ -140,7 +237,7 @@ async fn a_long_responses_replay_holds_up_no_other_request() {
     let refusal = json!({"error": {"message": "No tool output found for function call call_a.",
                                    "type": "invalid_request_error", "param": "input",
                                    "code": null}});
-    mio.script([Answer::Json(400, refusal.clone())]);
+    mio.script([(400, refusal.clone())]);
     let mut input = vec![json!({"role": "user", "content": "hi"})];
     input.extend((0..16_000).map(|n| {
         json!({"type": "function_call", "id": format!("fc_{n}"), "call_id": "call_a",
@@ -150,19 +247,26 @@ async fn a_long_responses_replay_holds_up_no_other_request() {
 
     let (status, answer) = probe_while(&app, &mio, "/v1/responses?character=Mio", body).await;
 
-    assert_eq!((status, answer), (400, refusal), "the upstream's own answer");
-    let sent = mio.received().last().unwrap().json();
-    assert_eq!(sent["input"].as_array().unwrap().len(), 16_001, "as the app sent it");
+    assert_eq!(
+        (status, answer),
+        (400, refusal),
+        "the upstream's own answer"
+    );
+    assert_eq!(
+        mio.last()["input"].as_array().unwrap().len(),
+        16_001,
+        "as the app sent it"
+    );
 }
 
 #[actix_web::test]
 async fn a_long_chat_history_holds_up_no_other_request() {
-    let (mio, kai) = (FakeChat::start(), FakeChat::start());
+    let (mio, kai) = (ThreadUpstream::start(), ThreadUpstream::start());
     let callback = CallbackServer::with("/weather", Reply::output(json!("sunny")));
     let app = two_chats(&mio, &kai, &callback).await;
-    kai.script((0..1000).map(|_| Answer::Json(200, completion("c", "hello", (1, 1)))));
+    kai.script((0..1000).map(|_| (200, completion("c", "hello", (1, 1)))));
     // A handed-back turn kept for Mio.
-    mio.script([Answer::Json(
+    mio.script([(
         200,
         calls_completion(
             "chatcmpl-1",
@@ -187,7 +291,7 @@ async fn a_long_chat_history_holds_up_no_other_request() {
     );
 
     // 8,000 assistant turns with calls (ids nothing kept has), each answered.
-    mio.script([Answer::Json(200, completion("chatcmpl-2", "done", (1, 1)))]);
+    mio.script([(200, completion("chatcmpl-2", "done", (1, 1)))]);
     let mut messages = vec![json!({"role": "user", "content": "hi"})];
     for n in 0..8_000 {
         let id = format!("x_{n}");
@@ -202,8 +306,7 @@ async fn a_long_chat_history_holds_up_no_other_request() {
 
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["choices"][0]["message"]["content"], "done");
-    let sent = mio.received().last().unwrap().json();
-    assert_eq!(sent["messages"].as_array().unwrap().len(), 16_001);
+    assert_eq!(mio.last()["messages"].as_array().unwrap().len(), 16_001);
 }
 
 #[actix_web::test]
@@ -227,7 +330,10 @@ async fn a_request_over_the_item_bound_is_a_400_in_openais_shape() {
 
     assert_eq!(chat, (400, refusal("messages")));
     assert_eq!(responses, (400, refusal("input")));
-    assert!(upstream.received().is_empty(), "nothing reached the upstream");
+    assert!(
+        upstream.received().is_empty(),
+        "nothing reached the upstream"
+    );
     // At the bound, the request goes.
     upstream.script([Answer::Json(200, response("resp_1", Vec::new()))]);
     let at = vec![item; MAX_REQUEST_ITEMS];
@@ -277,9 +383,10 @@ async fn a_whole_answer_that_trickles_ends_at_the_timeout_and_gives_its_place_ba
 
     // Well under the test client's deadline: the answer would trickle for ever.
     let bounded = Duration::from_secs(15);
-    let responses = tokio::time::timeout(bounded, app.post("/v1/responses", &json!({"input": "hi"})))
-        .await
-        .expect("the Responses request ended");
+    let responses =
+        tokio::time::timeout(bounded, app.post("/v1/responses", &json!({"input": "hi"})))
+            .await
+            .expect("the Responses request ended");
     // Its place was given back: the next request is not a 429.
     let chat = tokio::time::timeout(
         bounded,

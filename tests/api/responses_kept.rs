@@ -275,7 +275,10 @@ async fn a_chat_burst_keeps_another_apps_turn_and_a_forgotten_turn_still_goes() 
             assert_eq!(status, 200, "{answer}");
         }
 
-        upstream.script([Answer::Json(200, completion("chatcmpl-d", "At 10:00.", (1, 1)))]);
+        upstream.script([Answer::Json(
+            200,
+            completion("chatcmpl-d", "At 10:00.", (1, 1)),
+        )]);
         let next = chat_next("Time?", &handed);
         let (status, done) = post_alone(&app.base, "/v1/chat/completions", &next).await;
 
@@ -333,7 +336,11 @@ async fn a_response_id_one_character_returned_is_not_found_on_another() {
                              "code": "previous_response_not_found"}})
         )
     );
-    assert_eq!(upstream.received().len(), 1, "it never reached the upstream");
+    assert_eq!(
+        upstream.received().len(),
+        1,
+        "it never reached the upstream"
+    );
     // Its own character goes on from it; an id the server never returned passes as today.
     upstream.script([whole("resp_mio_2"), whole("resp_kai")]);
     let (status, _) = app

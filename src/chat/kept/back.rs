@@ -151,7 +151,9 @@ mod tests {
     fn hand_backs_are_equal_whatever_the_order_of_calls_and_keys() {
         let a = HandBack::new(
             vec![call("b", "{}"), call("a", "{}")],
-            Some(canonical(&json!({"role": "user", "content": [1, {"x": 1, "y": 2}]}))),
+            Some(canonical(
+                &json!({"role": "user", "content": [1, {"x": 1, "y": 2}]}),
+            )),
         );
         let prompt: Value =
             serde_json::from_str(r#"{"content": [1, {"y": 2, "x": 1}], "role": "user"}"#).unwrap();

@@ -107,7 +107,11 @@ mod tests {
         assert_eq!(forgotten.get("call_1"), None);
         assert_eq!(forgotten.get(&format!("{long}2")), Some(None));
         forgotten.remember(&"y".repeat(MAX_FORGOTTEN_BYTES + 1), None);
-        assert_eq!(forgotten.get(&format!("{long}2")), Some(None), "too long: not kept");
+        assert_eq!(
+            forgotten.get(&format!("{long}2")),
+            Some(None),
+            "too long: not kept"
+        );
         assert_eq!(lost.servers(), 1);
     }
 }

@@ -65,8 +65,12 @@ fn owner(port: u16) -> Owner {
 fn turns_are_found_by_their_hand_back_and_their_keys_and_forgotten_with_what_they_lost() {
     let mut store = KeptTurns::default();
     let now = Instant::now();
-    store.keep(turn(&["call_0", "resp_1"], "hi"), owner(1), now).unwrap();
-    store.keep(turn(&["call_0", "resp_2"], "bye"), owner(2), now).unwrap();
+    store
+        .keep(turn(&["call_0", "resp_1"], "hi"), owner(1), now)
+        .unwrap();
+    store
+        .keep(turn(&["call_0", "resp_2"], "bye"), owner(2), now)
+        .unwrap();
     let found = store.find_handed(&back("call_0", "hi")).unwrap();
     assert_eq!(found.turn.keys[1], "resp_1");
     assert!(store.find_handed(&back("call_0", "hello")).is_none());
@@ -89,13 +93,18 @@ fn turns_are_found_by_their_hand_back_and_their_keys_and_forgotten_with_what_the
 fn a_burst_from_one_client_makes_room_with_its_own_turns() {
     let mut store = KeptTurns::default();
     let now = Instant::now();
-    store.keep(turn(&["mine", "resp_mine"], "hi"), owner(1), now).unwrap();
+    store
+        .keep(turn(&["mine", "resp_mine"], "hi"), owner(1), now)
+        .unwrap();
     for n in 0..MAX_KEPT_TURNS + 4 {
         let id = format!("burst_{n}");
         store.keep(turn(&[&id], "hi"), owner(2), now).unwrap();
     }
     assert_eq!(store.len(), MAX_KEPT_TURNS);
-    assert!(store.find("resp_mine").is_some(), "the other app's turn stays");
+    assert!(
+        store.find("resp_mine").is_some(),
+        "the other app's turn stays"
+    );
     assert!(store.find("burst_0").is_none() && store.forgotten("burst_4").is_some());
     assert!(store.find("burst_5").is_some());
 }
@@ -115,7 +124,10 @@ fn one_conversation_on_fresh_connections_makes_room_with_its_own_turns() {
         };
         store.keep(turn(&[&id], "go"), owner, now).unwrap();
     }
-    assert!(store.find("other").is_some(), "another conversation's turn stays");
+    assert!(
+        store.find("other").is_some(),
+        "another conversation's turn stays"
+    );
     assert!(store.find("first").is_none());
 }
 
@@ -125,7 +137,9 @@ fn when_every_holder_has_one_turn_the_least_recently_used_goes() {
     let now = Instant::now();
     for n in 0..MAX_KEPT_TURNS {
         let id = format!("t{n}");
-        store.keep(turn(&[&id], "hi"), owner(n as u16), now).unwrap();
+        store
+            .keep(turn(&[&id], "hi"), owner(n as u16), now)
+            .unwrap();
     }
     let first = store.find("t0").unwrap();
     store.used(&[first.slot], now);

@@ -28,8 +28,8 @@ use std::sync::Arc;
 
 use indexmap::IndexMap;
 use serde::Deserialize;
-use serde_json::{Value, json};
 use serde_json::value::RawValue;
+use serde_json::{Value, json};
 
 use crate::chat::kept::{
     AppCall, Found, HandBack, KeptTurn, KeptTurns, LOST_RESULT_TEXT, Lost, Restored, prompt_text,
@@ -331,7 +331,12 @@ pub(crate) fn restore(
             continue;
         }
         out.extend(input[i..run.start].iter().cloned());
-        place(&found.turn, &input[run.start..run.end], &heads[run.start..run.end], &mut out);
+        place(
+            &found.turn,
+            &input[run.start..run.end],
+            &heads[run.start..run.end],
+            &mut out,
+        );
         i = answers(&found.turn, &input, &heads, run.end, &mut out);
         restored.completed += 1;
         restored.conversation = Some(found.conversation);
@@ -373,7 +378,11 @@ fn place(turn: &KeptResponse, run: &[Raw], heads: &[Head], out: &mut Vec<Raw>) {
 }
 
 /// The `function_call_output` items the app sent at `from`, by call id, and where they end.
-fn outputs_at<'a>(input: &'a [Raw], heads: &'a [Head], from: usize) -> (IndexMap<&'a str, &'a Raw>, usize) {
+fn outputs_at<'a>(
+    input: &'a [Raw],
+    heads: &'a [Head],
+    from: usize,
+) -> (IndexMap<&'a str, &'a Raw>, usize) {
     let mut end = from;
     let mut theirs: IndexMap<&str, &Raw> = IndexMap::new();
     while end < input.len() && heads[end].is("function_call_output") {

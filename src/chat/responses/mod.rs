@@ -388,7 +388,10 @@ impl WireConversation for ResponsesConversation {
 
 /// The id of a response the app gets.
 fn response_id(response: &serde_json::Map<String, Value>) -> Option<String> {
-    response.get("id").and_then(Value::as_str).map(str::to_owned)
+    response
+        .get("id")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
 }
 
 /// The `function_call_output` item that answers a call with the text the model reads.

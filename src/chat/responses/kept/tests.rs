@@ -165,7 +165,11 @@ fn a_streams_id_goes_on_from_the_last_and_forgotten_turns_are_counted() {
     ];
     let (out, _, restored) = put_together(&mut kept, input, None, later);
     assert_eq!(restored.missed, 1, "by its call");
-    assert_eq!(out.len(), 3, "left as the app sent it: a valid conversation");
+    assert_eq!(
+        out.len(),
+        3,
+        "left as the app sent it: a valid conversation"
+    );
 }
 
 #[test]
@@ -225,9 +229,6 @@ fn a_turn_sent_back_twice_in_one_request_is_put_back_once() {
     }
     let (out, _, restored) = put_together(&mut kept, input, None, now);
     assert_eq!((restored.completed, restored.used.len()), (1, 1));
-    let servers = values(out)
-        .iter()
-        .filter(|i| i["call_id"] == "s")
-        .count();
+    let servers = values(out).iter().filter(|i| i["call_id"] == "s").count();
     assert_eq!(servers, 2, "the server's call and its output, once");
 }
