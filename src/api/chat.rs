@@ -80,7 +80,7 @@ fn target(state: &AppState, req: &HttpRequest) -> Result<ChatTarget, OpenAiError
             (Object = "application/json"),
             (String = "text/event-stream"),
         )),
-        (status = 400, description = "The body is not a chat request, or repeats a key in an object", body = OpenAiErrorBody),
+        (status = 400, description = "The body is not a chat request, repeats a key in an object, or has more than 65 536 `messages` (code `array_above_max_length`)", body = OpenAiErrorBody),
         (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = OpenAiErrorBody),
         (status = 404, description = "The character is unknown, has no `[character.chat]`, or was left out while several characters have one", body = OpenAiErrorBody),
         (status = 405, description = "Only POST is allowed", body = OpenAiErrorBody),
@@ -88,7 +88,7 @@ fn target(state: &AppState, req: &HttpRequest) -> Result<ChatTarget, OpenAiError
         (status = 413, description = "The body is over 32 MiB", body = OpenAiErrorBody),
         (status = 429, description = "The character already runs `chat.max_concurrent_requests` requests (8 by default); code `rate_limit_exceeded`", body = OpenAiErrorBody),
         (status = 502, description = "The upstream could not be reached, did not answer with a chat completion, answered with more than 64 MiB, or redirected (never followed)", body = OpenAiErrorBody),
-        (status = 504, description = "The upstream did not answer within the character's `chat.timeout_seconds`", body = OpenAiErrorBody),
+        (status = 504, description = "The upstream did not answer, or did not send its whole answer, within the character's `chat.timeout_seconds`", body = OpenAiErrorBody),
     )
 )]
 async fn chat_completions(
@@ -124,7 +124,7 @@ async fn chat_completions(
             (Object = "application/json"),
             (String = "text/event-stream"),
         )),
-        (status = 400, description = "The body is not a Responses API request", body = OpenAiErrorBody),
+        (status = 400, description = "The body is not a Responses API request, has more than 65 536 `input` items (code `array_above_max_length`), or its `previous_response_id` was returned for another character (code `previous_response_not_found`)", body = OpenAiErrorBody),
         (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = OpenAiErrorBody),
         (status = 404, description = "The character is unknown, has no `[character.chat]`, or was left out while several characters have one", body = OpenAiErrorBody),
         (status = 405, description = "Only POST is allowed", body = OpenAiErrorBody),
@@ -132,7 +132,7 @@ async fn chat_completions(
         (status = 413, description = "The body is over 32 MiB", body = OpenAiErrorBody),
         (status = 429, description = "The character already runs `chat.max_concurrent_requests` requests (8 by default); code `rate_limit_exceeded`", body = OpenAiErrorBody),
         (status = 502, description = "The upstream could not be reached, redirected, or did not answer with a response (codes `upstream_unreachable`, `upstream_too_large`, `upstream_redirect`, `upstream_invalid`)", body = OpenAiErrorBody),
-        (status = 504, description = "The upstream did not answer within the character's `chat.timeout_seconds`", body = OpenAiErrorBody),
+        (status = 504, description = "The upstream did not answer, or did not send its whole answer, within the character's `chat.timeout_seconds`", body = OpenAiErrorBody),
     )
 )]
 async fn responses(
@@ -266,7 +266,7 @@ where
         (status = 404, description = "The character is unknown or has no `[character.chat]`", body = OpenAiErrorBody),
         (status = 405, description = "Only GET and HEAD are allowed", body = OpenAiErrorBody),
         (status = 502, description = "The upstream could not be reached", body = OpenAiErrorBody),
-        (status = 504, description = "The upstream did not answer within the character's `chat.timeout_seconds`", body = OpenAiErrorBody),
+        (status = 504, description = "The upstream did not answer, or did not send its whole answer, within the character's `chat.timeout_seconds`", body = OpenAiErrorBody),
     )
 )]
 async fn list_models(

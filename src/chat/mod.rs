@@ -67,7 +67,11 @@ async fn begin<T: Send + 'static>(items: usize, start: impl FnOnce() -> T + Send
     }
     match actix_web::rt::task::spawn_blocking(start).await {
         Ok(started) => started,
-        Err(e) => std::panic::resume_unwind(e.into_panic()),
+        // A panic in `start` is the request's, as it would be on the worker.
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => panic!("the blocking pool shut down under a chat request"),
+        },
     }
 }
 

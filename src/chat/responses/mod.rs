@@ -89,7 +89,7 @@ impl ResponsesConversation {
             Instant::now(),
         );
         if restored.previous_forgotten {
-            tracing::warn!(character = %role, lost = restored.lost, "a request went on from a response whose kept turn was forgotten ({}): the results of its server calls (lost = how many) are answered as lost, and the model may call again", crate::chat::kept::bounds_text());
+            tracing::warn!(character = %role, lost = restored.lost, "a request went on from a response whose kept turn was forgotten ({}): its server calls (lost) are answered as lost, and the model may call again", crate::chat::kept::bounds_text());
         }
         if restored.missed > 0 {
             tracing::warn!(character = %role, turns = restored.missed, "a request sent back turns whose server calls were forgotten ({}): the model sees only the app's calls of them", crate::chat::kept::bounds_text());
