@@ -146,3 +146,24 @@ fn when_every_holder_has_one_turn_the_least_recently_used_goes() {
     store.keep(turn(&["new"], "hi"), owner(9999), now).unwrap();
     assert!(store.find("t0").is_some() && store.find("t1").is_none());
 }
+
+#[test]
+fn when_bytes_run_out_the_holder_of_the_most_bytes_makes_room() {
+    let mut store = KeptTurns::default();
+    let now = Instant::now();
+    let big = |name: &str, mib: usize| turn(&[name, "x".repeat(mib << 20).as_str()], "hi");
+    store.keep(turn(&["small"], "hi"), owner(1), now).unwrap();
+    for n in 0..3 {
+        store
+            .keep(big(&format!("big{n}"), 10), owner(2), now)
+            .unwrap();
+    }
+    store.keep(big("other", 5), owner(3), now).unwrap();
+    assert!(store.bytes() <= MAX_KEPT_BYTES);
+    assert!(
+        store.find("small").is_some(),
+        "the oldest, but its holder has the least"
+    );
+    assert!(store.find("big0").is_none() && store.find("big1").is_some());
+    assert!(store.find("other").is_some());
+}
