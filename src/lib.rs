@@ -116,9 +116,12 @@ pub mod mcp_bridge {
 pub mod limits {
     pub use crate::api::body::{BODY_READ_TIMEOUT, MAX_BODY_BYTES};
     pub use crate::api::requests::{MAX_CONTEXT_CHARS, MAX_NAME_CHARS, MAX_PROGRESS_CHARS};
-    pub use crate::chat::kept::{MAX_KEPT_BYTES, MAX_KEPT_TURNS};
+    pub use crate::chat::kept::forgotten::{MAX_FORGOTTEN_BYTES, MAX_FORGOTTEN_IDS};
+    pub use crate::chat::kept::{LOST_RESULT_TEXT, MAX_KEPT_BYTES, MAX_KEPT_TURNS};
+    pub use crate::chat::responses::issued::MAX_ISSUED_IDS;
     pub use crate::chat::settings::DEFAULT_MAX_CONCURRENT_REQUESTS;
     pub use crate::chat::upstream::MAX_UPSTREAM_ANSWER_BYTES;
+    pub use crate::chat::wire::MAX_REQUEST_ITEMS;
     pub use crate::chat::{KEPT_CONTEXT_AGE, MAX_KEPT_CONTEXT};
     pub use crate::domain::arguments::MAX_FIX_IT_BYTES;
     pub use crate::domain::callback_url::{ACCEPTED_FORMS, MAX_CALLBACK_URL_BYTES};
