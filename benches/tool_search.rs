@@ -107,7 +107,12 @@ struct Indexed {
 fn index(set: Set) -> Indexed {
     let mut catalog = Catalog::new();
     for tool in &set.tools {
-        catalog.add(&tool.name, &tool.description, &tool.parameters, &tool.source);
+        catalog.add(
+            &tool.name,
+            &tool.description,
+            &tool.parameters,
+            &tool.source,
+        );
     }
     let bm25 = bm25::Bm25::new(&set.tools);
     Indexed { set, catalog, bm25 }
@@ -115,7 +120,12 @@ fn index(set: Set) -> Indexed {
 
 fn ours(indexed: &Indexed, split: Split, weights: &Weights) -> Recall {
     let mut recall = Recall::default();
-    for request in indexed.set.requests.iter().filter(|r| split.takes(&indexed.set, r)) {
+    for request in indexed
+        .set
+        .requests
+        .iter()
+        .filter(|r| split.takes(&indexed.set, r))
+    {
         let ranked: Vec<&str> = indexed
             .catalog
             .search(&request.text, 5, weights)
@@ -129,7 +139,12 @@ fn ours(indexed: &Indexed, split: Split, weights: &Weights) -> Recall {
 
 fn baseline(indexed: &Indexed, split: Split) -> Recall {
     let mut recall = Recall::default();
-    for request in indexed.set.requests.iter().filter(|r| split.takes(&indexed.set, r)) {
+    for request in indexed
+        .set
+        .requests
+        .iter()
+        .filter(|r| split.takes(&indexed.set, r))
+    {
         recall.add(&request.targets, &indexed.bm25.search(&request.text, 5));
     }
     recall
@@ -174,13 +189,20 @@ fn tune(sets: &[Indexed]) -> Weights {
                 let mut trial = best.clone();
                 let value = knob(&mut trial);
                 let was = *value;
-                *value = if was == 0.0 && factor > 1.0 { 0.25 * factor } else { was * factor };
+                *value = if was == 0.0 && factor > 1.0 {
+                    0.25 * factor
+                } else {
+                    was * factor
+                };
                 if name.starts_with("b.") && *value > 1.0 {
                     continue;
                 }
                 let trial_score = objective(sets, &trial);
                 if trial_score > score + 1e-9 {
-                    println!("round {round}: {name} {was} -> {} : {trial_score:.4}", knob(&mut trial));
+                    println!(
+                        "round {round}: {name} {was} -> {} : {trial_score:.4}",
+                        knob(&mut trial)
+                    );
                     score = trial_score;
                     best = trial;
                     changed = true;
@@ -225,7 +247,11 @@ fn quality(sets: &[Indexed], split: Split) {
             f.at1(),
             f.at5()
         );
-        for (sum, r) in [(&mut macro_base, b), (&mut macro_ours, o), (&mut macro_f, f)] {
+        for (sum, r) in [
+            (&mut macro_base, b),
+            (&mut macro_ours, o),
+            (&mut macro_f, f),
+        ] {
             sum[0] += r.at1() / sets.len() as f64;
             sum[1] += r.at5() / sets.len() as f64;
         }
@@ -279,7 +305,10 @@ fn speed(sets: &[Indexed]) {
                 Duration::from_secs(30),
             );
             router
-                .send(RegisterTool { tool: spec, role: None })
+                .send(RegisterTool {
+                    tool: spec,
+                    role: None,
+                })
                 .await
                 .expect("router answers")
                 .expect("registered");
@@ -335,7 +364,11 @@ fn speed(sets: &[Indexed]) {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let has = |flag: &str| args.iter().any(|a| a == flag);
-    let split = match args.iter().position(|a| a == "--split").map(|i| args[i + 1].as_str()) {
+    let split = match args
+        .iter()
+        .position(|a| a == "--split")
+        .map(|i| args[i + 1].as_str())
+    {
         Some("tuning") => Split::Tuning,
         Some("all") => Split::All,
         _ => Split::HeldOut,
@@ -344,6 +377,39 @@ fn main() {
         .into_iter()
         .map(index)
         .collect();
+    if let Some(i) = args.iter().position(|a| a == "--misses") {
+        // Requests of the tuning part whose first tool is wrong: what tuning looks at.
+        let count: usize = args.get(i + 1).and_then(|n| n.parse().ok()).unwrap_or(20);
+        for s in &sets {
+            let mut shown = 0;
+            for r in s
+                .set
+                .requests
+                .iter()
+                .filter(|r| Split::Tuning.takes(&s.set, r))
+            {
+                let ranked = s.catalog.search(&r.text, 3, &Weights::default());
+                if ranked
+                    .first()
+                    .is_some_and(|(n, _)| r.targets.iter().any(|t| t == n))
+                {
+                    continue;
+                }
+                println!(
+                    "[{}] {:?}\n  needs {:?}\n  got {:?}",
+                    s.set.name,
+                    r.text.chars().take(300).collect::<String>(),
+                    r.targets,
+                    ranked
+                );
+                shown += 1;
+                if shown == count {
+                    break;
+                }
+            }
+        }
+        return;
+    }
     if has("--tune") {
         tune(&sets);
         return;

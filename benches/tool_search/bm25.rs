@@ -101,6 +101,10 @@ impl Bm25 {
             }
         }
         scored.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(b.1)));
-        scored.into_iter().take(limit).map(|(_, name)| name).collect()
+        scored
+            .into_iter()
+            .take(limit)
+            .map(|(_, name)| name)
+            .collect()
     }
 }

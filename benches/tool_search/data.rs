@@ -88,7 +88,15 @@ fn unpacked(wheel: &Wheel) -> PathBuf {
     if !file.exists() {
         eprintln!("fetching {}=={} with pip", wheel.name, wheel.version);
         let status = Command::new("python3")
-            .args(["-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:", "-d"])
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-d",
+            ])
             .arg(&dir)
             .arg(format!("{}=={}", wheel.name, wheel.version))
             .status()

@@ -27,6 +27,7 @@ use super::mcp::{
     McpUnregisterResponse,
 };
 use super::observe::{self, CallsResponse};
+use super::search::{self, FoundTool, SearchResponse};
 use super::sessions::{
     self, AttachBody, AttachResponse, DetachBody, DetachResponse, SessionsResponse,
 };
@@ -65,6 +66,7 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         tools::unregister,
         tools::clear,
         tools::list,
+        search::search,
         invoke::invoke,
         conversation::progress,
         conversation::context,
@@ -98,6 +100,8 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         ClearResponse,
         ListResponse,
         ToolView,
+        SearchResponse,
+        FoundTool,
         InvokeResponse,
         InvokeImage,
         SessionsResponse,
@@ -151,7 +155,7 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         Caller,
     )),
     tags(
-        (name = "tools", description = "Register, remove, list and invoke remote tools"),
+        (name = "tools", description = "Register, remove, list, search and invoke remote tools"),
         (name = "sessions", description = "The characters' live model sessions: the server's own, apps' relays (`GET /v1/realtime`, a websocket, not in this document), attached calls, in-process ones"),
         (name = "events", description = "Change events, as Server-Sent Events"),
         (name = "mcp", description = "MCP both ways: the MCP servers whose tools the characters get (configured, and registered by plugins at run time), and a character's tools as an MCP server over Streamable HTTP (`/mcp`)"),

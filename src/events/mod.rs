@@ -28,6 +28,7 @@ use tokio::sync::mpsc;
 
 pub(crate) use self::approvals::{Asker, DecideError, Pending, PendingApproval, after_approval};
 pub use self::calls::{CallStart, CallWatch, Caller, ToolCallFinished};
+pub(crate) use self::search::{SearchKind, ToolSearched};
 use crate::domain::call::Scheduling;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::role::RoleName;
@@ -35,6 +36,7 @@ use crate::observe::Observer;
 
 mod approvals;
 mod calls;
+mod search;
 
 /// Events kept for `Last-Event-ID` resumption: enough for a client that reconnects within a
 /// busy minute, small enough (a few hundred bytes each) to never matter for memory.
@@ -97,6 +99,8 @@ pub enum EventKind {
     ApprovalRequested,
     /// A pending approval ended: approved, denied, expired or cancelled.
     ApprovalResolved,
+    /// A search of a character's tools was made.
+    ToolSearch,
 }
 
 impl EventKind {
@@ -113,6 +117,7 @@ impl EventKind {
             EventKind::ToolProgress => "tool.progress",
             EventKind::ApprovalRequested => "approval.requested",
             EventKind::ApprovalResolved => "approval.resolved",
+            EventKind::ToolSearch => "tool.search",
         }
     }
 }

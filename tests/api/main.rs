@@ -72,6 +72,7 @@ mod sessions;
 mod smoke;
 mod stopping;
 mod stress;
+mod tool_search;
 mod traces;
 mod validation;
 mod who_gets_in;
