@@ -626,7 +626,8 @@ fn register_at_1000(c: &mut Criterion, sys: &SystemRunner) {
             timed(sys, iters, |i| {
                 fresh += 1;
                 let mut tool = remote_tool(&names[i as usize % HELD_TOOLS], "http://127.0.0.1:9");
-                tool.description = format!("Benchmark tool {fresh}: get the current weather for a city.");
+                tool.description =
+                    format!("Benchmark tool {fresh}: get the current weather for a city.");
                 let router = &router;
                 async move { register(router, tool, None).await }
             })

@@ -181,6 +181,7 @@ fn tune(sets: &[Indexed]) -> Weights {
         ("k1", |w| &mut w.k1),
         ("name_coverage", |w| &mut w.name_coverage),
         ("adjacent", |w| &mut w.adjacent),
+        ("related", |w| &mut w.related),
     ];
     for round in 1..=3 {
         let mut changed = false;

@@ -25,6 +25,9 @@ pub struct Weights {
     /// The bonus for two query terms side by side in the name or description, in units of
     /// their mean IDF.
     pub adjacent: f64,
+    /// What a term related to a query's term (a word tools say the same thing with) counts for,
+    /// against the query's own terms' 1; 0 leaves them out.
+    pub related: f64,
     /// Candidates (by BM25F) the bonuses are worked out for.
     pub candidates: usize,
 }
@@ -37,6 +40,7 @@ impl Default for Weights {
             k1: 1.2,
             name_coverage: 1.0,
             adjacent: 0.5,
+            related: 0.0,
             candidates: 100,
         }
     }
@@ -71,11 +75,16 @@ impl<T> SearchIndex<T> {
         let average = self.lengths.map(|sum| (sum as f64 / docs as f64).max(1.0));
         let mut scores = vec![0.0f64; self.slots.len()];
         let mut touched: Vec<u32> = Vec::new();
-        for term in &query.distinct {
+        let related = query.related.iter().map(|t| (t, weights.related));
+        let terms = query.distinct.iter().map(|t| (t, 1.0)).chain(related);
+        for (term, weight) in terms {
+            if weight <= 0.0 {
+                continue;
+            }
             let Some(list) = self.postings.get(term) else {
                 continue;
             };
-            let idf = idf(docs, list.len());
+            let idf = weight * idf(docs, list.len());
             for posting in list {
                 let Some(doc) = self.doc(posting.slot) else {
                     continue;
@@ -159,8 +168,10 @@ impl<T> SearchIndex<T> {
                 let term = &terms.terms[index as usize].term;
                 let idf = self.idf_of(term);
                 all += idf;
-                if query.distinct.iter().any(|q| q == term) {
+                if query.distinct.contains(term) {
                     said += idf;
+                } else if query.related.contains(term) {
+                    said += weights.related * idf;
                 }
             }
             if all > 0.0 {

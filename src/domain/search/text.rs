@@ -350,11 +350,55 @@ impl ToolTerms {
     }
 }
 
-/// A search's text as terms: in order (for words side by side), and each distinct one once.
+/// Words tools say the same thing with: a query saying one finds tools that say another, for
+/// less (`Weights::related`). Verbs and nouns of tool names and APIs in general, no domain's.
+const RELATED: &[&[&str]] = &[
+    &["get", "fetch", "retrieve", "obtain"],
+    &["find", "search", "lookup", "locate"],
+    &["list", "show", "display", "view"],
+    &["create", "add", "make", "new", "generate", "insert"],
+    &["delete", "remove", "erase"],
+    &["update", "modify", "change", "edit", "adjust"],
+    &["calculate", "compute", "estimate", "determine"],
+    &["send", "post", "mail"],
+    &["buy", "purchase", "order"],
+    &["book", "reserve", "reservation", "booking"],
+    &["start", "begin", "launch"],
+    &["stop", "end", "halt"],
+    &["price", "cost", "fee", "fare"],
+    &["picture", "image", "photo"],
+    &["movie", "film"],
+    &["car", "vehicle"],
+    &["song", "music", "track"],
+    &["hotel", "accommodation", "lodging"],
+    &["check", "verify", "validate"],
+];
+
+/// Each stem of [`RELATED`] and the other stems of its groups.
+static RELATED_STEMS: LazyLock<std::collections::HashMap<String, Vec<Arc<str>>>> =
+    LazyLock::new(|| {
+        let mut map: std::collections::HashMap<String, Vec<Arc<str>>> = Default::default();
+        for group in RELATED {
+            let stems: Vec<String> = group.iter().map(|w| STEMMER.stem(w).into_owned()).collect();
+            for stem in &stems {
+                let others = map.entry(stem.clone()).or_default();
+                for other in &stems {
+                    if other != stem && !others.iter().any(|o| **o == **other) {
+                        others.push(Arc::from(other.as_str()));
+                    }
+                }
+            }
+        }
+        map
+    });
+
+/// A search's text as terms: in order (for words side by side), each distinct one once, and the
+/// terms related to them that it does not say itself.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Query {
     pub(crate) order: Vec<Arc<str>>,
     pub(crate) distinct: Vec<Arc<str>>,
+    pub(crate) related: Vec<Arc<str>>,
 }
 
 /// Terms read from a query at most: a query is at most 512 characters over HTTP, and no request
@@ -375,6 +419,13 @@ impl Query {
             };
             query.order.push(term);
         });
+        for term in &query.distinct {
+            for other in RELATED_STEMS.get(&**term).into_iter().flatten() {
+                if !query.distinct.contains(other) && !query.related.contains(other) {
+                    query.related.push(other.clone());
+                }
+            }
+        }
         query
     }
 
