@@ -150,16 +150,18 @@ fn baseline(indexed: &Indexed, split: Split) -> Recall {
     recall
 }
 
-/// What tuning maximises: recall@1 plus recall@5, averaged over the sets.
+/// What tuning maximises: recall@1 plus recall@5, averaged over the sets, BFCL counted twice:
+/// its single requests over a thousand tools are the kind of search the issue sets the targets
+/// on; the others keep the weights from fitting BFCL alone.
 fn objective(sets: &[Indexed], weights: &Weights) -> f64 {
-    let total: f64 = sets
-        .iter()
-        .map(|s| {
-            let r = ours(s, Split::Tuning, weights);
-            r.at1() + r.at5()
-        })
-        .sum();
-    total / sets.len() as f64
+    let (mut total, mut counted) = (0.0, 0.0);
+    for s in sets {
+        let r = ours(s, Split::Tuning, weights);
+        let weight = if s.set.name.starts_with("BFCL") { 2.0 } else { 1.0 };
+        total += weight * (r.at1() + r.at5());
+        counted += weight;
+    }
+    total / counted
 }
 
 /// A coordinate search from the defaults: each knob scaled up and down in turn, a change kept

@@ -10,7 +10,7 @@ use super::index::SearchIndex;
 use super::text::{FIELDS, Query, ToolTerms};
 
 /// The knobs of the ranking. [`Weights::default`] is what the server uses, tuned on the tuning
-/// half of the evaluation (docs/benchmarks.md, "Tool search").
+/// part of the evaluation (3 requests in 10; docs/benchmarks.md, "Tool search").
 #[derive(Debug, Clone, PartialEq)]
 pub struct Weights {
     /// Each field's weight: name, description, parameter names, parameter descriptions, source.
