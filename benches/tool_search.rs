@@ -157,12 +157,19 @@ fn objective(sets: &[Indexed], weights: &Weights) -> f64 {
     let (mut total, mut counted) = (0.0, 0.0);
     for s in sets {
         let r = ours(s, Split::Tuning, weights);
-        let weight = if s.set.name.starts_with("BFCL") { 2.0 } else { 1.0 };
+        let weight = if s.set.name.starts_with("BFCL") {
+            2.0
+        } else {
+            1.0
+        };
         total += weight * (r.at1() + r.at5());
         counted += weight;
     }
     total / counted
 }
+
+/// A knob of [`Weights`] the tuning turns: its name, and where it is.
+type Knob = (&'static str, fn(&mut Weights) -> &mut f64);
 
 /// A coordinate search from the defaults: each knob scaled up and down in turn, a change kept
 /// when it raises the objective, until a round changes nothing.
@@ -170,7 +177,7 @@ fn tune(sets: &[Indexed]) -> Weights {
     let mut best = Weights::default();
     let mut score = objective(sets, &best);
     println!("tuning from the defaults: objective {score:.4}");
-    let knobs: Vec<(&str, fn(&mut Weights) -> &mut f64)> = vec![
+    let knobs: Vec<Knob> = vec![
         ("field.name", |w| &mut w.field[0]),
         ("field.description", |w| &mut w.field[1]),
         ("field.parameter_name", |w| &mut w.field[2]),

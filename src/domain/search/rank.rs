@@ -92,12 +92,12 @@ impl<T> SearchIndex<T> {
                     continue;
                 };
                 let mut weighted = 0.0;
-                for field in 0..FIELDS {
-                    let count = f64::from(posting.counts[field]);
-                    if count > 0.0 {
+                let fields = posting.counts.iter().zip(&doc.lengths).zip(&average);
+                for (field, ((&count, &length), &average)) in fields.enumerate() {
+                    if count > 0 {
                         let b = weights.b[field];
-                        let norm = 1.0 - b + b * f64::from(doc.lengths[field]) / average[field];
-                        weighted += weights.field[field] * count / norm;
+                        let norm = 1.0 - b + b * f64::from(length) / average;
+                        weighted += weights.field[field] * f64::from(count) / norm;
                     }
                 }
                 if weighted <= 0.0 {
