@@ -106,6 +106,13 @@ pub mod embedding {
     };
 }
 
+/// Tool search: the ranking `GET /api/tools/search` uses, over any tool definitions (a
+/// character's are searched through its snapshot, `ToolSnapshot::search`). The benchmark that
+/// tunes and evaluates it (benches/tool_search.rs) uses it here.
+pub mod search {
+    pub use crate::domain::search::{Catalog, Hit, Weights};
+}
+
 /// The `runtime-tools mcp` command: a character's tools served to an MCP client over stdio.
 pub mod mcp_bridge {
     pub use crate::mcp::serve::{DEFAULT_SERVER, ServeSettings, run};

@@ -26,6 +26,7 @@ mod properties;
 pub(crate) mod realtime;
 mod reports;
 pub(crate) mod requests;
+mod search;
 mod sessions;
 mod sources;
 mod token;
@@ -97,6 +98,7 @@ pub(crate) struct AppState {
 /// The whole route tree.
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.configure(tools::configure)
+        .configure(search::configure)
         .configure(approvals::configure)
         .configure(conversation::configure)
         .configure(invoke::configure)

@@ -27,6 +27,7 @@ use super::mcp::{
     McpUnregisterResponse,
 };
 use super::observe::{self, CallsResponse};
+use super::search::{self, FoundTool, SearchResponse};
 use super::sessions::{
     self, AttachBody, AttachResponse, DetachBody, DetachResponse, SessionsResponse,
 };
@@ -66,6 +67,7 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         tools::unregister,
         tools::clear,
         tools::list,
+        search::search,
         invoke::invoke,
         conversation::progress,
         conversation::context,
@@ -102,6 +104,8 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         ClearResponse,
         ListResponse,
         ToolView,
+        SearchResponse,
+        FoundTool,
         InvokeResponse,
         InvokeImage,
         SessionsResponse,
@@ -160,7 +164,7 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         Caller,
     )),
     tags(
-        (name = "tools", description = "Register, remove, list and invoke remote tools"),
+        (name = "tools", description = "Register, remove, list, search and invoke remote tools"),
         (name = "sessions", description = "The characters' live model sessions: the server's own, apps' relays (`GET /v1/realtime`, a websocket, not in this document), attached calls, in-process ones"),
         (name = "sources", description = "Who owns a source: the listing of sources and their bindings, a plugin's wake of its restored tools, the operator's freeing of a binding"),
         (name = "events", description = "Change events, as Server-Sent Events"),

@@ -24,6 +24,7 @@ pub(crate) mod peer_text;
 pub(crate) mod registry;
 pub(crate) mod role;
 pub(crate) mod schema_limits;
+pub(crate) mod search;
 pub(crate) mod secrets;
 pub(crate) mod snapshot;
 pub(crate) mod sources;

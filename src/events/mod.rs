@@ -28,12 +28,14 @@ use sse_stream::Sse;
 use tokio::sync::mpsc;
 
 pub use self::calls::{CallStart, CallWatch, Caller, ToolCallFinished};
+pub(crate) use self::search::{SearchKind, ToolSearched};
 use crate::domain::call::Scheduling;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::role::RoleName;
 use crate::observe::Observer;
 
 mod calls;
+mod search;
 
 /// Events kept for `Last-Event-ID` resumption: enough for a client that reconnects within a
 /// busy minute, small enough (a few hundred bytes each) to never matter for memory.
@@ -98,6 +100,8 @@ pub enum EventKind {
     ApprovalRequested,
     /// A pending approval ended: approved, denied, expired or cancelled.
     ApprovalResolved,
+    /// A search of a character's tools was made.
+    ToolSearch,
 }
 
 impl EventKind {
@@ -115,6 +119,7 @@ impl EventKind {
             EventKind::ContextAdded => "context.added",
             EventKind::ApprovalRequested => "approval.requested",
             EventKind::ApprovalResolved => "approval.resolved",
+            EventKind::ToolSearch => "tool.search",
         }
     }
 }

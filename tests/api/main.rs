@@ -76,6 +76,7 @@ mod smoke;
 mod sources;
 mod stopping;
 mod stress;
+mod tool_search;
 mod traces;
 mod validation;
 mod who_gets_in;

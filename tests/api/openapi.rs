@@ -23,6 +23,7 @@ const SERVER_ROUTES: &[(&str, &str)] = &[
     ("post", "/api/tools/unregister"),
     ("post", "/api/tools/clear"),
     ("get", "/api/tools"),
+    ("get", SEARCH),
     ("post", "/api/tools/invoke"),
     ("post", PROGRESS),
     ("get", "/api/approvals"),
@@ -58,6 +59,8 @@ const BINDING: &str = "/api/sources/{source}/binding";
 
 /// The variable that holds the token of the source the configuration binds.
 const CONFIGURED_TOKEN_ENV: &str = "RT_TEST_OPENAPI_CONFIGURED_TOKEN";
+/// A character's tools, searched (it reads the published snapshots, never the router).
+const SEARCH: &str = "/api/tools/search";
 
 /// The server's identity and what it restored.
 const HEALTH: &str = "/api/health";
@@ -461,6 +464,36 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     run("get", "/api/tools?role=Nobody", None, Body::None).await;
     run("post", "/api/tools", None, Body::Json(json!({}))).await;
     run("get", "/api/tools?role=Mio&role=Lanlan", None, Body::None).await;
+    // Searching them: a success, and every refusal.
+    run(
+        "get",
+        &format!("{SEARCH}?role=Mio&q=weather"),
+        None,
+        Body::None,
+    )
+    .await;
+    run(
+        "get",
+        &format!("{SEARCH}?role=Mio&q=weather"),
+        foreign,
+        Body::None,
+    )
+    .await;
+    run(
+        "get",
+        &format!("{SEARCH}?role=Nobody&q=weather"),
+        None,
+        Body::None,
+    )
+    .await;
+    run("post", SEARCH, None, Body::Json(json!({}))).await;
+    run(
+        "get",
+        &format!("{SEARCH}?role=Mio&limit=0"),
+        None,
+        Body::None,
+    )
+    .await;
 
     run("get", "/api/sessions", None, Body::None).await;
     run("get", "/api/sessions", foreign, Body::None).await;
@@ -906,6 +939,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     for (method, path) in SERVER_ROUTES.iter().filter(|(_, p)| {
         ![
             OPENAPI,
+            SEARCH,
             "/api/tools/invoke",
             PROGRESS,
             "/api/mcp",

@@ -3,7 +3,7 @@
 // a live feed of the server's change events.
 //
 // It uses only the public HTTP API: GET /api/tools?detail=full, GET /api/sessions and
-// GET /api/mcp for the state, GET /api/calls for each tool's recent calls (its latency and
+// GET /api/mcp for the state, GET /api/tools/search for each character's search box, GET /api/calls for each tool's recent calls (its latency and
 // error rate, kept up to date by the tool.call events), GET /api/events (Server-Sent Events) for
 // changes, POST /api/tools/invoke for calls, GET /api/approvals and POST /api/approvals/{id} for
 // the calls that wait for a person's decision.
@@ -380,8 +380,67 @@ function characterSection(role) {
   const session = element("div", "session");
   const list = element("ul", "tools");
   const empty = element("p", "muted", "No tools registered.");
-  section.append(head, session, list, empty);
+  section.append(head, session, searchBox(role), list, empty);
   return { role, section, session, list, empty, count, tools: new Map() };
+}
+
+// ---- Searching a character's tools ---------------------------------------------------------
+
+/** Most tools a search shows. */
+const SEARCH_LIMIT = 10;
+
+/** A search box over one character's tools: asks GET /api/tools/search and lists what it finds,
+ * best first, with each tool's score. */
+function searchBox(role) {
+  const form = element("form", "tool-search");
+  form.setAttribute("role", "search");
+  const input = element("input");
+  input.type = "search";
+  input.maxLength = 512;
+  input.placeholder = "Search these tools: what should a tool do?";
+  input.setAttribute("aria-label", `Search ${role}'s tools`);
+  const button = element("button", "quiet", "Search");
+  button.type = "submit";
+  const problem = element("p", "search-problem");
+  problem.hidden = true;
+  const results = element("ol", "search-results");
+  results.hidden = true;
+  results.setAttribute("aria-live", "polite");
+  form.append(input, button);
+  const box = element("div", "search-box");
+  box.append(form, problem, results);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const query = input.value.trim();
+    if (!query) return;
+    const params = new URLSearchParams({ role, q: query, limit: String(SEARCH_LIMIT) });
+    const [status, body] = await fetchJson(`/api/tools/search?${params}`);
+    if (status !== 200) {
+      problem.textContent = detailText(body, status);
+      problem.hidden = false;
+      results.hidden = true;
+      return;
+    }
+    problem.hidden = true;
+    showResults(results, body.tools ?? []);
+  });
+  return box;
+}
+
+function showResults(results, tools) {
+  const items = tools.map((tool) => {
+    const item = element("li", "search-result");
+    item.dataset.tool = tool.name;
+    const name = element("code", null, tool.name);
+    const score = element("span", "score", `score ${Number(tool.score).toFixed(3)}`);
+    item.append(name, " ", score);
+    if (tool.description) item.append(element("p", "description", tool.description));
+    return item;
+  });
+  if (!items.length) items.push(element("li", "search-none muted", "No tool matches."));
+  results.replaceChildren(...items);
+  results.dataset.count = String(tools.length);
+  results.hidden = false;
 }
 
 function renderTools(character, tools) {
