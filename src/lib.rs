@@ -14,13 +14,15 @@
 //! - `startup`: [`Application`], the seam that builds the actors and the HTTP server and runs
 //!   them; `demo` uses it.
 //! - `api`: the HTTP handlers, their request and answer shapes, the caller guard, the OpenAPI
-//!   document and the inspector page. Handlers talk to the router and the event hub.
+//!   document and the inspector page. Handlers talk to the router, the event hub and the call policy.
 //! - `config`: reads the TOML file (and the command line) into each module's settings.
 //! - `mcp`: MCP servers as tool sources, and a character's tools served over MCP.
 //! - `actors`: the [`Router`], one session manager per character, in-process tools.
 //! - `chat`: text chat (`POST /v1/chat/completions`), the server running the tool loop.
 //! - `session`: live model sessions: one protocol-agnostic core, one adapter per wire protocol,
 //!   one actor per kind of connection.
+//! - `policy`: what a call must pass before it runs (a person's approval); it announces on
+//!   `events`.
 //! - `dispatch`: the [`Dispatcher`], which runs a call against a callback or a local tool.
 //! - `events`: the [`EventHub`] behind `GET /api/events`, and the watch every call is observed
 //!   through.
@@ -46,6 +48,7 @@ mod domain;
 mod events;
 mod mcp;
 mod observe;
+mod policy;
 mod session;
 mod startup;
 mod state;
@@ -56,7 +59,8 @@ pub use actors::settings::CharacterSettings;
 pub use chat::settings::ChatSettings;
 pub use config::{Settings, parse_bind};
 pub use dispatch::settings::DispatchSettings;
-pub use domain::ownership::{OwnershipError, TokenPolicy};
+pub use domain::operator::{Decisions, OperatorToken, TokenOrigin};
+pub use domain::ownership::{ConfiguredSource, OwnershipError, TokenPolicy};
 pub use events::{EventHub, EventKind, EventSettings};
 pub use mcp::settings::{McpEndpointSettings, McpServerSettings, McpTransport};
 pub use observe::Observer;
@@ -102,6 +106,13 @@ pub mod embedding {
     };
 }
 
+/// Tool search: the ranking `GET /api/tools/search` uses, over any tool definitions (a
+/// character's are searched through its snapshot, `ToolSnapshot::search`). The benchmark that
+/// tunes and evaluates it (benches/tool_search.rs) uses it here.
+pub mod search {
+    pub use crate::domain::search::{Catalog, Hit, Weights};
+}
+
 /// The `runtime-tools mcp` command: a character's tools served to an MCP client over stdio.
 pub mod mcp_bridge {
     pub use crate::mcp::serve::{DEFAULT_SERVER, ServeSettings, run};
@@ -112,9 +123,12 @@ pub mod mcp_bridge {
 pub mod limits {
     pub use crate::api::body::{BODY_READ_TIMEOUT, MAX_BODY_BYTES};
     pub use crate::api::requests::{MAX_CONTEXT_CHARS, MAX_NAME_CHARS, MAX_PROGRESS_CHARS};
-    pub use crate::chat::kept::{MAX_KEPT_BYTES, MAX_KEPT_TURNS};
+    pub use crate::chat::kept::forgotten::{MAX_FORGOTTEN_BYTES, MAX_FORGOTTEN_IDS};
+    pub use crate::chat::kept::{LOST_RESULT_TEXT, MAX_KEPT_BYTES, MAX_KEPT_TURNS};
+    pub use crate::chat::responses::issued::MAX_ISSUED_IDS;
     pub use crate::chat::settings::DEFAULT_MAX_CONCURRENT_REQUESTS;
     pub use crate::chat::upstream::MAX_UPSTREAM_ANSWER_BYTES;
+    pub use crate::chat::wire::MAX_REQUEST_ITEMS;
     pub use crate::chat::{KEPT_CONTEXT_AGE, MAX_KEPT_CONTEXT};
     pub use crate::domain::arguments::MAX_FIX_IT_BYTES;
     pub use crate::domain::callback_url::{ACCEPTED_FORMS, MAX_CALLBACK_URL_BYTES};

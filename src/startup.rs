@@ -5,7 +5,7 @@
 //! API until stopped.
 
 use std::net::{SocketAddr, TcpListener};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use actix::Addr;
 use actix_web::dev::Server;
@@ -13,19 +13,23 @@ use actix_web::{App, HttpServer, middleware, web};
 use anyhow::Context;
 use socket2::{Domain, Socket, Type};
 
-use crate::actors::router::{CloseAllConnections, Keeping, Router, ShareDirectory, WatchClears};
+use crate::actors::router::{
+    CloseAllConnections, Keeping, Router, ShareDirectory, WatchClears, WatchWakes,
+};
 use crate::api::{self, AppState};
 use crate::config::Settings;
 use crate::dispatch::Dispatcher;
-use crate::domain::dormant::DormantTool;
-use crate::domain::ownership::SharedOwners;
+use crate::domain::dormant::{DormantTool, epoch_millis, from_epoch_millis};
+use crate::domain::operator::OperatorToken;
+use crate::domain::ownership::{ConfiguredSource, SharedOwners};
 use crate::events::EventHub;
 use crate::mcp::client::McpClient;
 use crate::mcp::http_serve::McpEndpoint;
 use crate::mcp::runtime::{CloseMcpPlugins, McpKeeping, McpPlugins, restore as restore_mcp};
 use crate::mcp::status::McpBoard;
 use crate::observe::Observer;
-use crate::state::StateStore;
+use crate::policy::Policy;
+use crate::state::{Op, StateStore};
 
 /// Pending connections the kernel queues for us: enough for bursts of plugin start-ups and
 /// benchmark clients.
@@ -51,6 +55,7 @@ pub struct Application {
     _mcp_clients: Vec<Addr<McpClient>>,
     mcp_plugins: Addr<McpPlugins>,
     mcp_endpoint: McpEndpoint,
+    operator_token: OperatorToken,
 }
 
 /// Stops a running [`Application`] gracefully; cheap to clone.
@@ -143,8 +148,10 @@ impl Application {
         }
         let observer = Observer::new(&settings.trace)?;
         let events = EventHub::with_observer(&settings.events, observer);
+        let policy = Policy::new(events.clone());
         let owners = SharedOwners::new(settings.plugin_tokens);
-        let (keeping, mcp_keeping) = keep_state(&settings, owners.clone(), local_addr)?;
+        bind_configured_sources(&settings.configured_sources, &owners)?;
+        let (keeping, mcp_keeping) = keep_state(&settings, owners.clone(), local_addr).await?;
         let restored = keeping.dormant.len();
         let keeps_state = keeping.store.is_some();
         let store_status = keeping.store.as_ref().map(StateStore::status);
@@ -152,6 +159,7 @@ impl Application {
             settings.characters.clone(),
             &settings.dispatch,
             events.clone(),
+            policy.clone(),
             keeping,
         );
         // One supervised client per MCP server: each registers its server's tools through the
@@ -187,17 +195,28 @@ impl Application {
             .send(WatchClears(mcp_plugins.clone().recipient()))
             .await
             .context("the router stopped during start-up")?;
+        router
+            .send(WatchWakes(mcp_plugins.clone().recipient()))
+            .await
+            .context("the router stopped during start-up")?;
         let mcp_endpoint = McpEndpoint::new(
             directory.clone(),
             dispatcher.clone(),
             events.clone(),
+            policy.clone(),
             settings.mcp_endpoint.clone(),
         );
+        let operator_token = settings
+            .operator_token
+            .clone()
+            .unwrap_or_else(OperatorToken::generate);
         let state = web::Data::new(AppState {
+            operator: api::operator::Operator::new(operator_token.clone(), settings.decisions),
             router: router.clone(),
             dispatcher: dispatcher.clone(),
             directory,
             events: events.clone(),
+            policy,
             keep_alive: settings.events.keep_alive,
             mcp,
             mcp_plugins: mcp_plugins.clone(),
@@ -250,6 +269,7 @@ impl Application {
             _mcp_clients: mcp_clients,
             mcp_plugins,
             mcp_endpoint,
+            operator_token,
         })
     }
 
@@ -286,6 +306,13 @@ impl Application {
     /// [`EventHub::close`] it first, or the graceful stop waits for the open event streams.
     pub fn events(&self) -> EventHub {
         self.events.clone()
+    }
+
+    /// The person's credential (`[security] operator_token_env`, or made at this start): what
+    /// `Authorization: Bearer` must carry to decide an approval or free a source's binding. The
+    /// binary prints it once, in the inspector's address; nothing else shows it.
+    pub fn operator_token(&self) -> &OperatorToken {
+        &self.operator_token
     }
 
     /// A handle that stops the server (gracefully when asked to).
@@ -338,12 +365,33 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     Ok(socket.into())
 }
 
+/// Binds the `[[security.source]]` sources to the tokens their variables hold, before anything
+/// else can bind them; a variable that is missing or holds no token stops start-up, naming the
+/// variable and the key (never the value).
+fn bind_configured_sources(
+    configured: &[ConfiguredSource],
+    owners: &SharedOwners,
+) -> anyhow::Result<()> {
+    for (i, bound) in configured.iter().enumerate() {
+        let token = bound
+            .token()
+            .map_err(|e| anyhow::anyhow!("key `security.source[{i}].token_env`: {e}"))?;
+        owners.with(|owners| owners.configure(bound.source.clone(), token));
+        tracing::info!(source = %bound.source, token_env = %bound.token_env, "source bound by the configuration");
+    }
+    Ok(())
+}
+
 /// Opens the state store when the settings name one, binds the sources it recorded to their
-/// token hashes, and reads back its tools and runtime MCP servers (each with the registration
+/// salted token hashes (not those the configuration binds: its binding wins, and the stored
+/// one is dropped), and reads back its tools and runtime MCP servers (each with the registration
 /// parser, as when it was registered) to be restored dormant: the router's part and the MCP
 /// registry's. A tool of a character that is no longer configured, or one this version no
-/// longer accepts, is left out with a warning; so is such an MCP server.
-fn keep_state(
+/// longer accepts, is left out with a warning; so is such an MCP server. Each restored tool or
+/// server keeps the time it went dormant; those going dormant now have it stored before the
+/// server starts (so their time counts across restarts). A restored tool or server of a bound
+/// source waits for its owner before anything wakes it.
+async fn keep_state(
     settings: &Settings,
     owners: SharedOwners,
     local_addr: SocketAddr,
@@ -362,22 +410,46 @@ fn keep_state(
         return Ok((keeping, mcp_keeping));
     };
     let (store, restored) = StateStore::open(path, settings.state.new)?;
-    keeping.owners.with(|owners| {
+    let overridden: Vec<String> = keeping.owners.with(|owners| {
+        let mut overridden = Vec::new();
         for (source, salted) in restored.owners {
-            owners.restore(source, salted);
+            if !owners.restore(source.clone(), salted) {
+                overridden.push(source);
+            }
         }
+        overridden
     });
+    // Stored before the server starts, as every change is before it is made: a start whose
+    // store cannot keep these stops here (the file was writable a moment ago, when it opened).
+    let mut kept = Vec::new();
+    for source in overridden {
+        // The configuration's binding wins; the stored one would come back if it went.
+        tracing::warn!(%source, "a stored binding of a source the configuration binds is dropped");
+        let what = format!("cannot drop the stored binding of {source:?}");
+        kept.push((what, store.submit(Op::Unbind { source })));
+    }
+    let now = SystemTime::now();
+    let since = |stored: Option<u64>| stored.map_or(now, from_epoch_millis);
+    let bound = |source: &str| keeping.owners.with(|owners| owners.is_bound(source));
+    let mut going_dormant = Vec::new();
     for (character, name, stored) in restored.tools {
         if !settings.characters.iter().any(|c| c.name == character) {
             tracing::warn!(%character, %name, "a stored tool's character is not configured: not restored");
             continue;
         }
         match api::restore_tool(&stored.body, local_addr) {
-            Ok(tool) => keeping.dormant.push(DormantTool {
-                character,
-                tool: std::sync::Arc::new(tool),
-                mcp: false,
-            }),
+            Ok(tool) => {
+                if stored.dormant_since.is_none() {
+                    going_dormant.push((character.clone(), name));
+                }
+                keeping.dormant.push(DormantTool {
+                    character,
+                    awaits_owner: bound(&tool.source),
+                    tool: std::sync::Arc::new(tool),
+                    mcp: false,
+                    since: since(stored.dormant_since),
+                });
+            }
             Err(e) => {
                 tracing::warn!(%character, %name, "a stored tool could not be read again: {e}");
             }
@@ -385,6 +457,7 @@ fn keep_state(
     }
     let characters: Vec<String> = settings.characters.iter().map(|c| c.name.clone()).collect();
     let configured = |name: &str| settings.mcp_servers.iter().any(|s| s.name == name);
+    let mut going_dormant_servers = Vec::new();
     for (name, stored) in restored.mcp_servers {
         let registration = api::restore_mcp_server(&stored.body, local_addr, configured).and_then(
             |registration| match &registration.role {
@@ -397,8 +470,14 @@ fn keep_state(
         let token = keeping
             .owners
             .with(|owners| owners.owner_of(&stored.source));
-        match registration.and_then(|r| restore_mcp(&name, &stored, r, &characters, token)) {
+        let dormant_since = since(stored.dormant_since);
+        let restored = registration
+            .and_then(|r| restore_mcp(&name, &stored, r, &characters, token, dormant_since));
+        match restored {
             Ok((server, tools)) => {
+                if stored.dormant_since.is_none() {
+                    going_dormant_servers.push(name);
+                }
                 keeping.dormant.extend(tools);
                 mcp_keeping.restored.push(server);
             }
@@ -406,6 +485,21 @@ fn keep_state(
                 tracing::warn!(mcp_server = %name, "a stored MCP server could not be read again: {e}");
             }
         }
+    }
+    if !going_dormant.is_empty() || !going_dormant_servers.is_empty() {
+        let marked = store.submit(Op::Dormant {
+            tools: going_dormant,
+            servers: going_dormant_servers,
+            since: epoch_millis(now),
+        });
+        let what = "cannot keep when restored tools went dormant".to_owned();
+        kept.push((what, marked));
+    }
+    for (what, durable) in kept {
+        durable
+            .await
+            .unwrap_or_else(|_| Err("the state store stopped".into()))
+            .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
     }
     tracing::info!(path = %path.display(), restored = keeping.dormant.len(), mcp_servers = mcp_keeping.restored.len(), "state store opened");
     mcp_keeping.store = Some(store.clone());

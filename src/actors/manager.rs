@@ -35,6 +35,7 @@ use crate::domain::registry::Change;
 use crate::domain::snapshot::{Superseded, ToolCell, ToolWriter};
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
+use crate::policy::Policy;
 use crate::session::attach::{Attachment, JoinError, Joined};
 use crate::session::settings::Dialect;
 use crate::session::settings::{
@@ -197,6 +198,8 @@ pub(crate) struct SessionManager {
     dispatcher: Dispatcher,
     /// Where its sessions announce their state and the calls they answer.
     events: EventHub,
+    /// What its sessions' calls pass before they run; told when the character's tools change.
+    policy: Policy,
     /// The active sessions; closed ones are dropped before each use.
     sessions: Vec<SessionHandle>,
     watcher: Option<Watcher>,
@@ -207,7 +210,8 @@ impl SessionManager {
     /// there plus the numbered `replay` changes the snapshot lacks (a restart's or rebuild's),
     /// published before this returns; then its own model session, when `settings` say how to
     /// reach one in client mode. Its sessions run calls with `dispatcher` and announce their
-    /// state and the calls they answer on `events`.
+    /// state and the calls they answer on `events`, and pass `policy` before each call runs.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn launch<'a>(
         character: String,
         cell: ToolCell,
@@ -215,6 +219,7 @@ impl SessionManager {
         settings: Option<SessionSettings>,
         dispatcher: Dispatcher,
         events: EventHub,
+        policy: Policy,
         watcher: Option<Watcher>,
     ) -> Addr<Self> {
         let tools = ToolWriter::resume(cell, replay);
@@ -235,6 +240,7 @@ impl SessionManager {
                         api_key,
                         dispatcher,
                         events.clone(),
+                        policy.clone(),
                         tools,
                     );
                     SessionHandle::of_session(ConnectionKind::Client, upstream, &client)
@@ -246,6 +252,7 @@ impl SessionManager {
                         api_key,
                         dispatcher,
                         events.clone(),
+                        policy.clone(),
                         tools,
                     );
                     SessionHandle::of_session(ConnectionKind::Client, upstream, &client)
@@ -263,6 +270,7 @@ impl SessionManager {
                 settings,
                 dispatcher,
                 events,
+                policy,
                 sessions,
                 watcher,
             }
@@ -412,8 +420,8 @@ impl Handler<ApplyChange> for SessionManager {
         if effect.changed {
             // A pending approval is for the registration it was asked under: one replaced or
             // removed voids it.
-            self.events
-                .approvals_tools_changed(&self.character, self.tools.current().tools());
+            self.policy
+                .tools_changed(&self.character, self.tools.current().tools());
         }
         match effect.changed.then(|| self.sync_sessions()).flatten() {
             None => drop(msg.reply.send(ChangeOutcome {
@@ -523,6 +531,7 @@ impl Handler<JoinCall> for SessionManager {
             msg.api_key,
             self.dispatcher.clone(),
             self.events.clone(),
+            self.policy.clone(),
             tool_list(&self.tools),
         );
         self.sessions.push(SessionHandle::of_session(

@@ -1,8 +1,8 @@
 //! `GET /api/health`: whether the server answers, which instance it is (a new `instance_id`
-//! means it restarted), and how many tools it restored from its state store and how many of them
-//! still wait for their callback, and whether the state store writes its file. A plugin polls
-//! it, or reads `instance_id` from any change's answer, to learn of a restart without the event
-//! stream.
+//! means it restarted), how many tools it restored from its state store and how many of them
+//! are still dormant, whether the state store writes its file, and who may decide an approval.
+//! A plugin polls it, or reads `instance_id` from any change's answer, to learn of a restart
+//! without the event stream.
 
 use actix_web::{HttpResponse, web};
 use serde::Serialize;
@@ -10,6 +10,7 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
+use crate::domain::operator::Decisions;
 
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/health").route(super::read_route().to(health)));
@@ -35,6 +36,7 @@ async fn health(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
         restored: state.restored,
         dormant: state.directory.dormant(),
         state: state.store_status.as_ref().map_or("off", |s| s.name()),
+        decisions: state.operator.decisions(),
     }))
 }
 
@@ -50,11 +52,16 @@ pub(crate) struct HealthResponse<'a> {
     pub version: &'a str,
     /// Tools read back from the state store at start (0 without `--state`).
     pub restored: usize,
-    /// Restored tools still waiting for their callback to accept connections.
+    /// Restored tools still dormant (waiting for their owner's token, or for their callback to
+    /// answer HTTP).
     pub dormant: usize,
     /// The state store (`--state`): `"ok"` while it writes its file, `"failing"` from a commit
     /// that failed (every change is then refused with 503, and none is made) until one
     /// succeeds again; `"off"` without `--state`.
     #[schema(example = "ok")]
     pub state: &'static str,
+    /// Who may decide an approval: `operator` (with the operator token) or `loopback` (any
+    /// local caller: `[security] decisions = "loopback"`).
+    #[schema(value_type = String, pattern = "^(operator|loopback)$")]
+    pub decisions: Decisions,
 }

@@ -13,6 +13,7 @@ use crate::dispatch::{HOP_HEADER, Where};
 use crate::domain::call::{JsonText, Outcome, ToolCall, ToolResult};
 use crate::domain::images::ToolImage;
 use crate::events::{CallStart, CallWatch, Caller};
+use crate::policy::Asker;
 
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/invoke").route(web::post().to(invoke)));
@@ -93,10 +94,23 @@ async fn invoke(
     // The invoke's caller is the person trying the tool: a tool that needs approval runs
     // without it, and the answer says so.
     let approval_not_asked = state
-        .events
+        .policy
         .approval_required(&resolved.role, &resolved.tool)
         .is_some();
-    let result = state.dispatcher.dispatch(&resolved.tool, call).await;
+    let asker = Asker {
+        role: &resolved.role,
+        caller: Caller::Invoke,
+        kind: None,
+    };
+    let tool = &resolved.tool;
+    let result = match state.policy.admit(asker, tool, &mut call) {
+        Ok(admission) => {
+            admission
+                .run(call, |call| state.dispatcher.dispatch(tool, call))
+                .await
+        }
+        Err(refused) => *refused,
+    };
     watch.finished(&result);
     let mut answer = InvokeResponse::from(result);
     if approval_not_asked {

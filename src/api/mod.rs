@@ -20,12 +20,15 @@ mod invoke;
 mod mcp;
 mod observe;
 pub(crate) mod openapi;
+pub(crate) mod operator;
 #[cfg(test)]
 mod properties;
 pub(crate) mod realtime;
 mod reports;
 pub(crate) mod requests;
+mod search;
 mod sessions;
+mod sources;
 mod token;
 mod tools;
 
@@ -41,6 +44,7 @@ use crate::events::EventHub;
 use crate::mcp::http_serve::McpEndpoint;
 use crate::mcp::runtime::McpPlugins;
 use crate::mcp::status::McpBoard;
+use crate::policy::Policy;
 use crate::session::settings::MAX_SYNC_TIMEOUT;
 use crate::session::shell::MODEL_CONNECT_TIMEOUT;
 use error::ApiError;
@@ -61,12 +65,17 @@ pub(crate) const ROUTER_REPLY_TIMEOUT: Duration = Duration::from_secs(
 
 /// What every handler shares.
 pub(crate) struct AppState {
+    /// The person's credential, which the operator routes (deciding an approval) require.
+    pub operator: operator::Operator,
     pub router: Addr<Router>,
     pub dispatcher: Dispatcher,
     /// Every character's published tools, read directly by the listing and the invoke route.
     pub directory: Directory,
     /// The change events: subscribed to by `GET /api/events`, published to by invoke.
     pub events: EventHub,
+    /// The call policy: what a call passes before it runs; the approval routes list and decide
+    /// on it.
+    pub policy: Policy,
     /// Interval of the keep-alive comment on an idle event stream.
     pub keep_alive: Duration,
     /// Each MCP server's state, read by `GET /api/mcp`.
@@ -91,10 +100,12 @@ pub(crate) struct AppState {
 /// The whole route tree.
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.configure(tools::configure)
+        .configure(search::configure)
         .configure(approvals::configure)
         .configure(conversation::configure)
         .configure(invoke::configure)
         .configure(sessions::configure)
+        .configure(sources::configure)
         .configure(realtime::configure)
         .configure(gemini::configure)
         .configure(chat::configure)

@@ -85,6 +85,7 @@ where
         app_stream: app_stream.max_frame_size(MAX_EVENT_BYTES),
         dispatcher: state.dispatcher.clone(),
         events: state.events.clone(),
+        policy: state.policy.clone(),
     };
     let (relay, body) = A::open(start, upstream);
     let joined = ask_router(

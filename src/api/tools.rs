@@ -21,7 +21,7 @@ use crate::actors::router::{
 use crate::dispatch::LOCAL_TOOL_TIMEOUT;
 use crate::domain::role::RoleName;
 use crate::domain::tool::Behavior;
-use crate::events::EventHub;
+use crate::policy::Policy;
 
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/tools/register").route(web::post().to(register)))
@@ -286,7 +286,7 @@ async fn list(
             roles: &roles,
             full: detail == Some(Detail::Full),
             states: state.keeps_state,
-            events: &state.events,
+            policy: &state.policy,
         },
     })
     .map_err(|e| ApiError::Unavailable(format!("listing could not be encoded: {e}")))?;
@@ -312,7 +312,7 @@ struct ToolsByRole<'a> {
     /// Whether each tool says whether it is active or dormant (the server keeps state).
     states: bool,
     /// Where each character's approval rules are held.
-    events: &'a EventHub,
+    policy: &'a Policy,
 }
 
 /// One listed tool.
@@ -380,7 +380,7 @@ impl Serialize for ToolsByRole<'_> {
                     behavior: self.full.then_some(t.behavior),
                     state: self.states.then_some(state),
                     approval: self.full.then(|| {
-                        match self.events.approval_required(&role.role, t) {
+                        match self.policy.approval_required(&role.role, t) {
                             Some(_) => "always",
                             None => "never",
                         }

@@ -31,8 +31,9 @@ use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::registry::not_registered_text;
 use crate::domain::snapshot::ToolCell;
 use crate::domain::tool::SharedTool;
-use crate::events::{Asker, CallStart, CallWatch, Caller, EventHub, after_approval};
+use crate::events::{CallStart, CallWatch, Caller, EventHub};
 use crate::observe::trace::Span;
+use crate::policy::{Asker, Policy};
 
 /// How often a stream whose calls are running (one may wait for a person's approval) gets an
 /// SSE comment.
@@ -50,10 +51,14 @@ pub(crate) struct ChatContext {
     pub tools: ToolCell,
     pub dispatcher: Dispatcher,
     pub events: EventHub,
+    /// What each call passes before it runs (a person's approval).
+    pub policy: Policy,
     /// The app's headers that pass upstream.
     pub app: AppHeaders,
     /// The trace context the app's request came with: the parent of the request's span.
     pub parent: Option<opentelemetry::trace::SpanContext>,
+    /// The app's end of its connection: who the turns the request keeps are charged to.
+    pub client: Option<std::net::SocketAddr>,
     /// The request's place among the character's running requests: held as long as its work.
     pub _permit: RequestPermit,
 }
@@ -318,7 +323,9 @@ impl<C: WireConversation> Driver<C> {
                 let _ = start.send(Some(failure.reply()));
             }
             None => {
-                for frame in self.conversation.failure_frames(failure.error_object()) {
+                let frames = self.conversation.failure_frames(failure.error_object());
+                self.issued();
+                for frame in frames {
                     if self.send(frame).await.is_err() {
                         return;
                     }
@@ -345,6 +352,14 @@ impl<C: WireConversation> Driver<C> {
         tracing::warn!(character = %self.ctx.role, kind = C::KIND.name(), "chat request failed: {text}");
         self.ctx.endpoint.failed(text);
         self.announce();
+    }
+
+    /// Records the id of the response the app got, if any: a later request that goes on from
+    /// it belongs to this character.
+    fn issued(&self) {
+        if let Some(id) = self.conversation.issued() {
+            self.ctx.endpoint.issued(id);
+        }
     }
 
     /// Announces the endpoint's report (`chat.state`).
@@ -384,6 +399,8 @@ impl<C: WireConversation> Driver<C> {
                 .metrics()
                 .model_round(C::KIND, &self.ctx.role);
             let stream = self.conversation.streaming();
+            // A whole answer (an error, or a round without a stream) is read by this deadline.
+            let deadline = upstream.deadline();
             let response = upstream
                 .post(C::PATH, round.body, stream, &self.ctx.app)
                 .await
@@ -397,7 +414,7 @@ impl<C: WireConversation> Driver<C> {
                 .to_owned();
             if !response.status().is_success() {
                 let body = upstream
-                    .read(response.into_body(), &self.ctx.app)
+                    .read(response.into_body(), &self.ctx.app, deadline)
                     .await
                     .map_err(Failure::Upstream)?;
                 if refuses_tools(status, &body) && self.conversation.tool_loop_mut().refuse_tools()
@@ -421,7 +438,7 @@ impl<C: WireConversation> Driver<C> {
                 self.read_stream(response.into_body()).await?;
             } else {
                 let body = upstream
-                    .read(response.into_body(), &self.ctx.app)
+                    .read(response.into_body(), &self.ctx.app, deadline)
                     .await
                     .map_err(Failure::Upstream)?;
                 let frames = self.conversation.whole_answer(&body)?;
@@ -448,8 +465,9 @@ impl<C: WireConversation> Driver<C> {
             }
         }
         let (answer, kept) = self.conversation.finish();
+        self.issued();
         if let Some(kept) = kept {
-            if let Err(TooLarge { bytes }) = C::keep(&endpoint, kept) {
+            if let Err(TooLarge { bytes }) = C::keep(&endpoint, kept, self.ctx.client) {
                 tracing::warn!(character = %self.ctx.role, bytes, "a turn handed back to the app is larger than the {MAX_KEPT_BYTES} bytes kept per character: its next request goes with only the app's calls");
             }
         }
@@ -584,12 +602,11 @@ impl<C: WireConversation> Driver<C> {
                             caller: Caller::Model,
                             kind: Some(C::KIND),
                         };
-                        match self.ctx.events.approval_for(asker, tool, &mut call) {
-                            Ok(approval) => {
-                                after_approval(approval, call, |call| {
-                                    self.ctx.dispatcher.dispatch(tool, call)
-                                })
-                                .await
+                        match self.ctx.policy.admit(asker, tool, &mut call) {
+                            Ok(admission) => {
+                                admission
+                                    .run(call, |call| self.ctx.dispatcher.dispatch(tool, call))
+                                    .await
                             }
                             Err(refused) => *refused,
                         }

@@ -32,10 +32,11 @@ use crate::domain::tool::{RemoteEndpoint, SharedTool, ToolHandler};
 use crate::observe::Observer;
 use crate::observe::trace::inject;
 
+pub(crate) use self::answers::answers_http;
 use self::body::BodySink;
-pub(crate) use self::failure::probe;
 use self::failure::{CallFailure, body_failure, send_failure};
 
+mod answers;
 mod board;
 mod body;
 mod cancel;

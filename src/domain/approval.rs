@@ -1,6 +1,6 @@
 //! Approval of a call by a person: a tool's policy, what a pending approval records, and what
 //! the model is told of each outcome. Plain: the store that holds pending approvals and their
-//! timers is `events::approvals`.
+//! timers is `policy::approvals`.
 
 use std::fmt::Write as _;
 use std::time::Duration;

@@ -15,8 +15,16 @@
 //! Changes made inside the process (an embedding application's messages, auto-removal, the
 //! configured MCP servers) carry no credential and are not subject to the rule: the rule is
 //! between plugins, which reach the server over HTTP.
+//!
+//! A source may also be bound before any plugin runs, by the configuration
+//! (`[[security.source]]`, [`ConfiguredSource`]): nobody can take it first, and no operator can
+//! free it at run time. A binding made at run time can be freed by the operator
+//! ([`Owners::unbind`]); the next registration with a token binds the source again. The same
+//! token proves a plugin is the owner of its source's restored tools (`domain::dormant`), and,
+//! with `plugin_tokens = "required"`, names the source of a plugin's context and progress
+//! ([`Owners::reporter`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -144,7 +152,7 @@ impl fmt::Debug for SaltedHash {
 
 /// What a bound source is bound to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Binding {
+enum BoundTo {
     /// Bound during this run: the token's hash itself.
     Token(TokenHash),
     /// Restored from the state file: only the salted hash is known, so the plain hash is not.
@@ -157,11 +165,11 @@ enum Binding {
     },
 }
 
-impl Binding {
+impl BoundTo {
     fn admits(&self, token: &TokenHash) -> bool {
         match self {
-            Binding::Token(bound) => bound == token,
-            Binding::Stored { salted, stand_in } => stand_in == token || salted.verifies(token),
+            BoundTo::Token(bound) => bound == token,
+            BoundTo::Stored { salted, stand_in } => stand_in == token || salted.verifies(token),
         }
     }
 }
@@ -200,13 +208,84 @@ pub enum OwnershipError {
          X-Plugin-Token it was registered with"
     )]
     NotOwner { tag: String },
+    /// Under `plugin_tokens = "required"`, a context or a progress report whose token binds no
+    /// source: nobody could tell whose text it is.
+    #[error(
+        "the X-Plugin-Token binds no source: with [security] plugin_tokens = \"required\" this \
+         needs the token of a source a registration (or [[security.source]]) bound"
+    )]
+    UnboundToken,
+    /// A wake of a source bound to another token (or sent without one).
+    #[error(
+        "source {tag:?} is bound to another token: waking its restored tools needs the \
+         X-Plugin-Token it is bound to"
+    )]
+    NotWaker { tag: String },
+    /// A wake of a source no token binds: there is no owner to prove.
+    #[error(
+        "source {tag:?} is bound to no token: its restored tools wake when their callback \
+         answers HTTP, without a wake"
+    )]
+    Unbound { tag: String },
+}
+
+/// Why a binding could not be freed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnbindError {
+    #[error("source {0:?} has no binding to free")]
+    NotBound(String),
+    #[error(
+        "source {0:?} is bound by the configuration ([[security.source]]): remove it there and \
+         restart to free it"
+    )]
+    Configured(String),
+}
+
+/// `[[security.source]]`: a source bound to the token in an environment variable, from start-up
+/// on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfiguredSource {
+    pub source: String,
+    /// The environment variable that holds the token (read at start-up; a missing variable or a
+    /// value that is not a token stops it).
+    pub token_env: String,
+}
+
+impl ConfiguredSource {
+    /// The hash of the token the variable holds; the error names the variable, never its value.
+    pub(crate) fn token(&self) -> Result<TokenHash, String> {
+        // Held like the server's other keys: a peer that quotes it back has it redacted.
+        let value = super::secrets::key_from_env(&self.token_env).map_err(|e| match e {
+            std::env::VarError::NotPresent => format!(
+                "environment variable {} is not set: it must hold the X-Plugin-Token of source \
+                 {:?}",
+                self.token_env, self.source
+            ),
+            std::env::VarError::NotUnicode(_) => format!(
+                "the value of environment variable {} must be visible ASCII characters only",
+                self.token_env
+            ),
+        })?;
+        TokenHash::from_header(value.as_bytes())
+            .map_err(|e| format!("the value of environment variable {} {e}", self.token_env))
+    }
+}
+
+/// One bound source as the listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Binding {
+    pub source: String,
+    /// Bound by `[[security.source]]` rather than by a registration.
+    pub configured: bool,
 }
 
 /// The sources bound to a token, and the policy.
 #[derive(Debug, Default)]
 pub(crate) struct Owners {
     policy: TokenPolicy,
-    bound: HashMap<String, Binding>,
+    bound: HashMap<String, BoundTo>,
+    /// The sources bound by the configuration: never freed, never replaced by a stored binding.
+    configured: BTreeSet<String>,
 }
 
 impl Owners {
@@ -214,7 +293,16 @@ impl Owners {
         Self {
             policy,
             bound: HashMap::new(),
+            configured: BTreeSet::new(),
         }
+    }
+
+    /// Whether `source` is bound to `token`: the one comparison every rule here makes. A
+    /// binding restored from the store is checked against its salted hash (or its stand-in).
+    fn holds(&self, source: &str, token: &TokenHash) -> bool {
+        self.bound
+            .get(source)
+            .is_some_and(|bound| bound.admits(token))
     }
 
     /// Whether `who` may change the tools of every source in `touched`: each bound one needs
@@ -234,8 +322,8 @@ impl Owners {
             return Err(OwnershipError::TokenRequired);
         }
         for source in touched.into_iter().chain(binds) {
-            if let Some(owner) = self.bound.get(source)
-                && !token.as_ref().is_some_and(|t| owner.admits(t))
+            if self.bound.contains_key(source)
+                && token.is_none_or(|token| !self.holds(source, &token))
             {
                 return Err(OwnershipError::NotOwner {
                     tag: source.to_owned(),
@@ -244,28 +332,129 @@ impl Owners {
         }
         match (binds, token) {
             (Some(source), Some(token)) if !self.bound.contains_key(source) => {
-                self.bound.insert(source.to_owned(), Binding::Token(token));
+                self.bound.insert(source.to_owned(), BoundTo::Token(token));
                 Ok(Some((source.to_owned(), token)))
             }
             _ => Ok(None),
         }
     }
 
-    /// Binds `source` to a salted hash read back from the store.
-    pub(crate) fn restore(&mut self, source: String, salted: SaltedHash) {
+    /// Binds `source` to a salted hash read back from the store; false (and nothing changes)
+    /// when the configuration binds it: that binding wins.
+    pub(crate) fn restore(&mut self, source: String, salted: SaltedHash) -> bool {
+        if self.configured.contains(&source) {
+            return false;
+        }
         let mut stand_in = [0; 32];
         ring::rand::SystemRandom::new()
             .fill(&mut stand_in)
             .expect("the system's random number generator works");
         let stand_in = TokenHash(stand_in);
         self.bound
-            .insert(source, Binding::Stored { salted, stand_in });
+            .insert(source, BoundTo::Stored { salted, stand_in });
+        true
+    }
+
+    /// Binds `source` to `token` for good (`[[security.source]]`). Never stored: the
+    /// configuration binds it again at each start.
+    pub(crate) fn configure(&mut self, source: String, token: TokenHash) {
+        self.bound.insert(source.clone(), BoundTo::Token(token));
+        self.configured.insert(source);
+    }
+
+    /// Whether the binding of `source` can be freed ([`Owners::unbind`] would succeed now):
+    /// the router asks before it stores the unbinding, and frees it once it is stored.
+    pub(crate) fn may_unbind(&self, source: &str) -> Result<(), UnbindError> {
+        if self.configured.contains(source) {
+            return Err(UnbindError::Configured(source.to_owned()));
+        }
+        match self.bound.contains_key(source) {
+            true => Ok(()),
+            false => Err(UnbindError::NotBound(source.to_owned())),
+        }
+    }
+
+    /// Frees the binding of `source` made at run time; its tools stay, and the next
+    /// registration with a token binds it again.
+    pub(crate) fn unbind(&mut self, source: &str) -> Result<(), UnbindError> {
+        self.may_unbind(source)?;
+        self.bound.remove(source);
+        Ok(())
+    }
+
+    /// Whether `who` may wake the restored tools of `source`: it carries the token `source` is
+    /// bound to.
+    pub(crate) fn may_wake(
+        &self,
+        who: Option<TokenHash>,
+        source: &str,
+    ) -> Result<(), OwnershipError> {
+        let tag = source.to_owned();
+        if !self.bound.contains_key(source) {
+            return Err(OwnershipError::Unbound { tag });
+        }
+        match who {
+            Some(token) if self.holds(source, &token) => Ok(()),
+            _ => Err(OwnershipError::NotWaker { tag }),
+        }
+    }
+
+    /// Of `sources`, those bound to `who`'s token: a change carrying it proves their owner.
+    pub(crate) fn owned_by(&self, who: Credential, sources: &[&str]) -> Vec<String> {
+        let Credential::Plugin(Some(token)) = who else {
+            return Vec::new();
+        };
+        sources
+            .iter()
+            .filter(|s| self.holds(s, &token))
+            .map(|s| (*s).to_owned())
+            .collect()
+    }
+
+    /// Who reports a context or a progress: the source `who`'s token binds (the first by name
+    /// when it binds several), if any. Under `plugin_tokens = "required"` a token is needed
+    /// (else [`OwnershipError::TokenRequired`]) and it must bind a source (else
+    /// [`OwnershipError::UnboundToken`]).
+    pub(crate) fn reporter(&self, who: Credential) -> Result<Option<String>, OwnershipError> {
+        let Credential::Plugin(token) = who else {
+            return Ok(None);
+        };
+        let required = self.policy == TokenPolicy::Required;
+        let Some(token) = token else {
+            return match required {
+                true => Err(OwnershipError::TokenRequired),
+                false => Ok(None),
+            };
+        };
+        let source = self
+            .bound
+            .keys()
+            .filter(|s| self.holds(s, &token))
+            .min()
+            .cloned();
+        match source {
+            None if required => Err(OwnershipError::UnboundToken),
+            source => Ok(source),
+        }
+    }
+
+    /// Every bound source, and whether the configuration bound it.
+    pub(crate) fn bindings(&self) -> Vec<Binding> {
+        self.bound
+            .keys()
+            .map(|source| Binding {
+                source: source.clone(),
+                configured: self.configured.contains(source),
+            })
+            .collect()
     }
 
     /// Undoes a binding [`Owners::authorize`] made for a change that was then not made (the
     /// state store could not keep it): `source` is unbound if it is still bound to `token`.
     pub(crate) fn undo_binding(&mut self, source: &str, token: &TokenHash) {
-        if self.bound.get(source) == Some(&Binding::Token(*token)) {
+        if !self.configured.contains(source)
+            && self.bound.get(source) == Some(&BoundTo::Token(*token))
+        {
             self.bound.remove(source);
         }
     }
@@ -277,13 +466,12 @@ impl Owners {
     /// the same token cannot be told from salted hashes, until the plugin sends its token.
     pub(crate) fn owner_of(&self, source: &str) -> Option<TokenHash> {
         self.bound.get(source).map(|binding| match binding {
-            Binding::Token(token) => *token,
-            Binding::Stored { stand_in, .. } => *stand_in,
+            BoundTo::Token(token) => *token,
+            BoundTo::Stored { stand_in, .. } => *stand_in,
         })
     }
 
     /// Whether `source` is bound to a token.
-    #[cfg(test)]
     pub(crate) fn is_bound(&self, source: &str) -> bool {
         self.bound.contains_key(source)
     }
@@ -379,6 +567,105 @@ mod tests {
             owners.authorize(Credential::InProcess, ["plugin:a"], None),
             Ok(None)
         );
+    }
+
+    #[test]
+    fn a_configured_binding_stays_and_a_run_time_one_is_freed() {
+        let hash = |text: &str| TokenHash::from_header(text.as_bytes()).unwrap();
+        let mut owners = Owners::default();
+        owners.configure("plugin:notes".into(), hash(A));
+        assert!(
+            !owners.restore("plugin:notes".into(), SaltedHash::new(&hash(B))),
+            "the configuration wins"
+        );
+        assert_eq!(
+            owners.authorize(token(B), [], Some("plugin:notes")),
+            Err(OwnershipError::NotOwner {
+                tag: "plugin:notes".into()
+            })
+        );
+        owners.authorize(token(B), [], Some("plugin:b")).unwrap();
+        let mut bindings = owners.bindings();
+        bindings.sort_by(|x, y| x.source.cmp(&y.source));
+        assert_eq!(
+            bindings,
+            [
+                Binding {
+                    source: "plugin:b".into(),
+                    configured: false
+                },
+                Binding {
+                    source: "plugin:notes".into(),
+                    configured: true
+                }
+            ]
+        );
+        assert_eq!(
+            owners.unbind("plugin:notes"),
+            Err(UnbindError::Configured("plugin:notes".into()))
+        );
+        // A configured binding is never undone either: no change of this run made it.
+        owners.undo_binding("plugin:notes", &hash(A));
+        assert!(owners.is_bound("plugin:notes"));
+        // Asking changes nothing; the unbinding itself frees it.
+        assert_eq!(owners.may_unbind("plugin:b"), Ok(()));
+        assert!(owners.is_bound("plugin:b"));
+        assert_eq!(owners.unbind("plugin:b"), Ok(()));
+        assert_eq!(
+            owners.may_unbind("plugin:b"),
+            Err(UnbindError::NotBound("plugin:b".into()))
+        );
+        assert_eq!(
+            owners.unbind("plugin:b"),
+            Err(UnbindError::NotBound("plugin:b".into()))
+        );
+        // Free again: the next tokened registration binds it.
+        assert!(
+            owners
+                .authorize(token(A), [], Some("plugin:b"))
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn only_the_owner_wakes_and_its_token_names_its_source() {
+        let hash = |text: &str| TokenHash::from_header(text.as_bytes()).unwrap();
+        let mut owners = Owners::new(TokenPolicy::Required);
+        owners.restore("plugin:z".into(), SaltedHash::new(&hash(A)));
+        owners.restore("plugin:a".into(), SaltedHash::new(&hash(A)));
+        let refused = OwnershipError::NotWaker {
+            tag: "plugin:a".into(),
+        };
+        assert_eq!(owners.may_wake(None, "plugin:a"), Err(refused.clone()));
+        assert_eq!(owners.may_wake(Some(hash(B)), "plugin:a"), Err(refused));
+        assert_eq!(owners.may_wake(Some(hash(A)), "plugin:a"), Ok(()));
+        assert_eq!(
+            owners.may_wake(Some(hash(A)), "plugin:free"),
+            Err(OwnershipError::Unbound {
+                tag: "plugin:free".into()
+            })
+        );
+        assert_eq!(
+            owners.owned_by(token(A), &["plugin:a", "plugin:free", "plugin:z"]),
+            ["plugin:a", "plugin:z"]
+        );
+        assert!(
+            owners
+                .owned_by(Credential::InProcess, &["plugin:a"])
+                .is_empty()
+        );
+        // The first of its sources by name; a token of no source, or none, is refused.
+        assert_eq!(owners.reporter(token(A)), Ok(Some("plugin:a".into())));
+        assert_eq!(owners.reporter(token(B)), Err(OwnershipError::UnboundToken));
+        assert_eq!(
+            owners.reporter(Credential::Plugin(None)),
+            Err(OwnershipError::TokenRequired)
+        );
+        assert_eq!(owners.reporter(Credential::InProcess), Ok(None));
+        let optional = Owners::default();
+        assert_eq!(optional.reporter(token(B)), Ok(None));
+        assert_eq!(optional.reporter(Credential::Plugin(None)), Ok(None));
     }
 
     #[test]

@@ -15,6 +15,7 @@ use super::approval::Approval;
 use super::arguments::Parameters;
 use super::call::LocalToolHandler;
 use super::callback_url::{CallbackOrigin, CallbackUrl};
+use super::search::ToolTerms;
 
 /// `source` of a registration that names none.
 pub(crate) const DEFAULT_SOURCE: &str = "external";
@@ -51,6 +52,9 @@ pub struct ToolSpec {
     /// Its definition as chat requests send it, written once on first use: every round of
     /// every request sends the same text.
     wire: WireForms,
+    /// What search finds it by, worked out on first use (when a registry first indexes it) and
+    /// shared by every character's index.
+    search: OnceLock<Arc<ToolTerms>>,
 }
 
 /// A tool's definition serialised in the chat wire formats' shapes ([`NestedTool`],
@@ -137,6 +141,7 @@ impl ToolSpec {
             approval: Approval::default(),
             generation: next_generation(),
             wire: WireForms::default(),
+            search: OnceLock::new(),
         }
     }
 
@@ -172,6 +177,7 @@ impl ToolSpec {
             approval: Approval::default(),
             generation: next_generation(),
             wire: WireForms::default(),
+            search: OnceLock::new(),
         }
     }
 
@@ -228,6 +234,36 @@ impl ToolSpec {
         self.wire
             .flat_loose
             .get_or_init(|| raw_json(&FlatTool::loose(self)))
+    }
+
+    /// The terms search finds this tool by. Worked out once: a `ToolSpec` is not changed once
+    /// it is shared.
+    pub(crate) fn search_terms(&self) -> &Arc<ToolTerms> {
+        self.search.get_or_init(|| {
+            Arc::new(ToolTerms::new(
+                &self.name,
+                &self.description,
+                self.parameters.schema(),
+                &self.source,
+            ))
+        })
+    }
+
+    /// Whether `other` has the same definition as far as search and the model can tell: name,
+    /// description, parameters and source.
+    pub(crate) fn same_definition(&self, other: &ToolSpec) -> bool {
+        self.name == other.name
+            && self.description == other.description
+            && self.source == other.source
+            && self.parameters.same_schema(&other.parameters)
+    }
+
+    /// Takes the search terms `other` has worked out, if this tool has none yet (`other` has the
+    /// same definition: [`ToolSpec::same_definition`]).
+    pub(crate) fn adopt_search_terms(&self, other: &ToolSpec) {
+        if let Some(terms) = other.search.get() {
+            let _ = self.search.set(terms.clone());
+        }
     }
 
     /// Whether this is a remote tool of `source` whose callback lives at `origin`.

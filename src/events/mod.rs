@@ -2,7 +2,8 @@
 //!
 //! A plain type, shared by handle: the router publishes `tools.changed`, each model session
 //! `session.state` and the calls it answers, the invoke route and the `/mcp` endpoint the calls
-//! they run (`tool.call`), the MCP board each MCP server's state (`mcp.state`).
+//! they run (`tool.call`), the MCP board each MCP server's state (`mcp.state`), the call
+//! policy (`crate::policy`) its approvals (`approval.requested`, `approval.resolved`).
 //! Every event gets the next id and is kept in a bounded ring, so a client that reconnects with
 //! `Last-Event-ID` gets what it missed (or a `reset` when the ring no longer holds it, or when it
 //! missed more than its buffer holds). Each subscriber has a bounded buffer, which the replay
@@ -26,15 +27,15 @@ use serde::Serialize;
 use sse_stream::Sse;
 use tokio::sync::mpsc;
 
-pub(crate) use self::approvals::{Asker, DecideError, Pending, PendingApproval, after_approval};
 pub use self::calls::{CallStart, CallWatch, Caller, ToolCallFinished};
+pub(crate) use self::search::{SearchKind, ToolSearched};
 use crate::domain::call::Scheduling;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::role::RoleName;
 use crate::observe::Observer;
 
-mod approvals;
 mod calls;
+mod search;
 
 /// Events kept for `Last-Event-ID` resumption: enough for a client that reconnects within a
 /// busy minute, small enough (a few hundred bytes each) to never matter for memory.
@@ -93,10 +94,14 @@ pub enum EventKind {
     ToolResult,
     /// A plugin reported a running call's progress.
     ToolProgress,
+    /// A plugin added text to the live conversations (`POST /api/sessions/context`).
+    ContextAdded,
     /// A call waits for a person's approval.
     ApprovalRequested,
     /// A pending approval ended: approved, denied, expired or cancelled.
     ApprovalResolved,
+    /// A search of a character's tools was made.
+    ToolSearch,
 }
 
 impl EventKind {
@@ -111,8 +116,10 @@ impl EventKind {
             EventKind::McpState => "mcp.state",
             EventKind::ToolResult => "tool.result",
             EventKind::ToolProgress => "tool.progress",
+            EventKind::ContextAdded => "context.added",
             EventKind::ApprovalRequested => "approval.requested",
             EventKind::ApprovalResolved => "approval.resolved",
+            EventKind::ToolSearch => "tool.search",
         }
     }
 }
@@ -267,6 +274,21 @@ pub struct ToolProgress<'a> {
     pub delivered: bool,
 }
 
+/// The data of `context.added`: a plugin's text for the conversations, and whose it is; `F` is
+/// the failed-role entry of the report.
+#[derive(Debug, Serialize)]
+pub struct ContextAdded<'a, F> {
+    /// The source the plugin's token binds (`null` for a plugin without one).
+    pub source: Option<&'a str>,
+    /// The character asked for (`null`: every character with a live session).
+    pub role: Option<&'a str>,
+    pub text: &'a str,
+    /// The model was asked to answer it.
+    pub respond: bool,
+    pub affected_roles: &'a [RoleName],
+    pub failed_roles: &'a [F],
+}
+
 #[derive(Debug, Serialize)]
 struct Hello<'a> {
     instance_id: &'a str,
@@ -298,9 +320,6 @@ struct Inner {
     state: Mutex<State>,
     /// What records every call announced here (metrics, the recent calls, spans).
     observer: Observer,
-    /// The calls that wait for a person's approval (`approvals`). Locked before `state` when
-    /// both are.
-    approvals: Mutex<approvals::Approvals>,
 }
 
 struct State {
@@ -352,7 +371,6 @@ impl EventHub {
                     subscribers: Vec::new(),
                 }),
                 observer,
-                approvals: Mutex::default(),
             }),
         }
     }
@@ -465,6 +483,13 @@ impl EventHub {
             Scope::Roles(vec![progress.role.into()]),
             progress,
         );
+    }
+
+    /// `context.added` of a plugin's text, for the roles it reached or failed.
+    pub fn context_added<F: Serialize>(&self, context: &ContextAdded<'_, F>, failed: &[&str]) {
+        let mut roles = context.affected_roles.to_vec();
+        roles.extend(failed.iter().map(|r| RoleName::from(*r)));
+        self.publish(EventKind::ContextAdded, Scope::Roles(roles), context);
     }
 
     /// Subscribes to the events `role` concerns (every event for `None`), resuming after

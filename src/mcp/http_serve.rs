@@ -36,7 +36,8 @@ use super::settings::McpEndpointSettings;
 use crate::actors::router::{Directory, RouterError};
 use crate::dispatch::Dispatcher;
 use crate::domain::call::{ToolCall, ToolResult};
-use crate::events::{Asker, CallStart, CallWatch, Caller, EventHub, EventKind, after_approval};
+use crate::events::{CallStart, CallWatch, Caller, EventHub, EventKind};
+use crate::policy::{Asker, Policy};
 
 /// Interval of the keep-alive comment on a session's event streams: under the idle timeouts of
 /// common clients (30 s and up), as for `GET /api/events`.
@@ -69,6 +70,7 @@ struct Inner {
     directory: Directory,
     dispatcher: Dispatcher,
     events: EventHub,
+    policy: Policy,
     config: StreamableHttpServerConfig,
     settings: McpEndpointSettings,
     services: Mutex<HashMap<String, CharacterMcp>>,
@@ -79,6 +81,7 @@ impl McpEndpoint {
         directory: Directory,
         dispatcher: Dispatcher,
         events: EventHub,
+        policy: Policy,
         settings: McpEndpointSettings,
     ) -> Self {
         let config = StreamableHttpServerConfig::default()
@@ -92,6 +95,7 @@ impl McpEndpoint {
             directory,
             dispatcher,
             events,
+            policy,
             config,
             settings,
             services: Mutex::new(HashMap::new()),
@@ -134,6 +138,7 @@ impl McpEndpoint {
                         directory: inner.directory.clone(),
                         dispatcher: inner.dispatcher.clone(),
                         events: inner.events.clone(),
+                        policy: inner.policy.clone(),
                         ended: watch::Sender::new(()),
                     })
                 },
@@ -158,6 +163,7 @@ pub(crate) struct SessionTools {
     directory: Directory,
     dispatcher: Dispatcher,
     events: EventHub,
+    policy: Policy,
     /// Dropped with the session: ends its `list_changed` watcher.
     ended: watch::Sender<()>,
 }
@@ -255,17 +261,16 @@ impl ServerHandler for SessionTools {
             caller: Caller::Mcp,
             kind: None,
         };
-        let approval = match self.events.approval_for(asker, &resolved.tool, &mut call) {
-            Ok(approval) => approval,
+        let admission = match self.policy.admit(asker, &resolved.tool, &mut call) {
+            Ok(admission) => admission,
             Err(refused) => {
                 watch.finished(&refused);
                 return Ok(call_result(*refused));
             }
         };
         let tool = &resolved.tool;
-        let dispatch = std::pin::pin!(after_approval(approval, call, |call| {
-            self.dispatcher.dispatch(tool, call)
-        }));
+        let dispatch =
+            std::pin::pin!(admission.run(call, |call| self.dispatcher.dispatch(tool, call)));
         let cancelled = std::pin::pin!(context.ct.cancelled());
         let result = match select(dispatch, cancelled).await {
             Either::Left((result, _)) => result,

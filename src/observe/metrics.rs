@@ -77,6 +77,7 @@ pub(crate) struct Metrics {
     upstream_errors: IntCounterVec,
     pub(crate) spans_exported: IntCounter,
     pub(crate) spans_dropped: IntCounterVec,
+    searches: IntCounterVec,
     /// The tool names that have a label of their own.
     tool_labels: Mutex<HashSet<String>>,
 }
@@ -184,6 +185,12 @@ impl Default for Metrics {
              export_failed (the collector refused or could not be reached).",
             &["reason"],
         );
+        let searches = counter(
+            &r,
+            "runtime_tools_tool_searches_total",
+            "Searches of a character's tools, by who searched (api: GET /api/tools/search).",
+            &["kind"],
+        );
         Self {
             registry: r,
             calls,
@@ -196,6 +203,7 @@ impl Default for Metrics {
             upstream_errors,
             spans_exported,
             spans_dropped,
+            searches,
             tool_labels: Mutex::new(HashSet::new()),
         }
     }
@@ -231,6 +239,11 @@ impl Metrics {
         self.call_seconds
             .with_label_values(&[sample.character, tool, sample.caller, kind])
             .observe(sample.duration.as_secs_f64());
+    }
+
+    /// One search of a character's tools, by `kind` (`api`, or a session's kind).
+    pub(crate) fn tool_searched(&self, kind: &str) {
+        self.searches.with_label_values(&[kind]).inc();
     }
 
     /// A live session of `kind` acknowledged a tool change after `took`.

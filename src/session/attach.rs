@@ -25,6 +25,7 @@ use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
+use crate::policy::Policy;
 
 /// How joining a call went: `Err` when the websocket could not be opened, otherwise the outcome
 /// of the first tool update (`Err` says why the call did not take the tools).
@@ -52,6 +53,7 @@ pub(crate) struct Attachment {
 impl Attachment {
     /// Joins the call at `url` for `character`; the receiver hears how it went. Its state and
     /// the calls it answers are announced on `events`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn launch(
         character: String,
         settings: &SessionSettings,
@@ -59,6 +61,7 @@ impl Attachment {
         api_key: Option<String>,
         dispatcher: Dispatcher,
         events: EventHub,
+        policy: Policy,
         tools: Arc<[SharedTool]>,
     ) -> (Addr<Self>, oneshot::Receiver<Joined>) {
         let (joined, outcome) = oneshot::channel();
@@ -71,6 +74,7 @@ impl Attachment {
             url,
             settings,
             events,
+            policy,
             tools,
             true,
         );
@@ -334,6 +338,7 @@ mod tests {
             url.into(),
             &settings,
             EventHub::new(&EventSettings::default()),
+            Policy::new(EventHub::new(&EventSettings::default())),
             test_tools(&["lookup"]).into(),
             true,
         );
@@ -370,6 +375,7 @@ mod tests {
             url.into(),
             &settings,
             EventHub::new(&EventSettings::default()),
+            Policy::new(EventHub::new(&EventSettings::default())),
             test_tools(&["lookup"]).into(),
             true,
         );

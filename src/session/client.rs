@@ -22,6 +22,7 @@ use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
+use crate::policy::Policy;
 
 pub(crate) struct RealtimeSession {
     link: Link,
@@ -38,6 +39,7 @@ impl RealtimeSession {
         api_key: Option<String>,
         dispatcher: Dispatcher,
         events: EventHub,
+        policy: Policy,
         tools: Arc<[SharedTool]>,
     ) -> Addr<Self> {
         let core = SessionCore::new(
@@ -47,6 +49,7 @@ impl RealtimeSession {
             settings.url.clone(),
             &settings,
             events,
+            policy,
             tools,
             false,
         );

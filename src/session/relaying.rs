@@ -24,6 +24,7 @@ use super::{AddContext, CloseSession, ConnectionState, SessionStatus, SyncTools}
 use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
 use crate::events::EventHub;
+use crate::policy::Policy;
 
 /// The close code sent to the app when the model's connection ended without a close frame or
 /// broke (1014, bad gateway).
@@ -59,6 +60,7 @@ pub(crate) struct RelayStart<'a> {
     pub app_stream: AppStream,
     pub dispatcher: Dispatcher,
     pub events: EventHub,
+    pub policy: Policy,
 }
 
 /// Starts a relay on this thread: a session of `protocol` on `socket` (the connection in use,
@@ -79,6 +81,7 @@ pub(crate) fn start<A: RelaysApp>(
         app_stream,
         dispatcher,
         events,
+        policy,
     } = relay;
     let core = SessionCore::new(
         character,
@@ -87,6 +90,7 @@ pub(crate) fn start<A: RelaysApp>(
         url,
         settings,
         events,
+        policy,
         Arc::from([]),
         false,
     );

@@ -22,7 +22,6 @@ pub(crate) use super::wire::CLOSE_GRACE;
 use super::wire::{FromUpstream, HoldsWires, UpstreamSocket, Wires, Written};
 use crate::dispatch::{CallCanceller, CallProgress, Dispatcher, Listed, Where};
 use crate::domain::tool::SharedTool;
-use crate::events::after_approval;
 
 /// Longest wait for a connection to a model provider (TCP, TLS and, for a websocket, its
 /// handshake): a provider across the internet answers well under a second; ten leaves room for a
@@ -235,7 +234,7 @@ pub(crate) fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
                     call,
                     tool,
                     ticket,
-                    approval,
+                    admission,
                 } = *run;
                 let place = Where {
                     role: act.link().core.character().to_owned(),
@@ -247,11 +246,10 @@ pub(crate) fn run_effects<A: Shell>(act: &mut A, ctx: &mut Context<A>) {
                 let listed = link.dispatcher.board().list(&call.call_id, place);
                 let dispatcher = link.dispatcher.clone();
                 // A call that waits for approval runs (as it was held) once the person approves.
-                let (canceller, running) = Dispatcher::cancellable(after_approval(
-                    approval,
-                    call,
-                    move |call| async move { dispatcher.dispatch(&tool, call).await },
-                ));
+                let (canceller, running) =
+                    Dispatcher::cancellable(admission.run(call, move |call| async move {
+                        dispatcher.dispatch(&tool, call).await
+                    }));
                 link.running.insert(ticket, (canceller, listed));
                 ctx.spawn(running.into_actor(act).map(move |result, act, ctx| {
                     act.link().running.remove(&ticket);

@@ -4,9 +4,12 @@
 //! body (so a restored tool is read by the same parser as a new one), with its source and
 //! callback origin; every MCP server a plugin registered at run time, as its registration's
 //! body, with the tools of its last listing that were registered (so they can be listed while
-//! the server is not back); and each source's binding, as a salted hash of its token (a salt of
-//! its own per binding: the file never holds a token's plain SHA-256). Not kept: in-process
-//! tools, the configured MCP servers' tools (their servers list them again), sessions, calls.
+//! the server is not back); each source's binding made at run time (until the operator frees
+//! it), as a salted hash of its token (a salt of its own per binding: the file never holds a
+//! token's plain SHA-256); and, for a restored tool or server not back yet, when it went dormant
+//! (so its dormant time counts across restarts). Not kept: in-process tools, the configured MCP
+//! servers' tools (their servers list them again), the configured sources' bindings, sessions,
+//! calls.
 //!
 //! The router hands each change to [`StateStore::submit_ordered`] in the order it decides them,
 //! and makes the change only once the store says its commit is durable: stored first, made
@@ -60,6 +63,11 @@ pub(crate) struct StoredTool {
     pub origin: String,
     /// The registration's body (without `role`), as JSON text.
     pub body: String,
+    /// When it went dormant (restored, and not back yet), in milliseconds since the Unix epoch:
+    /// its dormant time counts from there across restarts. Absent for a tool that is active
+    /// (a record written before this field was read as one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dormant_since: Option<u64>,
 }
 
 /// An MCP server registered at run time, as stored.
@@ -70,6 +78,9 @@ pub(crate) struct StoredMcpServer {
     pub body: String,
     /// The tools of its last listing that were registered (MCP `Tool`s), as JSON text.
     pub tools: String,
+    /// When it went dormant, as [`StoredTool::dormant_since`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dormant_since: Option<u64>,
 }
 
 /// One change, as the store applies it: in one transaction, all or nothing.
@@ -109,6 +120,17 @@ pub(crate) enum Op {
     },
     /// The MCP server registered under `name` removed.
     McpUnregister { name: String },
+    /// The binding of a source freed (by the operator).
+    Unbind { source: String },
+    /// Restored tools (character, name) and MCP servers went dormant at `since` (milliseconds
+    /// since the Unix epoch); those already dormant keep their time.
+    Dormant {
+        tools: Vec<(String, String)>,
+        servers: Vec<String>,
+        since: u64,
+    },
+    /// Restored tools (character, name) are active again: their dormant time is over.
+    Awake { tools: Vec<(String, String)> },
 }
 
 impl Op {

@@ -223,7 +223,56 @@ fn apply(tables: &mut Tables<'_>, op: &Op) -> anyhow::Result<()> {
         Op::McpUnregister { name } => {
             tables.servers.remove(name.as_str())?;
         }
+        Op::Unbind { source } => {
+            tables.owners.remove(source.as_str())?;
+        }
+        Op::Dormant {
+            tools: dormant,
+            servers,
+            since,
+        } => {
+            for (character, name) in dormant {
+                mark_tool(tools, character, name, |t| {
+                    t.dormant_since.get_or_insert(*since);
+                })?;
+            }
+            for name in servers {
+                let Some(value) = tables
+                    .servers
+                    .get(name.as_str())?
+                    .map(|v| v.value().to_vec())
+                else {
+                    continue;
+                };
+                let mut stored: StoredMcpServer = serde_json::from_slice(&value)?;
+                stored.dormant_since.get_or_insert(*since);
+                let value = serde_json::to_vec(&stored)?;
+                tables.servers.insert(name.as_str(), &value[..])?;
+            }
+        }
+        Op::Awake { tools: awake } => {
+            for (character, name) in awake {
+                mark_tool(tools, character, name, |t| t.dormant_since = None)?;
+            }
+        }
     }
+    Ok(())
+}
+
+/// Rewrites the stored tool (`character`, `name`) with `change` applied, if it is stored.
+fn mark_tool(
+    tools: &mut Tools<'_>,
+    character: &str,
+    name: &str,
+    change: impl FnOnce(&mut StoredTool),
+) -> anyhow::Result<()> {
+    let Some(value) = tools.get((character, name))?.map(|v| v.value().to_vec()) else {
+        return Ok(());
+    };
+    let mut stored: StoredTool = serde_json::from_slice(&value)?;
+    change(&mut stored);
+    let value = serde_json::to_vec(&stored)?;
+    tools.insert((character, name), &value[..])?;
     Ok(())
 }
 

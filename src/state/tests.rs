@@ -14,6 +14,7 @@ fn stored(source: &str, origin: &str) -> Option<StoredTool> {
         source: source.into(),
         origin: origin.into(),
         body: "{}".into(),
+        dormant_since: None,
     })
 }
 
@@ -113,14 +114,43 @@ fn changes_survive_reopening_and_a_foreign_version_is_refused() {
                 source: format!("mcp:{name}"),
                 body: "{}".into(),
                 tools: "[]".into(),
+                dormant_since: None,
             };
             let name = name.into();
             run(&store, Op::McpRegister { name, stored });
         }
         run(&store, Op::McpUnregister { name: "m1".into() });
+        let bind = |source: &str| Op::Bind {
+            source: source.into(),
+            hash: [8; 32],
+        };
+        run(&store, bind("plugin:y"));
+        let unbind = Op::Unbind {
+            source: "plugin:y".into(),
+        };
+        run(&store, unbind);
+        // A tool already dormant keeps its time; an awake one loses it.
+        for since in [5, 9] {
+            let dormant = Op::Dormant {
+                tools: vec![("A".into(), "a".into()), ("B".into(), "a".into())],
+                servers: vec!["m2".into(), "gone".into()],
+                since,
+            };
+            run(&store, dormant);
+        }
+        let awake = Op::Awake {
+            tools: vec![("B".into(), "a".into()), ("B".into(), "gone".into())],
+        };
+        run(&store, awake);
     }
     let (store, restored) = reopen(&path);
     assert_eq!(names(&restored), ["A/a", "A/c", "B/a"]);
+    let since: Vec<_> = restored
+        .tools
+        .iter()
+        .map(|(_, _, t)| t.dormant_since)
+        .collect();
+    assert_eq!(since, [Some(5), None, None]);
     let [(source, salted)] = &restored.owners[..] else {
         panic!("one binding: {:?}", restored.owners);
     };
@@ -130,9 +160,9 @@ fn changes_survive_reopening_and_a_foreign_version_is_refused() {
     let servers: Vec<_> = restored
         .mcp_servers
         .iter()
-        .map(|(n, s)| (n.as_str(), s.source.as_str()))
+        .map(|(n, s)| (n.as_str(), s.source.as_str(), s.dormant_since))
         .collect();
-    assert_eq!(servers, [("m2", "mcp:m2")]);
+    assert_eq!(servers, [("m2", "mcp:m2", Some(5))]);
     run(
         &store,
         Op::Clear {

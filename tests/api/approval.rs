@@ -5,6 +5,7 @@
 //! `/mcp` (the official MCP Python SDK). Plugins record every request, so "never called" is read
 //! off them.
 
+use std::collections::HashMap;
 use std::process::Command;
 
 use futures_util::StreamExt;
@@ -19,7 +20,7 @@ use crate::fake_chat::{Answer, FakeChat, call_chunks, calls_completion, completi
 use crate::fake_gemini::{FakeGemini, SetupMode};
 use crate::fake_realtime::{AckMode, FakeRealtime};
 use crate::fake_responses::{FakeResponses, answer, call, message};
-use crate::helpers::{TestApp, app_with_session, settings, spawn_app_with};
+use crate::helpers::{HTTP_DEADLINE, TestApp, app_with_session, settings, spawn_app_with};
 use crate::non_blocking::{
     outputs_of, responding, response_created, sent, system_messages, system_texts,
 };
@@ -47,9 +48,10 @@ async fn register(app: &TestApp, body: &Value) {
     assert_eq!(status, 200, "{answer}");
 }
 
-/// Decides approval `id`; the status and answer.
+/// Decides approval `id` as the person (with the operator token); the status and answer.
 async fn decide(app: &TestApp, id: &str, body: Value) -> (u16, Value) {
-    app.post(&format!("/api/approvals/{id}"), &body).await
+    app.post_as_operator(&format!("/api/approvals/{id}"), &body)
+        .await
 }
 
 fn sha256(text: &str) -> String {
@@ -1016,4 +1018,153 @@ async fn a_streamed_chat_request_that_waits_for_approval_gets_keep_alive_comment
         "{rest}"
     );
     assert_eq!(callback.received().len(), 1);
+}
+
+/// Rounds of [`a_decision_at_the_expiry_instant_has_one_outcome_that_every_side_agrees_on`]: each
+/// holds as many approvals as a character may have pending.
+const EXPIRY_ROUNDS: i64 = 8;
+const PER_ROUND: i64 = 32;
+
+/// Where the decisions aimed at the expiry instant go, in microseconds from `expires_at`: the
+/// server's timer fires up to a millisecond or two after it (`expires_at` is cut to the
+/// millisecond, the timer's wheel turns by whole milliseconds) and a decision takes a moment to
+/// arrive, so the span leans late. All rounds together sweep it in steps of about 20 µs.
+const EXPIRY_SWEEP_US: (i64, i64) = (-1_000, 4_000);
+
+/// Approves approval `id` as the person (with the operator `token`) over a connection of its
+/// own, opened now, sending the request at the wall-clock instant `at` (from a thread of its
+/// own, so the instant is kept to well under a millisecond); the status and answer.
+fn approve_at(
+    addr: std::net::SocketAddr,
+    token: &str,
+    id: &str,
+    at: std::time::SystemTime,
+) -> (u16, Value) {
+    use std::io::{Read, Write};
+
+    let body = r#"{"decision": "approve"}"#;
+    let request = format!(
+        "POST /api/approvals/{id} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut socket = std::net::TcpStream::connect(addr).expect("connected");
+    socket.set_nodelay(true).unwrap();
+    socket.set_read_timeout(Some(HTTP_DEADLINE)).unwrap();
+    if let Ok(wait) = at.duration_since(std::time::SystemTime::now()) {
+        std::thread::sleep(wait);
+    }
+    socket.write_all(request.as_bytes()).expect("decision sent");
+    let mut answer = Vec::new();
+    socket.read_to_end(&mut answer).expect("answer read");
+    let answer = String::from_utf8(answer).expect("a text answer");
+    let (head, body) = answer.split_once("\r\n\r\n").expect("a whole answer");
+    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok());
+    (
+        status.unwrap_or_else(|| panic!("no status in {head:?}")),
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body:?}")),
+    )
+}
+
+/// `expires_at` shifted by `offset_us` microseconds.
+fn at_offset(expires_at: &str, offset_us: i64) -> std::time::SystemTime {
+    let expires = humantime::parse_rfc3339(expires_at).expect("an RFC 3339 expires_at");
+    let shift = std::time::Duration::from_micros(offset_us.unsigned_abs());
+    if offset_us < 0 {
+        expires - shift
+    } else {
+        expires + shift
+    }
+}
+
+#[actix_web::test]
+async fn a_decision_at_the_expiry_instant_has_one_outcome_that_every_side_agrees_on() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let callback = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
+    let (app, mut stream) = realtime(&fake, &callback, 1).await;
+    let (mut counted, mut disagreed) = ((0, 0), Vec::new());
+    for round in 0..EXPIRY_ROUNDS {
+        let calls: Vec<String> = (0..PER_ROUND).map(|i| format!("r{round}c{i}")).collect();
+        for call_id in &calls {
+            model_sends(&fake, call_id, &format!(r#"{{"to": "{call_id}"}}"#)).await;
+        }
+        // Each decision is aimed at its approval's expiry: the first of a round well before it,
+        // the second well after, the rest swept across the instant itself.
+        let mut decisions = Vec::new();
+        for (i, call_id) in (0..).zip(&calls) {
+            let record = requested(&mut stream, call_id).await;
+            let offset_us = match i {
+                0 => -500_000,
+                1 => 500_000,
+                _ => {
+                    let (from, to) = EXPIRY_SWEEP_US;
+                    let slot = (i - 2) * EXPIRY_ROUNDS + round;
+                    from + (to - from) * slot / ((PER_ROUND - 2) * EXPIRY_ROUNDS)
+                }
+            };
+            let at = at_offset(record["expires_at"].as_str().unwrap(), offset_us);
+            let (addr, id) = (app.addr, record["id"].as_str().unwrap().to_owned());
+            let token = app.operator_token.clone();
+            decisions.push(actix_web::rt::task::spawn_blocking(move || {
+                approve_at(addr, &token, &id, at)
+            }));
+        }
+        let mut answers = Vec::new();
+        for decision in decisions {
+            answers.push(decision.await.expect("the decision's thread"));
+        }
+        // Every approval ends (approval.resolved) and every call is announced once it is
+        // answered (tool.call), whichever way it went.
+        let (mut resolved, mut announced) = (HashMap::new(), HashMap::new());
+        while resolved.len() < calls.len() || announced.len() < calls.len() {
+            let event = stream.next_event().await;
+            let call_id = event.data["call_id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned();
+            match event.event.as_str() {
+                "approval.resolved" => resolved.insert(call_id, event.data["outcome"].clone()),
+                "tool.call" => announced.insert(call_id, event.data["outcome"].clone()),
+                _ => None,
+            };
+        }
+        let ran: Vec<Value> = callback
+            .received()
+            .iter()
+            .map(|r| r.json()["arguments"]["to"].clone())
+            .collect();
+        for (call_id, (status, answer)) in calls.iter().zip(&answers) {
+            let runs = ran.iter().filter(|to| *to == call_id).count();
+            let seen = (&resolved[call_id], &announced[call_id], runs);
+            let agreed = match status {
+                200 => {
+                    counted.0 += 1;
+                    seen == (&json!("approved"), &json!("ok"), 1)
+                }
+                409 => {
+                    counted.1 += 1;
+                    answer["detail"].as_str().unwrap().ends_with(
+                        "expired before a decision: a decision is taken once, while the call waits",
+                    ) && seen == (&json!("expired"), &json!("expired"), 0)
+                }
+                _ => false,
+            };
+            if !agreed {
+                disagreed.push(format!(
+                    "{call_id}: the decision got {status} {answer}; approval.resolved: {}, \
+                     tool.call: {}, callback calls: {runs}",
+                    seen.0, seen.1
+                ));
+            }
+        }
+    }
+    eprintln!(
+        "decisions at the expiry instant: {} won, {} lost to the expiry",
+        counted.0, counted.1
+    );
+    assert!(
+        disagreed.is_empty(),
+        "a decision's answer, approval.resolved, tool.call and the callback disagree:\n{}",
+        disagreed.join("\n")
+    );
 }

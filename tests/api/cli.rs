@@ -31,6 +31,8 @@ pub struct Child {
     /// The read end of a stderr pipe that is never read, held open.
     _unread_stderr: Option<ChildStderr>,
     exited: Option<ExitStatus>,
+    /// The `inspector:` line printed after the listening line, once read.
+    pub inspector: Option<String>,
 }
 
 impl Child {
@@ -109,6 +111,7 @@ impl Child {
             stderr,
             _unread_stderr: unread,
             exited: None,
+            inspector: None,
         }
     }
 
@@ -133,7 +136,23 @@ impl Child {
         let port: u16 = port.parse().expect("a port number");
         assert_ne!(port, 0, "the real port is announced");
         let ip = host.trim_start_matches('[').trim_end_matches(']');
+        // The person's address of the inspector follows at once.
+        let inspector = self.next_line().expect("an inspector line");
+        assert!(
+            inspector.starts_with(&format!("inspector: http://{host}:{port}/")),
+            "unexpected second line {inspector:?}"
+        );
+        self.inspector = Some(inspector);
         SocketAddr::new(ip.parse().unwrap(), port)
+    }
+
+    /// The operator token the inspector line carries (`#token=`), when the server made one.
+    pub fn printed_token(&self) -> Option<&str> {
+        let line = self
+            .inspector
+            .as_deref()
+            .expect("the listening line was read");
+        line.split_once("/#token=").map(|(_, token)| token)
     }
 
     pub fn signal(&self, signal: &str) {

@@ -19,21 +19,32 @@
 //! A change decided before the router learned of a store failure may rest on a change that
 //! failed (a binding, or a removal the check counted on), so the store refuses it too; the
 //! router learns of failures in order, so it undoes exactly the changes that were refused.
-//! A change with nothing to store (a restored tool whose callback came back) still waits its
-//! turn behind those that are storing.
+//! A change with nothing to store still waits its turn behind those that are storing.
+//!
+//! The operator's unbinding of a source waits here the same way ([`Router::store_then_unbind`]):
+//! the source stays bound until its `Op::Unbind` is durable, and is not freed (503) when it is
+//! not. A restored tool's waking is a registration whose op ends its stored dormant time
+//! (`Op::Awake`): one whose commit fails is given back dormant, its origin probed again after
+//! [`PROBE_AGAIN_AFTER_NOT_STORED`].
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use actix::prelude::*;
 use tokio::sync::oneshot;
 
-use super::Router;
+use super::{Router, RouterError};
 use crate::actors::change::ChangeReport;
 use crate::domain::dormant::DormantTool;
 use crate::domain::ownership::TokenHash;
 use crate::domain::registry::Change;
 use crate::domain::role::RoleName;
-use crate::state::{Op, StoreFailure};
+use crate::state::{Op, StateStore, StoreFailure};
+
+/// How long restored tools that a change took stay unprobed when that change was not stored:
+/// their origin may well answer at once, and the store, while it fails, tries again every
+/// 5 s (`state::writer`); probing sooner would only fail another commit.
+pub(super) const PROBE_AGAIN_AFTER_NOT_STORED: Duration = Duration::from_secs(5);
 
 /// The store answered the commit of change `id`.
 #[derive(Message, Debug)]
@@ -65,13 +76,26 @@ pub(super) struct Commits {
 
 struct Waiting {
     id: u64,
-    /// Its characters, by name: one removed meanwhile is left out.
-    roles: Vec<RoleName>,
-    change: Change,
     /// `None` while its commit runs.
     outcome: Option<Result<(), StoreFailure>>,
     undo: Undo,
-    made: oneshot::Sender<Result<ResponseFuture<ChangeReport>, StoreFailure>>,
+    what: Pending,
+}
+
+/// What a waiting change makes once it is stored.
+enum Pending {
+    /// A tool change, fanned out to its characters.
+    Change {
+        /// Its characters, by name: one removed meanwhile is left out.
+        roles: Vec<RoleName>,
+        change: Change,
+        made: oneshot::Sender<Result<ResponseFuture<ChangeReport>, StoreFailure>>,
+    },
+    /// The operator's unbinding of `source`.
+    Unbind {
+        source: String,
+        done: oneshot::Sender<Result<(), RouterError>>,
+    },
 }
 
 impl Commits {
@@ -80,10 +104,10 @@ impl Commits {
         &'a self,
         role: &'a RoleName,
     ) -> impl Iterator<Item = &'a Change> {
-        self.waiting
-            .iter()
-            .filter(move |w| w.roles.contains(role))
-            .map(|w| &w.change)
+        self.waiting.iter().filter_map(move |w| match &w.what {
+            Pending::Change { roles, change, .. } if roles.contains(role) => Some(change),
+            _ => None,
+        })
     }
 }
 
@@ -97,7 +121,7 @@ impl Router {
         change: Change,
         undo: Undo,
     ) -> Made {
-        let Some(store) = &self.store else {
+        let Some(store) = self.store.clone() else {
             let report = self.fan_out(targets, change);
             return Box::pin(async move { Ok(report.await) });
         };
@@ -105,6 +129,52 @@ impl Router {
             let report = self.fan_out(targets, change);
             return Box::pin(async move { Ok(report.await) });
         }
+        let (made, report) = oneshot::channel();
+        let what = Pending::Change {
+            roles: targets
+                .iter()
+                .map(|&i| self.characters[i].name.clone())
+                .collect(),
+            change,
+            made,
+        };
+        self.wait_for_commit(&store, ops, undo, what);
+        Box::pin(async move {
+            match report.await {
+                Ok(Ok(report)) => Ok(report.await),
+                Ok(Err(failure)) => Err(failure),
+                Err(_) => Err(StoreFailure::stopped()),
+            }
+        })
+    }
+
+    /// Frees the binding of `source` once its `Op::Unbind` is durable (at once without a
+    /// store); a source whose unbinding the store could not keep stays bound (503).
+    pub(super) fn store_then_unbind(
+        &mut self,
+        source: String,
+        ctx: &mut Context<Self>,
+    ) -> ResponseFuture<Result<(), RouterError>> {
+        let Some(store) = self.store.clone() else {
+            let unbound = self.unbind_now(&source, ctx).map_err(RouterError::from);
+            return Box::pin(async move { unbound });
+        };
+        let (done, answer) = oneshot::channel();
+        let ops = vec![Op::Unbind {
+            source: source.clone(),
+        }];
+        let what = Pending::Unbind { source, done };
+        self.wait_for_commit(&store, ops, Undo::default(), what);
+        Box::pin(async move {
+            answer
+                .await
+                .unwrap_or_else(|_| Err(RouterError::NotStored(StoreFailure::stopped().text)))
+        })
+    }
+
+    /// Hands `ops` to the store (with a store) and queues `what` behind the changes waiting,
+    /// to be made once they are durable.
+    fn wait_for_commit(&mut self, store: &StateStore, ops: Vec<Op>, undo: Undo, what: Pending) {
         let id = self.commits.next_id;
         self.commits.next_id += 1;
         let stores = !ops.is_empty();
@@ -118,26 +188,13 @@ impl Router {
                 router.do_send(Committed { id, outcome });
             });
         }
-        let (made, report) = oneshot::channel();
         self.commits.waiting.push_back(Waiting {
             id,
-            roles: targets
-                .iter()
-                .map(|&i| self.characters[i].name.clone())
-                .collect(),
-            change,
             // Nothing to store: ready, behind the changes before it.
             outcome: (!stores).then_some(Ok(())),
             undo,
-            made,
+            what,
         });
-        Box::pin(async move {
-            match report.await {
-                Ok(Ok(report)) => Ok(report.await),
-                Ok(Err(failure)) => Err(failure),
-                Err(_) => Err(StoreFailure::stopped()),
-            }
-        })
     }
 
     /// Makes, or undoes, the changes at the front whose commit is answered, in order.
@@ -149,21 +206,41 @@ impl Router {
             .is_some_and(|w| w.outcome.is_some())
         {
             let waiting = self.commits.waiting.pop_front().expect("checked above");
-            match waiting.outcome.expect("checked above") {
-                Ok(()) => {
-                    let targets = waiting
-                        .roles
+            match (waiting.outcome.expect("checked above"), waiting.what) {
+                (
+                    Ok(()),
+                    Pending::Change {
+                        roles,
+                        change,
+                        made,
+                    },
+                ) => {
+                    let targets = roles
                         .iter()
                         .filter_map(|role| self.position(role))
                         .collect();
-                    let report = self.fan_out(targets, waiting.change);
+                    let report = self.fan_out(targets, change);
                     // A requester that stopped waiting leaves the change made: it is stored.
-                    let _ = waiting.made.send(Ok(report));
+                    let _ = made.send(Ok(report));
                 }
-                Err(failure) => {
+                (Ok(()), Pending::Unbind { source, done }) => {
+                    // Stored: an unbinding that another one beat is answered as that one's
+                    // (the source has no binding to free).
+                    let unbound = self.unbind_now(&source, ctx).map_err(RouterError::from);
+                    let _ = done.send(unbound);
+                }
+                (Err(failure), what) => {
                     self.commits.seen = self.commits.seen.max(failure.number);
                     self.undo(waiting.undo, ctx);
-                    let _ = waiting.made.send(Err(failure));
+                    match what {
+                        Pending::Change { made, .. } => {
+                            let _ = made.send(Err(failure));
+                        }
+                        Pending::Unbind { source, done } => {
+                            tracing::warn!(%source, "the operator's unbinding of the source could not be stored: it stays bound");
+                            let _ = done.send(Err(RouterError::NotStored(failure.text)));
+                        }
+                    }
                 }
             }
         }
@@ -180,9 +257,7 @@ impl Router {
         }
         // Restored tools go back to waiting, and their callbacks are probed again (a probe
         // stops once no tool waits for its origin).
-        let origins = self.dormant.give_back(undo.dormant);
-        self.publish_roster();
-        self.probe(origins, ctx);
+        self.give_back_dormant(undo.dormant, PROBE_AGAIN_AFTER_NOT_STORED, ctx);
     }
 }
 

@@ -148,6 +148,15 @@ impl Directory {
         }
     }
 
+    /// Every character's chat endpoint, in configuration order.
+    pub fn chat_endpoints(&self) -> Vec<(String, Arc<ChatEndpoint>)> {
+        self.0
+            .load()
+            .iter()
+            .filter_map(|l| Some((l.character.clone(), l.chat.clone()?)))
+            .collect()
+    }
+
     /// The tools of `role`, or of every character, in configuration order.
     pub fn list(&self, role: Option<&str>) -> Result<Vec<RoleTools>, RouterError> {
         let role = role.filter(|r| !r.is_empty());

@@ -17,10 +17,12 @@
 //! - [`sessions`]: relays, in-process sessions and attachments joined to a character's
 //!   manager, and all of them closed when the server stops;
 //! - [`reads`] and [`directory`]: listings and lookups, read from the published snapshots;
-//! - [`dormancy`]: the tools restored from the state store, given to the models when their
-//!   callback accepts a connection again, removed when it never does;
+//! - [`dormancy`]: the tools restored from the state store, given to the models when they wake
+//!   (a bound source's once its owner's token is seen again, then its callback answers HTTP),
+//!   removed when they never do; a wake and the operator's unbinding of a source;
 //! - [`commit`]: with a state store, each change stored first and made after (or undone, not
-//!   made, when its commit failed), in routing order;
+//!   made, when its commit failed), in routing order: a tool change, a restored tool's waking,
+//!   the operator's unbinding;
 //! - [`faults`]: fault injection for the containment tests.
 
 use std::collections::VecDeque;
@@ -36,12 +38,13 @@ use crate::dispatch::Dispatcher;
 use crate::dispatch::settings::DispatchSettings;
 use crate::domain::dormant::{Dormant, DormantTool};
 use crate::domain::failures::SharedFailures;
-use crate::domain::ownership::{OwnershipError, SharedOwners};
+use crate::domain::ownership::{OwnershipError, SharedOwners, UnbindError};
 use crate::domain::registry::{Change, ToolRegistry};
 use crate::domain::role::RoleName;
 use crate::domain::snapshot::ToolCell;
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
+use crate::policy::Policy;
 use crate::session::settings::{SessionProtocol, SessionSettings};
 use crate::state::StateStore;
 
@@ -59,6 +62,8 @@ mod sessions;
 pub(crate) use context::AddContextTo;
 pub(crate) use directory::{ChatTarget, Directory};
 pub use directory::{ResolvedTool, RoleTools};
+pub(crate) use dormancy::SourceMayWake;
+pub(crate) use dormancy::{UnbindSource, WakeSource, WatchWakes};
 pub use faults::{InjectManagerPanic, InjectRouterStop};
 pub use lifecycle::{AddCharacter, RebuildCharacter, RemoveCharacter};
 pub(crate) use reads::ShareDirectory;
@@ -122,6 +127,12 @@ pub enum RouterError {
     /// A plugin's change was refused by the ownership rule (`X-Plugin-Token`); nothing changed.
     #[error(transparent)]
     Ownership(#[from] OwnershipError),
+    /// A wake named a source with no tool and no binding.
+    #[error("unknown source: {0} (no tool and no binding)")]
+    UnknownSource(String),
+    /// The operator's unbinding of a source was refused.
+    #[error(transparent)]
+    Unbind(#[from] UnbindError),
     /// The state store could not keep the change, so it was not made.
     #[error(
         "the change could not be stored in the state file, so it was not made; try again once \
@@ -199,6 +210,9 @@ pub struct Router {
     failures: SharedFailures,
     /// Where each change request is announced (`tools.changed`), and what sessions announce on.
     events: EventHub,
+    /// What the sessions' calls pass before they run: given to every manager, and the
+    /// characters' approval rules set on it.
+    policy: Policy,
     /// This router, as managers' watcher.
     me: Recipient<ManagerGone>,
     next_generation: u64,
@@ -212,12 +226,16 @@ pub struct Router {
     /// Where each change goes, in routing order, to be durable before it is answered
     /// (`--state`); `None`: nothing survives a restart.
     store: Option<StateStore>,
-    /// Restored tools no model is given until their callback comes back.
+    /// Restored tools no model is given until they wake.
     dormant: Dormant,
     /// With a store: the changes decided and handed to it, made once their commit is durable.
     commits: commit::Commits,
     /// This router, as the store's commits' listener.
     committed: Recipient<commit::Committed>,
+    /// Told whenever a source's restored tools may wake ([`WatchWakes`]).
+    wake_watcher: Option<Recipient<SourceMayWake>>,
+    /// The timer that removes the next dormant tool whose time is up.
+    expiry_timer: Option<SpawnHandle>,
 }
 
 /// What a router keeps beyond its characters: the sources' owners (shared with the MCP
@@ -226,7 +244,7 @@ pub struct Router {
 pub(crate) struct Keeping {
     pub owners: SharedOwners,
     pub store: Option<StateStore>,
-    /// Restored tools, dormant until their callback accepts a connection.
+    /// Restored tools, dormant until they wake.
     pub dormant: Vec<DormantTool>,
     /// How long a restored tool stays dormant before it is removed.
     pub dormant_ttl: Duration,
@@ -241,14 +259,17 @@ impl Router {
         dispatch: &DispatchSettings,
         events: EventHub,
     ) -> (Addr<Self>, Dispatcher) {
-        Self::launch_keeping(characters, dispatch, events, Keeping::default())
+        let policy = Policy::new(events.clone());
+        Self::launch_keeping(characters, dispatch, events, policy, Keeping::default())
     }
 
-    /// [`Router::launch`], with what the server keeps across restarts.
+    /// [`Router::launch`], with the server's call policy (shared with the HTTP handlers) and
+    /// what the server keeps across restarts.
     pub(crate) fn launch_keeping(
         characters: Vec<CharacterSettings>,
         dispatch: &DispatchSettings,
         events: EventHub,
+        policy: Policy,
         keeping: Keeping,
     ) -> (Addr<Self>, Dispatcher) {
         let mut shared = None;
@@ -271,6 +292,7 @@ impl Router {
                 dispatcher,
                 failures,
                 events,
+                policy,
                 me: ctx.address().recipient(),
                 next_generation: 0,
                 stopping: false,
@@ -280,9 +302,11 @@ impl Router {
                 dormant: Dormant::new(keeping.dormant, keeping.dormant_ttl),
                 commits: commit::Commits::default(),
                 committed: ctx.address().recipient(),
+                wake_watcher: None,
+                expiry_timer: None,
             };
             for c in characters {
-                router.events.set_approval_rules(&c.name, c.approval_always);
+                router.policy.set_approval_rules(&c.name, c.approval_always);
                 let chat = c.chat.and_then(|chat| match ChatEndpoint::new(chat) {
                     Ok(endpoint) => Some(Arc::new(endpoint)),
                     // Start-up checked the key already; a variable unset since is reported.
@@ -334,6 +358,7 @@ impl Router {
             session.clone(),
             self.dispatcher.clone(),
             self.events.clone(),
+            self.policy.clone(),
             Some(watcher),
         );
         (manager, self.next_generation)

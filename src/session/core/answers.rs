@@ -10,7 +10,8 @@ use super::{Answers, Call, Effect, Run, SessionCore, Ticket};
 use crate::domain::call::{Outcome, ToolAnswer, ToolCall, ToolResult};
 use crate::domain::registry::not_registered_text;
 use crate::domain::tool::{Behavior, SharedTool};
-use crate::events::{Asker, CallStart, CallWatch, Caller};
+use crate::events::{CallStart, CallWatch, Caller};
+use crate::policy::Asker;
 use crate::session::calls::{Arrival, TurnState};
 
 /// A call the actor runs now.
@@ -98,8 +99,8 @@ impl SessionCore {
             caller: Caller::Model,
             kind: Some(self.kind),
         };
-        let approval = match self.events.approval_for(asker, &tool, &mut tool_call) {
-            Ok(approval) => approval,
+        let admission = match self.policy.admit(asker, &tool, &mut tool_call) {
+            Ok(admission) => admission,
             Err(refused) => {
                 self.answer(turn, *refused, watch);
                 return;
@@ -111,7 +112,7 @@ impl SessionCore {
         let turn = match behavior {
             // A call that waits for a person is answered now, so the model can say what it is
             // about to do and ask: the turn goes on, and the outcome comes later.
-            _ if approval.is_some() => {
+            _ if admission.waits_for_approval() => {
                 let awaiting =
                     tool_call.result(ToolAnswer::awaiting_approval(&tool_call), Vec::new());
                 self.send_answer(turn, awaiting);
@@ -139,7 +140,7 @@ impl SessionCore {
                 started,
                 started_at: super::rfc3339_now(),
                 behavior,
-                waits_for_approval: approval.is_some(),
+                waits_for_approval: admission.waits_for_approval(),
                 watch,
             },
         );
@@ -147,7 +148,7 @@ impl SessionCore {
             call: tool_call,
             tool,
             ticket,
-            approval,
+            admission,
         })));
     }
 

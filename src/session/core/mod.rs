@@ -53,6 +53,7 @@ use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
+use crate::policy::{Admission, Policy};
 
 /// Who waits for one tool update to settle.
 pub(crate) type Waiter = oneshot::Sender<Result<(), SyncError>>;
@@ -85,8 +86,8 @@ pub(crate) struct Run {
     pub call: ToolCall,
     pub tool: SharedTool,
     pub ticket: Ticket,
-    /// The person's approval the call waits for before it runs, when its tool needs one.
-    pub approval: Option<crate::events::Pending>,
+    /// What the call passed (the call policy): it runs only through this, once it lets it.
+    pub admission: Admission,
 }
 
 /// A resuming session's handle and switches.
@@ -176,6 +177,8 @@ pub(crate) struct SessionCore {
     upstream: String,
     /// Where the connection's state and the calls it answers are announced.
     events: EventHub,
+    /// What each call passes before it runs (a person's approval).
+    policy: Policy,
     state: ConnectionState,
     /// When it connected (the client: its current connection or attempt).
     since: String,
@@ -243,6 +246,7 @@ impl SessionCore {
         upstream: String,
         settings: &SessionSettings,
         events: EventHub,
+        policy: Policy,
         tools: Arc<[SharedTool]>,
         shared: bool,
     ) -> Self {
@@ -252,6 +256,7 @@ impl SessionCore {
             protocol,
             upstream,
             events,
+            policy,
             state: ConnectionState::Connecting,
             since: rfc3339_now(),
             sync_timeout: settings.sync_timeout,

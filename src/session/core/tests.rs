@@ -40,6 +40,7 @@ fn core_on(
         URL.into(),
         &settings,
         events.clone(),
+        Policy::new(events.clone()),
         tools(registered),
         kind == ConnectionKind::Attach,
     )
@@ -398,6 +399,7 @@ fn interruptible_in(
         URL.into(),
         &settings,
         events.clone(),
+        Policy::new(events.clone()),
         tools(&["slow", "quick"]),
         kind == ConnectionKind::Attach,
     );

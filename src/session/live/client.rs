@@ -24,6 +24,7 @@ use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
+use crate::policy::Policy;
 use crate::session::core::{Seen, SessionCore};
 use crate::session::gemini::{API_KEY_HEADER, Gemini};
 use crate::session::settings::SessionSettings;
@@ -45,6 +46,7 @@ impl GeminiSession {
         api_key: Option<String>,
         dispatcher: Dispatcher,
         events: EventHub,
+        policy: Policy,
         tools: Arc<[SharedTool]>,
     ) -> Addr<Self> {
         let moves = Moves::new(api_key.map(|key| (API_KEY_HEADER.to_owned(), key)));
@@ -55,6 +57,7 @@ impl GeminiSession {
             settings.url.clone(),
             &settings,
             events,
+            policy,
             tools,
             false,
         );

@@ -1,18 +1,17 @@
 //! Pending approvals: the one store of the calls that wait for a person's decision, whoever
-//! made them (a live session's model, a chat request's, an MCP client of `/mcp`). It rides with
-//! the [`EventHub`], so every kind of session reaches the same store, and it announces
-//! `approval.requested` and `approval.resolved` there.
+//! made them (a live session's model, a chat request's, an MCP client of `/mcp`). It is part of
+//! the shared [`Policy`], so every kind of session reaches the same store, and it announces
+//! `approval.requested` and `approval.resolved` on the event hub.
 //!
 //! A call is checked against its tool's schema first (a call that fails it is answered with the
 //! fix-it text and never asks anyone); then it is held as a [`Pending`], which owns the call as
 //! the model made it. Only a decision through the store (`POST /api/approvals/{id}`) lets it go
 //! on, and then with exactly the call it holds. A pending approval ends once: approved or
 //! denied by the person, expired by its own timer (armed in [`Pending::decided`]), or cancelled —
-//! its tool replaced or removed ([`EventHub::approvals_tools_changed`]) or its waiter dropped
+//! its tool replaced or removed ([`Policy::tools_changed`]) or its waiter dropped
 //! (its session ended, its request went away, the call was cancelled).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::future::Future;
 use std::sync::PoisonError;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -21,7 +20,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::sync::oneshot;
 
-use super::{EventHub, EventKind, Scope};
+use super::{Asker, Policy};
 use crate::domain::approval::{
     MAX_PENDING_PER_CHARACTER, Resolution, cancelled_text, denied_text, expired_text, new_id,
     sha256_hex,
@@ -29,18 +28,11 @@ use crate::domain::approval::{
 use crate::domain::call::{Outcome, ToolCall, ToolResult};
 use crate::domain::connection::{Caller, ConnectionKind};
 use crate::domain::tool::SharedTool;
+use crate::events::{EventKind, Scope};
 
 /// How many decided, expired or cancelled ids are remembered, so a late decision is told which
 /// (409) rather than "unknown" (404).
 const REMEMBERED: usize = 4096;
-
-/// Who asks: the character and the caller, as `tool.call` names them.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Asker<'a> {
-    pub(crate) role: &'a str,
-    pub(crate) caller: Caller,
-    pub(crate) kind: Option<ConnectionKind>,
-}
 
 /// A pending approval as `GET /api/approvals` lists it and `approval.requested` announces it.
 #[derive(Debug, Clone, Serialize)]
@@ -90,7 +82,7 @@ struct Entry {
     tell: oneshot::Sender<Verdict>,
 }
 
-/// The store's state, behind the hub's lock for it.
+/// The store's state, behind the policy's lock for it.
 #[derive(Default)]
 pub(super) struct Approvals {
     /// By id, in the order asked (ids are compared only for equality; order comes from `order`).
@@ -132,7 +124,7 @@ pub(crate) enum DecideError {
 /// it, and runs exactly that once [`Pending::decided`] lets it; dropping it before a decision
 /// cancels the approval.
 pub(crate) struct Pending {
-    hub: EventHub,
+    policy: Policy,
     id: String,
     tool: String,
     timeout: Duration,
@@ -158,10 +150,16 @@ impl Pending {
         let verdict = match select(&mut self.verdict, expiry).await {
             Either::Left((told, _)) => told.ok(),
             Either::Right(_) => {
-                if self.hub.end_approval(&self.id, Resolution::Expired, None) {
+                if self
+                    .policy
+                    .end_approval(&self.id, Resolution::Expired, None)
+                {
+                    tracing::info!(tool = %self.tool, approval = %self.id, outcome = Resolution::Expired.name(), "an approval expired before a decision");
                     None
                 } else {
-                    // A decision came at the same moment: it was taken first.
+                    // A decision (or a cancel) ended the record at the same moment, and was
+                    // taken first: whatever ends a record tells its waiter before it lets the
+                    // store's lock go, so the verdict is here already.
                     self.verdict.try_recv().ok()
                 }
             }
@@ -185,7 +183,7 @@ impl Drop for Pending {
         // Dropped before its decision: its session ended, its request went away, or the call
         // was cancelled.
         if !self.done {
-            self.hub.end_approval(
+            self.policy.end_approval(
                 &self.id,
                 Resolution::Cancelled,
                 Some("the call was cancelled: its session ended or its caller went away"),
@@ -194,28 +192,7 @@ impl Drop for Pending {
     }
 }
 
-/// Runs `call` through `run` once `approval` (if any) lets it: the one path every caller that
-/// may need approval takes.
-pub(crate) async fn after_approval<F, Fut>(
-    approval: Option<Pending>,
-    call: ToolCall,
-    run: F,
-) -> ToolResult
-where
-    F: FnOnce(ToolCall) -> Fut,
-    Fut: Future<Output = ToolResult>,
-{
-    let call = match approval {
-        None => call,
-        Some(pending) => match pending.decided(call).await {
-            Ok(call) => call,
-            Err(result) => return result,
-        },
-    };
-    run(call).await
-}
-
-impl EventHub {
+impl Policy {
     fn approvals(&self) -> std::sync::MutexGuard<'_, Approvals> {
         self.inner
             .approvals
@@ -250,7 +227,7 @@ impl EventHub {
     /// character (`None`: it does not), announced as `approval.requested`. A call whose
     /// arguments fail the tool's schema is answered with the fix-it text instead, and one past
     /// the character's bound on pending approvals is refused; neither asks anyone.
-    pub(crate) fn approval_for(
+    pub(super) fn approval_for(
         &self,
         asker: Asker<'_>,
         tool: &SharedTool,
@@ -313,7 +290,7 @@ impl EventHub {
                 )));
             }
             // Announced under the lock, so `approval.resolved` can never come first.
-            self.publish(
+            self.inner.events.publish(
                 EventKind::ApprovalRequested,
                 Scope::Roles(vec![asker.role.into()]),
                 &record,
@@ -332,7 +309,7 @@ impl EventHub {
         }
         tracing::info!(role = %asker.role, tool = %tool.name, call_id = %call.call_id, approval = %id, "a call waits for approval");
         Ok(Pending {
-            hub: self.clone(),
+            policy: self.clone(),
             id,
             tool: tool.name.clone(),
             timeout,
@@ -379,20 +356,24 @@ impl EventHub {
                 .map_or(DecideError::Unknown, |r| DecideError::Ended(*r)));
         };
         self.announce_end(&entry, resolution, reason.as_deref());
-        drop(approvals);
-        tracing::info!(role = %entry.record.role, tool = %entry.record.tool, approval = %id, outcome = resolution.name(), "an approval was decided");
+        let Entry { record, tell, .. } = entry;
         let verdict = if approve {
             Verdict::Approved
         } else {
             Verdict::Denied(reason)
         };
-        let _ = entry.tell.send(verdict);
+        // Told before the lock is let go: the waiter's expiry timer, which ends the record under
+        // the same lock, either ends it first (this decision is then refused) or finds it gone
+        // and this verdict already waiting. The decision that wins is the one that runs.
+        let _ = tell.send(verdict);
+        drop(approvals);
+        tracing::info!(role = %record.role, tool = %record.tool, approval = %id, outcome = resolution.name(), "an approval was decided");
         Ok(())
     }
 
     /// `role`'s tools are now `tools`: a pending approval whose tool was replaced or removed is
     /// cancelled ("the tool changed").
-    pub(crate) fn approvals_tools_changed<'a>(
+    pub(super) fn approvals_tools_changed<'a>(
         &self,
         role: &str,
         tools: impl Iterator<Item = &'a SharedTool>,
@@ -433,7 +414,7 @@ impl EventHub {
 
     fn announce_end(&self, entry: &Entry, outcome: Resolution, reason: Option<&str>) {
         let record = &entry.record;
-        self.publish(
+        self.inner.events.publish(
             EventKind::ApprovalResolved,
             Scope::Roles(vec![record.role.as_str().into()]),
             &Resolved {
@@ -459,10 +440,10 @@ mod tests {
     use super::*;
     use crate::domain::approval::Approval;
     use crate::domain::tool::{ToolSpec, test_tool};
-    use crate::events::EventSettings;
+    use crate::events::{EventHub, EventSettings};
 
-    fn hub() -> EventHub {
-        EventHub::new(&EventSettings::default())
+    fn policy() -> Policy {
+        Policy::new(EventHub::new(&EventSettings::default()))
     }
 
     fn needs_approval(name: &str) -> SharedTool {
@@ -502,66 +483,70 @@ mod tests {
 
     #[test]
     fn a_tool_without_the_policy_asks_nobody_unless_the_character_says_so() {
-        let hub = hub();
+        let policy = policy();
         let plain = test_tool("send", "");
         assert!(
-            hub.approval_for(asker(), &plain, &mut call("c1"))
+            policy
+                .approval_for(asker(), &plain, &mut call("c1"))
                 .unwrap()
                 .is_none()
         );
-        hub.set_approval_rules("Mio", vec!["send".into()]);
-        let held = hub.approval_for(asker(), &plain, &mut call("c1")).unwrap();
+        policy.set_approval_rules("Mio", vec!["send".into()]);
+        let held = policy
+            .approval_for(asker(), &plain, &mut call("c1"))
+            .unwrap();
         assert!(held.is_some());
-        assert_eq!(hub.pending_approvals(Some("Lanlan")).len(), 0);
-        assert_eq!(hub.pending_approvals(Some("Mio")).len(), 1);
+        assert_eq!(policy.pending_approvals(Some("Lanlan")).len(), 0);
+        assert_eq!(policy.pending_approvals(Some("Mio")).len(), 1);
     }
 
     #[test]
     fn a_decision_is_taken_once_and_a_dropped_waiter_cancels() {
-        let hub = hub();
+        let policy = policy();
         let tool = needs_approval("send");
-        let held = hub
+        let held = policy
             .approval_for(asker(), &tool, &mut call("c1"))
             .unwrap()
             .unwrap();
-        let record = hub.pending_approvals(None).remove(0);
+        let record = policy.pending_approvals(None).remove(0);
         assert_eq!(record.arguments_sha256, sha256_hex(r#"{"to":  "Ann"}"#));
         assert_eq!(record.generation, tool.generation);
-        assert_eq!(hub.decide_approval(&record.id, false, None), Ok(()));
+        assert_eq!(policy.decide_approval(&record.id, false, None), Ok(()));
         assert_eq!(
-            hub.decide_approval(&record.id, true, None),
+            policy.decide_approval(&record.id, true, None),
             Err(DecideError::Ended(Resolution::Denied))
         );
         assert_eq!(
-            hub.decide_approval("apr_nope", true, None),
+            policy.decide_approval("apr_nope", true, None),
             Err(DecideError::Unknown)
         );
         drop(held);
-        let second = hub
+        let second = policy
             .approval_for(asker(), &tool, &mut call("c2"))
             .unwrap()
             .unwrap();
-        let id = hub.pending_approvals(None).remove(0).id;
+        let id = policy.pending_approvals(None).remove(0).id;
         drop(second);
         assert_eq!(
-            hub.decide_approval(&id, true, None),
+            policy.decide_approval(&id, true, None),
             Err(DecideError::Ended(Resolution::Cancelled))
         );
     }
 
     #[test]
     fn a_replaced_tool_voids_its_pending_approvals_and_the_set_is_bounded() {
-        let hub = hub();
+        let policy = policy();
         let tool = needs_approval("send");
         let mut held = Vec::new();
         for i in 0..MAX_PENDING_PER_CHARACTER {
             held.push(
-                hub.approval_for(asker(), &tool, &mut call(&format!("c{i}")))
+                policy
+                    .approval_for(asker(), &tool, &mut call(&format!("c{i}")))
                     .unwrap()
                     .unwrap(),
             );
         }
-        let refused = hub
+        let refused = policy
             .approval_for(asker(), &tool, &mut call("over"))
             .unwrap_err();
         assert_eq!(refused.outcome, Outcome::Refused);
@@ -570,29 +555,29 @@ mod tests {
             role: "Lanlan",
             ..asker()
         };
-        let _theirs = hub
+        let _theirs = policy
             .approval_for(other, &tool, &mut call("x"))
             .unwrap()
             .unwrap();
-        hub.approvals_tools_changed("Mio", [&tool].into_iter());
+        policy.approvals_tools_changed("Mio", [&tool].into_iter());
         assert_eq!(
-            hub.pending_approvals(Some("Mio")).len(),
+            policy.pending_approvals(Some("Mio")).len(),
             MAX_PENDING_PER_CHARACTER
         );
         let replaced = needs_approval("send");
-        hub.approvals_tools_changed("Mio", [&replaced].into_iter());
-        assert!(hub.pending_approvals(Some("Mio")).is_empty());
-        assert_eq!(hub.pending_approvals(Some("Lanlan")).len(), 1);
+        policy.approvals_tools_changed("Mio", [&replaced].into_iter());
+        assert!(policy.pending_approvals(Some("Mio")).is_empty());
+        assert_eq!(policy.pending_approvals(Some("Lanlan")).len(), 1);
     }
 
     #[test]
     fn arguments_that_fail_the_schema_ask_nobody() {
-        let hub = hub();
+        let policy = policy();
         let mut bad = ToolCall::from_raw("c1".into(), "send".into(), "[1]".into());
-        let refused = hub
+        let refused = policy
             .approval_for(asker(), &needs_approval("send"), &mut bad)
             .unwrap_err();
         assert_eq!(refused.outcome, Outcome::InvalidArguments);
-        assert!(hub.pending_approvals(None).is_empty());
+        assert!(policy.pending_approvals(None).is_empty());
     }
 }
