@@ -229,6 +229,15 @@ impl Dispatcher {
                     ),
                 }
             }
+            // Offered by a session, the chat loop or `/mcp`, which answer it themselves: one
+            // that reaches the dispatcher was not offered by whoever sent it here.
+            ToolHandler::BuiltIn(_) => ToolAnswer::failed(
+                Outcome::Refused,
+                format!(
+                    "'{}' is answered by the session that offers it, not run as a tool",
+                    tool.name
+                ),
+            ),
         }
     }
 

@@ -106,7 +106,7 @@ impl RegisterRequest {
         // The schema becomes the tool's: moved out of the body, not copied.
         let schema = body.get_mut("parameters").map(Value::take);
         let mut f = Fields::new(&body);
-        let name = f.name("name");
+        let name = f.new_tool_name("name");
         let description = f.string_or("description", "");
         let parameters = f.parameters("parameters", schema);
         let callback_url = f.callback_url("callback_url", server);
@@ -399,6 +399,21 @@ impl<'a> Fields<'a> {
                 field,
                 "string_pattern_mismatch",
                 "String should not contain control characters",
+            );
+            return None;
+        }
+        Some(name)
+    }
+
+    /// The name of a tool being registered: a [`name`](Self::name) that is not one of the
+    /// server's own tools (`find_tools`), which every session may be offered beside it.
+    fn new_tool_name(&mut self, field: &str) -> Option<String> {
+        let name = self.name(field)?;
+        if crate::domain::budget::is_reserved_name(&name) {
+            self.fail(
+                field,
+                "value_error",
+                format!("Value error, `{name}` is the server's own tool; choose another name"),
             );
             return None;
         }
