@@ -140,7 +140,8 @@ impl Budget {
                 tools: tools
                     .iter()
                     .zip(keep)
-                    .filter_map(|(t, k)| k.then(|| t.clone()))
+                    .filter(|(_, k)| *k)
+                    .map(|(t, _)| t.clone())
                     .collect(),
                 searching,
                 over_budget: true,
