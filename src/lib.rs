@@ -121,8 +121,8 @@ pub mod limits {
     pub use crate::domain::peer_id::{MAX_CALL_ID_BYTES, MAX_INVENTED_NAME_BYTES};
     pub use crate::domain::peer_text::MAX_PEER_TEXT_BYTES;
     pub use crate::domain::tool::MAX_TIMEOUT;
-    pub use crate::events::{RING_CAPACITY, SUBSCRIBER_BUFFER};
     pub use crate::events::RING_MAX_BYTES;
+    pub use crate::events::{RING_CAPACITY, SUBSCRIBER_BUFFER};
     pub use crate::mcp::bounds::{
         MAX_LISTING_BYTES, MAX_MCP_MESSAGE_BYTES, MAX_TOOL_DEFINITION_BYTES,
     };

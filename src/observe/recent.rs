@@ -137,7 +137,11 @@ mod tests {
             source: Some("plugin:weather".into()),
             ..call(1, "Lanlan", "get_weather")
         };
-        assert!((250..=400).contains(&typical.held_bytes()), "{}", typical.held_bytes());
+        assert!(
+            (250..=400).contains(&typical.held_bytes()),
+            "{}",
+            typical.held_bytes()
+        );
         let widest = || RecentCall {
             call_id: "i".repeat(MAX_CALL_ID_BYTES).into(),
             tool: "t".repeat(MAX_INVENTED_NAME_BYTES).into(),
