@@ -146,13 +146,13 @@ impl CallbackUrl {
 
 /// What a query value is exported as, as OpenTelemetry's semantic conventions redact the values
 /// of sensitive query parameters.
-pub const REDACTED_QUERY_VALUE: &str = "REDACTED";
+pub(crate) const REDACTED_QUERY_VALUE: &str = "REDACTED";
 
 /// `url` as a span's `url.full` names it: each query parameter keeps its name and has its value
 /// replaced by [`REDACTED_QUERY_VALUE`] (a parameter without `=` is all value, so all
 /// redacted), and the fragment, which is never sent, is left out. A callback URL's query may
 /// carry a token, and spans leave the machine.
-pub fn for_spans(url: &Url) -> String {
+pub(crate) fn for_spans(url: &Url) -> String {
     let mut shown = url.clone();
     shown.set_fragment(None);
     if let Some(query) = url.query() {

@@ -218,7 +218,9 @@ pub(crate) fn incoming<'a>(header: impl Fn(&str) -> Option<&'a str>) -> Option<S
 /// bytes `HeaderValue::to_str` accepts), at most [`MAX_TRACE_HEADER_BYTES`].
 pub(crate) fn is_header_text(value: &str) -> bool {
     value.len() <= MAX_TRACE_HEADER_BYTES
-        && value.bytes().all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
+        && value
+            .bytes()
+            .all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
 }
 
 /// Longest `traceparent` or `tracestate` value read, in bytes: W3C's own bound on what a
