@@ -58,6 +58,7 @@ mod non_blocking;
 mod openapi;
 mod ownership;
 mod panics;
+mod peer_ids;
 mod procfs;
 mod python;
 mod redaction;
