@@ -409,10 +409,11 @@ fn callback_request(
         HeaderValue::from_static("1"),
     );
     // The `traceparent` is the server's own writing; a `tracestate` is the caller's, passed on
-    // only when a header carries it as it is (visible ASCII): never as raw bytes, never failing
-    // the call.
+    // only when there is one and a header carries it as it is (visible ASCII): never as raw
+    // bytes, never failing the call.
     inject(trace, |name, value| {
-        if is_header_text(&value)
+        if !value.is_empty()
+            && is_header_text(&value)
             && let Ok(value) = HeaderValue::from_str(&value)
         {
             headers.insert(name, value);

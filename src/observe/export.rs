@@ -247,7 +247,14 @@ impl HttpClient for Hyper {
             .map_err(|e| HttpError::from(format!("the span exporter's runtime: {e}")))?;
         // The batch processor's thread is no runtime's: this blocks it, and only it.
         runtime
-            .block_on(async { tokio::time::timeout(self.timeout, exchange).await })
+            .block_on(async {
+                let answer = tokio::time::timeout(self.timeout, exchange).await;
+                // The connection's own task runs only while this runtime is driven: it gets its
+                // turn now, so one whose answer was left unread closes at once rather than when
+                // the next export comes.
+                tokio::task::yield_now().await;
+                answer
+            })
             .map_err(|_| HttpError::from("the collector did not answer in time"))?
     }
 }

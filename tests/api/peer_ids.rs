@@ -5,7 +5,7 @@
 //! answered with the id it sent, as each protocol needs; a name longer than any tool's is shown
 //! cut the same way. A thousand such calls leave the server's memory (read from `/proc`) and
 //! `GET /api/calls` as small as short ids do. And the log: a call id with a newline and
-//! escape sequences writes one line, escaped, with no raw control byte.
+//! escape sequences is one field of one line, escaped, with no raw control byte.
 
 use std::time::Duration;
 
@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use crate::callback_server::{CallbackServer, Reply, register};
 use crate::chat::{chat_server, register_weather};
 use crate::churn::Server;
+use crate::cli::{Child, TempDir};
 use crate::event_stream::open;
 use crate::fake_chat::{Answer, FakeChat, calls_completion, completion};
 use crate::fake_gemini::{FakeGemini, SetupMode};
@@ -395,4 +396,90 @@ async fn newest_is(server: &Server, id: &str) {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The model's call id: a newline and a line shaped like the server's own, then a terminal's
+/// escape sequences (clear the screen, set the window's title, the bell).
+const FORGING_ID: &str = "call_1\n2026-01-01T00:00:00.000000Z ERROR forged: the operator token leaked\x1b[2J\x1b]0;pwned\x07";
+
+/// The server's log (a child process's stderr, read as bytes) at `info`, where a call that waits
+/// for approval is logged with its call id: the id is one field of one line, its control
+/// characters escaped; no line is forged and no raw escape byte reaches the console.
+#[actix_web::test]
+async fn a_call_id_that_forges_a_log_line_is_logged_escaped_on_one_line() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let callback = CallbackServer::with("/send", Reply::output(json!("sent")));
+    let dir = TempDir::new("peer-ids-log");
+    let config = dir.file(
+        "runtime-tools.toml",
+        &format!(
+            "bind = \"127.0.0.1:0\"\n[[character]]\nname = \"Mio\"\n[character.session]\n\
+             kind = \"openai-realtime\"\nurl = {url:?}\n",
+            url = fake.url
+        ),
+    );
+    let config = config.to_string_lossy().into_owned();
+    let mut child = Child::start_logging(&["serve", "--config", &config], "info");
+    let (mut child, addr) = actix_web::rt::task::spawn_blocking(move || {
+        let addr = child.listening("127.0.0.1");
+        (child, addr)
+    })
+    .await
+    .unwrap();
+    let mut body = tool_body("send_message", &callback.url("/send"), "plugin:log");
+    body["approval"] = json!("always");
+    let answer = awc::Client::new()
+        .post(format!("http://{addr}/api/tools/register"))
+        .timeout(Duration::from_secs(60))
+        .send_json(&body)
+        .await
+        .expect("registered");
+    assert_eq!(answer.status(), 200);
+    fake.update_with_tools(&["send_message"]).await;
+    fake.push(call_event("r1", FORGING_ID, "send_message", "{}"))
+        .await;
+    fake.push(response_done("r1", &[(FORGING_ID, "send_message", "{}")]))
+        .await;
+    // The model is told the call waits for a person: it was logged by then.
+    fake.wait_for("the call answered as awaiting approval", |events| {
+        events
+            .iter()
+            .any(|e| e["item"]["call_id"] == FORGING_ID)
+            .then_some(())
+    })
+    .await;
+    child.signal("TERM");
+    let log = actix_web::rt::task::spawn_blocking(move || {
+        child.wait();
+        child.stderr_bytes_after_exit()
+    })
+    .await
+    .unwrap();
+    let text = String::from_utf8_lossy(&log);
+    assert!(
+        !log.iter().any(|b| matches!(b, 0x1b | 0x07 | b'\r')),
+        "a raw control byte in the log: {text}"
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    // Every line is one event: a timestamp, then its level.
+    for line in &lines {
+        let stamp = line.as_bytes();
+        assert!(
+            stamp.len() > 28 && stamp[4] == b'-' && stamp[10] == b'T' && stamp[26] == b'Z',
+            "not an event line: {line:?}\n{text}"
+        );
+        assert!(
+            !line.starts_with("2026-01-01T00:00:00.000000Z")
+                && line[27..].split_whitespace().next() != Some("ERROR"),
+            "a forged line: {line:?}"
+        );
+    }
+    let escaped = "call_1\\n2026-01-01T00:00:00.000000Z ERROR forged: the operator token \
+                   leaked\\u001b[2J\\u001b]0;pwned\\u0007";
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains(" INFO ") && l.contains(&format!("call_id={escaped}"))),
+        "the call id, escaped, in an INFO line: {text}"
+    );
 }
