@@ -349,15 +349,22 @@ async fn a_thousand_long_call_ids_cost_no_more_memory_than_short_ones() {
             (422, &json!("string_too_long"))
         );
     }
+    let refused = server.holdings();
     let last = model_calls("long", 100_000).await;
     newest_is(&server, &last).await;
     let after = server.holdings();
-    println!("long call ids: warm {warm}; after {after}");
-    assert!(
-        after.rss_kib <= warm.rss_kib + 32 * 1024,
-        "warm {warm}; after {after}"
-    );
     let body = recent_calls_body(&server, RECENT_CALLS).await;
+    println!(
+        "long call ids: warm {warm}; after the invokes {refused}; after the model's calls \
+         {after}; GET /api/calls?limit=1000: {} bytes",
+        body.len()
+    );
+    for now in [&refused, &after] {
+        assert!(
+            now.rss_kib <= warm.rss_kib + 32 * 1024,
+            "warm {warm}; now {now}"
+        );
+    }
     assert!(body.len() <= RECENT_CALLS_MAX_BYTES, "{} bytes", body.len());
     let calls: Value = serde_json::from_slice(&body).unwrap();
     let calls = calls["calls"].as_array().unwrap();
