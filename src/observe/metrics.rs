@@ -7,7 +7,8 @@
 //! time: once the cap is reached, the names of tools no character has any more give their
 //! places (and their series) up to new ones. No id — a call's, a session's — is ever a label.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
@@ -43,12 +44,16 @@ pub(crate) trait ToolRoster: Send + Sync {
 /// them when it gives its place up), and the roster's version when they were last checked.
 #[derive(Default)]
 struct ToolLabels {
-    names: HashMap<String, HashSet<Series>>,
+    /// Each name's series by a hash of their other labels: a call finds its series without
+    /// copying a label. (Two series of one name with the same hash would leave the second in the
+    /// exposition when the name gives its place up: one in 2^64.)
+    names: HashMap<String, HashMap<u64, Series>>,
     checked: Option<u64>,
+    hasher: foldhash::fast::RandomState,
 }
 
 /// The other labels of one tool's series of calls.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Series {
     character: String,
     caller: String,
@@ -255,7 +260,7 @@ impl Metrics {
             self.release_gone(labels);
         }
         if labels.names.len() < MAX_TOOL_LABELS {
-            labels.names.insert(tool.to_owned(), HashSet::new());
+            labels.names.insert(tool.to_owned(), HashMap::new());
             return tool;
         }
         OTHER_TOOL
@@ -279,7 +284,7 @@ impl Metrics {
             .cloned()
             .collect();
         for name in gone {
-            for series in labels.names.remove(&name).unwrap_or_default() {
+            for series in labels.names.remove(&name).unwrap_or_default().into_values() {
                 let Series {
                     character,
                     caller,
@@ -311,16 +316,16 @@ impl Metrics {
             .unwrap_or_else(PoisonError::into_inner);
         let tool = self.tool_label(&mut labels, sample.tool);
         let kind = sample.kind.map_or(NO_KIND, ConnectionKind::name);
+        let key = labels
+            .hasher
+            .hash_one((sample.character, sample.caller, kind, sample.outcome));
         if let Some(series) = labels.names.get_mut(tool) {
-            let key = Series {
+            series.entry(key).or_insert_with(|| Series {
                 character: sample.character.to_owned(),
                 caller: sample.caller.to_owned(),
                 kind,
                 outcome: sample.outcome.to_owned(),
-            };
-            if !series.contains(&key) {
-                series.insert(key);
-            }
+            });
         }
         self.calls
             .with_label_values(&[sample.character, tool, sample.caller, kind, sample.outcome])
@@ -456,7 +461,7 @@ mod tests {
 
     /// A roster of the names in it, its version counting its changes.
     #[derive(Default)]
-    struct Names(Mutex<(HashSet<String>, u64)>);
+    struct Names(Mutex<(std::collections::HashSet<String>, u64)>);
 
     impl Names {
         fn set(&self, names: impl IntoIterator<Item = String>) {
