@@ -921,4 +921,34 @@ mod tests {
                    "is_error": true})
         );
     }
+
+    #[test]
+    fn a_long_call_id_is_kept_cut_and_its_results_answer_the_models_own() {
+        let sent = format!("call_{}", "x".repeat(10_000));
+        let kept = peer_id::call_id(&sent).into_owned();
+        for call in [
+            ToolCall::from_raw(sent.clone(), "t".into(), "{}".into()),
+            ToolCall::from_arguments(sent.clone(), "t".into(), Map::new()),
+            ToolCall::from_text(sent.clone(), "t".into(), text_of("{}".into()), Map::new()),
+        ] {
+            assert_eq!(
+                (call.call_id.as_str(), call.model_call_id()),
+                (kept.as_str(), sent.as_str())
+            );
+            // The callback's body names the kept id.
+            let body: Value = serde_json::to_value(&call).unwrap();
+            assert_eq!(body["call_id"], json!(kept));
+            let result = call.error("no".into());
+            assert_eq!(
+                (result.call_id.as_str(), result.model_call_id()),
+                (kept.as_str(), sent.as_str())
+            );
+        }
+        let short = ToolCall::from_raw("call_1".into(), "t".into(), "{}".into());
+        assert_eq!(short.model_call_id(), "call_1");
+        assert!(short.long_model_call_id().is_none());
+        let again = ToolResult::interrupted(kept.clone(), "t".into(), Duration::ZERO)
+            .answering(Some(sent.as_str().into()));
+        assert_eq!(again.model_call_id(), sent);
+    }
 }
