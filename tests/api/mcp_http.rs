@@ -4,7 +4,8 @@
 //! (an output, a tool error, arguments that break the schema, an unknown tool, an image as image
 //! content), `notifications/tools/list_changed` after a registration, and a page of another
 //! site refused. Then the transport's rules over raw HTTP: sessions, `DELETE`, the refusals, and
-//! a call's trace context in `params._meta`.
+//! a call's trace context in `params._meta` (a malformed `tracestate` there ignored, as in a
+//! header).
 
 use std::io::Cursor;
 use std::process::Command;

@@ -1,8 +1,9 @@
 //! Traces: the spans the server exports over OTLP/HTTP, received by a real HTTP receiver on
 //! loopback and decoded with the official protobuf types (`opentelemetry-proto`): their names,
 //! kinds, attributes and parentage, and the `traceparent` each callback got naming them. And a
-//! collector that is down or slow: calls go on, spans are dropped and counted. And the binary,
-//! switched on and off by the standard `OTEL_*` variables.
+//! collector that is down or slow: calls go on, spans are dropped and counted; one that answers
+//! with gibibytes is read 64 KiB deep. A callback URL's query values never reach `url.full`. And
+//! the binary, switched on and off by the standard `OTEL_*` variables.
 
 use std::collections::HashMap;
 use std::time::Duration;
