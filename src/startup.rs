@@ -5,6 +5,7 @@
 //! API until stopped.
 
 use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use actix::Addr;
@@ -180,6 +181,11 @@ impl Application {
             .send(ShareDirectory)
             .await
             .context("the router stopped during start-up")?;
+        // The `tool` labels of tools that are gone are given to new ones.
+        events
+            .observer()
+            .metrics()
+            .watch_tools(Arc::new(directory.clone()));
         // The MCP servers plugins register at run time; the router tells it about clears, which
         // end the connection of a server of the cleared source.
         let mcp_plugins = McpPlugins::launch(

@@ -27,7 +27,7 @@ pub struct Child {
     pid: u32,
     stdout: Receiver<String>,
     exit: Receiver<ExitStatus>,
-    stderr: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<Vec<u8>>>,
     /// The read end of a stderr pipe that is never read, held open.
     _unread_stderr: Option<ChildStderr>,
     exited: Option<ExitStatus>,
@@ -91,9 +91,9 @@ impl Child {
         let (stderr, unread) = if read {
             let reader = std::thread::spawn(move || {
                 let mut err = err;
-                let mut text = String::new();
-                let _ = err.read_to_string(&mut text);
-                text
+                let mut bytes = Vec::new();
+                let _ = err.read_to_end(&mut bytes);
+                bytes
             });
             (Some(reader), None)
         } else {
@@ -199,6 +199,11 @@ impl Child {
 
     /// Everything the child wrote to stderr (waits for it to exit).
     pub fn stderr_after_exit(&mut self) -> String {
+        String::from_utf8_lossy(&self.stderr_bytes_after_exit()).into_owned()
+    }
+
+    /// Everything the child wrote to stderr, as the bytes it wrote (waits for it to exit).
+    pub fn stderr_bytes_after_exit(&mut self) -> Vec<u8> {
         if self.exited.is_none() {
             self.kill();
         }

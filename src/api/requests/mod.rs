@@ -16,6 +16,7 @@ use crate::domain::arguments::{Parameters, SchemaError};
 use crate::domain::call::JsonText;
 use crate::domain::call_url::{ACCEPTED_CALL_URLS, CallUrl, CallUrlError};
 use crate::domain::callback_url::{ACCEPTED_FORMS, CallbackUrl, CallbackUrlError};
+use crate::domain::peer_id::MAX_CALL_ID_BYTES;
 use crate::domain::tool::{
     Behavior, DEFAULT_SOURCE, DEFAULT_TIMEOUT, MAX_TIMEOUT, ToolSpec, empty_parameters,
 };
@@ -178,10 +179,7 @@ impl InvokeRequest {
         let name = f.name("name");
         f.object("arguments");
         let role = f.role();
-        let call_id = f
-            .nullable_string("call_id")
-            .flatten()
-            .filter(|c| !c.is_empty());
+        let call_id = f.call_id("call_id");
         f.finish()?;
         // Checked above to be absent or an object; taken rather than copied.
         let arguments = match body.remove("arguments") {
@@ -434,6 +432,23 @@ impl<'a> Fields<'a> {
                 None
             }
         }
+    }
+
+    /// An optional call id (null or `""`: none) of at most [`MAX_CALL_ID_BYTES`] bytes.
+    fn call_id(&mut self, field: &str) -> Option<String> {
+        let id = self.nullable_string(field).flatten()?;
+        if id.len() > MAX_CALL_ID_BYTES {
+            self.fail(
+                field,
+                "string_too_long",
+                format!(
+                    "{field} is {} bytes long; at most {MAX_CALL_ID_BYTES} bytes are accepted",
+                    id.len()
+                ),
+            );
+            return None;
+        }
+        Some(id).filter(|c| !c.is_empty())
     }
 
     /// `behavior`: `"blocking"` (the default) or `"non_blocking"`.
