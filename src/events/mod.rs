@@ -28,7 +28,8 @@ use sse_stream::Sse;
 use tokio::sync::mpsc;
 
 pub use self::calls::{CallStart, CallWatch, Caller, ToolCallFinished};
-pub(crate) use self::search::{SearchKind, ToolSearched};
+#[allow(unused_imports)] // Found: the sessions answering find_tools, coming
+pub(crate) use self::search::{Found, SearchKind, ToolSearched};
 use crate::domain::call::Scheduling;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::role::RoleName;

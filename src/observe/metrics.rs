@@ -113,6 +113,7 @@ pub(crate) struct Metrics {
     pub(crate) spans_exported: IntCounter,
     pub(crate) spans_dropped: IntCounterVec,
     searches: IntCounterVec,
+    revealed: IntCounterVec,
     /// The tool names that have a label of their own. Held while a call is counted, so a name
     /// that gives its place up never has a series counted after its series were removed.
     tool_labels: Mutex<ToolLabels>,
@@ -226,7 +227,14 @@ impl Default for Metrics {
         let searches = counter(
             &r,
             "runtime_tools_tool_searches_total",
-            "Searches of a character's tools, by who searched (api: GET /api/tools/search).",
+            "Searches of a character's tools, by who searched (api: GET /api/tools/search; \
+             a session's kind or mcp: a model's find_tools).",
+            &["kind"],
+        );
+        let revealed = counter(
+            &r,
+            "runtime_tools_tools_revealed_total",
+            "Tools a model's find_tools returned to its session, by the session's kind.",
             &["kind"],
         );
         Self {
@@ -242,6 +250,7 @@ impl Default for Metrics {
             spans_exported,
             spans_dropped,
             searches,
+            revealed,
             tool_labels: Mutex::default(),
             roster: OnceLock::new(),
         }
@@ -346,6 +355,13 @@ impl Metrics {
     /// One search of a character's tools, by `kind` (`api`, or a session's kind).
     pub(crate) fn tool_searched(&self, kind: &str) {
         self.searches.with_label_values(&[kind]).inc();
+    }
+
+    /// `count` tools a model's `find_tools` returned to a session of `kind`.
+    pub(crate) fn tools_revealed(&self, kind: &str, count: usize) {
+        self.revealed
+            .with_label_values(&[kind])
+            .inc_by(u64::try_from(count).unwrap_or(u64::MAX));
     }
 
     /// A live session of `kind` acknowledged a tool change after `took`.
