@@ -99,9 +99,10 @@ impl EventHub {
 
 /// What a model's `find_tools` found.
 #[derive(Debug, Clone)]
-pub struct Found {
+#[allow(dead_code)] // the sessions answering find_tools, coming
+pub(crate) struct Found {
     /// Best first.
-    pub tools: Vec<SharedTool>,
+    pub(crate) tools: Vec<SharedTool>,
     /// The call's output, as the model is given it.
-    pub output: String,
+    pub(crate) output: String,
 }
