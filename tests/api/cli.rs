@@ -462,6 +462,36 @@ fn a_config_file_sets_the_bind_address_and_the_characters_in_order() {
     assert_clean_exit(&mut child);
 }
 
+#[test]
+fn a_pinned_tool_nobody_holds_at_start_is_a_warning_not_an_error() {
+    let dir = TempDir::new("pinned");
+    let path = dir.file(
+        "runtime-tools.toml",
+        "bind = \"127.0.0.1:0\"\n[[character]]\nname = \"Mio\"\n\
+         [character.tools]\nbudget = 8\npinned = [\"lights\"]\n\
+         [[character]]\nname = \"Lanlan\"\n",
+    );
+    let mut child = Child::start(&["serve", "--config", path.to_str().unwrap()]);
+    let addr = child.listening("127.0.0.1");
+    // It serves: the pinned tool may register later.
+    let (status, _) = get(addr, "/api/tools");
+    assert_eq!(status, 200);
+    child.signal("TERM");
+    assert_clean_exit(&mut child);
+    let stderr = child.stderr_after_exit();
+    let warned: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("a pinned tool"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{stderr}");
+    assert!(
+        warned[0].contains("WARN")
+            && warned[0].contains(r#"character=Mio"#)
+            && warned[0].contains(r#"tool="lights""#),
+        "{stderr}"
+    );
+}
+
 /// Starts with a bad configuration file and returns the child's stderr after its exit.
 fn failed_start(dir: &TempDir, name: &str, text: &str, extra: &[&str]) -> (PathBuf, String) {
     let path = dir.file(name, text);
