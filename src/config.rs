@@ -12,6 +12,7 @@ use serde::Deserialize;
 use crate::actors::settings::CharacterSettings;
 use crate::chat::settings::FileChat;
 use crate::dispatch::settings::{DispatchSettings, FileDispatch};
+use crate::domain::budget::{Budget, DEFAULT_BUDGET, MAX_BUDGET, SearchMode};
 use crate::domain::operator::{Decisions, OperatorToken};
 use crate::domain::ownership::{ConfiguredSource, TokenPolicy};
 use crate::events::EventSettings;
@@ -175,6 +176,35 @@ struct FileCharacter {
     session: Option<FileSession>,
     chat: Option<FileChat>,
     approval: Option<FileApproval>,
+    tools: Option<FileTools>,
+}
+
+/// `[character.tools]`: how many of the character's tools one model session is given at once.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTools {
+    budget: Option<usize>,
+    #[serde(default)]
+    pinned: Vec<String>,
+    #[serde(default)]
+    search: SearchMode,
+}
+
+impl FileTools {
+    fn into_budget(self) -> anyhow::Result<Budget> {
+        let budget = self.budget.unwrap_or(DEFAULT_BUDGET);
+        if !(1..=MAX_BUDGET).contains(&budget) {
+            bail!("key `budget`: must be 1 to {MAX_BUDGET}, got {budget}");
+        }
+        if let Some(empty) = self.pinned.iter().position(String::is_empty) {
+            bail!("key `pinned[{empty}]`: a tool name must not be empty");
+        }
+        Ok(Budget {
+            budget,
+            pinned: self.pinned,
+            search: self.search,
+        })
+    }
 }
 
 /// `[character.approval]`: tools whose calls always wait for a person's approval, whatever
@@ -246,6 +276,11 @@ impl Settings {
                     );
                 }
                 settings.characters[i].approval_always = approval.always;
+            }
+            if let Some(tools) = c.tools {
+                settings.characters[i].tools = tools
+                    .into_budget()
+                    .with_context(|| format!("in `character[{i}].tools`"))?;
             }
         }
         settings.mcp_servers = servers_from_file(file.mcp_server, &settings.character_names())?;
@@ -439,6 +474,42 @@ mod tests {
         assert!(
             !short.contains("too short"),
             "the value is never repeated: {short}"
+        );
+    }
+
+    #[test]
+    fn a_characters_tool_budget() {
+        let s = Settings::from_toml(
+            "[[character]]\nname = \"A\"\n[character.tools]\nbudget = 8\npinned = [\"lights\"]\n\
+             search = \"off\"\n[[character]]\nname = \"B\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s.characters[0].tools,
+            Budget {
+                budget: 8,
+                pinned: vec!["lights".into()],
+                search: SearchMode::Off
+            }
+        );
+        assert_eq!(s.characters[1].tools, Budget::default());
+        assert_eq!(Budget::default().budget, 128);
+        for (text, why) in [
+            ("budget = 0", "key `budget`: must be 1 to 1024, got 0"),
+            ("budget = 1025", "key `budget`: must be 1 to 1024, got 1025"),
+            (
+                "pinned = [\"\"]",
+                "key `pinned[0]`: a tool name must not be empty",
+            ),
+        ] {
+            let e = error_of(&format!(
+                "[[character]]\nname = \"A\"\n[character.tools]\n{text}"
+            ));
+            assert_eq!(e, format!("in `character[0].tools`: {why}"));
+        }
+        assert!(
+            error_of("[[character]]\nname = \"A\"\n[character.tools]\nsearch = \"never\"")
+                .contains("search")
         );
     }
 

@@ -59,6 +59,7 @@ pub use actors::settings::CharacterSettings;
 pub use chat::settings::ChatSettings;
 pub use config::{Settings, parse_bind};
 pub use dispatch::settings::DispatchSettings;
+pub use domain::budget::{Budget, FIND_TOOLS, SearchMode};
 pub use domain::operator::{Decisions, OperatorToken, TokenOrigin};
 pub use domain::ownership::{ConfiguredSource, OwnershipError, TokenPolicy};
 pub use events::{EventHub, EventKind, EventSettings};
@@ -132,8 +133,10 @@ pub mod limits {
     pub use crate::chat::{KEPT_CONTEXT_AGE, MAX_KEPT_CONTEXT};
     pub use crate::domain::arguments::MAX_FIX_IT_BYTES;
     pub use crate::domain::callback_url::{ACCEPTED_FORMS, MAX_CALLBACK_URL_BYTES};
+    pub use crate::domain::peer_id::{MAX_CALL_ID_BYTES, MAX_INVENTED_NAME_BYTES};
     pub use crate::domain::peer_text::MAX_PEER_TEXT_BYTES;
     pub use crate::domain::tool::MAX_TIMEOUT;
+    pub use crate::events::RING_MAX_BYTES;
     pub use crate::events::{RING_CAPACITY, SUBSCRIBER_BUFFER};
     pub use crate::mcp::bounds::{
         MAX_LISTING_BYTES, MAX_MCP_MESSAGE_BYTES, MAX_TOOL_DEFINITION_BYTES,
@@ -141,6 +144,7 @@ pub mod limits {
     pub use crate::mcp::settings::{DEFAULT_MAX_MCP_SESSIONS, DEFAULT_MCP_SESSION_IDLE};
     pub use crate::observe::metrics::MAX_TOOL_LABELS;
     pub use crate::observe::recent::RECENT_CALLS;
+    pub use crate::observe::recent::RECENT_CALLS_MAX_BYTES;
     pub use crate::observe::trace::DEFAULT_SPAN_QUEUE;
     pub use crate::session::MAX_EVENT_BYTES;
     pub use crate::session::core::{REPLY_GRACE, RESPONSE_START_GRACE};

@@ -5,6 +5,7 @@
 //! API until stopped.
 
 use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use actix::Addr;
@@ -14,8 +15,9 @@ use anyhow::Context;
 use socket2::{Domain, Socket, Type};
 
 use crate::actors::router::{
-    CloseAllConnections, Keeping, Router, ShareDirectory, WatchClears, WatchWakes,
+    CloseAllConnections, Directory, Keeping, Router, ShareDirectory, WatchClears, WatchWakes,
 };
+use crate::actors::settings::CharacterSettings;
 use crate::api::{self, AppState};
 use crate::config::Settings;
 use crate::dispatch::Dispatcher;
@@ -181,6 +183,12 @@ impl Application {
             .send(ShareDirectory)
             .await
             .context("the router stopped during start-up")?;
+        warn_unknown_pinned(&settings.characters, &directory);
+        // The `tool` labels of tools that are gone are given to new ones.
+        events
+            .observer()
+            .metrics()
+            .watch_tools(Arc::new(directory.clone()));
         // The MCP servers plugins register at run time; the router tells it about clears, which
         // end the connection of a server of the cleared source.
         let mcp_plugins = McpPlugins::launch(
@@ -505,4 +513,30 @@ async fn keep_state(
     mcp_keeping.store = Some(store.clone());
     keeping.store = Some(store);
     Ok((keeping, mcp_keeping))
+}
+
+/// A pinned tool no character holds at start is worth a line, not an error: its plugin or MCP
+/// server may register it later, and it is pinned from then on. Restored tools count as held.
+fn warn_unknown_pinned(characters: &[CharacterSettings], directory: &Directory) {
+    for character in characters {
+        if character.tools.pinned.is_empty() {
+            continue;
+        }
+        let Ok(listed) = directory.list(Some(&character.name)) else {
+            continue;
+        };
+        let Some(listed) = listed.first() else {
+            continue;
+        };
+        let mut held: Vec<&str> = listed.tools.tools().map(|t| t.name.as_str()).collect();
+        held.extend(listed.dormant.iter().map(|d| d.name.as_str()));
+        for name in character.tools.unknown_pinned(&held) {
+            tracing::warn!(
+                character = %character.name,
+                tool = name,
+                "a pinned tool ([character.tools] pinned) is not registered now; it is pinned \
+                 once it registers"
+            );
+        }
+    }
 }

@@ -570,7 +570,9 @@ impl<C: WireConversation> Driver<C> {
                             role: &self.ctx.role,
                             tool: &model_call.name,
                             source: tool.as_ref().map(|t| t.source.as_str()),
-                            call_id: &model_call.id,
+                            // The id the server keeps (cut to its bound): what every record of
+                            // the call, and its callback, name it by.
+                            call_id: &call.call_id,
                             caller: Caller::Model,
                             kind: Some(C::KIND),
                             behavior: crate::domain::tool::Behavior::Blocking,
@@ -588,7 +590,7 @@ impl<C: WireConversation> Driver<C> {
                         // (a chat request has no "later" for the model: non-blocking tools run
                         // as blocking ones here).
                         let _listed = self.ctx.dispatcher.board().list(
-                            &model_call.id,
+                            &call.call_id,
                             Where {
                                 role: self.ctx.role.clone(),
                                 tool: tool.name.clone(),

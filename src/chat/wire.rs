@@ -401,7 +401,8 @@ pub(crate) fn call_value(call: &ModelCall) -> Value {
 pub(crate) fn tool_message(result: &ToolResult) -> Raw {
     raw(&json!({
         "role": "tool",
-        "tool_call_id": result.call_id,
+        // The model's own id: its answer is matched to its call by it.
+        "tool_call_id": result.model_call_id(),
         "name": result.name,
         "content": result.model_text(),
     }))

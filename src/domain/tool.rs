@@ -28,6 +28,9 @@ pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// run, the grace a stopping server gives running calls.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// `source` of the server's own tools (`find_tools`).
+pub(crate) const BUILT_IN_SOURCE: &str = "built-in";
+
 /// Sources with this prefix are plugins whose dead callback origins are removed automatically.
 pub(crate) const PLUGIN_SOURCE_PREFIX: &str = "plugin:";
 
@@ -109,6 +112,17 @@ pub enum ToolHandler {
     Remote(RemoteEndpoint),
     /// An actor of an in-process plugin.
     Local(LocalToolHandler),
+    /// A tool of the server's own, answered by whoever offered it to the model, never by a
+    /// callback ([`BuiltIn`]).
+    BuiltIn(BuiltIn),
+}
+
+/// The server's own tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuiltIn {
+    /// `find_tools` (`domain::budget`): the character's tools searched, the ones found added to
+    /// the caller's session.
+    FindTools,
 }
 
 /// Where and how long to call a remote tool.
@@ -181,15 +195,41 @@ impl ToolSpec {
         }
     }
 
+    /// One of the server's own tools (`domain::budget::find_tools`): no registration, no
+    /// callback; its calls are answered by whoever offered it.
+    pub(crate) fn built_in(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Parameters,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+            source: BUILT_IN_SOURCE.to_owned(),
+            handler: ToolHandler::BuiltIn(BuiltIn::FindTools),
+            behavior: Behavior::Blocking,
+            approval: Approval::default(),
+            generation: next_generation(),
+            wire: WireForms::default(),
+            search: OnceLock::new(),
+        }
+    }
+
     pub fn is_remote(&self) -> bool {
         matches!(self.handler, ToolHandler::Remote(_))
+    }
+
+    /// Whether this is one of the server's own tools.
+    pub fn is_built_in(&self) -> bool {
+        matches!(self.handler, ToolHandler::BuiltIn(_))
     }
 
     /// The callback URL exactly as registered, for remote tools.
     pub fn callback_url(&self) -> Option<&str> {
         match &self.handler {
             ToolHandler::Remote(r) => Some(r.callback_url.as_written()),
-            ToolHandler::Local(_) => None,
+            ToolHandler::Local(_) | ToolHandler::BuiltIn(_) => None,
         }
     }
 
@@ -200,13 +240,14 @@ impl ToolSpec {
         match &self.handler {
             ToolHandler::Remote(r) => Some(r.timeout),
             ToolHandler::Local(handler) => handler.0.timeout(),
+            ToolHandler::BuiltIn(_) => None,
         }
     }
 
     pub fn callback_origin(&self) -> Option<&CallbackOrigin> {
         match &self.handler {
             ToolHandler::Remote(r) => Some(r.callback_url.origin()),
-            ToolHandler::Local(_) => None,
+            ToolHandler::Local(_) | ToolHandler::BuiltIn(_) => None,
         }
     }
 
@@ -218,7 +259,7 @@ impl ToolSpec {
             ToolHandler::Local(own) => {
                 std::ptr::addr_eq(Arc::as_ptr(&own.0), Arc::as_ptr(&handler.0))
             }
-            ToolHandler::Remote(_) => false,
+            ToolHandler::Remote(_) | ToolHandler::BuiltIn(_) => false,
         }
     }
 

@@ -27,7 +27,7 @@ pub struct Child {
     pid: u32,
     stdout: Receiver<String>,
     exit: Receiver<ExitStatus>,
-    stderr: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<Vec<u8>>>,
     /// The read end of a stderr pipe that is never read, held open.
     _unread_stderr: Option<ChildStderr>,
     exited: Option<ExitStatus>,
@@ -91,9 +91,9 @@ impl Child {
         let (stderr, unread) = if read {
             let reader = std::thread::spawn(move || {
                 let mut err = err;
-                let mut text = String::new();
-                let _ = err.read_to_string(&mut text);
-                text
+                let mut bytes = Vec::new();
+                let _ = err.read_to_end(&mut bytes);
+                bytes
             });
             (Some(reader), None)
         } else {
@@ -199,6 +199,11 @@ impl Child {
 
     /// Everything the child wrote to stderr (waits for it to exit).
     pub fn stderr_after_exit(&mut self) -> String {
+        String::from_utf8_lossy(&self.stderr_bytes_after_exit()).into_owned()
+    }
+
+    /// Everything the child wrote to stderr, as the bytes it wrote (waits for it to exit).
+    pub fn stderr_bytes_after_exit(&mut self) -> Vec<u8> {
         if self.exited.is_none() {
             self.kill();
         }
@@ -455,6 +460,36 @@ fn a_config_file_sets_the_bind_address_and_the_characters_in_order() {
     );
     child.signal("TERM");
     assert_clean_exit(&mut child);
+}
+
+#[test]
+fn a_pinned_tool_nobody_holds_at_start_is_a_warning_not_an_error() {
+    let dir = TempDir::new("pinned");
+    let path = dir.file(
+        "runtime-tools.toml",
+        "bind = \"127.0.0.1:0\"\n[[character]]\nname = \"Mio\"\n\
+         [character.tools]\nbudget = 8\npinned = [\"lights\"]\n\
+         [[character]]\nname = \"Lanlan\"\n",
+    );
+    let mut child = Child::start(&["serve", "--config", path.to_str().unwrap()]);
+    let addr = child.listening("127.0.0.1");
+    // It serves: the pinned tool may register later.
+    let (status, _) = get(addr, "/api/tools");
+    assert_eq!(status, 200);
+    child.signal("TERM");
+    assert_clean_exit(&mut child);
+    let stderr = child.stderr_after_exit();
+    let warned: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("a pinned tool"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{stderr}");
+    assert!(
+        warned[0].contains("WARN")
+            && warned[0].contains(r#"character=Mio"#)
+            && warned[0].contains(r#"tool="lights""#),
+        "{stderr}"
+    );
 }
 
 /// Starts with a bad configuration file and returns the child's stderr after its exit.

@@ -60,6 +60,7 @@ mod openapi;
 mod operator;
 mod ownership;
 mod panics;
+mod peer_ids;
 mod procfs;
 mod python;
 mod redaction;

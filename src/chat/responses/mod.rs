@@ -137,7 +137,7 @@ impl ResponsesConversation {
         };
         let outputs = results
             .iter()
-            .map(|r| output_item(&r.call_id, &r.model_text()));
+            .map(|r| output_item(r.model_call_id(), &r.model_text()));
         (outputs.collect(), images)
     }
 
