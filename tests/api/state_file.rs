@@ -3,7 +3,9 @@
 //! again once it has room, memory and disk agreeing after a restart; a damaged, truncated or
 //! empty file stops start-up with an error that names it and says what to do, never a panic; a
 //! store that went back to an earlier commit says so; a new file is its owner's only, one
-//! others can read is warned about; and the file never holds a token's plain SHA-256.
+//! others can read is warned about; the file never holds a token's plain SHA-256; and the
+//! operator's unbinding and a restored tool's waking, stored first like every change, are not
+//! made when the full disk cannot keep them.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -512,4 +514,178 @@ async fn a_runtime_mcp_server_registered_on_a_full_disk_is_refused_whole() {
     assert_eq!(listing["tools_by_role"]["Lanlan"][0]["name"], "huge");
     let (_, health) = app.get("/api/health").await;
     assert_eq!(health["state"], "ok");
+}
+
+/// Large registrations of `source` on the full disk until one is refused (each made or not,
+/// never half): the file's free pages are then used up, and the store fails.
+fn fill_the_file(addr: SocketAddr, path: &Path) {
+    let large = "d".repeat(LARGE_BYTES);
+    for i in 0..MAX_TRIES_WHEN_FULL {
+        let body = tool(&format!("filler_{i}"), "plugin:filler", &large);
+        if !made_or_not(addr, path, "/api/tools/register", &body, TOKEN_A) {
+            return;
+        }
+    }
+    panic!("the full disk refused no registration");
+}
+
+/// The operator's unbinding is stored before it is made: on a full disk it is refused (503)
+/// and the source stays bound — the squatter's token still changes it, the owner's is still
+/// refused — and once the disk has room it is made, and the owner binds its source.
+#[actix_web::test]
+async fn an_unbinding_the_full_disk_cannot_keep_leaves_the_source_bound() {
+    const TEST: &str = "an_unbinding_the_full_disk_cannot_keep_leaves_the_source_bound";
+    let disk = match SmallDisk::mount("state-full-disk-unbind") {
+        Ok(disk) => disk,
+        Err(reason) => return cannot_run(TEST, &reason),
+    };
+    let path = disk.path("state.redb");
+    let (mut child, addr) = serve(&path, &["Lanlan"], "info");
+    let operator = child.printed_token().expect("a made token").to_owned();
+    let unbind = async || {
+        let client = crate::helpers::test_client();
+        let mut response = client
+            .delete(format!("http://{addr}/api/sources/plugin:notes/binding"))
+            .insert_header(("authorization", format!("Bearer {operator}")))
+            .send()
+            .await
+            .expect("request sent");
+        let body = response.body().await.expect("body read");
+        (
+            response.status().as_u16(),
+            crate::helpers::parse_json(&body),
+        )
+    };
+    let squat = tool("notes", "plugin:notes", "");
+    let (status, answer) = post_with_token(addr, "/api/tools/register", &squat, TOKEN_B);
+    assert_eq!(status, 200, "{answer}");
+
+    disk.fill();
+    fill_the_file(addr, &path);
+    let (status, answer) = unbind().await;
+    assert_not_stored(status, &answer, &path);
+    // Still bound, in memory as in the file: the squatter's token changes the source, the
+    // owner's does not.
+    let owners = tool("notes", "plugin:notes", "the owner's");
+    let (status, answer) = post_with_token(addr, "/api/tools/register", &owners, TOKEN_A);
+    assert_eq!((status, answer), (403, not_owner("plugin:notes")));
+    let (_, sources) = get(addr, "/api/sources");
+    let notes = sources["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["source"] == "plugin:notes")
+        .cloned();
+    assert_eq!(notes.unwrap()["bound"], true, "{sources}");
+
+    disk.free();
+    let (status, answer) = unbind().await;
+    assert_eq!(
+        (status, answer),
+        (
+            200,
+            json!({"ok": true, "source": "plugin:notes", "unbound": true})
+        )
+    );
+    let (status, answer) = post_with_token(addr, "/api/tools/register", &owners, TOKEN_A);
+    assert_eq!(status, 200, "{answer}");
+    child.signal("KILL");
+    child.wait();
+    // The file agrees: the owner's binding is the one kept.
+    let (mut child, addr) = serve(&path, &["Lanlan"], "info");
+    let (status, answer) = post_with_token(addr, "/api/tools/register", &squat, TOKEN_B);
+    assert_eq!((status, answer), (403, not_owner("plugin:notes")));
+    child.signal("TERM");
+    child.wait();
+}
+
+/// The state of `name` in the listing of Lanlan (`active` or `dormant`), if it is listed.
+fn tool_state(addr: SocketAddr, name: &str) -> Option<String> {
+    let (status, listing) = get(addr, "/api/tools");
+    assert_eq!(status, 200);
+    listing["tools_by_role"]["Lanlan"]
+        .as_array()?
+        .iter()
+        .find(|t| t["name"] == name)
+        .map(|t| t["state"].as_str().unwrap_or_default().to_owned())
+}
+
+/// A restored tool's waking ends its stored dormant time, and that is stored before the tool
+/// is given to the models: on a full disk the waking is not made — the tool stays dormant and
+/// its callback is probed again — and once the disk has room the next probe's answer wakes it.
+#[actix_web::test]
+async fn a_restored_tools_waking_the_full_disk_cannot_keep_leaves_it_dormant_until_the_disk_has_room()
+ {
+    use tokio::io::AsyncWriteExt;
+
+    const TEST: &str = "a_restored_tools_waking_the_full_disk_cannot_keep";
+    let disk = match SmallDisk::mount("state-full-disk-wake") {
+        Ok(disk) => disk,
+        Err(reason) => return cannot_run(TEST, &reason),
+    };
+    let path = disk.path("state.redb");
+    let port = crate::callback_server::ClosedPort::new();
+    // Registered without a token: its source is unbound, so an HTTP answer wakes it. Large:
+    // its record, rewritten when it wakes, does not fit in what a full file has free.
+    let mut sleeper = tool("sleeper", "plugin:sleeper", &"s".repeat(LARGE_BYTES));
+    sleeper["callback_url"] = json!(port.url("/sleeper"));
+    let (mut child, addr) = serve(&path, &["Lanlan"], "info");
+    let (status, answer) = crate::cli::post(addr, "/api/tools/register", &sleeper);
+    assert_eq!(status, 200, "{answer}");
+    child.signal("KILL");
+    child.wait();
+
+    let (mut child, addr) = serve(&path, &["Lanlan"], "info");
+    assert_eq!(tool_state(addr, "sleeper").as_deref(), Some("dormant"));
+    disk.fill();
+    fill_the_file(addr, &path);
+
+    let listener =
+        crate::callback_server::listen(port.port()).expect("listening on the tool's port");
+    let probe = async || {
+        let mut stream = tokio::time::timeout(crate::helpers::HTTP_DEADLINE, listener.accept())
+            .await
+            .expect("a probe within the deadline")
+            .expect("accepted")
+            .0;
+        let mut buf = Vec::new();
+        let request = crate::callback_server::read_request(&mut stream, &mut buf)
+            .await
+            .expect("the probe's request");
+        assert_eq!(
+            (request.method.as_str(), request.path.as_str()),
+            ("HEAD", "/sleeper")
+        );
+        stream
+    };
+    let answer = async |mut stream: tokio::net::TcpStream| {
+        stream
+            .write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+            .await
+            .unwrap();
+    };
+    // The first answer finds the disk full: the waking is not stored, so not made, and the
+    // origin is probed again (a tool that woke would not be).
+    answer(probe().await).await;
+    let second = probe().await;
+    assert_eq!(tool_state(addr, "sleeper").as_deref(), Some("dormant"));
+
+    // Room again: the next answer wakes it.
+    disk.free();
+    answer(second).await;
+    let deadline = std::time::Instant::now() + crate::helpers::HTTP_DEADLINE;
+    while tool_state(addr, "sleeper").as_deref() != Some("active") {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tool did not wake once the disk had room"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    child.signal("TERM");
+    child.wait();
+    let log = child.stderr_after_exit();
+    assert!(
+        log.contains("tool change not made: the state store could not keep it"),
+        "{log}"
+    );
 }
