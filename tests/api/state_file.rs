@@ -311,7 +311,9 @@ fn refused_at_start(path: &Path, extra: &[&str]) -> String {
         path.to_str().unwrap(),
     ];
     args.extend(extra);
-    let mut child = Child::start(&args);
+    // What an operator sees by default: no backtrace, whose frames would name the panic the
+    // store caught (`RUST_BACKTRACE` may be set where the tests run).
+    let mut child = Child::start_with_env(&args, &[("RUST_BACKTRACE", "0")]);
     let status = child.wait();
     let log = child.stderr_after_exit();
     assert_eq!(status.code(), Some(1), "{log}");
