@@ -379,7 +379,7 @@ const RELATED: &[&[&str]] = &[
     &["info", "information", "detail"],
     &["statistic", "stats"],
     &["schedule", "calendar", "appointment", "meeting"],
-    &["email", "message", "inbox"],
+    &["email", "inbox"],
     &["location", "place", "address"],
     &["city", "town"],
     &["flight", "airline", "fly"],
@@ -536,7 +536,10 @@ mod tests {
         assert_eq!(related, ["probabl", "chanc", "likelihood"]);
         let query = Query::new("convert 500 dollars");
         let related: Vec<&str> = query.related.iter().map(|t| &**t).collect();
-        assert_eq!(related, ["convers", "exchang", "currenc", "money", "euro", "usd"]);
+        assert_eq!(
+            related,
+            ["convers", "exchang", "currenc", "money", "euro", "usd"]
+        );
     }
 
     #[test]
