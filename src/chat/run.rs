@@ -571,7 +571,7 @@ impl<C: WireConversation> Driver<C> {
     fn find_tools(&self, call: &mut ToolCall) -> (ToolResult, Vec<String>) {
         let ask = match FindTools::from_call(call) {
             Ok(ask) => ask,
-            Err(refused) => return (refused, Vec::new()),
+            Err(refused) => return (*refused, Vec::new()),
         };
         let snapshot = self.ctx.tools.load_full();
         let found = self.ctx.events.find_tools(

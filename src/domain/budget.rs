@@ -313,21 +313,23 @@ impl FindTools {
 impl FindTools {
     /// A model's `find_tools` call, its arguments checked against the tool's schema; when they
     /// do not match, the call's error result, which tells the model what to fix.
-    pub(crate) fn from_call(call: &mut ToolCall) -> Result<Self, ToolResult> {
+    pub(crate) fn from_call(call: &mut ToolCall) -> Result<Self, Box<ToolResult>> {
         let tool = find_tools();
         if let Err(refused) = call.check_arguments(&tool.parameters) {
-            return Err(call.failed(Outcome::InvalidArguments, refused.message(FIND_TOOLS)));
+            return Err(Box::new(
+                call.failed(Outcome::InvalidArguments, refused.message(FIND_TOOLS)),
+            ));
         }
         // The schema bounds the query in characters as `read` does: this is a backstop.
         Self::read(&call.arguments).ok_or_else(|| {
-            call.failed(
+            Box::new(call.failed(
                 Outcome::InvalidArguments,
                 format!(
                     "arguments for {FIND_TOOLS} do not match its parameters: query must be 1 to \
                      {MAX_QUERY_CHARS} characters and limit 1 to {MAX_FIND_LIMIT}. Call \
                      {FIND_TOOLS} again with arguments that match."
                 ),
-            )
+            ))
         })
     }
 }

@@ -209,7 +209,7 @@ impl SessionTools {
         }
         let ask = match FindTools::from_call(call) {
             Ok(ask) => ask,
-            Err(refused) => return Some(refused),
+            Err(refused) => return Some(*refused),
         };
         let listed = self.directory.list(Some(&self.role)).ok()?;
         let snapshot = &listed.first()?.tools;
