@@ -222,6 +222,7 @@ where
         role: target.role,
         endpoint: target.chat,
         tools: target.tools,
+        budget: target.budget,
         dispatcher: state.dispatcher.clone(),
         events: state.events.clone(),
         policy: state.policy.clone(),

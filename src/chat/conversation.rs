@@ -79,6 +79,9 @@ impl Conversation {
         conversation.prompt = prompt;
         conversation.conversation = restored.conversation;
         conversation
+            .tools
+            .reveal(restored.found.iter().map(String::as_str));
+        conversation
     }
 
     /// `messages` is the app's conversation, handed-back turns already completed.
@@ -304,6 +307,7 @@ impl WireConversation for Conversation {
             images,
             prompt: self.prompt.take(),
             conversation: self.conversation,
+            found: self.tools.found_names(),
         });
     }
 
@@ -540,6 +544,37 @@ mod tests {
         assert_eq!(message["tool_calls"].as_array().unwrap().len(), 1);
         assert_eq!(message["tool_calls"][0]["id"], "a1");
         assert_eq!(done["choices"][0]["finish_reason"], "tool_calls");
+    }
+
+    #[test]
+    fn over_its_budget_a_round_offers_the_pinned_find_tools_and_the_found_after_the_apps() {
+        use crate::domain::budget::{Budget, FIND_TOOLS, SearchMode};
+        let mut c = conversation(APP_CLOCK, 3, false);
+        c.tools.set_budget(std::sync::Arc::new(Budget {
+            budget: 3,
+            pinned: vec!["t7".into()],
+            search: SearchMode::Auto,
+        }));
+        let registered: Vec<SharedTool> = (0..10).map(|i| tool(&format!("t{i}"))).collect();
+        let names = |round: &Round| -> Vec<String> {
+            sent(round)["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["function"]["name"].as_str().unwrap().to_owned())
+                .collect()
+        };
+        let first = c.next_round(&registered);
+        // The app's own tool does not count toward the budget.
+        assert_eq!(names(&first), ["app_clock", "t7", FIND_TOOLS]);
+        c.tools.reveal(["t2", "t4"]);
+        assert_eq!(
+            names(&c.next_round(&registered)),
+            ["app_clock", "t7", FIND_TOOLS, "t4"],
+            "the most recently found, as many as fit"
+        );
+        assert!(c.tools.tool_for("t4").is_some() && c.tools.tool_for("t2").is_none());
+        assert_eq!(c.tools.found_names(), ["t2", "t4"]);
     }
 
     #[test]

@@ -301,7 +301,8 @@ impl ChatEndpoint {
             state.responses_kept.expire(now);
             state.responses_kept.is_idle()
         };
-        let (mut input, previous, restored) = if idle {
+        let apps_previous = previous.clone();
+        let (mut input, previous, mut restored) = if idle {
             (input, previous, Restored::default())
         } else {
             let replay = responses::kept::Replay::read(&input);
@@ -309,6 +310,10 @@ impl ChatEndpoint {
             responses::kept::restore(input, replay, looked, previous)
         };
         let mut state = self.state();
+        if let Some(found) = apps_previous.and_then(|id| state.issued.found_by(&id)) {
+            // The upstream holds the response: its model was told these tools can be called.
+            restored.found.splice(0..0, found.iter().cloned());
+        }
         state.responses_kept.used(&restored.used, now);
         input.extend(take_context(&mut state, now));
         (input, previous, restored)
@@ -408,10 +413,13 @@ impl ChatEndpoint {
             .keep(turn, owner, Instant::now())
     }
 
-    /// The app got a response with this id (`POST /v1/responses`): a later request that goes
-    /// on from it belongs to this character.
-    pub(crate) fn issued(&self, id: &str) {
-        self.state().issued.add(id);
+    /// The app got a response with this id (`POST /v1/responses`), whose requests had found
+    /// the tools `found` (oldest first): a later request that goes on from it belongs to this
+    /// character, and is offered them.
+    pub(crate) fn issued(&self, id: &str, found: Vec<String>) {
+        let mut state = self.state();
+        state.issued.add(id);
+        state.issued.found(id, found);
     }
 
     /// Whether this character gave an app a response with this id (of the last

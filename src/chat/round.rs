@@ -1,11 +1,15 @@
-//! The tool loop's rules, whatever the wire format: which tools a round offers (the registered
-//! ones after the app's, minus clashes, none once the rounds that may run tools are used up or
-//! the model refused them), what a round's calls lead to (run the server's and ask again, or
+//! The tool loop's rules, whatever the wire format: which tools a round offers (the character's
+//! budget's set — the pinned tools, `find_tools` and the tools the request found, or every tool
+//! when they fit — after the app's, minus clashes, none once the rounds that may run tools are
+//! used up or the model refused them), what a round's calls lead to (run the server's and ask again, or
 //! hand the app its own), and which result images the model is shown. Each wire format's
 //! conversation (`conversation.rs` for chat completions, `responses/` for the Responses API)
 //! holds one [`ToolLoop`] and speaks its own wire around it. No I/O.
 
+use std::sync::Arc;
+
 use super::answer::ModelCall;
+use crate::domain::budget::{Budget, Found};
 use crate::domain::call::ToolResult;
 use crate::domain::images::{ToolImage, TurnBudget};
 use crate::domain::tool::SharedTool;
@@ -60,6 +64,10 @@ pub(crate) struct ToolLoop {
     sent_tools: bool,
     /// Upstream calls made so far.
     rounds: usize,
+    /// The character's budget: which of its tools a round offers.
+    budget: Arc<Budget>,
+    /// The tools the request (and the turns it continues) found with `find_tools`.
+    found: Found,
 }
 
 /// The tools of one round.
@@ -92,15 +100,36 @@ impl ToolLoop {
             sent: Vec::new(),
             sent_tools: false,
             rounds: 0,
+            budget: Arc::default(),
+            found: Found::default(),
         }
     }
 
-    /// The next round's tools: `registered` (the character's tools now) minus those the app
-    /// has, unless tools are withheld or the rounds that may run tools are used up.
+    /// The character's budget, for every round from now on.
+    pub(crate) fn set_budget(&mut self, budget: Arc<Budget>) {
+        self.budget = budget;
+    }
+
+    /// `names` were found (by this request's `find_tools`, or the turns it continues): the
+    /// next rounds offer them.
+    pub(crate) fn reveal<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
+        self.found.reveal(names);
+    }
+
+    /// What a continuation of this request starts with: the names it found, the most recent
+    /// that one round could offer, oldest first.
+    pub(crate) fn found_names(&self) -> Vec<String> {
+        self.found.latest(self.budget.budget)
+    }
+
+    /// The next round's tools: the budget's set of `registered` (the character's tools now)
+    /// minus those the app has, unless tools are withheld or the rounds that may run tools are
+    /// used up. The app's own tools are the app's: they do not count toward the budget.
     pub(crate) fn offer(&mut self, registered: &[SharedTool], app: &[ForeignTool]) -> Offer {
         let with_tools = !self.withhold_tools && self.tool_rounds < self.max_tool_rounds;
         let (tools, clashes) = if with_tools {
-            crate::session::core::without_clashes(registered, app)
+            let offered = self.budget.offer(registered, &self.found);
+            crate::session::core::without_clashes(&offered.tools, app)
         } else {
             (Vec::new(), Vec::new())
         };

@@ -26,12 +26,13 @@ use super::upstream::{AppHeaders, UpstreamBody, UpstreamError};
 use super::wire::{error_body, error_text, refuses_tools};
 use super::{ChatEndpoint, RequestPermit};
 use crate::dispatch::{Dispatcher, Where};
+use crate::domain::budget::{Budget, FIND_TOOLS, FindTools, found_result};
 use crate::domain::call::Outcome;
 use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::registry::not_registered_text;
 use crate::domain::snapshot::ToolCell;
 use crate::domain::tool::SharedTool;
-use crate::events::{CallStart, CallWatch, Caller, EventHub};
+use crate::events::{CallStart, CallWatch, Caller, EventHub, SearchKind};
 use crate::observe::trace::Span;
 use crate::policy::{Asker, Policy};
 
@@ -49,6 +50,8 @@ pub(crate) struct ChatContext {
     pub endpoint: Arc<ChatEndpoint>,
     /// The character's published tools.
     pub tools: ToolCell,
+    /// `[character.tools]`: which of them each round offers.
+    pub budget: Arc<Budget>,
     pub dispatcher: Dispatcher,
     pub events: EventHub,
     /// What each call passes before it runs (a person's approval).
@@ -355,10 +358,11 @@ impl<C: WireConversation> Driver<C> {
     }
 
     /// Records the id of the response the app got, if any: a later request that goes on from
-    /// it belongs to this character.
+    /// it belongs to this character, and is offered the tools this one found.
     fn issued(&self) {
         if let Some(id) = self.conversation.issued() {
-            self.ctx.endpoint.issued(id);
+            let found = self.conversation.tool_loop().found_names();
+            self.ctx.endpoint.issued(id, found);
         }
     }
 
@@ -382,6 +386,9 @@ impl<C: WireConversation> Driver<C> {
             tracing::info!(character = %self.ctx.role, model = self.conversation.model(), "the character's tools changed since the model refused them: offering them again");
             self.announce();
         }
+        self.conversation
+            .tool_loop_mut()
+            .set_budget(self.ctx.budget.clone());
         loop {
             let snapshot = self.ctx.tools.load_full();
             let registered: Vec<SharedTool> = snapshot.tools().cloned().collect();
@@ -549,8 +556,36 @@ impl<C: WireConversation> Driver<C> {
         }
     }
 
-    /// Runs the server's calls of a round concurrently; results in the model's order.
-    async fn run_calls(&self, calls: &[ModelCall]) -> Vec<ToolResult> {
+    /// Runs the server's calls of a round concurrently; results in the model's order. The
+    /// tools its `find_tools` calls found join the request's set (the next round offers them).
+    async fn run_calls(&mut self, calls: &[ModelCall]) -> Vec<ToolResult> {
+        let (results, found) = self.run_round_calls(calls).await;
+        self.conversation
+            .tool_loop_mut()
+            .reveal(found.iter().map(String::as_str));
+        results
+    }
+
+    /// A `find_tools` call the model made, answered here (it has no callback): the character's
+    /// tools searched, the search announced (`tool.search`); the names found.
+    fn find_tools(&self, call: &mut ToolCall) -> (ToolResult, Vec<String>) {
+        let ask = match FindTools::from_call(call) {
+            Ok(ask) => ask,
+            Err(refused) => return (*refused, Vec::new()),
+        };
+        let snapshot = self.ctx.tools.load_full();
+        let found = self.ctx.events.find_tools(
+            &self.ctx.role,
+            &snapshot,
+            &ask,
+            SearchKind::Session(C::KIND),
+            false,
+        );
+        let names = found.tools.iter().map(|t| t.name.clone()).collect();
+        (found_result(call, found.output), names)
+    }
+
+    async fn run_round_calls(&self, calls: &[ModelCall]) -> (Vec<ToolResult>, Vec<String>) {
         let tools = self.conversation.tool_loop();
         let sent: Vec<&str> = tools.sent_names().collect();
         let runs =
@@ -563,6 +598,14 @@ impl<C: WireConversation> Driver<C> {
                 let tool = tools.tool_for(&model_call.name).cloned();
                 let sent = &sent;
                 async move {
+                    if i < MAX_CALLS_PER_ROUND
+                        && let Some(tool) = &tool
+                        && tool.is_built_in()
+                        && tool.name == FIND_TOOLS
+                    {
+                        // Announced as `tool.search`, not as a call of a plugin's tool.
+                        return self.find_tools(&mut call);
+                    }
                     // A request dropped (its app went away) drops its calls: announced as cancelled.
                     let watch = CallWatch::start(
                         &self.ctx.events,
@@ -619,13 +662,26 @@ impl<C: WireConversation> Driver<C> {
                     }
                 };
                     watch.finished(&result);
-                    result
+                    (result, Vec::new())
                 }
             });
-        let results = self.keeping_alive(join_all(runs)).await;
+        let ran = self.keeping_alive(join_all(runs)).await;
+        let searches = calls
+            .iter()
+            .take(MAX_CALLS_PER_ROUND)
+            .filter(|c| tools.tool_for(&c.name).is_some_and(|t| t.is_built_in()))
+            .count();
         self.ctx
             .endpoint
-            .ran_calls(results.len().min(MAX_CALLS_PER_ROUND));
-        results
+            .ran_calls(ran.len().min(MAX_CALLS_PER_ROUND) - searches);
+        let mut found = Vec::new();
+        let results = ran
+            .into_iter()
+            .map(|(result, names)| {
+                found.extend(names);
+                result
+            })
+            .collect();
+        (results, found)
     }
 }

@@ -32,6 +32,9 @@ pub struct HandedTurn {
     pub prompt: Option<String>,
     /// The conversation the request that made it went on (`None`: a new one).
     pub conversation: Option<u64>,
+    /// The tools its request had found (`find_tools`), oldest first: its continuation is
+    /// offered them.
+    pub found: Vec<String>,
 }
 
 impl HandedTurn {
@@ -69,6 +72,7 @@ impl KeptTurn for HandedTurn {
         calls
             + self.images.as_ref().map_or(0, |i| i.get().len())
             + self.prompt.as_ref().map_or(0, String::len)
+            + self.found.iter().map(String::len).sum::<usize>()
     }
 }
 
@@ -223,6 +227,7 @@ pub(crate) fn restore(messages: Vec<Raw>, replay: Replay, looked: Looked) -> (Ve
         }
         restored.completed += 1;
         restored.conversation = Some(found.conversation);
+        restored.found.extend(turn.found.iter().cloned());
         i = j;
     }
     out.extend(messages[i..].iter_mut().filter_map(Option::take));
@@ -319,6 +324,7 @@ mod tests {
             images: None,
             prompt: None,
             conversation: None,
+            found: Vec::new(),
         }
     }
 
@@ -409,6 +415,7 @@ mod tests {
                         images: None,
                         prompt: None,
                         conversation: None,
+                        found: Vec::new(),
                     },
                     now,
                 )
@@ -442,6 +449,7 @@ mod tests {
             images: None,
             prompt: Some(canonical(&json!({"role": "user", "content": said}))),
             conversation: None,
+            found: Vec::new(),
         }
     }
 
@@ -523,6 +531,7 @@ mod tests {
                 images: None,
                 prompt: None,
                 conversation: None,
+                found: Vec::new(),
             }
         };
         for n in 0..6 {
@@ -549,6 +558,7 @@ mod tests {
             images: None,
             prompt: None,
             conversation: None,
+            found: Vec::new(),
         };
         assert!(turns.keep_turn(too_large, now).unwrap_err().bytes > MAX_KEPT_BYTES);
         assert_eq!(turns.len(), 3, "nothing kept was forgotten for it");

@@ -20,6 +20,8 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use super::arguments::Parameters;
+use super::call::{Outcome, ToolAnswer, ToolCall, ToolResult};
+use super::json_text::text_of;
 use super::search::Hit;
 use super::tool::{SharedTool, ToolSpec};
 
@@ -226,6 +228,13 @@ impl Found {
     pub fn is_empty(&self) -> bool {
         self.names.is_empty()
     }
+
+    /// The `n` most recently found names, oldest first: what a continuation of the session's
+    /// conversation starts with (more could never be offered at once).
+    pub(crate) fn latest(&self, n: usize) -> Vec<String> {
+        let skip = self.names.len().saturating_sub(n);
+        self.names.iter().skip(skip).cloned().collect()
+    }
 }
 
 /// Whether a registration may not take `name`: the server's built-in tools' names.
@@ -299,6 +308,35 @@ impl FindTools {
             limit: limit as usize,
         })
     }
+}
+
+impl FindTools {
+    /// A model's `find_tools` call, its arguments checked against the tool's schema; when they
+    /// do not match, the call's error result, which tells the model what to fix.
+    pub(crate) fn from_call(call: &mut ToolCall) -> Result<Self, Box<ToolResult>> {
+        let tool = find_tools();
+        if let Err(refused) = call.check_arguments(&tool.parameters) {
+            return Err(Box::new(
+                call.failed(Outcome::InvalidArguments, refused.message(FIND_TOOLS)),
+            ));
+        }
+        // The schema bounds the query in characters as `read` does: this is a backstop.
+        Self::read(&call.arguments).ok_or_else(|| {
+            Box::new(call.failed(
+                Outcome::InvalidArguments,
+                format!(
+                    "arguments for {FIND_TOOLS} do not match its parameters: query must be 1 to \
+                     {MAX_QUERY_CHARS} characters and limit 1 to {MAX_FIND_LIMIT}. Call \
+                     {FIND_TOOLS} again with arguments that match."
+                ),
+            ))
+        })
+    }
+}
+
+/// The result of a `find_tools` call whose answer is `output` ([`found_output`]).
+pub(crate) fn found_result(call: &ToolCall, output: String) -> ToolResult {
+    call.result(ToolAnswer::output(text_of(output)), Vec::new())
 }
 
 /// What `find_tools` answers the model: the tools found, best first, with the note that they

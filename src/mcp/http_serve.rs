@@ -9,7 +9,10 @@
 //! guard's, applied before a request reaches it.
 //!
 //! What a session serves: `tools/list` reads the character's published tools (no message to any
-//! actor), `tools/call` runs the tool through the dispatcher exactly as a model's call (the
+//! actor) and lists the set its budget gives the session (`[character.tools]`: beyond the
+//! budget, the pinned tools, `find_tools` and the tools the session found; a `find_tools` call
+//! is answered here, and when it adds tools to the session's set the client is sent
+//! `notifications/tools/list_changed`), `tools/call` runs the tool through the dispatcher exactly as a model's call (the
 //! arguments checked, and passed on as the client wrote them; images delivered as MCP image
 //! content, failures as `isError` results) and announces it as a `tool.call` event, and `notifications/tools/list_changed` follows the
 //! character's `tools.changed` events.
@@ -35,8 +38,10 @@ use super::http_sessions::BoundedSessions;
 use super::settings::McpEndpointSettings;
 use crate::actors::router::{Directory, RouterError};
 use crate::dispatch::Dispatcher;
+use crate::domain::budget::{FIND_TOOLS, FindTools, Found, found_result};
 use crate::domain::call::{ToolCall, ToolResult};
-use crate::events::{CallStart, CallWatch, Caller, EventHub, EventKind};
+use crate::domain::tool::SharedTool;
+use crate::events::{CallStart, CallWatch, Caller, EventHub, EventKind, SearchKind};
 use crate::policy::{Asker, Policy};
 
 /// Interval of the keep-alive comment on a session's event streams: under the idle timeouts of
@@ -140,6 +145,7 @@ impl McpEndpoint {
                         events: inner.events.clone(),
                         policy: inner.policy.clone(),
                         ended: watch::Sender::new(()),
+                        found: Mutex::default(),
                     })
                 },
                 sessions.clone(),
@@ -166,6 +172,63 @@ pub(crate) struct SessionTools {
     policy: Policy,
     /// Dropped with the session: ends its `list_changed` watcher.
     ended: watch::Sender<()>,
+    /// The tools this session found with `find_tools`: its set beyond the budget.
+    found: Mutex<Found>,
+}
+
+impl SessionTools {
+    fn found(&self) -> std::sync::MutexGuard<'_, Found> {
+        // A list of names: a panic under the lock leaves nothing worth refusing.
+        self.found.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The set the session is offered now: the character's tools as its budget gives them
+    /// to this session.
+    fn offer(&self) -> Result<Vec<SharedTool>, RouterError> {
+        let listed = self.directory.list(Some(&self.role))?;
+        let budget = self.directory.budget(&self.role)?;
+        let all: Vec<SharedTool> = listed
+            .iter()
+            .flat_map(|role| role.tools.tools())
+            .cloned()
+            .collect();
+        let offered = budget.offer(&all, &self.found()).tools;
+        Ok(offered)
+    }
+
+    /// A `find_tools` call, answered here when the session is offered `find_tools` (`None`:
+    /// it is not, and the call is one of a tool the character does not hold). The tools found
+    /// join the session's set; when that changes the set, the client is told to list again.
+    async fn find_tools(&self, call: &mut ToolCall, peer: &Peer<RoleServer>) -> Option<ToolResult> {
+        let before = self.offer().ok()?;
+        if !before
+            .iter()
+            .any(|t| t.is_built_in() && t.name == FIND_TOOLS)
+        {
+            return None;
+        }
+        let ask = match FindTools::from_call(call) {
+            Ok(ask) => ask,
+            Err(refused) => return Some(*refused),
+        };
+        let listed = self.directory.list(Some(&self.role)).ok()?;
+        let snapshot = &listed.first()?.tools;
+        let found = self
+            .events
+            .find_tools(&self.role, snapshot, &ask, SearchKind::Mcp, false);
+        self.found()
+            .reveal(found.tools.iter().map(|t| t.name.as_str()));
+        let names = |tools: &[SharedTool]| -> Vec<String> {
+            tools.iter().map(|t| t.name.clone()).collect()
+        };
+        let changed = self
+            .offer()
+            .is_ok_and(|after| names(&after) != names(&before));
+        if changed && let Err(e) = peer.notify_tool_list_changed().await {
+            tracing::debug!(role = %self.role, "an MCP session's client could not be told its tools changed: {e}");
+        }
+        Some(found_result(call, found.output))
+    }
 }
 
 impl ServerHandler for SessionTools {
@@ -190,13 +253,11 @@ impl ServerHandler for SessionTools {
         _: Option<PaginatedRequestParams>,
         _: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let listed = self
-            .directory
-            .list(Some(&self.role))
+        let offered = self
+            .offer()
             .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
-        let tools = listed
+        let tools = offered
             .iter()
-            .flat_map(|role| role.tools.tools())
             .map(|tool| {
                 Tool::new(
                     tool.name.clone(),
@@ -227,6 +288,11 @@ impl ServerHandler for SessionTools {
             Some(text) => ToolCall::from_text(call_id, name.clone(), text, parsed),
             None => ToolCall::from_arguments(call_id, name.clone(), parsed),
         };
+        if name == FIND_TOOLS
+            && let Some(answered) = self.find_tools(&mut call, &context.peer).await
+        {
+            return Ok(call_result(answered));
+        }
         let resolved = match self.directory.resolve(Some(&self.role), &name) {
             Ok(resolved) => resolved,
             Err(e) => return Ok(call_result(call.error(e.to_string()))),

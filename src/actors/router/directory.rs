@@ -13,6 +13,7 @@ use arc_swap::ArcSwap;
 
 use super::RouterError;
 use crate::chat::ChatEndpoint;
+use crate::domain::budget::Budget;
 use crate::domain::callback_url::CallbackOrigin;
 use crate::domain::registry::not_registered_text;
 use crate::domain::snapshot::{ToolCell, ToolSnapshot};
@@ -26,6 +27,8 @@ pub(crate) struct Listed {
     pub tools: ToolCell,
     /// Its text chat endpoint, if it has one.
     pub chat: Option<Arc<ChatEndpoint>>,
+    /// `[character.tools]`: what each chat request and MCP session of it is offered.
+    pub budget: Arc<Budget>,
     /// Its restored tools no model is given yet (listed as dormant).
     pub dormant: Arc<[SharedTool]>,
 }
@@ -49,6 +52,8 @@ pub struct ChatTarget {
     pub role: String,
     pub chat: Arc<ChatEndpoint>,
     pub tools: ToolCell,
+    /// How many of the tools each request is offered.
+    pub budget: Arc<Budget>,
 }
 
 /// The tool a call names, and the character it was found in.
@@ -110,6 +115,7 @@ impl Directory {
                 role: l.character.clone(),
                 chat: chat.clone(),
                 tools: l.tools.clone(),
+                budget: l.budget.clone(),
             })
         };
         match character.filter(|c| !c.is_empty()) {
@@ -176,6 +182,17 @@ impl Directory {
             Some(role) if listed.is_empty() => Err(RouterError::UnknownRole(role.to_owned())),
             _ => Ok(listed),
         }
+    }
+
+    /// The budget of `role` (`[character.tools]`): what each of its chat requests and MCP
+    /// sessions is offered.
+    pub(crate) fn budget(&self, role: &str) -> Result<Arc<Budget>, RouterError> {
+        self.0
+            .load()
+            .iter()
+            .find(|l| l.character == role)
+            .map(|l| l.budget.clone())
+            .ok_or_else(|| RouterError::UnknownRole(role.to_owned()))
     }
 
     /// How many restored tools wait for their callback, over every character.

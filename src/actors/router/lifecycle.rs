@@ -11,6 +11,7 @@ use super::{Router, RouterError};
 use crate::actors::manager::ManagerGone;
 use crate::chat::ChatEndpoint;
 use crate::chat::settings::ChatSettings;
+use crate::domain::budget::Budget;
 use crate::domain::snapshot::empty_cell;
 use crate::session::settings::SessionSettings;
 
@@ -61,7 +62,7 @@ impl Handler<AddCharacter> for Router {
             .transpose()?
             .map(Arc::new);
         tracing::info!(character = %msg.name, session = msg.session.is_some(), chat = chat.is_some(), "character added");
-        self.push_character(msg.name, msg.session, chat);
+        self.push_character(msg.name, msg.session, chat, Budget::default());
         Ok(())
     }
 }
@@ -122,6 +123,7 @@ impl Router {
         name: String,
         session: Option<SessionSettings>,
         chat: Option<Arc<ChatEndpoint>>,
+        budget: Budget,
     ) {
         let tools = empty_cell();
         let (manager, generation) = self.start_manager(&name, &session, &tools, []);
@@ -129,6 +131,7 @@ impl Router {
             name: name.into(),
             session,
             chat,
+            budget: Arc::new(budget),
             manager,
             generation,
             tools,

@@ -36,6 +36,7 @@ use crate::actors::settings::CharacterSettings;
 use crate::chat::ChatEndpoint;
 use crate::dispatch::Dispatcher;
 use crate::dispatch::settings::DispatchSettings;
+use crate::domain::budget::Budget;
 use crate::domain::dormant::{Dormant, DormantTool};
 use crate::domain::failures::SharedFailures;
 use crate::domain::ownership::{OwnershipError, SharedOwners, UnbindError};
@@ -165,6 +166,8 @@ struct Character {
     session: Option<SessionSettings>,
     /// Its text chat endpoint, if it has `[character.chat]`; kept across manager restarts.
     chat: Option<Arc<ChatEndpoint>>,
+    /// `[character.tools]`: how many of its tools a chat request or an MCP session is given.
+    budget: Arc<Budget>,
     manager: Addr<SessionManager>,
     /// Incarnation of `manager`; a [`ManagerGone`] for an older one is stale.
     generation: u64,
@@ -315,7 +318,7 @@ impl Router {
                         None
                     }
                 });
-                router.push_character(c.name, c.session, chat);
+                router.push_character(c.name, c.session, chat, c.tools);
             }
             router
         });
@@ -332,6 +335,7 @@ impl Router {
                     character: c.name.to_string(),
                     tools: c.tools.clone(),
                     chat: c.chat.clone(),
+                    budget: c.budget.clone(),
                     dormant: self.dormant.of(&c.name).into(),
                 })
                 .collect(),

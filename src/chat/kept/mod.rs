@@ -371,6 +371,9 @@ pub(crate) struct Restored {
     /// turn sent back twice in one request is put back once, so a request never grows by more
     /// than the store holds).
     pub(crate) used: Vec<Slot>,
+    /// The tools the requests of the turns it continues had found (`find_tools`), oldest
+    /// first: the model was told it can call them, so the request offers them too.
+    pub(crate) found: Vec<String>,
 }
 
 impl Restored {

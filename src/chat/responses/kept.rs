@@ -53,6 +53,9 @@ pub struct KeptResponse {
     pub prompt: Option<String>,
     /// The conversation the request that made it went on (`None`: a new one).
     pub conversation: Option<u64>,
+    /// The tools its request had found (`find_tools`), oldest first: its continuation is
+    /// offered them.
+    pub found: Vec<String>,
 }
 
 impl KeptResponse {
@@ -107,6 +110,7 @@ impl KeptTurn for KeptResponse {
             + calls
             + self.images.as_ref().map_or(0, |i| i.get().len())
             + self.prompt.as_ref().map_or(0, String::len)
+            + self.found.iter().map(String::len).sum::<usize>()
     }
 
     /// A continuation by id must go on from the last response and answer the server's calls:
@@ -313,6 +317,7 @@ pub(crate) fn restore(
                 restored.completed += 1;
             }
             restored.conversation = Some(found.conversation);
+            restored.found.extend(turn.found.iter().cloned());
             restored.take(found.slot);
         }
         Previous::Forgotten(Some(lost)) => {
@@ -340,6 +345,7 @@ pub(crate) fn restore(
         i = answers(&found.turn, &input, &heads, run.end, &mut out);
         restored.completed += 1;
         restored.conversation = Some(found.conversation);
+        restored.found.extend(found.turn.found.iter().cloned());
     }
     out.extend(input[i..].iter().cloned());
     (out, previous, restored)

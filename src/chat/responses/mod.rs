@@ -99,6 +99,9 @@ impl ResponsesConversation {
         conversation.prompt = prompt;
         conversation.conversation = restored.conversation;
         conversation
+            .tools
+            .reveal(restored.found.iter().map(String::as_str));
+        conversation
     }
 
     pub(crate) fn new(
@@ -205,6 +208,7 @@ impl ResponsesConversation {
             images,
             prompt: self.prompt.clone(),
             conversation: self.conversation,
+            found: self.tools.found_names(),
         });
     }
 }
@@ -340,6 +344,7 @@ impl WireConversation for ResponsesConversation {
                 response: last.clone(),
                 alias: Some(app),
                 conversation: self.conversation,
+                found: self.tools.found_names(),
                 ..KeptResponse::default()
             });
         }

@@ -232,3 +232,29 @@ fn a_turn_sent_back_twice_in_one_request_is_put_back_once() {
     let servers = values(out).iter().filter(|i| i["call_id"] == "s").count();
     assert_eq!(servers, 2, "the server's call and its output, once");
 }
+
+#[test]
+fn a_continuation_or_a_replay_of_a_kept_turn_gets_the_tools_its_request_found() {
+    let found = || KeptResponse {
+        found: vec!["lights_on".into()],
+        ..mixed()
+    };
+    let now = Instant::now();
+    let mut kept = KeptResponses::default();
+    keep(&mut kept, found(), now);
+    let by_id = vec![item(output("a", "10:00"))];
+    let (_, _, restored) = put_together(&mut kept, by_id, Some("resp_1"), now);
+    assert_eq!(restored.found, ["lights_on"]);
+    let mut kept = KeptResponses::default();
+    keep(&mut kept, found(), now);
+    let replayed = vec![
+        item(json!({"role": "user", "content": "hi"})),
+        item(call("fc_a", "a")),
+        item(output("a", "10:00")),
+    ];
+    let (_, _, restored) = put_together(&mut kept, replayed, None, now);
+    assert_eq!(
+        (restored.completed, restored.found),
+        (1, vec!["lights_on".to_owned()])
+    );
+}
