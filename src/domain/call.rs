@@ -316,7 +316,7 @@ impl ToolAnswer {
     }
 
     /// A successful output of exact JSON text.
-    fn output(output: JsonText) -> Self {
+    pub(crate) fn output(output: JsonText) -> Self {
         Self {
             output,
             error: None,

@@ -7,8 +7,6 @@
 
 pub(crate) mod approval;
 pub(crate) mod arguments;
-// The sessions answering `find_tools` (coming) use the rest.
-#[allow(dead_code)]
 pub(crate) mod budget;
 pub(crate) mod call;
 pub(crate) mod call_url;

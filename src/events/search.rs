@@ -70,7 +70,6 @@ impl EventHub {
     /// best first, and the call's output (with each tool's parameters when `with_parameters`).
     /// Announced (`tool.search`) and counted (searches and tools revealed) here, so every kind
     /// of session is seen alike.
-    #[allow(dead_code)] // the sessions answering find_tools, coming
     pub(crate) fn find_tools(
         &self,
         role: &str,
@@ -99,7 +98,6 @@ impl EventHub {
 
 /// What a model's `find_tools` found.
 #[derive(Debug, Clone)]
-#[allow(dead_code)] // the sessions answering find_tools, coming
 pub(crate) struct Found {
     /// Best first.
     pub(crate) tools: Vec<SharedTool>,

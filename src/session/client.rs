@@ -6,7 +6,6 @@
 //! it, which reconnects after a capped exponential backoff. Every (re)connect first sends
 //! `session.update` with the current tools. The protocol itself is the [`SessionCore`]'s.
 
-use std::sync::Arc;
 
 use actix::prelude::*;
 use awc::ws::{self, Frame};
@@ -20,7 +19,7 @@ use super::supervised::{self, Reconnecting, Reconnects};
 use super::wire::{FromUpstream, UpstreamSocket};
 use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
-use crate::domain::tool::SharedTool;
+use crate::session::CharacterTools;
 use crate::events::EventHub;
 use crate::policy::Policy;
 
@@ -40,7 +39,7 @@ impl RealtimeSession {
         dispatcher: Dispatcher,
         events: EventHub,
         policy: Policy,
-        tools: Arc<[SharedTool]>,
+        tools: CharacterTools,
     ) -> Addr<Self> {
         let core = SessionCore::new(
             character,

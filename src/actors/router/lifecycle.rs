@@ -11,6 +11,7 @@ use super::{Router, RouterError};
 use crate::actors::manager::ManagerGone;
 use crate::chat::ChatEndpoint;
 use crate::chat::settings::ChatSettings;
+use crate::domain::budget::Budget;
 use crate::domain::snapshot::empty_cell;
 use crate::session::settings::SessionSettings;
 
@@ -61,7 +62,7 @@ impl Handler<AddCharacter> for Router {
             .transpose()?
             .map(Arc::new);
         tracing::info!(character = %msg.name, session = msg.session.is_some(), chat = chat.is_some(), "character added");
-        self.push_character(msg.name, msg.session, chat);
+        self.push_character(msg.name, msg.session, chat, Budget::default());
         Ok(())
     }
 }
@@ -122,9 +123,16 @@ impl Router {
         name: String,
         session: Option<SessionSettings>,
         chat: Option<Arc<ChatEndpoint>>,
+        budget: Budget,
     ) {
         let tools = empty_cell();
-        let (manager, generation) = self.start_manager(&name, &session, &tools, []);
+        // A character starts with no tools: a pinned one may well register later, so it is
+        // only worth a word in the log.
+        for pinned in budget.unknown_pinned(&[]) {
+            tracing::warn!(character = %name, tool = %pinned, "pinned tool is not registered (yet); it joins every session of the character when it is");
+        }
+        let budget = Arc::new(budget);
+        let (manager, generation) = self.start_manager(&name, &session, &budget, &tools, []);
         self.characters.push(super::Character {
             name: name.into(),
             session,
@@ -132,6 +140,7 @@ impl Router {
             manager,
             generation,
             tools,
+            budget,
             next_change: 1,
             unconfirmed: VecDeque::new(),
         });

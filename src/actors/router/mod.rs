@@ -33,6 +33,7 @@ use crate::actors::settings::CharacterSettings;
 use crate::chat::ChatEndpoint;
 use crate::dispatch::Dispatcher;
 use crate::dispatch::settings::DispatchSettings;
+use crate::domain::budget::Budget;
 use crate::domain::dormant::{Dormant, DormantTool};
 use crate::domain::failures::SharedFailures;
 use crate::domain::ownership::{OwnershipError, SharedOwners, UnbindError};
@@ -165,6 +166,8 @@ struct Character {
     generation: u64,
     /// Where the manager publishes the character's tools.
     tools: ToolCell,
+    /// `[character.tools]`: how many of them one session is offered.
+    budget: Arc<Budget>,
     /// The number the next change to this character gets.
     next_change: u64,
     /// Changes sent to the manager, numbered, that its published snapshot may not include yet:
@@ -301,7 +304,7 @@ impl Router {
                         None
                     }
                 });
-                router.push_character(c.name, c.session, chat);
+                router.push_character(c.name, c.session, chat, c.tools);
             }
             router
         });
@@ -329,6 +332,7 @@ impl Router {
         &mut self,
         name: &str,
         session: &Option<SessionSettings>,
+        budget: &Arc<Budget>,
         tools: &ToolCell,
         replay: impl IntoIterator<Item = (u64, &'a Arc<Change>)>,
     ) -> (Addr<SessionManager>, u64) {
@@ -342,6 +346,7 @@ impl Router {
             tools.clone(),
             replay,
             session.clone(),
+            budget.clone(),
             self.dispatcher.clone(),
             self.events.clone(),
             self.policy.clone(),
@@ -357,9 +362,15 @@ impl Router {
         self.characters[i].forget_confirmed();
         let c = &self.characters[i];
         let (name, session, tools) = (c.name.clone(), c.session.clone(), c.tools.clone());
+        let budget = c.budget.clone();
         let replay: Vec<(u64, Arc<Change>)> = c.unconfirmed.iter().cloned().collect();
-        let (manager, generation) =
-            self.start_manager(&name, &session, &tools, replay.iter().map(|(n, c)| (*n, c)));
+        let (manager, generation) = self.start_manager(
+            &name,
+            &session,
+            &budget,
+            &tools,
+            replay.iter().map(|(n, c)| (*n, c)),
+        );
         let c = &mut self.characters[i];
         c.manager = manager;
         c.generation = generation;

@@ -1,0 +1,201 @@
+//! The character's tool budget in a session: the set the session is offered (the budget's
+//! offer for what its model found), the model's `find_tools` answered from the character's
+//! snapshot, and — on a protocol whose tools need a new connection — `call_tool`, through which
+//! the model calls what it found.
+//!
+//! A realtime session's found tools join its set: the update that appends them goes, and the
+//! answer of `find_tools` is held until that update is acknowledged, so the model never hears
+//! of a tool it cannot call yet. A Gemini Live session takes new declarations only on a new
+//! connection, which it may open only with no call running — and `find_tools` is one — so its
+//! declarations stay as they are: `find_tools` answers with each tool's parameters at once, and
+//! the model calls the tool through `call_tool`, whose arguments the named tool's schema checks.
+
+use super::{Call, SessionCore, SyncError};
+use crate::domain::budget::{
+    CALL_TOOL, CallTool, FIND_TOOLS, FindTools, Found, call_tool,
+};
+use crate::domain::call::{Outcome, ToolAnswer, ToolCall, ToolResult};
+use crate::domain::json_text::text_of;
+use crate::domain::tool::SharedTool;
+use crate::events::CallWatch;
+
+/// A `find_tools` answer that waits for the update carrying the tools it found.
+#[derive(Debug)]
+pub(super) struct Held {
+    /// The sync version that carries them: its update's outcome releases the answer.
+    version: u64,
+    turn: Option<String>,
+    call: ToolCall,
+    output: String,
+    watch: CallWatch,
+}
+
+impl SessionCore {
+    /// Works out the set the session is offered now; `true` when it differs from the one before
+    /// (the same tools in the same order are no change).
+    pub(super) fn reoffer(&mut self) -> bool {
+        let tools = &self.character_tools;
+        let (offered, over_budget) = if self.protocol.calls_found_tools_by_name() {
+            let offer = tools.budget.offer(&tools.list, &self.found);
+            (offer.tools, offer.over_budget)
+        } else {
+            // Found tools are reached through `call_tool`, which joins `find_tools` (and counts
+            // toward the budget with it): the declarations never change with a search.
+            let offer = tools.budget.offer(&tools.list, &Found::default());
+            let mut offered = offer.tools;
+            if offer.searching {
+                if offered.len() >= tools.budget.budget
+                    && let Some(at) = offered.iter().position(|t| t.name == FIND_TOOLS)
+                    && at > 0
+                {
+                    offered.remove(at - 1);
+                }
+                offered.push(call_tool());
+            }
+            (offered, offer.over_budget)
+        };
+        self.over_budget = over_budget;
+        let changed = !super::same_tools(&self.registered, &offered);
+        if changed {
+            self.registered = offered.into();
+        }
+        changed
+    }
+
+    /// Whether the session offers the built-in tool `name`.
+    fn offers(&self, name: &str) -> bool {
+        self.registered
+            .iter()
+            .any(|t| t.name == name && t.is_built_in())
+    }
+
+    /// A call of `call_tool` that names one of the character's tools and gives it an arguments
+    /// object becomes a call of that tool (its answer goes back under `call_tool`'s name, see
+    /// [`answered_as`](Self::answered_as)); any other is left as it is, for
+    /// [`built_in`](Self::built_in) to answer.
+    pub(super) fn through_call_tool(&mut self, call: &mut Call) {
+        if call.name != CALL_TOOL || !self.offers(CALL_TOOL) {
+            return;
+        }
+        let Some(inner) = CallTool::read(&call.arguments) else {
+            return;
+        };
+        if !self
+            .character_tools
+            .list
+            .iter()
+            .any(|t| t.name == inner.name)
+        {
+            return;
+        }
+        self.through_call_tool
+            .insert(crate::domain::peer_id::call_id(&call.call_id).into_owned(), CALL_TOOL);
+        call.name = inner.name;
+        call.arguments = inner.arguments;
+    }
+
+    /// A result about to be sent: under `call_tool`'s name when the call came through it.
+    pub(super) fn answered_as(&mut self, result: &mut ToolResult) {
+        if let Some(name) = self.through_call_tool.remove(&result.call_id) {
+            result.name = name.to_owned();
+        }
+    }
+
+    /// The session's own tool of this name (`find_tools`, `call_tool`), when it offers it.
+    pub(super) fn built_in_tool(&self, name: &str) -> Option<&SharedTool> {
+        self.registered
+            .iter()
+            .find(|t| t.name == name && t.is_built_in())
+    }
+
+    /// Answers a call of one of the session's own tools (`tool`). `find_tools`: its arguments
+    /// checked, the character's tools searched, the ones found revealed; when they change the
+    /// set, the answer waits for the update that carries them. `call_tool` that reached here
+    /// names no tool of the character's, or has no arguments object: the model is told which.
+    pub(super) fn built_in(
+        &mut self,
+        turn: Option<String>,
+        mut call: ToolCall,
+        tool: &SharedTool,
+        watch: CallWatch,
+    ) {
+        if let Err(refused) = call.check_arguments(&tool.parameters) {
+            let result = call.failed(Outcome::InvalidArguments, refused.message(&tool.name));
+            self.answer(turn, result, watch);
+            return;
+        }
+        if tool.name == CALL_TOOL {
+            let named = CallTool::read(&call.raw_arguments)
+                .map(|c| c.name)
+                .unwrap_or_default();
+            let error = format!(
+                "no tool named '{}': call find_tools to find a tool, then call_tool with a name \
+                 it returned",
+                crate::domain::peer_id::name(&named)
+            );
+            let result = call.failed(Outcome::UnknownTool, error);
+            self.answer(turn, result, watch);
+            return;
+        }
+        let Some(ask) = FindTools::read(&call.arguments) else {
+            let error = format!("{FIND_TOOLS} takes a query of 1 to 512 characters");
+            let result = call.failed(Outcome::InvalidArguments, error);
+            self.answer(turn, result, watch);
+            return;
+        };
+        let by_name = self.protocol.calls_found_tools_by_name();
+        let found = self.events.find_tools(
+            &self.character,
+            &self.character_tools.snapshot,
+            &ask,
+            self.protocol.search_kind(self.kind),
+            !by_name,
+        );
+        if by_name {
+            self.found
+                .reveal(found.tools.iter().map(|tool| tool.name.as_str()));
+        }
+        if by_name && self.reoffer() && self.connected && self.ready {
+            // The update that appends them goes now, or after the one in flight; the model
+            // hears of them when it is acknowledged.
+            if self.sync.changed(None).is_some() {
+                self.send_update();
+            }
+            self.held.push(Held {
+                version: self.sync.latest(),
+                turn,
+                call,
+                output: found.output,
+                watch,
+            });
+            return;
+        }
+        let result = call.result(ToolAnswer::output(text_of(found.output)), Vec::new());
+        self.answer(turn, result, watch);
+    }
+
+    /// The update of `version` settled with `outcome`: the `find_tools` answers it carried go to
+    /// the model, in the order they came — their output when the session took the tools, an
+    /// error saying why otherwise.
+    pub(super) fn release_held(&mut self, version: u64, outcome: &Result<(), SyncError>) {
+        if self.held.is_empty() {
+            return;
+        }
+        let (ready, waiting): (Vec<Held>, Vec<Held>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|held| held.version <= version);
+        self.held = waiting;
+        for held in ready {
+            let result = match outcome {
+                Ok(()) => held
+                    .call
+                    .result(ToolAnswer::output(text_of(held.output)), Vec::new()),
+                Err(error) => held.call.failed(
+                    Outcome::ToolError,
+                    format!("the tools found could not be added to the session: {error}"),
+                ),
+            };
+            self.answer(held.turn, result, held.watch);
+        }
+    }
+}
