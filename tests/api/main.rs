@@ -10,6 +10,7 @@ mod attach;
 mod auto_removal;
 mod bounds;
 mod browser;
+mod budget_sessions;
 mod callback_server;
 mod callback_urls;
 mod chat;
