@@ -199,3 +199,135 @@ impl SessionCore {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use serde_json::{Value, json};
+
+    use super::super::{Effect, SessionCore};
+    use crate::domain::budget::{Budget, SearchMode};
+    use crate::domain::callback_url::CallbackUrl;
+    use crate::domain::connection::ConnectionKind;
+    use crate::domain::registry::Change;
+    use crate::domain::snapshot::{ToolWriter, empty_cell};
+    use crate::domain::tool::{ToolSpec, empty_parameters};
+    use crate::events::{EventHub, EventSettings};
+    use crate::policy::Policy;
+    use crate::session::CharacterTools;
+    use crate::session::realtime::Realtime;
+    use crate::session::settings::{Dialect, SessionSettings};
+
+    const URL: &str = "ws://127.0.0.1:9/v1/realtime";
+
+    /// A client core of a character holding `names`, budget 2, nothing pinned.
+    fn core(names: &[&str]) -> SessionCore {
+        let mut writer = ToolWriter::resume(empty_cell(), []);
+        for (i, name) in names.iter().enumerate() {
+            let tool = ToolSpec::remote(
+                *name,
+                format!("{name} for a city"),
+                empty_parameters(),
+                "plugin:x",
+                CallbackUrl::parse("http://127.0.0.1:9/cb").unwrap(),
+                Duration::from_secs(30),
+            );
+            let change = Arc::new(Change::Register(Arc::new(tool)));
+            writer.apply(i as u64 + 1, &change).unwrap();
+        }
+        let budget = Arc::new(Budget {
+            budget: 2,
+            pinned: Vec::new(),
+            search: SearchMode::Auto,
+        });
+        let events = EventHub::new(&EventSettings::default());
+        let mut core = SessionCore::new(
+            "Mio".into(),
+            ConnectionKind::Client,
+            Box::new(Realtime(Dialect::Openai)),
+            URL.into(),
+            &SessionSettings::new(URL, Dialect::Openai),
+            events.clone(),
+            Policy::new(events),
+            CharacterTools::of(writer.current(), &budget),
+            false,
+        );
+        core.connected();
+        core.sync_now();
+        core
+    }
+
+    fn sent(core: &mut SessionCore) -> Vec<Value> {
+        core.take_effects()
+            .into_iter()
+            .filter_map(|e| match e {
+                Effect::Upstream(text) => Some(serde_json::from_str(&text).unwrap()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn tool_names(update: &Value) -> Vec<&str> {
+        update["session"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect()
+    }
+
+    fn find(core: &mut SessionCore, call_id: &str, query: &str) {
+        let arguments = json!({"query": query}).to_string();
+        let call = json!({"type": "response.function_call_arguments.done", "response_id": "r1",
+            "item_id": "i", "output_index": 0, "call_id": call_id, "name": "find_tools",
+            "arguments": arguments});
+        core.on_upstream(&call.to_string());
+    }
+
+    const ACK: &str = r#"{"type": "session.updated", "session": {}}"#;
+
+    #[test]
+    fn an_update_the_model_refuses_is_a_tool_error_for_the_search_and_the_session_keeps_its_set() {
+        let mut core = core(&["weather", "lights", "clock"]);
+        assert_eq!(tool_names(&sent(&mut core)[0]), ["find_tools"]);
+        core.on_upstream(ACK);
+        find(&mut core, "c1", "weather");
+        let update = sent(&mut core);
+        assert_eq!(update.len(), 1, "only the update goes: {update:?}");
+        assert_eq!(tool_names(&update[0]), ["find_tools", "weather"]);
+        core.on_upstream(r#"{"type": "error", "error": {"message": "too many tools"}}"#);
+        let answer = sent(&mut core);
+        assert_eq!(answer[0]["item"]["call_id"], "c1");
+        let output: Value = serde_json::from_str(answer[0]["item"]["output"].as_str().unwrap())
+            .unwrap();
+        assert_eq!(
+            output,
+            json!({"error": "the tools found could not be added to the session: model session \
+                             refused the tool update: too many tools", "is_error": true})
+        );
+    }
+
+    #[test]
+    fn searches_while_an_update_is_in_flight_are_answered_in_order_once_theirs_is_taken() {
+        let mut core = core(&["weather", "lights", "clock"]);
+        sent(&mut core);
+        core.on_upstream(ACK);
+        find(&mut core, "c1", "weather");
+        find(&mut core, "c2", "clock");
+        // The first search's update is in flight; the second's waits for it.
+        let first = sent(&mut core);
+        assert_eq!(first.len(), 1);
+        core.on_upstream(ACK);
+        let next = sent(&mut core);
+        assert_eq!(next[0]["item"]["call_id"], "c1");
+        // Room for one found tool: the most recent, clock, takes weather's place.
+        assert_eq!(tool_names(&next[1]), ["find_tools", "clock"]);
+        assert_eq!(next.len(), 2, "c2 waits for its own update: {next:?}");
+        core.on_upstream(ACK);
+        let last = sent(&mut core);
+        assert_eq!(last[0]["item"]["call_id"], "c2");
+        assert_eq!(core.report().offered_tools, 2);
+    }
+}
