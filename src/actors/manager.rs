@@ -43,8 +43,9 @@ use crate::session::settings::{
 };
 use crate::session::shell::{MODEL_CONNECT_TIMEOUT, SYNC_FALLBACK_MARGIN};
 use crate::session::{
-    AddContext, CharacterTools, CloseSession, OfferTools, ConnectionReport, ConnectionState, Conversation, GeminiSession,
-    RealtimeSession, SessionHandle, SessionStatus, SyncError, SyncOutcome, SyncTools,
+    AddContext, CharacterTools, CloseSession, ConnectionReport, ConnectionState, Conversation,
+    GeminiSession, OfferTools, RealtimeSession, SessionHandle, SessionStatus, SyncError,
+    SyncOutcome, SyncTools,
 };
 
 /// Apply change number `number` to this character's tools, publish the result and sync the

@@ -22,9 +22,9 @@ use super::wire::FromUpstream;
 use super::{CloseSession, ConnectionState};
 use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
-use crate::session::CharacterTools;
 use crate::events::EventHub;
 use crate::policy::Policy;
+use crate::session::CharacterTools;
 
 /// How joining a call went: `Err` when the websocket could not be opened, otherwise the outcome
 /// of the first tool update (`Err` says why the call did not take the tools).

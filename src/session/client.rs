@@ -6,7 +6,6 @@
 //! it, which reconnects after a capped exponential backoff. Every (re)connect first sends
 //! `session.update` with the current tools. The protocol itself is the [`SessionCore`]'s.
 
-
 use actix::prelude::*;
 use awc::ws::{self, Frame};
 use futures_util::future::{FutureExt, LocalBoxFuture};
@@ -19,9 +18,9 @@ use super::supervised::{self, Reconnecting, Reconnects};
 use super::wire::{FromUpstream, UpstreamSocket};
 use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
-use crate::session::CharacterTools;
 use crate::events::EventHub;
 use crate::policy::Policy;
+use crate::session::CharacterTools;
 
 pub(crate) struct RealtimeSession {
     link: Link,

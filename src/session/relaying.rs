@@ -7,7 +7,6 @@
 //! after the close grace. [`relay_handlers!`](crate::relay_handlers) writes the handlers of
 //! the app's frames and of `CloseSession`; [`OpensRelay`] is what the relay routes open.
 
-
 use actix::prelude::*;
 use actix_http::ws::{CloseCode, CloseReason, Message, ProtocolError};
 use bytes::Bytes;

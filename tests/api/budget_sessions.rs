@@ -33,11 +33,7 @@ fn companion_tools(callback: &CallbackServer, count: usize) -> Vec<Value> {
             "Turns the lights on in a room",
             json!({"room": {"type": "string"}}),
         ),
-        tool(
-            "clock",
-            "Tells the current time",
-            json!({}),
-        ),
+        tool("clock", "Tells the current time", json!({})),
         tool(
             "get_weather",
             "Current weather and forecast for a city",
@@ -233,8 +229,13 @@ async fn a_realtime_session_hears_of_the_tools_found_only_once_its_update_is_ack
     assert_eq!(connection["offered_tools"], json!(4), "{connection}");
 
     // A bad search is a tool error the model reads; nothing is searched.
-    fake.push(call_event("resp_3", "call_bad", "find_tools", r#"{"limit": 3}"#))
-        .await;
+    fake.push(call_event(
+        "resp_3",
+        "call_bad",
+        "find_tools",
+        r#"{"limit": 3}"#,
+    ))
+    .await;
     let bad = fake
         .wait_for("the bad search's answer", |events| {
             output_of(events, "call_bad").map(|i| events[i]["item"]["output"].clone())
@@ -262,10 +263,12 @@ async fn a_relay_offers_the_budget_beside_the_sdk_apps_own_tools() {
         .await;
     fake.update_with_tools(&["clock", "find_tools"]).await;
     // The app's own tool goes first and does not count toward the budget.
-    sdk.send(json!({"type": "session.update", "session": {"type": "realtime",
+    sdk.send(
+        json!({"type": "session.update", "session": {"type": "realtime",
         "tools": [{"type": "function", "name": "app_clock", "description": "The app's clock.",
-                   "parameters": {"type": "object", "properties": {}}}]}}))
-        .await;
+                   "parameters": {"type": "object", "properties": {}}}]}}),
+    )
+    .await;
     fake.update_with_tools(&["app_clock", "clock", "find_tools"])
         .await;
 
@@ -280,10 +283,7 @@ async fn a_relay_offers_the_budget_beside_the_sdk_apps_own_tools() {
     .await;
     // The app sees the model's call as it came (it is the app's conversation).
     let mut seen = Vec::new();
-    while !seen
-        .iter()
-        .any(|e: &Value| e["type"] == "response.done")
-    {
+    while !seen.iter().any(|e: &Value| e["type"] == "response.done") {
         seen.push(sdk.recv_event().await);
     }
     let grown = ["app_clock", "clock", "find_tools", "lights_on"];
@@ -298,8 +298,13 @@ async fn a_relay_offers_the_budget_beside_the_sdk_apps_own_tools() {
     assert!(update_with(&recorded, &grown).unwrap() < output_of(&recorded, "call_find").unwrap());
 
     fake.set_mode(AckMode::Immediate);
-    fake.push(call_event("resp_2", "call_l", "lights_on", r#"{"room": "hall"}"#))
-        .await;
+    fake.push(call_event(
+        "resp_2",
+        "call_l",
+        "lights_on",
+        r#"{"room": "hall"}"#,
+    ))
+    .await;
     let received = callback.wait_for_requests(1).await;
     assert_eq!(
         (
@@ -340,8 +345,13 @@ async fn with_search_off_a_session_keeps_within_the_budget_and_says_it_is_over()
         "{connection}"
     );
     // find_tools is not the session's: a call of it is an unknown tool.
-    fake.push(call_event("resp_1", "call_f", "find_tools", r#"{"query": "x"}"#))
-        .await;
+    fake.push(call_event(
+        "resp_1",
+        "call_f",
+        "find_tools",
+        r#"{"query": "x"}"#,
+    ))
+    .await;
     let output = fake
         .wait_for("the answer", |events| {
             output_of(events, "call_f").map(|i| events[i]["item"]["output"].clone())
@@ -424,8 +434,12 @@ async fn a_gemini_session_calls_the_tools_it_found_through_call_tool_on_the_same
     let connections = fake.connections();
 
     let mut events = open(&app, "?role=Mio", None).await.expect("stream opens");
-    fake.push_calls(&[("c1", "find_tools", json!({"query": "weather in a city", "limit": 1}))])
-        .await;
+    fake.push_calls(&[(
+        "c1",
+        "find_tools",
+        json!({"query": "weather in a city", "limit": 1}),
+    )])
+    .await;
     let answer = fake.nth_tool_response(1).await;
     assert_eq!(
         answer.message,
@@ -475,16 +489,14 @@ async fn a_gemini_session_calls_the_tools_it_found_through_call_tool_on_the_same
             {"id": "c3", "name": "call_tool", "response": {"temp_c": 21}}]}})
     );
     // A name find_tools never returned is an error naming what to do.
-    fake.push_calls(&[(
-        "c4",
-        "call_tool",
-        json!({"name": "nope", "arguments": {}}),
-    )])
-    .await;
+    fake.push_calls(&[("c4", "call_tool", json!({"name": "nope", "arguments": {}}))])
+        .await;
     let unknown = fake.nth_tool_response(4).await;
     assert_eq!(
         unknown.message["toolResponse"]["functionResponses"][0]["response"]["error"],
-        json!("no tool named 'nope': call find_tools to find a tool, then call_tool with a name it returned")
+        json!(
+            "no tool named 'nope': call find_tools to find a tool, then call_tool with a name it returned"
+        )
     );
     // No move: the conversation stayed on its connection.
     assert_eq!(fake.connections(), connections);

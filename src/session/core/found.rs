@@ -11,9 +11,7 @@
 //! the model calls the tool through `call_tool`, whose arguments the named tool's schema checks.
 
 use super::{Call, SessionCore, SyncError};
-use crate::domain::budget::{
-    CALL_TOOL, CallTool, FIND_TOOLS, FindTools, Found, call_tool,
-};
+use crate::domain::budget::{CALL_TOOL, CallTool, FIND_TOOLS, FindTools, Found, call_tool};
 use crate::domain::call::{Outcome, ToolAnswer, ToolCall, ToolResult};
 use crate::domain::json_text::text_of;
 use crate::domain::tool::SharedTool;
@@ -88,8 +86,10 @@ impl SessionCore {
         {
             return;
         }
-        self.through_call_tool
-            .insert(crate::domain::peer_id::call_id(&call.call_id).into_owned(), CALL_TOOL);
+        self.through_call_tool.insert(
+            crate::domain::peer_id::call_id(&call.call_id).into_owned(),
+            CALL_TOOL,
+        );
         call.name = inner.name;
         call.arguments = inner.arguments;
     }
@@ -300,8 +300,8 @@ mod tests {
         core.on_upstream(r#"{"type": "error", "error": {"message": "too many tools"}}"#);
         let answer = sent(&mut core);
         assert_eq!(answer[0]["item"]["call_id"], "c1");
-        let output: Value = serde_json::from_str(answer[0]["item"]["output"].as_str().unwrap())
-            .unwrap();
+        let output: Value =
+            serde_json::from_str(answer[0]["item"]["output"].as_str().unwrap()).unwrap();
         assert_eq!(
             output,
             json!({"error": "the tools found could not be added to the session: model session \

@@ -23,8 +23,8 @@ use super::core::{Answers, ForeignTool, Keep, ModelEvent, Protocol, ReadError};
 use crate::domain::call::Scheduling;
 use crate::domain::call::ToolResult;
 use crate::domain::connection::ConnectionKind;
-use crate::events::SearchKind;
 use crate::domain::tool::{GeminiDeclaration, SharedTool};
+use crate::events::SearchKind;
 
 /// The header that carries the API key (as the official SDKs send it).
 pub(crate) const API_KEY_HEADER: &str = "x-goog-api-key";

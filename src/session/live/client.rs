@@ -12,7 +12,6 @@
 //! old connection ends. A connection that fails or drops stops the actor; its supervisor starts
 //! it again after a backoff, and the new connection resumes the session when a handle is held.
 
-
 use actix::prelude::*;
 use awc::error::WsProtocolError;
 use awc::ws;
@@ -21,9 +20,9 @@ use futures_util::future::{FutureExt, LocalBoxFuture};
 use super::moving::{self, From, Heard, Moves, Moving};
 use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
-use crate::session::CharacterTools;
 use crate::events::EventHub;
 use crate::policy::Policy;
+use crate::session::CharacterTools;
 use crate::session::core::{Seen, SessionCore};
 use crate::session::gemini::{API_KEY_HEADER, Gemini};
 use crate::session::settings::SessionSettings;
