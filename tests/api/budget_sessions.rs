@@ -511,3 +511,51 @@ async fn a_gemini_session_calls_the_tools_it_found_through_call_tool_on_the_same
         .unwrap_or_else(|e| panic!("a message the server sent breaks the SDK's types: {e}"));
     assert!(checked.contains("client messages valid"), "{checked}");
 }
+
+#[actix_web::test]
+async fn an_attached_call_keeps_the_apps_tool_and_gets_what_its_model_found() {
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    fake.set_created_tools(vec![json!({"type": "function", "name": "app_clock",
+        "description": "The app's own.", "parameters": {"type": "object", "properties": {}}})]);
+    let callback = CallbackServer::with("/cb", Reply::output(json!({"temp_c": 21})));
+    let mut session = SessionSettings::new(&fake.url, Dialect::Openai);
+    session.mode = SessionMode::Relay;
+    let app = app_with(session, budget(4, &[], SearchMode::Auto)).await;
+    register_all(&app, &companion_tools(&callback, 12)).await;
+
+    let url = format!("{}&call_id=rtc_1", fake.url);
+    let (status, body) = app
+        .post("/api/sessions/attach", &json!({"role": "Mio", "url": url}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    fake.update_with_tools(&["app_clock", "find_tools"]).await;
+
+    fake.set_mode(AckMode::Held);
+    let query = r#"{"query": "lights in a room"}"#;
+    fake.push(call_event("r1", "call_find", "find_tools", query))
+        .await;
+    fake.push(response_done("r1", &[("call_find", "find_tools", query)]))
+        .await;
+    let grown = ["app_clock", "find_tools", "lights_on"];
+    fake.update_with_tools(&grown).await;
+    assert_eq!(output_of(&fake.events(), "call_find"), None);
+    fake.release_acks(1);
+    let recorded = fake
+        .wait_for("find_tools' answer", |events| {
+            output_of(events, "call_find").map(|_| events.to_vec())
+        })
+        .await;
+    assert!(update_with(&recorded, &grown).unwrap() < output_of(&recorded, "call_find").unwrap());
+
+    fake.set_mode(AckMode::Immediate);
+    fake.push(call_event("r2", "call_l", "lights_on", r#"{"room": "hall"}"#))
+        .await;
+    let received = callback.wait_for_requests(1).await;
+    assert_eq!(received[0].json()["name"], json!("lights_on"));
+    let connection = mio_connection(&app).await;
+    assert_eq!(
+        (&connection["kind"], &connection["offered_tools"]),
+        (&json!("attach"), &json!(2)),
+        "{connection}"
+    );
+}
