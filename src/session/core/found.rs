@@ -97,6 +97,14 @@ impl SessionCore {
     /// A result about to be sent: under `call_tool`'s name when the call came through it.
     pub(super) fn answered_as(&mut self, result: &mut ToolResult) {
         if let Some(name) = self.through_call_tool.remove(&result.call_id) {
+            if result.outcome == Outcome::InvalidArguments
+                && let Some(error) = &mut result.error
+            {
+                // The model fixes them in its next call of `call_tool`, not of the tool.
+                error.push_str(&format!(
+                    " (Through {name}: the tool's arguments go in \"arguments\".)"
+                ));
+            }
             result.name = name.to_owned();
         }
     }
