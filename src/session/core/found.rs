@@ -232,6 +232,19 @@ mod tests {
 
     /// A client core of a character holding `names`, budget 2, nothing pinned.
     fn core(names: &[&str]) -> SessionCore {
+        core_and_writer(names).0
+    }
+
+    fn budget() -> Arc<Budget> {
+        Arc::new(Budget {
+            budget: 2,
+            pinned: Vec::new(),
+            search: SearchMode::Auto,
+        })
+    }
+
+    /// The same, with the writer of the character's tools.
+    fn core_and_writer(names: &[&str]) -> (SessionCore, ToolWriter) {
         let mut writer = ToolWriter::resume(empty_cell(), []);
         for (i, name) in names.iter().enumerate() {
             let tool = ToolSpec::remote(
@@ -245,11 +258,6 @@ mod tests {
             let change = Arc::new(Change::Register(Arc::new(tool)));
             writer.apply(i as u64 + 1, &change).unwrap();
         }
-        let budget = Arc::new(Budget {
-            budget: 2,
-            pinned: Vec::new(),
-            search: SearchMode::Auto,
-        });
         let events = EventHub::new(&EventSettings::default());
         let mut core = SessionCore::new(
             "Mio".into(),
@@ -259,12 +267,12 @@ mod tests {
             &SessionSettings::new(URL, Dialect::Openai),
             events.clone(),
             Policy::new(events),
-            CharacterTools::of(writer.current(), &budget),
+            CharacterTools::of(writer.current(), &budget()),
             false,
         );
         core.connected();
         core.sync_now();
-        core
+        (core, writer)
     }
 
     fn sent(core: &mut SessionCore) -> Vec<Value> {
@@ -337,5 +345,30 @@ mod tests {
         let last = sent(&mut core);
         assert_eq!(last[0]["item"]["call_id"], "c2");
         assert_eq!(core.report().offered_tools, 2);
+    }
+
+    #[test]
+    fn a_found_tool_unregistered_since_leaves_the_set_and_a_change_it_is_not_offered_sends_nothing()
+    {
+        let (mut core, mut writer) =
+            core_and_writer(&["weather", "lights", "clock", "fan", "door"]);
+        sent(&mut core);
+        core.on_upstream(ACK);
+        find(&mut core, "c1", "weather");
+        sent(&mut core);
+        core.on_upstream(ACK);
+        assert_eq!(sent(&mut core)[0]["item"]["call_id"], "c1");
+        // A tool the session is not offered goes: nothing it sees changed.
+        let change = Arc::new(Change::Unregister("lights".into()));
+        writer.apply(6, &change).unwrap();
+        let (tx, _rx) = tokio::sync::oneshot::channel();
+        let waiter = core.tools_changed(CharacterTools::of(writer.current(), &budget()), Some(tx));
+        assert!(waiter.is_some(), "answered at once");
+        assert!(sent(&mut core).is_empty());
+        // The found tool goes: it leaves the set.
+        let change = Arc::new(Change::Unregister("weather".into()));
+        writer.apply(7, &change).unwrap();
+        core.tools_changed(CharacterTools::of(writer.current(), &budget()), None);
+        assert_eq!(tool_names(&sent(&mut core)[0]), ["find_tools"]);
     }
 }
