@@ -93,6 +93,9 @@ impl ScriptedModel {
             acknowledged_tools: self.tools.len(),
             calls_answered: self.calls_answered,
             clashes: Vec::new(),
+            // It offers its model every tool it is handed.
+            offered_tools: self.tools.len(),
+            over_budget: false,
             gemini: None,
             running_calls: Vec::new(),
             conversation: Conversation::Idle,

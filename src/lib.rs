@@ -59,7 +59,7 @@ pub use actors::settings::CharacterSettings;
 pub use chat::settings::ChatSettings;
 pub use config::{Settings, parse_bind};
 pub use dispatch::settings::DispatchSettings;
-pub use domain::budget::{Budget, FIND_TOOLS, SearchMode};
+pub use domain::budget::{Budget, CALL_TOOL, FIND_TOOLS, Found, Offer, SearchMode};
 pub use domain::operator::{Decisions, OperatorToken, TokenOrigin};
 pub use domain::ownership::{ConfiguredSource, OwnershipError, TokenPolicy};
 pub use events::{EventHub, EventKind, EventSettings};

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use actix::prelude::*;
 use futures_util::FutureExt;
-use futures_util::future::{BoxFuture, join_all};
+use futures_util::future::{BoxFuture, Either, join_all};
 use tokio::sync::oneshot;
 
 use serde::Serialize;
@@ -30,10 +30,10 @@ use serde::Serialize;
 use crate::actors::change::ChangeFailure;
 use crate::chat::ChatReport;
 use crate::dispatch::Dispatcher;
+use crate::domain::budget::Budget;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::registry::Change;
 use crate::domain::snapshot::{Superseded, ToolCell, ToolWriter};
-use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
 use crate::policy::Policy;
 use crate::session::attach::{Attachment, JoinError, Joined};
@@ -43,8 +43,9 @@ use crate::session::settings::{
 };
 use crate::session::shell::{MODEL_CONNECT_TIMEOUT, SYNC_FALLBACK_MARGIN};
 use crate::session::{
-    AddContext, CloseSession, ConnectionReport, ConnectionState, Conversation, GeminiSession,
-    RealtimeSession, SessionHandle, SessionStatus, SyncError, SyncOutcome, SyncTools,
+    AddContext, CharacterTools, CloseSession, ConnectionReport, ConnectionState, Conversation,
+    GeminiSession, OfferTools, RealtimeSession, SessionHandle, SessionStatus, SyncError,
+    SyncOutcome, SyncTools,
 };
 
 /// Apply change number `number` to this character's tools, publish the result and sync the
@@ -194,6 +195,8 @@ pub(crate) struct SessionManager {
     tools: ToolWriter,
     /// How the character's model is reached (`None`: no `[character.session]`).
     settings: Option<SessionSettings>,
+    /// How many of its tools one session is offered (`[character.tools]`).
+    budget: Arc<Budget>,
     /// What its sessions run calls with.
     dispatcher: Dispatcher,
     /// Where its sessions announce their state and the calls they answer.
@@ -210,13 +213,15 @@ impl SessionManager {
     /// there plus the numbered `replay` changes the snapshot lacks (a restart's or rebuild's),
     /// published before this returns; then its own model session, when `settings` say how to
     /// reach one in client mode. Its sessions run calls with `dispatcher` and announce their
-    /// state and the calls they answer on `events`, and pass `policy` before each call runs.
+    /// state and the calls they answer on `events`, and pass `policy` before each call runs;
+    /// each is offered the character's tools within `budget`.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn launch<'a>(
         character: String,
         cell: ToolCell,
         replay: impl IntoIterator<Item = (u64, &'a Arc<Change>)>,
         settings: Option<SessionSettings>,
+        budget: Arc<Budget>,
         dispatcher: Dispatcher,
         events: EventHub,
         policy: Policy,
@@ -230,7 +235,7 @@ impl SessionManager {
                 None
             });
             let upstream = Some(settings.url.clone());
-            let (name, tools) = (character.clone(), tool_list(&tools));
+            let (name, tools) = (character.clone(), character_tools(&tools, &budget));
             let (launched, dispatcher) = (settings.clone(), dispatcher.clone());
             let handle = match settings.protocol {
                 SessionProtocol::OpenaiRealtime => {
@@ -268,6 +273,7 @@ impl SessionManager {
                 character,
                 tools,
                 settings,
+                budget,
                 dispatcher,
                 events,
                 policy,
@@ -302,13 +308,13 @@ impl SessionManager {
             // characters would otherwise build one per character and change.
             return None;
         }
-        let tools = tool_list(&self.tools);
+        let tools = character_tools(&self.tools, &self.budget);
         let replies: Vec<_> = self
             .sessions
             .iter()
             .map(|s| {
                 let kind = s.kind;
-                let reply = s.sync.send(SyncTools(tools.clone()));
+                let reply = hand(s, &tools);
                 async move {
                     // The session settles its update itself within `timeout`; this bound only
                     // catches one that never answers.
@@ -340,9 +346,23 @@ impl SessionManager {
     }
 }
 
-/// The current tools as the sessions take them.
-fn tool_list(tools: &ToolWriter) -> Arc<[SharedTool]> {
-    tools.current().tools().cloned().collect()
+/// The current tools and the budget, as the server's own sessions take them.
+fn character_tools(tools: &ToolWriter, budget: &Arc<Budget>) -> CharacterTools {
+    CharacterTools::of(tools.current(), budget)
+}
+
+/// Hands `session` the character's tools: with the budget to a session of the server's own
+/// (it offers its model the set the budget gives for what it found), every tool to an
+/// application's in-process session (its model connection is the application's, which may
+/// apply the exported `Budget` itself).
+fn hand(
+    session: &SessionHandle,
+    tools: &CharacterTools,
+) -> impl std::future::Future<Output = Result<Result<(), SyncError>, MailboxError>> + use<> {
+    match &session.offer {
+        Some(offer) => Either::Left(offer.send(OfferTools(tools.clone()))),
+        None => Either::Right(session.sync.send(SyncTools(tools.list.clone()))),
+    }
 }
 
 impl Actor for SessionManager {
@@ -389,6 +409,8 @@ impl Handler<ReportSession> for SessionManager {
                         acknowledged_tools: 0,
                         calls_answered: 0,
                         clashes: Vec::new(),
+                        offered_tools: 0,
+                        over_budget: false,
                         gemini: None,
                         running_calls: Vec::new(),
                         conversation: Conversation::Idle,
@@ -492,7 +514,11 @@ impl Handler<AddSession> for SessionManager {
         tracing::debug!(character = %self.character, kind = session.kind.name(), "session added");
         // The current list goes out before anything the session receives later; nobody waits
         // for this acknowledgement.
-        session.sync.do_send(SyncTools(tool_list(&self.tools)));
+        let tools = character_tools(&self.tools, &self.budget);
+        match &session.offer {
+            Some(offer) => offer.do_send(OfferTools(tools)),
+            None => session.sync.do_send(SyncTools(tools.list)),
+        }
         // The handles of sessions that ended since the last use go now: a character whose
         // apps come and go without a change in between must not keep one per app.
         self.sessions.retain(SessionHandle::is_open);
@@ -532,7 +558,7 @@ impl Handler<JoinCall> for SessionManager {
             self.dispatcher.clone(),
             self.events.clone(),
             self.policy.clone(),
-            tool_list(&self.tools),
+            character_tools(&self.tools, &self.budget),
         );
         self.sessions.push(SessionHandle::of_session(
             ConnectionKind::Attach,
@@ -621,6 +647,8 @@ mod tests {
             acknowledged_tools: tools,
             calls_answered: 0,
             clashes: Vec::new(),
+            offered_tools: tools,
+            over_budget: false,
             gemini: None,
             running_calls: Vec::new(),
             conversation: Conversation::Idle,

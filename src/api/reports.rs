@@ -162,6 +162,12 @@ mod twin {
         calls_answered: u64,
         /// Registered tools left out because the app has a tool of the same name.
         clashes: Vec<String>,
+        /// The server's tools the session is offered now (`find_tools` and, on Gemini Live,
+        /// `call_tool` included; an app's own tools not): at most the character's budget.
+        offered_tools: usize,
+        /// The character holds more tools than the session is offered and the session cannot
+        /// search for the rest (`[character.tools] search = "off"`).
+        over_budget: bool,
         /// A Gemini Live session (`kind = "gemini-live"`): its resumption handle's age, its
         /// moves to a new connection made and refused; absent for other sessions.
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -480,6 +486,8 @@ mod tests {
             acknowledged_tools: 3,
             calls_answered: 7,
             clashes: vec!["get_weather".into()],
+            offered_tools: 4,
+            over_budget: true,
             gemini: (kind == ConnectionKind::Client).then_some(ResumptionReport {
                 handle_age_ms: Some(1200),
                 switches: 2,

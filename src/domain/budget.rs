@@ -23,11 +23,16 @@ use super::arguments::Parameters;
 use super::call::{Outcome, ToolAnswer, ToolCall, ToolResult};
 use super::json_text::text_of;
 use super::search::Hit;
-use super::tool::{SharedTool, ToolSpec};
+use super::tool::{BuiltIn, SharedTool, ToolHandler, ToolSpec};
 
 /// The name of the built-in search tool. No registration may take it
 /// ([`is_reserved_name`]).
 pub const FIND_TOOLS: &str = "find_tools";
+
+/// The name of the built-in tool through which a Gemini Live session calls the tools
+/// `find_tools` found (its declarations change only with a new connection). No registration may
+/// take it either.
+pub const CALL_TOOL: &str = "call_tool";
 
 /// Tools a session is given at most when the configuration says nothing: OpenAI's chat API
 /// refuses more than 128 tools in one request.
@@ -239,7 +244,7 @@ impl Found {
 
 /// Whether a registration may not take `name`: the server's built-in tools' names.
 pub(crate) fn is_reserved_name(name: &str) -> bool {
-    name == FIND_TOOLS
+    name == FIND_TOOLS || name == CALL_TOOL
 }
 
 /// The built-in `find_tools`, one definition for the whole process. It is answered by whoever
@@ -279,6 +284,69 @@ pub(crate) fn find_tools() -> SharedTool {
         ))
     });
     TOOL.clone()
+}
+
+/// The built-in `call_tool`, one definition for the whole process: how a session whose tool
+/// declarations cannot change without a new connection (Gemini Live) calls a tool `find_tools`
+/// found. Answered by the session: it checks `arguments` against the named tool's parameters and
+/// runs that tool.
+pub(crate) fn call_tool() -> SharedTool {
+    static TOOL: LazyLock<SharedTool> = LazyLock::new(|| {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "name": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "The name of a tool find_tools returned"
+                },
+                "arguments": {
+                    "type": "object",
+                    "description": "The tool's arguments, as its parameters (from find_tools) \
+                                    describe them"
+                }
+            },
+            "required": ["name", "arguments"],
+            "additionalProperties": false
+        });
+        let Value::Object(schema) = schema else {
+            unreachable!("an object literal")
+        };
+        let parameters = Parameters::new(schema).expect("call_tool's schema is valid");
+        let mut tool = ToolSpec::built_in(
+            CALL_TOOL,
+            "Calls a tool that find_tools returned, by its name, with its arguments.",
+            parameters,
+        );
+        tool.handler = ToolHandler::BuiltIn(BuiltIn::CallTool);
+        Arc::new(tool)
+    });
+    TOOL.clone()
+}
+
+/// A `call_tool` call's arguments, read from the model's argument text: the tool's name and its
+/// arguments' exact text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct CallTool {
+    pub(crate) name: String,
+    pub(crate) arguments: String,
+}
+
+impl CallTool {
+    /// Reads arguments `call_tool`'s schema accepted; `None` when they are not that.
+    pub(crate) fn read(text: &str) -> Option<Self> {
+        #[derive(serde::Deserialize)]
+        struct Raw<'a> {
+            name: String,
+            #[serde(borrow)]
+            arguments: &'a serde_json::value::RawValue,
+        }
+        let raw: Raw<'_> = serde_json::from_str(text).ok()?;
+        Some(Self {
+            name: raw.name,
+            arguments: raw.arguments.get().to_owned(),
+        })
+    }
 }
 
 /// A `find_tools` call's arguments, read from arguments its schema already accepted.
@@ -515,6 +583,28 @@ mod tests {
         assert!(checked.is_ok(), "{checked:?}");
         assert!(tool.parameters.check(r#"{"limit": 3}"#).is_err());
         assert!(is_reserved_name(FIND_TOOLS) && !is_reserved_name("find_tool"));
+    }
+
+    #[test]
+    fn call_tool_names_a_tool_and_keeps_its_arguments_text() {
+        let tool = call_tool();
+        assert!(Arc::ptr_eq(&tool, &call_tool()));
+        assert!(matches!(
+            tool.handler,
+            ToolHandler::BuiltIn(BuiltIn::CallTool)
+        ));
+        assert!(is_reserved_name(CALL_TOOL));
+        let text = r#"{"name": "lights_on", "arguments": {"room": "hall",  "level": 3}}"#;
+        assert!(tool.parameters.check(text).is_ok());
+        assert_eq!(
+            CallTool::read(text),
+            Some(CallTool {
+                name: "lights_on".into(),
+                arguments: r#"{"room": "hall",  "level": 3}"#.into()
+            })
+        );
+        assert!(tool.parameters.check(r#"{"name": "x"}"#).is_err());
+        assert_eq!(CallTool::read(r#"{"name": 3, "arguments": {}}"#), None);
     }
 
     #[test]

@@ -123,6 +123,9 @@ pub enum BuiltIn {
     /// `find_tools` (`domain::budget`): the character's tools searched, the ones found added to
     /// the caller's session.
     FindTools,
+    /// `call_tool` (`domain::budget`): a found tool called by name, for a session whose tool
+    /// declarations change only with a new connection (Gemini Live).
+    CallTool,
 }
 
 /// Where and how long to call a remote tool.

@@ -12,7 +12,6 @@ use actix::io::WriteHandler;
 use actix::prelude::*;
 use awc::error::WsProtocolError;
 use awc::ws::{self, Frame};
-use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use super::core::{ForeignTool, Seen, SessionCore, SyncError};
@@ -23,9 +22,9 @@ use super::wire::FromUpstream;
 use super::{CloseSession, ConnectionState};
 use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
-use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
 use crate::policy::Policy;
+use crate::session::CharacterTools;
 
 /// How joining a call went: `Err` when the websocket could not be opened, otherwise the outcome
 /// of the first tool update (`Err` says why the call did not take the tools).
@@ -62,7 +61,7 @@ impl Attachment {
         dispatcher: Dispatcher,
         events: EventHub,
         policy: Policy,
-        tools: Arc<[SharedTool]>,
+        tools: CharacterTools,
     ) -> (Addr<Self>, oneshot::Receiver<Joined>) {
         let (joined, outcome) = oneshot::channel();
         // The app updates the call's session over its own connection too: an acknowledgement
@@ -339,7 +338,7 @@ mod tests {
             &settings,
             EventHub::new(&EventSettings::default()),
             Policy::new(EventHub::new(&EventSettings::default())),
-            test_tools(&["lookup"]).into(),
+            CharacterTools::listed(test_tools(&["lookup"]).into()),
             true,
         );
         let (w, mut rx) = oneshot::channel();
@@ -376,7 +375,7 @@ mod tests {
             &settings,
             EventHub::new(&EventSettings::default()),
             Policy::new(EventHub::new(&EventSettings::default())),
-            test_tools(&["lookup"]).into(),
+            CharacterTools::listed(test_tools(&["lookup"]).into()),
             true,
         );
         let (w, mut rx) = oneshot::channel();

@@ -6,8 +6,6 @@
 //! it, which reconnects after a capped exponential backoff. Every (re)connect first sends
 //! `session.update` with the current tools. The protocol itself is the [`SessionCore`]'s.
 
-use std::sync::Arc;
-
 use actix::prelude::*;
 use awc::ws::{self, Frame};
 use futures_util::future::{FutureExt, LocalBoxFuture};
@@ -20,9 +18,9 @@ use super::supervised::{self, Reconnecting, Reconnects};
 use super::wire::{FromUpstream, UpstreamSocket};
 use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
-use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
 use crate::policy::Policy;
+use crate::session::CharacterTools;
 
 pub(crate) struct RealtimeSession {
     link: Link,
@@ -40,7 +38,7 @@ impl RealtimeSession {
         dispatcher: Dispatcher,
         events: EventHub,
         policy: Policy,
-        tools: Arc<[SharedTool]>,
+        tools: CharacterTools,
     ) -> Addr<Self> {
         let core = SessionCore::new(
             character,

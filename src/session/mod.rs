@@ -44,8 +44,10 @@ pub(crate) use client::RealtimeSession;
 pub(crate) use live::GeminiSession;
 pub use shell::MAX_EVENT_BYTES;
 
+use crate::domain::budget::Budget;
 use crate::domain::call::Scheduling;
 use crate::domain::connection::ConnectionKind;
+use crate::domain::snapshot::ToolSnapshot;
 use crate::domain::tool::SharedTool;
 
 /// Push a character's current tool list into a session and wait for its acknowledgement.
@@ -56,6 +58,51 @@ use crate::domain::tool::SharedTool;
 #[derive(Message, Debug)]
 #[rtype(result = "Result<(), SyncError>")]
 pub struct SyncTools(pub Arc<[SharedTool]>);
+
+/// The character's tools and its budget, as the server's own sessions take them: each offers
+/// its model the set the budget allows for what it found, and searches the snapshot when its
+/// model calls `find_tools`. The manager sends it to every session that takes it (see
+/// [`SessionHandle`]); an in-process session gets [`SyncTools`] instead.
+#[derive(Message, Debug)]
+#[rtype(result = "Result<(), SyncError>")]
+pub(crate) struct OfferTools(pub CharacterTools);
+
+/// A character's tools as one of its sessions holds them.
+#[derive(Debug, Clone)]
+pub(crate) struct CharacterTools {
+    /// Every tool, in registration order (the snapshot's, shared by all its sessions).
+    pub list: Arc<[SharedTool]>,
+    /// What `find_tools` searches: the snapshot `list` was read from.
+    pub snapshot: Arc<ToolSnapshot>,
+    /// `[character.tools]`.
+    pub budget: Arc<Budget>,
+}
+
+impl CharacterTools {
+    /// The tools of `snapshot` under `budget`.
+    pub(crate) fn of(snapshot: &Arc<ToolSnapshot>, budget: &Arc<Budget>) -> Self {
+        Self {
+            list: snapshot.tools().cloned().collect(),
+            snapshot: snapshot.clone(),
+            budget: budget.clone(),
+        }
+    }
+
+    /// No tools yet (a relay before it joins its character).
+    pub(crate) fn none() -> Self {
+        Self::listed(Arc::from([]))
+    }
+
+    /// A bare list under the default budget, with nothing to search: what a session is handed
+    /// by whoever sends [`SyncTools`] instead of the manager's [`OfferTools`].
+    pub(crate) fn listed(list: Arc<[SharedTool]>) -> Self {
+        Self {
+            list,
+            snapshot: Arc::default(),
+            budget: Arc::default(),
+        }
+    }
+}
 
 /// One connection's state, for `GET /api/sessions`.
 #[derive(Message, Debug)]
@@ -123,6 +170,12 @@ pub struct ConnectionReport {
     pub calls_answered: u64,
     /// Registered tools left out because the app has a tool of the same name.
     pub clashes: Vec<String>,
+    /// The server's tools the session is offered now (`find_tools` and `call_tool` included;
+    /// the app's own not).
+    pub offered_tools: usize,
+    /// The character holds more tools than the session is offered and it cannot search for the
+    /// rest (`[character.tools] search = "off"`).
+    pub over_budget: bool,
     /// A Gemini Live session (`kind = "gemini-live"`): its resumption handle's age, its moves
     /// to a new connection made and refused; absent for other sessions.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -146,6 +199,10 @@ pub struct SessionHandle {
     /// Where a plugin's context goes (`POST /api/sessions/context`); `None` for a session that
     /// takes none (an application's in-process session).
     pub(crate) context: Option<Recipient<AddContext>>,
+    /// Where the character's tools go with its budget ([`OfferTools`]): the server's own
+    /// sessions, which apply the budget themselves; `None` for an in-process session, which
+    /// is sent [`SyncTools`].
+    pub(crate) offer: Option<Recipient<OfferTools>>,
 }
 
 impl SessionHandle {
@@ -164,6 +221,7 @@ impl SessionHandle {
             status: session.clone().recipient(),
             close: session.clone().recipient(),
             context: None,
+            offer: None,
         }
     }
 
@@ -178,14 +236,17 @@ impl SessionHandle {
             + Handler<SyncTools>
             + Handler<SessionStatus>
             + Handler<CloseSession>
-            + Handler<AddContext>,
+            + Handler<AddContext>
+            + Handler<OfferTools>,
         A::Context: actix::dev::ToEnvelope<A, SyncTools>
             + actix::dev::ToEnvelope<A, SessionStatus>
             + actix::dev::ToEnvelope<A, CloseSession>
-            + actix::dev::ToEnvelope<A, AddContext>,
+            + actix::dev::ToEnvelope<A, AddContext>
+            + actix::dev::ToEnvelope<A, OfferTools>,
     {
         Self {
             context: Some(session.clone().recipient()),
+            offer: Some(session.clone().recipient()),
             ..Self::new(kind, upstream, session)
         }
     }

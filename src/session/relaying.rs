@@ -7,8 +7,6 @@
 //! after the close grace. [`relay_handlers!`](crate::relay_handlers) writes the handlers of
 //! the app's frames and of `CloseSession`; [`OpensRelay`] is what the relay routes open.
 
-use std::sync::Arc;
-
 use actix::prelude::*;
 use actix_http::ws::{CloseCode, CloseReason, Message, ProtocolError};
 use bytes::Bytes;
@@ -20,7 +18,9 @@ use super::outbox::{
 use super::settings::SessionSettings;
 use super::shell::{self, Link, Reassembly, Shell, Whole};
 use super::wire::{FromUpstream, UpstreamSocket};
-use super::{AddContext, CloseSession, ConnectionState, SessionStatus, SyncTools};
+use super::{
+    AddContext, CharacterTools, CloseSession, ConnectionState, OfferTools, SessionStatus, SyncTools,
+};
 use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
 use crate::events::EventHub;
@@ -41,6 +41,7 @@ pub(crate) trait OpensRelay:
     + Handler<SessionStatus>
     + Handler<CloseSession>
     + Handler<AddContext>
+    + Handler<OfferTools>
 {
     /// The model's side, connected.
     type Upstream;
@@ -91,7 +92,7 @@ pub(crate) fn start<A: RelaysApp>(
         settings,
         events,
         policy,
-        Arc::from([]),
+        CharacterTools::none(),
         false,
     );
     let (app, body) = AppOutbox::new();

@@ -17,6 +17,7 @@ use bytes::{Bytes, BytesMut};
 use bytestring::ByteString;
 use tokio::sync::oneshot;
 
+use super::CharacterTools;
 use super::core::{Effect, Run, SessionCore, SyncError, Ticket};
 pub(crate) use super::wire::CLOSE_GRACE;
 use super::wire::{FromUpstream, HoldsWires, UpstreamSocket, Wires, Written};
@@ -321,15 +322,27 @@ pub(crate) fn close_upstream<A: Shell>(
 /// manager (`SYNC_REPLY_MARGIN`).
 pub(crate) const SYNC_FALLBACK_MARGIN: Duration = Duration::from_millis(250);
 
-/// Hands a new tool list to the core; the future settles when the session acknowledged it (or
-/// at once when it is not connected: the list goes out on connect).
+/// The character's tools as a session is handed them: with its snapshot and budget (the
+/// manager's [`OfferTools`](super::OfferTools)), or a bare list ([`SyncTools`](super::SyncTools)).
+pub(crate) enum Handed {
+    Character(CharacterTools),
+    List(Arc<[SharedTool]>),
+}
+
+/// Hands the character's new tools to the core; the future settles when the session
+/// acknowledged them (or at once when it is not connected, or its set did not change).
 pub(crate) fn sync_tools<A: Shell>(
     act: &mut A,
-    tools: Arc<[SharedTool]>,
+    tools: Handed,
     ctx: &mut Context<A>,
 ) -> ResponseFuture<Result<(), SyncError>> {
     let (tx, rx) = oneshot::channel();
-    if let Some(waiter) = act.link().core.tools_changed(tools, Some(tx)) {
+    let core = &mut act.link().core;
+    let waiter = match tools {
+        Handed::Character(tools) => core.tools_changed(tools, Some(tx)),
+        Handed::List(list) => core.list_changed(list, Some(tx)),
+    };
+    if let Some(waiter) = waiter {
         let _ = waiter.send(Ok(()));
     }
     run_effects(act, ctx);
@@ -376,6 +389,20 @@ macro_rules! session_handlers {
                 $crate::session::SyncTools(tools): $crate::session::SyncTools,
                 ctx: &mut Self::Context,
             ) -> Self::Result {
+                let tools = $crate::session::shell::Handed::List(tools);
+                $crate::session::shell::sync_tools(self, tools, ctx)
+            }
+        }
+
+        impl ::actix::Handler<$crate::session::OfferTools> for $actor {
+            type Result = ::actix::ResponseFuture<Result<(), $crate::session::SyncError>>;
+
+            fn handle(
+                &mut self,
+                $crate::session::OfferTools(tools): $crate::session::OfferTools,
+                ctx: &mut Self::Context,
+            ) -> Self::Result {
+                let tools = $crate::session::shell::Handed::Character(tools);
                 $crate::session::shell::sync_tools(self, tools, ctx)
             }
         }

@@ -62,6 +62,12 @@ impl<W> SyncState<W> {
         self.in_flight
     }
 
+    /// The version of the newest tool list: the update that carries it settles everything
+    /// waiting for it.
+    pub(crate) fn latest(&self) -> u64 {
+        self.latest
+    }
+
     /// The update in flight was acknowledged. Returns the waiters it satisfies and the version
     /// to send next, if newer changes are waiting.
     pub(crate) fn acknowledged(&mut self) -> Option<Settled<W>> {
@@ -85,6 +91,7 @@ impl<W> SyncState<W> {
             self.waiters.drain(..).partition(|(v, _)| *v <= version);
         self.waiters = waiting;
         Some(Settled {
+            version,
             waiters: settled.into_iter().map(|(_, w)| w).collect(),
             send_next: self.next_to_send(),
         })
@@ -104,6 +111,8 @@ impl<W> SyncState<W> {
 /// What settling one update decided.
 #[derive(Debug)]
 pub(crate) struct Settled<W> {
+    /// The version the settled update carried.
+    pub version: u64,
     pub waiters: Vec<W>,
     pub send_next: Option<u64>,
 }

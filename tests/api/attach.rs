@@ -182,14 +182,20 @@ async fn an_attachment_keeps_the_calls_tools_and_answers_only_registered_calls()
 
 /// The attachment's first events: connecting, connected, its first sync, then one `tool.call`
 /// for each registered tool's call (`c1`, `c3`; none for the app's `c2`).
+/// `state` of a session offered `tools` of the character's (one registered before it joined).
+fn offering(mut state: Value, tools: usize) -> Value {
+    state["offered_tools"] = json!(tools);
+    state
+}
+
 async fn announced_joining_and_calls(events: &mut EventReader, url: &str) {
     assert_state(
         &events.expect("session.state").await,
-        state("Mio", "attach", url, "connecting"),
+        offering(state("Mio", "attach", url, "connecting"), 1),
     );
     assert_state(
         &events.expect("session.state").await,
-        state("Mio", "attach", url, "connected"),
+        offering(state("Mio", "attach", url, "connected"), 1),
     );
     let synced = events.expect("session.state").await;
     assert_eq!(synced.data["last_sync"]["ok"], true, "{synced:?}");

@@ -91,7 +91,7 @@ pub fn assert_state(event: &Received, expected: Value) {
 pub fn state(role: &str, kind: &str, upstream: &str, state: &str) -> Value {
     json!({"role": role, "kind": kind, "since": null, "upstream": upstream, "state": state,
            "last_sync": null, "acknowledged_tools": 0, "calls_answered": 0, "clashes": [],
-           "running_calls": [], "conversation": "idle"})
+           "offered_tools": 0, "over_budget": false, "running_calls": [], "conversation": "idle"})
 }
 
 #[actix_web::test]

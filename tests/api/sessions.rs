@@ -697,6 +697,8 @@ impl actix::Handler<SessionStatus> for Embedded {
             acknowledged_tools: 0,
             calls_answered: 0,
             clashes: Vec::new(),
+            offered_tools: 0,
+            over_budget: false,
             gemini: None,
             running_calls: Vec::new(),
             conversation: Conversation::Idle,

@@ -110,6 +110,19 @@ async fn the_server_s_own_find_tools_is_not_a_name_a_plugin_may_take() {
             )])
         )
     );
+    // Nor `call_tool`, Gemini Live's way to the tools `find_tools` found.
+    let (status, body) = app.register(&register_body("call_tool", json!({}))).await;
+    assert_eq!(
+        (status, body),
+        (
+            422,
+            invalid(&[(
+                "name",
+                "value_error",
+                "Value error, `call_tool` is the server's own tool; choose another name"
+            )])
+        )
+    );
     // Only that exact name: a tool may still be called like it.
     let (status, _) = app.register(&register_body("find_tools2", json!({}))).await;
     assert_eq!(status, 200);

@@ -126,15 +126,16 @@ impl Router {
         budget: Budget,
     ) {
         let tools = empty_cell();
-        let (manager, generation) = self.start_manager(&name, &session, &tools, []);
+        let budget = Arc::new(budget);
+        let (manager, generation) = self.start_manager(&name, &session, &budget, &tools, []);
         self.characters.push(super::Character {
             name: name.into(),
             session,
             chat,
-            budget: Arc::new(budget),
             manager,
             generation,
             tools,
+            budget,
             next_change: 1,
             unconfirmed: VecDeque::new(),
         });

@@ -166,13 +166,14 @@ struct Character {
     session: Option<SessionSettings>,
     /// Its text chat endpoint, if it has `[character.chat]`; kept across manager restarts.
     chat: Option<Arc<ChatEndpoint>>,
-    /// `[character.tools]`: how many of its tools a chat request or an MCP session is given.
-    budget: Arc<Budget>,
     manager: Addr<SessionManager>,
     /// Incarnation of `manager`; a [`ManagerGone`] for an older one is stale.
     generation: u64,
     /// Where the manager publishes the character's tools.
     tools: ToolCell,
+    /// `[character.tools]`: how many of them one session (a live one, a chat request, an MCP
+    /// session) is offered.
+    budget: Arc<Budget>,
     /// The number the next change to this character gets.
     next_change: u64,
     /// Changes sent to the manager, numbered, that its published snapshot may not include yet:
@@ -347,6 +348,7 @@ impl Router {
         &mut self,
         name: &str,
         session: &Option<SessionSettings>,
+        budget: &Arc<Budget>,
         tools: &ToolCell,
         replay: impl IntoIterator<Item = (u64, &'a Arc<Change>)>,
     ) -> (Addr<SessionManager>, u64) {
@@ -360,6 +362,7 @@ impl Router {
             tools.clone(),
             replay,
             session.clone(),
+            budget.clone(),
             self.dispatcher.clone(),
             self.events.clone(),
             self.policy.clone(),
@@ -375,9 +378,15 @@ impl Router {
         self.characters[i].forget_confirmed();
         let c = &self.characters[i];
         let (name, session, tools) = (c.name.clone(), c.session.clone(), c.tools.clone());
+        let budget = c.budget.clone();
         let replay: Vec<(u64, Arc<Change>)> = c.unconfirmed.iter().cloned().collect();
-        let (manager, generation) =
-            self.start_manager(&name, &session, &tools, replay.iter().map(|(n, c)| (*n, c)));
+        let (manager, generation) = self.start_manager(
+            &name,
+            &session,
+            &budget,
+            &tools,
+            replay.iter().map(|(n, c)| (*n, c)),
+        );
         let c = &mut self.characters[i];
         c.manager = manager;
         c.generation = generation;

@@ -54,7 +54,7 @@ impl SessionCore {
         !self.own_tools.iter().any(|t| t.name == name)
     }
 
-    pub(super) fn on_call(&mut self, call: Call) {
+    pub(super) fn on_call(&mut self, mut call: Call) {
         if !self.is_ours(&call.name) {
             if let Some(turn) = &call.turn {
                 self.calls.foreign(turn);
@@ -62,6 +62,8 @@ impl SessionCore {
             return;
         }
         let started = Instant::now();
+        // A found tool called through `call_tool` is a call of that tool from here on.
+        self.through_call_tool(&mut call);
         // The core knows a call by the id the server keeps (a model's longer id cut and marked);
         // the model's own is answered with (`ToolResult::model_call_id`).
         let kept = peer_id::call_id(&call.call_id);
@@ -89,6 +91,10 @@ impl SessionCore {
             tracing::warn!(character = %self.character, tool = %peer_id::name(&tool_call.name), "runaway guard refused a tool call");
             let result = tool_call.failed(Outcome::Refused, error);
             self.answer(turn, result, watch);
+            return;
+        }
+        if let Some(tool) = self.built_in_tool(&tool_call.name).cloned() {
+            self.built_in(turn, tool_call, &tool, watch);
             return;
         }
         let Some(tool) = self.tool(&tool_call.name).cloned() else {
@@ -185,9 +191,14 @@ impl SessionCore {
         )
     }
 
-    /// The registered tool of this name.
+    /// The character's tool of this name (offered to the session or not: a model may call one
+    /// it was offered before the set moved on), or the session's own built-in one.
     fn tool(&self, name: &str) -> Option<&SharedTool> {
-        self.registered.iter().find(|t| t.name == name)
+        self.character_tools
+            .list
+            .iter()
+            .find(|t| t.name == name)
+            .or_else(|| self.built_in_tool(name))
     }
 
     /// A call the core asked to run finished. The result of a call cancelled meanwhile (or of
@@ -207,7 +218,7 @@ impl SessionCore {
     /// Answers a call: its exact output, then (when the model takes images and the turn has
     /// room) its images; images that cannot go are named in the output. The call is announced
     /// as `tool.call`.
-    fn answer(&mut self, turn: Option<String>, result: ToolResult, watch: CallWatch) {
+    pub(super) fn answer(&mut self, turn: Option<String>, result: ToolResult, watch: CallWatch) {
         watch.finished(&result);
         self.send_answer(turn, result);
     }
@@ -215,6 +226,7 @@ impl SessionCore {
     /// Sends a call's answer (held for its turn's one frame, for a protocol that answers so),
     /// and goes on with its turn when it was the last.
     fn send_answer(&mut self, turn: Option<String>, mut result: ToolResult) {
+        self.answered_as(&mut result);
         let warning = if self.protocol.takes_images() {
             self.calls
                 .image_budget(turn.as_deref())
@@ -241,6 +253,7 @@ impl SessionCore {
     /// A call the provider cancelled by id: it needs no answer, and the turn's other answers go
     /// without it.
     pub(super) fn needs_no_answer(&mut self, turn: Option<&str>, call_id: &str) {
+        self.through_call_tool.remove(call_id);
         let state = self.calls.answered(turn, call_id);
         self.turn_settled(turn, state);
     }
@@ -280,7 +293,9 @@ impl SessionCore {
     /// cancelled. Its turn is abandoned: nothing asks it to go on.
     pub(super) fn answer_cancelled(&mut self, result: &ToolResult, watch: CallWatch) {
         watch.finished(result);
-        self.send_output(result);
+        let mut result = result.clone();
+        self.answered_as(&mut result);
+        self.send_output(&result);
     }
 
     /// The frame that gives the model a call's output.

@@ -246,6 +246,7 @@ impl SessionCore {
     /// announced, added to the conversation with its images, and spoken of by its scheduling.
     pub(super) fn deliver_late(&mut self, call: RunningCall, mut result: ToolResult) {
         call.watch.finished(&result);
+        self.answered_as(&mut result);
         if !self.connected {
             return;
         }
@@ -285,7 +286,7 @@ impl SessionCore {
     /// The character's tools changed: a non-blocking call of a tool it no longer has is
     /// cancelled, and the model told so.
     pub(super) fn cancel_removed_calls(&mut self) {
-        let registered = self.registered.clone();
+        let registered = self.character_tools.list.clone();
         let gone: Vec<Ticket> = self
             .running
             .iter()

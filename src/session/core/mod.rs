@@ -11,6 +11,12 @@
 //! the connection's state, each settled sync (`session.state`) and each answered call
 //! (`tool.call`) on the event hub.
 //!
+//! It also applies the character's tool budget: the session is offered the set
+//! [`Budget::offer`](crate::domain::budget::Budget::offer) gives for what it found (`found.rs`),
+//! answers the model's `find_tools` from the character's snapshot, and holds that answer until
+//! the update that adds the tools found is acknowledged (or, on a protocol whose tools need a
+//! new connection, offers `call_tool` instead and runs the found tools through it).
+//!
 //! Plain code, in the core's own words: the wire protocol is a [`Protocol`] adapter that reads
 //! the model's frames into [`ModelEvent`]s and writes the frames the core decides on; the actor
 //! that holds the core (one per kind of connection) feeds it, carries out the [`Effect`]s it
@@ -20,6 +26,7 @@
 
 mod acks;
 mod answers;
+mod found;
 mod interruptions;
 mod later;
 #[cfg(test)]
@@ -37,6 +44,7 @@ use tokio::sync::oneshot;
 pub(crate) use self::acks::AppUpdate;
 use self::acks::Pending;
 use self::answers::RunningCall;
+use self::found::Held;
 use self::later::Floor;
 pub(crate) use self::later::Wake;
 pub use self::later::{Conversation, REPLY_GRACE, RESPONSE_START_GRACE};
@@ -48,7 +56,8 @@ pub(crate) use self::words::{
 use super::calls::{CallLimiter, ResponseCalls};
 use super::settings::SessionSettings;
 use super::sync::SyncState;
-use super::{ConnectionReport, ConnectionState};
+use super::{CharacterTools, ConnectionReport, ConnectionState};
+use crate::domain::budget::Found;
 use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::SharedTool;
@@ -186,8 +195,20 @@ pub(crate) struct SessionCore {
     /// Other connections update the same session (an attached call, which the app updates over
     /// its own): an acknowledgement that matches nothing awaited is theirs.
     shared: bool,
-    /// The character's tools, newest list.
+    /// The character's tools (every one, newest list), what `find_tools` searches, and the
+    /// character's budget.
+    character_tools: CharacterTools,
+    /// The tools this session's model found with `find_tools`.
+    found: Found,
+    /// The server's tools the session is offered now: the budget's offer for what it found
+    /// (what every server update carries, less the tools the app has of its own).
     registered: Arc<[SharedTool]>,
+    /// The character holds more tools than the session is offered, and it cannot search.
+    over_budget: bool,
+    /// Answers of `find_tools` that wait for the update carrying the tools they found.
+    held: Vec<Held>,
+    /// The calls made through `call_tool`, by call id: their answers go back under its name.
+    through_call_tool: HashMap<String, &'static str>,
     /// The registered tools the last server update carried.
     sent_registered: Arc<[SharedTool]>,
     /// The session's own tools (the app's), kept in every update; their calls are the app's.
@@ -247,10 +268,10 @@ impl SessionCore {
         settings: &SessionSettings,
         events: EventHub,
         policy: Policy,
-        tools: Arc<[SharedTool]>,
+        tools: CharacterTools,
         shared: bool,
     ) -> Self {
-        Self {
+        let mut core = Self {
             character,
             kind,
             protocol,
@@ -261,7 +282,12 @@ impl SessionCore {
             since: rfc3339_now(),
             sync_timeout: settings.sync_timeout,
             shared,
-            registered: tools,
+            character_tools: tools,
+            found: Found::default(),
+            registered: Arc::from([]),
+            over_budget: false,
+            held: Vec::new(),
+            through_call_tool: HashMap::new(),
             sent_registered: Arc::from([]),
             own_tools: Vec::new(),
             own_settings: Map::new(),
@@ -290,7 +316,9 @@ impl SessionCore {
             calls_answered: 0,
             next_event: 0,
             effects: Vec::new(),
-        }
+        };
+        core.reoffer();
+        core
     }
 
     /// The session resumes itself on new connections: its report says how (see
@@ -369,7 +397,8 @@ impl SessionCore {
         self.state
     }
 
-    /// The character's tools, newest list.
+    /// The server's tools the session is offered now (the character's newest list, within its
+    /// budget).
     pub(crate) fn registered(&self) -> &[SharedTool] {
         &self.registered
     }
@@ -407,6 +436,8 @@ impl SessionCore {
             acknowledged_tools: self.acknowledged_tools,
             calls_answered: self.calls_answered,
             clashes: self.clashes.clone(),
+            offered_tools: self.registered.len(),
+            over_budget: self.over_budget,
             gemini: self.resumption.as_ref().map(Resumption::report),
             running_calls: self.running_report(),
             conversation: self.floor.state(),
@@ -436,6 +467,8 @@ impl SessionCore {
         self.calls.clear();
         self.batches.clear();
         self.pending.clear();
+        self.held.clear();
+        self.through_call_tool.clear();
         self.updates_on_connection = 0;
     }
 
@@ -482,6 +515,10 @@ impl SessionCore {
         self.ready = false;
         self.pending.clear();
         self.batches.clear();
+        // Answers held for an update that will never be acknowledged go with the connection
+        // (their calls announced as cancelled).
+        self.held.clear();
+        self.through_call_tool.clear();
         self.waiting_because = None;
         for waiter in self.sync.disconnected() {
             let _ = waiter.send(Err(SyncError::Closed));
@@ -490,15 +527,17 @@ impl SessionCore {
 
     /// The character's tools changed. Returns the waiter when there is nothing to wait for: the
     /// session is not connected (the list goes out on connect, so the change succeeds at once),
-    /// or it already has this very list.
+    /// or the set it is offered is the very one it has (over budget, a change to a tool it is
+    /// not offered changes nothing it sees).
     pub(crate) fn tools_changed(
         &mut self,
-        tools: Arc<[SharedTool]>,
+        tools: CharacterTools,
         waiter: Option<Waiter>,
     ) -> Option<Waiter> {
-        let unchanged = same_tools(&self.registered, &tools);
-        self.registered = tools;
-        if !unchanged {
+        let list_changed = !same_tools(&self.character_tools.list, &tools.list);
+        self.character_tools = tools;
+        let unchanged = !self.reoffer();
+        if list_changed {
             self.cancel_removed_calls();
         }
         if !self.connected {
@@ -554,6 +593,20 @@ impl SessionCore {
     /// Only the session's settings changed elsewhere.
     pub(crate) fn described_settings(&mut self, settings: Map<String, Value>) {
         self.own_settings = settings;
+    }
+
+    /// The character's list changed, handed over without its snapshot or budget (a
+    /// [`SyncTools`](super::SyncTools)): the session keeps searching the snapshot it has.
+    pub(crate) fn list_changed(
+        &mut self,
+        list: Arc<[SharedTool]>,
+        waiter: Option<Waiter>,
+    ) -> Option<Waiter> {
+        let tools = CharacterTools {
+            list,
+            ..self.character_tools.clone()
+        };
+        self.tools_changed(tools, waiter)
     }
 
     /// Sends the tools again (an attached call whose app left them out of its own update).
@@ -675,6 +728,8 @@ impl SessionCore {
         for waiter in settled.waiters {
             let _ = waiter.send(outcome.clone());
         }
+        // The model hears what `find_tools` found once the session has it.
+        self.release_held(settled.version, &outcome);
         if settled.send_next.is_some() && self.ready {
             self.send_update();
         }

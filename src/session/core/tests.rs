@@ -12,8 +12,8 @@ use crate::session::settings::Dialect;
 
 const URL: &str = "ws://127.0.0.1:9/v1/realtime";
 
-fn tools(names: &[&str]) -> Arc<[SharedTool]> {
-    test_tools(names).into()
+fn tools(names: &[&str]) -> CharacterTools {
+    CharacterTools::listed(test_tools(names).into())
 }
 
 fn core(kind: ConnectionKind, registered: &[&str]) -> SessionCore {

@@ -9,7 +9,9 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use crate::domain::call::ToolResult;
+use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::SharedTool;
+use crate::events::SearchKind;
 
 /// A wire protocol, as the core uses it: what the model's frames mean, and the frames that
 /// carry what the core decides. One implementation per protocol (today the OpenAI-Realtime
@@ -62,6 +64,19 @@ pub(crate) trait Protocol: std::fmt::Debug {
     /// handed to the actor as [`super::Effect::Reconnect`].
     fn tools_need_new_connection(&self) -> bool {
         false
+    }
+
+    /// Whether the tools `find_tools` finds join the session's set, to be called by name; `false`
+    /// for a protocol whose tools need a new connection, which a call in progress (the search
+    /// itself) forbids: its model calls them through `call_tool`, and `find_tools` tells it their
+    /// parameters.
+    fn calls_found_tools_by_name(&self) -> bool {
+        !self.tools_need_new_connection()
+    }
+
+    /// How a search of this protocol's model is announced and counted, for a session of `kind`.
+    fn search_kind(&self, kind: ConnectionKind) -> SearchKind {
+        SearchKind::Session(kind)
     }
 
     /// Whether a call of a non-blocking tool is answered at once as running, its result

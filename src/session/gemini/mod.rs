@@ -22,7 +22,9 @@ use serde_json::{Map, Value, json};
 use super::core::{Answers, ForeignTool, Keep, ModelEvent, Protocol, ReadError};
 use crate::domain::call::Scheduling;
 use crate::domain::call::ToolResult;
+use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::{GeminiDeclaration, SharedTool};
+use crate::events::SearchKind;
 
 /// The header that carries the API key (as the official SDKs send it).
 pub(crate) const API_KEY_HEADER: &str = "x-goog-api-key";
@@ -94,6 +96,10 @@ impl Protocol for Gemini {
 
     fn tools_need_new_connection(&self) -> bool {
         true
+    }
+
+    fn search_kind(&self, _kind: ConnectionKind) -> SearchKind {
+        SearchKind::Gemini
     }
 
     fn answers_running_calls(&self) -> bool {

@@ -12,8 +12,6 @@
 //! old connection ends. A connection that fails or drops stops the actor; its supervisor starts
 //! it again after a backoff, and the new connection resumes the session when a handle is held.
 
-use std::sync::Arc;
-
 use actix::prelude::*;
 use awc::error::WsProtocolError;
 use awc::ws;
@@ -22,9 +20,9 @@ use futures_util::future::{FutureExt, LocalBoxFuture};
 use super::moving::{self, From, Heard, Moves, Moving};
 use crate::dispatch::Dispatcher;
 use crate::domain::connection::ConnectionKind;
-use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
 use crate::policy::Policy;
+use crate::session::CharacterTools;
 use crate::session::core::{Seen, SessionCore};
 use crate::session::gemini::{API_KEY_HEADER, Gemini};
 use crate::session::settings::SessionSettings;
@@ -47,7 +45,7 @@ impl GeminiSession {
         dispatcher: Dispatcher,
         events: EventHub,
         policy: Policy,
-        tools: Arc<[SharedTool]>,
+        tools: CharacterTools,
     ) -> Addr<Self> {
         let moves = Moves::new(api_key.map(|key| (API_KEY_HEADER.to_owned(), key)));
         let mut core = SessionCore::new(
