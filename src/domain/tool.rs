@@ -15,6 +15,7 @@ use super::approval::Approval;
 use super::arguments::Parameters;
 use super::call::LocalToolHandler;
 use super::callback_url::{CallbackOrigin, CallbackUrl};
+use super::limits::CallLimits;
 
 /// `source` of a registration that names none.
 pub(crate) const DEFAULT_SOURCE: &str = "external";
@@ -45,6 +46,9 @@ pub struct ToolSpec {
     pub behavior: Behavior,
     /// Whether its calls wait for a person's approval (`approval`, `approval_timeout_seconds`).
     pub approval: Approval,
+    /// Its bounds on how its calls run (`max_concurrent`, `rate`, `dedupe_seconds`); their state
+    /// belongs to this registration, so a replacing one starts fresh.
+    pub limits: CallLimits,
     /// This registration's number, unique in the process: a pending approval names the
     /// registration it was asked under, and a new registration of the same name voids it.
     pub generation: u64,
@@ -135,6 +139,7 @@ impl ToolSpec {
             }),
             behavior: Behavior::Blocking,
             approval: Approval::default(),
+            limits: CallLimits::default(),
             generation: next_generation(),
             wire: WireForms::default(),
         }
@@ -149,6 +154,12 @@ impl ToolSpec {
     /// The same tool with `approval`.
     pub fn with_approval(mut self, approval: Approval) -> Self {
         self.approval = approval;
+        self
+    }
+
+    /// The same tool with `limits`.
+    pub fn with_limits(mut self, limits: CallLimits) -> Self {
+        self.limits = limits;
         self
     }
 
@@ -170,6 +181,7 @@ impl ToolSpec {
             handler: ToolHandler::Local(handler),
             behavior: Behavior::Blocking,
             approval: Approval::default(),
+            limits: CallLimits::default(),
             generation: next_generation(),
             wire: WireForms::default(),
         }

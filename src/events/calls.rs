@@ -8,6 +8,7 @@
 
 use std::time::{Instant, SystemTime};
 
+use opentelemetry::KeyValue;
 use opentelemetry::trace::SpanContext;
 use serde::Serialize;
 
@@ -35,6 +36,10 @@ pub struct ToolCallFinished<'a> {
     pub cancelled: bool,
     /// How the call ended (`ok`, `tool_error`, `timeout`, ...).
     pub outcome: Outcome,
+    /// For a repeated call that got an identical call's result (outcome `deduplicated`): that
+    /// call's id; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_call_id: Option<&'a str>,
     /// The trace of the call's span (32 hex digits), as its callback's `traceparent` named it.
     pub trace_id: &'a str,
 }
@@ -100,10 +105,15 @@ impl CallWatch {
 
     /// The call ended with `result`.
     pub fn finished(mut self, result: &ToolResult) {
-        self.announce(result.outcome);
+        let outcome = result.reported_outcome();
+        if let Some(first) = &result.first_call_id {
+            self.span
+                .set(|| KeyValue::new("runtime_tools.first_call_id", first.clone()));
+        }
+        self.announce(outcome, result.is_error, result.first_call_id.as_deref());
     }
 
-    fn announce(&mut self, outcome: Outcome) {
+    fn announce(&mut self, outcome: Outcome, is_error: bool, first_call_id: Option<&str>) {
         self.done = true;
         let took = self.started.elapsed();
         let duration_ms = took.as_secs_f64() * 1000.0;
@@ -123,13 +133,14 @@ impl CallWatch {
                     behavior: self.behavior,
                 },
                 duration_ms,
-                is_error: outcome.is_error(),
+                is_error,
                 cancelled: outcome == Outcome::Cancelled,
                 outcome,
+                first_call_id,
                 trace_id: &trace_id,
             },
         );
-        if outcome.is_error() {
+        if is_error {
             self.span.fail(outcome.name());
         }
         self.hub.observer().call_finished(
@@ -153,7 +164,7 @@ impl CallWatch {
 impl Drop for CallWatch {
     fn drop(&mut self) {
         if !self.done {
-            self.announce(Outcome::Cancelled);
+            self.announce(Outcome::Cancelled, true, None);
         }
         // The span ends as it is dropped, after the call's record.
     }

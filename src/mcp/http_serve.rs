@@ -37,7 +37,7 @@ use crate::actors::router::{Directory, RouterError};
 use crate::dispatch::Dispatcher;
 use crate::domain::call::{ToolCall, ToolResult};
 use crate::events::{CallStart, CallWatch, Caller, EventHub, EventKind};
-use crate::policy::{Asker, Policy};
+use crate::policy::{Asker, DedupeWindow, Policy};
 
 /// Interval of the keep-alive comment on a session's event streams: under the idle timeouts of
 /// common clients (30 s and up), as for `GET /api/events`.
@@ -139,6 +139,7 @@ impl McpEndpoint {
                         dispatcher: inner.dispatcher.clone(),
                         events: inner.events.clone(),
                         policy: inner.policy.clone(),
+                        dedupe: DedupeWindow::new(),
                         ended: watch::Sender::new(()),
                     })
                 },
@@ -164,6 +165,9 @@ pub(crate) struct SessionTools {
     dispatcher: Dispatcher,
     events: EventHub,
     policy: Policy,
+    /// The session's recent calls, for a tool with `dedupe_seconds`: an MCP session is one
+    /// client's conversation.
+    dedupe: DedupeWindow,
     /// Dropped with the session: ends its `list_changed` watcher.
     ended: watch::Sender<()>,
 }
@@ -260,6 +264,7 @@ impl ServerHandler for SessionTools {
             role: &resolved.role,
             caller: Caller::Mcp,
             kind: None,
+            dedupe: Some(&self.dedupe),
         };
         let admission = match self.policy.admit(asker, &resolved.tool, &mut call) {
             Ok(admission) => admission,

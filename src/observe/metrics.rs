@@ -33,6 +33,12 @@ const CALL_BUCKETS: &[f64] = &[
     120.0, 300.0,
 ];
 
+/// The buckets of a call's wait for its turn (a tool's `max_concurrent`), in seconds: none (a
+/// turn free at once) to 300 s (the longest a call may wait, its timeout).
+const WAIT_BUCKETS: &[f64] = &[
+    0.0, 0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
 /// The session-sync buckets, in seconds: a loopback model acknowledges in milliseconds; the
 /// longest sync timeout is a minute.
 const SYNC_BUCKETS: &[f64] = &[
@@ -69,6 +75,7 @@ pub(crate) struct Metrics {
     registry: Registry,
     calls: IntCounterVec,
     call_seconds: HistogramVec,
+    wait_seconds: HistogramVec,
     sync_seconds: HistogramVec,
     changes: IntCounterVec,
     tools_removed: IntCounterVec,
@@ -129,6 +136,14 @@ impl Default for Metrics {
             &call_labels,
             CALL_BUCKETS,
         );
+        let wait_seconds = histogram(
+            &r,
+            "runtime_tools_tool_call_wait_seconds",
+            "Time a call of a tool with max_concurrent waited for its turn (0 when one was free; \
+             its whole timeout when it did not come and the call was busy).",
+            &call_labels,
+            WAIT_BUCKETS,
+        );
         let sync_seconds = histogram(
             &r,
             "runtime_tools_session_sync_seconds",
@@ -188,6 +203,7 @@ impl Default for Metrics {
             registry: r,
             calls,
             call_seconds,
+            wait_seconds,
             sync_seconds,
             changes,
             tools_removed,
@@ -231,6 +247,22 @@ impl Metrics {
         self.call_seconds
             .with_label_values(&[sample.character, tool, sample.caller, kind])
             .observe(sample.duration.as_secs_f64());
+    }
+
+    /// A call of a tool with `max_concurrent` waited `waited` for its turn (or for nothing).
+    pub(crate) fn call_waited(
+        &self,
+        character: &str,
+        tool: &str,
+        caller: &str,
+        kind: Option<ConnectionKind>,
+        waited: Duration,
+    ) {
+        let tool = self.tool_label(Some(tool));
+        let kind = kind.map_or(NO_KIND, ConnectionKind::name);
+        self.wait_seconds
+            .with_label_values(&[character, tool, caller, kind])
+            .observe(waited.as_secs_f64());
     }
 
     /// A live session of `kind` acknowledged a tool change after `took`.

@@ -1166,6 +1166,7 @@ async fn each_tool_says_where_it_runs_and_each_kind_of_field_reads_its_type() {
         mcp_servers: vec![McpServerSettings {
             behavior: Default::default(),
             approval: Default::default(),
+            limits: Default::default(),
             name: "time".to_owned(),
             transport: McpTransport::Stdio {
                 command: time.to_string_lossy().into_owned(),

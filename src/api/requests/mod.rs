@@ -30,6 +30,7 @@ pub(crate) const MAX_TIMEOUT_SECONDS: f64 = MAX_TIMEOUT.as_secs() as f64;
 
 mod approval;
 mod conversation;
+mod limits;
 
 pub(crate) use approval::DecisionRequest;
 pub(crate) use conversation::{ContextRequest, ProgressRequest};
@@ -115,6 +116,7 @@ impl RegisterRequest {
         let timeout = f.timeout("timeout_seconds");
         let behavior = f.behavior("behavior");
         let approval = f.approval();
+        let limits = f.limits();
         f.finish()?;
         let (
             Some(name),
@@ -139,7 +141,8 @@ impl RegisterRequest {
         Ok(Self {
             tool: ToolSpec::remote(name, description, parameters, source, callback_url, timeout)
                 .with_behavior(behavior)
-                .with_approval(approval.unwrap_or_default()),
+                .with_approval(approval.unwrap_or_default())
+                .with_limits(limits.unwrap_or_default()),
             role,
         })
     }
@@ -249,6 +252,7 @@ impl McpRegisterRequest {
         let timeout = f.timeout("timeout_seconds");
         let behavior = f.behavior("behavior");
         let approval = f.mcp_approval();
+        let limits = f.limits();
         f.finish()?;
         let (Some(name), Some(url), Some(source), Some(timeout), Some(behavior)) =
             (name, url, source, timeout, behavior)
@@ -264,6 +268,7 @@ impl McpRegisterRequest {
                 timeout,
                 behavior,
                 approval: approval.unwrap_or_default(),
+                limits: limits.unwrap_or_default(),
             },
         })
     }

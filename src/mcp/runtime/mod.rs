@@ -308,7 +308,11 @@ impl McpPlugins {
                     d,
                     &registration.source,
                     server.owner(),
-                    (registration.behavior, registration.approval),
+                    (
+                        registration.behavior,
+                        registration.approval,
+                        registration.limits,
+                    ),
                 )
             })
             .collect();
@@ -528,7 +532,11 @@ impl McpPlugins {
                     d,
                     &registration.source,
                     server.owner(),
-                    (registration.behavior, registration.approval),
+                    (
+                        registration.behavior,
+                        registration.approval,
+                        registration.limits,
+                    ),
                 )
             })
             .collect();
@@ -659,6 +667,7 @@ mod tests {
             timeout: Duration::from_secs(30),
             behavior: Default::default(),
             approval: Default::default(),
+            limits: Default::default(),
         }
     }
 
