@@ -394,35 +394,32 @@ impl Serialize for ToolsByRole<'_> {
             let views: Vec<ToolView<'_>> = active
                 .chain(dormant)
                 .map(|(t, state)| {
-                    let at_once = self
-                        .full
-                        .then(|| self.policy.calls_at_once(t))
-                        .flatten();
+                    let at_once = self.full.then(|| self.policy.calls_at_once(t)).flatten();
                     ToolView {
-                    name: &t.name,
-                    description: &t.description,
-                    source: &t.source,
-                    callback_url: t.callback_url(),
-                    is_remote: t.is_remote(),
-                    parameters: self.full.then_some(t.parameters.schema()),
-                    timeout_seconds: self
-                        .full
-                        .then(|| t.timeout().unwrap_or(LOCAL_TOOL_TIMEOUT).as_secs_f64()),
-                    behavior: self.full.then_some(t.behavior),
-                    state: self.states.then_some(state),
-                    approval: self.full.then(|| {
-                        match self.policy.approval_required(&role.role, t) {
-                            Some(_) => "always",
-                            None => "never",
-                        }
-                    }),
-                    approval_timeout_seconds: self.full.then(|| t.approval.timeout.as_secs()),
-                    max_concurrent: self.full.then_some(t.limits.max_concurrent),
-                    rate: self.full.then_some(t.limits.rate),
-                    dedupe_seconds: self.full.then_some(t.limits.dedupe_seconds),
-                    calls_running: at_once.map(|(running, _)| running),
-                    calls_waiting: at_once.map(|(_, waiting)| waiting),
-                }
+                        name: &t.name,
+                        description: &t.description,
+                        source: &t.source,
+                        callback_url: t.callback_url(),
+                        is_remote: t.is_remote(),
+                        parameters: self.full.then_some(t.parameters.schema()),
+                        timeout_seconds: self
+                            .full
+                            .then(|| t.timeout().unwrap_or(LOCAL_TOOL_TIMEOUT).as_secs_f64()),
+                        behavior: self.full.then_some(t.behavior),
+                        state: self.states.then_some(state),
+                        approval: self.full.then(|| {
+                            match self.policy.approval_required(&role.role, t) {
+                                Some(_) => "always",
+                                None => "never",
+                            }
+                        }),
+                        approval_timeout_seconds: self.full.then(|| t.approval.timeout.as_secs()),
+                        max_concurrent: self.full.then_some(t.limits.max_concurrent),
+                        rate: self.full.then_some(t.limits.rate),
+                        dedupe_seconds: self.full.then_some(t.limits.dedupe_seconds),
+                        calls_running: at_once.map(|(running, _)| running),
+                        calls_waiting: at_once.map(|(_, waiting)| waiting),
+                    }
                 })
                 .collect();
             map.serialize_entry(&role.role, &views)?;

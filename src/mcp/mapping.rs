@@ -5,9 +5,9 @@ use rmcp::model::{CallToolResult, ContentBlock, Tool};
 use serde_json::{Value, json};
 
 use crate::domain::approval::{Approval, McpApproval};
-use crate::domain::limits::CallLimits;
 use crate::domain::arguments::Parameters;
 use crate::domain::call::{LocalToolHandler, ToolOutcome};
+use crate::domain::limits::CallLimits;
 use crate::domain::peer_text;
 use crate::domain::tool::{Behavior, ToolSpec};
 

@@ -273,9 +273,9 @@ impl Repeat {
         match ended.as_deref().and_then(Option::as_ref) {
             Some(first) => first.repeated_for(&call),
             None => call.failed(
-                    Outcome::Cancelled,
-                    format!(
-                        "the call repeats an identical call of '{}' that was cancelled before it \
+                Outcome::Cancelled,
+                format!(
+                    "the call repeats an identical call of '{}' that was cancelled before it \
                          ended, so it was not run",
                     call.name
                 ),
@@ -313,12 +313,22 @@ mod tests {
     async fn a_repeat_gets_the_first_result_under_its_own_id() {
         let window = DedupeWindow::new();
         let tool = test_tool("lights", "");
-        let one = first(window.see(&tool, &call("c1", r#"{"on": true, "room": "k"}"#), FIVE, false));
+        let one = first(window.see(
+            &tool,
+            &call("c1", r#"{"on": true, "room": "k"}"#),
+            FIVE,
+            false,
+        ));
         let two = repeat(window.see(&tool, &call("c2", r#"{"room":"k","on":true}"#), FIVE, false));
         // Other arguments, another registration: a call of its own.
         let _other = first(window.see(&tool, &call("c3", r#"{"on": false}"#), FIVE, false));
         let replaced = test_tool("lights", "");
-        let _new = first(window.see(&replaced, &call("c4", r#"{"on": true, "room": "k"}"#), FIVE, false));
+        let _new = first(window.see(
+            &replaced,
+            &call("c4", r#"{"on": true, "room": "k"}"#),
+            FIVE,
+            false,
+        ));
         let done = call("c1", "{}").error("switch jammed".into());
         one.ended(&done);
         let got = two.result(call("c2", "{}")).await;
@@ -328,10 +338,23 @@ mod tests {
         assert_eq!(got.reported_outcome(), Outcome::Deduplicated);
         assert_eq!(got.outcome, Outcome::ToolError);
         // After it ended, within the window: the kept result.
-        let three = repeat(window.see(&tool, &call("c5", r#"{"on":true,"room":"k"}"#), FIVE, false));
-        assert_eq!(three.result(call("c5", "{}")).await.first_call_id.as_deref(), Some("c1"));
+        let three =
+            repeat(window.see(&tool, &call("c5", r#"{"on":true,"room":"k"}"#), FIVE, false));
+        assert_eq!(
+            three
+                .result(call("c5", "{}"))
+                .await
+                .first_call_id
+                .as_deref(),
+            Some("c1")
+        );
         // Another window (another session) knows nothing of it.
-        let _theirs = first(DedupeWindow::new().see(&tool, &call("c6", r#"{"on": true, "room": "k"}"#), FIVE, false));
+        let _theirs = first(DedupeWindow::new().see(
+            &tool,
+            &call("c6", r#"{"on": true, "room": "k"}"#),
+            FIVE,
+            false,
+        ));
     }
 
     #[tokio::test]
@@ -369,7 +392,8 @@ mod tests {
         drop(recent);
         // Too large to keep at all: not remembered once it ended.
         let c = call("huge", r#"{"huge": 1}"#);
-        first(window.see(&tool, &c, FIVE, false)).ended(&c.error("x".repeat(MAX_REMEMBERED_BYTES + 1)));
+        first(window.see(&tool, &c, FIVE, false))
+            .ended(&c.error("x".repeat(MAX_REMEMBERED_BYTES + 1)));
         let _runs_again = first(window.see(&tool, &call("huge2", r#"{"huge": 1}"#), FIVE, false));
     }
 }

@@ -140,8 +140,10 @@ mod tests {
             Ok(CallLimits::default())
         );
         assert_eq!(
-            limits(json!({"max_concurrent": 1024, "rate": {"calls": 100000, "per_seconds": 86400},
-                          "dedupe_seconds": 300})),
+            limits(
+                json!({"max_concurrent": 1024, "rate": {"calls": 100000, "per_seconds": 86400},
+                          "dedupe_seconds": 300})
+            ),
             Ok(CallLimits {
                 max_concurrent: Some(1024),
                 rate: Some(Rate {
@@ -173,8 +175,8 @@ mod tests {
                 ("body.dedupe_seconds", "less_than_equal"),
             ]
         );
-        let more = limits(json!({"max_concurrent": 1025, "rate": 5, "dedupe_seconds": -1}))
-            .unwrap_err();
+        let more =
+            limits(json!({"max_concurrent": 1025, "rate": 5, "dedupe_seconds": -1})).unwrap_err();
         assert_eq!(
             more.iter().map(|e| e.1).collect::<Vec<_>>(),
             ["less_than_equal", "dict_type", "greater_than_equal"]

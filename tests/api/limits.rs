@@ -1,0 +1,553 @@
+//! A tool's own limits (`max_concurrent`, `rate`, `dedupe_seconds`), held on the one path every
+//! call takes: the model's calls of Mio's two live sessions (the server's own connection to one
+//! fake realtime peer, and a call attached on a second one), the invoke route, and what an
+//! operator sees of them (the full listing, the events, `/api/calls`, `/metrics`). Plugins
+//! record every request (and how many they were answering at once), so "never reached the
+//! plugin" and "never two at a time" are read off them.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::callback_server::{CallbackServer, Reply};
+use crate::event_stream::{EventReader, open};
+use crate::events::assert_call;
+use crate::fake_realtime::{AckMode, EVENT_DEADLINE, FakeRealtime};
+use crate::helpers::{HTTP_DEADLINE, TestApp, app_with_session, test_client};
+use crate::metrics::scrape;
+use crate::non_blocking::{outputs_of, response_created};
+use crate::sessions::{call_event, response_done};
+
+/// A tool `name` of every character, answered by `callback` at `/NAME`, with `limits` (fields
+/// of the registration body) and `timeout` seconds.
+fn limited(callback: &CallbackServer, name: &str, timeout: u64, limits: Value) -> Value {
+    let mut body = json!({
+        "name": name,
+        "description": "Acts in the world",
+        "parameters": {"type": "object", "properties": {
+            "room": {"type": "string"}, "on": {"type": "boolean"}}},
+        "callback_url": callback.url(&format!("/{name}")),
+        "source": "plugin:home",
+        "timeout_seconds": timeout,
+    });
+    for (field, value) in limits.as_object().unwrap() {
+        body[field] = value.clone();
+    }
+    body
+}
+
+/// Mio with two live sessions on its tools — the server's own connection to `own`, and a call
+/// attached on `call` — and Lanlan beside it; `tools` registered for both (every character);
+/// Mio's event stream past its `hello`.
+async fn two_sessions(
+    own: &FakeRealtime,
+    call: &FakeRealtime,
+    tools: &[Value],
+) -> (TestApp, EventReader) {
+    let app = app_with_session(&own.url, &["Lanlan"], runtime_tools::Dialect::Openai, |s| {
+        s.max_tool_calls_per_window = 1000;
+    })
+    .await;
+    let url = format!("{}&call_id=rtc_1", call.url);
+    let (status, body) = app
+        .post("/api/sessions/attach", &json!({"role": "Mio", "url": url}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    for tool in tools {
+        let (status, body) = app.register(tool).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    let names: Vec<&str> = tools.iter().map(|t| t["name"].as_str().unwrap()).collect();
+    own.update_with_tools(&names).await;
+    call.update_with_tools(&names).await;
+    let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
+    stream.expect("hello").await;
+    (app, stream)
+}
+
+/// The model of `fake` calls `name` with `arguments` (exact text) in a response of its own.
+async fn model_calls(fake: &FakeRealtime, call_id: &str, name: &str, arguments: &str) {
+    let response = format!("r_{call_id}");
+    fake.push(response_created(&response)).await;
+    fake.push(call_event(&response, call_id, name, arguments))
+        .await;
+    fake.push(response_done(&response, &[(call_id, name, arguments)]))
+        .await;
+}
+
+/// The `function_call_output` events `fake` got for `call_id`, once there is one.
+async fn outputs(fake: &FakeRealtime, call_id: &str) -> Vec<Value> {
+    fake.wait_for(&format!("the output of {call_id}"), |events| {
+        let found: Vec<Value> = events
+            .iter()
+            .filter(|e| {
+                e["type"] == "conversation.item.create"
+                    && e["item"]["type"] == "function_call_output"
+                    && e["item"]["call_id"] == call_id
+            })
+            .cloned()
+            .collect();
+        (!found.is_empty()).then_some(found)
+    })
+    .await
+}
+
+/// The one output `fake`'s model got for `call_id`, parsed.
+async fn output(fake: &FakeRealtime, call_id: &str) -> Value {
+    outputs(fake, call_id).await;
+    let parsed = outputs_of(&fake.events(), call_id);
+    assert_eq!(parsed.len(), 1, "one output per call id: {parsed:?}");
+    parsed[0].clone()
+}
+
+/// Mio's entry of `name` in the full listing.
+async fn listed(app: &TestApp, name: &str) -> Value {
+    let (status, listing) = app.get("/api/tools?detail=full").await;
+    assert_eq!(status, 200, "{listing}");
+    listing["tools_by_role"]["Mio"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == name)
+        .cloned()
+        .unwrap_or_else(|| panic!("{name} is not listed: {listing}"))
+}
+
+/// Waits until `waiting` calls of `name` wait for their turn (the full listing says so).
+async fn waiting(app: &TestApp, name: &str, waiting: u64) {
+    let deadline = tokio::time::Instant::now() + EVENT_DEADLINE;
+    loop {
+        let tool = listed(app, name).await;
+        if tool["calls_waiting"] == waiting {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{waiting} calls of {name} never waited: {tool}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// The call ids of the requests `callback` received, in order.
+fn received_ids(callback: &CallbackServer) -> Vec<String> {
+    callback
+        .received()
+        .iter()
+        .map(|r| r.json()["call_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// An invoke of `name` with `arguments` and the call id `id`, on its own client and task: its
+/// status and answer.
+fn invoking(
+    app: &TestApp,
+    name: &str,
+    id: &str,
+    arguments: Value,
+) -> actix_web::rt::task::JoinHandle<(u16, Value)> {
+    let url = app.url("/api/tools/invoke");
+    let body = json!({"name": name, "role": "Mio", "call_id": id, "arguments": arguments});
+    actix_web::rt::spawn(async move {
+        let mut response = test_client()
+            .post(url)
+            .send_json(&body)
+            .await
+            .expect("invoke sent");
+        let status = response.status().as_u16();
+        (
+            status,
+            response.json::<Value>().await.expect("invoke answer"),
+        )
+    })
+}
+
+/// The `tool.call` event of `call_id`.
+async fn finished(stream: &mut EventReader, call_id: &str) -> crate::event_stream::Received {
+    stream
+        .wait_for("tool.call", |d| d["call_id"] == call_id)
+        .await
+}
+
+#[actix_web::test]
+async fn one_at_a_time_five_calls_of_two_sessions_run_in_arrival_order() {
+    let own = FakeRealtime::start(AckMode::Immediate).await;
+    let call = FakeRealtime::start(AckMode::Immediate).await;
+    // The arm moves once its gate opens, and takes a while each time: two at once would show.
+    let arm = CallbackServer::with(
+        "/arm",
+        Reply::after_gate(Reply::after(
+            Duration::from_millis(50),
+            Reply::output(json!({"moved": true})),
+        )),
+    );
+    let tool = limited(&arm, "arm", 30, json!({"max_concurrent": 1}));
+    let (app, mut stream) = two_sessions(&own, &call, &[tool]).await;
+    let shown = listed(&app, "arm").await;
+    assert_eq!(
+        (
+            &shown["max_concurrent"],
+            &shown["rate"],
+            &shown["dedupe_seconds"]
+        ),
+        (&json!(1), &json!(null), &json!(0))
+    );
+    assert_eq!(
+        (&shown["calls_running"], &shown["calls_waiting"]),
+        (&json!(0), &json!(0))
+    );
+
+    // The first call reaches the arm and holds it; four more come from both sessions, each
+    // waiting behind the others before the next is made.
+    model_calls(&own, "c1", "arm", r#"{"room": "1"}"#).await;
+    arm.wait_for_requests(1).await;
+    let order: [(u64, &FakeRealtime); 4] = [(2, &call), (3, &own), (4, &call), (5, &own)];
+    for (i, fake) in order {
+        model_calls(
+            fake,
+            &format!("c{i}"),
+            "arm",
+            &format!(r#"{{"room": "{i}"}}"#),
+        )
+        .await;
+        waiting(&app, "arm", i - 1).await;
+    }
+    let shown = listed(&app, "arm").await;
+    assert_eq!(
+        (&shown["calls_running"], &shown["calls_waiting"]),
+        (&json!(1), &json!(4))
+    );
+    assert_eq!(received_ids(&arm), ["c1"]);
+
+    arm.open_gate();
+    for (id, fake) in [
+        ("c1", &own),
+        ("c2", &call),
+        ("c3", &own),
+        ("c4", &call),
+        ("c5", &own),
+    ] {
+        assert_eq!(output(fake, id).await, json!({"moved": true}), "{id}");
+        let kind = if std::ptr::eq(fake, &own) {
+            "client"
+        } else {
+            "attach"
+        };
+        assert_call(
+            &finished(&mut stream, id).await,
+            json!({"role": "Mio", "tool": "arm", "source": "plugin:home", "call_id": id,
+                   "caller": "model", "kind": kind, "is_error": false, "cancelled": false}),
+        );
+    }
+    assert_eq!(received_ids(&arm), ["c1", "c2", "c3", "c4", "c5"]);
+    assert_eq!(arm.most_at_once(), 1, "the arm saw two calls at once");
+    let shown = listed(&app, "arm").await;
+    assert_eq!(
+        (&shown["calls_running"], &shown["calls_waiting"]),
+        (&json!(0), &json!(0))
+    );
+
+    // Each call's wait is in the histogram: the sessions' three and two.
+    let metrics = scrape(&app).await;
+    for (kind, calls) in [("client", 3.0), ("attach", 2.0)] {
+        assert_eq!(
+            metrics.value(
+                "runtime_tools_tool_call_wait_seconds_count",
+                &[("tool", "arm"), ("kind", kind), ("caller", "model")]
+            ),
+            calls,
+            "{kind}"
+        );
+    }
+}
+
+#[actix_web::test]
+async fn a_call_that_does_not_get_its_turn_within_its_timeout_is_busy_and_never_sent() {
+    let own = FakeRealtime::start(AckMode::Immediate).await;
+    let call = FakeRealtime::start(AckMode::Immediate).await;
+    // Nothing answers until the gate opens: each call holds the door its whole timeout.
+    let door = CallbackServer::with(
+        "/door",
+        Reply::after_gate(Reply::output(json!({"open": 1}))),
+    );
+    let tool = limited(&door, "door", 3, json!({"max_concurrent": 1}));
+    let (app, mut stream) = two_sessions(&own, &call, &[tool]).await;
+
+    // Two invokes take the door, one after the other; the model's call waits behind them.
+    let first = invoking(&app, "door", "i1", json!({}));
+    door.wait_for_requests(1).await;
+    let second = invoking(&app, "door", "i2", json!({}));
+    waiting(&app, "door", 1).await;
+    model_calls(&own, "c3", "door", "{}").await;
+    waiting(&app, "door", 2).await;
+
+    // The first times out after its 3 s, the second gets its turn, and the model's call, 3 s
+    // after it came, is told the door was busy.
+    let busy = output(&own, "c3").await;
+    assert_eq!(
+        busy,
+        json!({"error": "the tool door was busy: it takes 1 call at a time, and this call did \
+                         not get its turn within 3 s, so it was not run (the tool did not fail; \
+                         it may be called again later)",
+               "is_error": true})
+    );
+    assert_call(
+        &finished(&mut stream, "c3").await,
+        json!({"role": "Mio", "tool": "door", "source": "plugin:home", "call_id": "c3",
+               "caller": "model", "kind": "client", "is_error": true, "cancelled": false,
+               "outcome": "busy"}),
+    );
+    door.open_gate();
+    let (status, first) = first.await.unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        first["error"].as_str().unwrap().contains("timed out"),
+        "{first}"
+    );
+    let (status, second) = second.await.unwrap();
+    assert_eq!((status, &second["output"]), (200, &json!({"open": 1})));
+    assert_eq!(received_ids(&door), ["i1", "i2"]);
+
+    let (_, recent) = app.get("/api/calls?tool=door").await;
+    let outcomes: Vec<(&str, &str)> = recent["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["call_id"].as_str().unwrap(),
+                c["outcome"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(outcomes, [("i2", "ok"), ("c3", "busy"), ("i1", "timeout")]);
+    let metrics = scrape(&app).await;
+    assert_eq!(
+        metrics.value(
+            "runtime_tools_tool_calls_total",
+            &[("tool", "door"), ("outcome", "busy")]
+        ),
+        1.0
+    );
+}
+
+#[actix_web::test]
+async fn a_cancelled_waiting_call_leaves_the_queue_at_once() {
+    let own = FakeRealtime::start(AckMode::Immediate).await;
+    let call = FakeRealtime::start(AckMode::Immediate).await;
+    let arm = CallbackServer::with("/arm", Reply::after_gate(Reply::output(json!({"ok": 1}))));
+    let tool = limited(&arm, "arm", 30, json!({"max_concurrent": 1}));
+    let (app, mut stream) = two_sessions(&own, &call, &[tool]).await;
+
+    let first = invoking(&app, "arm", "i1", json!({}));
+    arm.wait_for_requests(1).await;
+    let second = invoking(&app, "arm", "i2", json!({}));
+    waiting(&app, "arm", 1).await;
+    // Its client goes away while it waits: it leaves the queue, though nothing else moved.
+    second.abort();
+    waiting(&app, "arm", 0).await;
+    assert_call(
+        &finished(&mut stream, "i2").await,
+        json!({"role": "Mio", "tool": "arm", "source": "plugin:home", "call_id": "i2",
+               "caller": "invoke", "is_error": true, "cancelled": true}),
+    );
+    // The model's call comes after it, and is the next to run.
+    model_calls(&call, "c3", "arm", "{}").await;
+    waiting(&app, "arm", 1).await;
+    arm.open_gate();
+    assert_eq!(output(&call, "c3").await, json!({"ok": 1}));
+    let (status, first) = first.await.unwrap();
+    assert_eq!((status, &first["output"]), (200, &json!({"ok": 1})));
+    assert_eq!(received_ids(&arm), ["i1", "c3"]);
+}
+
+#[actix_web::test]
+async fn a_call_beyond_the_rate_is_answered_at_once_and_never_sent() {
+    let own = FakeRealtime::start(AckMode::Immediate).await;
+    let call = FakeRealtime::start(AckMode::Immediate).await;
+    let quota = CallbackServer::with("/quota", Reply::output(json!({"left": 1})));
+    let tool = limited(
+        &quota,
+        "quota",
+        30,
+        json!({"rate": {"calls": 2, "per_seconds": 60}}),
+    );
+    let (app, mut stream) = two_sessions(&own, &call, &[tool]).await;
+    assert_eq!(
+        listed(&app, "quota").await["rate"],
+        json!({"calls": 2, "per_seconds": 60})
+    );
+
+    model_calls(&own, "c1", "quota", "{}").await;
+    assert_eq!(output(&own, "c1").await, json!({"left": 1}));
+    model_calls(&call, "c2", "quota", "{}").await;
+    assert_eq!(output(&call, "c2").await, json!({"left": 1}));
+    // The third within the minute, from either session, is refused with when to try again.
+    model_calls(&own, "c3", "quota", "{}").await;
+    let refused = output(&own, "c3").await;
+    let text = refused["error"].as_str().unwrap();
+    let prefix =
+        "the tool quota may be called at most 2 times per 60 s; the next call is possible in ";
+    let seconds: u64 = text
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.strip_suffix(" s"))
+        .unwrap_or_else(|| panic!("{text}"))
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&seconds), "{text}");
+    assert_call(
+        &finished(&mut stream, "c3").await,
+        json!({"role": "Mio", "tool": "quota", "source": "plugin:home", "call_id": "c3",
+               "caller": "model", "kind": "client", "is_error": true, "cancelled": false,
+               "outcome": "rate_limited"}),
+    );
+    // The person trying the tool is held to it too.
+    let (status, answer) = crate::callback_server::invoke(
+        &app,
+        json!({"name": "quota", "role": "Mio", "call_id": "i4"}),
+    )
+    .await;
+    assert_eq!((status, &answer["is_error"]), (200, &json!(true)));
+    assert!(
+        answer["error"].as_str().unwrap().starts_with(prefix),
+        "{answer}"
+    );
+    assert_eq!(received_ids(&quota), ["c1", "c2"]);
+    let metrics = scrape(&app).await;
+    assert_eq!(
+        metrics.value(
+            "runtime_tools_tool_calls_total",
+            &[
+                ("tool", "quota"),
+                ("outcome", "rate_limited"),
+                ("caller", "model")
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metrics.value(
+            "runtime_tools_tool_calls_total",
+            &[
+                ("tool", "quota"),
+                ("outcome", "rate_limited"),
+                ("caller", "invoke")
+            ]
+        ),
+        1.0
+    );
+}
+
+/// Mio's two sessions with `lights`, which dedupes repeats for 5 s, its plugin taking 300 ms.
+async fn lights() -> (
+    FakeRealtime,
+    FakeRealtime,
+    CallbackServer,
+    TestApp,
+    EventReader,
+) {
+    let own = FakeRealtime::start(AckMode::Immediate).await;
+    let call = FakeRealtime::start(AckMode::Immediate).await;
+    let plugin = CallbackServer::with(
+        "/lights",
+        Reply::after(
+            Duration::from_millis(300),
+            Reply::output(json!({"on": true, "toggled": 1})),
+        ),
+    );
+    let tool = limited(&plugin, "lights", 30, json!({"dedupe_seconds": 5}));
+    let (app, stream) = two_sessions(&own, &call, &[tool]).await;
+    (own, call, plugin, app, stream)
+}
+
+const KITCHEN_ON: &str = r#"{"on": true, "room": "kitchen"}"#;
+/// The same arguments, written otherwise.
+const KITCHEN_ON_AGAIN: &str = r#"{"room":"kitchen","on":true}"#;
+
+#[actix_web::test]
+async fn a_model_that_asks_twice_gets_two_identical_outputs_of_one_call() {
+    let (own, _call, plugin, app, mut stream) = lights().await;
+    assert_eq!(listed(&app, "lights").await["dedupe_seconds"], json!(5));
+
+    model_calls(&own, "c1", "lights", KITCHEN_ON).await;
+    // The model repeats itself a moment later, while the first call runs.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    model_calls(&own, "c2", "lights", KITCHEN_ON_AGAIN).await;
+    let first = outputs(&own, "c1").await;
+    let second = outputs(&own, "c2").await;
+    assert_eq!((first.len(), second.len()), (1, 1));
+    assert_eq!(
+        first[0]["item"]["output"], second[0]["item"]["output"],
+        "the repeat's output is the first call's"
+    );
+    assert_eq!(output(&own, "c2").await, json!({"on": true, "toggled": 1}));
+    assert_call(
+        &finished(&mut stream, "c1").await,
+        json!({"role": "Mio", "tool": "lights", "source": "plugin:home", "call_id": "c1",
+               "caller": "model", "kind": "client", "is_error": false, "cancelled": false}),
+    );
+    assert_call(
+        &finished(&mut stream, "c2").await,
+        json!({"role": "Mio", "tool": "lights", "source": "plugin:home", "call_id": "c2",
+               "caller": "model", "kind": "client", "is_error": false, "cancelled": false,
+               "outcome": "deduplicated", "first_call_id": "c1"}),
+    );
+    // Once more, after the first ended, within its 5 s: the same result again.
+    model_calls(&own, "c3", "lights", KITCHEN_ON).await;
+    assert_eq!(
+        outputs(&own, "c3").await[0]["item"]["output"],
+        first[0]["item"]["output"]
+    );
+    // Each response was answered and went on once.
+    let creates = own
+        .wait_for("three response.create", |events| {
+            let n = events
+                .iter()
+                .filter(|e| e["type"] == "response.create")
+                .count();
+            (n >= 3).then_some(n)
+        })
+        .await;
+    assert_eq!(creates, 3);
+    assert_eq!(received_ids(&plugin), ["c1"]);
+    let (_, recent) = app.get("/api/calls?tool=lights").await;
+    let outcomes: Vec<&str> = recent["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["deduplicated", "deduplicated", "ok"]);
+}
+
+#[actix_web::test]
+async fn the_same_call_from_another_session_runs_again() {
+    let (own, call, plugin, _app, _stream) = lights().await;
+    model_calls(&own, "c1", "lights", KITCHEN_ON).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    model_calls(&call, "c2", "lights", KITCHEN_ON_AGAIN).await;
+    assert_eq!(output(&own, "c1").await, json!({"on": true, "toggled": 1}));
+    assert_eq!(output(&call, "c2").await, json!({"on": true, "toggled": 1}));
+    let mut ids = received_ids(&plugin);
+    ids.sort();
+    assert_eq!(ids, ["c1", "c2"]);
+}
+
+#[actix_web::test]
+async fn invoke_is_never_taken_for_a_repeat() {
+    let (_own, _call, plugin, app, _stream) = lights().await;
+    let arguments = json!({"on": true, "room": "kitchen"});
+    let first = invoking(&app, "lights", "i1", arguments.clone());
+    let second = invoking(&app, "lights", "i2", arguments);
+    for invoked in [first, second] {
+        let (status, answer) = tokio::time::timeout(HTTP_DEADLINE, invoked)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status, 200);
+        assert_eq!(answer["output"], json!({"on": true, "toggled": 1}));
+    }
+    let mut ids = received_ids(&plugin);
+    ids.sort();
+    assert_eq!(ids, ["i1", "i2"]);
+}
