@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use crate::callback_server::{CallbackServer, Reply};
 use crate::event_stream::{EventReader, open};
 use crate::events::assert_call;
+use crate::fake_mcp::{CallAnswer, FakeMcp, Listing};
 use crate::fake_realtime::{AckMode, EVENT_DEADLINE, FakeRealtime};
 use crate::helpers::{HTTP_DEADLINE, TestApp, app_with_session, test_client};
 use crate::metrics::scrape;
@@ -522,20 +523,37 @@ async fn a_model_that_asks_twice_gets_two_identical_outputs_of_one_call() {
 
 #[actix_web::test]
 async fn the_same_call_from_another_session_runs_again() {
-    let (own, call, plugin, _app, _stream) = lights().await;
+    let (own, call, plugin, _app, mut stream) = lights().await;
     model_calls(&own, "c1", "lights", KITCHEN_ON).await;
     tokio::time::sleep(Duration::from_millis(100)).await;
+    // The other session (the attached call) makes the same call: a call of its own.
     model_calls(&call, "c2", "lights", KITCHEN_ON_AGAIN).await;
-    assert_eq!(output(&own, "c1").await, json!({"on": true, "toggled": 1}));
-    assert_eq!(output(&call, "c2").await, json!({"on": true, "toggled": 1}));
+    // The first session repeats it: that one is the first's repeat.
+    model_calls(&own, "c3", "lights", KITCHEN_ON_AGAIN).await;
+    for (fake, id) in [(&own, "c1"), (&call, "c2"), (&own, "c3")] {
+        assert_eq!(
+            output(fake, id).await,
+            json!({"on": true, "toggled": 1}),
+            "{id}"
+        );
+    }
     let mut ids = received_ids(&plugin);
     ids.sort();
     assert_eq!(ids, ["c1", "c2"]);
+    let repeat = finished(&mut stream, "c3").await;
+    assert_eq!(
+        (&repeat.data["outcome"], &repeat.data["first_call_id"]),
+        (&json!("deduplicated"), &json!("c1"))
+    );
 }
 
 #[actix_web::test]
 async fn invoke_is_never_taken_for_a_repeat() {
-    let (_own, _call, plugin, app, _stream) = lights().await;
+    let (own, _call, plugin, app, _stream) = lights().await;
+    model_calls(&own, "c1", "lights", KITCHEN_ON).await;
+    assert_eq!(output(&own, "c1").await, json!({"on": true, "toggled": 1}));
+    // The person trying the tool, twice, within the 5 s, with the model's very arguments:
+    // each call runs.
     let arguments = json!({"on": true, "room": "kitchen"});
     let first = invoking(&app, "lights", "i1", arguments.clone());
     let second = invoking(&app, "lights", "i2", arguments);
@@ -547,7 +565,273 @@ async fn invoke_is_never_taken_for_a_repeat() {
         assert_eq!(status, 200);
         assert_eq!(answer["output"], json!({"on": true, "toggled": 1}));
     }
+    // The model's repeat is still its first call's.
+    model_calls(&own, "c2", "lights", KITCHEN_ON_AGAIN).await;
+    assert_eq!(output(&own, "c2").await, json!({"on": true, "toggled": 1}));
     let mut ids = received_ids(&plugin);
     ids.sort();
-    assert_eq!(ids, ["i1", "i2"]);
+    assert_eq!(ids, ["c1", "i1", "i2"]);
+}
+
+#[actix_web::test]
+async fn each_bad_limit_is_a_422_naming_it_and_only_the_full_listing_shows_them() {
+    let app = crate::helpers::spawn_app(&["Mio"]).await;
+    let plugin = CallbackServer::with("/arm", Reply::output(json!({})));
+    for (field, bad, loc, kind) in [
+        (
+            "max_concurrent",
+            json!(0),
+            json!(["body", "max_concurrent"]),
+            "greater_than_equal",
+        ),
+        (
+            "max_concurrent",
+            json!(1025),
+            json!(["body", "max_concurrent"]),
+            "less_than_equal",
+        ),
+        (
+            "max_concurrent",
+            json!(1.5),
+            json!(["body", "max_concurrent"]),
+            "int_type",
+        ),
+        (
+            "max_concurrent",
+            json!("2"),
+            json!(["body", "max_concurrent"]),
+            "int_type",
+        ),
+        ("rate", json!(5), json!(["body", "rate"]), "dict_type"),
+        (
+            "rate",
+            json!({"calls": 0, "per_seconds": 60}),
+            json!(["body", "rate", "calls"]),
+            "greater_than_equal",
+        ),
+        (
+            "rate",
+            json!({"calls": 100001, "per_seconds": 60}),
+            json!(["body", "rate", "calls"]),
+            "less_than_equal",
+        ),
+        (
+            "rate",
+            json!({"calls": 2}),
+            json!(["body", "rate", "per_seconds"]),
+            "missing",
+        ),
+        (
+            "rate",
+            json!({"calls": 2, "per_seconds": 86401}),
+            json!(["body", "rate", "per_seconds"]),
+            "less_than_equal",
+        ),
+        (
+            "rate",
+            json!({"calls": 2, "per_seconds": 60, "burst": 3}),
+            json!(["body", "rate", "burst"]),
+            "extra_forbidden",
+        ),
+        (
+            "dedupe_seconds",
+            json!(-1),
+            json!(["body", "dedupe_seconds"]),
+            "greater_than_equal",
+        ),
+        (
+            "dedupe_seconds",
+            json!(301),
+            json!(["body", "dedupe_seconds"]),
+            "less_than_equal",
+        ),
+        (
+            "dedupe_seconds",
+            json!(null),
+            json!(["body", "dedupe_seconds"]),
+            "int_type",
+        ),
+    ] {
+        let body = limited(&plugin, "arm", 30, json!({ field: bad.clone() }));
+        let (status, answer) = app.register(&body).await;
+        assert_eq!(status, 422, "{field} = {bad}: {answer}");
+        assert_eq!(
+            (&answer["detail"][0]["loc"], &answer["detail"][0]["type"]),
+            (&loc, &json!(kind)),
+            "{field} = {bad}: {answer}"
+        );
+        // An MCP server's registration takes them for each of its tools, checked the same way
+        // before anything is connected.
+        let mcp = json!({"name": "home", "url": "http://127.0.0.1:9/mcp", field: bad.clone()});
+        let (status, answer) = app.post("/api/mcp/register", &mcp).await;
+        assert_eq!(status, 422, "MCP {field} = {bad}: {answer}");
+        assert_eq!(
+            (&answer["detail"][0]["loc"], &answer["detail"][0]["type"]),
+            (&loc, &json!(kind)),
+            "MCP {field} = {bad}: {answer}"
+        );
+    }
+    let (_, answer) = app
+        .register(&limited(
+            &plugin,
+            "arm",
+            30,
+            json!({"max_concurrent": 0, "dedupe_seconds": 301}),
+        ))
+        .await;
+    assert_eq!(
+        answer["detail"].as_array().unwrap().len(),
+        2,
+        "every field: {answer}"
+    );
+
+    // Null is no bound, as absent.
+    let body = limited(
+        &plugin,
+        "arm",
+        30,
+        json!({"max_concurrent": null, "rate": null, "dedupe_seconds": 0}),
+    );
+    let (status, answer) = app.register(&body).await;
+    assert_eq!(status, 200, "{answer}");
+    let shown = listed(&app, "arm").await;
+    assert_eq!(
+        (
+            &shown["max_concurrent"],
+            &shown["rate"],
+            &shown["dedupe_seconds"]
+        ),
+        (&json!(null), &json!(null), &json!(0))
+    );
+    assert!(shown.get("calls_waiting").is_none(), "{shown}");
+    let body = limited(
+        &plugin,
+        "arm",
+        30,
+        json!({"max_concurrent": 3, "rate": {"calls": 5, "per_seconds": 1}, "dedupe_seconds": 2}),
+    );
+    assert_eq!(app.register(&body).await.0, 200);
+    let shown = listed(&app, "arm").await;
+    assert_eq!(
+        (
+            &shown["max_concurrent"],
+            &shown["rate"],
+            &shown["dedupe_seconds"],
+            &shown["calls_running"],
+            &shown["calls_waiting"]
+        ),
+        (
+            &json!(3),
+            &json!({"calls": 5, "per_seconds": 1}),
+            &json!(2),
+            &json!(0),
+            &json!(0)
+        )
+    );
+    let plain = app.listing(Some("Mio")).await;
+    let plain = &plain["tools_by_role"]["Mio"][0];
+    for field in [
+        "max_concurrent",
+        "rate",
+        "dedupe_seconds",
+        "calls_running",
+        "calls_waiting",
+    ] {
+        assert!(plain.get(field).is_none(), "{field} in {plain}");
+    }
+}
+
+/// Two tools as an MCP server lists them.
+fn two_mcp_tools(names: [&str; 2]) -> Listing {
+    Listing::Tools(
+        names
+            .iter()
+            .map(|name| json!({"name": name, "inputSchema": {"type": "object"}}))
+            .collect(),
+    )
+}
+
+#[actix_web::test]
+async fn an_mcp_servers_limits_bound_each_of_its_tools() {
+    // One configured, one registered by a plugin: each of their tools at most once an hour.
+    let configured = FakeMcp::start(two_mcp_tools(["a", "b"]), CallAnswer::Text("done".into()));
+    let registered = FakeMcp::start(two_mcp_tools(["c", "d"]), CallAnswer::Text("done".into()));
+    let rate = json!({"calls": 1, "per_seconds": 3600});
+    let mut config = crate::helpers::settings(&["Mio"]);
+    config.mcp_servers = vec![runtime_tools::McpServerSettings {
+        name: "cfg".into(),
+        transport: runtime_tools::McpTransport::Http {
+            url: configured.url(),
+        },
+        roles: None,
+        timeout: Duration::from_secs(30),
+        behavior: Default::default(),
+        approval: Default::default(),
+        limits: runtime_tools::CallLimits {
+            rate: Some(runtime_tools::Rate {
+                calls: 1,
+                per_seconds: 3600,
+            }),
+            dedupe_seconds: 4,
+            ..Default::default()
+        },
+    }];
+    let app = crate::helpers::spawn_app_with(config).await;
+    let mut stream = open(&app, "", Some("0")).await.expect("stream opens");
+    stream
+        .wait_for("tools.changed", |d| d["source"] == "mcp:cfg")
+        .await;
+    let (status, answer) = app
+        .post(
+            "/api/mcp/register",
+            &json!({"name": "run", "url": registered.url(), "rate": rate, "max_concurrent": 2}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+
+    let (_, listing) = app.get("/api/tools?detail=full").await;
+    for tool in listing["tools_by_role"]["Mio"].as_array().unwrap() {
+        assert_eq!(tool["rate"], rate, "{tool}");
+        let (max, dedupe) = match tool["source"].as_str().unwrap() {
+            "mcp:cfg" => (json!(null), json!(4)),
+            "mcp:run" => (json!(2), json!(0)),
+            other => panic!("{other}"),
+        };
+        assert_eq!(
+            (&tool["max_concurrent"], &tool["dedupe_seconds"]),
+            (&max, &dedupe)
+        );
+    }
+    let call = |name: &'static str| {
+        let app = &app;
+        async move {
+            let (status, answer) = crate::callback_server::invoke(
+                app,
+                json!({"name": name, "role": "Mio", "call_id": format!("{name}-call")}),
+            )
+            .await;
+            assert_eq!(status, 200, "{answer}");
+            answer
+        }
+    };
+    // Each tool of each server has its own count: a second call of `a` or `c` within the
+    // hour is refused, `b` and `d` are untouched by them.
+    for (tool, other) in [("a", "b"), ("c", "d")] {
+        assert_eq!(call(tool).await["output"], json!("done"), "{tool}");
+        let again = call(tool).await;
+        let text = again["error"].as_str().unwrap();
+        let prefix = format!(
+            "the tool {tool} may be called at most 1 time per 3600 s; the next call is possible \
+             in "
+        );
+        let next: u64 = text
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix(" s"))
+            .unwrap_or_else(|| panic!("{text}"))
+            .parse()
+            .unwrap();
+        assert!((3500..=3600).contains(&next), "{text}");
+        assert_eq!(call(other).await["output"], json!("done"), "{other}");
+    }
+    assert_eq!((configured.calls(), registered.calls()), (2, 2));
 }
