@@ -835,3 +835,56 @@ async fn an_mcp_servers_limits_bound_each_of_its_tools() {
     }
     assert_eq!((configured.calls(), registered.calls()), (2, 2));
 }
+
+#[actix_web::test]
+async fn a_call_counts_toward_max_concurrent_once_approved_and_its_repeat_asks_nobody_again() {
+    let own = FakeRealtime::start(AckMode::Immediate).await;
+    let call = FakeRealtime::start(AckMode::Immediate).await;
+    let plugin = CallbackServer::with("/send", Reply::after_gate(Reply::output(json!({"sent": 1}))));
+    let mut tool = limited(&plugin, "send", 30, json!({"max_concurrent": 1, "dedupe_seconds": 5}));
+    tool["approval"] = json!("always");
+    let (app, mut stream) = two_sessions(&own, &call, &[tool]).await;
+
+    // The model's call waits for a person; its repeat a moment later is answered the same way,
+    // and nobody is asked twice.
+    model_calls(&own, "c1", "send", r#"{"to": "Ann"}"#).await;
+    let asked = stream
+        .wait_for("approval.requested", |d| d["call_id"] == "c1")
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    model_calls(&own, "c2", "send", r#"{"to":"Ann"}"#).await;
+    let awaiting = json!({"status": "awaiting_approval", "tool": "send"});
+    assert_eq!(output(&own, "c1").await, awaiting);
+    assert_eq!(output(&own, "c2").await, awaiting);
+    let (_, pending) = app.get("/api/approvals").await;
+    assert_eq!(pending["approvals"].as_array().unwrap().len(), 1, "{pending}");
+
+    // Waiting for the person, it holds no turn: the person's own try runs at once.
+    let tried = invoking(&app, "send", "i1", json!({"to": "Bob"}));
+    plugin.wait_for_requests(1).await;
+    // Approved, it waits for its turn behind that one.
+    let id = asked.data["id"].as_str().unwrap();
+    let (status, body) = app
+        .post(&format!("/api/approvals/{id}"), &json!({"decision": "approve"}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    waiting(&app, "send", 1).await;
+    plugin.open_gate();
+    let (status, answer) = tried.await.unwrap();
+    assert_eq!((status, &answer["output"]), (200, &json!({"sent": 1})));
+    let told = crate::non_blocking::system_messages(&own, 2).await;
+    let texts = crate::non_blocking::system_texts(&told);
+    for id in ["c1", "c2"] {
+        let text = format!(
+            "The person approved the tool call send (call_id {id}); it ran and finished. \
+             Result: {{\"sent\":1}}"
+        );
+        assert!(texts.contains(&text), "{text:?} not in {texts:?}");
+    }
+    assert_eq!(received_ids(&plugin), ["i1", "c1"]);
+    let repeat = finished(&mut stream, "c2").await;
+    assert_eq!(
+        (&repeat.data["outcome"], &repeat.data["first_call_id"]),
+        (&json!("deduplicated"), &json!("c1"))
+    );
+}
