@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use crate::callback_server::{CallbackServer, Reply};
 use crate::event_stream::{EventReader, open};
 use crate::events::assert_call;
+use crate::fake_chat::{Answer, FakeChat, calls_completion, completion};
 use crate::fake_mcp::{CallAnswer, FakeMcp, Listing};
 use crate::fake_realtime::{AckMode, EVENT_DEADLINE, FakeRealtime};
 use crate::helpers::{HTTP_DEADLINE, TestApp, app_with_session, test_client};
@@ -840,8 +841,16 @@ async fn an_mcp_servers_limits_bound_each_of_its_tools() {
 async fn a_call_counts_toward_max_concurrent_once_approved_and_its_repeat_asks_nobody_again() {
     let own = FakeRealtime::start(AckMode::Immediate).await;
     let call = FakeRealtime::start(AckMode::Immediate).await;
-    let plugin = CallbackServer::with("/send", Reply::after_gate(Reply::output(json!({"sent": 1}))));
-    let mut tool = limited(&plugin, "send", 30, json!({"max_concurrent": 1, "dedupe_seconds": 5}));
+    let plugin = CallbackServer::with(
+        "/send",
+        Reply::after_gate(Reply::output(json!({"sent": 1}))),
+    );
+    let mut tool = limited(
+        &plugin,
+        "send",
+        30,
+        json!({"max_concurrent": 1, "dedupe_seconds": 5}),
+    );
     tool["approval"] = json!("always");
     let (app, mut stream) = two_sessions(&own, &call, &[tool]).await;
 
@@ -857,7 +866,11 @@ async fn a_call_counts_toward_max_concurrent_once_approved_and_its_repeat_asks_n
     assert_eq!(output(&own, "c1").await, awaiting);
     assert_eq!(output(&own, "c2").await, awaiting);
     let (_, pending) = app.get("/api/approvals").await;
-    assert_eq!(pending["approvals"].as_array().unwrap().len(), 1, "{pending}");
+    assert_eq!(
+        pending["approvals"].as_array().unwrap().len(),
+        1,
+        "{pending}"
+    );
 
     // Waiting for the person, it holds no turn: the person's own try runs at once.
     let tried = invoking(&app, "send", "i1", json!({"to": "Bob"}));
@@ -865,7 +878,10 @@ async fn a_call_counts_toward_max_concurrent_once_approved_and_its_repeat_asks_n
     // Approved, it waits for its turn behind that one.
     let id = asked.data["id"].as_str().unwrap();
     let (status, body) = app
-        .post(&format!("/api/approvals/{id}"), &json!({"decision": "approve"}))
+        .post(
+            &format!("/api/approvals/{id}"),
+            &json!({"decision": "approve"}),
+        )
         .await;
     assert_eq!(status, 200, "{body}");
     waiting(&app, "send", 1).await;
@@ -887,4 +903,72 @@ async fn a_call_counts_toward_max_concurrent_once_approved_and_its_repeat_asks_n
         (&repeat.data["outcome"], &repeat.data["first_call_id"]),
         (&json!("deduplicated"), &json!("c1"))
     );
+}
+
+#[actix_web::test]
+async fn a_chat_request_is_a_conversation_of_its_own() {
+    let upstream = FakeChat::start();
+    let app = crate::chat::chat_server(&upstream.base(), |_| {}).await;
+    let plugin = CallbackServer::with("/lights", Reply::output(json!({"on": true})));
+    let (status, body) = app
+        .register(&limited(
+            &plugin,
+            "lights",
+            30,
+            json!({"dedupe_seconds": 30}),
+        ))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
+    stream.expect("hello").await;
+    // Each request's model asks for the light twice in one answer.
+    let round = |n: usize| {
+        let twice = [
+            (format!("call_{n}a"), json!({"room": "hall", "on": true})),
+            (format!("call_{n}b"), json!({"on": true, "room": "hall"})),
+        ];
+        let calls: Vec<(&str, &str, Value)> = twice
+            .iter()
+            .map(|(id, arguments)| (id.as_str(), "lights", arguments.clone()))
+            .collect();
+        [
+            Answer::Json(200, calls_completion(&format!("c{n}"), None, &calls)),
+            Answer::Json(
+                200,
+                completion(&format!("d{n}"), "The hall is lit.", (5, 5)),
+            ),
+        ]
+    };
+    let ask = json!({"model": "fake-model", "messages": [{"role": "user", "content": "Light?"}]});
+    for n in 1..=2 {
+        upstream.script(round(n));
+        let (status, answer) = app.post("/v1/chat/completions", &ask).await;
+        assert_eq!(status, 200, "{answer}");
+        // The model got the one result for both of its calls.
+        let next = upstream.bodies().last().unwrap().clone();
+        let results: Vec<&Value> = next["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "tool")
+            .map(|m| &m["content"])
+            .collect();
+        assert_eq!(results.len(), 2, "{next}");
+        assert_eq!(results[0], results[1]);
+        let repeat = finished(&mut stream, &format!("call_{n}b")).await;
+        assert_eq!(
+            (
+                &repeat.data["kind"],
+                &repeat.data["outcome"],
+                &repeat.data["first_call_id"]
+            ),
+            (
+                &json!("chat"),
+                &json!("deduplicated"),
+                &json!(format!("call_{n}a"))
+            )
+        );
+    }
+    // A request is one conversation: the next request's first call runs again.
+    assert_eq!(received_ids(&plugin), ["call_1a", "call_2a"]);
 }
