@@ -549,6 +549,27 @@ async fn the_same_call_from_another_session_runs_again() {
 }
 
 #[actix_web::test]
+async fn a_new_model_connection_is_a_new_conversation() {
+    let (own, _call, plugin, _app, _stream) = lights().await;
+    model_calls(&own, "c1", "lights", KITCHEN_ON).await;
+    assert_eq!(output(&own, "c1").await, json!({"on": true, "toggled": 1}));
+    // The model's connection ends; the server's own connection comes back as a new one.
+    own.drop_connection().await;
+    own.wait_connections(2).await;
+    own.wait_for("the tools on the new connection", |events| {
+        let with_lights = events.iter().filter(|e| {
+            e["type"] == "session.update"
+                && crate::fake_realtime::update_tool_names(e) == ["lights"]
+        });
+        (with_lights.count() >= 2).then_some(())
+    })
+    .await;
+    model_calls(&own, "c2", "lights", KITCHEN_ON).await;
+    assert_eq!(output(&own, "c2").await, json!({"on": true, "toggled": 1}));
+    assert_eq!(received_ids(&plugin), ["c1", "c2"]);
+}
+
+#[actix_web::test]
 async fn invoke_is_never_taken_for_a_repeat() {
     let (own, _call, plugin, app, _stream) = lights().await;
     model_calls(&own, "c1", "lights", KITCHEN_ON).await;
@@ -971,4 +992,64 @@ async fn a_chat_request_is_a_conversation_of_its_own() {
     }
     // A request is one conversation: the next request's first call runs again.
     assert_eq!(received_ids(&plugin), ["call_1a", "call_2a"]);
+}
+
+#[actix_web::test]
+async fn an_mcp_session_is_a_conversation_of_its_own() {
+    let app = crate::helpers::spawn_app(&["Mio"]).await;
+    let plugin = CallbackServer::with("/lights", Reply::output(json!({"on": true})));
+    let (status, body) = app
+        .register(&limited(
+            &plugin,
+            "lights",
+            30,
+            json!({"dedupe_seconds": 30}),
+        ))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let mut stream = open(&app, "?role=Mio", None).await.expect("stream opens");
+    stream.expect("hello").await;
+
+    // The official MCP SDK's client: one session calls twice, another once.
+    let python = crate::python::venv_python().await;
+    let mut client = crate::child::LineChild::spawn(
+        std::process::Command::new(python)
+            .arg(crate::python::repo_file("tests/mcp_dedupe_client.py"))
+            .arg(app.url("/mcp"))
+            .arg("lights"),
+    );
+    for step in ["first", "repeat", "other_session"] {
+        let line = client.expect_line(&format!("{{\"step\": \"{step}\"")).await;
+        let result: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(
+            (&result["is_error"], &result["texts"]),
+            (&json!(false), &json!(["{\"on\":true}"])),
+            "{step}"
+        );
+    }
+    let first = stream
+        .wait_for("tool.call", |d| d["tool"] == "lights")
+        .await;
+    let repeat = stream
+        .wait_for("tool.call", |d| d["tool"] == "lights")
+        .await;
+    let other = stream
+        .wait_for("tool.call", |d| d["tool"] == "lights")
+        .await;
+    assert_eq!(
+        (&first.data["caller"], &first.data["outcome"]),
+        (&json!("mcp"), &json!("ok"))
+    );
+    assert_eq!(
+        (&repeat.data["outcome"], &repeat.data["first_call_id"]),
+        (&json!("deduplicated"), &first.data["call_id"])
+    );
+    assert_eq!(other.data["outcome"], json!("ok"));
+    assert_eq!(
+        received_ids(&plugin),
+        [
+            first.data["call_id"].as_str().unwrap(),
+            other.data["call_id"].as_str().unwrap()
+        ]
+    );
 }
