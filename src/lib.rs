@@ -151,6 +151,13 @@ pub mod faults {
     pub use crate::actors::router::{CloseAllConnections, InjectManagerPanic, InjectRouterStop};
 }
 
+/// The call policy, for the benchmarks (`benches/router.rs`, group `limits`): it has no public
+/// path of its own.
+#[doc(hidden)]
+pub mod bench {
+    pub use crate::policy::bench::BenchPolicy;
+}
+
 /// The request parsers, for the fuzz targets (`fuzz/`).
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]

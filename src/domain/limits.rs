@@ -90,7 +90,9 @@ pub(crate) fn busy_text(tool: &str, max_concurrent: u32, waited: Duration) -> St
 /// What the model is told of a call that found no place to wait: the tool's waiting line is full.
 pub(crate) fn queue_full_text(tool: &str, max_concurrent: u32) -> String {
     format!(
-        "the tool {tool} was busy: it takes at most {max_concurrent} calls at once and too many          calls already wait for it, so this one was not run (the tool did not fail; it may be          called again later)"
+        "the tool {tool} was busy: it takes at most {max_concurrent} calls at once and too many \
+         calls already wait for it, so this one was not run (the tool did not fail; it may be \
+         called again later)"
     )
 }
 
@@ -229,6 +231,12 @@ mod tests {
              later)"
         );
         assert!(busy_text("arm", 3, Duration::from_secs(2)).contains("at most 3 calls at once"));
+        assert_eq!(
+            queue_full_text("arm", 2),
+            "the tool arm was busy: it takes at most 2 calls at once and too many calls already \
+             wait for it, so this one was not run (the tool did not fail; it may be called again \
+             later)"
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! `approval.requested`).
 
 mod approvals;
+pub(crate) mod bench;
 mod dedupe;
 mod limits;
 mod queue;
