@@ -68,7 +68,7 @@ async fn two_sessions(
 }
 
 /// The model of `fake` calls `name` with `arguments` (exact text) in a response of its own.
-async fn model_calls(fake: &FakeRealtime, call_id: &str, name: &str, arguments: &str) {
+pub(crate) async fn model_calls(fake: &FakeRealtime, call_id: &str, name: &str, arguments: &str) {
     let response = format!("r_{call_id}");
     fake.push(response_created(&response)).await;
     fake.push(call_event(&response, call_id, name, arguments))
