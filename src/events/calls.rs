@@ -110,10 +110,14 @@ impl CallWatch {
             self.span
                 .set(|| KeyValue::new("runtime_tools.first_call_id", first.clone()));
         }
-        self.announce(outcome, result.is_error, result.first_call_id.as_deref());
+        // A failed call's span names how it failed: a repeat's, how the call it repeats did.
+        let failed = result.is_error.then_some(result.outcome);
+        self.announce(outcome, failed, result.first_call_id.as_deref());
     }
 
-    fn announce(&mut self, outcome: Outcome, is_error: bool, first_call_id: Option<&str>) {
+    /// `failed`: how the call failed (its span's `error.type`), `None` when it did not.
+    fn announce(&mut self, outcome: Outcome, failed: Option<Outcome>, first_call_id: Option<&str>) {
+        let is_error = failed.is_some();
         self.done = true;
         let took = self.started.elapsed();
         let duration_ms = took.as_secs_f64() * 1000.0;
@@ -140,8 +144,8 @@ impl CallWatch {
                 trace_id: &trace_id,
             },
         );
-        if is_error {
-            self.span.fail(outcome.name());
+        if let Some(failed) = failed {
+            self.span.fail(failed.name());
         }
         self.hub.observer().call_finished(
             RecentCall {
@@ -164,7 +168,7 @@ impl CallWatch {
 impl Drop for CallWatch {
     fn drop(&mut self) {
         if !self.done {
-            self.announce(Outcome::Cancelled, true, None);
+            self.announce(Outcome::Cancelled, Some(Outcome::Cancelled), None);
         }
         // The span ends as it is dropped, after the call's record.
     }

@@ -1053,3 +1053,160 @@ async fn an_mcp_session_is_a_conversation_of_its_own() {
         ]
     );
 }
+
+#[actix_web::test]
+async fn each_limits_outcome_is_on_its_calls_span_and_in_the_metrics() {
+    let receiver = crate::traces::receiver();
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let mut settings = crate::helpers::settings(&["Mio"]);
+    let mut session =
+        runtime_tools::SessionSettings::new(&fake.url, runtime_tools::Dialect::Openai);
+    session.max_tool_calls_per_window = 1000;
+    settings.characters[0].session = Some(session);
+    let app = crate::helpers::spawn_app_with(crate::traces::exporting(
+        settings,
+        receiver.url("/v1/traces"),
+    ))
+    .await;
+    let plugin = CallbackServer::start();
+    plugin.route("/quota", Reply::output(json!({"left": 1})));
+    plugin.route(
+        "/broken",
+        Reply::json(json!({"error": "jammed", "is_error": true})),
+    );
+    let door = CallbackServer::with(
+        "/door",
+        Reply::after_gate(Reply::output(json!({"open": 1}))),
+    );
+    let tools = [
+        limited(
+            &plugin,
+            "quota",
+            30,
+            json!({"rate": {"calls": 1, "per_seconds": 60}, "dedupe_seconds": 5}),
+        ),
+        limited(&plugin, "broken", 30, json!({"dedupe_seconds": 5})),
+        limited(&door, "door", 3, json!({"max_concurrent": 1})),
+    ];
+    for tool in &tools {
+        let (status, body) = app.register(tool).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    fake.update_with_tools(&["quota", "broken", "door"]).await;
+
+    // A call, its repeat (not counted by the rate), and a call of its own beyond the rate.
+    model_calls(&fake, "c1", "quota", KITCHEN_ON).await;
+    assert_eq!(output(&fake, "c1").await, json!({"left": 1}));
+    model_calls(&fake, "c2", "quota", KITCHEN_ON_AGAIN).await;
+    assert_eq!(output(&fake, "c2").await, json!({"left": 1}));
+    model_calls(&fake, "c3", "quota", "{}").await;
+    assert_eq!(output(&fake, "c3").await["is_error"], json!(true));
+    // A failed call and its repeat.
+    model_calls(&fake, "b1", "broken", KITCHEN_ON).await;
+    let failed = output(&fake, "b1").await;
+    assert_eq!(failed["is_error"], json!(true), "{failed}");
+    model_calls(&fake, "b2", "broken", KITCHEN_ON).await;
+    assert_eq!(output(&fake, "b2").await, failed);
+    // Two invokes hold the door its whole timeout each; the model's call behind them is busy.
+    let first = invoking(&app, "door", "i1", json!({}));
+    door.wait_for_requests(1).await;
+    let second = invoking(&app, "door", "i2", json!({}));
+    waiting(&app, "door", 1).await;
+    model_calls(&fake, "d3", "door", "{}").await;
+    waiting(&app, "door", 2).await;
+    let busy = output(&fake, "d3").await;
+    assert!(
+        busy["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("the tool door was busy"),
+        "{busy}"
+    );
+    door.open_gate();
+    let _ = (first.await.unwrap(), second.await.unwrap());
+    assert_eq!(received_ids(&door), ["i1", "i2"]);
+
+    // The spans: a held-back call failed with its outcome; a repeat names its first call, and
+    // failed (or not) as that one did.
+    let span = |tool: &'static str, id: &'static str| {
+        let receiver = &receiver;
+        async move {
+            crate::traces::span(
+                receiver,
+                &format!("execute_tool {tool}"),
+                ("gen_ai.tool.call.id", id),
+            )
+            .await
+        }
+    };
+    let attribute = |s: &crate::traces::Exported, key: &str| s.attributes.get(key).cloned();
+    let repeat = span("quota", "c2").await;
+    assert_eq!(
+        (
+            attribute(&repeat, "runtime_tools.first_call_id"),
+            attribute(&repeat, "error.type"),
+            repeat.status
+        ),
+        (Some("c1".to_owned()), None, 0)
+    );
+    let failed_repeat = span("broken", "b2").await;
+    assert_eq!(
+        (
+            attribute(&failed_repeat, "runtime_tools.first_call_id"),
+            attribute(&failed_repeat, "error.type"),
+            failed_repeat.status
+        ),
+        (Some("b1".to_owned()), Some("tool_error".to_owned()), 2)
+    );
+    for (tool, id, outcome) in [("quota", "c3", "rate_limited"), ("door", "d3", "busy")] {
+        let held = span(tool, id).await;
+        assert_eq!(
+            (
+                attribute(&held, "error.type"),
+                attribute(&held, "runtime_tools.first_call_id"),
+                held.status
+            ),
+            (Some(outcome.to_owned()), None, 2),
+            "{id}"
+        );
+    }
+
+    // The metrics: each outcome by its label; each wait in the histogram, the busy call's its
+    // whole timeout, the first invoke's none.
+    let metrics = scrape(&app).await;
+    for (tool, outcome) in [
+        ("quota", "ok"),
+        ("quota", "deduplicated"),
+        ("quota", "rate_limited"),
+        ("broken", "tool_error"),
+        ("broken", "deduplicated"),
+        ("door", "busy"),
+    ] {
+        assert_eq!(
+            metrics.value(
+                "runtime_tools_tool_calls_total",
+                &[("tool", tool), ("outcome", outcome), ("caller", "model")]
+            ),
+            1.0,
+            "{tool} {outcome}"
+        );
+    }
+    let wait = |caller: &'static str, le: &'static str| {
+        metrics.value(
+            "runtime_tools_tool_call_wait_seconds_bucket",
+            &[("tool", "door"), ("caller", caller), ("le", le)],
+        )
+    };
+    assert_eq!((wait("model", "0.5"), wait("model", "+Inf")), (0.0, 1.0));
+    assert_eq!((wait("invoke", "0"), wait("invoke", "+Inf")), (1.0, 2.0));
+    // Only a tool with max_concurrent has waits.
+    assert_eq!(
+        metrics
+            .matching(
+                "runtime_tools_tool_call_wait_seconds_count",
+                &[("tool", "quota")]
+            )
+            .count(),
+        0
+    );
+}
