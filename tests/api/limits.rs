@@ -1210,3 +1210,35 @@ async fn each_limits_outcome_is_on_its_calls_span_and_in_the_metrics() {
         0
     );
 }
+
+#[actix_web::test]
+async fn a_replacing_registration_starts_with_fresh_limits() {
+    let app = crate::helpers::spawn_app(&["Mio"]).await;
+    let quota = CallbackServer::with("/quota", Reply::output(json!({"left": 1})));
+    let tool = limited(
+        &quota,
+        "quota",
+        30,
+        json!({"rate": {"calls": 1, "per_seconds": 60}}),
+    );
+    let (status, body) = app.register(&tool).await;
+    assert_eq!(status, 200, "{body}");
+    let call = |id: &'static str| {
+        crate::callback_server::invoke(&app, json!({"name": "quota", "role": "Mio", "call_id": id}))
+    };
+    assert_eq!(call("i1").await.1["is_error"], json!(false));
+    let (_, refused) = call("i2").await;
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("the tool quota may be called at most 1 time per 60 s"),
+        "{refused}"
+    );
+    // The same registration again replaces the tool: its window starts empty.
+    let (status, body) = app.register(&tool).await;
+    assert_eq!(status, 200, "{body}");
+    let (_, again) = call("i3").await;
+    assert_eq!(again["output"], json!({"left": 1}), "{again}");
+    assert_eq!(received_ids(&quota), ["i1", "i3"]);
+}
