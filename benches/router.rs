@@ -18,7 +18,10 @@
 //!   session core makes it, for the tool without limits (`no_limits`) and with limits that never
 //!   hold a call back (`limits_unbound`: `max_concurrent` 1024, a rate it never reaches,
 //!   `dedupe_seconds` 5 with distinct arguments), beside the dispatcher alone (`dispatch`: no
-//!   policy in front); the three alternate, round after round, in one run.
+//!   policy in front); the three alternate, round after round, in one run;
+//! - `register_1000`: register on one character that holds 1,000 tools, cycling over their
+//!   names: `same_definition` (a plugin registering its tools again) and `new_definition` (each
+//!   registration a new description, so the tool's search terms are worked out and indexed).
 //!
 //! Figures and method: docs/benchmarks.md. Run: `cargo bench --bench router [FILTER]`.
 
@@ -47,6 +50,8 @@ const TOOLS_PER_CHARACTER: [usize; 3] = [10, 100, 1000];
 const NAME_CYCLE: usize = 100;
 /// What the callback server answers: the same body as the nginx callback of the HTTP harness.
 const CALLBACK_REPLY: &str = r#"{"output": {"temperature_c": 28}, "is_error": false}"#;
+/// Tools the character of the `register_1000` group holds.
+const HELD_TOOLS: usize = 1000;
 /// Tools per character of the session grid.
 const SESSION_TOOLS: [usize; 3] = [1, 26, 100];
 /// Longest wait for the fake model peer to be connected before the session group starts.
@@ -664,8 +669,44 @@ fn session(c: &mut Criterion, sys: &SystemRunner) {
     group.finish();
 }
 
+/// Register on a character that holds [`HELD_TOOLS`] tools, each registration replacing one.
+fn register_at_1000(c: &mut Criterion, sys: &SystemRunner) {
+    let router = launch(sys, 1);
+    let names: Vec<String> = (0..HELD_TOOLS).map(|k| format!("tool_{k:04}")).collect();
+    sys.block_on(async {
+        for name in &names {
+            register(&router, remote_tool(name, "http://127.0.0.1:9"), None).await;
+        }
+    });
+    let mut group = c.benchmark_group("register_1000");
+    group.bench_function("same_definition", |b| {
+        b.iter_custom(|iters| {
+            timed(sys, iters, |i| {
+                let tool = remote_tool(&names[i as usize % HELD_TOOLS], "http://127.0.0.1:9");
+                let router = &router;
+                async move { register(router, tool, None).await }
+            })
+        })
+    });
+    let mut fresh = 0u64;
+    group.bench_function("new_definition", |b| {
+        b.iter_custom(|iters| {
+            timed(sys, iters, |i| {
+                fresh += 1;
+                let mut tool = remote_tool(&names[i as usize % HELD_TOOLS], "http://127.0.0.1:9");
+                tool.description =
+                    format!("Benchmark tool {fresh}: get the current weather for a city.");
+                let router = &router;
+                async move { register(router, tool, None).await }
+            })
+        })
+    });
+    group.finish();
+}
+
 fn benches(c: &mut Criterion) {
     let sys = System::new();
+    register_at_1000(c, &sys);
     fan_out(c, &sys);
     list(c, &sys);
     dispatch(c, &sys);

@@ -14,10 +14,17 @@ available (`POST /api/sessions/context`).
 
 It prints one line per step; on SIGINT / SIGTERM it clears its tool and exits 0.
 Tool arguments come from the user's conversation: this plugin never prints them.
+
+Every request it makes carries its `X-Plugin-Token`, from SLOW_TOOL_TOKEN or made once and kept in
+`.slow_tool.token` beside this script (mode 0600; `--token-file` names another): its first
+registration binds its source, so no other local process can take its tool over, and a server
+that requires tokens takes its progress and context.
 """
 
 import argparse
 import json
+import os
+import secrets
 import signal
 import sys
 import threading
@@ -28,16 +35,38 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 TOOL = "find_flights"
 SOURCE = "plugin:flights"
 
+# The variable that may hold the plugin's token; without it, the token file is used.
+TOKEN_ENV = "SLOW_TOOL_TOKEN"
+
 # Requests to our own server never go through a proxy.
 HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
+# The plugin's X-Plugin-Token, read once at start.
+TOKEN = None
+
+
+def plugin_token(token_file):
+    """SLOW_TOOL_TOKEN, or the token kept in `token_file`, made (mode 0600) the first time."""
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if token:
+        return token
+    try:
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        with open(token_file, encoding="ascii") as kept:
+            return kept.read().strip()
+    token = secrets.token_hex(16)
+    with os.fdopen(fd, "w", encoding="ascii") as kept:
+        kept.write(token + "\n")
+    return token
+
 
 def post(server, path, body):
-    """POSTs JSON to the server; returns (status, answer)."""
+    """POSTs JSON to the server with the plugin's token; returns (status, answer)."""
     request = urllib.request.Request(
         server + path,
         data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", "X-Plugin-Token": TOKEN},
         method="POST",
     )
     try:
@@ -83,7 +112,12 @@ def main():
     parser.add_argument("--server", default="http://127.0.0.1:48911")
     parser.add_argument("--port", type=int, default=48913, help="callback port (0: any free one)")
     parser.add_argument("--seconds", type=float, default=6.0, help="how long a search takes")
+    parser.add_argument("--token-file",
+                        default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".slow_tool.token"),
+                        help=f"where the token is kept when {TOKEN_ENV} is not set (default: beside this script)")
     args = parser.parse_args()
+    global TOKEN
+    TOKEN = plugin_token(args.token_file)
 
     httpd = ThreadingHTTPServer(("127.0.0.1", args.port), handler(args.server, args.seconds))
     port = httpd.server_address[1]

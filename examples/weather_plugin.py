@@ -14,13 +14,19 @@ runtime-tools server:
   polling `GET /api/tools`, registering whenever its tool is missing, and tries the stream again;
 * on SIGINT / SIGTERM it clears its tools (`POST /api/tools/clear`) and exits 0.
 
+Every change it asks for carries its `X-Plugin-Token`: the first registration binds its source to
+it, so no other local process can take its tool over, and after a restart of a server that keeps
+state (`--state`) only this plugin wakes its restored tool. The token comes from
+WEATHER_PLUGIN_TOKEN, or is made once and kept in a file beside this script
+(`.weather_plugin.token`, mode 0600; `--token-file` names another).
+
 Run it beside a server started with `cargo run --profile dist -- serve`:
 
     python3 examples/weather_plugin.py
     python3 examples/weather_plugin.py --server http://127.0.0.1:48911 --port 48912 --role Lanlan
 
 Every option can also come from the environment: RUNTIME_TOOLS_URL, WEATHER_PLUGIN_PORT,
-WEATHER_PLUGIN_ROLE, WEATHER_PLUGIN_POLL_SECONDS.
+WEATHER_PLUGIN_ROLE, WEATHER_PLUGIN_POLL_SECONDS, WEATHER_PLUGIN_TOKEN_FILE.
 
 Tool arguments come from the user's conversation: this plugin never logs them.
 """
@@ -30,6 +36,7 @@ import http.client
 import json
 import os
 import queue
+import secrets
 import signal
 import sys
 import threading
@@ -49,6 +56,13 @@ FORECASTS = {
     "berlin": {"temperature_c": 14, "conditions": "rain"},
 }
 
+# The variable that may hold the plugin's token; without it, the token file is used.
+TOKEN_ENV = "WEATHER_PLUGIN_TOKEN"
+
+# Where the token is kept when the variable is not set: beside this script, readable by its owner
+# only.
+DEFAULT_TOKEN_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".weather_plugin.token")
+
 # Requests to our own server never go through a proxy, whatever http_proxy says.
 HTTP = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -64,6 +78,24 @@ STREAM_SILENCE_SECONDS = 60
 def say(text):
     """Progress lines go to stdout, flushed at once, so a supervisor (or a test) can follow."""
     print(text, flush=True)
+
+
+def plugin_token(token_file):
+    """The plugin's X-Plugin-Token and where it came from: WEATHER_PLUGIN_TOKEN, or the token file,
+    made (32 random hex characters, mode 0600) the first time. The token itself is never printed."""
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if token:
+        return token, f"from {TOKEN_ENV}"
+    try:
+        # O_EXCL: of two plugins started at once, one makes the file and the other reads it.
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        with open(token_file, encoding="ascii") as kept:
+            return kept.read().strip(), f"kept in {token_file}"
+    token = secrets.token_hex(16)
+    with os.fdopen(fd, "w", encoding="ascii") as kept:
+        kept.write(token + "\n")
+    return token, f"made now and kept in {token_file}"
 
 
 def answer_call(call):
@@ -123,12 +155,15 @@ class ServerError(Exception):
         self.body = body
 
 
-def request(server, method, path, body=None):
-    """One JSON request to the server; returns the decoded answer or raises ServerError/OSError."""
+def request(server, method, path, body=None, token=None):
+    """One JSON request to the server (with the plugin's token, when given); returns the decoded
+    answer or raises ServerError/OSError."""
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(server + path, data=data, method=method)
     if data is not None:
         req.add_header("Content-Type", "application/json")
+    if token is not None:
+        req.add_header("X-Plugin-Token", token)
     try:
         with HTTP.open(req, timeout=SERVER_TIMEOUT_SECONDS) as response:
             return json.loads(response.read())
@@ -142,10 +177,11 @@ def request(server, method, path, body=None):
 
 
 class Plugin:
-    def __init__(self, server, callback_url, role):
+    def __init__(self, server, callback_url, role, token):
         self.server = server.rstrip("/")
         self.callback_url = callback_url
         self.role = role
+        self.token = token
         # None until the first answer, then whether the server answered last time.
         self.reachable = None
         self.last_problem = None
@@ -163,7 +199,7 @@ class Plugin:
             "role": self.role,
             "source": SOURCE,
             "timeout_seconds": 10,
-        })
+        }, token=self.token)
         roles = ", ".join(answer["affected_roles"]) or "none"
         say(f"registered {TOOL_NAME} (affected_roles: {roles})")
         for failure in answer["failed_roles"]:
@@ -197,8 +233,8 @@ class Plugin:
                 # A bug in this plugin's request: retrying cannot help.
                 say(f"the server refused the registration: {json.dumps(e.body)}")
                 raise SystemExit(2)
-            # 404: the role does not exist (yet); 403: we are not on loopback. Keep watching, and
-            # say so once rather than on every poll.
+            # 404: the role does not exist (yet); 403: we are not on loopback, or our source is
+            # bound to another token. Keep watching, and say so once rather than on every poll.
             problem = f"server answered {e.status}: {json.dumps(e.body)}"
             if problem != self.last_problem:
                 say(problem)
@@ -220,7 +256,8 @@ class Plugin:
 
     def clear(self):
         try:
-            answer = request(self.server, "POST", "/api/tools/clear", {"source": SOURCE, "role": self.role})
+            answer = request(self.server, "POST", "/api/tools/clear", {"source": SOURCE, "role": self.role},
+                             token=self.token)
             say(f"cleared {answer['removed']} tool(s) of {SOURCE}")
         except (OSError, ServerError) as e:
             # A stopped server has no registrations to clear.
@@ -319,7 +356,16 @@ def main():
                         default=float(env("WEATHER_PLUGIN_POLL_SECONDS", "2")),
                         help="while the event stream is unavailable: seconds between checks of "
                              "GET /api/tools (default: %(default)s)")
+    parser.add_argument("--token-file", default=env("WEATHER_PLUGIN_TOKEN_FILE", DEFAULT_TOKEN_FILE),
+                        help=f"where the plugin's token is kept when {TOKEN_ENV} is not set "
+                             "(default: beside this script)")
     args = parser.parse_args()
+    try:
+        token, origin = plugin_token(args.token_file)
+    except OSError as e:
+        say(f"cannot keep the plugin's token in {args.token_file} ({e}); set {TOKEN_ENV} instead")
+        return 1
+    say(f"X-Plugin-Token {origin}")
 
     try:
         callbacks = ThreadingHTTPServer(("127.0.0.1", args.port), CallbackHandler)
@@ -342,7 +388,7 @@ def main():
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
 
-    plugin = Plugin(args.server, callback_url, args.role)
+    plugin = Plugin(args.server, callback_url, args.role, token)
     try:
         watch(plugin, args.poll_interval, inbox, stop)
     finally:

@@ -12,7 +12,9 @@ use serde::Deserialize;
 use crate::actors::settings::CharacterSettings;
 use crate::chat::settings::FileChat;
 use crate::dispatch::settings::{DispatchSettings, FileDispatch};
-use crate::domain::ownership::TokenPolicy;
+use crate::domain::budget::{Budget, DEFAULT_BUDGET, MAX_BUDGET, SearchMode};
+use crate::domain::operator::{Decisions, OperatorToken};
+use crate::domain::ownership::{ConfiguredSource, TokenPolicy};
 use crate::events::EventSettings;
 use crate::mcp::settings::{
     FileMcpEndpoint, FileMcpServer, McpEndpointSettings, McpServerSettings, servers_from_file,
@@ -58,9 +60,17 @@ pub struct Settings {
     /// `[security] plugin_tokens`: whether every change a plugin makes needs an
     /// `X-Plugin-Token` (`required`) or only changes to sources bound to one (`optional`).
     pub plugin_tokens: TokenPolicy,
+    /// `[security] operator_token_env`: the person's credential (`domain::operator`); `None`
+    /// makes one at start ([`crate::Application::operator_token`] gives it).
+    pub operator_token: Option<OperatorToken>,
+    /// `[security] decisions`: whether deciding an approval needs the operator token.
+    pub decisions: Decisions,
     /// `[state]` (or `--state FILE`): where registrations are kept across restarts; off by
     /// default.
     pub state: StateSettings,
+    /// `[[security.source]]`: sources bound to a token before any plugin runs, in
+    /// configuration order.
+    pub configured_sources: Vec<ConfiguredSource>,
 }
 
 impl Default for Settings {
@@ -78,7 +88,10 @@ impl Default for Settings {
             mcp_endpoint: McpEndpointSettings::default(),
             trace: TraceSettings::default(),
             plugin_tokens: TokenPolicy::default(),
+            operator_token: None,
+            decisions: Decisions::default(),
             state: StateSettings::default(),
+            configured_sources: Vec::new(),
         }
     }
 }
@@ -110,6 +123,50 @@ struct FileSecurity {
     /// `"optional"` (the default) or `"required"`.
     #[serde(default)]
     plugin_tokens: TokenPolicy,
+    /// `[[security.source]]`: sources bound from start-up on.
+    #[serde(default)]
+    source: Vec<FileConfiguredSource>,
+    /// The environment variable that holds the operator token; without it one is made at start.
+    operator_token_env: Option<String>,
+    /// `"operator"` (the default) or `"loopback"`.
+    #[serde(default)]
+    decisions: Decisions,
+}
+
+/// One `[[security.source]]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfiguredSource {
+    source: String,
+    token_env: String,
+}
+
+/// The `[[security.source]]` entries, checked: each names a source once, and a variable.
+fn configured_sources(file: Vec<FileConfiguredSource>) -> anyhow::Result<Vec<ConfiguredSource>> {
+    let mut sources: Vec<ConfiguredSource> = Vec::with_capacity(file.len());
+    for (i, entry) in file.into_iter().enumerate() {
+        if entry.source.is_empty() {
+            bail!("key `security.source[{i}].source`: a source must not be empty");
+        }
+        if sources.iter().any(|s| s.source == entry.source) {
+            bail!(
+                "key `security.source[{i}].source`: source {:?} is configured twice",
+                entry.source
+            );
+        }
+        if entry.token_env.is_empty() || entry.token_env.contains(['=', '\0']) {
+            bail!(
+                "key `security.source[{i}].token_env`: must name an environment variable, got \
+                 {:?}",
+                entry.token_env
+            );
+        }
+        sources.push(ConfiguredSource {
+            source: entry.source,
+            token_env: entry.token_env,
+        });
+    }
+    Ok(sources)
 }
 
 #[derive(Debug, Deserialize)]
@@ -119,6 +176,35 @@ struct FileCharacter {
     session: Option<FileSession>,
     chat: Option<FileChat>,
     approval: Option<FileApproval>,
+    tools: Option<FileTools>,
+}
+
+/// `[character.tools]`: how many of the character's tools one model session is given at once.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileTools {
+    budget: Option<usize>,
+    #[serde(default)]
+    pinned: Vec<String>,
+    #[serde(default)]
+    search: SearchMode,
+}
+
+impl FileTools {
+    fn into_budget(self) -> anyhow::Result<Budget> {
+        let budget = self.budget.unwrap_or(DEFAULT_BUDGET);
+        if !(1..=MAX_BUDGET).contains(&budget) {
+            bail!("key `budget`: must be 1 to {MAX_BUDGET}, got {budget}");
+        }
+        if let Some(empty) = self.pinned.iter().position(String::is_empty) {
+            bail!("key `pinned[{empty}]`: a tool name must not be empty");
+        }
+        Ok(Budget {
+            budget,
+            pinned: self.pinned,
+            search: self.search,
+        })
+    }
 }
 
 /// `[character.approval]`: tools whose calls always wait for a person's approval, whatever
@@ -158,6 +244,13 @@ impl Settings {
         settings.dispatch = file.dispatch.into_settings()?;
         settings.mcp_endpoint = file.mcp_endpoint.into_settings()?;
         settings.plugin_tokens = file.security.plugin_tokens;
+        if let Some(name) = &file.security.operator_token_env {
+            let token = OperatorToken::from_env(name)
+                .map_err(|e| anyhow::anyhow!("key `security.operator_token_env`: {e}"))?;
+            settings.operator_token = Some(token);
+        }
+        settings.decisions = file.security.decisions;
+        settings.configured_sources = configured_sources(file.security.source)?;
         settings.state = file.state.into_settings()?;
         settings.characters = Vec::with_capacity(file.character.len());
         for (i, c) in file.character.into_iter().enumerate() {
@@ -183,6 +276,11 @@ impl Settings {
                     );
                 }
                 settings.characters[i].approval_always = approval.always;
+            }
+            if let Some(tools) = c.tools {
+                settings.characters[i].tools = tools
+                    .into_budget()
+                    .with_context(|| format!("in `character[{i}].tools`"))?;
             }
         }
         settings.mcp_servers = servers_from_file(file.mcp_server, &settings.character_names())?;
@@ -319,7 +417,99 @@ mod tests {
         assert_eq!(d.plugin_tokens, TokenPolicy::Optional);
         assert_eq!(d.state, StateSettings::default());
         assert!(error_of("[security]\nplugin_tokens = \"sometimes\"").contains("plugin_tokens"));
+        let bound = Settings::from_toml(
+            "[[security.source]]\nsource = \"plugin:notes\"\ntoken_env = \"NOTES_TOKEN\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            bound.configured_sources,
+            [ConfiguredSource {
+                source: "plugin:notes".into(),
+                token_env: "NOTES_TOKEN".into()
+            }]
+        );
+        let twice = "[[security.source]]\nsource = \"a\"\ntoken_env = \"A\"\n\
+                     [[security.source]]\nsource = \"a\"\ntoken_env = \"B\"\n";
+        assert_eq!(
+            error_of(twice),
+            "key `security.source[1].source`: source \"a\" is configured twice"
+        );
+        assert!(
+            error_of("[[security.source]]\nsource = \"a\"\ntoken_env = \"\"\n")
+                .contains("security.source[0].token_env")
+        );
+        assert!(error_of("[[security.source]]\nsource = \"a\"\n").contains("token_env"));
         assert!(error_of("[state]\ndormant_ttl_seconds = 0").contains("state.dormant_ttl_seconds"));
+    }
+
+    #[test]
+    fn the_operator_token_and_who_decides() {
+        let d = Settings::from_toml("").unwrap();
+        assert_eq!(d.operator_token, None, "made at start, not read");
+        assert_eq!(d.decisions, Decisions::Operator);
+        let s = Settings::from_toml("[security]\ndecisions = \"loopback\"\n").unwrap();
+        assert_eq!(s.decisions, Decisions::Loopback);
+        assert!(error_of("[security]\ndecisions = \"anyone\"").contains("decisions"));
+        // SAFETY: no other test reads or writes these variables.
+        unsafe {
+            std::env::set_var("RT_CONFIG_TEST_OPERATOR", "0123456789abcdef0123");
+            std::env::set_var("RT_CONFIG_TEST_OPERATOR_SHORT", "too short");
+        }
+        let s = Settings::from_toml("[security]\noperator_token_env = \"RT_CONFIG_TEST_OPERATOR\"")
+            .unwrap();
+        let token = s.operator_token.unwrap();
+        assert_eq!(token.expose(), "0123456789abcdef0123");
+        let missing = error_of("[security]\noperator_token_env = \"RT_CONFIG_TEST_NOT_SET\"");
+        assert_eq!(
+            missing,
+            "key `security.operator_token_env`: environment variable RT_CONFIG_TEST_NOT_SET is \
+             not set"
+        );
+        let short = error_of("[security]\noperator_token_env = \"RT_CONFIG_TEST_OPERATOR_SHORT\"");
+        assert!(
+            short.contains("RT_CONFIG_TEST_OPERATOR_SHORT") && short.contains("16 to 256"),
+            "{short}"
+        );
+        assert!(
+            !short.contains("too short"),
+            "the value is never repeated: {short}"
+        );
+    }
+
+    #[test]
+    fn a_characters_tool_budget() {
+        let s = Settings::from_toml(
+            "[[character]]\nname = \"A\"\n[character.tools]\nbudget = 8\npinned = [\"lights\"]\n\
+             search = \"off\"\n[[character]]\nname = \"B\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            s.characters[0].tools,
+            Budget {
+                budget: 8,
+                pinned: vec!["lights".into()],
+                search: SearchMode::Off
+            }
+        );
+        assert_eq!(s.characters[1].tools, Budget::default());
+        assert_eq!(Budget::default().budget, 128);
+        for (text, why) in [
+            ("budget = 0", "key `budget`: must be 1 to 1024, got 0"),
+            ("budget = 1025", "key `budget`: must be 1 to 1024, got 1025"),
+            (
+                "pinned = [\"\"]",
+                "key `pinned[0]`: a tool name must not be empty",
+            ),
+        ] {
+            let e = error_of(&format!(
+                "[[character]]\nname = \"A\"\n[character.tools]\n{text}"
+            ));
+            assert_eq!(e, format!("in `character[0].tools`: {why}"));
+        }
+        assert!(
+            error_of("[[character]]\nname = \"A\"\n[character.tools]\nsearch = \"never\"")
+                .contains("search")
+        );
     }
 
     #[test]

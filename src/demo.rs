@@ -3,7 +3,8 @@
 //! It starts three things in-process, each on a free loopback port: a scripted model (a small
 //! OpenAI-Realtime websocket server), the real server with one character whose live session
 //! connects to that model, and an example plugin (a callback HTTP server that registers its tool
-//! over `POST /api/tools/register`, exactly as an out-of-process plugin would). Then the model
+//! over `POST /api/tools/register` with an `X-Plugin-Token`, exactly as an out-of-process plugin
+//! would). Then the model
 //! calls the tool, and every step is printed: the registration and its `affected_roles`, the
 //! `session.update` the model saw, the callback payload, and the result the model got. At the
 //! end everything is stopped, so nothing is left running.
@@ -88,6 +89,9 @@ pub async fn run(out: &mut impl Write) -> anyhow::Result<()> {
     json_block(out, &first_update)?;
 
     let (plugin, mut callbacks) = ExamplePlugin::start().context("starting the plugin")?;
+    // The plugin's own secret: its first registration binds its source to it, so no other
+    // process can change its tools. Never printed.
+    let token = uuid::Uuid::new_v4().simple().to_string();
     let registration = json!({
         "name": TOOL,
         "description": "Get the weather for a location.",
@@ -105,11 +109,13 @@ pub async fn run(out: &mut impl Write) -> anyhow::Result<()> {
         out,
         3,
         &format!(
-            "The example plugin serves {} and registers {TOOL:?}: POST {base}/api/tools/register",
+            "The example plugin serves {} and registers {TOOL:?} with its X-Plugin-Token (which \
+             binds {SOURCE} to it): POST {base}/api/tools/register",
             plugin.callback_url
         ),
     )?;
-    let (status, answer) = post(&format!("{base}/api/tools/register"), &registration).await?;
+    let (status, answer) =
+        post(&format!("{base}/api/tools/register"), &registration, &token).await?;
     if status != 200 {
         bail!("registration answered HTTP {status}: {answer}");
     }
@@ -172,6 +178,7 @@ pub async fn run(out: &mut impl Write) -> anyhow::Result<()> {
     let (status, answer) = post(
         &format!("{base}/api/tools/clear"),
         &json!({"source": SOURCE, "role": null}),
+        &token,
     )
     .await?;
     step(
@@ -227,12 +234,13 @@ async fn within<T>(
     })
 }
 
-/// POSTs `body` as a plugin would; returns the status and the JSON answer.
-async fn post(url: &str, body: &Value) -> anyhow::Result<(u16, Value)> {
+/// POSTs `body` as a plugin would, with its `token`; returns the status and the JSON answer.
+async fn post(url: &str, body: &Value, token: &str) -> anyhow::Result<(u16, Value)> {
     let client = awc::Client::builder().timeout(STEP_DEADLINE).finish();
     // `Connection: close`, so stopping the server gracefully need not wait out a keep-alive.
     let mut response = client
         .post(url)
+        .insert_header(("X-Plugin-Token", token))
         .force_close()
         .send_json(body)
         .await

@@ -59,7 +59,9 @@ pub use actors::settings::CharacterSettings;
 pub use chat::settings::ChatSettings;
 pub use config::{Settings, parse_bind};
 pub use dispatch::settings::DispatchSettings;
-pub use domain::ownership::{OwnershipError, TokenPolicy};
+pub use domain::budget::{Budget, FIND_TOOLS, SearchMode};
+pub use domain::operator::{Decisions, OperatorToken, TokenOrigin};
+pub use domain::ownership::{ConfiguredSource, OwnershipError, TokenPolicy};
 pub use events::{EventHub, EventKind, EventSettings};
 pub use mcp::settings::{McpEndpointSettings, McpServerSettings, McpTransport};
 pub use observe::Observer;
@@ -106,6 +108,13 @@ pub mod embedding {
     };
 }
 
+/// Tool search: the ranking `GET /api/tools/search` uses, over any tool definitions (a
+/// character's are searched through its snapshot, `ToolSnapshot::search`). The benchmark that
+/// tunes and evaluates it (benches/tool_search.rs) uses it here.
+pub mod search {
+    pub use crate::domain::search::{Catalog, Hit, Weights};
+}
+
 /// The `runtime-tools mcp` command: a character's tools served to an MCP client over stdio.
 pub mod mcp_bridge {
     pub use crate::mcp::serve::{DEFAULT_SERVER, ServeSettings, run};
@@ -116,17 +125,22 @@ pub mod mcp_bridge {
 pub mod limits {
     pub use crate::api::body::{BODY_READ_TIMEOUT, MAX_BODY_BYTES};
     pub use crate::api::requests::{MAX_CONTEXT_CHARS, MAX_NAME_CHARS, MAX_PROGRESS_CHARS};
-    pub use crate::chat::kept::{MAX_KEPT_BYTES, MAX_KEPT_TURNS};
+    pub use crate::chat::kept::forgotten::{MAX_FORGOTTEN_BYTES, MAX_FORGOTTEN_IDS};
+    pub use crate::chat::kept::{LOST_RESULT_TEXT, MAX_KEPT_BYTES, MAX_KEPT_TURNS};
+    pub use crate::chat::responses::issued::MAX_ISSUED_IDS;
     pub use crate::chat::settings::DEFAULT_MAX_CONCURRENT_REQUESTS;
     pub use crate::chat::upstream::MAX_UPSTREAM_ANSWER_BYTES;
+    pub use crate::chat::wire::MAX_REQUEST_ITEMS;
     pub use crate::chat::{KEPT_CONTEXT_AGE, MAX_KEPT_CONTEXT};
     pub use crate::domain::arguments::MAX_FIX_IT_BYTES;
     pub use crate::domain::callback_url::{ACCEPTED_FORMS, MAX_CALLBACK_URL_BYTES};
     pub use crate::domain::limits::{
         MAX_CONCURRENT, MAX_DEDUPE_SECONDS, MAX_RATE_CALLS, MAX_RATE_SECONDS,
     };
+    pub use crate::domain::peer_id::{MAX_CALL_ID_BYTES, MAX_INVENTED_NAME_BYTES};
     pub use crate::domain::peer_text::MAX_PEER_TEXT_BYTES;
     pub use crate::domain::tool::MAX_TIMEOUT;
+    pub use crate::events::RING_MAX_BYTES;
     pub use crate::events::{RING_CAPACITY, SUBSCRIBER_BUFFER};
     pub use crate::mcp::bounds::{
         MAX_LISTING_BYTES, MAX_MCP_MESSAGE_BYTES, MAX_TOOL_DEFINITION_BYTES,
@@ -134,6 +148,7 @@ pub mod limits {
     pub use crate::mcp::settings::{DEFAULT_MAX_MCP_SESSIONS, DEFAULT_MCP_SESSION_IDLE};
     pub use crate::observe::metrics::MAX_TOOL_LABELS;
     pub use crate::observe::recent::RECENT_CALLS;
+    pub use crate::observe::recent::RECENT_CALLS_MAX_BYTES;
     pub use crate::observe::trace::DEFAULT_SPAN_QUEUE;
     pub use crate::policy::{MAX_REMEMBERED_BYTES, MAX_REMEMBERED_CALLS, MAX_WAITING};
     pub use crate::session::MAX_EVENT_BYTES;

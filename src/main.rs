@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use runtime_tools::{Application, Settings, parse_bind, telemetry};
+use runtime_tools::{Application, Settings, TokenOrigin, parse_bind, telemetry};
 
 /// mimalloc instead of the system allocator: the server allocates and frees many short-lived
 /// buffers of a few kilobytes per call (frames, HTTP exchanges, JSON), which glibc's allocator
@@ -122,6 +122,19 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
 
         let mut stdout = std::io::stdout().lock();
         writeln!(stdout, "listening on http://{}", app.local_addr())?;
+        // The person's address of the inspector: with a token made at this start, the token
+        // rides in the fragment, which a browser never sends to the server. Printed here only:
+        // the log never carries it.
+        let token = app.operator_token();
+        match token.origin() {
+            TokenOrigin::Generated => writeln!(
+                stdout,
+                "inspector: http://{}/#token={}",
+                app.local_addr(),
+                token.expose()
+            )?,
+            TokenOrigin::Env(_) => writeln!(stdout, "inspector: http://{}/", app.local_addr())?,
+        }
         stdout.flush()?;
         drop(stdout);
         app.run_until_stopped().await?;

@@ -5,7 +5,8 @@
 //! API until stopped.
 
 use std::net::{SocketAddr, TcpListener};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
 use actix::Addr;
 use actix_web::dev::Server;
@@ -13,12 +14,16 @@ use actix_web::{App, HttpServer, middleware, web};
 use anyhow::Context;
 use socket2::{Domain, Socket, Type};
 
-use crate::actors::router::{CloseAllConnections, Keeping, Router, ShareDirectory, WatchClears};
+use crate::actors::router::{
+    CloseAllConnections, Directory, Keeping, Router, ShareDirectory, WatchClears, WatchWakes,
+};
+use crate::actors::settings::CharacterSettings;
 use crate::api::{self, AppState};
 use crate::config::Settings;
 use crate::dispatch::Dispatcher;
-use crate::domain::dormant::DormantTool;
-use crate::domain::ownership::{SharedOwners, TokenHash};
+use crate::domain::dormant::{DormantTool, epoch_millis, from_epoch_millis};
+use crate::domain::operator::OperatorToken;
+use crate::domain::ownership::{ConfiguredSource, SharedOwners, TokenHash};
 use crate::events::EventHub;
 use crate::mcp::client::McpClient;
 use crate::mcp::http_serve::McpEndpoint;
@@ -26,7 +31,7 @@ use crate::mcp::runtime::{CloseMcpPlugins, McpKeeping, McpPlugins, restore as re
 use crate::mcp::status::McpBoard;
 use crate::observe::Observer;
 use crate::policy::Policy;
-use crate::state::StateStore;
+use crate::state::{Op, StateStore};
 
 /// Pending connections the kernel queues for us: enough for bursts of plugin start-ups and
 /// benchmark clients.
@@ -52,6 +57,7 @@ pub struct Application {
     _mcp_clients: Vec<Addr<McpClient>>,
     mcp_plugins: Addr<McpPlugins>,
     mcp_endpoint: McpEndpoint,
+    operator_token: OperatorToken,
 }
 
 /// Stops a running [`Application`] gracefully; cheap to clone.
@@ -146,7 +152,8 @@ impl Application {
         let events = EventHub::with_observer(&settings.events, observer);
         let policy = Policy::new(events.clone());
         let owners = SharedOwners::new(settings.plugin_tokens);
-        let (keeping, mcp_keeping) = keep_state(&settings, owners.clone(), local_addr)?;
+        bind_configured_sources(&settings.configured_sources, &owners)?;
+        let (keeping, mcp_keeping) = keep_state(&settings, owners.clone(), local_addr).await?;
         let restored = keeping.dormant.len();
         let keeps_state = keeping.store.is_some();
         let (router, dispatcher) = Router::launch_keeping(
@@ -175,6 +182,12 @@ impl Application {
             .send(ShareDirectory)
             .await
             .context("the router stopped during start-up")?;
+        warn_unknown_pinned(&settings.characters, &directory);
+        // The `tool` labels of tools that are gone are given to new ones.
+        events
+            .observer()
+            .metrics()
+            .watch_tools(Arc::new(directory.clone()));
         // The MCP servers plugins register at run time; the router tells it about clears, which
         // end the connection of a server of the cleared source.
         let mcp_plugins = McpPlugins::launch(
@@ -189,6 +202,10 @@ impl Application {
             .send(WatchClears(mcp_plugins.clone().recipient()))
             .await
             .context("the router stopped during start-up")?;
+        router
+            .send(WatchWakes(mcp_plugins.clone().recipient()))
+            .await
+            .context("the router stopped during start-up")?;
         let mcp_endpoint = McpEndpoint::new(
             directory.clone(),
             dispatcher.clone(),
@@ -196,7 +213,12 @@ impl Application {
             policy.clone(),
             settings.mcp_endpoint.clone(),
         );
+        let operator_token = settings
+            .operator_token
+            .clone()
+            .unwrap_or_else(OperatorToken::generate);
         let state = web::Data::new(AppState {
+            operator: api::operator::Operator::new(operator_token.clone(), settings.decisions),
             router: router.clone(),
             dispatcher: dispatcher.clone(),
             directory,
@@ -253,6 +275,7 @@ impl Application {
             _mcp_clients: mcp_clients,
             mcp_plugins,
             mcp_endpoint,
+            operator_token,
         })
     }
 
@@ -289,6 +312,13 @@ impl Application {
     /// [`EventHub::close`] it first, or the graceful stop waits for the open event streams.
     pub fn events(&self) -> EventHub {
         self.events.clone()
+    }
+
+    /// The person's credential (`[security] operator_token_env`, or made at this start): what
+    /// `Authorization: Bearer` must carry to decide an approval or free a source's binding. The
+    /// binary prints it once, in the inspector's address; nothing else shows it.
+    pub fn operator_token(&self) -> &OperatorToken {
+        &self.operator_token
     }
 
     /// A handle that stops the server (gracefully when asked to).
@@ -341,12 +371,32 @@ fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     Ok(socket.into())
 }
 
+/// Binds the `[[security.source]]` sources to the tokens their variables hold, before anything
+/// else can bind them; a variable that is missing or holds no token stops start-up, naming the
+/// variable and the key (never the value).
+fn bind_configured_sources(
+    configured: &[ConfiguredSource],
+    owners: &SharedOwners,
+) -> anyhow::Result<()> {
+    for (i, bound) in configured.iter().enumerate() {
+        let token = bound
+            .token()
+            .map_err(|e| anyhow::anyhow!("key `security.source[{i}].token_env`: {e}"))?;
+        owners.with(|owners| owners.configure(bound.source.clone(), token));
+        tracing::info!(source = %bound.source, token_env = %bound.token_env, "source bound by the configuration");
+    }
+    Ok(())
+}
+
 /// Opens the state store when the settings name one, binds the sources it recorded to their
 /// token hashes, and reads back its tools and runtime MCP servers (each with the registration
 /// parser, as when it was registered) to be restored dormant: the router's part and the MCP
 /// registry's. A tool of a character that is no longer configured, or one this version no
-/// longer accepts, is left out with a warning; so is such an MCP server.
-fn keep_state(
+/// longer accepts, is left out with a warning; so is such an MCP server. Each restored tool or
+/// server keeps the time it went dormant; those going dormant now have it stored before the
+/// server starts (so their time counts across restarts). A restored tool or server of a bound
+/// source waits for its owner before anything wakes it.
+async fn keep_state(
     settings: &Settings,
     owners: SharedOwners,
     local_addr: SocketAddr,
@@ -365,22 +415,42 @@ fn keep_state(
         return Ok((keeping, mcp_keeping));
     };
     let (store, restored) = StateStore::open(path)?;
-    keeping.owners.with(|owners| {
+    let overridden: Vec<String> = keeping.owners.with(|owners| {
+        let mut overridden = Vec::new();
         for (source, hash) in restored.owners {
-            owners.restore(source, TokenHash::from_bytes(hash));
+            if !owners.restore(source.clone(), TokenHash::from_bytes(hash)) {
+                overridden.push(source);
+            }
         }
+        overridden
     });
+    for source in overridden {
+        // The configuration's binding wins; the stored one would come back if it went.
+        tracing::warn!(%source, "a stored binding of a source the configuration binds is dropped");
+        drop(store.submit(Op::Unbind { source }));
+    }
+    let now = SystemTime::now();
+    let since = |stored: Option<u64>| stored.map_or(now, from_epoch_millis);
+    let bound = |source: &str| keeping.owners.with(|owners| owners.is_bound(source));
+    let mut going_dormant = Vec::new();
     for (character, name, stored) in restored.tools {
         if !settings.characters.iter().any(|c| c.name == character) {
             tracing::warn!(%character, %name, "a stored tool's character is not configured: not restored");
             continue;
         }
         match api::restore_tool(&stored.body, local_addr) {
-            Ok(tool) => keeping.dormant.push(DormantTool {
-                character,
-                tool: std::sync::Arc::new(tool),
-                mcp: false,
-            }),
+            Ok(tool) => {
+                if stored.dormant_since.is_none() {
+                    going_dormant.push((character.clone(), name));
+                }
+                keeping.dormant.push(DormantTool {
+                    character,
+                    awaits_owner: bound(&tool.source),
+                    tool: std::sync::Arc::new(tool),
+                    mcp: false,
+                    since: since(stored.dormant_since),
+                });
+            }
             Err(e) => {
                 tracing::warn!(%character, %name, "a stored tool could not be read again: {e}");
             }
@@ -388,6 +458,7 @@ fn keep_state(
     }
     let characters: Vec<String> = settings.characters.iter().map(|c| c.name.clone()).collect();
     let configured = |name: &str| settings.mcp_servers.iter().any(|s| s.name == name);
+    let mut going_dormant_servers = Vec::new();
     for (name, stored) in restored.mcp_servers {
         let registration = api::restore_mcp_server(&stored.body, local_addr, configured).and_then(
             |registration| match &registration.role {
@@ -400,8 +471,14 @@ fn keep_state(
         let token = keeping
             .owners
             .with(|owners| owners.owner_of(&stored.source));
-        match registration.and_then(|r| restore_mcp(&name, &stored, r, &characters, token)) {
+        let dormant_since = since(stored.dormant_since);
+        let restored = registration
+            .and_then(|r| restore_mcp(&name, &stored, r, &characters, token, dormant_since));
+        match restored {
             Ok((server, tools)) => {
+                if stored.dormant_since.is_none() {
+                    going_dormant_servers.push(name);
+                }
                 keeping.dormant.extend(tools);
                 mcp_keeping.restored.push(server);
             }
@@ -410,8 +487,45 @@ fn keep_state(
             }
         }
     }
+    if !going_dormant.is_empty() || !going_dormant_servers.is_empty() {
+        let marked = store.submit(Op::Dormant {
+            tools: going_dormant,
+            servers: going_dormant_servers,
+            since: epoch_millis(now),
+        });
+        marked
+            .await
+            .unwrap_or_else(|_| Err("the state store stopped".into()))
+            .map_err(|e| anyhow::anyhow!("cannot keep when restored tools went dormant: {e}"))?;
+    }
     tracing::info!(path = %path.display(), restored = keeping.dormant.len(), mcp_servers = mcp_keeping.restored.len(), "state store opened");
     mcp_keeping.store = Some(store.clone());
     keeping.store = Some(store);
     Ok((keeping, mcp_keeping))
+}
+
+/// A pinned tool no character holds at start is worth a line, not an error: its plugin or MCP
+/// server may register it later, and it is pinned from then on. Restored tools count as held.
+fn warn_unknown_pinned(characters: &[CharacterSettings], directory: &Directory) {
+    for character in characters {
+        if character.tools.pinned.is_empty() {
+            continue;
+        }
+        let Ok(listed) = directory.list(Some(&character.name)) else {
+            continue;
+        };
+        let Some(listed) = listed.first() else {
+            continue;
+        };
+        let mut held: Vec<&str> = listed.tools.tools().map(|t| t.name.as_str()).collect();
+        held.extend(listed.dormant.iter().map(|d| d.name.as_str()));
+        for name in character.tools.unknown_pinned(&held) {
+            tracing::warn!(
+                character = %character.name,
+                tool = name,
+                "a pinned tool ([character.tools] pinned) is not registered now; it is pinned \
+                 once it registers"
+            );
+        }
+    }
 }

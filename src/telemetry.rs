@@ -6,14 +6,26 @@
 //! server never reads — the queue fills and further lines are dropped and counted; once stderr
 //! takes lines again, that thread writes how many were dropped before the next line. That
 //! thread also redacts the keys the server holds (`domain::secrets`) from each line.
+//!
+//! Every event is one line: the value of every field, the message included, is written with its
+//! control characters escaped as JSON escapes them (`\n`, `\u001b`, ...), and with them the
+//! characters that move or reorder text on a console (line and paragraph separators,
+//! bidirectional controls). Much of what is logged is a peer's text — a model's call id, an
+//! upstream's error, an MCP server's message — and it must not be able to write a line of its
+//! own, or reach the operator's terminal as an escape sequence ([`EscapedFields`]).
 
+use std::fmt::{self, Write as _};
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
+use tracing::field::{Field, Visit};
 use tracing_appender::non_blocking::{ErrorCounter, NonBlockingBuilder, WorkerGuard};
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::field::RecordFields;
+use tracing_subscriber::fmt::FormatFields;
+use tracing_subscriber::fmt::format::Writer;
 
 /// Lines the log holds while stderr does not take them. Enough for a burst (a few hundred
 /// registrations, a reconnect storm) to reach a slow reader whole; past it lines are dropped
@@ -67,6 +79,7 @@ pub fn init_with_default(default: &str) -> LogGuard {
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let (writer, worker, counts) = non_blocking(std::io::stderr(), LOG_QUEUE_LINES);
     let installed = tracing_subscriber::fmt()
+        .fmt_fields(EscapedFields)
         .with_env_filter(filter)
         .with_writer(writer)
         .with_target(false)
@@ -140,6 +153,107 @@ fn dropped_line(count: usize) -> String {
          {LOG_QUEUE_LINES} were waiting)\n",
         humantime::format_rfc3339_micros(SystemTime::now())
     )
+}
+
+/// The fields of a log line as tracing's default format writes them (`message name=value ...`),
+/// each value with the characters [`escaped`] picks escaped: whatever a field holds, the event
+/// stays one line, and no escape sequence reaches a terminal.
+pub(crate) struct EscapedFields;
+
+impl<'writer> FormatFields<'writer> for EscapedFields {
+    fn format_fields<R: RecordFields>(&self, writer: Writer<'writer>, fields: R) -> fmt::Result {
+        let mut visitor = EscapingVisitor {
+            writer,
+            first: true,
+            result: Ok(()),
+        };
+        fields.record(&mut visitor);
+        visitor.result
+    }
+}
+
+/// Writes one event's (or span's) fields.
+struct EscapingVisitor<'writer> {
+    writer: Writer<'writer>,
+    first: bool,
+    result: fmt::Result,
+}
+
+impl Visit for EscapingVisitor<'_> {
+    fn record_str(&mut self, field: &Field, value: &str) {
+        // As tracing's default: a message as written, any other text quoted.
+        if field.name() == "message" {
+            self.record_debug(field, &format_args!("{value}"));
+        } else {
+            self.record_debug(field, &value);
+        }
+    }
+
+    fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
+        let mut text = value.to_string();
+        let mut source = value.source();
+        while let Some(cause) = source {
+            let _ = write!(text, ": {cause}");
+            source = cause.source();
+        }
+        self.record_debug(field, &format_args!("{text}"));
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        let name = field.name();
+        if self.result.is_err() || name.starts_with("log.") {
+            return;
+        }
+        let separator = if std::mem::take(&mut self.first) {
+            ""
+        } else {
+            " "
+        };
+        let mut escaping = Escaping(&mut self.writer);
+        self.result = match name {
+            "message" => {
+                write!(escaping.0, "{separator}").and_then(|()| write!(escaping, "{value:?}"))
+            }
+            name => {
+                let name = name.strip_prefix("r#").unwrap_or(name);
+                write!(escaping.0, "{separator}{name}=")
+                    .and_then(|()| write!(escaping, "{value:?}"))
+            }
+        };
+    }
+}
+
+/// Writes through to a log line, every character [`escaped`] picks as its JSON escape.
+struct Escaping<'a, W: fmt::Write>(&'a mut W);
+
+impl<W: fmt::Write> fmt::Write for Escaping<'_, W> {
+    fn write_str(&mut self, text: &str) -> fmt::Result {
+        let mut plain = 0;
+        for (at, c) in text.char_indices() {
+            if !escaped(c) {
+                continue;
+            }
+            self.0.write_str(&text[plain..at])?;
+            match c {
+                '\n' => self.0.write_str("\\n")?,
+                '\r' => self.0.write_str("\\r")?,
+                '\t' => self.0.write_str("\\t")?,
+                c => write!(self.0, "\\u{:04x}", u32::from(c))?,
+            }
+            plain = at + c.len_utf8();
+        }
+        self.0.write_str(&text[plain..])
+    }
+}
+
+/// Whether a log line writes `c` escaped: control characters (C0, DEL, C1), the line and
+/// paragraph separators, and the bidirectional controls that reorder what a console shows.
+fn escaped(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{2028}' | '\u{2029}' | '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
 }
 
 /// Replaces the default panic report with one log line, so a panicking actor (an in-process
@@ -216,6 +330,49 @@ mod tests {
             }
             String::from_utf8(text.clone()).unwrap()
         }
+    }
+
+    /// The lines `log` writes through the server's field format.
+    fn logged(log: impl FnOnce()) -> String {
+        let lines = Gate::default();
+        lines.open();
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .fmt_fields(EscapedFields)
+            .with_writer(move || writer.clone())
+            .with_target(false)
+            .with_ansi(false)
+            .without_time()
+            .finish();
+        tracing::subscriber::with_default(subscriber, log);
+        let text = lines.written.0.lock().unwrap().clone();
+        String::from_utf8(text).unwrap()
+    }
+
+    #[test]
+    fn a_peers_text_in_any_field_stays_on_one_line_with_its_control_characters_escaped() {
+        let id = "c1\n2026-01-01T00:00:00.000000Z ERROR forged\x1b[2J\u{202e}\u{85}";
+        let line = logged(|| {
+            tracing::info!(call_id = %id, quoted = id, debug = ?id, "waits: {id}\r\tdone");
+        });
+        // Display values escaped as JSON does; a `Debug` value was escaped by `Debug` already.
+        let forged = "c1\\n2026-01-01T00:00:00.000000Z ERROR forged";
+        assert_eq!(
+            line,
+            format!(
+                " INFO waits: {forged}\\u001b[2J\\u202e\\u0085\\r\\tdone \
+                 call_id={forged}\\u001b[2J\\u202e\\u0085 \
+                 quoted=\"{forged}\\u{{1b}}[2J\\u{{202e}}\\u{{85}}\" \
+                 debug=\"{forged}\\u{{1b}}[2J\\u{{202e}}\\u{{85}}\"\n"
+            )
+        );
+    }
+
+    #[test]
+    fn an_error_field_with_its_sources_and_plain_text_are_as_tracing_writes_them() {
+        let error = std::io::Error::other("disk\nfull");
+        let line = logged(|| tracing::warn!(%error, r#type = 3, ok = true, "plain"));
+        assert_eq!(line, " WARN plain error=disk\\nfull type=3 ok=true\n");
     }
 
     #[test]

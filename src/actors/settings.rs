@@ -2,6 +2,7 @@
 //! starts one manager per character from these.
 
 use crate::chat::settings::ChatSettings;
+use crate::domain::budget::Budget;
 use crate::session::settings::SessionSettings;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -14,6 +15,9 @@ pub struct CharacterSettings {
     /// The tools whose calls always wait for a person's approval on this character, whatever
     /// their registration says (`[character.approval] always`).
     pub approval_always: Vec<String>,
+    /// How many of its tools one model session is given at once, and how it finds the rest
+    /// (`[character.tools]`).
+    pub tools: Budget,
 }
 
 impl CharacterSettings {
@@ -24,6 +28,7 @@ impl CharacterSettings {
             session: None,
             chat: None,
             approval_always: Vec::new(),
+            tools: Budget::default(),
         }
     }
 }

@@ -9,6 +9,7 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::body::JsonObject;
 use super::error::{ApiError, BodyRouteErrors, ErrorBody, ValidationErrorBody};
+use super::operator::{AsOperator, Decide};
 use super::requests::DecisionRequest;
 use crate::domain::connection::{Caller, ConnectionKind};
 use crate::policy::{DecideError, PendingApproval};
@@ -66,11 +67,15 @@ async fn list(
     responses(
         (status = 200, description = "Decided: the call runs (approve) or is answered as declined (deny)", body = DecisionResponse),
         BodyRouteErrors,
+        (status = 401, description = "No `Authorization: Bearer` operator token (unless `[security] decisions = \"loopback\"`); the detail says where the token is", body = ErrorBody),
+        (status = 403, description = "The bearer token is not the operator token (a plugin's token is not), or the caller is not on loopback", body = ErrorBody),
         (status = 404, description = "No approval of this id", body = ErrorBody),
         (status = 409, description = "It was already decided, expired or was cancelled (the detail says which)", body = ErrorBody),
     )
 )]
 async fn decide(
+    // First: the credential is checked before the body is read.
+    _: AsOperator<Decide>,
     state: web::Data<AppState>,
     id: web::Path<String>,
     JsonObject(body): JsonObject,

@@ -28,6 +28,11 @@ use crate::chat::{complete, respond};
 /// few photos of a phone's camera are tens of megabytes of base64.
 pub(crate) const MAX_CHAT_BODY_BYTES: usize = 32 * 1024 * 1024;
 
+/// Bodies larger than this are checked and parsed on the blocking pool, not on the HTTP worker:
+/// that takes a few milliseconds per MiB in a release build (ten times more in a debug one),
+/// and a worker busy with one body would hold up every other connection it serves.
+pub(crate) const INLINE_BODY_BYTES: usize = 256 * 1024;
+
 /// The header that names the character, for apps that cannot add a query parameter.
 pub(crate) const CHARACTER_HEADER: &str = "x-character";
 
@@ -75,7 +80,7 @@ fn target(state: &AppState, req: &HttpRequest) -> Result<ChatTarget, OpenAiError
             (Object = "application/json"),
             (String = "text/event-stream"),
         )),
-        (status = 400, description = "The body is not a chat request, or repeats a key in an object", body = OpenAiErrorBody),
+        (status = 400, description = "The body is not a chat request, repeats a key in an object, or has more than 65 536 `messages` (code `array_above_max_length`)", body = OpenAiErrorBody),
         (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = OpenAiErrorBody),
         (status = 404, description = "The character is unknown, has no `[character.chat]`, or was left out while several characters have one", body = OpenAiErrorBody),
         (status = 405, description = "Only POST is allowed", body = OpenAiErrorBody),
@@ -83,7 +88,7 @@ fn target(state: &AppState, req: &HttpRequest) -> Result<ChatTarget, OpenAiError
         (status = 413, description = "The body is over 32 MiB", body = OpenAiErrorBody),
         (status = 429, description = "The character already runs `chat.max_concurrent_requests` requests (8 by default); code `rate_limit_exceeded`", body = OpenAiErrorBody),
         (status = 502, description = "The upstream could not be reached, did not answer with a chat completion, answered with more than 64 MiB, or redirected (never followed)", body = OpenAiErrorBody),
-        (status = 504, description = "The upstream did not answer within the character's `chat.timeout_seconds`", body = OpenAiErrorBody),
+        (status = 504, description = "The upstream did not answer, or did not send its whole answer, within the character's `chat.timeout_seconds`", body = OpenAiErrorBody),
     )
 )]
 async fn chat_completions(
@@ -91,7 +96,15 @@ async fn chat_completions(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, OpenAiError> {
-    serve(req, payload, state, ChatRequest::parse, complete).await
+    serve(
+        req,
+        payload,
+        state,
+        ChatRequest::parse,
+        |_, _, _| Ok(()),
+        complete,
+    )
+    .await
 }
 
 /// Create a model response (the Responses API): the app's request passed to the character's
@@ -111,7 +124,7 @@ async fn chat_completions(
             (Object = "application/json"),
             (String = "text/event-stream"),
         )),
-        (status = 400, description = "The body is not a Responses API request", body = OpenAiErrorBody),
+        (status = 400, description = "The body is not a Responses API request, has more than 65 536 `input` items (code `array_above_max_length`), or its `previous_response_id` was returned for another character (code `previous_response_not_found`)", body = OpenAiErrorBody),
         (status = 403, description = "Not a loopback caller, a foreign `Host`, or a non-loopback browser `Origin`", body = OpenAiErrorBody),
         (status = 404, description = "The character is unknown, has no `[character.chat]`, or was left out while several characters have one", body = OpenAiErrorBody),
         (status = 405, description = "Only POST is allowed", body = OpenAiErrorBody),
@@ -119,7 +132,7 @@ async fn chat_completions(
         (status = 413, description = "The body is over 32 MiB", body = OpenAiErrorBody),
         (status = 429, description = "The character already runs `chat.max_concurrent_requests` requests (8 by default); code `rate_limit_exceeded`", body = OpenAiErrorBody),
         (status = 502, description = "The upstream could not be reached, redirected, or did not answer with a response (codes `upstream_unreachable`, `upstream_too_large`, `upstream_redirect`, `upstream_invalid`)", body = OpenAiErrorBody),
-        (status = 504, description = "The upstream did not answer within the character's `chat.timeout_seconds`", body = OpenAiErrorBody),
+        (status = 504, description = "The upstream did not answer, or did not send its whole answer, within the character's `chat.timeout_seconds`", body = OpenAiErrorBody),
     )
 )]
 async fn responses(
@@ -127,7 +140,42 @@ async fn responses(
     payload: web::Payload,
     state: web::Data<AppState>,
 ) -> Result<HttpResponse, OpenAiError> {
-    serve(req, payload, state, ResponsesRequest::parse, respond).await
+    serve(
+        req,
+        payload,
+        state,
+        ResponsesRequest::parse,
+        previous_of_this_character,
+        respond,
+    )
+    .await
+}
+
+/// A `previous_response_id` another character returned is not this one's to go on from: a 400
+/// as the upstream answers an id it never stored. An id no character returned passes.
+fn previous_of_this_character(
+    state: &AppState,
+    target: &ChatTarget,
+    request: &ResponsesRequest,
+) -> Result<(), OpenAiError> {
+    let Some(id) = request.previous_response_id.as_deref() else {
+        return Ok(());
+    };
+    let others = state.directory.chat_endpoints();
+    if crate::chat::issued_elsewhere(&target.chat, others.iter().map(|(_, chat)| &**chat), id) {
+        return Err(OpenAiError {
+            code: Some("previous_response_not_found"),
+            ..OpenAiError::invalid(
+                format!(
+                    "Previous response with id '{}' not found: it was returned for another \
+                     character's conversation",
+                    crate::domain::peer_text::bounded_str(id)
+                ),
+                Some("previous_response_id"),
+            )
+        });
+    }
+    Ok(())
 }
 
 /// Either wire format's request: the character found, the body read and parsed, the request
@@ -137,9 +185,11 @@ async fn serve<R, F>(
     payload: web::Payload,
     state: web::Data<AppState>,
     parse: fn(&[u8]) -> Result<R, RequestError>,
+    check: fn(&AppState, &ChatTarget, &R) -> Result<(), OpenAiError>,
     run: fn(ChatContext, R) -> F,
 ) -> Result<HttpResponse, OpenAiError>
 where
+    R: Send + 'static,
     F: std::future::Future<Output = Reply>,
 {
     let target = target(&state, &req)?;
@@ -148,10 +198,26 @@ where
     let body = read_body(&req, &mut payload, MAX_CHAT_BODY_BYTES)
         .await
         .map_err(OpenAiError::from)?;
-    refuse_duplicate_keys(&body).map_err(|e| {
-        OpenAiError::invalid(format!("the request body must not repeat a key: {e}"), None)
-    })?;
-    let request = parse(&body).map_err(|e| OpenAiError::invalid(e.message, e.param))?;
+    let large = body.len() > INLINE_BODY_BYTES;
+    let read = move || {
+        refuse_duplicate_keys(&body).map_err(|e| {
+            OpenAiError::invalid(format!("the request body must not repeat a key: {e}"), None)
+        })?;
+        parse(&body).map_err(|e| OpenAiError {
+            code: e.code,
+            ..OpenAiError::invalid(e.message, e.param)
+        })
+    };
+    // A large body is read on the blocking pool: the worker goes on serving its other
+    // connections meanwhile.
+    let request = if large {
+        web::block(read)
+            .await
+            .map_err(|e| OpenAiError::from(super::error::ApiError::Internal(e.to_string())))??
+    } else {
+        read()?
+    };
+    check(&state, &target, &request)?;
     let context = ChatContext {
         role: target.role,
         endpoint: target.chat,
@@ -161,6 +227,7 @@ where
         policy: state.policy.clone(),
         app: AppHeaders::from_request(req.headers()),
         parent: super::incoming_trace(&req),
+        client: req.peer_addr(),
         _permit: permit,
     };
     Ok(match run(context, request).await {
@@ -200,7 +267,7 @@ where
         (status = 404, description = "The character is unknown or has no `[character.chat]`", body = OpenAiErrorBody),
         (status = 405, description = "Only GET and HEAD are allowed", body = OpenAiErrorBody),
         (status = 502, description = "The upstream could not be reached", body = OpenAiErrorBody),
-        (status = 504, description = "The upstream did not answer within the character's `chat.timeout_seconds`", body = OpenAiErrorBody),
+        (status = 504, description = "The upstream did not answer, or did not send its whole answer, within the character's `chat.timeout_seconds`", body = OpenAiErrorBody),
     )
 )]
 async fn list_models(
@@ -231,6 +298,7 @@ async fn pass_through(
     let upstream = target.chat.upstream();
     let app = AppHeaders::from_request(req.headers());
     let outcome = async {
+        let deadline = upstream.deadline();
         let response = upstream.get(&path, &app).await?;
         let status = response.status().as_u16();
         let content_type = response
@@ -239,7 +307,7 @@ async fn pass_through(
             .and_then(|v| v.to_str().ok())
             .unwrap_or("application/json")
             .to_owned();
-        let body = upstream.read(response.into_body(), &app).await?;
+        let body = upstream.read(response.into_body(), &app, deadline).await?;
         Ok::<_, UpstreamError>((status, content_type, body))
     };
     match outcome.await {

@@ -2,7 +2,8 @@
 //! `POST /api/tools/calls/{call_id}/progress` (a running call's progress, told to the model
 //! of the session that runs it and announced as `tool.progress`) and
 //! `POST /api/sessions/context` (a plugin's text for the conversations of a character, or of
-//! every character).
+//! every character, announced as `context.added` with the source its token binds). Under
+//! `plugin_tokens = "required"` both need the token of a bound source.
 
 use actix_web::{HttpResponse, web};
 use serde::Serialize;
@@ -18,7 +19,7 @@ use crate::actors::router::AddContextTo;
 use crate::dispatch::CallProgress;
 use crate::domain::ownership::Credential;
 use crate::domain::role::RoleName;
-use crate::events::ToolProgress;
+use crate::events::{ContextAdded, ToolProgress};
 use crate::session::AddContext;
 
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
@@ -54,8 +55,9 @@ async fn progress(
     let request = ProgressRequest::parse(&body).map_err(ApiError::Validation)?;
     let call_id = call_id.into_inner();
     let who = Credential::Plugin(token);
-    // A server that requires a token says so before it says whether the call runs.
-    state.owners.authorize(who, None, None)?;
+    // A server that requires a token (of a bound source) says so before it says whether the
+    // call runs.
+    state.owners.with(|owners| owners.reporter(who))?;
     let not_running = || ApiError::NotFound(format!("no call with call_id {call_id} is running"));
     let Some(place) = state.dispatcher.board().find(&call_id) else {
         return Err(not_running());
@@ -131,26 +133,44 @@ pub(crate) struct ProgressResponse {
     responses(
         (status = 200, description = "Told; `ok` is false when no character took it", body = ContextResponse),
         BodyRouteErrors,
+        (status = 401, description = "No `X-Plugin-Token`, and the server requires one", body = ErrorBody),
         (status = 404, description = "`role` names no character", body = ErrorBody),
         (status = 503, description = "The router did not answer", body = ErrorBody),
     )
 )]
 async fn context(
     state: web::Data<AppState>,
+    PluginToken(token): PluginToken,
     JsonObject(body): JsonObject,
 ) -> Result<HttpResponse, ApiError> {
     let request = ContextRequest::parse(&body).map_err(ApiError::Validation)?;
+    // Whose text it is: the source the token binds (needed under `plugin_tokens = "required"`).
+    let source = state
+        .owners
+        .with(|owners| owners.reporter(Credential::Plugin(token)))?;
+    let text: std::sync::Arc<str> = request.text.into();
     let report = ask_router(
         &state,
         AddContextTo {
-            role: request.role,
+            role: request.role.clone(),
             context: AddContext {
-                text: request.text.into(),
+                text: text.clone(),
                 respond: request.respond,
             },
         },
     )
     .await??;
+    state.events.context_added(
+        &ContextAdded {
+            source: source.as_deref(),
+            role: request.role.as_deref(),
+            text: &text,
+            respond: request.respond.is_some(),
+            affected_roles: &report.affected_roles,
+            failed_roles: &report.failed_roles,
+        },
+        &report.failed_role_names(),
+    );
     Ok(HttpResponse::Ok().json(ContextResponse {
         ok: !report.affected_roles.is_empty(),
         affected_roles: report.affected_roles,

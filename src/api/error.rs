@@ -9,7 +9,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::actors::router::RouterError;
-use crate::domain::ownership::OwnershipError;
+use crate::domain::ownership::{OwnershipError, UnbindError};
 use crate::mcp::http_serve::McpEndpointError;
 use crate::mcp::runtime::McpPluginError;
 
@@ -119,7 +119,7 @@ pub(crate) enum ApiError {
     #[error("{0}")]
     Internal(String),
     /// 409: the request conflicts with what the server holds now (a character attached to as
-    /// many calls as it may be).
+    /// many calls as it may be, a configured source's binding).
     #[error("{0}")]
     Conflict(String),
 }
@@ -127,9 +127,12 @@ pub(crate) enum ApiError {
 impl From<RouterError> for ApiError {
     fn from(e: RouterError) -> Self {
         match e {
-            RouterError::UnknownRole(_) | RouterError::ToolNotFound(_) | RouterError::NoChat(_) => {
-                ApiError::NotFound(e.to_string())
-            }
+            RouterError::UnknownRole(_)
+            | RouterError::ToolNotFound(_)
+            | RouterError::NoChat(_)
+            | RouterError::UnknownSource(_) => ApiError::NotFound(e.to_string()),
+            RouterError::Unbind(UnbindError::NotBound(_)) => ApiError::NotFound(e.to_string()),
+            RouterError::Unbind(UnbindError::Configured(_)) => ApiError::Conflict(e.to_string()),
             // The relay's query names the character (or must).
             RouterError::NoSession(_)
             | RouterError::CharacterRequired(_)
@@ -161,7 +164,10 @@ impl From<OwnershipError> for ApiError {
     fn from(e: OwnershipError) -> Self {
         match e {
             OwnershipError::TokenRequired => ApiError::Unauthorized(e.to_string()),
-            OwnershipError::NotOwner { .. } => ApiError::Forbidden(e.to_string()),
+            OwnershipError::NotOwner { .. }
+            | OwnershipError::UnboundToken
+            | OwnershipError::NotWaker { .. }
+            | OwnershipError::Unbound { .. } => ApiError::Forbidden(e.to_string()),
         }
     }
 }

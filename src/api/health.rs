@@ -9,6 +9,7 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody};
+use crate::domain::operator::Decisions;
 
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.service(super::resource("/api/health").route(super::read_route().to(health)));
@@ -33,6 +34,7 @@ async fn health(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
         version: env!("CARGO_PKG_VERSION"),
         restored: state.restored,
         dormant: state.directory.dormant(),
+        decisions: state.operator.decisions(),
     }))
 }
 
@@ -50,4 +52,8 @@ pub(crate) struct HealthResponse<'a> {
     pub restored: usize,
     /// Restored tools still waiting for their callback to accept connections.
     pub dormant: usize,
+    /// Who may decide an approval: `operator` (with the operator token) or `loopback` (any
+    /// local caller: `[security] decisions = "loopback"`).
+    #[schema(value_type = String, pattern = "^(operator|loopback)$")]
+    pub decisions: Decisions,
 }

@@ -218,7 +218,8 @@ pub(crate) struct InvokeBody {
     /// The character whose registration to use; null or `""`: the first that has the tool.
     #[schema(nullable)]
     role: Option<String>,
-    /// The call id the callback receives (default: a fresh `call_...`).
+    /// The call id the callback receives (default: a fresh `call_...`); at most 256 bytes (a
+    /// longer one is a 422).
     #[schema(nullable)]
     call_id: Option<String>,
 }

@@ -20,12 +20,15 @@ mod invoke;
 mod mcp;
 mod observe;
 pub(crate) mod openapi;
+pub(crate) mod operator;
 #[cfg(test)]
 mod properties;
 pub(crate) mod realtime;
 mod reports;
 pub(crate) mod requests;
+mod search;
 mod sessions;
+mod sources;
 mod token;
 mod tools;
 
@@ -62,6 +65,8 @@ pub(crate) const ROUTER_REPLY_TIMEOUT: Duration = Duration::from_secs(
 
 /// What every handler shares.
 pub(crate) struct AppState {
+    /// The person's credential, which the operator routes (deciding an approval) require.
+    pub operator: operator::Operator,
     pub router: Addr<Router>,
     pub dispatcher: Dispatcher,
     /// Every character's published tools, read directly by the listing and the invoke route.
@@ -93,10 +98,12 @@ pub(crate) struct AppState {
 /// The whole route tree.
 pub(crate) fn configure(cfg: &mut web::ServiceConfig) {
     cfg.configure(tools::configure)
+        .configure(search::configure)
         .configure(approvals::configure)
         .configure(conversation::configure)
         .configure(invoke::configure)
         .configure(sessions::configure)
+        .configure(sources::configure)
         .configure(realtime::configure)
         .configure(gemini::configure)
         .configure(chat::configure)

@@ -27,9 +27,11 @@ use super::mcp::{
     McpUnregisterResponse,
 };
 use super::observe::{self, CallsResponse};
+use super::search::{self, FoundTool, SearchResponse};
 use super::sessions::{
     self, AttachBody, AttachResponse, DetachBody, DetachResponse, SessionsResponse,
 };
+use super::sources::{self, SourceView, SourcesResponse, UnbindResponse, WakeBody, WakeResponse};
 use super::tools::{
     self, ClearBody, ClearResponse, ListResponse, RegisterBody, RegisterResponse, ToolView,
     UnregisterBody, UnregisterResponse,
@@ -65,6 +67,7 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         tools::unregister,
         tools::clear,
         tools::list,
+        search::search,
         invoke::invoke,
         conversation::progress,
         conversation::context,
@@ -73,6 +76,9 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         sessions::list_sessions,
         sessions::attach,
         sessions::detach,
+        sources::list,
+        sources::wake,
+        sources::unbind,
         events::events,
         mcp::list_mcp_servers,
         mcp::register,
@@ -98,6 +104,8 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         ClearResponse,
         ListResponse,
         ToolView,
+        SearchResponse,
+        FoundTool,
         InvokeResponse,
         InvokeImage,
         SessionsResponse,
@@ -105,6 +113,11 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         ProgressResponse,
         ContextBody,
         ContextResponse,
+        SourcesResponse,
+        SourceView,
+        WakeBody,
+        WakeResponse,
+        UnbindResponse,
         ApprovalsResponse,
         ApprovalView,
         DecisionBody,
@@ -151,8 +164,9 @@ pub(crate) const OPENAPI_PATH: &str = "/api/tools/openapi.json";
         Caller,
     )),
     tags(
-        (name = "tools", description = "Register, remove, list and invoke remote tools"),
+        (name = "tools", description = "Register, remove, list, search and invoke remote tools"),
         (name = "sessions", description = "The characters' live model sessions: the server's own, apps' relays (`GET /v1/realtime`, a websocket, not in this document), attached calls, in-process ones"),
+        (name = "sources", description = "Who owns a source: the listing of sources and their bindings, a plugin's wake of its restored tools, the operator's freeing of a binding"),
         (name = "events", description = "Change events, as Server-Sent Events"),
         (name = "mcp", description = "MCP both ways: the MCP servers whose tools the characters get (configured, and registered by plugins at run time), and a character's tools as an MCP server over Streamable HTTP (`/mcp`)"),
         (name = "chat", description = "The server as an OpenAI-compatible chat endpoint: a character's chat model with its registered tools, the tool loop run by the server (OpenAI's request, answer and error shapes)"),

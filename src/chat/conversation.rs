@@ -57,8 +57,12 @@ pub(crate) struct Conversation {
     encoder: AppStream,
     /// The turn the app gets with only its own calls, kept for its next request.
     handed: Option<HandedTurn>,
-    /// The person's last message of the app's request: a turn handed back follows it.
-    prompt: Option<Value>,
+    /// The canonical text of the person's last message of the app's request: a turn handed
+    /// back follows it.
+    prompt: Option<String>,
+    /// The conversation the request goes on (of the handed-back turn it carried), for the
+    /// turn it keeps.
+    conversation: Option<u64>,
 }
 
 impl Conversation {
@@ -73,6 +77,7 @@ impl Conversation {
         }
         let mut conversation = Self::new(request, messages, endpoint.settings());
         conversation.prompt = prompt;
+        conversation.conversation = restored.conversation;
         conversation
     }
 
@@ -97,6 +102,7 @@ impl Conversation {
             encoder,
             handed: None,
             prompt: None,
+            conversation: None,
         }
     }
 
@@ -297,6 +303,7 @@ impl WireConversation for Conversation {
                 .collect(),
             images,
             prompt: self.prompt.take(),
+            conversation: self.conversation,
         });
     }
 
@@ -327,8 +334,12 @@ impl WireConversation for Conversation {
         vec![AppStream::error(&error)]
     }
 
-    fn keep(endpoint: &ChatEndpoint, kept: HandedTurn) -> Result<(), TooLarge> {
-        endpoint.keep(kept)
+    fn keep(
+        endpoint: &ChatEndpoint,
+        kept: HandedTurn,
+        client: Option<std::net::SocketAddr>,
+    ) -> Result<(), TooLarge> {
+        endpoint.keep(kept, client)
     }
 }
 

@@ -32,6 +32,7 @@ pub(crate) mod turns;
 pub(crate) mod upstream;
 pub(crate) mod wire;
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
@@ -40,8 +41,9 @@ use indexmap::IndexMap;
 use serde::Serialize;
 
 use self::conversation::Conversation;
-use self::kept::{Restored, TooLarge};
+use self::kept::{Owner, Restored, TooLarge};
 use self::responses::ResponsesConversation;
+use self::responses::issued::IssuedIds;
 use self::responses::kept::{KeptResponse, KeptResponses};
 use self::responses::request::ResponsesRequest;
 use self::run::{ChatContext, Reply};
@@ -51,16 +53,59 @@ use self::upstream::Upstream;
 use self::wire::{ChatRequest, Raw};
 use crate::session::core::rfc3339_now;
 
+/// Requests with more items (messages, input items) than this are put together again with
+/// their kept turns on the blocking pool, not on the HTTP worker: that takes about a
+/// microsecond per item in a release build (tens in a debug one), and a worker busy with one
+/// history would hold up every other connection it serves.
+pub(crate) const INLINE_ITEMS: usize = 1024;
+
+/// Runs `start` where it does not hold up the worker: on its thread for a request of at most
+/// [`INLINE_ITEMS`] items, on the blocking pool otherwise.
+async fn begin<T: Send + 'static>(items: usize, start: impl FnOnce() -> T + Send + 'static) -> T {
+    if items <= INLINE_ITEMS {
+        return start();
+    }
+    match actix_web::rt::task::spawn_blocking(start).await {
+        Ok(started) => started,
+        // A panic in `start` is the request's, as it would be on the worker.
+        Err(e) => match e.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(_) => panic!("the blocking pool shut down under a chat request"),
+        },
+    }
+}
+
 /// Serves one `POST /v1/chat/completions` request.
 pub(crate) async fn complete(ctx: ChatContext, request: ChatRequest) -> Reply {
-    let conversation = Conversation::start(&ctx.endpoint, &ctx.role, request);
+    let (endpoint, role) = (ctx.endpoint.clone(), ctx.role.clone());
+    let conversation = begin(request.messages.len(), move || {
+        Conversation::start(&endpoint, &role, request)
+    })
+    .await;
     run::serve(ctx, conversation).await
 }
 
 /// Serves one `POST /v1/responses` request.
 pub(crate) async fn respond(ctx: ChatContext, request: ResponsesRequest) -> Reply {
-    let conversation = ResponsesConversation::start(&ctx.endpoint, &ctx.role, request);
+    let (endpoint, role) = (ctx.endpoint.clone(), ctx.role.clone());
+    let conversation = begin(request.input.len(), move || {
+        ResponsesConversation::start(&endpoint, &role, request)
+    })
+    .await;
     run::serve(ctx, conversation).await
+}
+
+/// Whether a response id `endpoint`'s character never returned was returned by another
+/// character's endpoint (`others` may include `endpoint` itself).
+pub(crate) fn issued_elsewhere<'a>(
+    endpoint: &ChatEndpoint,
+    others: impl Iterator<Item = &'a ChatEndpoint>,
+    id: &str,
+) -> bool {
+    !endpoint.has_issued(id)
+        && others
+            .filter(|other| !std::ptr::eq(*other, endpoint))
+            .any(|other| other.has_issued(id))
 }
 
 /// A character's chat endpoint: its upstream and what its requests left behind. Shared by
@@ -109,6 +154,8 @@ struct ChatState {
     refusals: IndexMap<String, (u64, ChatFailure)>,
     turns: HandedTurns,
     responses_kept: KeptResponses,
+    /// The ids of the responses apps got from this character.
+    issued: IssuedIds,
     /// Plugins' context for the next request, oldest first, with when it came.
     context: std::collections::VecDeque<(Instant, std::sync::Arc<str>)>,
 }
@@ -215,29 +262,54 @@ impl ChatEndpoint {
     }
 
     /// A chat-completions request begins: its conversation with the handed-back turns put
-    /// together again, and the plugins' context after it.
+    /// together again, and the plugins' context after it. The messages are read and put
+    /// together outside the lock; under it, only the store's expiry, one lookup per assistant
+    /// message that carries calls, and the used turns marked.
     pub(crate) fn begin_chat(&self, messages: Vec<Raw>, now: Instant) -> (Vec<Raw>, Restored) {
+        let idle = {
+            let mut state = self.state();
+            state.requests += 1;
+            state.turns.expire(now);
+            state.turns.is_idle()
+        };
+        let (mut messages, restored) = if idle {
+            (messages, Restored::default())
+        } else {
+            let replay = turns::Replay::read(&messages);
+            let looked = replay.look_up(&self.state().turns);
+            turns::restore(messages, replay, looked)
+        };
         let mut state = self.state();
-        state.requests += 1;
-        let (mut messages, restored) = turns::restore(&mut state.turns, messages, now);
+        state.turns.used(&restored.used, now);
         messages.extend(take_context(&mut state, now));
         (messages, restored)
     }
 
     /// A Responses API request begins: its input put together again with the kept turns it
     /// continues (and the `previous_response_id` the upstream must see), the plugins' context
-    /// after it.
+    /// after it. Read and put together outside the lock, as [`Self::begin_chat`].
     pub(crate) fn begin_responses(
         &self,
         input: Vec<Raw>,
         previous: Option<String>,
         now: Instant,
     ) -> (Vec<Raw>, Option<String>, Restored) {
+        let idle = {
+            let mut state = self.state();
+            state.requests += 1;
+            state.responses += 1;
+            state.responses_kept.expire(now);
+            state.responses_kept.is_idle()
+        };
+        let (mut input, previous, restored) = if idle {
+            (input, previous, Restored::default())
+        } else {
+            let replay = responses::kept::Replay::read(&input);
+            let looked = replay.look_up(&self.state().responses_kept, previous.as_deref());
+            responses::kept::restore(input, replay, looked, previous)
+        };
         let mut state = self.state();
-        state.requests += 1;
-        state.responses += 1;
-        let (mut input, previous, restored) =
-            responses::kept::restore(&mut state.responses_kept, input, previous, now);
+        state.responses_kept.used(&restored.used, now);
         input.extend(take_context(&mut state, now));
         (input, previous, restored)
     }
@@ -310,15 +382,42 @@ impl ChatEndpoint {
         true
     }
 
-    /// Keeps a turn handed back to the app for its next request (not one larger than the
-    /// whole store: its next request goes with only the app's calls, and is logged as a miss).
-    pub fn keep(&self, turn: HandedTurn) -> Result<(), TooLarge> {
-        self.state().turns.keep(turn, Instant::now())
+    /// Keeps a turn handed back to the app for its next request, charged to the app's
+    /// connection and the turn's conversation (not one larger than the whole store: its next
+    /// request goes with only the app's calls, and is logged as a miss).
+    pub fn keep(&self, turn: HandedTurn, client: Option<SocketAddr>) -> Result<(), TooLarge> {
+        let owner = Owner {
+            client,
+            conversation: turn.conversation,
+        };
+        self.state().turns.keep(turn, owner, Instant::now())
     }
 
     /// Keeps a response's turn for the app's next request (as [`Self::keep`]).
-    pub fn keep_response(&self, turn: KeptResponse) -> Result<(), TooLarge> {
-        self.state().responses_kept.keep(turn, Instant::now())
+    pub fn keep_response(
+        &self,
+        turn: KeptResponse,
+        client: Option<SocketAddr>,
+    ) -> Result<(), TooLarge> {
+        let owner = Owner {
+            client,
+            conversation: turn.conversation,
+        };
+        self.state()
+            .responses_kept
+            .keep(turn, owner, Instant::now())
+    }
+
+    /// The app got a response with this id (`POST /v1/responses`): a later request that goes
+    /// on from it belongs to this character.
+    pub(crate) fn issued(&self, id: &str) {
+        self.state().issued.add(id);
+    }
+
+    /// Whether this character gave an app a response with this id (of the last
+    /// [`responses::issued::MAX_ISSUED_IDS`]).
+    pub(crate) fn has_issued(&self, id: &str) -> bool {
+        self.state().issued.contains(id)
     }
 
     pub fn report(&self) -> ChatReport {

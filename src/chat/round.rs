@@ -299,7 +299,16 @@ pub(crate) trait WireConversation {
     fn explain_status(_status: u16) -> Option<&'static str> {
         None
     }
-    /// Keeps what a request left on the character's endpoint (not what is larger than the whole
-    /// store).
-    fn keep(endpoint: &super::ChatEndpoint, kept: Self::Kept) -> Result<(), super::kept::TooLarge>;
+    /// Keeps what a request left on the character's endpoint, charged to the app's connection
+    /// `client` (not what is larger than the whole store).
+    fn keep(
+        endpoint: &super::ChatEndpoint,
+        kept: Self::Kept,
+        client: Option<std::net::SocketAddr>,
+    ) -> Result<(), super::kept::TooLarge>;
+    /// The id of the response the app got, when the wire format gives one it can go on from
+    /// (the Responses API's).
+    fn issued(&self) -> Option<&str> {
+        None
+    }
 }

@@ -57,6 +57,8 @@ pub(crate) struct ChatContext {
     pub app: AppHeaders,
     /// The trace context the app's request came with: the parent of the request's span.
     pub parent: Option<opentelemetry::trace::SpanContext>,
+    /// The app's end of its connection: who the turns the request keeps are charged to.
+    pub client: Option<std::net::SocketAddr>,
     /// The request's place among the character's running requests: held as long as its work.
     pub _permit: RequestPermit,
 }
@@ -325,7 +327,9 @@ impl<C: WireConversation> Driver<C> {
                 let _ = start.send(Some(failure.reply()));
             }
             None => {
-                for frame in self.conversation.failure_frames(failure.error_object()) {
+                let frames = self.conversation.failure_frames(failure.error_object());
+                self.issued();
+                for frame in frames {
                     if self.send(frame).await.is_err() {
                         return;
                     }
@@ -352,6 +356,14 @@ impl<C: WireConversation> Driver<C> {
         tracing::warn!(character = %self.ctx.role, kind = C::KIND.name(), "chat request failed: {text}");
         self.ctx.endpoint.failed(text);
         self.announce();
+    }
+
+    /// Records the id of the response the app got, if any: a later request that goes on from
+    /// it belongs to this character.
+    fn issued(&self) {
+        if let Some(id) = self.conversation.issued() {
+            self.ctx.endpoint.issued(id);
+        }
     }
 
     /// Announces the endpoint's report (`chat.state`).
@@ -391,6 +403,8 @@ impl<C: WireConversation> Driver<C> {
                 .metrics()
                 .model_round(C::KIND, &self.ctx.role);
             let stream = self.conversation.streaming();
+            // A whole answer (an error, or a round without a stream) is read by this deadline.
+            let deadline = upstream.deadline();
             let response = upstream
                 .post(C::PATH, round.body, stream, &self.ctx.app)
                 .await
@@ -404,7 +418,7 @@ impl<C: WireConversation> Driver<C> {
                 .to_owned();
             if !response.status().is_success() {
                 let body = upstream
-                    .read(response.into_body(), &self.ctx.app)
+                    .read(response.into_body(), &self.ctx.app, deadline)
                     .await
                     .map_err(Failure::Upstream)?;
                 if refuses_tools(status, &body) && self.conversation.tool_loop_mut().refuse_tools()
@@ -428,7 +442,7 @@ impl<C: WireConversation> Driver<C> {
                 self.read_stream(response.into_body()).await?;
             } else {
                 let body = upstream
-                    .read(response.into_body(), &self.ctx.app)
+                    .read(response.into_body(), &self.ctx.app, deadline)
                     .await
                     .map_err(Failure::Upstream)?;
                 let frames = self.conversation.whole_answer(&body)?;
@@ -455,8 +469,9 @@ impl<C: WireConversation> Driver<C> {
             }
         }
         let (answer, kept) = self.conversation.finish();
+        self.issued();
         if let Some(kept) = kept {
-            if let Err(TooLarge { bytes }) = C::keep(&endpoint, kept) {
+            if let Err(TooLarge { bytes }) = C::keep(&endpoint, kept, self.ctx.client) {
                 tracing::warn!(character = %self.ctx.role, bytes, "a turn handed back to the app is larger than the {MAX_KEPT_BYTES} bytes kept per character: its next request goes with only the app's calls");
             }
         }
@@ -559,7 +574,9 @@ impl<C: WireConversation> Driver<C> {
                             role: &self.ctx.role,
                             tool: &model_call.name,
                             source: tool.as_ref().map(|t| t.source.as_str()),
-                            call_id: &model_call.id,
+                            // The id the server keeps (cut to its bound): what every record of
+                            // the call, and its callback, name it by.
+                            call_id: &call.call_id,
                             caller: Caller::Model,
                             kind: Some(C::KIND),
                             behavior: crate::domain::tool::Behavior::Blocking,
@@ -577,7 +594,7 @@ impl<C: WireConversation> Driver<C> {
                         // (a chat request has no "later" for the model: non-blocking tools run
                         // as blocking ones here).
                         let _listed = self.ctx.dispatcher.board().list(
-                            &model_call.id,
+                            &call.call_id,
                             Where {
                                 role: self.ctx.role.clone(),
                                 tool: tool.name.clone(),

@@ -6,14 +6,18 @@
 //! Kept in the shared bounded store ([`super::kept`]), keyed by the ids of the calls the app got,
 //! and put back only into a request that sends back what the app was handed of it (its calls'
 //! ids, names and argument text, after the same last message of the person): several
-//! conversations' turns may have the same call ids. A turn that is forgotten still leaves a valid
-//! sequence (the app's own calls and results, as it sent them); such a request is logged as a
-//! miss.
+//! conversations' turns may have the same call ids. A request is read once, outside the
+//! endpoint's lock ([`Replay::read`]: each assistant message with calls and what it hands back),
+//! its turns looked up under it, one lookup each ([`Replay::look_up`]), and put together again
+//! outside it ([`restore`]). A turn that is forgotten still leaves a valid sequence (the app's own
+//! calls and results, as it sent them); such a request is logged as a miss.
 
 use indexmap::IndexMap;
 use serde_json::{Map, Value};
 
-use super::kept::{AppCall, HandBack, KeptTurn, KeptTurns, Restored, json_len, prompt_before};
+use super::kept::{
+    AppCall, Found, HandBack, KeptTurn, KeptTurns, Restored, json_len, prompt_before, prompt_text,
+};
 use super::wire::{MessageHead, Raw};
 
 /// One turn handed back to the app.
@@ -24,8 +28,10 @@ pub struct HandedTurn {
     pub calls: Vec<(Value, Option<Raw>)>,
     /// The user message showing the model the images of the server's results, if any.
     pub images: Option<Raw>,
-    /// The person's last message before the turn, as the app sent it.
-    pub prompt: Option<Value>,
+    /// The canonical text of the person's last message before the turn, as the app sent it.
+    pub prompt: Option<String>,
+    /// The conversation the request that made it went on (`None`: a new one).
+    pub conversation: Option<u64>,
 }
 
 impl HandedTurn {
@@ -62,7 +68,7 @@ impl KeptTurn for HandedTurn {
             .sum();
         calls
             + self.images.as_ref().map_or(0, |i| i.get().len())
-            + self.prompt.as_ref().map_or(0, json_len)
+            + self.prompt.as_ref().map_or(0, String::len)
     }
 }
 
@@ -78,65 +84,121 @@ fn app_call(call: &Value) -> AppCall {
     }
 }
 
-/// What the assistant turn at `index` of a request sends back of a handed-back turn.
-fn sent_back(messages: &[Raw], index: usize) -> Option<HandBack> {
-    let message: Value = serde_json::from_str(messages[index].get()).ok()?;
+/// The calls of the assistant turn `message`, as the app sends them back.
+fn sent_calls(message: &Raw) -> Option<Vec<AppCall>> {
+    let message: Value = serde_json::from_str(message.get()).ok()?;
     let calls = message.get("tool_calls")?.as_array()?;
-    Some(HandBack::new(
-        calls.iter().map(app_call).collect(),
-        prompt_before(messages, index),
-    ))
+    Some(calls.iter().map(app_call).collect())
 }
 
-/// The person's last message of a request, as the app sent it: what a turn handed back in
-/// answer to it follows.
-pub(crate) fn last_prompt(messages: &[Raw]) -> Option<Value> {
+/// The canonical text of the person's last message of a request, as the app sent it: what a
+/// turn handed back in answer to it follows.
+pub(crate) fn last_prompt(messages: &[Raw]) -> Option<String> {
     prompt_before(messages, messages.len())
 }
 
 /// A character's handed-back chat turns.
 pub(crate) type HandedTurns = KeptTurns<HandedTurn>;
 
-/// Puts every handed-back turn of `messages` together again: the assistant turn gets back the
-/// server's calls, in the model's order, and its tool results are followed by the server's (the
-/// app's own results kept as the app wrote them).
-pub(crate) fn restore(
-    turns: &mut HandedTurns,
-    messages: Vec<Raw>,
-    now: std::time::Instant,
-) -> (Vec<Raw>, Restored) {
-    turns.expire(now);
-    let mut restored = Restored::default();
-    if turns.is_idle() {
-        return (messages, restored);
+/// An assistant message of a request that carries calls: where it is, and what it hands back.
+#[derive(Debug)]
+struct Sent {
+    index: usize,
+    back: HandBack,
+    /// Its first call's id (how a forgotten turn is recognised).
+    first_call: String,
+}
+
+/// A request's messages as the restore reads them: read once, outside the endpoint's lock.
+#[derive(Debug)]
+pub(crate) struct Replay {
+    heads: Vec<MessageHead>,
+    sent: Vec<Sent>,
+}
+
+/// The turns the store holds for a request's assistant messages (looked up under the lock).
+#[derive(Debug)]
+pub(crate) struct Looked {
+    found: Vec<Option<Found<HandedTurn>>>,
+    missed: usize,
+}
+
+impl Replay {
+    /// Reads the messages in one pass: each one's head, and what each assistant message with
+    /// calls hands back (after the person's last message before it).
+    pub(crate) fn read(messages: &[Raw]) -> Self {
+        let heads: Vec<MessageHead> = messages.iter().map(|m| MessageHead::of(m)).collect();
+        let mut sent = Vec::new();
+        let mut person: Option<usize> = None;
+        let mut prompt: Option<Option<String>> = None;
+        for (index, head) in heads.iter().enumerate() {
+            if head.role.as_deref() == Some("user") {
+                person = Some(index);
+                prompt = None;
+                continue;
+            }
+            let Some(first_call) = head.call_ids().first().map(|id| (*id).to_owned()) else {
+                continue;
+            };
+            let Some(calls) = sent_calls(&messages[index]) else {
+                continue;
+            };
+            // The person's message before the turn, read once for all the turns after it.
+            let said = prompt
+                .get_or_insert_with(|| person.and_then(|p| prompt_text(&messages[p])))
+                .clone();
+            sent.push(Sent {
+                index,
+                back: HandBack::new(calls, said),
+                first_call,
+            });
+        }
+        Self { heads, sent }
     }
-    let heads: Vec<MessageHead> = messages.iter().map(|m| MessageHead::of(m)).collect();
-    let backs: Vec<Option<HandBack>> = (0..messages.len())
-        .map(|i| {
-            (!heads[i].call_ids().is_empty())
-                .then(|| sent_back(&messages, i))
-                .flatten()
-        })
-        .collect();
+
+    /// Looks up, in the store, the turn each assistant message sends back.
+    pub(crate) fn look_up(&self, turns: &HandedTurns) -> Looked {
+        let mut missed = 0;
+        let found = self
+            .sent
+            .iter()
+            .map(|sent| {
+                let found = turns.find_handed(&sent.back);
+                if found.is_none() && turns.forgotten(&sent.first_call).is_some() {
+                    missed += 1;
+                }
+                found
+            })
+            .collect();
+        Looked { found, missed }
+    }
+}
+
+/// Puts every handed-back turn of `messages` together again, as `looked` found them: the
+/// assistant turn gets back the server's calls, in the model's order, and its tool results are
+/// followed by the server's (the app's own results kept as the app wrote them). Linear in the
+/// messages: each is moved once.
+pub(crate) fn restore(messages: Vec<Raw>, replay: Replay, looked: Looked) -> (Vec<Raw>, Restored) {
+    let Replay { heads, sent } = replay;
+    let mut restored = Restored {
+        missed: looked.missed,
+        ..Restored::default()
+    };
     let mut out = Vec::with_capacity(messages.len());
     let mut messages = messages.into_iter().map(Some).collect::<Vec<_>>();
     let mut i = 0;
-    while i < messages.len() {
-        let ids = heads[i].call_ids();
-        let found = ids
-            .first()
-            .and_then(|id| turns.find_handed(id, |_| backs[i].clone()));
-        let Some((slot, turn)) = found else {
-            if ids.iter().any(|id| turns.was_forgotten(id)) {
-                restored.missed += 1;
-            }
-            out.push(messages[i].take().expect("each message is taken once"));
-            i += 1;
+    for (sent, found) in sent.iter().zip(looked.found) {
+        let Some(found) = found else { continue };
+        if sent.index < i || !restored.take(found.slot) {
             continue;
-        };
-        let assistant = messages[i].take().expect("each message is taken once");
+        }
+        out.extend(messages[i..sent.index].iter_mut().filter_map(Option::take));
+        let turn = &found.turn;
+        let assistant = messages[sent.index]
+            .take()
+            .expect("each message is taken once");
         // The app's own results follow its turn.
-        let mut j = i + 1;
+        let mut j = sent.index + 1;
         let mut results: IndexMap<String, Raw> = IndexMap::new();
         while j < messages.len() && heads[j].role.as_deref() == Some("tool") {
             let id = heads[j].tool_call_id.clone().unwrap_or_default();
@@ -160,10 +222,10 @@ pub(crate) fn restore(
             out.push(images.clone());
         }
         restored.completed += 1;
-        // Used again: the conversation goes on, so it is kept longer.
-        turns.used(slot, now);
+        restored.conversation = Some(found.conversation);
         i = j;
     }
+    out.extend(messages[i..].iter_mut().filter_map(Option::take));
     (out, restored)
 }
 
@@ -199,7 +261,40 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::chat::kept::{KEPT_TURN_TTL, MAX_KEPT_BYTES, MAX_KEPT_TURNS};
+    use crate::chat::kept::back::canonical;
+    use crate::chat::kept::{KEPT_TURN_TTL, MAX_KEPT_BYTES, MAX_KEPT_TURNS, Owner};
+
+    /// The whole restore, as the endpoint runs it (its lock aside).
+    fn restore(turns: &mut HandedTurns, messages: Vec<Raw>, now: Instant) -> (Vec<Raw>, Restored) {
+        turns.expire(now);
+        let replay = Replay::read(&messages);
+        let looked = replay.look_up(turns);
+        let (out, restored) = super::restore(messages, replay, looked);
+        turns.used(&restored.used, now);
+        (out, restored)
+    }
+
+    trait Keep {
+        fn keep_turn(
+            &mut self,
+            turn: HandedTurn,
+            now: Instant,
+        ) -> Result<(), crate::chat::kept::TooLarge>;
+    }
+
+    impl Keep for HandedTurns {
+        fn keep_turn(
+            &mut self,
+            turn: HandedTurn,
+            now: Instant,
+        ) -> Result<(), crate::chat::kept::TooLarge> {
+            self.keep(turn, Owner::default(), now)
+        }
+    }
+
+    fn counted(restored: &Restored) -> (usize, usize) {
+        (restored.completed, restored.missed)
+    }
 
     fn raw(value: Value) -> Raw {
         serde_json::value::to_raw_value(&value).unwrap()
@@ -223,6 +318,7 @@ mod tests {
             ],
             images: None,
             prompt: None,
+            conversation: None,
         }
     }
 
@@ -238,8 +334,8 @@ mod tests {
         let mut turns = HandedTurns::default();
         let now = Instant::now();
         let mut turn = mixed_turn();
-        turn.prompt = Some(json!({"role": "user", "content": "hi"}));
-        turns.keep(turn, now).unwrap();
+        turn.prompt = Some(canonical(&json!({"role": "user", "content": "hi"})));
+        turns.keep_turn(turn, now).unwrap();
         let app_turn = json!({"role": "assistant", "content": "Looking.", "tool_calls": [call("a1", "app_clock")]});
         let messages = vec![
             raw(json!({"role": "user", "content": "hi"})),
@@ -248,13 +344,7 @@ mod tests {
             raw(json!({"role": "user", "content": "thanks"})),
         ];
         let (out, restored) = restore(&mut turns, messages, now);
-        assert_eq!(
-            restored,
-            Restored {
-                completed: 1,
-                missed: 0
-            }
-        );
+        assert_eq!(counted(&restored), (1, 0));
         let out = values(out);
         assert_eq!(out.len(), 6);
         assert_eq!(out[1]["content"], "Looking.");
@@ -287,7 +377,7 @@ mod tests {
     fn an_unknown_turn_passes_as_it_is_and_a_forgotten_one_is_counted() {
         let mut turns = HandedTurns::default();
         let start = Instant::now();
-        turns.keep(mixed_turn(), start).unwrap();
+        turns.keep_turn(mixed_turn(), start).unwrap();
         let messages = || {
             vec![
                 raw(json!({"role": "assistant", "tool_calls": [call("a1", "app_clock")]})),
@@ -298,18 +388,12 @@ mod tests {
             json!({"role": "assistant", "tool_calls": [call("zz", "app_clock")]}),
         )];
         let (out, restored) = restore(&mut turns, other, start);
-        assert_eq!((out.len(), restored), (1, Restored::default()));
+        assert_eq!((out.len(), counted(&restored)), (1, (0, 0)));
 
         let later = start + KEPT_TURN_TTL + Duration::from_secs(1);
         let (out, restored) = restore(&mut turns, messages(), later);
         assert_eq!(values(out), values(messages()));
-        assert_eq!(
-            restored,
-            Restored {
-                completed: 0,
-                missed: 1
-            }
-        );
+        assert_eq!(counted(&restored), (0, 1));
         assert_eq!(turns.len(), 0);
     }
 
@@ -319,11 +403,12 @@ mod tests {
         let now = Instant::now();
         for n in 0..MAX_KEPT_TURNS + 10 {
             turns
-                .keep(
+                .keep_turn(
                     HandedTurn {
                         calls: vec![(call(&format!("a{n}"), "app"), None)],
                         images: None,
                         prompt: None,
+                        conversation: None,
                     },
                     now,
                 )
@@ -355,7 +440,8 @@ mod tests {
                 (app, None),
             ],
             images: None,
-            prompt: Some(json!({"role": "user", "content": said})),
+            prompt: Some(canonical(&json!({"role": "user", "content": said}))),
+            conversation: None,
         }
     }
 
@@ -381,10 +467,14 @@ mod tests {
     fn turns_with_the_same_call_ids_stay_with_their_conversations() {
         let mut turns = HandedTurns::default();
         let now = Instant::now();
-        turns.keep(turn_of(1, "{}", "time in Tokyo?"), now).unwrap();
-        turns.keep(turn_of(3, "{}", "time in Paris?"), now).unwrap();
         turns
-            .keep(turn_of(5, "{\"tz\":\"utc\"}", "time in Paris?"), now)
+            .keep_turn(turn_of(1, "{}", "time in Tokyo?"), now)
+            .unwrap();
+        turns
+            .keep_turn(turn_of(3, "{}", "time in Paris?"), now)
+            .unwrap();
+        turns
+            .keep_turn(turn_of(5, "{\"tz\":\"utc\"}", "time in Paris?"), now)
             .unwrap();
 
         let (out, restored) = restore(&mut turns, request_of("{}", "time in Tokyo?"), now);
@@ -407,7 +497,7 @@ mod tests {
         ] {
             let sent = values(request.clone());
             let (out, restored) = restore(&mut turns, request, now);
-            assert_eq!((values(out), restored), (sent, Restored::default()));
+            assert_eq!((values(out), counted(&restored)), (sent, (0, 0)));
         }
         // The person's message may have its keys in another order.
         let mut reordered = request_of("{}", "time in Tokyo?");
@@ -432,10 +522,11 @@ mod tests {
                 ],
                 images: None,
                 prompt: None,
+                conversation: None,
             }
         };
         for n in 0..6 {
-            turns.keep(big(n), now).unwrap();
+            turns.keep_turn(big(n), now).unwrap();
         }
         assert_eq!(turns.len(), 3);
         assert!(turns.bytes() <= MAX_KEPT_BYTES);
@@ -457,8 +548,9 @@ mod tests {
             ],
             images: None,
             prompt: None,
+            conversation: None,
         };
-        assert!(turns.keep(too_large, now).unwrap_err().bytes > MAX_KEPT_BYTES);
+        assert!(turns.keep_turn(too_large, now).unwrap_err().bytes > MAX_KEPT_BYTES);
         assert_eq!(turns.len(), 3, "nothing kept was forgotten for it");
         assert_eq!(restore(&mut turns, asked(9), now).1.missed, 1);
     }

@@ -57,9 +57,13 @@ pub enum UpstreamError {
     /// No connection, or it broke before or while the answer came (a 502).
     #[error("the upstream {url} could not be reached: {reason}")]
     Unreachable { url: String, reason: String },
-    /// No answer, or no next part of it, within the timeout (a 504).
+    /// No answer, or no next part of a stream, within the timeout (a 504).
     #[error("the upstream {url} did not answer within {seconds} s")]
     TimedOut { url: String, seconds: f64 },
+    /// A whole answer (not a stream) still coming when the timeout since the request was sent
+    /// ran out (a 504): an upstream that trickles its answer holds no request for longer.
+    #[error("the upstream {url} did not send its whole answer within {seconds} s")]
+    Unfinished { url: String, seconds: f64 },
     /// The answer was longer than the server reads (a 502).
     #[error("the upstream {url} answered with more than {limit} bytes")]
     TooLarge { url: String, limit: usize },
@@ -79,7 +83,7 @@ impl UpstreamError {
     /// The status the app gets.
     pub fn status(&self) -> u16 {
         match self {
-            Self::TimedOut { .. } => 504,
+            Self::TimedOut { .. } | Self::Unfinished { .. } => 504,
             Self::Unreachable { .. } | Self::TooLarge { .. } | Self::Redirected { .. } => 502,
         }
     }
@@ -88,7 +92,7 @@ impl UpstreamError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::Unreachable { .. } => "upstream_unreachable",
-            Self::TimedOut { .. } => "upstream_timeout",
+            Self::TimedOut { .. } | Self::Unfinished { .. } => "upstream_timeout",
             Self::TooLarge { .. } => "upstream_too_large",
             Self::Redirected { .. } => "upstream_redirect",
         }
@@ -98,7 +102,7 @@ impl UpstreamError {
     pub fn reason(&self) -> &'static str {
         match self {
             Self::Unreachable { .. } => "unreachable",
-            Self::TimedOut { .. } => "timeout",
+            Self::TimedOut { .. } | Self::Unfinished { .. } => "timeout",
             Self::TooLarge { .. } => "too_large",
             Self::Redirected { .. } => "redirect",
         }
@@ -271,14 +275,30 @@ impl Upstream {
         Ok(response)
     }
 
-    /// Reads a whole answer body (bounded in size, each part within the timeout), the keys of
-    /// the exchange redacted.
-    pub async fn read(&self, body: UpstreamBody, app: &AppHeaders) -> Result<Bytes, UpstreamError> {
+    /// When an exchange sent now must have its whole answer (not a stream): the timeout from
+    /// now.
+    pub fn deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + self.timeout
+    }
+
+    /// Reads a whole answer body (bounded in size, all of it by `deadline`: see
+    /// [`Self::deadline`]), the keys of the exchange redacted.
+    pub async fn read(
+        &self,
+        body: UpstreamBody,
+        app: &AppHeaders,
+        deadline: tokio::time::Instant,
+    ) -> Result<Bytes, UpstreamError> {
         let mut body = Limited::new(body, MAX_UPSTREAM_ANSWER_BYTES);
         let mut bytes = Vec::new();
         loop {
-            match tokio::time::timeout(self.timeout, body.frame()).await {
-                Err(_) => return Err(self.timed_out()),
+            match tokio::time::timeout_at(deadline, body.frame()).await {
+                Err(_) => {
+                    return Err(UpstreamError::Unfinished {
+                        url: self.base.clone(),
+                        seconds: self.timeout.as_secs_f64(),
+                    });
+                }
                 Ok(None) => break,
                 Ok(Some(Err(e))) => return Err(self.failed(&*e)),
                 Ok(Some(Ok(frame))) => {

@@ -24,6 +24,8 @@ pub(crate) struct RequestError {
     pub message: String,
     /// The field at fault, when there is one.
     pub param: Option<&'static str>,
+    /// OpenAI's code for it, when it has one.
+    pub code: Option<&'static str>,
 }
 
 impl RequestError {
@@ -31,7 +33,65 @@ impl RequestError {
         Self {
             message: message.into(),
             param: Some(param),
+            code: None,
         }
+    }
+}
+
+/// Items one request may carry (chat's `messages`, the Responses API's `input`): far more than
+/// any model's context holds (a million tokens are some 50,000 of the shortest messages), and
+/// few enough that reading and putting a request together again stays a matter of
+/// milliseconds. A request with more is a 400, as OpenAI answers an array over its bound.
+pub const MAX_REQUEST_ITEMS: usize = 65_536;
+
+/// An array of JSON values (`param`: `messages`, `input`), each kept as written, at most
+/// [`MAX_REQUEST_ITEMS`] of them: past the bound the rest is only counted, never kept.
+pub(crate) fn request_items(
+    text: &str,
+    param: &'static str,
+) -> Result<Option<Vec<Raw>>, RequestError> {
+    struct Items;
+    impl<'de> serde::de::Visitor<'de> for Items {
+        type Value = Result<Vec<Raw>, usize>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an array")
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut items = Vec::new();
+            while let Some(item) = seq.next_element::<Raw>()? {
+                if items.len() == MAX_REQUEST_ITEMS {
+                    let mut count = items.len() + 1;
+                    while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {
+                        count += 1;
+                    }
+                    return Ok(Err(count));
+                }
+                items.push(item);
+            }
+            Ok(Ok(items))
+        }
+    }
+    let mut reader = serde_json::Deserializer::from_str(text);
+    let read = serde::Deserializer::deserialize_seq(&mut reader, Items).and_then(|items| {
+        reader.end()?;
+        Ok(items)
+    });
+    match read {
+        Err(_) => Ok(None),
+        Ok(Ok(items)) => Ok(Some(items)),
+        Ok(Err(count)) => Err(RequestError {
+            message: format!(
+                "Invalid '{param}': array too long. Expected an array with maximum length \
+                 {MAX_REQUEST_ITEMS}, but got an array with length {count} instead."
+            ),
+            param: Some(param),
+            code: Some("array_above_max_length"),
+        }),
     }
 }
 
@@ -51,6 +111,7 @@ impl AppRequest {
             serde_json::from_slice(body).map_err(|e| RequestError {
                 message: format!("the request body must be a JSON object: {e}"),
                 param: None,
+                code: None,
             })?;
         let app_tools = match fields.get("tools").filter(|raw| raw.get() != "null") {
             None => Vec::new(),
@@ -125,7 +186,7 @@ impl ChatRequest {
         } = AppRequest::read(body)?;
         let messages = match fields.get("messages") {
             None => return Err(RequestError::new("messages", "messages is required")),
-            Some(raw) => serde_json::from_str::<Vec<Raw>>(raw.get()).map_err(|_| {
+            Some(raw) => request_items(raw.get(), "messages")?.ok_or_else(|| {
                 RequestError::new("messages", "messages must be an array of message objects")
             })?,
         };
@@ -340,7 +401,8 @@ pub(crate) fn call_value(call: &ModelCall) -> Value {
 pub(crate) fn tool_message(result: &ToolResult) -> Raw {
     raw(&json!({
         "role": "tool",
-        "tool_call_id": result.call_id,
+        // The model's own id: its answer is matched to its call by it.
+        "tool_call_id": result.model_call_id(),
         "name": result.name,
         "content": result.model_text(),
     }))
@@ -458,14 +520,27 @@ pub(crate) fn error_text(body: &[u8]) -> String {
     }
 }
 
-/// Whether an upstream's error answer refuses the request's tools (it names tools or
-/// functions): the request is then sent again without them.
+/// Words of an error that says the model or server cannot take tools at all (`does not support
+/// tools`, `tools param requires --jinja`, `function calling is not enabled`), as opposed to one
+/// about the request's own calls (`No tool output found for function call ...`), which is the
+/// request's fault and no reason to withhold tools from the model.
+const REFUSAL_WORDS: [&str; 5] = [
+    "support",
+    "requires",
+    "not enabled",
+    "not available",
+    "jinja",
+];
+
+/// Whether an upstream's error answer refuses the request's tools (it names tools or functions,
+/// and says they cannot be taken): the request is then sent again without them.
 pub(crate) fn refuses_tools(status: u16, body: &[u8]) -> bool {
     if status < 400 {
         return false;
     }
     let text = error_text(body).to_lowercase();
-    text.contains("tool") || text.contains("function")
+    (text.contains("tool") || text.contains("function"))
+        && REFUSAL_WORDS.iter().any(|word| text.contains(word))
 }
 
 /// A fresh completion id in OpenAI's style, for a stream whose upstream sent none.
@@ -594,6 +669,27 @@ mod tests {
             error(r#"{"messages":[],"stream":"yes"}"#).param,
             Some("stream")
         );
+    }
+
+    #[test]
+    fn a_request_carries_at_most_its_bound_of_items() {
+        let items = |n: usize| format!("[{}]", vec!["{}"; n].join(","));
+        let taken = request_items(&items(MAX_REQUEST_ITEMS), "input").unwrap();
+        assert_eq!(taken.map(|t| t.len()), Some(MAX_REQUEST_ITEMS));
+        let refused = request_items(&items(MAX_REQUEST_ITEMS + 2), "input").unwrap_err();
+        assert_eq!(
+            (refused.param, refused.code),
+            (Some("input"), Some("array_above_max_length"))
+        );
+        assert!(
+            refused.message.ends_with(&format!(
+                "but got an array with length {} instead.",
+                MAX_REQUEST_ITEMS + 2
+            )),
+            "{}",
+            refused.message
+        );
+        assert!(request_items("{}", "input").unwrap().is_none());
     }
 
     fn calls_of(fragments: &[Value]) -> Vec<(String, String, String)> {
@@ -727,6 +823,22 @@ mod tests {
             br#"{"error":{"message":"invalid api key"}}"#
         ));
         assert!(!refuses_tools(200, b"tools"));
+        assert!(refuses_tools(
+            400,
+            b"Function calling is not enabled for this model"
+        ));
+        for about_the_request in [
+            "No tool output found for function call call_a.",
+            "An assistant message with 'tool_calls' must be followed by tool messages responding \
+             to each 'tool_call_id'. The following tool_call_ids did not have response messages: x",
+            "Invalid parameter: messages with role 'tool' must be a response to a preceeding \
+             message with 'tool_calls'.",
+        ] {
+            assert!(
+                !refuses_tools(400, about_the_request.as_bytes()),
+                "{about_the_request}"
+            );
+        }
         assert_eq!(error_text(br#"{"error":"boom"}"#), "boom");
         assert_eq!(error_text(br#"{"detail":"nope"}"#), "nope");
     }

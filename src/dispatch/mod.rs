@@ -30,12 +30,13 @@ use crate::domain::failures::{DeadOrigin, DeadOriginRemover, Liveness, SharedFai
 use crate::domain::images::{ToolImage, accept_images};
 use crate::domain::tool::{RemoteEndpoint, SharedTool, ToolHandler};
 use crate::observe::Observer;
-use crate::observe::trace::inject;
+use crate::observe::trace::{inject, is_header_text};
 
+pub(crate) use self::answers::answers_http;
 use self::body::BodySink;
-pub(crate) use self::failure::probe;
 use self::failure::{CallFailure, body_failure, send_failure};
 
+mod answers;
 mod board;
 mod body;
 mod cancel;
@@ -228,6 +229,15 @@ impl Dispatcher {
                     ),
                 }
             }
+            // Offered by a session, the chat loop or `/mcp`, which answer it themselves: one
+            // that reaches the dispatcher was not offered by whoever sent it here.
+            ToolHandler::BuiltIn(_) => ToolAnswer::failed(
+                Outcome::Refused,
+                format!(
+                    "'{}' is answered by the session that offers it, not run as a tool",
+                    tool.name
+                ),
+            ),
         }
     }
 
@@ -408,17 +418,18 @@ fn callback_request(
         HeaderName::from_static(HOP_HEADER),
         HeaderValue::from_static("1"),
     );
-    let mut invalid = None;
-    inject(trace, |name, value| match HeaderValue::from_str(&value) {
-        Ok(value) => {
+    // The `traceparent` is the server's own writing; a `tracestate` is the caller's, passed on
+    // only when there is one and a header carries it as it is (visible ASCII): never as raw
+    // bytes, never failing the call.
+    inject(trace, |name, value| {
+        if !value.is_empty()
+            && is_header_text(&value)
+            && let Ok(value) = HeaderValue::from_str(&value)
+        {
             headers.insert(name, value);
         }
-        Err(e) => invalid = Some(e),
     });
-    match invalid {
-        Some(e) => Err(e.into()),
-        None => Ok(request),
-    }
+    Ok(request)
 }
 
 /// Checks a result's images on the blocking pool: decoding and re-encoding take milliseconds

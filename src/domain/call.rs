@@ -21,7 +21,7 @@ use super::images::ToolImage;
 pub(crate) use super::json_text::JsonText;
 use super::json_text::{null_text, text_of};
 pub use super::outcome::Outcome;
-use super::peer_text;
+use super::{peer_id, peer_text};
 
 /// How many characters of an HTTP error body a tool error quotes.
 pub(crate) const ERROR_BODY_QUOTE_CHARS: usize = 200;
@@ -72,7 +72,12 @@ pub struct ToolCall {
     /// `read_arguments`). Numbers beyond an `f64` are rounded here; the callback receives the
     /// exact text instead.
     pub arguments: Map<String, Value>,
+    /// The call's id as the server keeps and shows it — and as the callback, the events, the
+    /// recent calls and the logs name the call: the model's, cut to
+    /// [`peer_id::MAX_CALL_ID_BYTES`] with a mark when it was longer.
     pub call_id: String,
+    /// The model's own id when it was longer than the bound: what the model is answered with.
+    model_call_id: Option<Arc<str>>,
     /// The exact argument text the model (or the invoke route's client) produced.
     pub raw_arguments: String,
     /// The arguments object as the callback receives it, numbers exactly as written.
@@ -99,7 +104,10 @@ impl Serialize for ToolCall {
 /// What became of a call: always something the model can be shown.
 #[derive(Debug, Clone)]
 pub struct ToolResult {
+    /// The call's id as the server keeps and shows it (see [`ToolCall::call_id`]).
     pub call_id: String,
+    /// The model's own id when it was longer than the bound (see [`ToolResult::model_call_id`]).
+    pub(crate) model_call_id: Option<Arc<str>>,
     pub name: String,
     /// The tool's output as exact JSON text (`null` when there is none). On a tool error it is
     /// the readable half the tool sent next to its error, if any.
@@ -168,10 +176,12 @@ impl ToolCall {
     /// A call from the model's argument text, read as `read_arguments` says.
     pub fn from_raw(call_id: String, name: String, raw_arguments: String) -> Self {
         let (arguments, arguments_text, read) = read_arguments(&raw_arguments);
+        let (call_id, model_call_id) = peer_id::split_call_id(call_id);
         Self {
             name,
             arguments,
             call_id,
+            model_call_id,
             raw_arguments,
             arguments_text,
             read,
@@ -187,10 +197,12 @@ impl ToolCall {
         text: JsonText,
         arguments: Map<String, Value>,
     ) -> Self {
+        let (call_id, model_call_id) = peer_id::split_call_id(call_id);
         Self {
             name,
             arguments,
             call_id,
+            model_call_id,
             raw_arguments: text.get().to_owned(),
             arguments_text: text,
             read: ArgumentsRead::Object,
@@ -203,10 +215,12 @@ impl ToolCall {
         // Serialising a map of JSON values cannot fail.
         let raw_arguments = serde_json::to_string(&arguments).unwrap_or_default();
         let arguments_text = text_of(raw_arguments.clone());
+        let (call_id, model_call_id) = peer_id::split_call_id(call_id);
         Self {
             name,
             arguments,
             call_id,
+            model_call_id,
             raw_arguments,
             arguments_text,
             read: ArgumentsRead::Object,
@@ -227,11 +241,24 @@ impl ToolCall {
         &self.arguments_text
     }
 
+    /// The id the model sent, exactly: what a protocol that matches an answer to its call by id
+    /// answers with. The same as `call_id` unless the model's was longer than
+    /// [`peer_id::MAX_CALL_ID_BYTES`].
+    pub fn model_call_id(&self) -> &str {
+        self.model_call_id.as_deref().unwrap_or(&self.call_id)
+    }
+
+    /// The model's own id, when it is not `call_id`: for whoever answers the call later.
+    pub(crate) fn long_model_call_id(&self) -> Option<&Arc<str>> {
+        self.model_call_id.as_ref()
+    }
+
     /// Ties an answer (and the images that passed their checks) to this call.
     pub fn result(&self, answer: ToolAnswer, images: Vec<ToolImage>) -> ToolResult {
         let is_error = answer.error.is_some();
         ToolResult {
             call_id: self.call_id.clone(),
+            model_call_id: self.model_call_id.clone(),
             name: self.name.clone(),
             is_error,
             output: answer.output,
@@ -321,6 +348,19 @@ impl ToolAnswer {
 }
 
 impl ToolResult {
+    /// The id the model sent for the call, exactly: what a protocol that matches an answer to
+    /// its call by id answers with (see [`ToolCall::model_call_id`]).
+    pub fn model_call_id(&self) -> &str {
+        self.model_call_id.as_deref().unwrap_or(&self.call_id)
+    }
+
+    /// The same result, answering the model's own id `model_call_id` (`None`: `call_id` is it):
+    /// for a result made from what the server kept of a call rather than from the call.
+    pub(crate) fn answering(mut self, model_call_id: Option<Arc<str>>) -> Self {
+        self.model_call_id = model_call_id;
+        self
+    }
+
     /// The line that goes before one of its images in the conversation: which tool and call it
     /// came from, and what to look for.
     pub fn image_caption(&self, image: &crate::domain::images::ToolImage) -> String {
@@ -343,6 +383,7 @@ impl ToolResult {
         );
         Self {
             call_id,
+            model_call_id: None,
             name,
             output: null_text(),
             is_error: true,
@@ -905,5 +946,35 @@ mod tests {
                              after the call had run 1.5 s, so its result was discarded",
                    "is_error": true})
         );
+    }
+
+    #[test]
+    fn a_long_call_id_is_kept_cut_and_its_results_answer_the_models_own() {
+        let sent = format!("call_{}", "x".repeat(10_000));
+        let kept = peer_id::call_id(&sent).into_owned();
+        for call in [
+            ToolCall::from_raw(sent.clone(), "t".into(), "{}".into()),
+            ToolCall::from_arguments(sent.clone(), "t".into(), Map::new()),
+            ToolCall::from_text(sent.clone(), "t".into(), text_of("{}".into()), Map::new()),
+        ] {
+            assert_eq!(
+                (call.call_id.as_str(), call.model_call_id()),
+                (kept.as_str(), sent.as_str())
+            );
+            // The callback's body names the kept id.
+            let body: Value = serde_json::to_value(&call).unwrap();
+            assert_eq!(body["call_id"], json!(kept));
+            let result = call.error("no".into());
+            assert_eq!(
+                (result.call_id.as_str(), result.model_call_id()),
+                (kept.as_str(), sent.as_str())
+            );
+        }
+        let short = ToolCall::from_raw("call_1".into(), "t".into(), "{}".into());
+        assert_eq!(short.model_call_id(), "call_1");
+        assert!(short.long_model_call_id().is_none());
+        let again = ToolResult::interrupted(kept.clone(), "t".into(), Duration::ZERO)
+            .answering(Some(sent.as_str().into()));
+        assert_eq!(again.model_call_id(), sent);
     }
 }

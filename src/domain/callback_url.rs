@@ -33,7 +33,8 @@ pub struct CallbackUrl {
     /// The parsed form requests are sent to.
     parsed: Url,
     origin: CallbackOrigin,
-    /// The parsed URL and its host as shared text: what every call's CLIENT span names
+    /// The parsed URL with its query's values redacted and without its fragment
+    /// ([`for_spans`]), and its host, as shared text: what every call's CLIENT span names
     /// (`url.full`, `server.address`) for a reference count, not a copy.
     shared_url: Arc<str>,
     shared_host: Arc<str>,
@@ -93,7 +94,7 @@ impl CallbackUrl {
         let origin = CallbackOrigin::of(&parsed);
         Ok(Self {
             written: written.to_owned(),
-            shared_url: parsed.as_str().into(),
+            shared_url: for_spans(&parsed).into(),
             shared_host: parsed.host_str().unwrap_or_default().into(),
             parsed,
             origin,
@@ -110,7 +111,8 @@ impl CallbackUrl {
         &self.parsed
     }
 
-    /// The parsed URL (`url()`'s text) and its host, shared.
+    /// The URL as spans name it ([`for_spans`]: no query value, no fragment) and its host,
+    /// shared.
     pub fn shared_text(&self) -> (&Arc<str>, &Arc<str>) {
         (&self.shared_url, &self.shared_host)
     }
@@ -140,6 +142,31 @@ impl CallbackUrl {
             None => false,
         }
     }
+}
+
+/// What a query value is exported as, as OpenTelemetry's semantic conventions redact the values
+/// of sensitive query parameters.
+pub(crate) const REDACTED_QUERY_VALUE: &str = "REDACTED";
+
+/// `url` as a span's `url.full` names it: each query parameter keeps its name and has its value
+/// replaced by [`REDACTED_QUERY_VALUE`] (a parameter without `=` is all value, so all
+/// redacted), and the fragment, which is never sent, is left out. A callback URL's query may
+/// carry a token, and spans leave the machine.
+pub(crate) fn for_spans(url: &Url) -> String {
+    let mut shown = url.clone();
+    shown.set_fragment(None);
+    if let Some(query) = url.query() {
+        let redacted: Vec<String> = query
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) => format!("{name}={REDACTED_QUERY_VALUE}"),
+                None if pair.is_empty() => String::new(),
+                None => REDACTED_QUERY_VALUE.to_owned(),
+            })
+            .collect();
+        shown.set_query(Some(&redacted.join("&")));
+    }
+    shown.into()
 }
 
 impl CallbackOrigin {
@@ -299,6 +326,24 @@ mod tests {
     fn accepts_the_loopback_forms() {
         for url in ACCEPTED {
             assert!(CallbackUrl::parse(url).is_ok(), "{url} should be accepted");
+        }
+    }
+
+    #[test]
+    fn spans_name_the_url_without_its_query_values_or_fragment() {
+        for (written, shown) in [
+            ("http://127.0.0.1:9000/cb", "http://127.0.0.1:9000/cb"),
+            (
+                "http://127.0.0.1:9000/cb?token=s3cret&tool=x&bare&&a=b=c#frag",
+                "http://127.0.0.1:9000/cb?token=REDACTED&tool=REDACTED&REDACTED&&a=REDACTED",
+            ),
+            ("http://localhost/cb?", "http://localhost/cb?"),
+            ("http://localhost/cb#only-a-fragment", "http://localhost/cb"),
+        ] {
+            let url = CallbackUrl::parse(written).unwrap();
+            assert_eq!(&**url.shared_text().0, shown, "{written}");
+            // Requests still go to the URL as registered.
+            assert_eq!(url.url().query(), Url::parse(written).unwrap().query());
         }
     }
 

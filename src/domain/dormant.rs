@@ -1,19 +1,29 @@
 //! Restored tools that no model is given yet: `Dormant`, held by the router.
 //!
-//! A tool read back from the state store is dormant until its callback's origin accepts a
-//! connection (then it becomes a registration like any other) or its plugin registers it again;
-//! a change that would have removed it (unregister by name, clear of its source) removes it,
-//! and one that stays dormant longer than the configured time is removed as an auto-removal.
+//! A tool read back from the state store is dormant until it wakes (then it becomes a
+//! registration like any other) or its plugin registers it again; a change that would have
+//! removed it (unregister by name, clear of its source) removes it, and one that stays dormant
+//! longer than the configured time — counted from when it first went dormant, across restarts
+//! ([`DormantTool::since`]) — is removed as an auto-removal.
+//!
+//! Who may wake it: a tool of a source bound to a token waits for its owner first
+//! ([`DormantTool::awaits_owner`]): a change carrying that token, or a wake with it, releases
+//! the source's tools ([`Dormant::release`]), and only then does an HTTP answer from the
+//! callback's origin wake them. A tool of an unbound source goes to whoever answers HTTP on its
+//! callback's origin. The router probes only origins that some released tool waits for, one
+//! probe per origin ([`Dormant::start_probing`]).
+//!
 //! The tools of an MCP server a plugin registered at run time are restored the same way, from
 //! the server's last listing (`mcp`): they wake when the server answers again and its new
 //! listing replaces them, which the MCP registry (`mcp::runtime`) sees to.
 
-use std::time::{Duration, Instant};
+use std::collections::HashSet;
+use std::time::{Duration, SystemTime};
 
 use super::callback_url::{CallbackOrigin, CallbackUrl};
 use super::tool::{SharedTool, ToolHandler};
 
-/// The first wait after a probe that found nothing listening (a callback's origin, or a
+/// The first wait after a probe that found nothing answering (a callback's origin, or a
 /// restored MCP server): a plugin restarted with the server is usually back within a second.
 pub(crate) const FIRST_PROBE_BACKOFF: Duration = Duration::from_millis(250);
 
@@ -27,6 +37,19 @@ pub(crate) fn next_backoff(backoff: Duration) -> Duration {
     (backoff * 2).min(MAX_PROBE_BACKOFF)
 }
 
+/// A time as the store keeps it: milliseconds since the Unix epoch.
+pub(crate) fn epoch_millis(time: SystemTime) -> u64 {
+    let since = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A time the store kept ([`epoch_millis`]).
+pub(crate) fn from_epoch_millis(millis: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_millis(millis)
+}
+
 /// One restored tool of one character.
 #[derive(Debug, Clone)]
 pub(crate) struct DormantTool {
@@ -34,23 +57,29 @@ pub(crate) struct DormantTool {
     pub tool: SharedTool,
     /// A tool of an MCP server registered at run time (not of an HTTP callback).
     pub mcp: bool,
+    /// When it went dormant (in an earlier run, if it never came back since).
+    pub since: SystemTime,
+    /// Its source is bound to a token whose owner has not proved itself since the restart:
+    /// nothing wakes it until then.
+    pub awaits_owner: bool,
 }
 
 /// The dormant tools, in the order they were restored.
 #[derive(Debug)]
 pub(crate) struct Dormant {
     tools: Vec<DormantTool>,
-    /// When they were restored: each is removed `ttl` after it.
-    since: Instant,
+    /// How long a tool stays dormant before it is removed.
     ttl: Duration,
+    /// The origins a probe runs for.
+    probing: HashSet<CallbackOrigin>,
 }
 
 impl Dormant {
     pub(crate) fn new(tools: Vec<DormantTool>, ttl: Duration) -> Self {
         Self {
             tools,
-            since: Instant::now(),
             ttl,
+            probing: HashSet::new(),
         }
     }
 
@@ -62,9 +91,9 @@ impl Dormant {
         self.tools.is_empty()
     }
 
-    /// When the tools still dormant are to be removed.
-    pub(crate) fn deadline(&self) -> Instant {
-        self.since + self.ttl
+    /// When the next tool's dormant time is up, if any is dormant.
+    pub(crate) fn next_deadline(&self) -> Option<SystemTime> {
+        self.tools.iter().map(|t| t.since + self.ttl).min()
     }
 
     /// Takes the tools of `characters` that `doomed` picks.
@@ -97,43 +126,73 @@ impl Dormant {
         self.take_where(characters, |t| t.mcp && t.tool.source == source)
     }
 
-    /// Takes every tool whose callback lives at `origin` (it accepted a connection).
+    /// Takes every tool whose callback lives at `origin` that may wake (its origin answered
+    /// HTTP): those still waiting for their owner stay.
     pub(crate) fn take_origin(&mut self, origin: &CallbackOrigin) -> Vec<DormantTool> {
         let (taken, kept) = std::mem::take(&mut self.tools)
             .into_iter()
-            .partition(|t| t.tool.callback_origin() == Some(origin));
+            .partition(|t| !t.awaits_owner && t.tool.callback_origin() == Some(origin));
         self.tools = kept;
         taken
     }
 
-    /// Takes every tool, once their time is up.
-    pub(crate) fn take_expired(&mut self, now: Instant) -> Vec<DormantTool> {
-        if now < self.deadline() {
-            return Vec::new();
+    /// Takes every tool whose dormant time is up at `now`.
+    pub(crate) fn take_expired(&mut self, now: SystemTime) -> Vec<DormantTool> {
+        let ttl = self.ttl;
+        let (taken, kept) = std::mem::take(&mut self.tools)
+            .into_iter()
+            .partition(|t| t.since + ttl <= now);
+        self.tools = kept;
+        taken
+    }
+
+    /// The owner of `source` proved itself (or its binding was freed): its tools may wake
+    /// from now on. How many were released.
+    pub(crate) fn release(&mut self, source: &str) -> usize {
+        let mut released = 0;
+        for t in &mut self.tools {
+            if t.awaits_owner && t.tool.source == source {
+                t.awaits_owner = false;
+                released += 1;
+            }
         }
-        std::mem::take(&mut self.tools)
+        released
     }
 
-    /// Whether a tool whose callback lives at `origin` is still dormant.
-    pub(crate) fn waits_for(&self, origin: &CallbackOrigin) -> bool {
-        self.tools
+    /// Whether a tool that may wake waits for `origin`; when none does, its probe is over.
+    pub(crate) fn waits_for(&mut self, origin: &CallbackOrigin) -> bool {
+        let waits = self
+            .tools
             .iter()
-            .any(|t| t.tool.callback_origin() == Some(origin))
+            .any(|t| !t.awaits_owner && t.tool.callback_origin() == Some(origin));
+        if !waits {
+            self.probing.remove(origin);
+        }
+        waits
     }
 
-    /// One callback URL of each origin the tools wait for.
-    pub(crate) fn origins(&self) -> Vec<CallbackUrl> {
+    /// One callback URL of each origin that a tool that may wake waits for and no probe runs
+    /// for yet; each is counted as probed from now on.
+    pub(crate) fn start_probing(&mut self) -> Vec<CallbackUrl> {
         let mut urls: Vec<CallbackUrl> = Vec::new();
-        for t in &self.tools {
+        for t in self.tools.iter().filter(|t| !t.awaits_owner) {
             if let ToolHandler::Remote(remote) = &t.tool.handler
-                && !urls
-                    .iter()
-                    .any(|u| u.origin() == remote.callback_url.origin())
+                && self.probing.insert(remote.callback_url.origin().clone())
             {
                 urls.push(remote.callback_url.clone());
             }
         }
         urls
+    }
+
+    /// The probe of `origin` ended (the origin answered).
+    pub(crate) fn stop_probing(&mut self, origin: &CallbackOrigin) {
+        self.probing.remove(origin);
+    }
+
+    /// Whether a tool of `source` is dormant.
+    pub(crate) fn holds_source(&self, source: &str) -> bool {
+        self.tools.iter().any(|t| t.tool.source == source)
     }
 
     /// The dormant tools of `character`.
@@ -154,6 +213,7 @@ mod tests {
     use crate::domain::tool::{ToolSpec, empty_parameters};
 
     fn dormant(character: &str, name: &str, source: &str, port: u16) -> DormantTool {
+        let since = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
         DormantTool {
             character: character.into(),
             tool: Arc::new(ToolSpec::remote(
@@ -165,6 +225,8 @@ mod tests {
                 Duration::from_secs(30),
             )),
             mcp: false,
+            since,
+            awaits_owner: false,
         }
     }
 
@@ -186,7 +248,8 @@ mod tests {
             ],
             Duration::from_secs(60),
         );
-        assert_eq!(d.origins().len(), 3);
+        assert_eq!(d.start_probing().len(), 3);
+        assert!(d.start_probing().is_empty(), "one probe per origin");
         assert_eq!(names(&d.take_named(&["B"], "a")), ["B/a"]);
         assert_eq!(names(&d.take_source(&["A", "B"], "plugin:y")), ["A/b"]);
         let origin = CallbackUrl::parse("http://127.0.0.1:1/")
@@ -196,9 +259,55 @@ mod tests {
         assert!(d.waits_for(&origin));
         assert_eq!(names(&d.take_origin(&origin)), ["A/a"]);
         assert!(!d.waits_for(&origin));
-        assert!(d.take_expired(Instant::now()).is_empty());
-        let later = Instant::now() + Duration::from_secs(61);
-        assert_eq!(names(&d.take_expired(later)), ["A/c"]);
+        let deadline = SystemTime::UNIX_EPOCH + Duration::from_secs(1060);
+        assert_eq!(d.next_deadline(), Some(deadline));
+        assert!(
+            d.take_expired(deadline - Duration::from_millis(1))
+                .is_empty()
+        );
+        assert_eq!(names(&d.take_expired(deadline)), ["A/c"]);
         assert!(d.is_empty());
+        assert_eq!(d.next_deadline(), None);
+    }
+
+    #[test]
+    fn a_tool_awaiting_its_owner_wakes_only_once_released() {
+        let mut bound = dormant("A", "a", "plugin:x", 1);
+        bound.awaits_owner = true;
+        let mut later = dormant("B", "a", "plugin:x", 1);
+        later.awaits_owner = true;
+        later.since += Duration::from_secs(5);
+        let mut d = Dormant::new(
+            vec![bound, later, dormant("A", "b", "plugin:y", 1)],
+            Duration::from_secs(60),
+        );
+        let origin = CallbackUrl::parse("http://127.0.0.1:1/")
+            .unwrap()
+            .origin()
+            .clone();
+        // Only plugin:y's tool has its origin probed, and only it wakes.
+        assert_eq!(d.start_probing().len(), 1);
+        assert_eq!(names(&d.take_origin(&origin)), ["A/b"]);
+        assert!(
+            !d.waits_for(&origin),
+            "the probe ends: nothing here may wake"
+        );
+        assert_eq!(d.release("plugin:y"), 0);
+        assert_eq!(d.release("plugin:x"), 2);
+        assert_eq!(d.release("plugin:x"), 0);
+        assert_eq!(d.start_probing().len(), 1);
+        assert!(d.holds_source("plugin:x"));
+        // Each tool's time counts from when it went dormant.
+        let first = SystemTime::UNIX_EPOCH + Duration::from_secs(1060);
+        assert_eq!(names(&d.take_expired(first)), ["A/a"]);
+        assert_eq!(d.next_deadline(), Some(first + Duration::from_secs(5)));
+        assert_eq!(names(&d.take_origin(&origin)), ["B/a"]);
+    }
+
+    #[test]
+    fn times_survive_the_store() {
+        let time = SystemTime::UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        assert_eq!(epoch_millis(time), 1_700_000_000_123);
+        assert_eq!(from_epoch_millis(epoch_millis(time)), time);
     }
 }

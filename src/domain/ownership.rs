@@ -13,8 +13,16 @@
 //! Changes made inside the process (an embedding application's messages, auto-removal, the
 //! configured MCP servers) carry no credential and are not subject to the rule: the rule is
 //! between plugins, which reach the server over HTTP.
+//!
+//! A source may also be bound before any plugin runs, by the configuration
+//! (`[[security.source]]`, [`ConfiguredSource`]): nobody can take it first, and no operator can
+//! free it at run time. A binding made at run time can be freed by the operator
+//! ([`Owners::unbind`]); the next registration with a token binds the source again. The same
+//! token proves a plugin is the owner of its source's restored tools (`domain::dormant`), and,
+//! with `plugin_tokens = "required"`, names the source of a plugin's context and progress
+//! ([`Owners::reporter`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -105,6 +113,75 @@ pub enum OwnershipError {
          X-Plugin-Token it was registered with"
     )]
     NotOwner { tag: String },
+    /// Under `plugin_tokens = "required"`, a context or a progress report whose token binds no
+    /// source: nobody could tell whose text it is.
+    #[error(
+        "the X-Plugin-Token binds no source: with [security] plugin_tokens = \"required\" this \
+         needs the token of a source a registration (or [[security.source]]) bound"
+    )]
+    UnboundToken,
+    /// A wake of a source bound to another token (or sent without one).
+    #[error(
+        "source {tag:?} is bound to another token: waking its restored tools needs the \
+         X-Plugin-Token it is bound to"
+    )]
+    NotWaker { tag: String },
+    /// A wake of a source no token binds: there is no owner to prove.
+    #[error(
+        "source {tag:?} is bound to no token: its restored tools wake when their callback \
+         answers HTTP, without a wake"
+    )]
+    Unbound { tag: String },
+}
+
+/// Why a binding could not be freed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UnbindError {
+    #[error("source {0:?} has no binding to free")]
+    NotBound(String),
+    #[error(
+        "source {0:?} is bound by the configuration ([[security.source]]): remove it there and \
+         restart to free it"
+    )]
+    Configured(String),
+}
+
+/// `[[security.source]]`: a source bound to the token in an environment variable, from start-up
+/// on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfiguredSource {
+    pub source: String,
+    /// The environment variable that holds the token (read at start-up; a missing variable or a
+    /// value that is not a token stops it).
+    pub token_env: String,
+}
+
+impl ConfiguredSource {
+    /// The hash of the token the variable holds; the error names the variable, never its value.
+    pub(crate) fn token(&self) -> Result<TokenHash, String> {
+        // Held like the server's other keys: a peer that quotes it back has it redacted.
+        let value = super::secrets::key_from_env(&self.token_env).map_err(|e| match e {
+            std::env::VarError::NotPresent => format!(
+                "environment variable {} is not set: it must hold the X-Plugin-Token of source \
+                 {:?}",
+                self.token_env, self.source
+            ),
+            std::env::VarError::NotUnicode(_) => format!(
+                "the value of environment variable {} must be visible ASCII characters only",
+                self.token_env
+            ),
+        })?;
+        TokenHash::from_header(value.as_bytes())
+            .map_err(|e| format!("the value of environment variable {} {e}", self.token_env))
+    }
+}
+
+/// One bound source as the listing shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Binding {
+    pub source: String,
+    /// Bound by `[[security.source]]` rather than by a registration.
+    pub configured: bool,
 }
 
 /// The sources bound to a token, and the policy.
@@ -112,6 +189,8 @@ pub enum OwnershipError {
 pub(crate) struct Owners {
     policy: TokenPolicy,
     bound: HashMap<String, TokenHash>,
+    /// The sources bound by the configuration: never freed, never replaced by a stored binding.
+    configured: BTreeSet<String>,
 }
 
 impl Owners {
@@ -119,7 +198,13 @@ impl Owners {
         Self {
             policy,
             bound: HashMap::new(),
+            configured: BTreeSet::new(),
         }
+    }
+
+    /// Whether `source` is bound to `token`: the one comparison every rule here makes.
+    fn holds(&self, source: &str, token: &TokenHash) -> bool {
+        self.bound.get(source) == Some(token)
     }
 
     /// Whether `who` may change the tools of every source in `touched`: each bound one needs
@@ -139,8 +224,8 @@ impl Owners {
             return Err(OwnershipError::TokenRequired);
         }
         for source in touched.into_iter().chain(binds) {
-            if let Some(owner) = self.bound.get(source)
-                && Some(owner) != token.as_ref()
+            if self.bound.contains_key(source)
+                && token.is_none_or(|token| !self.holds(source, &token))
             {
                 return Err(OwnershipError::NotOwner {
                     tag: source.to_owned(),
@@ -156,9 +241,99 @@ impl Owners {
         }
     }
 
-    /// Binds `source` to a hash read back from the store.
-    pub(crate) fn restore(&mut self, source: String, token: TokenHash) {
+    /// Binds `source` to a hash read back from the store; false (and nothing changes) when
+    /// the configuration binds it: that binding wins.
+    pub(crate) fn restore(&mut self, source: String, token: TokenHash) -> bool {
+        if self.configured.contains(&source) {
+            return false;
+        }
         self.bound.insert(source, token);
+        true
+    }
+
+    /// Binds `source` to `token` for good (`[[security.source]]`).
+    pub(crate) fn configure(&mut self, source: String, token: TokenHash) {
+        self.bound.insert(source.clone(), token);
+        self.configured.insert(source);
+    }
+
+    /// Frees the binding of `source` made at run time; its tools stay, and the next
+    /// registration with a token binds it again.
+    pub(crate) fn unbind(&mut self, source: &str) -> Result<(), UnbindError> {
+        if self.configured.contains(source) {
+            return Err(UnbindError::Configured(source.to_owned()));
+        }
+        match self.bound.remove(source) {
+            Some(_) => Ok(()),
+            None => Err(UnbindError::NotBound(source.to_owned())),
+        }
+    }
+
+    /// Whether `who` may wake the restored tools of `source`: it carries the token `source` is
+    /// bound to.
+    pub(crate) fn may_wake(
+        &self,
+        who: Option<TokenHash>,
+        source: &str,
+    ) -> Result<(), OwnershipError> {
+        let tag = source.to_owned();
+        if !self.bound.contains_key(source) {
+            return Err(OwnershipError::Unbound { tag });
+        }
+        match who {
+            Some(token) if self.holds(source, &token) => Ok(()),
+            _ => Err(OwnershipError::NotWaker { tag }),
+        }
+    }
+
+    /// Of `sources`, those bound to `who`'s token: a change carrying it proves their owner.
+    pub(crate) fn owned_by(&self, who: Credential, sources: &[&str]) -> Vec<String> {
+        let Credential::Plugin(Some(token)) = who else {
+            return Vec::new();
+        };
+        sources
+            .iter()
+            .filter(|s| self.holds(s, &token))
+            .map(|s| (*s).to_owned())
+            .collect()
+    }
+
+    /// Who reports a context or a progress: the source `who`'s token binds (the first by name
+    /// when it binds several), if any. Under `plugin_tokens = "required"` a token is needed
+    /// (else [`OwnershipError::TokenRequired`]) and it must bind a source (else
+    /// [`OwnershipError::UnboundToken`]).
+    pub(crate) fn reporter(&self, who: Credential) -> Result<Option<String>, OwnershipError> {
+        let Credential::Plugin(token) = who else {
+            return Ok(None);
+        };
+        let required = self.policy == TokenPolicy::Required;
+        let Some(token) = token else {
+            return match required {
+                true => Err(OwnershipError::TokenRequired),
+                false => Ok(None),
+            };
+        };
+        let source = self
+            .bound
+            .keys()
+            .filter(|s| self.holds(s, &token))
+            .min()
+            .cloned();
+        match source {
+            None if required => Err(OwnershipError::UnboundToken),
+            source => Ok(source),
+        }
+    }
+
+    /// Every bound source, and whether the configuration bound it.
+    pub(crate) fn bindings(&self) -> Vec<Binding> {
+        self.bound
+            .keys()
+            .map(|source| Binding {
+                source: source.clone(),
+                configured: self.configured.contains(source),
+            })
+            .collect()
     }
 
     /// The token hash `source` is bound to, if it is: the credential of an MCP server restored
@@ -168,7 +343,6 @@ impl Owners {
     }
 
     /// Whether `source` is bound to a token.
-    #[cfg(test)]
     pub(crate) fn is_bound(&self, source: &str) -> bool {
         self.bound.contains_key(source)
     }
@@ -264,6 +438,95 @@ mod tests {
             owners.authorize(Credential::InProcess, ["plugin:a"], None),
             Ok(None)
         );
+    }
+
+    #[test]
+    fn a_configured_binding_stays_and_a_run_time_one_is_freed() {
+        let hash = |text: &str| TokenHash::from_header(text.as_bytes()).unwrap();
+        let mut owners = Owners::default();
+        owners.configure("plugin:notes".into(), hash(A));
+        assert!(
+            !owners.restore("plugin:notes".into(), hash(B)),
+            "the configuration wins"
+        );
+        assert_eq!(
+            owners.authorize(token(B), [], Some("plugin:notes")),
+            Err(OwnershipError::NotOwner {
+                tag: "plugin:notes".into()
+            })
+        );
+        owners.authorize(token(B), [], Some("plugin:b")).unwrap();
+        let mut bindings = owners.bindings();
+        bindings.sort_by(|x, y| x.source.cmp(&y.source));
+        assert_eq!(
+            bindings,
+            [
+                Binding {
+                    source: "plugin:b".into(),
+                    configured: false
+                },
+                Binding {
+                    source: "plugin:notes".into(),
+                    configured: true
+                }
+            ]
+        );
+        assert_eq!(
+            owners.unbind("plugin:notes"),
+            Err(UnbindError::Configured("plugin:notes".into()))
+        );
+        assert_eq!(owners.unbind("plugin:b"), Ok(()));
+        assert_eq!(
+            owners.unbind("plugin:b"),
+            Err(UnbindError::NotBound("plugin:b".into()))
+        );
+        // Free again: the next tokened registration binds it.
+        assert!(
+            owners
+                .authorize(token(A), [], Some("plugin:b"))
+                .unwrap()
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn only_the_owner_wakes_and_its_token_names_its_source() {
+        let hash = |text: &str| TokenHash::from_header(text.as_bytes()).unwrap();
+        let mut owners = Owners::new(TokenPolicy::Required);
+        owners.restore("plugin:z".into(), hash(A));
+        owners.restore("plugin:a".into(), hash(A));
+        let refused = OwnershipError::NotWaker {
+            tag: "plugin:a".into(),
+        };
+        assert_eq!(owners.may_wake(None, "plugin:a"), Err(refused.clone()));
+        assert_eq!(owners.may_wake(Some(hash(B)), "plugin:a"), Err(refused));
+        assert_eq!(owners.may_wake(Some(hash(A)), "plugin:a"), Ok(()));
+        assert_eq!(
+            owners.may_wake(Some(hash(A)), "plugin:free"),
+            Err(OwnershipError::Unbound {
+                tag: "plugin:free".into()
+            })
+        );
+        assert_eq!(
+            owners.owned_by(token(A), &["plugin:a", "plugin:free", "plugin:z"]),
+            ["plugin:a", "plugin:z"]
+        );
+        assert!(
+            owners
+                .owned_by(Credential::InProcess, &["plugin:a"])
+                .is_empty()
+        );
+        // The first of its sources by name; a token of no source, or none, is refused.
+        assert_eq!(owners.reporter(token(A)), Ok(Some("plugin:a".into())));
+        assert_eq!(owners.reporter(token(B)), Err(OwnershipError::UnboundToken));
+        assert_eq!(
+            owners.reporter(Credential::Plugin(None)),
+            Err(OwnershipError::TokenRequired)
+        );
+        assert_eq!(owners.reporter(Credential::InProcess), Ok(None));
+        let optional = Owners::default();
+        assert_eq!(optional.reporter(token(B)), Ok(None));
+        assert_eq!(optional.reporter(Credential::Plugin(None)), Ok(None));
     }
 
     #[test]

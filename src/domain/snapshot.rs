@@ -14,6 +14,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 
 use super::registry::{Change, Effect, ToolRegistry};
+use super::search::Hit;
 use super::tool::SharedTool;
 
 /// A character's tools after every change up to number `applied`.
@@ -31,6 +32,13 @@ impl ToolSnapshot {
     /// The tools in registration order.
     pub fn tools(&self) -> impl ExactSizeIterator<Item = &SharedTool> {
         self.registry.tools()
+    }
+
+    /// The `limit` tools of this snapshot that best match `text`, best first (equal scores by
+    /// name, ascending); only tools that share a term with it. Reads the index the registry
+    /// keeps: no lock, no message, nothing rebuilt.
+    pub fn search(&self, text: &str, limit: usize) -> Vec<Hit<'_, SharedTool>> {
+        self.registry.search(text, limit)
     }
 
     /// The number of the last change this snapshot includes (0: none yet).

@@ -16,6 +16,7 @@ use super::arguments::Parameters;
 use super::call::LocalToolHandler;
 use super::callback_url::{CallbackOrigin, CallbackUrl};
 use super::limits::CallLimits;
+use super::search::ToolTerms;
 
 /// `source` of a registration that names none.
 pub(crate) const DEFAULT_SOURCE: &str = "external";
@@ -27,6 +28,9 @@ pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// on a call is bounded by it: a registration's and an MCP server's timeout, an in-process tool's
 /// run, the grace a stopping server gives running calls.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// `source` of the server's own tools (`find_tools`).
+pub(crate) const BUILT_IN_SOURCE: &str = "built-in";
 
 /// Sources with this prefix are plugins whose dead callback origins are removed automatically.
 pub(crate) const PLUGIN_SOURCE_PREFIX: &str = "plugin:";
@@ -55,6 +59,9 @@ pub struct ToolSpec {
     /// Its definition as chat requests send it, written once on first use: every round of
     /// every request sends the same text.
     wire: WireForms,
+    /// What search finds it by, worked out on first use (when a registry first indexes it) and
+    /// shared by every character's index.
+    search: OnceLock<Arc<ToolTerms>>,
 }
 
 /// A tool's definition serialised in the chat wire formats' shapes ([`NestedTool`],
@@ -109,6 +116,17 @@ pub enum ToolHandler {
     Remote(RemoteEndpoint),
     /// An actor of an in-process plugin.
     Local(LocalToolHandler),
+    /// A tool of the server's own, answered by whoever offered it to the model, never by a
+    /// callback ([`BuiltIn`]).
+    BuiltIn(BuiltIn),
+}
+
+/// The server's own tools.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuiltIn {
+    /// `find_tools` (`domain::budget`): the character's tools searched, the ones found added to
+    /// the caller's session.
+    FindTools,
 }
 
 /// Where and how long to call a remote tool.
@@ -142,6 +160,7 @@ impl ToolSpec {
             limits: CallLimits::default(),
             generation: next_generation(),
             wire: WireForms::default(),
+            search: OnceLock::new(),
         }
     }
 
@@ -184,6 +203,29 @@ impl ToolSpec {
             limits: CallLimits::default(),
             generation: next_generation(),
             wire: WireForms::default(),
+            search: OnceLock::new(),
+        }
+    }
+
+    /// One of the server's own tools (`domain::budget::find_tools`): no registration, no
+    /// callback; its calls are answered by whoever offered it.
+    pub(crate) fn built_in(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Parameters,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+            source: BUILT_IN_SOURCE.to_owned(),
+            handler: ToolHandler::BuiltIn(BuiltIn::FindTools),
+            behavior: Behavior::Blocking,
+            approval: Approval::default(),
+            limits: CallLimits::default(),
+            generation: next_generation(),
+            wire: WireForms::default(),
+            search: OnceLock::new(),
         }
     }
 
@@ -191,11 +233,16 @@ impl ToolSpec {
         matches!(self.handler, ToolHandler::Remote(_))
     }
 
+    /// Whether this is one of the server's own tools.
+    pub fn is_built_in(&self) -> bool {
+        matches!(self.handler, ToolHandler::BuiltIn(_))
+    }
+
     /// The callback URL exactly as registered, for remote tools.
     pub fn callback_url(&self) -> Option<&str> {
         match &self.handler {
             ToolHandler::Remote(r) => Some(r.callback_url.as_written()),
-            ToolHandler::Local(_) => None,
+            ToolHandler::Local(_) | ToolHandler::BuiltIn(_) => None,
         }
     }
 
@@ -206,13 +253,14 @@ impl ToolSpec {
         match &self.handler {
             ToolHandler::Remote(r) => Some(r.timeout),
             ToolHandler::Local(handler) => handler.0.timeout(),
+            ToolHandler::BuiltIn(_) => None,
         }
     }
 
     pub fn callback_origin(&self) -> Option<&CallbackOrigin> {
         match &self.handler {
             ToolHandler::Remote(r) => Some(r.callback_url.origin()),
-            ToolHandler::Local(_) => None,
+            ToolHandler::Local(_) | ToolHandler::BuiltIn(_) => None,
         }
     }
 
@@ -224,7 +272,7 @@ impl ToolSpec {
             ToolHandler::Local(own) => {
                 std::ptr::addr_eq(Arc::as_ptr(&own.0), Arc::as_ptr(&handler.0))
             }
-            ToolHandler::Remote(_) => false,
+            ToolHandler::Remote(_) | ToolHandler::BuiltIn(_) => false,
         }
     }
 
@@ -240,6 +288,36 @@ impl ToolSpec {
         self.wire
             .flat_loose
             .get_or_init(|| raw_json(&FlatTool::loose(self)))
+    }
+
+    /// The terms search finds this tool by. Worked out once: a `ToolSpec` is not changed once
+    /// it is shared.
+    pub(crate) fn search_terms(&self) -> &Arc<ToolTerms> {
+        self.search.get_or_init(|| {
+            Arc::new(ToolTerms::new(
+                &self.name,
+                &self.description,
+                self.parameters.schema(),
+                &self.source,
+            ))
+        })
+    }
+
+    /// Whether `other` has the same definition as far as search and the model can tell: name,
+    /// description, parameters and source.
+    pub(crate) fn same_definition(&self, other: &ToolSpec) -> bool {
+        self.name == other.name
+            && self.description == other.description
+            && self.source == other.source
+            && self.parameters.same_schema(&other.parameters)
+    }
+
+    /// Takes the search terms `other` has worked out, if this tool has none yet (`other` has the
+    /// same definition: [`ToolSpec::same_definition`]).
+    pub(crate) fn adopt_search_terms(&self, other: &ToolSpec) {
+        if let Some(terms) = other.search.get() {
+            let _ = self.search.set(terms.clone());
+        }
     }
 
     /// Whether this is a remote tool of `source` whose callback lives at `origin`.

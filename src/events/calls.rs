@@ -16,6 +16,7 @@ use super::{EventHub, EventKind, Scope};
 use crate::domain::call::{Outcome, ToolResult};
 pub use crate::domain::connection::Caller;
 use crate::domain::connection::ConnectionKind;
+use crate::domain::peer_id;
 use crate::domain::tool::Behavior;
 use crate::observe::CallIdentity;
 use crate::observe::recent::RecentCall;
@@ -78,11 +79,14 @@ impl CallWatch {
     /// `call` starts now, in the trace of `parent` (a new trace without one): the span of a
     /// session's turn, of a chat request, or the `traceparent` an invoke came with.
     pub fn start(hub: &EventHub, call: CallStart<'_>, parent: Option<&SpanContext>) -> Self {
+        // What a call's records keep is bounded by bytes, whoever made it: a model's invented
+        // name, a long id an embedding application passes, a registration's long source are
+        // cut and marked (`domain::peer_id`).
         let identity = CallIdentity {
             role: call.role.into(),
-            tool: call.tool.into(),
-            source: call.source.map(Into::into),
-            call_id: call.call_id.into(),
+            tool: peer_id::name(call.tool).into(),
+            source: call.source.map(|s| peer_id::name(s).into()),
+            call_id: peer_id::call_id(call.call_id).into(),
             caller: call.caller,
             kind: call.kind,
         };

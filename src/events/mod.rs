@@ -28,16 +28,25 @@ use sse_stream::Sse;
 use tokio::sync::mpsc;
 
 pub use self::calls::{CallStart, CallWatch, Caller, ToolCallFinished};
+#[allow(unused_imports)] // Found: the sessions answering find_tools, coming
+pub(crate) use self::search::{Found, SearchKind, ToolSearched};
 use crate::domain::call::Scheduling;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::role::RoleName;
 use crate::observe::Observer;
 
 mod calls;
+mod search;
 
 /// Events kept for `Last-Event-ID` resumption: enough for a client that reconnects within a
-/// busy minute, small enough (a few hundred bytes each) to never matter for memory.
+/// busy minute.
 pub const RING_CAPACITY: usize = 1024;
+
+/// Bytes the kept events may take, each counted at twice its data (the data, and the SSE frame
+/// built from it once it is sent) and its record. Most events are a few hundred bytes, so the
+/// count bounds the ring; an event that carries much (`approval.requested` holds the call's
+/// arguments) makes the oldest go sooner, and one larger than this is kept alone.
+pub const RING_MAX_BYTES: usize = 4 * 1024 * 1024;
 
 /// Events a subscriber may have waiting before it is dropped, the replay of a resumed stream
 /// included (a resume that missed more gets a `reset`). A reader that keeps up never holds more
@@ -92,10 +101,14 @@ pub enum EventKind {
     ToolResult,
     /// A plugin reported a running call's progress.
     ToolProgress,
+    /// A plugin added text to the live conversations (`POST /api/sessions/context`).
+    ContextAdded,
     /// A call waits for a person's approval.
     ApprovalRequested,
     /// A pending approval ended: approved, denied, expired or cancelled.
     ApprovalResolved,
+    /// A search of a character's tools was made.
+    ToolSearch,
 }
 
 impl EventKind {
@@ -110,8 +123,10 @@ impl EventKind {
             EventKind::McpState => "mcp.state",
             EventKind::ToolResult => "tool.result",
             EventKind::ToolProgress => "tool.progress",
+            EventKind::ContextAdded => "context.added",
             EventKind::ApprovalRequested => "approval.requested",
             EventKind::ApprovalResolved => "approval.resolved",
+            EventKind::ToolSearch => "tool.search",
         }
     }
 }
@@ -148,6 +163,13 @@ pub struct Event {
 }
 
 impl Event {
+    /// The bytes it holds in the ring: its record, its data and (once sent) its frame, which
+    /// repeats the data with a few dozen bytes of framing.
+    fn held_bytes(&self) -> usize {
+        const FRAMING: usize = 64;
+        std::mem::size_of::<Self>() + 2 * self.data.len() + FRAMING
+    }
+
     fn new(id: u64, kind: EventKind, scope: Scope, data: String) -> Self {
         Self {
             id,
@@ -266,6 +288,21 @@ pub struct ToolProgress<'a> {
     pub delivered: bool,
 }
 
+/// The data of `context.added`: a plugin's text for the conversations, and whose it is; `F` is
+/// the failed-role entry of the report.
+#[derive(Debug, Serialize)]
+pub struct ContextAdded<'a, F> {
+    /// The source the plugin's token binds (`null` for a plugin without one).
+    pub source: Option<&'a str>,
+    /// The character asked for (`null`: every character with a live session).
+    pub role: Option<&'a str>,
+    pub text: &'a str,
+    /// The model was asked to answer it.
+    pub respond: bool,
+    pub affected_roles: &'a [RoleName],
+    pub failed_roles: &'a [F],
+}
+
 #[derive(Debug, Serialize)]
 struct Hello<'a> {
     instance_id: &'a str,
@@ -305,6 +342,9 @@ struct State {
     /// The id of the last event published (0 before the first).
     newest: u64,
     ring: VecDeque<Arc<Event>>,
+    /// What the ring's events hold ([`Event::held_bytes`]), at most [`RING_MAX_BYTES`] but for
+    /// the newest event alone.
+    ring_bytes: usize,
     subscribers: Vec<Subscriber>,
 }
 
@@ -345,6 +385,7 @@ impl EventHub {
                     closed: false,
                     newest: 0,
                     ring: VecDeque::with_capacity(RING_CAPACITY),
+                    ring_bytes: 0,
                     subscribers: Vec::new(),
                 }),
                 observer,
@@ -383,9 +424,16 @@ impl EventHub {
         let mut state = self.state();
         let event = Arc::new(Event::new(state.newest + 1, kind, scope, data));
         state.newest = event.id;
-        if state.ring.len() == RING_CAPACITY {
-            state.ring.pop_front();
+        let cost = event.held_bytes();
+        while state.ring.len() >= RING_CAPACITY
+            || (!state.ring.is_empty() && state.ring_bytes + cost > RING_MAX_BYTES)
+        {
+            let Some(oldest) = state.ring.pop_front() else {
+                break;
+            };
+            state.ring_bytes -= oldest.held_bytes();
         }
+        state.ring_bytes += cost;
         state.ring.push_back(event.clone());
         state.subscribers.retain(|s| {
             if !event.scope.concerns(s.role.as_deref()) {
@@ -460,6 +508,13 @@ impl EventHub {
             Scope::Roles(vec![progress.role.into()]),
             progress,
         );
+    }
+
+    /// `context.added` of a plugin's text, for the roles it reached or failed.
+    pub fn context_added<F: Serialize>(&self, context: &ContextAdded<'_, F>, failed: &[&str]) {
+        let mut roles = context.affected_roles.to_vec();
+        roles.extend(failed.iter().map(|r| RoleName::from(*r)));
+        self.publish(EventKind::ContextAdded, Scope::Roles(roles), context);
     }
 
     /// Subscribes to the events `role` concerns (every event for `None`), resuming after
@@ -789,6 +844,34 @@ mod tests {
                 json!({"last_event_id": lost, "oldest_event_id": 11, "newest_event_id": newest})
             );
         }
+    }
+
+    #[test]
+    fn the_ring_is_bounded_by_bytes_and_keeps_the_newest_event_whatever_its_size() {
+        let hub = hub(RING_CAPACITY);
+        let big = "b".repeat(64 * 1024);
+        for _ in 0..RING_CAPACITY {
+            publish_call(&hub, "A", &big);
+        }
+        let state = hub.state();
+        let cost = state.ring.back().unwrap().held_bytes();
+        assert!(cost > 2 * big.len(), "{cost}");
+        assert_eq!(state.ring.len(), RING_MAX_BYTES / cost);
+        assert!(state.ring_bytes <= RING_MAX_BYTES);
+        assert_eq!(
+            state.ring_bytes,
+            state.ring.iter().map(|e| e.held_bytes()).sum::<usize>()
+        );
+        drop(state);
+        // An event past the bound alone replaces them all, and can still be resumed from before.
+        let before = hub.state().newest;
+        publish_call(&hub, "A", &"h".repeat(RING_MAX_BYTES));
+        assert_eq!(hub.state().ring.len(), 1);
+        let mut resumed = hub.subscribe(None, Some(&before.to_string()));
+        assert_eq!(received(&mut resumed), [before + 1]);
+        // Small events again: the huge one goes as soon as they need its room.
+        publish_call(&hub, "A", "c");
+        assert_eq!(hub.state().ring.len(), 1);
     }
 
     #[test]

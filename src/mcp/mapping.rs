@@ -65,6 +65,8 @@ pub(crate) fn definition(tool: &Tool) -> Result<Definition, Skipped> {
         ))
     } else if name.chars().any(char::is_control) {
         Some("the name contains control characters".to_owned())
+    } else if crate::domain::budget::is_reserved_name(&name) {
+        Some("the name is the server's own tool's (find_tools)".to_owned())
     } else {
         None
     };

@@ -263,6 +263,7 @@ fn call_result(body: &str) -> CallToolResult {
     };
     let result = ToolResult {
         call_id: invoked.call_id,
+        model_call_id: None,
         name: invoked.name,
         output: invoked.output.unwrap_or_else(|| RawValue::NULL.to_owned()),
         is_error: invoked.is_error,
@@ -298,6 +299,7 @@ fn call_result(body: &str) -> CallToolResult {
 fn error_result(name: &str, error: String) -> CallToolResult {
     let result = ToolResult {
         call_id: String::new(),
+        model_call_id: None,
         name: name.to_owned(),
         output: RawValue::NULL.to_owned(),
         is_error: true,

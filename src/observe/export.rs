@@ -13,13 +13,13 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use opentelemetry::Context;
-use opentelemetry_http::{HttpClient, HttpError, Request, Response};
+use opentelemetry_http::{HttpClient, HttpError, Request, Response, ResponseBodyTooLarge};
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::error::OTelSdkResult;
@@ -33,6 +33,13 @@ use super::trace::{DEFAULT_SERVICE_NAME, TraceSettings};
 
 /// Longest wait for the collector's TCP connection; the export's own timeout bounds the rest.
 const COLLECTOR_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Most of a collector's answer read, in bytes. An OTLP answer is an
+/// `ExportTraceServiceResponse` (empty, or a count and a message of rejected spans) or an error
+/// `Status`: tens of bytes. Whatever answers past this is not a collector (or not one to
+/// believe): the export fails (`export_failed`) and the connection is closed unread, so an
+/// endless answer costs nothing but this.
+pub(crate) const MAX_COLLECTOR_ANSWER_BYTES: usize = 64 * 1024;
 
 /// The counters the pipeline keeps (registered in the server's metrics).
 #[derive(Clone, Debug)]
@@ -215,7 +222,18 @@ impl HttpClient for Hyper {
         let exchange = async {
             let response = self.client.request(request).await?;
             let (parts, body) = response.into_parts();
-            let body = body.collect().await?.to_bytes();
+            // Read only as far as the bound: past it, dropping the body closes the connection.
+            let body = Limited::new(body, MAX_COLLECTOR_ANSWER_BYTES)
+                .collect()
+                .await
+                .map_err(|e| -> HttpError {
+                    if e.is::<LengthLimitError>() {
+                        Box::new(ResponseBodyTooLarge::new())
+                    } else {
+                        e
+                    }
+                })?
+                .to_bytes();
             Ok::<_, HttpError>(Response::from_parts(parts, body))
         };
         let runtime = self
@@ -229,7 +247,14 @@ impl HttpClient for Hyper {
             .map_err(|e| HttpError::from(format!("the span exporter's runtime: {e}")))?;
         // The batch processor's thread is no runtime's: this blocks it, and only it.
         runtime
-            .block_on(async { tokio::time::timeout(self.timeout, exchange).await })
+            .block_on(async {
+                let answer = tokio::time::timeout(self.timeout, exchange).await;
+                // The connection's own task runs only while this runtime is driven: it gets its
+                // turn now, so one whose answer was left unread closes at once rather than when
+                // the next export comes.
+                tokio::task::yield_now().await;
+                answer
+            })
             .map_err(|_| HttpError::from("the collector did not answer in time"))?
     }
 }

@@ -3,11 +3,13 @@
 //! `GET /metrics` answers, with the gauges read at scrape time from the caller.
 //!
 //! Label values come from bounded sets: characters (the configuration's), callers, kinds and
-//! outcomes (the code's), and tool names capped at [`MAX_TOOL_LABELS`] distinct values. No id —
-//! a call's, a session's — is ever a label.
+//! outcomes (the code's), and tool names capped at [`MAX_TOOL_LABELS`] distinct values at a
+//! time: once the cap is reached, the names of tools no character has any more give their
+//! places (and their series) up to new ones. No id — a call's, a session's — is ever a label.
 
-use std::collections::HashSet;
-use std::sync::{Mutex, PoisonError};
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use prometheus::{
@@ -17,14 +19,47 @@ use prometheus::{
 
 use crate::domain::connection::ConnectionKind;
 
-/// Distinct `tool` label values kept; later names are counted as `tool="other"`. Far above the
-/// tools a deployment registers, low enough that a plugin registering names in a loop cannot
-/// grow the exposition (and a scraper's memory) without bound.
+/// Distinct `tool` label values at a time; past them, the name of a tool no character has any
+/// more gives its place up, and calls of a tool that finds none are counted under
+/// [`OTHER_TOOL`]. Far above the tools a deployment registers, low enough that a plugin
+/// registering names in a loop cannot grow the exposition (and a scraper's memory) without
+/// bound.
 pub const MAX_TOOL_LABELS: usize = 500;
 
 /// The `tool` label of calls past [`MAX_TOOL_LABELS`], and of calls of a name the character has
-/// no tool of (a name a model invents is never a label).
-pub(crate) const OTHER_TOOL: &str = "other";
+/// no tool of (a name a model invents is never a label): empty, which no tool's name can be (a
+/// name is 1 to 64 characters), and which Prometheus reads as no `tool` label at all.
+pub(crate) const OTHER_TOOL: &str = "";
+
+/// Which tool names some character has now: what tells the metrics a labelled name is gone.
+pub(crate) trait ToolRoster: Send + Sync {
+    /// Whether some character has a tool of this name.
+    fn has_tool(&self, name: &str) -> bool;
+    /// A number that changes whenever the characters' tools may have changed: the roster is
+    /// asked again only then.
+    fn version(&self) -> u64;
+}
+
+/// The tool names that have a label of their own, each with the series it labels (to remove
+/// them when it gives its place up), and the roster's version when they were last checked.
+#[derive(Default)]
+struct ToolLabels {
+    /// Each name's series by a hash of their other labels: a call finds its series without
+    /// copying a label. (Two series of one name with the same hash would leave the second in the
+    /// exposition when the name gives its place up: one in 2^64.)
+    names: HashMap<String, HashMap<u64, Series>>,
+    checked: Option<u64>,
+    hasher: foldhash::fast::RandomState,
+}
+
+/// The other labels of one tool's series of calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Series {
+    character: String,
+    caller: String,
+    kind: &'static str,
+    outcome: String,
+}
 
 /// The call-duration buckets, in seconds: 1 ms (an in-process tool) to 300 s (the longest a
 /// tool may take), about three to a decade.
@@ -84,8 +119,13 @@ pub(crate) struct Metrics {
     upstream_errors: IntCounterVec,
     pub(crate) spans_exported: IntCounter,
     pub(crate) spans_dropped: IntCounterVec,
-    /// The tool names that have a label of their own.
-    tool_labels: Mutex<HashSet<String>>,
+    searches: IntCounterVec,
+    revealed: IntCounterVec,
+    /// The tool names that have a label of their own. Held while a call is counted, so a name
+    /// that gives its place up never has a series counted after its series were removed.
+    tool_labels: Mutex<ToolLabels>,
+    /// What says a labelled name's tool is gone (none: names keep their labels).
+    roster: OnceLock<Arc<dyn ToolRoster>>,
 }
 
 /// Registers `metric` with `registry` and returns it. Registration fails only for a name
@@ -199,6 +239,19 @@ impl Default for Metrics {
              export_failed (the collector refused or could not be reached).",
             &["reason"],
         );
+        let searches = counter(
+            &r,
+            "runtime_tools_tool_searches_total",
+            "Searches of a character's tools, by who searched (api: GET /api/tools/search; \
+             a session's kind or mcp: a model's find_tools).",
+            &["kind"],
+        );
+        let revealed = counter(
+            &r,
+            "runtime_tools_tools_revealed_total",
+            "Tools a model's find_tools returned to its session, by the session's kind.",
+            &["kind"],
+        );
         Self {
             registry: r,
             calls,
@@ -212,35 +265,107 @@ impl Default for Metrics {
             upstream_errors,
             spans_exported,
             spans_dropped,
-            tool_labels: Mutex::new(HashSet::new()),
+            searches,
+            revealed,
+            tool_labels: Mutex::default(),
+            roster: OnceLock::new(),
         }
     }
 }
 
 impl Metrics {
-    /// The `tool` label of `tool`: its name while fewer than [`MAX_TOOL_LABELS`] names have one.
-    fn tool_label<'a>(&self, tool: Option<&'a str>) -> &'a str {
+    /// Tells the metrics which tool names some character has: from then on, names of tools that
+    /// are gone give their labels up to new ones. Set once; later calls do nothing.
+    pub(crate) fn watch_tools(&self, roster: Arc<dyn ToolRoster>) {
+        let _ = self.roster.set(roster);
+    }
+
+    /// The `tool` label of `tool`: its name while it has a place among the
+    /// [`MAX_TOOL_LABELS`], else [`OTHER_TOOL`].
+    fn tool_label<'a>(&self, labels: &mut ToolLabels, tool: Option<&'a str>) -> &'a str {
         let Some(tool) = tool else {
             return OTHER_TOOL;
         };
-        let mut labels = self
-            .tool_labels
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        if labels.contains(tool) {
+        if labels.names.contains_key(tool) {
             return tool;
         }
-        if labels.len() < MAX_TOOL_LABELS {
-            labels.insert(tool.to_owned());
+        if labels.names.len() >= MAX_TOOL_LABELS {
+            self.release_gone(labels);
+        }
+        if labels.names.len() < MAX_TOOL_LABELS {
+            labels.names.insert(tool.to_owned(), HashMap::new());
             return tool;
         }
         OTHER_TOOL
     }
 
+    /// Takes the labels (and removes the series) of names no character has a tool of any more,
+    /// when the roster changed since it was last asked.
+    fn release_gone(&self, labels: &mut ToolLabels) {
+        let Some(roster) = self.roster.get() else {
+            return;
+        };
+        let version = roster.version();
+        if labels.checked == Some(version) {
+            return;
+        }
+        labels.checked = Some(version);
+        let gone: Vec<String> = labels
+            .names
+            .keys()
+            .filter(|name| !roster.has_tool(name))
+            .cloned()
+            .collect();
+        for name in gone {
+            for series in labels.names.remove(&name).unwrap_or_default().into_values() {
+                let Series {
+                    character,
+                    caller,
+                    kind,
+                    outcome,
+                } = &series;
+                let _ = self.calls.remove_label_values(&[
+                    character.as_str(),
+                    name.as_str(),
+                    caller.as_str(),
+                    kind,
+                    outcome.as_str(),
+                ]);
+                let _ = self.call_seconds.remove_label_values(&[
+                    character.as_str(),
+                    name.as_str(),
+                    caller.as_str(),
+                    kind,
+                ]);
+                let _ = self.wait_seconds.remove_label_values(&[
+                    character.as_str(),
+                    name.as_str(),
+                    caller.as_str(),
+                    kind,
+                ]);
+            }
+        }
+    }
+
     /// Counts one finished call and its duration.
     pub(crate) fn call(&self, sample: &CallSample<'_>) {
-        let tool = self.tool_label(sample.tool);
+        let mut labels = self
+            .tool_labels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let tool = self.tool_label(&mut labels, sample.tool);
         let kind = sample.kind.map_or(NO_KIND, ConnectionKind::name);
+        let key = labels
+            .hasher
+            .hash_one((sample.character, sample.caller, kind, sample.outcome));
+        if let Some(series) = labels.names.get_mut(tool) {
+            series.entry(key).or_insert_with(|| Series {
+                character: sample.character.to_owned(),
+                caller: sample.caller.to_owned(),
+                kind,
+                outcome: sample.outcome.to_owned(),
+            });
+        }
         self.calls
             .with_label_values(&[sample.character, tool, sample.caller, kind, sample.outcome])
             .inc();
@@ -258,11 +383,29 @@ impl Metrics {
         kind: Option<ConnectionKind>,
         waited: Duration,
     ) {
-        let tool = self.tool_label(Some(tool));
+        let mut labels = self
+            .tool_labels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // No series of its own to note: every call that waited is counted by `call` under the
+        // same labels when it ends, and that series's release takes this one too.
+        let tool = self.tool_label(&mut labels, Some(tool));
         let kind = kind.map_or(NO_KIND, ConnectionKind::name);
         self.wait_seconds
             .with_label_values(&[character, tool, caller, kind])
             .observe(waited.as_secs_f64());
+    }
+
+    /// One search of a character's tools, by `kind` (`api`, or a session's kind).
+    pub(crate) fn tool_searched(&self, kind: &str) {
+        self.searches.with_label_values(&[kind]).inc();
+    }
+
+    /// `count` tools a model's `find_tools` returned to a session of `kind`.
+    pub(crate) fn tools_revealed(&self, kind: &str, count: usize) {
+        self.revealed
+            .with_label_values(&[kind])
+            .inc_by(u64::try_from(count).unwrap_or(u64::MAX));
     }
 
     /// A live session of `kind` acknowledged a tool change after `took`.
@@ -374,7 +517,7 @@ mod tests {
     }
 
     #[test]
-    fn the_tool_label_is_capped_and_unknown_names_are_other() {
+    fn the_tool_label_is_capped_and_unknown_names_have_none() {
         let metrics = Metrics::default();
         for i in 0..MAX_TOOL_LABELS + 5 {
             metrics.call(&sample(Some(&format!("t{i}")), "ok"));
@@ -384,8 +527,61 @@ mod tests {
         assert!(text.contains(r#"tool="t499""#));
         assert!(!text.contains(r#"tool="t500""#));
         assert!(text.contains(
-            r#"runtime_tools_tool_calls_total{caller="invoke",character="Lanlan",kind="",outcome="ok",tool="other"} 5"#
+            r#"runtime_tools_tool_calls_total{caller="invoke",character="Lanlan",kind="",outcome="ok",tool=""} 5"#
         ));
-        assert!(text.contains(r#"outcome="unknown_tool",tool="other"} 1"#));
+        assert!(text.contains(r#"outcome="unknown_tool",tool=""} 1"#));
+    }
+
+    /// A roster of the names in it, its version counting its changes.
+    #[derive(Default)]
+    struct Names(Mutex<(std::collections::HashSet<String>, u64)>);
+
+    impl Names {
+        fn set(&self, names: impl IntoIterator<Item = String>) {
+            let mut held = self.0.lock().unwrap();
+            held.0 = names.into_iter().collect();
+            held.1 += 1;
+        }
+    }
+
+    impl ToolRoster for Names {
+        fn has_tool(&self, name: &str) -> bool {
+            self.0.lock().unwrap().0.contains(name)
+        }
+
+        fn version(&self) -> u64 {
+            self.0.lock().unwrap().1
+        }
+    }
+
+    #[test]
+    fn the_labels_of_tools_that_are_gone_go_to_new_ones_with_their_series() {
+        let metrics = Metrics::default();
+        let roster = Arc::new(Names::default());
+        metrics.watch_tools(roster.clone());
+        let live = |from: usize| (from..from + MAX_TOOL_LABELS).map(|i| format!("t{i}"));
+        roster.set(live(0));
+        for name in live(0) {
+            metrics.call(&sample(Some(&name), "ok"));
+        }
+        // Every place is taken by a tool that is there: a new one has none.
+        roster.set(live(0).chain(["new".to_owned()]));
+        metrics.call(&sample(Some("new"), "ok"));
+        let text = metrics.render(&Snapshot::default());
+        assert!(!text.contains(r#"tool="new""#), "{text}");
+        assert!(text.contains(r#"outcome="ok",tool=""} 1"#), "{text}");
+        // The first 500 go, 500 others come: each has its label, the old series are gone.
+        roster.set(live(MAX_TOOL_LABELS).chain(["new".to_owned()]));
+        for name in live(MAX_TOOL_LABELS) {
+            metrics.call(&sample(Some(&name), "tool_error"));
+        }
+        let text = metrics.render(&Snapshot::default());
+        assert!(text.contains(r#"outcome="tool_error",tool="t999"} 1"#));
+        assert!(!text.contains(r#"tool="t0""#), "{text}");
+        assert_eq!(text.matches("runtime_tools_tool_calls_total{").count(), 501);
+        assert_eq!(
+            metrics.tool_labels.lock().unwrap().names.len(),
+            MAX_TOOL_LABELS
+        );
     }
 }

@@ -197,7 +197,11 @@ impl Observer {
                 vec![
                     KeyValue::new("runtime_tools.character", character.to_owned()),
                     KeyValue::new("runtime_tools.kind", kind.name()),
-                    KeyValue::new("runtime_tools.turn_id", turn.to_owned()),
+                    // The model names its turns: kept within the bound of ids it invents.
+                    KeyValue::new(
+                        "runtime_tools.turn_id",
+                        crate::domain::peer_id::call_id(turn).into_owned(),
+                    ),
                 ]
             },
         )

@@ -195,12 +195,15 @@ impl Span {
 }
 
 /// The W3C trace context of an incoming request's headers (`traceparent`, `tracestate`), when
-/// it holds a valid one. `header` reads one header by its lower-case name.
+/// it holds a valid one. `header` reads one header by its lower-case name: an HTTP header, or a
+/// field of an MCP request's `_meta`, which are read alike — a value that is not visible ASCII
+/// (what `HeaderValue::to_str` gives) is taken as absent, so a `tracestate` that no header could
+/// carry is ignored, as it would be in a header, and never reaches a callback's request.
 pub(crate) fn incoming<'a>(header: impl Fn(&str) -> Option<&'a str>) -> Option<SpanContext> {
     struct Headers<'a, F>(F, std::marker::PhantomData<&'a ()>);
     impl<'a, F: Fn(&str) -> Option<&'a str>> Extractor for Headers<'a, F> {
         fn get(&self, key: &str) -> Option<&str> {
-            (self.0)(key)
+            (self.0)(key).filter(|value| is_header_text(value))
         }
         fn keys(&self) -> Vec<&str> {
             vec!["traceparent", "tracestate"]
@@ -210,6 +213,19 @@ pub(crate) fn incoming<'a>(header: impl Fn(&str) -> Option<&'a str>) -> Option<S
     let context = cx.span().span_context().clone();
     context.is_valid().then_some(context)
 }
+
+/// Whether `value` is text an HTTP header carries as it is: visible ASCII, spaces and tabs (the
+/// bytes `HeaderValue::to_str` accepts), at most [`MAX_TRACE_HEADER_BYTES`].
+pub(crate) fn is_header_text(value: &str) -> bool {
+    value.len() <= MAX_TRACE_HEADER_BYTES
+        && value
+            .bytes()
+            .all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
+}
+
+/// Longest `traceparent` or `tracestate` value read, in bytes: W3C's own bound on what a
+/// `tracestate` holds (32 members of at most 256 + 256 bytes) with room for its separators.
+const MAX_TRACE_HEADER_BYTES: usize = 32 * (256 + 1 + 256) + 31;
 
 /// Writes `context` as W3C headers (`traceparent`, and `tracestate` when it has one) through
 /// `set(name, value)`.
@@ -259,6 +275,28 @@ mod tests {
         );
         assert_eq!(headers[1], ("tracestate", "vendor=x".to_owned()));
         assert!(incoming(|_| Some("00-zz-b7ad6b7169203331-01")).is_none());
+        // A `tracestate` no header could carry is ignored; the `traceparent` still counts.
+        // 33 members of the longest key and value W3C allows: past the bound.
+        let too_long = (0..33)
+            .map(|i| format!("k{i:02}{}={}", "a".repeat(253), "v".repeat(256)))
+            .collect::<Vec<_>>()
+            .join(",");
+        assert!(too_long.len() > MAX_TRACE_HEADER_BYTES);
+        for state in [
+            "vendor=x\nforged: 1",
+            "vendor=é",
+            "vendor=\u{1b}[2J",
+            too_long.as_str(),
+        ] {
+            let parent = incoming(|name| match name {
+                "traceparent" => Some(good),
+                "tracestate" => Some(state),
+                _ => None,
+            })
+            .expect("the traceparent is valid");
+            let passed = parent.trace_state().header();
+            assert!(passed.is_empty(), "{} bytes passed", passed.len());
+        }
         let root = off.start(|| "y".into(), SpanKind::Internal, None, Vec::new);
         assert!(root.context().is_valid());
         assert_ne!(root.context().trace_id(), parent.trace_id());

@@ -4,8 +4,10 @@
 //! body (so a restored tool is read by the same parser as a new one), with its source and
 //! callback origin; every MCP server a plugin registered at run time, as its registration's
 //! body, with the tools of its last listing that were registered (so they can be listed while
-//! the server is not back); and each source's bound token hash. Not kept: in-process tools, the
-//! configured MCP servers' tools (their servers list them again), sessions, calls.
+//! the server is not back); each source's bound token hash (until the operator frees it); and,
+//! for a restored tool or server not back yet, when it went dormant (so its dormant time counts
+//! across restarts). Not kept: in-process tools, the configured MCP servers' tools (their
+//! servers list them again), the configured sources' bindings, sessions, calls.
 //!
 //! The router hands each change to [`StateStore::submit`] in the order it routes them, and
 //! answers the change only once the returned receiver says its commit is durable. One thread
@@ -55,6 +57,11 @@ pub(crate) struct StoredTool {
     pub origin: String,
     /// The registration's body (without `role`), as JSON text.
     pub body: String,
+    /// When it went dormant (restored, and not back yet), in milliseconds since the Unix epoch:
+    /// its dormant time counts from there across restarts. Absent for a tool that is active
+    /// (a record written before this field was read as one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dormant_since: Option<u64>,
 }
 
 /// An MCP server registered at run time, as stored.
@@ -65,6 +72,9 @@ pub(crate) struct StoredMcpServer {
     pub body: String,
     /// The tools of its last listing that were registered (MCP `Tool`s), as JSON text.
     pub tools: String,
+    /// When it went dormant, as [`StoredTool::dormant_since`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dormant_since: Option<u64>,
 }
 
 /// One change, as the store applies it: in one transaction, all or nothing.
@@ -104,6 +114,17 @@ pub(crate) enum Op {
     },
     /// The MCP server registered under `name` removed.
     McpUnregister { name: String },
+    /// The binding of a source freed (by the operator).
+    Unbind { source: String },
+    /// Restored tools (character, name) and MCP servers went dormant at `since` (milliseconds
+    /// since the Unix epoch); those already dormant keep their time.
+    Dormant {
+        tools: Vec<(String, String)>,
+        servers: Vec<String>,
+        since: u64,
+    },
+    /// Restored tools (character, name) are active again: their dormant time is over.
+    Awake { tools: Vec<(String, String)> },
 }
 
 impl Op {
@@ -368,7 +389,56 @@ fn apply(tables: &mut Tables<'_>, op: &Op) -> anyhow::Result<()> {
         Op::McpUnregister { name } => {
             tables.servers.remove(name.as_str())?;
         }
+        Op::Unbind { source } => {
+            tables.owners.remove(source.as_str())?;
+        }
+        Op::Dormant {
+            tools: dormant,
+            servers,
+            since,
+        } => {
+            for (character, name) in dormant {
+                mark_tool(tools, character, name, |t| {
+                    t.dormant_since.get_or_insert(*since);
+                })?;
+            }
+            for name in servers {
+                let Some(value) = tables
+                    .servers
+                    .get(name.as_str())?
+                    .map(|v| v.value().to_vec())
+                else {
+                    continue;
+                };
+                let mut stored: StoredMcpServer = serde_json::from_slice(&value)?;
+                stored.dormant_since.get_or_insert(*since);
+                let value = serde_json::to_vec(&stored)?;
+                tables.servers.insert(name.as_str(), &value[..])?;
+            }
+        }
+        Op::Awake { tools: awake } => {
+            for (character, name) in awake {
+                mark_tool(tools, character, name, |t| t.dormant_since = None)?;
+            }
+        }
     }
+    Ok(())
+}
+
+/// Rewrites the stored tool (`character`, `name`) with `change` applied, if it is stored.
+fn mark_tool(
+    tools: &mut Tools<'_>,
+    character: &str,
+    name: &str,
+    change: impl FnOnce(&mut StoredTool),
+) -> anyhow::Result<()> {
+    let Some(value) = tools.get((character, name))?.map(|v| v.value().to_vec()) else {
+        return Ok(());
+    };
+    let mut stored: StoredTool = serde_json::from_slice(&value)?;
+    change(&mut stored);
+    let value = serde_json::to_vec(&stored)?;
+    tools.insert((character, name), &value[..])?;
     Ok(())
 }
 
@@ -394,6 +464,7 @@ mod tests {
             source: source.into(),
             origin: origin.into(),
             body: "{}".into(),
+            dormant_since: None,
         })
     }
 
@@ -462,11 +533,34 @@ mod tests {
                         source: format!("mcp:{name}"),
                         body: "{}".into(),
                         tools: "[]".into(),
+                        dormant_since: None,
                     };
                     let name = name.into();
                     run(&store, Op::McpRegister { name, stored }).await;
                 }
                 run(&store, Op::McpUnregister { name: "m1".into() }).await;
+                let bind = |source: &str| Op::Bind {
+                    source: source.into(),
+                    hash: [8; 32],
+                };
+                run(&store, bind("plugin:y")).await;
+                let unbind = Op::Unbind {
+                    source: "plugin:y".into(),
+                };
+                run(&store, unbind).await;
+                // A tool already dormant keeps its time; an awake one loses it.
+                for since in [5, 9] {
+                    let dormant = Op::Dormant {
+                        tools: vec![("A".into(), "a".into()), ("B".into(), "a".into())],
+                        servers: vec!["m2".into(), "gone".into()],
+                        since,
+                    };
+                    run(&store, dormant).await;
+                }
+                let awake = Op::Awake {
+                    tools: vec![("B".into(), "a".into()), ("B".into(), "gone".into())],
+                };
+                run(&store, awake).await;
             });
         }
         // The writer thread ends with its queue; the file is closed once it has.
@@ -479,13 +573,19 @@ mod tests {
         };
         let (store, restored) = reopened;
         assert_eq!(names(&restored), ["A/a", "A/c", "B/a"]);
+        let since: Vec<_> = restored
+            .tools
+            .iter()
+            .map(|(_, _, t)| t.dormant_since)
+            .collect();
+        assert_eq!(since, [Some(5), None, None]);
         assert_eq!(restored.owners, [("plugin:x".to_owned(), [7; 32])]);
         let servers: Vec<_> = restored
             .mcp_servers
             .iter()
-            .map(|(n, s)| (n.as_str(), s.source.as_str()))
+            .map(|(n, s)| (n.as_str(), s.source.as_str(), s.dormant_since))
             .collect();
-        assert_eq!(servers, [("m2", "mcp:m2")]);
+        assert_eq!(servers, [("m2", "mcp:m2", Some(5))]);
         rt.block_on(run(
             &store,
             Op::Clear {

@@ -48,9 +48,10 @@ async fn register(app: &TestApp, body: &Value) {
     assert_eq!(status, 200, "{answer}");
 }
 
-/// Decides approval `id`; the status and answer.
+/// Decides approval `id` as the person (with the operator token); the status and answer.
 async fn decide(app: &TestApp, id: &str, body: Value) -> (u16, Value) {
-    app.post(&format!("/api/approvals/{id}"), &body).await
+    app.post_as_operator(&format!("/api/approvals/{id}"), &body)
+        .await
 }
 
 fn sha256(text: &str) -> String {
@@ -1030,16 +1031,21 @@ const PER_ROUND: i64 = 32;
 /// arrive, so the span leans late. All rounds together sweep it in steps of about 20 µs.
 const EXPIRY_SWEEP_US: (i64, i64) = (-1_000, 4_000);
 
-/// Approves approval `id` over a connection of its own, opened now, sending the request at the
-/// wall-clock instant `at` (from a thread of its own, so the instant is kept to well under a
-/// millisecond); the status and answer.
-fn approve_at(addr: std::net::SocketAddr, id: &str, at: std::time::SystemTime) -> (u16, Value) {
+/// Approves approval `id` as the person (with the operator `token`) over a connection of its
+/// own, opened now, sending the request at the wall-clock instant `at` (from a thread of its
+/// own, so the instant is kept to well under a millisecond); the status and answer.
+fn approve_at(
+    addr: std::net::SocketAddr,
+    token: &str,
+    id: &str,
+    at: std::time::SystemTime,
+) -> (u16, Value) {
     use std::io::{Read, Write};
 
     let body = r#"{"decision": "approve"}"#;
     let request = format!(
-        "POST /api/approvals/{id} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /api/approvals/{id} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     let mut socket = std::net::TcpStream::connect(addr).expect("connected");
@@ -1098,8 +1104,9 @@ async fn a_decision_at_the_expiry_instant_has_one_outcome_that_every_side_agrees
             };
             let at = at_offset(record["expires_at"].as_str().unwrap(), offset_us);
             let (addr, id) = (app.addr, record["id"].as_str().unwrap().to_owned());
+            let token = app.operator_token.clone();
             decisions.push(actix_web::rt::task::spawn_blocking(move || {
-                approve_at(addr, &id, at)
+                approve_at(addr, &token, &id, at)
             }));
         }
         let mut answers = Vec::new();

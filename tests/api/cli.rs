@@ -27,10 +27,12 @@ pub struct Child {
     pid: u32,
     stdout: Receiver<String>,
     exit: Receiver<ExitStatus>,
-    stderr: Option<JoinHandle<String>>,
+    stderr: Option<JoinHandle<Vec<u8>>>,
     /// The read end of a stderr pipe that is never read, held open.
     _unread_stderr: Option<ChildStderr>,
     exited: Option<ExitStatus>,
+    /// The `inspector:` line printed after the listening line, once read.
+    pub inspector: Option<String>,
 }
 
 impl Child {
@@ -89,9 +91,9 @@ impl Child {
         let (stderr, unread) = if read {
             let reader = std::thread::spawn(move || {
                 let mut err = err;
-                let mut text = String::new();
-                let _ = err.read_to_string(&mut text);
-                text
+                let mut bytes = Vec::new();
+                let _ = err.read_to_end(&mut bytes);
+                bytes
             });
             (Some(reader), None)
         } else {
@@ -109,6 +111,7 @@ impl Child {
             stderr,
             _unread_stderr: unread,
             exited: None,
+            inspector: None,
         }
     }
 
@@ -133,7 +136,23 @@ impl Child {
         let port: u16 = port.parse().expect("a port number");
         assert_ne!(port, 0, "the real port is announced");
         let ip = host.trim_start_matches('[').trim_end_matches(']');
+        // The person's address of the inspector follows at once.
+        let inspector = self.next_line().expect("an inspector line");
+        assert!(
+            inspector.starts_with(&format!("inspector: http://{host}:{port}/")),
+            "unexpected second line {inspector:?}"
+        );
+        self.inspector = Some(inspector);
         SocketAddr::new(ip.parse().unwrap(), port)
+    }
+
+    /// The operator token the inspector line carries (`#token=`), when the server made one.
+    pub fn printed_token(&self) -> Option<&str> {
+        let line = self
+            .inspector
+            .as_deref()
+            .expect("the listening line was read");
+        line.split_once("/#token=").map(|(_, token)| token)
     }
 
     pub fn signal(&self, signal: &str) {
@@ -180,6 +199,11 @@ impl Child {
 
     /// Everything the child wrote to stderr (waits for it to exit).
     pub fn stderr_after_exit(&mut self) -> String {
+        String::from_utf8_lossy(&self.stderr_bytes_after_exit()).into_owned()
+    }
+
+    /// Everything the child wrote to stderr, as the bytes it wrote (waits for it to exit).
+    pub fn stderr_bytes_after_exit(&mut self) -> Vec<u8> {
         if self.exited.is_none() {
             self.kill();
         }
@@ -400,6 +424,11 @@ impl TempDir {
         Self(dir)
     }
 
+    /// The path of `name` in the directory, without making the file.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+
     pub fn file(&self, name: &str, text: &str) -> PathBuf {
         let path = self.0.join(name);
         std::fs::write(&path, text).expect("file written");
@@ -431,6 +460,36 @@ fn a_config_file_sets_the_bind_address_and_the_characters_in_order() {
     );
     child.signal("TERM");
     assert_clean_exit(&mut child);
+}
+
+#[test]
+fn a_pinned_tool_nobody_holds_at_start_is_a_warning_not_an_error() {
+    let dir = TempDir::new("pinned");
+    let path = dir.file(
+        "runtime-tools.toml",
+        "bind = \"127.0.0.1:0\"\n[[character]]\nname = \"Mio\"\n\
+         [character.tools]\nbudget = 8\npinned = [\"lights\"]\n\
+         [[character]]\nname = \"Lanlan\"\n",
+    );
+    let mut child = Child::start(&["serve", "--config", path.to_str().unwrap()]);
+    let addr = child.listening("127.0.0.1");
+    // It serves: the pinned tool may register later.
+    let (status, _) = get(addr, "/api/tools");
+    assert_eq!(status, 200);
+    child.signal("TERM");
+    assert_clean_exit(&mut child);
+    let stderr = child.stderr_after_exit();
+    let warned: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("a pinned tool"))
+        .collect();
+    assert_eq!(warned.len(), 1, "{stderr}");
+    assert!(
+        warned[0].contains("WARN")
+            && warned[0].contains(r#"character=Mio"#)
+            && warned[0].contains(r#"tool="lights""#),
+        "{stderr}"
+    );
 }
 
 /// Starts with a bad configuration file and returns the child's stderr after its exit.

@@ -92,6 +92,11 @@ fn the_demo_prints_the_whole_round_trip_and_exits_0() {
 
     let (heading, registration) = step(&stdout, 3);
     assert!(heading.contains("get_weather"), "{heading}");
+    // With its token (a clear without it would be refused: step 9 removes the tool).
+    assert!(
+        heading.contains("with its X-Plugin-Token (which binds plugin:demo-weather to it)"),
+        "{heading}"
+    );
     assert_eq!(
         crate::helpers::without_instance_id("/api/tools/register", 200, registration[0].clone()),
         json!({"ok": true, "registered": "get_weather", "affected_roles": ["Lanlan"], "failed_roles": []})

@@ -1,9 +1,10 @@
 //! Registrations that survive a restart (`--state FILE`): the server killed with SIGKILL in the
 //! middle of a storm of registrations, unregistrations and clears from several clients keeps
 //! every change it answered with success and nothing half of one it did not; restored tools
-//! are dormant (listed, given to no model) until their callback listens, then reach a live
-//! session; one whose callback never listens is removed after the configured time. The token a
-//! plugin sends never appears in the log.
+//! are dormant (listed, given to no model) until they wake — a bound source's only after its
+//! owner's wake, never for an impostor answering on its port — then reach a live session; one
+//! that never wakes is removed after the configured time. The token a plugin sends never
+//! appears in the log.
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
@@ -38,7 +39,7 @@ fn token(client: usize) -> String {
 }
 
 /// A server child process keeping its state in `path`, logging at `level`.
-fn serve(path: &Path, characters: &[&str], level: &str) -> (Child, SocketAddr) {
+pub fn serve(path: &Path, characters: &[&str], level: &str) -> (Child, SocketAddr) {
     let mut args = vec![
         "serve",
         "--bind",
@@ -55,7 +56,7 @@ fn serve(path: &Path, characters: &[&str], level: &str) -> (Child, SocketAddr) {
 }
 
 /// A blocking POST with an `X-Plugin-Token`.
-fn post_with_token(addr: SocketAddr, path: &str, body: &Value, token: &str) -> (u16, Value) {
+pub fn post_with_token(addr: SocketAddr, path: &str, body: &Value, token: &str) -> (u16, Value) {
     let host = addr.to_string();
     let body = serde_json::to_vec(body).unwrap();
     let length = body.len().to_string();
@@ -318,19 +319,25 @@ async fn a_sigkill_in_a_storm_keeps_every_answered_change_and_no_half_of_another
 }
 
 /// Registers `weather` (source `plugin:w`, token A) for every character of a server with its
-/// state in `path`, then kills it.
-fn registered_then_killed(path: &Path, characters: &[&str], url: &str) {
+/// state in `path`, and `open` (source `plugin:open`, no token) when `open` names its callback;
+/// then kills the server.
+pub fn registered_then_killed(path: &Path, characters: &[&str], url: &str, open: Option<&str>) {
     let (mut child, addr) = serve(path, characters, "info");
     let body = json!({"name": "weather", "callback_url": url, "source": "plugin:w"});
     let (status, answer) = post_with_token(addr, "/api/tools/register", &body, TOKEN_A);
     assert_eq!(status, 200, "{answer}");
+    if let Some(open) = open {
+        let body = json!({"name": "open", "callback_url": open, "source": "plugin:open"});
+        let (status, answer) = post(addr, "/api/tools/register", &body);
+        assert_eq!(status, 200, "{answer}");
+    }
     child.signal("KILL");
     child.wait();
 }
 
 /// The server started again on the state file at `path`, Mio with a live session to a fake
 /// model, and the event stream past its `hello`.
-async fn restarted_with_a_live_session(path: &Path) -> (FakeRealtime, TestApp, EventReader) {
+pub async fn restarted_with_a_live_session(path: &Path) -> (FakeRealtime, TestApp, EventReader) {
     let fake = FakeRealtime::start(AckMode::Immediate).await;
     let mut config = settings(&["Mio"]);
     config.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
@@ -341,25 +348,65 @@ async fn restarted_with_a_live_session(path: &Path) -> (FakeRealtime, TestApp, E
     (fake, app, stream)
 }
 
+/// `POST /api/sources/{source}/wake` with `token` (none when `None`).
+pub async fn wake(app: &TestApp, source: &str, token: Option<&str>) -> (u16, Value) {
+    crate::ownership::post_as(
+        app,
+        &format!("/api/sources/{source}/wake"),
+        &json!({}),
+        token,
+    )
+    .await
+}
+
+/// A restored tool of a source bound to a token does not wake for whoever answers on its old
+/// port: an impostor serving HTTP there wakes the tool of an unbound source beside it (which
+/// is anyone's, as the contract says) and not the bound one, which no model gets and no call
+/// reaches. Only the owner's wake, with its token, lets it wake — on the next HTTP answer from
+/// its callback's origin, the owner's own server back on the port.
 #[actix_web::test]
-async fn restored_tools_are_dormant_until_their_callback_listens_then_reach_a_live_session() {
+async fn a_restored_bound_tool_stays_dormant_while_an_impostor_answers_on_its_port_and_wakes_on_its_owners_wake()
+ {
     let dir = TempDir::new("durability-dormant");
     let path = dir.file("state.redb", "");
     let port = ClosedPort::new();
-    registered_then_killed(&path, &["Mio"], &port.url("/weather"));
+    registered_then_killed(
+        &path,
+        &["Mio"],
+        &port.url("/weather"),
+        Some(&port.url("/open")),
+    );
 
     let (fake, app, mut stream) = restarted_with_a_live_session(&path).await;
 
     let (_, listing) = app.get("/api/tools").await;
     assert_eq!(
-        listing["tools_by_role"]["Mio"][0],
+        names_and_states(&listing, "Mio"),
+        [
+            ("open".into(), "plugin:open".into(), "dormant".into()),
+            ("weather".into(), "plugin:w".into(), "dormant".into())
+        ]
+    );
+    assert_eq!(
+        listing["tools_by_role"]["Mio"][1],
         json!({"name": "weather", "description": "", "source": "plugin:w",
                "callback_url": port.url("/weather"), "is_remote": true, "state": "dormant"})
     );
     let (_, health) = app.get("/api/health").await;
     assert_eq!(
         (health["restored"].clone(), health["dormant"].clone()),
-        (json!(1), json!(1))
+        (json!(2), json!(2))
+    );
+    let (status, sources) = app.get("/api/sources").await;
+    assert_eq!(
+        (status, sources),
+        (
+            200,
+            json!({"sources": [
+                {"source": "plugin:open", "bound": false, "configured": false, "tools": 1, "dormant": 1},
+                {"source": "plugin:w", "bound": true, "configured": false, "tools": 1, "dormant": 1},
+            ]})
+        )
     );
     // The session is connected, and no list it was sent has the tool.
     fake.wait_connections(1).await;
@@ -367,35 +414,90 @@ async fn restored_tools_are_dormant_until_their_callback_listens_then_reach_a_li
         let names = crate::fake_realtime::update_tool_names(&update);
         assert!(!names.contains(&"weather".to_owned()), "{update}");
     }
-    let (status, answer) = app
-        .post(
-            "/api/tools/invoke",
-            &json!({"name": "weather", "arguments": {}}),
-        )
-        .await;
-    assert_eq!(status, 404, "a dormant tool cannot be called: {answer}");
 
-    // Its plugin comes back on the same port: the tool goes to the session.
+    // An impostor listens on the port and answers HTTP: the unbound source's tool goes to it
+    // (as the contract says), the bound one does not.
+    let mut impostor = CallbackServer::start_on(port.port());
+    impostor.route("/weather", Reply::output(json!({"stolen": true})));
+    impostor.route("/open", Reply::output(json!({"open": true})));
+    let woke = stream
+        .wait_for("tools.changed", |d| d["op"] == "restored")
+        .await;
+    assert_eq!(
+        (woke.data["name"].clone(), woke.data["source"].clone()),
+        (json!("open"), json!("plugin:open"))
+    );
+    let (_, listing) = app.get("/api/tools").await;
+    assert_eq!(
+        names_and_states(&listing, "Mio"),
+        [
+            ("open".into(), "plugin:open".into(), "active".into()),
+            ("weather".into(), "plugin:w".into(), "dormant".into())
+        ]
+    );
+    let call = json!({"name": "weather", "arguments": {"city": "Oslo"}});
+    let (status, answer) = app.post("/api/tools/invoke", &call).await;
+    assert_eq!(status, 404, "a dormant tool cannot be called: {answer}");
+    assert!(
+        impostor.received().iter().all(|r| r.path != "/weather"),
+        "the impostor got nothing of the bound tool's: {:?}",
+        impostor.received()
+    );
+
+    // Nobody but the owner wakes it.
+    let refused = json!({"ok": false, "detail": "source \"plugin:w\" is bound to another token: \
+        waking its restored tools needs the X-Plugin-Token it is bound to"});
+    for token in [None, Some(TOKEN_B)] {
+        assert_eq!(wake(&app, "plugin:w", token).await, (403, refused.clone()));
+    }
+    assert_eq!(
+        wake(&app, "plugin:open", Some(TOKEN_B)).await,
+        (
+            403,
+            json!({"ok": false, "detail": "source \"plugin:open\" is bound to no token: its \
+                restored tools wake when their callback answers HTTP, without a wake"})
+        )
+    );
+    assert_eq!(
+        wake(&app, "plugin:nobody", Some(TOKEN_A)).await,
+        (
+            404,
+            json!({"ok": false, "detail": "unknown source: plugin:nobody (no tool and no binding)"})
+        )
+    );
+
+    // The owner's server is back on its port, and the owner proves itself.
+    impostor.stop().await;
     let callback = CallbackServer::start_on(port.port());
     callback.route("/weather", Reply::output(json!({"temperature_c": 28})));
+    assert_eq!(
+        wake(&app, "plugin:w", Some(TOKEN_A)).await,
+        (200, json!({"ok": true, "source": "plugin:w", "woken": 1}))
+    );
     let restored = stream
         .wait_for("tools.changed", |d| d["op"] == "restored")
         .await;
     assert_eq!(restored.data["name"], "weather");
     assert_eq!(restored.data["source"], "plugin:w");
-    fake.update_with_tools(&["weather"]).await;
+    fake.update_with_tools(&["open", "weather"]).await;
     let (_, listing) = app.get("/api/tools").await;
-    assert_eq!(listing["tools_by_role"]["Mio"][0]["state"], "active");
+    assert_eq!(
+        names_and_states(&listing, "Mio"),
+        [
+            ("open".into(), "plugin:open".into(), "active".into()),
+            ("weather".into(), "plugin:w".into(), "active".into())
+        ]
+    );
     let (_, health) = app.get("/api/health").await;
     assert_eq!(health["dormant"], 0);
-    let (status, answer) = app
-        .post(
-            "/api/tools/invoke",
-            &json!({"name": "weather", "arguments": {}}),
-        )
-        .await;
+    let (status, answer) = app.post("/api/tools/invoke", &call).await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["output"], json!({"temperature_c": 28}));
+    // A second wake finds nothing left to release.
+    assert_eq!(
+        wake(&app, "plugin:w", Some(TOKEN_A)).await,
+        (200, json!({"ok": true, "source": "plugin:w", "woken": 0}))
+    );
     // The binding came back with it.
     let (status, _) = crate::ownership::post_as(
         &app,
@@ -412,7 +514,7 @@ async fn a_restored_tool_whose_callback_never_listens_is_removed_after_the_confi
     let dir = TempDir::new("durability-expiry");
     let path = dir.file("state.redb", "");
     let port = ClosedPort::new();
-    registered_then_killed(&path, &["Lanlan"], &port.url("/weather"));
+    registered_then_killed(&path, &["Lanlan"], &port.url("/weather"), None);
 
     let mut config = settings(&["Lanlan"]);
     config.state.path = Some(path.clone());
@@ -489,8 +591,9 @@ fn names_and_states(listing: &Value, role: &str) -> Vec<(String, String, String)
 
 /// An MCP server a plugin registered at run time, with its token, survives a SIGKILL of the
 /// server: restarted with the same state file, its tools (as its last listing had them) are
-/// listed dormant and given to no model, and its source is still bound; once the MCP server
-/// answers again they reach the live session and run. A second registration on the same
+/// listed dormant and given to no model, and its source is still bound (so it is not probed
+/// until its owner's wake); once the owner wakes it and the MCP server answers again they
+/// reach the live session and run. A second registration on the same
 /// endpoint, without the token, skips the tools whose names the bound source holds (the
 /// ownership rule, stated in its `skipped`); its unregistration is durable too. After the
 /// restart, a tool added through `notifications/tools/list_changed` under a name another
@@ -586,8 +689,19 @@ async fn a_runtime_mcp_server_is_restored_dormant_until_it_answers_then_reaches_
         (403, crate::ownership::not_owner("mcp:weather"))
     );
 
-    // The MCP server comes back on its port: its tools go to the session.
+    // Bound to a token, it is not even probed until its owner proves itself.
+    assert_eq!(runtime["weather"]["last_error"], Value::Null, "{servers}");
+
+    // The MCP server comes back on its port, and its owner wakes its source: its tools go to
+    // the session.
     let (plugin, _) = mcp_plugin(&app.base, "weather", &["--port", &port_text]).await;
+    assert_eq!(
+        wake(&app, "mcp:weather", Some(TOKEN_A)).await,
+        (
+            200,
+            json!({"ok": true, "source": "mcp:weather", "woken": 2})
+        )
+    );
     stream
         .wait_for("tools.changed", |d| {
             d["op"] == "mcp"

@@ -9,6 +9,10 @@
 //!
 //! The configuration file of `examples/` and the ones shown in the README load, too.
 //!
+//! Every example plugin sends its `X-Plugin-Token`: its source is listed bound
+//! (`GET /api/sources`), and a change with another token is refused. The weather plugin makes its
+//! token and keeps it in a file of mode 0600 when no variable holds one.
+//!
 //! The Python examples run as child processes; the test follows their progress lines on stdout,
 //! waiting on each with a deadline, never sleeping.
 
@@ -45,10 +49,17 @@ const EXAMPLE_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/runt
 
 const README: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/README.md");
 
+/// The weather plugin's token in these tests (`WEATHER_PLUGIN_TOKEN`).
+pub const WEATHER_TOKEN: &str = "weather-plugin-test-token-0001";
+
+/// The slow tool's token (`SLOW_TOOL_TOKEN`).
+const SLOW_TOOL_TOKEN: &str = "slow-tool-test-token-0000001";
+
 /// `examples/weather_plugin.py` as a child process.
 pub struct WeatherPlugin;
 
 impl WeatherPlugin {
+    /// Starts the plugin with [`WEATHER_TOKEN`] in its variable.
     pub fn start(server: &str) -> LineChild {
         Self::start_polling_every(server, "0.1")
     }
@@ -57,19 +68,55 @@ impl WeatherPlugin {
     /// is unavailable.
     fn start_polling_every(server: &str, poll_interval: &str) -> LineChild {
         LineChild::spawn(
-            Command::new("python3")
-                .arg(WEATHER_PLUGIN)
-                .args([
-                    "--server",
-                    server,
-                    "--port",
-                    "0",
-                    "--poll-interval",
-                    poll_interval,
-                ])
-                .env("PYTHONUNBUFFERED", "1"),
+            Self::command(server, poll_interval).env("WEATHER_PLUGIN_TOKEN", WEATHER_TOKEN),
         )
     }
+
+    /// Starts the plugin without the token's variable: it makes its token and keeps it in
+    /// `token_file`.
+    fn start_keeping_its_token_in(server: &str, token_file: &std::path::Path) -> LineChild {
+        LineChild::spawn(
+            Self::command(server, "0.1")
+                .env_remove("WEATHER_PLUGIN_TOKEN")
+                .arg("--token-file")
+                .arg(token_file),
+        )
+    }
+
+    fn command(server: &str, poll_interval: &str) -> Command {
+        let mut command = Command::new("python3");
+        command
+            .arg(WEATHER_PLUGIN)
+            .args([
+                "--server",
+                server,
+                "--port",
+                "0",
+                "--poll-interval",
+                poll_interval,
+            ])
+            .env("PYTHONUNBUFFERED", "1");
+        command
+    }
+}
+
+/// Asserts that `source` is bound (the example sent its token) and that a clear with another
+/// plugin's token is refused.
+async fn assert_bound(app: &TestApp, source: &str) {
+    let (status, sources) = app.get("/api/sources").await;
+    assert_eq!(status, 200);
+    let listed = sources["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["source"] == source)
+        .unwrap_or_else(|| panic!("{source} is not listed: {sources}"));
+    assert_eq!(listed["bound"], true, "{sources}");
+    let clear = json!({"source": source});
+    let stranger = Some(crate::ownership::TOKEN_B);
+    let (status, answer) =
+        crate::ownership::post_as(app, "/api/tools/clear", &clear, stranger).await;
+    assert_eq!((status, answer), (403, crate::ownership::not_owner(source)));
 }
 
 /// The tool a listing shows for the plugin's callback.
@@ -90,7 +137,16 @@ async fn invoke_weather(app: &TestApp, location: &str, call_id: &str) -> (u16, V
 #[actix_web::test]
 async fn weather_plugin_registers_answers_and_clears_on_sigterm() {
     let app = spawn_app(&["Lanlan", "Mio"]).await;
-    let mut plugin = WeatherPlugin::start(&app.base);
+    let dir = crate::cli::TempDir::new("weather-plugin-token");
+    let token_file = dir.join("weather.token");
+    let mut plugin = WeatherPlugin::start_keeping_its_token_in(&app.base, &token_file);
+    assert_eq!(
+        plugin.expect_line("X-Plugin-Token ").await,
+        format!(
+            "X-Plugin-Token made now and kept in {}",
+            token_file.display()
+        )
+    );
     let callback_url = plugin
         .expect_line("callback listening on ")
         .await
@@ -107,6 +163,14 @@ async fn weather_plugin_registers_answers_and_clears_on_sigterm() {
             "Mio": [weather_view(&callback_url)],
         }})
     );
+    // It registered with the token it made, kept for its owner's eyes only.
+    use std::os::unix::fs::PermissionsExt;
+    let kept = std::fs::metadata(&token_file).expect("the token file");
+    assert_eq!(kept.permissions().mode() & 0o777, 0o600);
+    let token = std::fs::read_to_string(&token_file).unwrap();
+    assert_eq!(token.trim().len(), 32, "128 random bits in hex");
+    assert_bound(&app, "plugin:weather").await;
+    assert_eq!(app.tool_names(None).await["Mio"], json!(["get_weather"]));
 
     assert_eq!(
         invoke_weather(&app, "Shanghai", "call_1").await,
@@ -200,9 +264,14 @@ async fn weather_plugin_registers_again_when_an_event_shows_its_tool_removed() {
     // Polling once an hour: only the event stream can bring the tool back within the deadline.
     let mut plugin = WeatherPlugin::start_polling_every(&app.base, "3600");
     plugin.expect_line("registered ").await;
-    let (status, body) = app
-        .post("/api/tools/clear", &json!({"source": "plugin:weather"}))
-        .await;
+    // Its own token may clear it (nobody else's may).
+    let (status, body) = crate::ownership::post_as(
+        &app,
+        "/api/tools/clear",
+        &json!({"source": "plugin:weather"}),
+        Some(WEATHER_TOKEN),
+    )
+    .await;
     assert_eq!((status, &body["removed"]), (200, &json!(1)));
     plugin
         .expect_line("get_weather is missing from the server; registering again")
@@ -236,15 +305,16 @@ async fn server_without_events(app: &TestApp) -> (String, actix_web::dev::Server
                             .json(json!({"ok": false, "detail": "Not Found"}));
                     }
                     let client = awc::Client::default();
-                    let mut forwarded = client
+                    let mut forwarding = client
                         .request(
                             request.method().clone(),
                             format!("{upstream}{}", request.uri()),
                         )
-                        .insert_header(("content-type", "application/json"))
-                        .send_body(body)
-                        .await
-                        .expect("upstream answers");
+                        .insert_header(("content-type", "application/json"));
+                    if let Some(token) = request.headers().get("x-plugin-token") {
+                        forwarding = forwarding.insert_header(("x-plugin-token", token.clone()));
+                    }
+                    let mut forwarded = forwarding.send_body(body).await.expect("upstream answers");
                     let answer = forwarded.body().await.expect("upstream body");
                     HttpResponse::build(forwarded.status())
                         .content_type("application/json")
@@ -276,10 +346,15 @@ async fn weather_plugin_polls_a_server_without_the_event_stream() {
         plugin.expect_line("registered ").await,
         "registered get_weather (affected_roles: Lanlan)"
     );
+    assert_bound(&app, "plugin:weather").await;
     // Polling notices a removal too.
-    let (status, _) = app
-        .post("/api/tools/clear", &json!({"source": "plugin:weather"}))
-        .await;
+    let (status, _) = crate::ownership::post_as(
+        &app,
+        "/api/tools/clear",
+        &json!({"source": "plugin:weather"}),
+        Some(WEATHER_TOKEN),
+    )
+    .await;
     assert_eq!(status, 200);
     plugin
         .expect_line("get_weather is missing from the server; registering again")
@@ -611,20 +686,27 @@ fn the_example_configuration_and_the_readmes_copy_load() {
 
 const SLOW_TOOL: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/slow_tool.py");
 
+/// The slow tool runs on a server that requires tokens: its registration, its context and its
+/// progress all carry its token.
 #[actix_web::test]
 async fn slow_tool_example_keeps_the_conversation_going_and_its_result_follows() {
     let fake = FakeRealtime::start(AckMode::Immediate).await;
-    let app = crate::helpers::app_with_session(&fake.url, &[], Dialect::Openai, |_| {}).await;
+    let mut config = settings(&["Mio"]);
+    config.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
+    config.plugin_tokens = runtime_tools::TokenPolicy::Required;
+    let app = spawn_app_with(config).await;
     let mut plugin = LineChild::spawn(
         Command::new("python3")
             .arg(SLOW_TOOL)
             .args(["--server", &app.base, "--port", "0", "--seconds", "0.4"])
-            .env("PYTHONUNBUFFERED", "1"),
+            .env("PYTHONUNBUFFERED", "1")
+            .env("SLOW_TOOL_TOKEN", SLOW_TOOL_TOKEN),
     );
     plugin
         .expect_line("registered find_flights (non-blocking)")
         .await;
     assert_eq!(plugin.expect_line("told: ").await, "told: ['Mio']");
+    assert_bound(&app, "plugin:flights").await;
     fake.update_with_tools(&["find_flights"]).await;
 
     fake.push(crate::sessions::call_event(

@@ -1,7 +1,9 @@
 //! A fake OpenAI-compatible chat upstream on loopback, scripted by the test: each request to
 //! `/v1/chat/completions` takes the next scripted answer (a completion, an error, a stream of
 //! chunks, chunked or delimited by closing the connection, possibly held at a gate, or no answer
-//! at all), and every request is recorded. `/v1/models` answers a fixed list. It speaks HTTP/1.1
+//! at all), and every request is recorded. A chat request whose messages leave a call without
+//! its tool message (or a tool message without its call) is refused as OpenAI refuses it (a 400
+//! that takes no scripted answer). `/v1/models` answers a fixed list. It speaks HTTP/1.1
 //! straight over a tokio listener (keeping connections alive like a real server), on the test's
 //! own thread.
 #![allow(dead_code)]
@@ -315,6 +317,8 @@ async fn serve(mut stream: TcpStream, shared: Rc<Shared>) {
                 json!({"object": "list", "data": [
                     {"id": "fake-model", "object": "model", "created": 1700000000, "owned_by": "tests"}]}),
             )
+        } else if let Some(refusal) = unanswered_calls(&request) {
+            refusal
         } else {
             shared.answers.borrow_mut().pop_front().unwrap_or_else(|| {
                 Answer::Json(
@@ -329,6 +333,77 @@ async fn serve(mut stream: TcpStream, shared: Rc<Shared>) {
             Ok(true) => {}
             Ok(false) | Err(_) => return,
         }
+    }
+}
+
+/// OpenAI's refusal of a chat request whose conversation is not a valid sequence: an assistant
+/// message's calls each answered by a tool message right after it, and no tool message that
+/// answers nothing. `None` for any other request.
+fn unanswered_calls(request: &Received) -> Option<Answer> {
+    if !request.path.starts_with("/v1/chat/completions") {
+        return None;
+    }
+    let body: Value = serde_json::from_slice(&request.body).ok()?;
+    let messages = body["messages"].as_array()?;
+    let refuse = |message: String, at: usize| {
+        Some(Answer::Json(
+            400,
+            json!({"error": {"message": message, "type": "invalid_request_error",
+                             "param": format!("messages.[{at}].role"), "code": null}}),
+        ))
+    };
+    let mut pending: Vec<&str> = Vec::new();
+    for (at, message) in messages.iter().enumerate() {
+        let role = message["role"].as_str().unwrap_or_default();
+        if role == "tool" {
+            let id = message["tool_call_id"].as_str().unwrap_or_default();
+            match pending.iter().position(|p| *p == id) {
+                Some(found) => {
+                    pending.remove(found);
+                }
+                None => {
+                    return refuse(
+                        "Invalid parameter: messages with role 'tool' must be a response to a \
+                         preceeding message with 'tool_calls'."
+                            .into(),
+                        at,
+                    );
+                }
+            }
+            continue;
+        }
+        if !pending.is_empty() {
+            return refuse(
+                format!(
+                    "An assistant message with 'tool_calls' must be followed by tool messages \
+                     responding to each 'tool_call_id'. The following tool_call_ids did not \
+                     have response messages: {}",
+                    pending.join(", ")
+                ),
+                at,
+            );
+        }
+        if role == "assistant" {
+            pending = message["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|call| call["id"].as_str())
+                .collect();
+        }
+    }
+    if pending.is_empty() {
+        None
+    } else {
+        refuse(
+            format!(
+                "An assistant message with 'tool_calls' must be followed by tool messages \
+                 responding to each 'tool_call_id'. The following tool_call_ids did not have \
+                 response messages: {}",
+                pending.join(", ")
+            ),
+            messages.len() - 1,
+        )
     }
 }
 

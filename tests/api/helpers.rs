@@ -21,6 +21,8 @@ pub struct TestApp {
     pub stopper: runtime_tools::Stopper,
     /// The server's event hub, for tests that watch its events in-process.
     pub events: runtime_tools::EventHub,
+    /// The operator token (`Authorization: Bearer`), as the person holds it.
+    pub operator_token: String,
 }
 
 /// Settings for a test server on 127.0.0.1:0 with these characters.
@@ -65,6 +67,7 @@ pub async fn spawn_app_with(settings: Settings) -> TestApp {
     let handle = app.handle();
     let stopper = app.stopper();
     let events = app.events();
+    let operator_token = app.operator_token().expose().to_owned();
     actix_web::rt::spawn(app.run_until_stopped());
     TestApp {
         addr,
@@ -74,6 +77,7 @@ pub async fn spawn_app_with(settings: Settings) -> TestApp {
         handle,
         stopper,
         events,
+        operator_token,
     }
 }
 
@@ -111,6 +115,15 @@ impl TestApp {
             status,
             without_instance_id(path, status, parse_json(&bytes)),
         )
+    }
+
+    /// POSTs a JSON body as the person: with `Authorization: Bearer` and the operator token.
+    pub async fn post_as_operator(&self, path: &str, body: &Value) -> (u16, Value) {
+        let request = self
+            .client
+            .post(self.url(path))
+            .insert_header(("authorization", format!("Bearer {}", self.operator_token)));
+        self.send(request, Some(body)).await
     }
 
     /// POSTs raw bytes with the given Content-Type (or none).

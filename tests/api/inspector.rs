@@ -1013,7 +1013,8 @@ async fn a_tool_can_be_tried_from_the_keyboard_alone_with_the_focus_in_view() {
 
     // Tab from the top of the page to the tool's "Try it", counting the stops on the way.
     let focused = "const a = document.activeElement; \
-                   return [a.tagName, a.textContent.trim().slice(0, 40), \
+                   return [a.tagName, \
+                           (a.getAttribute('aria-label') || a.textContent).trim().slice(0, 40), \
                            getComputedStyle(a).outlineStyle];";
     let mut path = Vec::new();
     loop {
@@ -1034,7 +1035,13 @@ async fn a_tool_can_be_tried_from_the_keyboard_alone_with_the_focus_in_view() {
     }
     assert_eq!(
         path,
-        ["Skip to the live events", "Parameters schema", "Try it"]
+        [
+            "Skip to the live events",
+            "Search Lanlan's tools",
+            "Search",
+            "Parameters schema",
+            "Try it"
+        ]
     );
     // Enter opens it; Tab passes "Edit as JSON" and reaches the field; Enter there sends it.
     press(&browser, &Key::Enter.to_string()).await;
@@ -1094,7 +1101,10 @@ async fn screenshot() {
     let mut settings = settings(&["Lanlan", "Mio"]);
     settings.characters[1].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
     let app = spawn_app_with(settings).await;
-    browser.open(&app.url("/")).await;
+    // The address the server prints: the page decides with the operator token.
+    browser
+        .open(&format!("{}#token={}", app.url("/"), app.operator_token))
+        .await;
     let mut plugin = WeatherPlugin::start(&app.base);
     plugin.expect_line("registered ").await;
     let trip = CallbackServer::with("/plan", Reply::output(json!({"nights": 3})));
@@ -1547,9 +1557,11 @@ async fn a_call_waiting_for_approval_shows_and_is_approved_or_denied_from_the_pa
         return;
     };
     let fake = FakeRealtime::start(AckMode::Immediate).await;
-    let app =
-        crate::helpers::app_with_session(&fake.url, &[], runtime_tools::Dialect::Openai, |_| {})
-            .await;
+    let mut settings = settings(&["Mio"]);
+    settings.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
+    // Any local caller decides here: this test is of the page's approvals, not of the token.
+    settings.decisions = runtime_tools::Decisions::Loopback;
+    let app = spawn_app_with(settings).await;
     let plugin = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
     let mut send = tool_body("send_message", &plugin.url("/send"), "plugin:messages");
     send["approval"] = json!("always");
@@ -1613,6 +1625,229 @@ async fn a_call_waiting_for_approval_shows_and_is_approved_or_denied_from_the_pa
         .await;
     let received = plugin.wait_for_requests(1).await;
     assert_eq!(received[0].json()["arguments"], json!({"city": "Bo"}));
+    browser.close().await;
+}
+
+/// Mio, whose model (a realtime session on `fake`) may call `send_message`, which needs the
+/// person's approval and is answered by `plugin`; deciding needs the operator token (the
+/// default).
+async fn app_with_a_tool_that_needs_approval(
+    fake: &FakeRealtime,
+    plugin: &CallbackServer,
+) -> TestApp {
+    let mut settings = settings(&["Mio"]);
+    settings.characters[0].session = Some(SessionSettings::new(&fake.url, Dialect::Openai));
+    let app = spawn_app_with(settings).await;
+    let mut send = tool_body("send_message", &plugin.url("/send"), "plugin:messages");
+    send["approval"] = json!("always");
+    send["approval_timeout_seconds"] = json!(600);
+    register(&app, send).await;
+    app
+}
+
+/// Where the page keeps the operator token for its tab.
+const TOKEN_KEY: &str = "runtime-tools.operator-token";
+
+/// The page's address, the token it keeps, every address it fetched and the text it shows.
+async fn what_the_page_holds(browser: &Browser) -> Value {
+    browser
+        .eval(
+            "return {href: location.href, kept: sessionStorage.getItem(arguments[0]),
+                     fetched: performance.getEntriesByType('resource').map((e) => e.name),
+                     text: document.body.innerText};",
+            vec![json!(TOKEN_KEY)],
+        )
+        .await
+}
+
+/// Mio's model calls `send_message` to `to` as call `call_id`; the page shows it waiting.
+async fn model_asks(browser: &Browser, fake: &FakeRealtime, call_id: &str, to: &str) {
+    fake.push(crate::sessions::call_event(
+        &format!("r_{call_id}"),
+        call_id,
+        "send_message",
+        &json!({"to": to}).to_string(),
+    ))
+    .await;
+    browser
+        .wait_xpath(&format!(
+            "//ul[@id='approvals']/li[contains(., '\"to\": \"{to}\"')]"
+        ))
+        .await;
+}
+
+/// Clicks Approve on the approval of the call to `to`.
+async fn approve_on_the_page(browser: &Browser, to: &str) {
+    browser
+        .wait_xpath(&format!(
+            "//ul[@id='approvals']/li[contains(., '\"to\": \"{to}\"')]//button[@class='approve']"
+        ))
+        .await
+        .click()
+        .await
+        .expect("clicked");
+}
+
+#[actix_web::test]
+async fn opened_with_the_operator_token_the_page_decides_and_the_token_leaves_the_address() {
+    let test = "opened_with_the_operator_token_the_page_decides_and_the_token_leaves_the_address";
+    let Some(browser) = Browser::start(test, &[]).await else {
+        return;
+    };
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let plugin = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
+    let app = app_with_a_tool_that_needs_approval(&fake, &plugin).await;
+    let token = app.operator_token.clone();
+    // The address the server prints on its `inspector:` line.
+    browser
+        .open(&format!("{}#token={token}", app.url("/")))
+        .await;
+    browser.wait_css(&card("Mio", "send_message")).await;
+
+    // The token left the address bar at once, for the tab's own storage.
+    let held = what_the_page_holds(&browser).await;
+    assert_eq!(held["href"], json!(app.url("/")), "{held}");
+    assert_eq!(held["kept"], json!(token));
+    browser
+        .wait_xpath("//p[@id='approvals-read-only'][@hidden]")
+        .await;
+
+    // A decision carries it: the operator's decision is taken, and the call runs.
+    model_asks(&browser, &fake, "c1", "Ann").await;
+    approve_on_the_page(&browser, "Ann").await;
+    browser
+        .wait_xpath(&feed_line("approval.resolved", "send_message · approved"))
+        .await;
+    let received = plugin.wait_for_requests(1).await;
+    assert_eq!(received[0].json()["arguments"], json!({"to": "Ann"}));
+
+    // A reload keeps it for the tab; no address the page fetched or shows ever held it.
+    let before = what_the_page_holds(&browser).await;
+    browser.client.refresh().await.expect("reloaded");
+    browser.wait_css("#stream-status[data-state='live']").await;
+    model_asks(&browser, &fake, "c2", "Bo").await;
+    approve_on_the_page(&browser, "Bo").await;
+    let received = plugin.wait_for_requests(2).await;
+    assert_eq!(received[1].json()["arguments"], json!({"to": "Bo"}));
+    let after = what_the_page_holds(&browser).await;
+    assert_eq!(after["href"], json!(app.url("/")), "{after}");
+    for held in [&before, &after] {
+        let fetched = held["fetched"].as_array().unwrap();
+        assert!(
+            fetched
+                .iter()
+                .any(|url| url.as_str().unwrap().contains("/api/approvals")),
+            "{held}"
+        );
+        assert!(
+            !fetched
+                .iter()
+                .any(|url| url.as_str().unwrap().contains(&token)),
+            "{held}"
+        );
+        assert!(!held["text"].as_str().unwrap().contains(&token), "{held}");
+    }
+    browser.close().await;
+}
+
+#[actix_web::test]
+async fn opened_without_the_token_the_page_cannot_decide_and_says_how_to_open_it() {
+    let test = "opened_without_the_token_the_page_cannot_decide_and_says_how_to_open_it";
+    let Some(browser) = Browser::start(test, &[]).await else {
+        return;
+    };
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let plugin = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
+    let app = app_with_a_tool_that_needs_approval(&fake, &plugin).await;
+    browser.open(&app.url("/")).await;
+    browser.wait_css(&card("Mio", "send_message")).await;
+
+    // The call shows, with its arguments and time left, and nothing to decide it with.
+    let note = browser
+        .wait_xpath("//p[@id='approvals-read-only'][not(@hidden)]")
+        .await;
+    model_asks(&browser, &fake, "c1", "Ann").await;
+    let item = browser.wait_css("#approvals li.approval").await;
+    assert!(
+        item.text().await.unwrap().contains("s left to decide"),
+        "{:?}",
+        item.text().await
+    );
+    let controls = "return document.querySelectorAll(
+        '#approvals li.approval button, #approvals li.approval input').length;";
+    assert_eq!(browser.eval(controls, vec![]).await, json!(0));
+    let said = note.text().await.unwrap();
+    assert!(
+        said.starts_with(
+            "Read-only: this page was opened without the operator token, which deciding an approval needs."
+        ) && said.contains(
+            "open the inspector at the address the server printed when it started, on its \
+             line that begins with \"inspector:\" and ends in \"/#token=…\""
+        ),
+        "{said:?}"
+    );
+
+    // Given a token that is not the operator's, the page offers to decide; the server refuses,
+    // and the page says so and goes back to showing only.
+    browser
+        .eval(
+            "location.hash = '#token=a-plugins-token-not-the-operators'; return null;",
+            vec![],
+        )
+        .await;
+    approve_on_the_page(&browser, "Ann").await;
+    let refused = browser
+        .wait_xpath("//ul[@id='approvals']/li//p[@class='approval-problem'][not(@hidden)]")
+        .await;
+    let refused = refused.text().await.unwrap();
+    assert!(
+        refused.starts_with("Not decided: the server refused it (deciding an approval needs the operator token, and the bearer token sent is not it"),
+        "{refused:?}"
+    );
+    let said = browser
+        .wait_xpath(
+            "//p[@id='approvals-read-only'][not(@hidden)][contains(., 'refused this page')]",
+        )
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        said.starts_with(
+            "Read-only: the server refused this page's token: it is not the operator token"
+        ),
+        "{said:?}"
+    );
+    assert_eq!(browser.eval(controls, vec![]).await, json!(0));
+    let held = what_the_page_holds(&browser).await;
+    assert_eq!(
+        (&held["href"], &held["kept"]),
+        (&json!(app.url("/")), &Value::Null),
+        "{held}"
+    );
+    let (_, waiting) = app.get("/api/approvals").await;
+    assert_eq!(
+        waiting["approvals"].as_array().unwrap().len(),
+        1,
+        "{waiting}"
+    );
+    assert!(plugin.received().is_empty());
+
+    // The operator's token, given the same way, lets it decide.
+    browser
+        .eval(
+            "location.hash = '#token=' + arguments[0]; return null;",
+            vec![json!(app.operator_token)],
+        )
+        .await;
+    approve_on_the_page(&browser, "Ann").await;
+    browser
+        .wait_xpath(&feed_line("approval.resolved", "send_message · approved"))
+        .await;
+    plugin.wait_for_requests(1).await;
+    browser
+        .wait_xpath("//p[@id='approvals-read-only'][@hidden]")
+        .await;
     browser.close().await;
 }
 

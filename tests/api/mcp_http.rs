@@ -4,7 +4,8 @@
 //! (an output, a tool error, arguments that break the schema, an unknown tool, an image as image
 //! content), `notifications/tools/list_changed` after a registration, and a page of another
 //! site refused. Then the transport's rules over raw HTTP: sessions, `DELETE`, the refusals, and
-//! a call's trace context in `params._meta`.
+//! a call's trace context in `params._meta` (a malformed `tracestate` there ignored, as in a
+//! header).
 
 use std::io::Cursor;
 use std::process::Command;
@@ -626,6 +627,51 @@ async fn a_calls_meta_trace_context_puts_its_span_in_the_clients_trace() {
         (span.trace_id.as_str(), span.parent_span_id.as_str()),
         (TRACE, SPAN)
     );
+}
+
+/// A `tracestate` in `params._meta` that no header could carry (a line break, non-ASCII) is
+/// ignored, as it would be in the invoke route's headers: the call runs in the client's trace,
+/// and its callback gets no `tracestate` (never raw bytes); a valid one is passed on.
+#[actix_web::test]
+async fn a_malformed_meta_tracestate_is_ignored_not_fatal_and_never_sent_raw() {
+    const TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    const SPAN: &str = "00f067aa0ba902b7";
+    let app = spawn_app(&["Lanlan"]).await;
+    let callback = CallbackServer::with("/traced", Reply::output(json!("ok")));
+    register(&app, "traced", &callback, "Lanlan").await;
+    let session = open_session(&app).await;
+    let in_session = [
+        JSON_AND_SSE,
+        JSON,
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-06-18"),
+    ];
+    let states = [
+        ("vendor=x\r\nx-forged: 1", None),
+        ("vendor=\u{e9}t\u{e9}", None),
+        ("vendor=\u{1b}[2J", None),
+        ("vendor=fine", Some("vendor=fine")),
+    ];
+    for (i, (state, passed)) in states.into_iter().enumerate() {
+        let call = json!({"jsonrpc": "2.0", "id": i + 2, "method": "tools/call", "params": {
+            "name": "traced", "arguments": {},
+            "_meta": {"traceparent": format!("00-{TRACE}-{SPAN}-01"), "tracestate": state}}})
+        .to_string();
+        let (status, _, body) = exchange(&app, "POST", "/mcp", &in_session, &call).await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            rpc_answer(&body)["result"]["isError"],
+            json!(false),
+            "{state:?}: {body}"
+        );
+        let got = &callback.wait_for_requests(i + 1).await[i];
+        let sent = got.header("traceparent").expect("a traceparent");
+        assert!(
+            sent.starts_with(&format!("00-{TRACE}-")),
+            "{state:?}: {sent}"
+        );
+        assert_eq!(got.header("tracestate"), passed, "{state:?}");
+    }
 }
 
 /// Whether `session` is still open, asked without using it: a `GET` with a protocol version no

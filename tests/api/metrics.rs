@@ -357,11 +357,48 @@ async fn the_tool_label_is_capped() {
         .matching("runtime_tools_tool_calls_total", &[])
         .map(|(l, _)| l["tool"].clone())
         .collect();
-    assert_eq!(labels.len(), cap + 1, "{cap} names and other");
+    assert_eq!(labels.len(), cap + 1, "{cap} names and the overflow's");
     assert!(labels.contains("t000") && labels.contains(&format!("t{:03}", cap - 1)));
     assert!(!labels.contains(&format!("t{cap:03}")));
     assert_eq!(
-        scrape.value("runtime_tools_tool_calls_total", &[("tool", "other")]),
+        scrape.value("runtime_tools_tool_calls_total", &[("tool", "")]),
         3.0
+    );
+}
+
+/// 600 tools come (100 past the cap) and go: a new tool then has a label of its own (the names of tools that are
+/// gone gave theirs up, with their series), and a tool named `other` is not counted with the
+/// calls past the cap, whose label no tool's name can be.
+#[actix_web::test]
+async fn the_labels_of_tools_that_are_gone_go_to_new_ones_and_no_tool_has_the_overflow_label() {
+    let app = spawn_app(&["Mio"]).await;
+    let callback = CallbackServer::with("/ok", Reply::output(json!(1)));
+    let cap = runtime_tools::limits::MAX_TOOL_LABELS;
+    // 100 more tools than the cap are there at once: the last 100 have no label of their own.
+    for i in 0..cap + 100 {
+        let name = format!("t{i:03}");
+        register(&app, tool(&name, &callback.url("/ok"), 30.0)).await;
+        invoke_ok(&app, &name, json!({})).await;
+    }
+    let (status, cleared) = app
+        .post("/api/tools/clear", &json!({"source": "plugin:metrics"}))
+        .await;
+    assert_eq!(status, 200, "{cleared}");
+    for name in ["fresh", "other"] {
+        register(&app, tool(name, &callback.url("/ok"), 30.0)).await;
+        invoke_ok(&app, name, json!({})).await;
+    }
+    let scrape = scrape(&app).await;
+    let calls = |tool| scrape.value("runtime_tools_tool_calls_total", &[("tool", tool)]);
+    assert_eq!((calls("fresh"), calls("other")), (1.0, 1.0));
+    assert_eq!(calls(""), 100.0);
+    let labels: std::collections::BTreeSet<String> = scrape
+        .matching("runtime_tools_tool_calls_total", &[])
+        .map(|(l, _)| l["tool"].clone())
+        .collect();
+    assert!(labels.len() <= cap + 1, "{}", labels.len());
+    assert!(
+        !labels.contains("t000"),
+        "the series of a tool that is gone went with its label"
     );
 }

@@ -23,6 +23,7 @@ const SERVER_ROUTES: &[(&str, &str)] = &[
     ("post", "/api/tools/unregister"),
     ("post", "/api/tools/clear"),
     ("get", "/api/tools"),
+    ("get", SEARCH),
     ("post", "/api/tools/invoke"),
     ("post", PROGRESS),
     ("get", "/api/approvals"),
@@ -45,7 +46,21 @@ const SERVER_ROUTES: &[(&str, &str)] = &[
     ("get", METRICS),
     ("get", CALLS),
     ("get", HEALTH),
+    ("get", SOURCES),
+    ("post", WAKE),
+    ("delete", BINDING),
 ];
+
+/// The sources and their bindings: the listing, a plugin's wake, the operator's unbinding (the
+/// last two sent for a concrete source, [`concrete`]).
+const SOURCES: &str = "/api/sources";
+const WAKE: &str = "/api/sources/{source}/wake";
+const BINDING: &str = "/api/sources/{source}/binding";
+
+/// The variable that holds the token of the source the configuration binds.
+const CONFIGURED_TOKEN_ENV: &str = "RT_TEST_OPENAPI_CONFIGURED_TOKEN";
+/// A character's tools, searched (it reads the published snapshots, never the router).
+const SEARCH: &str = "/api/tools/search";
 
 /// The server's identity and what it restored.
 const HEALTH: &str = "/api/health";
@@ -66,12 +81,21 @@ const APPROVAL: &str = "/api/approvals/{id}";
 fn concrete(path: &str) -> String {
     path.replace("{call_id}", "call_doc")
         .replace("{id}", "apr_doc")
+        .replace("{source}", "plugin:doc")
 }
 
 /// A requested path as the document names it.
 fn documented_path(path: &str) -> String {
     if path.starts_with("/api/approvals/") {
         return APPROVAL.to_owned();
+    }
+    if let Some(rest) = path.strip_prefix("/api/sources/") {
+        if rest.ends_with("/wake") {
+            return WAKE.to_owned();
+        }
+        if rest.ends_with("/binding") {
+            return BINDING.to_owned();
+        }
     }
     match path.strip_prefix("/api/tools/calls/") {
         Some(rest) if rest.ends_with("/progress") => PROGRESS.to_owned(),
@@ -363,6 +387,13 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     config.characters[0].chat = Some(chat);
     // One `/mcp` session per character: with it busy, an `initialize` is a 503.
     config.mcp_endpoint.max_sessions = 1;
+    // A source the configuration binds: its unbinding is a 409.
+    // SAFETY: no other test reads or writes this variable.
+    unsafe { std::env::set_var(CONFIGURED_TOKEN_ENV, crate::ownership::TOKEN_B) };
+    config.configured_sources = vec![runtime_tools::ConfiguredSource {
+        source: "plugin:configured".into(),
+        token_env: CONFIGURED_TOKEN_ENV.into(),
+    }];
     let app = spawn_app_with(config).await;
     let doc = fetch_document(&app).await;
 
@@ -372,15 +403,18 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         .iter()
         .filter(|(method, _)| *method == "post")
         .map(|(_, path)| {
-            let mut request = raw_head(
-                "POST",
-                &concrete(path),
-                &[
-                    ("Host", &app.host()),
-                    ("Content-Type", "application/json"),
-                    ("Content-Length", "100"),
-                ],
-            );
+            let bearer = format!("Bearer {}", app.operator_token);
+            let mut headers = vec![
+                ("Host", app.host()),
+                ("Content-Type", "application/json".to_owned()),
+                ("Content-Length", "100".to_owned()),
+            ];
+            // A decision's credential is checked before its body is read.
+            if path.starts_with("/api/approvals/") {
+                headers.push(("Authorization", bearer));
+            }
+            let headers: Vec<_> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let mut request = raw_head("POST", &concrete(path), &headers);
             request.extend_from_slice(b"{\"name\":");
             (
                 *path,
@@ -430,6 +464,36 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     run("get", "/api/tools?role=Nobody", None, Body::None).await;
     run("post", "/api/tools", None, Body::Json(json!({}))).await;
     run("get", "/api/tools?role=Mio&role=Lanlan", None, Body::None).await;
+    // Searching them: a success, and every refusal.
+    run(
+        "get",
+        &format!("{SEARCH}?role=Mio&q=weather"),
+        None,
+        Body::None,
+    )
+    .await;
+    run(
+        "get",
+        &format!("{SEARCH}?role=Mio&q=weather"),
+        foreign,
+        Body::None,
+    )
+    .await;
+    run(
+        "get",
+        &format!("{SEARCH}?role=Nobody&q=weather"),
+        None,
+        Body::None,
+    )
+    .await;
+    run("post", SEARCH, None, Body::Json(json!({}))).await;
+    run(
+        "get",
+        &format!("{SEARCH}?role=Mio&limit=0"),
+        None,
+        Body::None,
+    )
+    .await;
 
     run("get", "/api/sessions", None, Body::None).await;
     run("get", "/api/sessions", foreign, Body::None).await;
@@ -703,17 +767,59 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     let approve = || Body::Json(json!({"decision": "approve"}));
     run("post", &decision, foreign, approve()).await;
     run("get", &decision, None, Body::None).await;
-    run("post", &decision, None, too_large()).await;
+    // Decisions are the operator's (collected apart: `run` holds the list meanwhile): without
+    // the token, with another, then every other answer with it.
+    let mut decided = Vec::new();
+    decided.push(call(&app, "post", &decision, None, approve()).await);
+    let plugins_token = ("authorization", "Bearer a-plugin-token-not-the-operators");
+    decided.push(call_with(&app, "post", &decision, &[plugins_token], approve()).await);
+    let bearer = format!("Bearer {}", app.operator_token);
+    let operator = [("authorization", bearer.as_str())];
+    decided.push(call_with(&app, "post", &decision, &operator, too_large()).await);
     let bad = json!({"decision": "maybe", "reason": 7, "extra": true});
-    run("post", &decision, None, Body::Json(bad)).await;
-    run("post", &decision, None, approve()).await;
-    run("post", &decision, None, approve()).await;
-    run("post", "/api/approvals/apr_nobody", None, approve()).await;
+    decided.push(call_with(&app, "post", &decision, &operator, Body::Json(bad)).await);
+    decided.push(call_with(&app, "post", &decision, &operator, approve()).await);
+    decided.push(call_with(&app, "post", &decision, &operator, approve()).await);
+    let nobody = "/api/approvals/apr_nobody";
+    decided.push(call_with(&app, "post", nobody, &operator, approve()).await);
     let _ = waiting.await;
 
     // And with the upstream gone.
     drop(chat_model);
     run("get", MODELS, None, Body::None).await;
+
+    // The sources: one bound by a registration with a token, woken by it and freed by the
+    // operator, and every refusal (collected apart, as `/mcp`'s below).
+    let mut sources = Vec::new();
+    let tokened = [("x-plugin-token", crate::ownership::TOKEN_A)];
+    let bound = Body::Json(tool_body("bound_doc", &callback.url("/cb"), "plugin:bound"));
+    let registered = call_with(&app, "post", "/api/tools/register", &tokened, bound).await;
+    assert_eq!(registered.status, 200, "{:?}", registered.body);
+    let wake = "/api/sources/plugin:bound/wake";
+    let binding = "/api/sources/plugin:bound/binding";
+    let empty = || Body::Json(json!({}));
+    sources.push(call(&app, "get", SOURCES, None, Body::None).await);
+    sources.push(call(&app, "get", SOURCES, foreign, Body::None).await);
+    sources.push(call(&app, "post", SOURCES, None, empty()).await);
+    sources.push(call_with(&app, "post", wake, &tokened, empty()).await);
+    sources.push(call(&app, "post", wake, None, empty()).await);
+    sources.push(call(&app, "post", wake, foreign, empty()).await);
+    let unknown = "/api/sources/plugin:nobody/wake";
+    sources.push(call_with(&app, "post", unknown, &tokened, empty()).await);
+    sources.push(call(&app, "get", wake, None, Body::None).await);
+    sources.push(call(&app, "post", wake, None, too_large()).await);
+    sources.push(call(&app, "post", wake, None, Body::Raw(b"[]".to_vec())).await);
+    let bearer = format!("Bearer {}", app.operator_token);
+    let operator = [("authorization", bearer.as_str())];
+    let plugin = [("authorization", "Bearer a-plugin-token-0123456789")];
+    sources.push(call(&app, "delete", binding, foreign, Body::None).await);
+    sources.push(call(&app, "delete", binding, None, Body::None).await);
+    sources.push(call_with(&app, "delete", binding, &plugin, Body::None).await);
+    sources.push(call_with(&app, "delete", binding, &operator, Body::None).await);
+    sources.push(call_with(&app, "delete", binding, &operator, Body::None).await);
+    let configured = "/api/sources/plugin:configured/binding";
+    sources.push(call_with(&app, "delete", configured, &operator, Body::None).await);
+    sources.push(call(&app, "get", binding, None, Body::None).await);
 
     // A character's tools over MCP's Streamable HTTP transport: a session opened, used, its
     // stream and its end, and every refusal (collected apart: `run` holds the list meanwhile).
@@ -833,6 +939,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     for (method, path) in SERVER_ROUTES.iter().filter(|(_, p)| {
         ![
             OPENAPI,
+            SEARCH,
             "/api/tools/invoke",
             PROGRESS,
             "/api/mcp",
@@ -842,6 +949,8 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
             MCP,
             CALLS,
             HEALTH,
+            SOURCES,
+            BINDING,
             "/api/approvals",
             APPROVAL,
         ]
@@ -858,6 +967,7 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
                 Body::Json(json!({"role": "Lanlan", "url": "ws://127.0.0.1:9/v1/realtime"}))
             }
             "/api/sessions/context" => Body::Json(json!({"text": "late"})),
+            WAKE => Body::Json(json!({})),
             _ => Body::None,
         };
         let path = match *path {
@@ -866,8 +976,16 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         };
         run(method, &path, None, body).await;
     }
+    // The operator's unbinding gets past its credential to the router.
+    let bearer = format!("Bearer {}", app.operator_token);
+    let operator = [("authorization", bearer.as_str())];
+    let unbinding = call_with(&app, "delete", BINDING, &operator, Body::None).await;
+    assert_eq!(unbinding.status, 503, "{unbinding:?}");
+    exchanges.push(unbinding);
 
+    exchanges.extend(decided);
     exchanges.extend(mcp);
+    exchanges.extend(sources);
 
     // A character that runs one chat request at a time, its place held by a body that never
     // ends: a request of either chat route is a 429 meanwhile.
@@ -966,6 +1084,10 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
         ),
         ("/api/mcp/unregister", json!({"name": "s"})),
         (PROGRESS, json!({"message": "halfway"})),
+        (
+            "/api/sessions/context",
+            json!({"text": "The doorbell rang."}),
+        ),
     ] {
         exchanges.push(call(&strict, "post", path, None, Body::Json(body)).await);
     }
@@ -1015,6 +1137,28 @@ async fn every_documented_status_is_produced_and_every_answer_matches_its_schema
     assert_eq!(
         find("post", "/api/mcp/unregister", 503).unwrap().body,
         json!({"ok": false, "detail": "the tool router has stopped"})
+    );
+
+    assert_eq!(
+        find("post", WAKE, 200).unwrap().body,
+        json!({"ok": true, "source": "plugin:bound", "woken": 0})
+    );
+    assert_eq!(
+        find("delete", BINDING, 200).unwrap().body,
+        json!({"ok": true, "source": "plugin:bound", "unbound": true})
+    );
+    let listed = &find("get", SOURCES, 200).unwrap().body["sources"];
+    let bound = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["source"] == "plugin:bound");
+    assert_eq!(
+        bound,
+        Some(
+            &json!({"source": "plugin:bound", "bound": true, "configured": false, "tools": 2,
+                     "dormant": 0})
+        )
     );
 
     // Every answer is documented for its route and matches the schema given for it...

@@ -1,8 +1,8 @@
 //! What the kernel says a process holds, read from `/proc`: its open file descriptors, its TCP
 //! sockets by state (the socket inodes its `/proc/PID/fd` links name, joined to the entries of
 //! `/proc/PID/net/tcp` and `tcp6`, which list every socket of its network namespace), its
-//! threads and its resident memory. The churn tests read a server child process with it, and
-//! `benches/churn/run.sh` prints what it reads.
+//! threads and its resident memory (now, and at its peak). The churn tests read a server child
+//! process with it, and `benches/churn/run.sh` prints what it reads.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -20,6 +20,8 @@ pub struct Holdings {
     pub threads: usize,
     /// `VmRSS:` of `/proc/PID/status`, in KiB.
     pub rss_kib: u64,
+    /// `VmHWM:` of `/proc/PID/status`: the most it was ever resident, in KiB.
+    pub peak_rss_kib: u64,
 }
 
 impl Holdings {
@@ -44,6 +46,7 @@ impl Holdings {
             tcp,
             threads: status_field(&status, "Threads:") as usize,
             rss_kib: status_field(&status, "VmRSS:"),
+            peak_rss_kib: status_field(&status, "VmHWM:"),
         }
     }
 
@@ -58,11 +61,12 @@ impl fmt::Display for Holdings {
         let tcp: Vec<String> = self.tcp.iter().map(|(s, n)| format!("{s} {n}")).collect();
         write!(
             f,
-            "fds {}, tcp [{}], threads {}, rss {} KiB",
+            "fds {}, tcp [{}], threads {}, rss {} KiB (peak {} KiB)",
             self.fds,
             tcp.join(", "),
             self.threads,
-            self.rss_kib
+            self.rss_kib,
+            self.peak_rss_kib
         )
     }
 }

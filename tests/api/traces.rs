@@ -1,8 +1,9 @@
 //! Traces: the spans the server exports over OTLP/HTTP, received by a real HTTP receiver on
 //! loopback and decoded with the official protobuf types (`opentelemetry-proto`): their names,
 //! kinds, attributes and parentage, and the `traceparent` each callback got naming them. And a
-//! collector that is down or slow: calls go on, spans are dropped and counted. And the binary,
-//! switched on and off by the standard `OTEL_*` variables.
+//! collector that is down or slow: calls go on, spans are dropped and counted; one that answers
+//! with gibibytes is read 64 KiB deep. A callback URL's query values never reach `url.full`. And
+//! the binary, switched on and off by the standard `OTEL_*` variables.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -621,4 +622,182 @@ async fn the_standard_otel_variables_switch_export_on_and_off() {
     traceparent(got.header("traceparent").expect("a traceparent"));
     // It has exited, and would have flushed its span on the way out: none came.
     assert_eq!(receiver.received().len(), exports);
+}
+
+/// A callback URL's query may carry a token: the CLIENT span's `url.full` keeps each
+/// parameter's name, never its value (OpenTelemetry's `REDACTED`), and no fragment, while the
+/// callback still gets its query as registered.
+#[actix_web::test]
+async fn url_full_carries_no_query_value_of_a_callback_url() {
+    let receiver = receiver();
+    let app = spawn_app_with(exporting(settings(&["Mio"]), receiver.url("/v1/traces"))).await;
+    let callback = CallbackServer::start();
+    let target = "/q?token=s3cret-4e1d&city=Tokyo&flag";
+    callback.route(target, Reply::output(json!(1)));
+    register(
+        &app,
+        tool("query", &callback.url(&format!("{target}#part"))),
+    )
+    .await;
+    invoke_ok(&app, "query", json!({})).await;
+    let got = &callback.wait_for_requests(1).await[0];
+    assert_eq!(got.path, target);
+    let (_, client_span) = traceparent(got.header("traceparent").expect("a traceparent"));
+    let exchange = span_by_id(&receiver, &client_span).await;
+    assert_eq!(
+        exchange.attributes["url.full"],
+        callback.url("/q?token=REDACTED&city=REDACTED&REDACTED")
+    );
+    for span in decode(&receiver) {
+        assert!(
+            span.attributes.values().all(|v| !v.contains("s3cret")),
+            "{span:?}"
+        );
+    }
+}
+
+/// Bytes a flooding collector writes of its answer before it gives up: far more than an
+/// exporter reading it whole could hold without notice, little enough for a test machine.
+const FLOOD_BYTES: usize = 256 << 20;
+
+/// What a flooding collector's answer to one export came to.
+#[derive(Debug, Clone, Copy)]
+struct Flood {
+    /// Bytes of the answer's body written before the server closed the connection (or
+    /// [`FLOOD_BYTES`], when it read them all).
+    written: usize,
+    /// The server closed the connection before the answer's end.
+    cut_off: bool,
+}
+
+/// A collector on a raw socket that answers every export with `200`, a `Content-Length` of
+/// 2 GiB and zeros, as fast as the server takes them; each answer's [`Flood`], in order.
+fn flooding_collector() -> (String, tokio::sync::mpsc::UnboundedReceiver<Flood>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/v1/traces", listener.local_addr().unwrap());
+    let (tx, floods) = tokio::sync::mpsc::unbounded_channel();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut request = Vec::new();
+                let mut chunk = [0u8; 64 * 1024];
+                loop {
+                    // The export's head and body (its length from the head).
+                    if let Some(end) = request.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&request[..end]).to_ascii_lowercase();
+                        let length: usize = head
+                            .lines()
+                            .find_map(|l| l.strip_prefix("content-length:"))
+                            .and_then(|v| v.trim().parse().ok())
+                            .unwrap_or(0);
+                        if request.len() >= end + 4 + length {
+                            break;
+                        }
+                    }
+                    match stream.read(&mut chunk) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let head = "HTTP/1.1 200 OK\r\ncontent-type: application/x-protobuf\r\n\
+                            content-length: 2147483648\r\n\r\n";
+                if stream.write_all(head.as_bytes()).is_err() {
+                    return;
+                }
+                let zeros = [0u8; 64 * 1024];
+                let mut written = 0;
+                while written < FLOOD_BYTES {
+                    match stream.write(&zeros) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => written += n,
+                    }
+                }
+                let cut_off = written < FLOOD_BYTES;
+                let _ = tx.send(Flood { written, cut_off });
+                // Held until the server lets go of it (its export's timeout, at the latest).
+                let _ = stream.read(&mut chunk);
+            });
+        }
+    });
+    (url, floods)
+}
+
+/// A collector that answers each export with 2 GiB: the server reads no more than 64 KiB of it
+/// (the connection is closed after that, so the collector cannot write more than the sockets'
+/// buffers hold), the spans count as `export_failed`, and the server's peak memory (read from
+/// `/proc`) stays where it was.
+#[actix_web::test]
+async fn a_collector_that_answers_with_gibibytes_is_read_64_kib_deep() {
+    let (endpoint, mut floods) = flooding_collector();
+    let callback = CallbackServer::with("/ok", Reply::output(json!(1)));
+    let mut child = crate::cli::Child::start_with_env(
+        &["serve", "--bind", "127.0.0.1:0", "--character", "Mio"],
+        &[
+            ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint.as_str()),
+            ("OTEL_BSP_SCHEDULE_DELAY", "20"),
+            ("MIMALLOC_PURGE_DELAY", "0"),
+        ],
+    );
+    let base = format!("http://{}", child.listening("127.0.0.1"));
+    let client = crate::helpers::test_client();
+    let post = |path: &'static str, body: Value| {
+        let request = client.post(format!("{base}{path}"));
+        async move {
+            let mut response = request.send_json(&body).await.expect("request sent");
+            let answer: Value = response.json().await.expect("a JSON answer");
+            assert_eq!(response.status(), 200, "{path}: {answer}");
+            answer
+        }
+    };
+    post(
+        "/api/tools/register",
+        tool("get_weather", &callback.url("/ok")),
+    )
+    .await;
+    let before = crate::procfs::Holdings::of(child.pid());
+    for export in 0..3 {
+        let answer = post(
+            "/api/tools/invoke",
+            json!({"name": "get_weather", "arguments": {}}),
+        )
+        .await;
+        assert_eq!(answer["is_error"], false, "{answer}");
+        let flood = tokio::time::timeout(HTTP_DEADLINE, floods.recv())
+            .await
+            .ok()
+            .flatten()
+            .unwrap_or_else(|| panic!("export {export} was never answered"));
+        assert!(
+            flood.cut_off && flood.written < 32 << 20,
+            "export {export}: the server took {flood:?}"
+        );
+    }
+    let after = crate::procfs::Holdings::of(child.pid());
+    println!("a flooding collector: before {before}; after {after}");
+    assert!(
+        after.peak_rss_kib <= before.peak_rss_kib.max(before.rss_kib) + 32 * 1024,
+        "before {before}; after {after}"
+    );
+    let mut response = client
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .expect("metrics");
+    let metrics =
+        String::from_utf8(response.body().limit(1 << 24).await.unwrap().to_vec()).unwrap();
+    let failed = metrics
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("runtime_tools_spans_dropped_total{reason=\"export_failed\"} ")
+        })
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    assert!(failed >= 3, "{metrics}");
+    child.signal("TERM");
+    tokio::task::spawn_blocking(move || child.wait())
+        .await
+        .unwrap();
 }

@@ -96,6 +96,30 @@ async fn name_length_counts_characters_not_bytes() {
 }
 
 #[actix_web::test]
+async fn the_server_s_own_find_tools_is_not_a_name_a_plugin_may_take() {
+    let app = app().await;
+    let (status, body) = app.register(&register_body("find_tools", json!({}))).await;
+    assert_eq!(
+        (status, body),
+        (
+            422,
+            invalid(&[(
+                "name",
+                "value_error",
+                "Value error, `find_tools` is the server's own tool; choose another name"
+            )])
+        )
+    );
+    // Only that exact name: a tool may still be called like it.
+    let (status, _) = app.register(&register_body("find_tools2", json!({}))).await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        listed_names(&app.listing(None).await, "Lanlan"),
+        ["find_tools2"]
+    );
+}
+
+#[actix_web::test]
 async fn timeout_seconds_is_above_zero_and_at_most_300() {
     let app = app().await;
     for (i, timeout) in [

@@ -17,6 +17,7 @@ use crate::domain::callback_url::CallbackOrigin;
 use crate::domain::registry::not_registered_text;
 use crate::domain::snapshot::{ToolCell, ToolSnapshot};
 use crate::domain::tool::SharedTool;
+use crate::observe::metrics::ToolRoster;
 
 /// One character as readers see it.
 #[derive(Debug, Clone)]
@@ -148,6 +149,15 @@ impl Directory {
         }
     }
 
+    /// Every character's chat endpoint, in configuration order.
+    pub fn chat_endpoints(&self) -> Vec<(String, Arc<ChatEndpoint>)> {
+        self.0
+            .load()
+            .iter()
+            .filter_map(|l| Some((l.character.clone(), l.chat.clone()?)))
+            .collect()
+    }
+
     /// The tools of `role`, or of every character, in configuration order.
     pub fn list(&self, role: Option<&str>) -> Result<Vec<RoleTools>, RouterError> {
         let role = role.filter(|r| !r.is_empty());
@@ -179,5 +189,24 @@ impl Directory {
             .load()
             .iter()
             .any(|l| l.tools.load().registry().serves(source, origin))
+    }
+}
+
+/// The metrics ask the roster which labelled tool names are gone.
+impl ToolRoster for Directory {
+    fn has_tool(&self, name: &str) -> bool {
+        self.0
+            .load()
+            .iter()
+            .any(|l| l.tools.load().registry().get(name).is_some())
+    }
+
+    /// The characters' count and the numbers of the changes their snapshots include: every
+    /// change a manager publishes raises its snapshot's number.
+    fn version(&self) -> u64 {
+        let roster = self.0.load();
+        roster.iter().fold(roster.len() as u64, |version, l| {
+            version.wrapping_add(l.tools.load().applied())
+        })
     }
 }

@@ -17,8 +17,9 @@
 //! - [`sessions`]: relays, in-process sessions and attachments joined to a character's
 //!   manager, and all of them closed when the server stops;
 //! - [`reads`] and [`directory`]: listings and lookups, read from the published snapshots;
-//! - [`dormancy`]: the tools restored from the state store, given to the models when their
-//!   callback accepts a connection again, removed when it never does;
+//! - [`dormancy`]: the tools restored from the state store, given to the models when they wake
+//!   (a bound source's once its owner's token is seen again, then its callback answers HTTP),
+//!   removed when they never do; a wake and the operator's unbinding of a source;
 //! - [`faults`]: fault injection for the containment tests.
 
 use std::collections::VecDeque;
@@ -34,7 +35,7 @@ use crate::dispatch::Dispatcher;
 use crate::dispatch::settings::DispatchSettings;
 use crate::domain::dormant::{Dormant, DormantTool};
 use crate::domain::failures::SharedFailures;
-use crate::domain::ownership::{OwnershipError, SharedOwners};
+use crate::domain::ownership::{OwnershipError, SharedOwners, UnbindError};
 use crate::domain::registry::{Change, ToolRegistry};
 use crate::domain::role::RoleName;
 use crate::domain::snapshot::ToolCell;
@@ -57,6 +58,8 @@ mod sessions;
 pub(crate) use context::AddContextTo;
 pub(crate) use directory::{ChatTarget, Directory};
 pub use directory::{ResolvedTool, RoleTools};
+pub(crate) use dormancy::SourceMayWake;
+pub(crate) use dormancy::{UnbindSource, WakeSource, WatchWakes};
 pub use faults::{InjectManagerPanic, InjectRouterStop};
 pub use lifecycle::{AddCharacter, RebuildCharacter, RemoveCharacter};
 pub(crate) use reads::ShareDirectory;
@@ -119,6 +122,12 @@ pub enum RouterError {
     /// A plugin's change was refused by the ownership rule (`X-Plugin-Token`); nothing changed.
     #[error(transparent)]
     Ownership(#[from] OwnershipError),
+    /// A wake named a source with no tool and no binding.
+    #[error("unknown source: {0} (no tool and no binding)")]
+    UnknownSource(String),
+    /// The operator's unbinding of a source was refused.
+    #[error(transparent)]
+    Unbind(#[from] UnbindError),
     /// The change was applied, but the state store could not keep it: it would not survive a
     /// restart.
     #[error(
@@ -212,8 +221,10 @@ pub struct Router {
     /// Where each change goes, in routing order, to be durable before it is answered
     /// (`--state`); `None`: nothing survives a restart.
     store: Option<StateStore>,
-    /// Restored tools no model is given until their callback comes back.
+    /// Restored tools no model is given until they wake.
     dormant: Dormant,
+    /// Told whenever a source's restored tools may wake ([`WatchWakes`]).
+    wake_watcher: Option<Recipient<SourceMayWake>>,
 }
 
 /// What a router keeps beyond its characters: the sources' owners (shared with the MCP
@@ -222,7 +233,7 @@ pub struct Router {
 pub(crate) struct Keeping {
     pub owners: SharedOwners,
     pub store: Option<StateStore>,
-    /// Restored tools, dormant until their callback accepts a connection.
+    /// Restored tools, dormant until they wake.
     pub dormant: Vec<DormantTool>,
     /// How long a restored tool stays dormant before it is removed.
     pub dormant_ttl: Duration,
@@ -278,6 +289,7 @@ impl Router {
                 owners: keeping.owners,
                 store: keeping.store,
                 dormant: Dormant::new(keeping.dormant, keeping.dormant_ttl),
+                wake_watcher: None,
             };
             for c in characters {
                 router.policy.set_approval_rules(&c.name, c.approval_always);

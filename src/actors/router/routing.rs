@@ -192,6 +192,7 @@ impl Router {
         msg: RegisterTool,
         who: Credential,
         record: Option<String>,
+        ctx: &mut Context<Self>,
     ) -> ResponseFuture<Result<ChangeReport, RouterError>> {
         let targets = match self.targets(msg.role.as_deref()) {
             Ok(targets) => targets,
@@ -203,11 +204,18 @@ impl Router {
             holders.push(replaced);
         }
         let others = holders.iter().filter(|s| **s != msg.tool.source);
-        let touched = others.map(String::as_str);
-        let bound = match self.owners.authorize(who, touched, Some(&msg.tool.source)) {
-            Ok(bound) => bound,
-            Err(e) => return Box::pin(async move { Err(e.into()) }),
-        };
+        let mut touched: Vec<&str> = others.map(String::as_str).collect();
+        let bound =
+            match self
+                .owners
+                .authorize(who, touched.iter().copied(), Some(&msg.tool.source))
+            {
+                Ok(bound) => bound,
+                Err(e) => return Box::pin(async move { Err(e.into()) }),
+            };
+        touched.push(&msg.tool.source);
+        let touched: Vec<String> = touched.into_iter().map(str::to_owned).collect();
+        self.owner_seen(who, &as_strs(&touched), ctx);
         if let Some((source, hash)) = bound {
             self.journal(Op::Bind {
                 source,
@@ -222,6 +230,7 @@ impl Router {
                 source: msg.tool.source.clone(),
                 origin,
                 body,
+                dormant_since: None,
             })
         });
         let change = Change::Register(Arc::new(msg.tool));
@@ -236,6 +245,7 @@ impl Router {
         &mut self,
         msg: UnregisterTool,
         who: Credential,
+        ctx: &mut Context<Self>,
     ) -> ResponseFuture<Result<ChangeReport, RouterError>> {
         let targets = match self.targets(msg.role.as_deref()) {
             Ok(targets) => targets,
@@ -254,6 +264,7 @@ impl Router {
         {
             return Box::pin(async move { Err(e.into()) });
         }
+        self.owner_seen(who, &as_strs(&holders), ctx);
         let removed = self.dormant.take_named(&as_strs(&names), &msg.name);
         let change = Change::Unregister(msg.name);
         let op = Op::of(&change, names, None);
@@ -268,6 +279,7 @@ impl Router {
         &mut self,
         msg: ClearSource,
         who: Credential,
+        ctx: &mut Context<Self>,
     ) -> ResponseFuture<Result<ChangeReport, RouterError>> {
         let targets = match self.targets(msg.role.as_deref()) {
             Ok(targets) => targets,
@@ -276,6 +288,8 @@ impl Router {
         if let Err(e) = self.owners.authorize(who, [msg.source.as_str()], None) {
             return Box::pin(async move { Err(e.into()) });
         }
+        // A clear of some characters leaves the source's restored tools of the others.
+        self.owner_seen(who, &[msg.source.as_str()], ctx);
         let everywhere = msg.role.as_deref().is_none_or(str::is_empty);
         let names = self.names(&targets);
         let removed = self.dormant.take_source(&as_strs(&names), &msg.source);
@@ -445,36 +459,36 @@ impl Subject {
 impl Handler<RegisterTool> for Router {
     type Result = ResponseFuture<Result<ChangeReport, RouterError>>;
 
-    fn handle(&mut self, msg: RegisterTool, _: &mut Self::Context) -> Self::Result {
-        self.register(msg, Credential::InProcess, None)
+    fn handle(&mut self, msg: RegisterTool, ctx: &mut Self::Context) -> Self::Result {
+        self.register(msg, Credential::InProcess, None, ctx)
     }
 }
 
 impl Handler<UnregisterTool> for Router {
     type Result = ResponseFuture<Result<ChangeReport, RouterError>>;
 
-    fn handle(&mut self, msg: UnregisterTool, _: &mut Self::Context) -> Self::Result {
-        self.unregister(msg, Credential::InProcess)
+    fn handle(&mut self, msg: UnregisterTool, ctx: &mut Self::Context) -> Self::Result {
+        self.unregister(msg, Credential::InProcess, ctx)
     }
 }
 
 impl Handler<ClearSource> for Router {
     type Result = ResponseFuture<Result<ChangeReport, RouterError>>;
 
-    fn handle(&mut self, msg: ClearSource, _: &mut Self::Context) -> Self::Result {
-        self.clear(msg, Credential::InProcess)
+    fn handle(&mut self, msg: ClearSource, ctx: &mut Self::Context) -> Self::Result {
+        self.clear(msg, Credential::InProcess, ctx)
     }
 }
 
 impl Handler<PluginChange> for Router {
     type Result = ResponseFuture<Result<ChangeReport, RouterError>>;
 
-    fn handle(&mut self, msg: PluginChange, _: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, msg: PluginChange, ctx: &mut Self::Context) -> Self::Result {
         let who = Credential::Plugin(msg.token);
         match msg.request {
-            ChangeRequest::Register(r) => self.register(*r, who, msg.record),
-            ChangeRequest::Unregister(u) => self.unregister(u, who),
-            ChangeRequest::Clear(c) => self.clear(c, who),
+            ChangeRequest::Register(r) => self.register(*r, who, msg.record, ctx),
+            ChangeRequest::Unregister(u) => self.unregister(u, who, ctx),
+            ChangeRequest::Clear(c) => self.clear(c, who, ctx),
         }
     }
 }

@@ -3,10 +3,14 @@
 // a live feed of the server's change events.
 //
 // It uses only the public HTTP API: GET /api/tools?detail=full, GET /api/sessions and
-// GET /api/mcp for the state, GET /api/calls for each tool's recent calls (its latency and
+// GET /api/mcp for the state, GET /api/tools/search for each character's search box, GET /api/calls for each tool's recent calls (its latency and
 // error rate, kept up to date by the tool.call events), GET /api/events (Server-Sent Events) for
 // changes, POST /api/tools/invoke for calls, GET /api/approvals and POST /api/approvals/{id} for
 // the calls that wait for a person's decision.
+// Deciding is the person's: the page decides with the operator token it was opened with (the
+// address the server printed, `/#token=...`), which it keeps for the tab only and sends in the
+// Authorization header of each decision, never in a URL. Opened without it, it shows the calls
+// that wait but cannot decide them (unless the server lets any local caller decide).
 // Every string from the server is inserted with textContent: tool names, descriptions and
 // schemas come from plugins.
 
@@ -132,9 +136,75 @@ const refreshSessions = coalesced(async () => {
   for (const [role, character] of characters) renderSession(character.session, sessions.get(role));
 });
 
+// ---- The operator token -------------------------------------------------------------------
+
+/** Where the page keeps the operator token: the tab's own storage (sessionStorage), which
+ * outlives a reload and ends with the tab. */
+const TOKEN_KEY = "runtime-tools.operator-token";
+
+/** How to give the page the token, for a page that cannot decide. */
+const HOW_TO_DECIDE =
+  "To decide here, open the inspector at the address the server printed when it started, on its " +
+  "line that begins with \"inspector:\" and ends in \"/#token=…\" (with [security] " +
+  "operator_token_env set, add #token= and that variable's value to this page's address).";
+
+/** Moves a token given in the address (`#token=...`) into the tab's storage, and out of the
+ * address bar and the tab's history (the fragment never reaches a server, but a copied address
+ * or a screen share would show it); whether one was given. */
+function takeTokenFromAddress() {
+  const given = /^#token=(.*)$/s.exec(location.hash);
+  if (!given) return false;
+  history.replaceState(history.state, "", location.pathname + location.search);
+  let token = given[1];
+  try {
+    token = decodeURIComponent(token);
+  } catch {
+    // Not percent-encoded: kept as written.
+  }
+  if (!token) return false;
+  sessionStorage.setItem(TOKEN_KEY, token);
+  return true;
+}
+
+takeTokenFromAddress();
+addEventListener("hashchange", () => {
+  if (takeTokenFromAddress()) refreshDeciding();
+});
+
+/** How the page may decide: "token" (with the operator token), "open" (the server lets any
+ * local caller decide: `[security] decisions = "loopback"`) or "read-only". */
+let deciding = "read-only";
+
+function setDeciding(how, why) {
+  deciding = how;
+  const note = $("approvals-read-only");
+  note.textContent = how === "read-only" ? `${why} ${HOW_TO_DECIDE}` : "";
+  note.hidden = how !== "read-only";
+  for (const entry of approvals.values()) showActions(entry);
+}
+
+/** Whether the page may decide. With a token it may (the server says otherwise when a decision
+ * is refused). Without one it may only when the server lets any local caller decide, which
+ * `GET /api/health` says (`decisions`). */
+const refreshDeciding = coalesced(async () => {
+  if (sessionStorage.getItem(TOKEN_KEY)) {
+    setDeciding("token");
+    return;
+  }
+  const health = await getJson("/api/health");
+  if (health.decisions === "loopback") {
+    setDeciding("open");
+  } else {
+    setDeciding(
+      "read-only",
+      "Read-only: this page was opened without the operator token, which deciding an approval needs.",
+    );
+  }
+});
+
 // ---- Approvals ----------------------------------------------------------------------------
 
-/** The pending approvals shown, by id: their record and list item. */
+/** The pending approvals shown, by id: their record, list item and decision controls. */
 const approvals = new Map();
 
 const refreshApprovals = coalesced(async () => {
@@ -179,12 +249,27 @@ function showApproval(record) {
     approve.disabled = deny.disabled = true;
     const body = { decision };
     if (reason.value) body.reason = reason.value;
+    const headers = { "content-type": "application/json" };
+    const token = sessionStorage.getItem(TOKEN_KEY);
+    if (token) headers.authorization = `Bearer ${token}`;
     const [status, answer] = await fetchJson(`/api/approvals/${encodeURIComponent(record.id)}`, {
       method: "POST",
-      headers: { "content-type": "application/json" },
+      headers,
       body: JSON.stringify(body),
     });
-    if (status !== 200) {
+    if (status === 401 || status === 403) {
+      // The token is not (or no longer: a restarted server makes a new one) the operator's, or
+      // the server now wants one: the page cannot decide until it is given the right one.
+      sessionStorage.removeItem(TOKEN_KEY);
+      problem.textContent = `Not decided: the server refused it (${detailText(answer, status)}).`;
+      problem.hidden = false;
+      setDeciding(
+        "read-only",
+        token
+          ? "Read-only: the server refused this page's token: it is not the operator token (a server that restarted made a new one)."
+          : "Read-only: the server now needs the operator token to decide.",
+      );
+    } else if (status !== 200) {
       problem.textContent = detailText(answer, status);
       problem.hidden = false;
       approve.disabled = deny.disabled = false;
@@ -194,12 +279,25 @@ function showApproval(record) {
   deny.addEventListener("click", () => decide("deny"));
   const actions = element("div", "approval-actions");
   actions.append(reason, approve, deny);
-  item.append(actions, problem);
-  const entry = { record, item, left };
+  item.append(problem);
+  const entry = { record, item, left, actions, problem, buttons: [approve, deny] };
+  showActions(entry);
   approvals.set(record.id, entry);
   tickApproval(entry);
   $("approvals").append(item);
   $("approvals-empty").hidden = true;
+}
+
+/** Gives an approval its reason field and Approve / Deny buttons while the page may decide,
+ * and takes them away while it may not. */
+function showActions(entry) {
+  if (deciding === "read-only") {
+    entry.actions.remove();
+  } else if (!entry.actions.isConnected) {
+    for (const button of entry.buttons) button.disabled = false;
+    entry.problem.hidden = true;
+    entry.item.insertBefore(entry.actions, entry.problem);
+  }
 }
 
 function tickApproval(entry) {
@@ -221,6 +319,7 @@ setInterval(() => {
 
 /** Reads everything again: on (re)connecting, after a restart, after missed events. */
 function startOver() {
+  refreshDeciding();
   refreshApprovals();
   refreshCalls();
   refreshTools();
@@ -281,8 +380,67 @@ function characterSection(role) {
   const session = element("div", "session");
   const list = element("ul", "tools");
   const empty = element("p", "muted", "No tools registered.");
-  section.append(head, session, list, empty);
+  section.append(head, session, searchBox(role), list, empty);
   return { role, section, session, list, empty, count, tools: new Map() };
+}
+
+// ---- Searching a character's tools ---------------------------------------------------------
+
+/** Most tools a search shows. */
+const SEARCH_LIMIT = 10;
+
+/** A search box over one character's tools: asks GET /api/tools/search and lists what it finds,
+ * best first, with each tool's score. */
+function searchBox(role) {
+  const form = element("form", "tool-search");
+  form.setAttribute("role", "search");
+  const input = element("input");
+  input.type = "search";
+  input.maxLength = 512;
+  input.placeholder = "Search these tools: what should a tool do?";
+  input.setAttribute("aria-label", `Search ${role}'s tools`);
+  const button = element("button", "quiet", "Search");
+  button.type = "submit";
+  const problem = element("p", "search-problem");
+  problem.hidden = true;
+  const results = element("ol", "search-results");
+  results.hidden = true;
+  results.setAttribute("aria-live", "polite");
+  form.append(input, button);
+  const box = element("div", "search-box");
+  box.append(form, problem, results);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const query = input.value.trim();
+    if (!query) return;
+    const params = new URLSearchParams({ role, q: query, limit: String(SEARCH_LIMIT) });
+    const [status, body] = await fetchJson(`/api/tools/search?${params}`);
+    if (status !== 200) {
+      problem.textContent = detailText(body, status);
+      problem.hidden = false;
+      results.hidden = true;
+      return;
+    }
+    problem.hidden = true;
+    showResults(results, body.tools ?? []);
+  });
+  return box;
+}
+
+function showResults(results, tools) {
+  const items = tools.map((tool) => {
+    const item = element("li", "search-result");
+    item.dataset.tool = tool.name;
+    const name = element("code", null, tool.name);
+    const score = element("span", "score", `score ${Number(tool.score).toFixed(3)}`);
+    item.append(name, " ", score);
+    if (tool.description) item.append(element("p", "description", tool.description));
+    return item;
+  });
+  if (!items.length) items.push(element("li", "search-none muted", "No tool matches."));
+  results.replaceChildren(...items);
+  results.dataset.count = String(tools.length);
+  results.hidden = false;
 }
 
 function renderTools(character, tools) {

@@ -16,6 +16,7 @@ use crate::domain::arguments::{Parameters, SchemaError};
 use crate::domain::call::JsonText;
 use crate::domain::call_url::{ACCEPTED_CALL_URLS, CallUrl, CallUrlError};
 use crate::domain::callback_url::{ACCEPTED_FORMS, CallbackUrl, CallbackUrlError};
+use crate::domain::peer_id::MAX_CALL_ID_BYTES;
 use crate::domain::tool::{
     Behavior, DEFAULT_SOURCE, DEFAULT_TIMEOUT, MAX_TIMEOUT, ToolSpec, empty_parameters,
 };
@@ -107,7 +108,7 @@ impl RegisterRequest {
         // The schema becomes the tool's: moved out of the body, not copied.
         let schema = body.get_mut("parameters").map(Value::take);
         let mut f = Fields::new(&body);
-        let name = f.name("name");
+        let name = f.new_tool_name("name");
         let description = f.string_or("description", "");
         let parameters = f.parameters("parameters", schema);
         let callback_url = f.callback_url("callback_url", server);
@@ -181,10 +182,7 @@ impl InvokeRequest {
         let name = f.name("name");
         f.object("arguments");
         let role = f.role();
-        let call_id = f
-            .nullable_string("call_id")
-            .flatten()
-            .filter(|c| !c.is_empty());
+        let call_id = f.call_id("call_id");
         f.finish()?;
         // Checked above to be absent or an object; taken rather than copied.
         let arguments = match body.remove("arguments") {
@@ -410,6 +408,21 @@ impl<'a> Fields<'a> {
         Some(name)
     }
 
+    /// The name of a tool being registered: a [`name`](Self::name) that is not one of the
+    /// server's own tools (`find_tools`), which every session may be offered beside it.
+    fn new_tool_name(&mut self, field: &str) -> Option<String> {
+        let name = self.name(field)?;
+        if crate::domain::budget::is_reserved_name(&name) {
+            self.fail(
+                field,
+                "value_error",
+                format!("Value error, `{name}` is the server's own tool; choose another name"),
+            );
+            return None;
+        }
+        Some(name)
+    }
+
     /// A string or null; `Some(None)` for null or absent.
     fn nullable_string(&mut self, field: &str) -> Option<Option<String>> {
         match self.body.get(field) {
@@ -424,6 +437,23 @@ impl<'a> Fields<'a> {
                 None
             }
         }
+    }
+
+    /// An optional call id (null or `""`: none) of at most [`MAX_CALL_ID_BYTES`] bytes.
+    fn call_id(&mut self, field: &str) -> Option<String> {
+        let id = self.nullable_string(field).flatten()?;
+        if id.len() > MAX_CALL_ID_BYTES {
+            self.fail(
+                field,
+                "string_too_long",
+                format!(
+                    "{field} is {} bytes long; at most {MAX_CALL_ID_BYTES} bytes are accepted",
+                    id.len()
+                ),
+            );
+            return None;
+        }
+        Some(id).filter(|c| !c.is_empty())
     }
 
     /// `behavior`: `"blocking"` (the default) or `"non_blocking"`.

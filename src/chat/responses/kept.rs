@@ -5,26 +5,34 @@
 //!
 //! - by `previous_response_id` (the upstream keeps the turn): the server's
 //!   `function_call_output` items are added to the input, in the model's order with the app's;
-//!   an id a stream gave is replaced by the upstream's last one;
+//!   an id a stream gave is replaced by the upstream's last one; a turn the store forgot gets an
+//!   output saying the result was lost for each server call ([`LOST_RESULT_TEXT`]), so the
+//!   conversation goes on;
 //! - by sending the whole conversation again (`"store": false`, or an app that keeps its own
 //!   history, like the Agents SDK): the server's items of the turn (its calls, and the reasoning
-//!   that went with them) are put back in place, and its outputs after the turn's.
+//!   that went with them) are put back in place, and its outputs after the turn's. A turn the
+//!   store forgot leaves the app's items as they are: a valid conversation without the server's
+//!   calls.
 //!
 //! Kept in the shared bounded store ([`crate::chat::kept`]) by the response's ids and the ids of
 //! the app's calls; a replayed turn is put back only where the request sends back what the app
 //! was handed of it (its calls' ids, names and argument text, after the same last message of the
-//! person): several conversations' turns may have the same call ids. No I/O.
+//! person): several conversations' turns may have the same call ids. The app's input is read in
+//! one pass ([`Replay::read`]) into the runs of model items it sends back (a run ends at the
+//! person's, system's or developer's message and at an output), each looked up once by what it
+//! hands back ([`Replay::look_up`], under the endpoint's lock), then put together again
+//! ([`restore`]): linear in the input, whatever the store holds. No I/O.
 
 use std::collections::HashSet;
-use std::time::Instant;
+use std::sync::Arc;
 
 use indexmap::IndexMap;
 use serde::Deserialize;
-use serde_json::Value;
 use serde_json::value::RawValue;
+use serde_json::{Value, json};
 
 use crate::chat::kept::{
-    AppCall, HandBack, KeptTurn, KeptTurns, Restored, json_len, prompt_before,
+    AppCall, Found, HandBack, KeptTurn, KeptTurns, LOST_RESULT_TEXT, Lost, Restored, prompt_text,
 };
 use crate::chat::wire::Raw;
 
@@ -41,8 +49,10 @@ pub struct KeptResponse {
     pub calls: Vec<(String, Option<Raw>)>,
     /// The user message showing the model the images of the server's results, if any.
     pub images: Option<Raw>,
-    /// The person's last message before the turn, as the app sent it.
-    pub prompt: Option<Value>,
+    /// The canonical text of the person's last message before the turn, as the app sent it.
+    pub prompt: Option<String>,
+    /// The conversation the request that made it went on (`None`: a new one).
+    pub conversation: Option<u64>,
 }
 
 impl KeptResponse {
@@ -96,7 +106,20 @@ impl KeptTurn for KeptResponse {
             + items
             + calls
             + self.images.as_ref().map_or(0, |i| i.get().len())
-            + self.prompt.as_ref().map_or(0, json_len)
+            + self.prompt.as_ref().map_or(0, String::len)
+    }
+
+    /// A continuation by id must go on from the last response and answer the server's calls:
+    /// which they were is remembered.
+    fn lost(&self) -> Option<Lost> {
+        (self.alias.is_some() || self.answers_anything()).then(|| Lost {
+            response: Some(self.response.clone()),
+            calls: self
+                .calls
+                .iter()
+                .map(|(id, answer)| (id.clone(), answer.is_some()))
+                .collect(),
+        })
     }
 }
 
@@ -108,6 +131,8 @@ pub(crate) type KeptResponses = KeptTurns<KeptResponse>;
 struct Head {
     #[serde(default, rename = "type")]
     kind: Option<String>,
+    #[serde(default)]
+    role: Option<String>,
     #[serde(default)]
     id: Option<String>,
     #[serde(default)]
@@ -143,100 +168,231 @@ impl Head {
             self.id.clone()
         }
     }
+
+    /// Whether the item is one the model made (a message of the assistant, reasoning, a call
+    /// of any tool): a run of them is what the app sends back of a response. A message of the
+    /// person, the system or the developer ends a run, and so does an output.
+    fn of_the_model(&self) -> bool {
+        let output = self.kind.as_deref().is_some_and(|k| k.ends_with("_output"));
+        let someone_else = self.role.as_deref().is_some_and(|r| r != "assistant");
+        !output && !someone_else
+    }
 }
 
-/// The app's input put together again with the kept turns it continues; `previous` is the
-/// app's `previous_response_id`, which it returns as the upstream must see it.
-pub(crate) fn restore(
-    kept: &mut KeptResponses,
-    input: Vec<Raw>,
-    previous: Option<String>,
-    now: Instant,
-) -> (Vec<Raw>, Option<String>, Restored) {
-    kept.expire(now);
-    let mut restored = Restored::default();
-    if kept.is_idle() {
-        return (input, previous, restored);
+/// A run of model items the app sent back that holds calls: where it is, and what it hands
+/// back.
+#[derive(Debug)]
+struct Run {
+    start: usize,
+    end: usize,
+    back: HandBack,
+    /// Its first call's id (how a forgotten turn is recognised).
+    first_call: String,
+}
+
+/// A request's input as the restore reads it: read once, outside the endpoint's lock.
+#[derive(Debug)]
+pub(crate) struct Replay {
+    heads: Vec<Head>,
+    runs: Vec<Run>,
+}
+
+/// What the store holds for a request: looked up under the endpoint's lock, one lookup per id
+/// or run.
+#[derive(Debug)]
+pub(crate) struct Looked {
+    previous: Previous,
+    /// For each run, the kept turn it sends back.
+    runs: Vec<Option<Found<KeptResponse>>>,
+    /// Runs whose calls named a forgotten turn.
+    missed: usize,
+}
+
+/// What the store holds of the response the request continues from.
+#[derive(Debug)]
+enum Previous {
+    /// No `previous_response_id`, or one the store never kept.
+    None,
+    Kept(Found<KeptResponse>),
+    /// Forgotten: with the calls it left unanswered, when it had server calls.
+    Forgotten(Option<Arc<Lost>>),
+}
+
+impl Replay {
+    /// Reads the app's input in one pass: each item's head, and its runs of model items with
+    /// calls, each with what it hands back (after the person's last message before it).
+    pub(crate) fn read(input: &[Raw]) -> Self {
+        let heads: Vec<Head> = input.iter().map(|item| Head::of(item)).collect();
+        let mut runs = Vec::new();
+        let mut person: Option<usize> = None;
+        let mut prompt: Option<Option<String>> = None;
+        let mut start = 0;
+        for i in 0..=heads.len() {
+            if i < heads.len() && heads[i].of_the_model() {
+                continue;
+            }
+            let calls: Vec<AppCall> = heads[start..i].iter().filter_map(Head::app_call).collect();
+            if let Some(first) = calls.first() {
+                let first_call = first.id.clone();
+                // The person's message before the run, read once for all the runs after it.
+                let said = prompt
+                    .get_or_insert_with(|| person.and_then(|p| prompt_text(&input[p])))
+                    .clone();
+                runs.push(Run {
+                    start,
+                    end: i,
+                    back: HandBack::new(calls, said),
+                    first_call,
+                });
+            }
+            if i < heads.len() && heads[i].role.as_deref() == Some("user") {
+                person = Some(i);
+                prompt = None;
+            }
+            start = i + 1;
+        }
+        Self { heads, runs }
     }
-    let heads: Vec<Head> = input.iter().map(|item| Head::of(item)).collect();
+
+    /// Looks up, in the store, the response `previous` names and the turn each run sends back.
+    pub(crate) fn look_up(&self, kept: &KeptResponses, previous: Option<&str>) -> Looked {
+        let previous = match previous {
+            None => Previous::None,
+            Some(id) => match kept.find(id) {
+                Some(found) => Previous::Kept(found),
+                None => kept
+                    .forgotten(id)
+                    .map_or(Previous::None, Previous::Forgotten),
+            },
+        };
+        let mut missed = 0;
+        let runs = self
+            .runs
+            .iter()
+            .map(|run| {
+                let found = kept.find_handed(&run.back);
+                if found.is_none() && kept.forgotten(&run.first_call).is_some() {
+                    missed += 1;
+                }
+                found
+            })
+            .collect();
+        Looked {
+            previous,
+            runs,
+            missed,
+        }
+    }
+}
+
+/// The app's input put together again with the kept turns it continues, as `looked` found them;
+/// `previous` is the app's `previous_response_id`, which it returns as the upstream must see
+/// it. Linear in the input: each item is copied or placed once.
+pub(crate) fn restore(
+    input: Vec<Raw>,
+    replay: Replay,
+    looked: Looked,
+    previous: Option<String>,
+) -> (Vec<Raw>, Option<String>, Restored) {
+    let Replay { heads, runs } = replay;
+    let mut restored = Restored {
+        missed: looked.missed,
+        ..Restored::default()
+    };
     let mut out = Vec::with_capacity(input.len());
     let mut i = 0;
     let mut previous = previous;
-    if let Some(id) = previous.clone() {
-        match kept.find(&id) {
-            Some((slot, turn)) => {
-                previous = Some(turn.response.clone());
-                if turn.answers_anything() {
-                    // The upstream holds the turn: its answers lead the input.
-                    i = answers(turn, &input, &heads, 0, &mut out);
-                    restored.completed += 1;
-                }
-                kept.used(slot, now);
+    match looked.previous {
+        Previous::None => {}
+        Previous::Kept(found) => {
+            let turn = &found.turn;
+            previous = Some(turn.response.clone());
+            if turn.answers_anything() {
+                // The upstream holds the turn: its answers lead the input.
+                i = answers(turn, &input, &heads, 0, &mut out);
+                restored.completed += 1;
             }
-            None if kept.was_forgotten(&id) => restored.missed += 1,
-            None => {}
+            restored.conversation = Some(found.conversation);
+            restored.take(found.slot);
         }
+        Previous::Forgotten(Some(lost)) => {
+            // The upstream holds the turn, the server no longer its results: each is answered
+            // as lost, so the conversation goes on.
+            previous = lost.response.clone().or(previous);
+            i = lost_answers(&lost, &input, &heads, &mut out);
+            restored.lost += lost.servers();
+            restored.previous_forgotten = true;
+        }
+        Previous::Forgotten(None) => restored.previous_forgotten = true,
     }
-    // From here on, `out` ends with copies of `input[copied..i]`.
-    let mut copied = i;
-    while i < input.len() {
-        let call = heads[i]
-            .is("function_call")
-            .then_some(())
-            .and(heads[i].call_id.as_deref());
-        // A turn whose app calls the run around this call sends back exactly.
-        let found = call.and_then(|id| {
-            kept.find_handed(id, |turn| {
-                let (start, end) = run_of(turn, &heads, copied, i);
-                let calls = heads[start..end].iter().filter_map(Head::app_call);
-                Some(HandBack::new(calls.collect(), prompt_before(&input, start)))
-            })
-        });
-        let Some((slot, turn)) = found else {
-            if call.is_some_and(|id| kept.was_forgotten(id)) {
-                restored.missed += 1;
-            }
-            out.push(input[i].clone());
-            i += 1;
+    for (run, found) in runs.iter().zip(looked.runs) {
+        let Some(found) = found else { continue };
+        if run.start < i || !restored.take(found.slot) {
             continue;
-        };
-        let (start, end) = run_of(turn, &heads, copied, i);
-        out.truncate(out.len() - (i - start));
-        let mut apps: IndexMap<String, Raw> = (start..end)
-            .filter_map(|k| heads[k].identity().map(|id| (id, input[k].clone())))
-            .collect();
-        for (item, app) in &turn.items {
-            if !app {
-                out.push(item.clone());
-            } else if let Some(theirs) = Head::of(item)
-                .identity()
-                .and_then(|id| apps.shift_remove(&id))
-            {
-                out.push(theirs);
-            }
         }
-        out.extend(apps.into_values());
-        i = answers(turn, &input, &heads, end, &mut out);
-        copied = i;
+        out.extend(input[i..run.start].iter().cloned());
+        place(
+            &found.turn,
+            &input[run.start..run.end],
+            &heads[run.start..run.end],
+            &mut out,
+        );
+        i = answers(&found.turn, &input, &heads, run.end, &mut out);
         restored.completed += 1;
-        kept.used(slot, now);
+        restored.conversation = Some(found.conversation);
     }
+    out.extend(input[i..].iter().cloned());
     (out, previous, restored)
 }
 
-/// The run of `turn`'s items the app sent back around the call at `i` (not before `copied`).
-fn run_of(turn: &KeptResponse, heads: &[Head], copied: usize, i: usize) -> (usize, usize) {
+/// Writes a run the app sent back with its turn's items in the model's order: the app's items
+/// before the turn's first as they are, then the turn's items (the server's as kept, the app's
+/// as it sent them), then any other item of the run.
+fn place(turn: &KeptResponse, run: &[Raw], heads: &[Head], out: &mut Vec<Raw>) {
     let theirs: HashSet<String> = turn.app_identities().collect();
     let in_turn = |head: &Head| head.identity().is_some_and(|id| theirs.contains(&id));
-    let mut start = i;
-    while start > copied && in_turn(&heads[start - 1]) {
-        start -= 1;
+    let first = heads.iter().position(in_turn).unwrap_or(run.len());
+    out.extend(run[..first].iter().cloned());
+    let mut apps: IndexMap<String, &Raw> = IndexMap::new();
+    let mut others = Vec::new();
+    for (item, head) in run[first..].iter().zip(&heads[first..]) {
+        match head.identity().filter(|id| theirs.contains(id)) {
+            Some(id) if !apps.contains_key(&id) => {
+                apps.insert(id, item);
+            }
+            _ => others.push(item),
+        }
     }
-    let mut end = i;
-    while end < heads.len() && in_turn(&heads[end]) {
+    for (item, app) in &turn.items {
+        if !app {
+            out.push(item.clone());
+        } else if let Some(theirs) = Head::of(item)
+            .identity()
+            .and_then(|id| apps.shift_remove(&id))
+        {
+            out.push(theirs.clone());
+        }
+    }
+    out.extend(apps.into_values().cloned());
+    out.extend(others.into_iter().cloned());
+}
+
+/// The `function_call_output` items the app sent at `from`, by call id, and where they end.
+fn outputs_at<'a>(
+    input: &'a [Raw],
+    heads: &'a [Head],
+    from: usize,
+) -> (IndexMap<&'a str, &'a Raw>, usize) {
+    let mut end = from;
+    let mut theirs: IndexMap<&str, &Raw> = IndexMap::new();
+    while end < input.len() && heads[end].is("function_call_output") {
+        theirs.insert(
+            heads[end].call_id.as_deref().unwrap_or_default(),
+            &input[end],
+        );
         end += 1;
     }
-    (start, end)
+    (theirs, end)
 }
 
 /// Writes the answers of a turn's calls in the model's order — the server's outputs, and the
@@ -249,15 +405,7 @@ fn answers(
     from: usize,
     out: &mut Vec<Raw>,
 ) -> usize {
-    let mut end = from;
-    let mut theirs: IndexMap<&str, &Raw> = IndexMap::new();
-    while end < input.len() && heads[end].is("function_call_output") {
-        theirs.insert(
-            heads[end].call_id.as_deref().unwrap_or_default(),
-            &input[end],
-        );
-        end += 1;
-    }
+    let (mut theirs, end) = outputs_at(input, heads, from);
     for (call, answer) in &turn.calls {
         match answer {
             Some(answer) => out.push(answer.clone()),
@@ -269,140 +417,27 @@ fn answers(
     end
 }
 
+/// Writes the answers of a forgotten turn's calls in the model's order: for each server call an
+/// output saying its result was lost (unless the app answered it itself), the app's own from
+/// the start of the input; returns where the app's outputs ended.
+fn lost_answers(lost: &Lost, input: &[Raw], heads: &[Head], out: &mut Vec<Raw>) -> usize {
+    let (mut theirs, end) = outputs_at(input, heads, 0);
+    for (call, server) in &lost.calls {
+        match theirs.shift_remove(call.as_str()) {
+            Some(answer) => out.push(answer.clone()),
+            None if *server => out.push(raw(&json!({"type": "function_call_output",
+                "call_id": call, "output": LOST_RESULT_TEXT}))),
+            None => {}
+        }
+    }
+    out.extend(theirs.into_values().cloned());
+    end
+}
+
 /// One item as kept JSON text.
 pub(crate) fn raw(value: &Value) -> Raw {
     serde_json::value::to_raw_value(value).expect("a JSON value serialises")
 }
 
 #[cfg(test)]
-mod tests {
-    use serde_json::json;
-
-    use super::*;
-    use crate::chat::kept::KEPT_TURN_TTL;
-
-    fn item(value: Value) -> Raw {
-        raw(&value)
-    }
-
-    fn output(call: &str, text: &str) -> Value {
-        json!({"type": "function_call_output", "call_id": call, "output": text})
-    }
-
-    fn call(id: &str, call: &str) -> Value {
-        json!({"type": "function_call", "id": id, "call_id": call, "name": "f", "arguments": "{}"})
-    }
-
-    /// A turn of the reasoning that went with the server's call `s`, that call, and the app's
-    /// call `a`, in the response `resp_1`.
-    fn mixed() -> KeptResponse {
-        KeptResponse {
-            response: "resp_1".into(),
-            alias: None,
-            items: vec![
-                (
-                    item(json!({"type": "reasoning", "id": "rs_1", "summary": []})),
-                    false,
-                ),
-                (item(call("fc_s", "s")), false),
-                (item(call("fc_a", "a")), true),
-            ],
-            calls: vec![
-                ("s".into(), Some(item(output("s", "sunny")))),
-                ("a".into(), None),
-            ],
-            images: None,
-            prompt: Some(json!({"role": "user", "content": "hi"})),
-        }
-    }
-
-    fn values(items: Vec<Raw>) -> Vec<Value> {
-        items
-            .iter()
-            .map(|i| serde_json::from_str(i.get()).unwrap())
-            .collect()
-    }
-
-    #[test]
-    fn a_continuation_by_id_gets_the_servers_outputs_in_the_models_order() {
-        let mut kept = KeptResponses::default();
-        let now = Instant::now();
-        kept.keep(mixed(), now).unwrap();
-        let user = json!({"role": "user", "content": "and?"});
-        let input = vec![item(output("a", "10:00")), item(user.clone())];
-        let (out, previous, restored) = restore(&mut kept, input, Some("resp_1".into()), now);
-        assert_eq!(previous.as_deref(), Some("resp_1"));
-        assert_eq!(restored.completed, 1);
-        assert_eq!(
-            values(out),
-            [output("s", "sunny"), output("a", "10:00"), user]
-        );
-    }
-
-    #[test]
-    fn a_replayed_turn_gets_the_servers_items_back_in_place() {
-        let mut kept = KeptResponses::default();
-        let now = Instant::now();
-        kept.keep(mixed(), now).unwrap();
-        let user = json!({"role": "user", "content": "hi"});
-        let later = json!({"role": "user", "content": "thanks"});
-        let input = vec![
-            item(user.clone()),
-            item(call("fc_a", "a")),
-            item(output("a", "10:00")),
-            item(later.clone()),
-        ];
-        let (out, previous, restored) = restore(&mut kept, input, None, now);
-        assert_eq!((previous, restored.completed), (None, 1));
-        let out = values(out);
-        let kinds: Vec<&str> = out
-            .iter()
-            .map(|i| i["type"].as_str().unwrap_or(""))
-            .collect();
-        assert_eq!(
-            kinds,
-            [
-                "",
-                "reasoning",
-                "function_call",
-                "function_call",
-                "function_call_output",
-                "function_call_output",
-                ""
-            ]
-        );
-        assert_eq!(
-            (&out[2]["call_id"], &out[3]["call_id"]),
-            (&json!("s"), &json!("a"))
-        );
-        assert_eq!(
-            (&out[4]["output"], &out[5]["output"]),
-            (&json!("sunny"), &json!("10:00"))
-        );
-        assert_eq!(out[6], later);
-    }
-
-    #[test]
-    fn a_streams_id_goes_on_from_the_last_and_forgotten_turns_are_counted() {
-        let mut kept = KeptResponses::default();
-        let now = Instant::now();
-        kept.keep(
-            KeptResponse {
-                response: "resp_9".into(),
-                alias: Some("resp_7".into()),
-                ..KeptResponse::default()
-            },
-            now,
-        )
-        .unwrap();
-        let (_, previous, restored) = restore(&mut kept, Vec::new(), Some("resp_7".into()), now);
-        assert_eq!(previous.as_deref(), Some("resp_9"));
-        assert_eq!(restored, Restored::default(), "nothing to answer");
-        kept.keep(mixed(), now).unwrap();
-        let later = now + KEPT_TURN_TTL;
-        let input = vec![item(call("fc_a", "a")), item(output("a", "1"))];
-        let (out, _, restored) = restore(&mut kept, input, Some("resp_1".into()), later);
-        assert_eq!(restored.missed, 2, "by its id and by its call");
-        assert_eq!(out.len(), 2, "left as the app sent it");
-    }
-}
+mod tests;

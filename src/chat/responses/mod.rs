@@ -18,9 +18,11 @@
 //! - [`kept`]: the kept turns, and the app's next request put together again with them.
 
 pub(crate) mod answer;
+pub(crate) mod issued;
 pub(crate) mod kept;
 pub(crate) mod request;
 
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -61,8 +63,14 @@ pub(crate) struct ResponsesConversation {
     dropped: Vec<ModelCall>,
     /// The turn handed to the app, kept for its next request.
     kept: Option<KeptResponse>,
-    /// The person's last message of the app's request: a turn handed back follows it.
-    prompt: Option<Value>,
+    /// The canonical text of the person's last message of the app's request: a turn handed
+    /// back follows it.
+    prompt: Option<String>,
+    /// The conversation the request goes on (of the kept turn it continued), for the turn it
+    /// keeps.
+    conversation: Option<u64>,
+    /// The id of the response the app got, once it has one.
+    issued: Option<String>,
 }
 
 impl ResponsesConversation {
@@ -80,12 +88,16 @@ impl ResponsesConversation {
             apps_previous.clone(),
             Instant::now(),
         );
+        if restored.previous_forgotten {
+            tracing::warn!(character = %role, lost = restored.lost, "a request went on from a response whose kept turn was forgotten ({}): its server calls (lost) are answered as lost, and the model may call again", crate::chat::kept::bounds_text());
+        }
         if restored.missed > 0 {
-            tracing::warn!(character = %role, turns = restored.missed, "a request continued responses whose server calls were forgotten ({}): the upstream may refuse it", crate::chat::kept::bounds_text());
+            tracing::warn!(character = %role, turns = restored.missed, "a request sent back turns whose server calls were forgotten ({}): the model sees only the app's calls of them", crate::chat::kept::bounds_text());
         }
         let mut conversation =
             Self::new(request, input, apps_previous, previous, endpoint.settings());
         conversation.prompt = prompt;
+        conversation.conversation = restored.conversation;
         conversation
     }
 
@@ -110,6 +122,8 @@ impl ResponsesConversation {
             dropped: Vec::new(),
             kept: None,
             prompt: None,
+            conversation: None,
+            issued: None,
         }
     }
 
@@ -123,7 +137,7 @@ impl ResponsesConversation {
         };
         let outputs = results
             .iter()
-            .map(|r| output_item(&r.call_id, &r.model_text()));
+            .map(|r| output_item(r.model_call_id(), &r.model_text()));
         (outputs.collect(), images)
     }
 
@@ -190,6 +204,7 @@ impl ResponsesConversation {
             calls,
             images,
             prompt: self.prompt.clone(),
+            conversation: self.conversation,
         });
     }
 }
@@ -312,6 +327,7 @@ impl WireConversation for ResponsesConversation {
         let response = self
             .answer
             .response(self.apps_previous.as_deref(), &status, details);
+        self.issued = response_id(&response);
         let mut kept = self.kept.take();
         if kept.is_none()
             && self.request.store
@@ -323,6 +339,7 @@ impl WireConversation for ResponsesConversation {
             kept = Some(KeptResponse {
                 response: last.clone(),
                 alias: Some(app),
+                conversation: self.conversation,
                 ..KeptResponse::default()
             });
         }
@@ -348,6 +365,7 @@ impl WireConversation for ResponsesConversation {
         let response = self
             .answer
             .response(self.apps_previous.as_deref(), "failed", Some(details));
+        self.issued = response_id(&response);
         self.answer.terminal(response)
     }
 
@@ -355,9 +373,25 @@ impl WireConversation for ResponsesConversation {
         (status == 404).then_some("the upstream does not speak the Responses API")
     }
 
-    fn keep(endpoint: &ChatEndpoint, kept: KeptResponse) -> Result<(), TooLarge> {
-        endpoint.keep_response(kept)
+    fn keep(
+        endpoint: &ChatEndpoint,
+        kept: KeptResponse,
+        client: Option<SocketAddr>,
+    ) -> Result<(), TooLarge> {
+        endpoint.keep_response(kept, client)
     }
+
+    fn issued(&self) -> Option<&str> {
+        self.issued.as_deref()
+    }
+}
+
+/// The id of a response the app gets.
+fn response_id(response: &serde_json::Map<String, Value>) -> Option<String> {
+    response
+        .get("id")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
 }
 
 /// The `function_call_output` item that answers a call with the text the model reads.

@@ -6,7 +6,7 @@ use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};
 
 use crate::chat::wire::{
-    AppRequest, Raw, RequestError, ToolFields, ToolShape, flag, optional_string,
+    AppRequest, Raw, RequestError, ToolFields, ToolShape, flag, optional_string, request_items,
 };
 use crate::domain::tool::SharedTool;
 
@@ -35,7 +35,7 @@ impl ResponsesRequest {
                     )
                     .expect("a message serialises"),
                 ],
-                Err(_) => serde_json::from_str::<Vec<Raw>>(text).map_err(|_| {
+                Err(_) => request_items(text, "input")?.ok_or_else(|| {
                     RequestError::new("input", "input must be a string or an array of input items")
                 })?,
             },

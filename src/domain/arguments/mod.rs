@@ -167,6 +167,12 @@ impl Parameters {
         &self.schema
     }
 
+    /// Whether `other` is the same schema (one compiled validator is shared by every tool of
+    /// the same schema text, so this is mostly a pointer comparison).
+    pub(crate) fn same_schema(&self, other: &Parameters) -> bool {
+        Arc::ptr_eq(&self.compiled, &other.compiled) || self.schema == other.schema
+    }
+
     /// Checks a call's argument text, read as `read_arguments` says: text that is not a JSON
     /// object is refused, an object is checked against the schema.
     pub fn check(&self, raw_arguments: &str) -> Result<(), ArgumentError> {

@@ -26,7 +26,7 @@
 use std::collections::HashSet;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use actix::fut::LocalBoxActorFuture;
 use actix::prelude::*;
@@ -129,8 +129,6 @@ pub(crate) struct McpPlugins {
     store: Option<StateStore>,
     /// Servers restored from the store that have not answered yet, by name.
     restoring: IndexMap<String, Restoring>,
-    /// When restored servers that never answered are removed.
-    dormant_deadline: Instant,
 }
 
 impl McpPlugins {
@@ -159,6 +157,8 @@ impl McpPlugins {
                     token: restored.token,
                     record: restored.record,
                     owner: restored.owner,
+                    awaits_owner: restored.token.is_some(),
+                    deadline: restore::deadline(restored.since, keeping.dormant_ttl),
                 },
             );
         }
@@ -173,7 +173,6 @@ impl McpPlugins {
             owners,
             store: keeping.store,
             restoring,
-            dormant_deadline: Instant::now() + keeping.dormant_ttl,
         }
         .start()
     }

@@ -8,12 +8,16 @@
 //! parser of a new one, its tools as its last listing had them. Those tools are restored
 //! dormant in the router (listed, given to no model) and the server is probed — connect,
 //! initialize, list — at once and then with the backoff of restored callbacks; when it answers,
-//! its listing replaces the dormant tools as a registration would. A server that does not answer
-//! within the dormant time is removed, from the store too; the router removes its tools as an
-//! auto-removal.
+//! its listing replaces the dormant tools as a registration would (and its new record, stored,
+//! is no longer dormant). The owner rule of restored callbacks holds here too: a server whose
+//! source is bound to a token is not probed until its owner proves itself (the router's
+//! [`SourceMayWake`], after a wake or a change carrying the token), since its listings would run
+//! with that token. A server that does not answer within the dormant time — counted from when
+//! it went dormant, across restarts — is removed, from the store too; the router removes its
+//! tools as an auto-removal.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use actix::prelude::*;
 use futures_util::FutureExt;
@@ -23,7 +27,7 @@ use rmcp::model::Tool;
 use super::connection::open;
 use super::messages::{McpRegistration, McpUnregistered};
 use super::{Listener, McpPluginError, McpPlugins};
-use crate::actors::router::{ReplaceSource, RouterError};
+use crate::actors::router::{ReplaceSource, RouterError, SourceMayWake};
 use crate::domain::call::{LocalHandler, LocalToolHandler, ToolCall, ToolOutcome};
 use crate::domain::dormant::{DormantTool, FIRST_PROBE_BACKOFF, next_backoff};
 use crate::domain::ownership::TokenHash;
@@ -43,6 +47,8 @@ pub(crate) struct RestoredMcp {
     pub owner: LocalToolHandler,
     /// Its dormant tools' names.
     pub tools: Vec<String>,
+    /// When it went dormant (in an earlier run, if it never answered since).
+    pub since: SystemTime,
 }
 
 /// What the MCP registry keeps across restarts: the store (when the server keeps state), the
@@ -71,6 +77,7 @@ pub(crate) fn restore(
     registration: McpRegistration,
     characters: &[String],
     token: Option<TokenHash>,
+    since: SystemTime,
 ) -> Result<(RestoredMcp, Vec<DormantTool>), String> {
     let tools: Vec<Tool> = serde_json::from_str(&stored.tools)
         .map_err(|e| format!("its stored tools cannot be read: {e}"))?;
@@ -104,6 +111,8 @@ pub(crate) fn restore(
                 character: (*character).clone(),
                 tool: spec.clone(),
                 mcp: true,
+                since,
+                awaits_owner: token.is_some(),
             });
         }
     }
@@ -114,6 +123,7 @@ pub(crate) fn restore(
         token,
         owner,
         tools: names,
+        since,
     };
     Ok((restored, dormant))
 }
@@ -141,6 +151,19 @@ pub(super) struct Restoring {
     pub(super) token: Option<TokenHash>,
     pub(super) record: String,
     pub(super) owner: LocalToolHandler,
+    /// Its source is bound to a token whose owner has not proved itself since the restart: it
+    /// is not probed until then.
+    pub(super) awaits_owner: bool,
+    /// When it is removed if it has not answered.
+    pub(super) deadline: Instant,
+}
+
+/// When a server that went dormant at `since` is removed, with `ttl` of dormant time.
+pub(super) fn deadline(since: SystemTime, ttl: Duration) -> Instant {
+    let left = (since + ttl)
+        .duration_since(SystemTime::now())
+        .unwrap_or_default();
+    Instant::now() + left
 }
 
 /// The stored record of a registration: `tools` are those of `listed` that were registered.
@@ -158,6 +181,7 @@ pub(super) fn stored(
         source: registration.source.clone(),
         body: record.to_owned(),
         tools: serde_json::to_string(&tools).unwrap_or_else(|_| "[]".to_owned()),
+        dormant_since: None,
     }
 }
 
@@ -178,21 +202,36 @@ impl McpPlugins {
         self.store.as_ref().map(|store| store.submit(op))
     }
 
-    /// Lists each restored server on the board (dormant) and starts probing it.
+    /// Starts probing each restored server that may wake, and sets the timer that removes each
+    /// that has not answered by its deadline.
     pub(super) fn watch_restored(&mut self, ctx: &mut Context<Self>) {
-        let restoring: Vec<(String, u64)> = self
+        let restoring: Vec<(String, u64, bool, Instant)> = self
             .restoring
             .iter()
-            .map(|(name, r)| (name.clone(), r.generation))
+            .map(|(name, r)| (name.clone(), r.generation, r.awaits_owner, r.deadline))
             .collect();
         if !restoring.is_empty() {
             tracing::info!(
                 servers = restoring.len(),
-                "restored MCP servers are dormant until they answer"
+                "restored MCP servers are dormant until they answer (a bound source's after its \
+                 owner's token is seen again)"
             );
         }
-        for (name, generation) in restoring {
-            self.wake(name, generation, Duration::ZERO, ctx);
+        let now = Instant::now();
+        for (name, generation, awaits_owner, deadline) in restoring {
+            let expiring = name.clone();
+            ctx.run_later(deadline.saturating_duration_since(now), move |act, _| {
+                if act
+                    .restoring
+                    .get(&expiring)
+                    .is_some_and(|r| r.generation == generation)
+                {
+                    act.expire(&expiring);
+                }
+            });
+            if !awaits_owner {
+                self.wake(name, generation, Duration::ZERO, ctx);
+            }
         }
     }
 
@@ -228,11 +267,11 @@ impl McpPlugins {
             return;
         };
         let now = Instant::now();
-        if now >= self.dormant_deadline {
+        if now >= restoring.deadline {
             self.expire(&name);
             return;
         }
-        let wait = wait.min(self.dormant_deadline - now);
+        let wait = wait.min(restoring.deadline - now);
         let listener = Listener {
             plugins: ctx.address(),
             name: name.clone(),
@@ -323,7 +362,7 @@ impl McpPlugins {
         let Some(gone) = self.restoring.shift_remove(name) else {
             return;
         };
-        tracing::warn!(mcp_server = %name, url = %gone.registration.url.as_written(), "removed a restored MCP server that never answered");
+        tracing::warn!(mcp_server = %name, url = %gone.registration.url.as_written(), waited_for_owner = gone.awaits_owner, "removed a restored MCP server that did not wake within the dormant time");
         self.board.remove_runtime(
             name,
             "auto_removed: it did not answer within the dormant time",
@@ -332,5 +371,27 @@ impl McpPlugins {
         drop(self.journal(Op::McpUnregister {
             name: name.to_owned(),
         }));
+    }
+}
+
+impl Handler<SourceMayWake> for McpPlugins {
+    type Result = ();
+
+    /// The owner of the source proved itself (or the source was unbound): its restored servers
+    /// are probed from now on.
+    fn handle(&mut self, msg: SourceMayWake, ctx: &mut Self::Context) {
+        let released: Vec<(String, u64)> = self
+            .restoring
+            .iter_mut()
+            .filter(|(_, r)| r.awaits_owner && r.registration.source == msg.source)
+            .map(|(name, r)| {
+                r.awaits_owner = false;
+                (name.clone(), r.generation)
+            })
+            .collect();
+        for (name, generation) in released {
+            tracing::info!(mcp_server = %name, "restored MCP server may wake: probing it");
+            self.wake(name, generation, Duration::ZERO, ctx);
+        }
     }
 }

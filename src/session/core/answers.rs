@@ -4,10 +4,12 @@
 //! (one request) once its last call is answered, unless the app has calls of its own in it or
 //! the person interrupted it.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::{Answers, Call, Effect, Run, SessionCore, Ticket};
 use crate::domain::call::{Outcome, ToolAnswer, ToolCall, ToolResult};
+use crate::domain::peer_id;
 use crate::domain::registry::not_registered_text;
 use crate::domain::tool::{Behavior, SharedTool};
 use crate::events::{CallStart, CallWatch, Caller};
@@ -20,6 +22,8 @@ pub(super) struct RunningCall {
     pub(super) tool: SharedTool,
     pub(super) turn: Option<String>,
     pub(super) call_id: String,
+    /// The model's own id, when it was longer than `call_id`: what the call is answered with.
+    pub(super) model_call_id: Option<Arc<str>>,
     /// When the model's call arrived (the `tool.call` event's duration).
     pub(super) started: Instant,
     /// The same, RFC 3339, for the sessions listing.
@@ -58,14 +62,19 @@ impl SessionCore {
             return;
         }
         let started = Instant::now();
-        let arrival = self.calls.started(call.turn.as_deref(), &call.call_id);
+        // The core knows a call by the id the server keeps (a model's longer id cut and marked);
+        // the model's own is answered with (`ToolResult::model_call_id`).
+        let kept = peer_id::call_id(&call.call_id);
+        let arrival = self.calls.started(call.turn.as_deref(), &kept);
         if arrival == Arrival::Repeated {
             return;
         }
-        let watch = self.watch(&call.name, &call.call_id, call.turn.as_deref());
+        let watch = self.watch(&call.name, &kept, call.turn.as_deref());
         if arrival == Arrival::Abandoned {
             // A call of a turn the person interrupted: not run, answered as cancelled.
-            let result = ToolResult::interrupted(call.call_id, call.name, started.elapsed());
+            let (kept, model_call_id) = peer_id::split_call_id(call.call_id);
+            let result = ToolResult::interrupted(kept, call.name, started.elapsed())
+                .answering(model_call_id);
             self.answer_cancelled(&result, watch);
             return;
         }
@@ -77,7 +86,7 @@ impl SessionCore {
                 self.limiter.max(),
                 self.limiter.window().as_secs_f64()
             );
-            tracing::warn!(character = %self.character, tool = %tool_call.name, "runaway guard refused a tool call");
+            tracing::warn!(character = %self.character, tool = %peer_id::name(&tool_call.name), "runaway guard refused a tool call");
             let result = tool_call.failed(Outcome::Refused, error);
             self.answer(turn, result, watch);
             return;
@@ -138,6 +147,7 @@ impl SessionCore {
                 tool: tool.clone(),
                 turn,
                 call_id: tool_call.call_id.clone(),
+                model_call_id: tool_call.long_model_call_id().cloned(),
                 started,
                 started_at: super::rfc3339_now(),
                 behavior,

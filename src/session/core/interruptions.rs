@@ -10,6 +10,7 @@
 use super::answers::RunningCall;
 use super::{Effect, Interruption, SessionCore, Ticket};
 use crate::domain::call::ToolResult;
+use crate::domain::peer_id;
 
 impl SessionCore {
     /// The person interrupted, or the provider cancelled (see [`Interruption`]): the turns it
@@ -45,7 +46,8 @@ impl SessionCore {
                 call.call_id,
                 call.tool.name.clone(),
                 call.started.elapsed(),
-            );
+            )
+            .answering(call.model_call_id);
             self.answer_cancelled(&result, call.watch);
         }
     }
@@ -53,7 +55,11 @@ impl SessionCore {
     /// The provider cancelled these calls (it takes no answer for them): those still running
     /// are dropped and announced as cancelled, and their turn's other answers go without them.
     fn provider_cancelled(&mut self, ids: &[String]) {
-        let cancelled = self.take_running(|call| ids.contains(&call.call_id));
+        // The provider names calls by its own ids; the core keeps them cut to their bound.
+        let cancelled = self.take_running(|call| {
+            ids.iter()
+                .any(|id| peer_id::call_id(id) == call.call_id.as_str())
+        });
         if !cancelled.is_empty() {
             tracing::debug!(character = %self.character, kind = self.kind.name(), calls = cancelled.len(), "the provider cancelled running calls");
         }

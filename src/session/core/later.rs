@@ -304,7 +304,8 @@ impl SessionCore {
                 call.call_id.clone(),
                 call.tool.name.clone(),
                 call.started.elapsed(),
-            );
+            )
+            .answering(call.model_call_id.clone());
             self.deliver_late(call, result);
         }
     }

@@ -153,7 +153,8 @@ impl<'a> FunctionResponse<'a> {
             None => Response::Result(&result.output),
         };
         Self {
-            id: &result.call_id,
+            // The model's own id: its answer is matched to its call by it.
+            id: result.model_call_id(),
             name: &result.name,
             response,
             scheduling: None,

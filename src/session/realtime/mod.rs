@@ -37,7 +37,8 @@ impl Protocol for Realtime {
             "event_id": event_id,
             "item": {
                 "type": "function_call_output",
-                "call_id": result.call_id,
+                // The model's own id: its answer is matched to its call by it.
+                "call_id": result.model_call_id(),
                 "output": result.model_text(),
             },
         })

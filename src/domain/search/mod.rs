@@ -1,0 +1,61 @@
+//! Tool search: which of a character's tools a text asks for, ranked, locally and
+//! deterministically (no model, nothing fetched).
+//!
+//! Each character's registry keeps a [`SearchIndex`] up to date with every change it applies
+//! (`ToolRegistry::apply`), so every published snapshot carries the index of exactly its tools
+//! and a search reads it like any snapshot: on the caller's thread, without a message.
+//! `text` splits and stems the words of tools and queries, `index` keeps the postings, `rank`
+//! scores them (BM25F and two bonuses; see [`Weights`]).
+
+mod index;
+mod rank;
+mod text;
+
+use serde_json::{Map, Value};
+
+pub(crate) use index::SearchIndex;
+pub use rank::{Hit, Weights};
+pub(crate) use text::{Query, ToolTerms};
+
+/// Tools by name with their definitions, searchable: the ranking the server uses, over
+/// definitions that need not be registrable (the evaluation's tool sets come from other
+/// benchmarks' files). For benchmarks; the server searches snapshots.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    index: SearchIndex<Box<str>>,
+}
+
+impl Catalog {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a tool's definition.
+    pub fn add(
+        &mut self,
+        name: &str,
+        description: &str,
+        parameters: &Map<String, Value>,
+        source: &str,
+    ) {
+        let terms = std::sync::Arc::new(ToolTerms::new(name, description, parameters, source));
+        self.index.insert(name.into(), terms);
+    }
+
+    pub fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.index.len() == 0
+    }
+
+    /// The `limit` best tools' names for `query`, with their scores, best first.
+    pub fn search(&self, query: &str, limit: usize, weights: &Weights) -> Vec<(&str, f64)> {
+        self.index
+            .rank(&Query::new(query), limit, weights)
+            .into_iter()
+            .map(|hit| (&**hit.item, hit.score))
+            .collect()
+    }
+}

@@ -1,0 +1,205 @@
+//! How a search ranks tools: BM25F over the fields (each weighed and length-normalised on its
+//! own before the term's count saturates), then, among the best candidates, a bonus for the
+//! share of the tool's name the query says and for query words found side by side in the name
+//! or description. Deterministic: the same tools and query always give the same scores, and
+//! equal scores are ordered by name.
+
+use std::cmp::Ordering;
+
+use super::index::SearchIndex;
+use super::text::{FIELDS, Query, ToolTerms};
+
+/// The knobs of the ranking. [`Weights::default`] is what the server uses, tuned on the tuning
+/// part of the evaluation (3 requests in 10; docs/benchmarks.md, "Tool search").
+#[derive(Debug, Clone, PartialEq)]
+pub struct Weights {
+    /// Each field's weight: name, description, parameter names, parameter descriptions, source.
+    pub field: [f64; FIELDS],
+    /// Each field's length normalisation (BM25's `b`).
+    pub b: [f64; FIELDS],
+    /// How fast a term's weighted count saturates (BM25's `k1`).
+    pub k1: f64,
+    /// The bonus for the query saying all of the tool's name, in units of the name terms'
+    /// IDF found; scaled by the share said, squared.
+    pub name_coverage: f64,
+    /// The bonus for two query terms side by side in the name or description, in units of
+    /// their mean IDF.
+    pub adjacent: f64,
+    /// What a term related to a query's term (a word tools say the same thing with) counts for,
+    /// against the query's own terms' 1; 0 leaves them out.
+    pub related: f64,
+    /// Candidates (by BM25F) the bonuses are worked out for.
+    pub candidates: usize,
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Self {
+            // The tuning search's result (field.source aside: 0 there, the evaluation's tools
+            // having no telling source; a plugin's or MCP server's name says something).
+            field: [0.75, 0.3, 0.25, 0.2, 0.1],
+            b: [0.0, 0.75, 0.6, 0.0, 0.0],
+            k1: 2.4,
+            name_coverage: 0.8,
+            adjacent: 0.25,
+            related: 0.3,
+            candidates: 100,
+        }
+    }
+}
+
+/// Scores are rounded to this many decimal places before ties are broken, so two tools shown
+/// with the same score are always in name order.
+const SCORE_DECIMALS: i32 = 4;
+
+/// A term's inverse document frequency: rarer terms say more (Lucene's BM25 form, never
+/// negative).
+fn idf(docs: usize, having: usize) -> f64 {
+    let (n, df) = (docs as f64, having as f64);
+    (1.0 + (n - df + 0.5) / (df + 0.5)).ln()
+}
+
+/// One ranked tool.
+#[derive(Debug, Clone)]
+pub struct Hit<'a, T> {
+    pub item: &'a T,
+    pub score: f64,
+}
+
+impl<T> SearchIndex<T> {
+    /// The `limit` best tools for `query`, best first, equal scores by name; only tools that
+    /// share a term with the query.
+    pub(crate) fn rank(&self, query: &Query, limit: usize, weights: &Weights) -> Vec<Hit<'_, T>> {
+        if self.live == 0 || query.is_empty() || limit == 0 {
+            return Vec::new();
+        }
+        let docs = self.live;
+        let average = self.lengths.map(|sum| (sum as f64 / docs as f64).max(1.0));
+        let mut scores = vec![0.0f64; self.slots.len()];
+        let mut touched: Vec<u32> = Vec::new();
+        let related = query.related.iter().map(|t| (t, weights.related));
+        let terms = query.distinct.iter().map(|t| (t, 1.0)).chain(related);
+        for (term, weight) in terms {
+            if weight <= 0.0 {
+                continue;
+            }
+            let Some(list) = self.postings.get(term) else {
+                continue;
+            };
+            let idf = weight * idf(docs, list.len());
+            for posting in list {
+                let Some(doc) = self.doc(posting.slot) else {
+                    continue;
+                };
+                let mut weighted = 0.0;
+                let fields = posting.counts.iter().zip(&doc.lengths).zip(&average);
+                for (field, ((&count, &length), &average)) in fields.enumerate() {
+                    if count > 0 {
+                        let b = weights.b[field];
+                        let norm = 1.0 - b + b * f64::from(length) / average;
+                        weighted += weights.field[field] * f64::from(count) / norm;
+                    }
+                }
+                if weighted <= 0.0 {
+                    continue;
+                }
+                let score = &mut scores[posting.slot as usize];
+                if *score == 0.0 {
+                    touched.push(posting.slot);
+                }
+                *score += idf * weighted * (weights.k1 + 1.0) / (weighted + weights.k1);
+            }
+        }
+        // The best candidates by BM25F (ties by slot, so the set is the same every time).
+        let by_score = |a: &u32, b: &u32| {
+            scores[*b as usize]
+                .total_cmp(&scores[*a as usize])
+                .then(a.cmp(b))
+        };
+        let keep = weights.candidates.max(limit);
+        if touched.len() > keep {
+            touched.select_nth_unstable_by(keep - 1, by_score);
+            touched.truncate(keep);
+        }
+        let mut ranked: Vec<(f64, u32)> = touched
+            .iter()
+            .map(|&slot| {
+                let doc = self.doc(slot).expect("a touched slot is live");
+                let bonus = self.bonus(&doc.terms, query, weights);
+                (round(scores[slot as usize] + bonus), slot)
+            })
+            .collect();
+        ranked.sort_by(|a, b| {
+            b.0.total_cmp(&a.0).then_with(|| {
+                let (x, y) = (self.doc(a.1), self.doc(b.1));
+                match (x, y) {
+                    (Some(x), Some(y)) => x.terms.name.cmp(&y.terms.name),
+                    _ => Ordering::Equal,
+                }
+            })
+        });
+        ranked.truncate(limit);
+        ranked
+            .into_iter()
+            .filter_map(|(score, slot)| {
+                self.doc(slot).map(|doc| Hit {
+                    item: &doc.item,
+                    score,
+                })
+            })
+            .collect()
+    }
+
+    /// The IDF of `term` in this index.
+    fn idf_of(&self, term: &str) -> f64 {
+        idf(self.live, self.postings.get(term).map_or(0, Vec::len))
+    }
+
+    /// The bonuses of one candidate: how much of its name the query says, and query terms side
+    /// by side in its name or description.
+    fn bonus(&self, terms: &ToolTerms, query: &Query, weights: &Weights) -> f64 {
+        let mut bonus = 0.0;
+        if weights.name_coverage > 0.0 && !terms.name_order.is_empty() {
+            let (mut said, mut all) = (0.0, 0.0);
+            let mut counted: Vec<u32> = Vec::with_capacity(terms.name_order.len());
+            for &index in terms.name_order.iter() {
+                if counted.contains(&index) {
+                    continue;
+                }
+                counted.push(index);
+                let term = &terms.terms[index as usize].term;
+                let idf = self.idf_of(term);
+                all += idf;
+                if query.distinct.contains(term) {
+                    said += idf;
+                } else if query.related.contains(term) {
+                    said += weights.related * idf;
+                }
+            }
+            if all > 0.0 {
+                let share = said / all;
+                bonus += weights.name_coverage * share * share * said;
+            }
+        }
+        if weights.adjacent > 0.0 {
+            for pair in query.order.windows(2) {
+                let (Some(a), Some(b)) = (terms.find(&pair[0]), terms.find(&pair[1])) else {
+                    continue;
+                };
+                let (a, b) = (a as u32, b as u32);
+                let side_by_side = |order: &[u32]| order.windows(2).any(|w| w[0] == a && w[1] == b);
+                if side_by_side(&terms.name_order) || side_by_side(&terms.description_order) {
+                    let mean = (self.idf_of(&pair[0]) + self.idf_of(&pair[1])) / 2.0;
+                    bonus += weights.adjacent * mean;
+                }
+            }
+        }
+        bonus
+    }
+}
+
+/// `score` rounded to [`SCORE_DECIMALS`] places.
+fn round(score: f64) -> f64 {
+    let scale = 10f64.powi(SCORE_DECIMALS);
+    (score * scale).round() / scale
+}

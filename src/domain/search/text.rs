@@ -1,0 +1,517 @@
+//! What a tool and a query are made of for search: words split as identifiers are written
+//! (`getWeather`, `get_weather`, `weather.get`, `get-weather` all give `get`, `weather`),
+//! lower-cased, without a few function words, each reduced to its stem (Snowball English:
+//! `forecasts` and `forecasting` are both `forecast`).
+//!
+//! A tool's [`ToolTerms`] are worked out once per definition (the tool keeps them) and shared by
+//! every character's index; a query's [`Query`] once per search.
+
+use std::borrow::Cow;
+use std::sync::{Arc, LazyLock};
+
+use rust_stemmers::{Algorithm, Stemmer};
+use serde_json::{Map, Value};
+
+/// The parts of a tool that are searched, each weighed on its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Field {
+    Name = 0,
+    Description = 1,
+    ParameterName = 2,
+    ParameterDescription = 3,
+    Source = 4,
+}
+
+/// How many [`Field`]s there are.
+pub(crate) const FIELDS: usize = 5;
+
+/// Words read from each field of a tool, at most: a description can be a whole manual, and
+/// what a search can tell from its first pages it can tell from all of them. Bounds the work of
+/// indexing one definition (and the index's size) whatever a plugin registers.
+const MAX_FIELD_WORDS: [usize; FIELDS] = [64, 512, 256, 1024, 16];
+
+/// How deep the parameters schema is followed (`properties` of `properties`, `items`): the
+/// names a model fills in are near the top.
+const MAX_SCHEMA_DEPTH: usize = 4;
+
+/// Words a query of a text does not find tools by: function words that every request and every
+/// description has. Short on purpose: general stop lists drop `on`, `off`, `up`, `down`, `all`,
+/// which name what tools do (turn on, volume up, list all).
+fn is_stop_word(word: &str) -> bool {
+    matches!(
+        word,
+        "a" | "an"
+            | "and"
+            | "are"
+            | "as"
+            | "at"
+            | "be"
+            | "been"
+            | "but"
+            | "by"
+            | "can"
+            | "could"
+            | "did"
+            | "do"
+            | "does"
+            | "for"
+            | "from"
+            | "had"
+            | "has"
+            | "have"
+            | "he"
+            | "her"
+            | "his"
+            | "how"
+            | "i"
+            | "if"
+            | "in"
+            | "into"
+            | "is"
+            | "it"
+            | "its"
+            | "me"
+            | "my"
+            | "of"
+            | "or"
+            | "our"
+            | "please"
+            | "she"
+            | "should"
+            | "so"
+            | "than"
+            | "that"
+            | "the"
+            | "their"
+            | "them"
+            | "then"
+            | "there"
+            | "these"
+            | "they"
+            | "this"
+            | "those"
+            | "to"
+            | "us"
+            | "was"
+            | "we"
+            | "were"
+            | "what"
+            | "when"
+            | "where"
+            | "which"
+            | "who"
+            | "will"
+            | "with"
+            | "would"
+            | "you"
+            | "your"
+    )
+}
+
+/// The English stemmer: a table of suffix rules, made once.
+static STEMMER: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
+
+/// What kind of character a word is split by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Upper,
+    /// Lower case, and letters without case.
+    Lower,
+    Digit,
+    /// Everything else ends a word.
+    Other,
+}
+
+fn class(c: char) -> Class {
+    if c.is_uppercase() {
+        Class::Upper
+    } else if c.is_numeric() {
+        Class::Digit
+    } else if c.is_alphanumeric() {
+        Class::Lower
+    } else {
+        Class::Other
+    }
+}
+
+/// Calls `each` with every word of `text`, lower-cased: runs of letters and digits, split where
+/// a lower-case letter meets an upper-case one (`getWeather`), before the last capital of a run
+/// followed by a lower-case letter (`HTTPServer`: `http`, `server`), and between letters and
+/// digits (`top10`). Stops early when `each` returns false.
+pub(crate) fn words(text: &str, mut each: impl FnMut(&str) -> bool) {
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let mut lower = String::new();
+    let mut start: Option<usize> = None;
+    let mut emit = |from: usize, to: usize, lower: &mut String| -> bool {
+        lower.clear();
+        for c in text[from..to].chars() {
+            lower.extend(c.to_lowercase());
+        }
+        each(lower)
+    };
+    for (i, &(at, c)) in chars.iter().enumerate() {
+        let here = class(c);
+        if here == Class::Other {
+            if let Some(from) = start.take()
+                && !emit(from, at, &mut lower)
+            {
+                return;
+            }
+            continue;
+        }
+        let Some(from) = start else {
+            start = Some(at);
+            continue;
+        };
+        let before = class(chars[i - 1].1);
+        let next = chars.get(i + 1).map(|&(_, c)| class(c));
+        let boundary = match (before, here) {
+            (Class::Lower, Class::Upper) => true,
+            (Class::Upper, Class::Upper) => next == Some(Class::Lower),
+            (Class::Digit, Class::Upper | Class::Lower)
+            | (Class::Upper | Class::Lower, Class::Digit) => true,
+            _ => false,
+        };
+        if boundary {
+            if !emit(from, at, &mut lower) {
+                return;
+            }
+            start = Some(at);
+        }
+    }
+    if let Some(from) = start {
+        emit(from, text.len(), &mut lower);
+    }
+}
+
+/// The stem a word is searched by, or `None` for a word nothing is found by (a stop word, a
+/// single letter).
+pub(crate) fn term(word: &str) -> Option<Cow<'_, str>> {
+    let single_letter = {
+        let mut chars = word.chars();
+        matches!((chars.next(), chars.next()), (Some(c), None) if c.is_alphabetic())
+    };
+    if single_letter || is_stop_word(word) {
+        return None;
+    }
+    Some(STEMMER.stem(word))
+}
+
+/// Calls `each` with the terms of `text`, in order, at most `limit` of them.
+fn terms(text: &str, limit: usize, mut each: impl FnMut(&str)) {
+    let mut left = limit;
+    words(text, |word| {
+        if let Some(term) = term(word) {
+            each(&term);
+            left -= 1;
+        }
+        left > 0
+    });
+}
+
+/// One distinct term of a tool and how often each field has it.
+#[derive(Debug, Clone)]
+pub(crate) struct Counted {
+    pub term: Arc<str>,
+    pub counts: [u16; FIELDS],
+}
+
+/// A tool as search sees it: its distinct terms with their counts per field (sorted by term),
+/// each field's length in terms, and the order of the terms of its name and description (for
+/// the bonus of query words found side by side).
+#[derive(Debug, Clone)]
+pub(crate) struct ToolTerms {
+    /// The tool's name, for ties (broken by name, ascending).
+    pub(crate) name: Box<str>,
+    pub(crate) terms: Box<[Counted]>,
+    pub(crate) lengths: [u32; FIELDS],
+    /// The name's terms in order, as indexes into `terms`.
+    pub(crate) name_order: Box<[u32]>,
+    /// The description's terms in order, as indexes into `terms`.
+    pub(crate) description_order: Box<[u32]>,
+}
+
+/// Builds a [`ToolTerms`]: terms are added field by field.
+struct Builder {
+    terms: Vec<Counted>,
+    /// Each term's index in `terms`.
+    seen: std::collections::HashMap<Arc<str>, u32, foldhash::fast::RandomState>,
+    lengths: [u32; FIELDS],
+}
+
+impl Builder {
+    fn add(&mut self, field: Field, text: &str, order: Option<&mut Vec<u32>>) {
+        let used = self.lengths[field as usize] as usize;
+        let left = MAX_FIELD_WORDS[field as usize].saturating_sub(used);
+        if left == 0 {
+            return;
+        }
+        let mut order = order;
+        let mut added = 0;
+        terms(text, left, |term| {
+            let index = match self.seen.get(term) {
+                Some(&index) => index,
+                None => {
+                    let term: Arc<str> = Arc::from(term);
+                    let index = self.terms.len() as u32;
+                    self.terms.push(Counted {
+                        term: term.clone(),
+                        counts: [0; FIELDS],
+                    });
+                    self.seen.insert(term, index);
+                    index
+                }
+            };
+            let count = &mut self.terms[index as usize].counts[field as usize];
+            *count = count.saturating_add(1);
+            if let Some(order) = order.as_deref_mut() {
+                order.push(index);
+            }
+            added += 1;
+        });
+        self.lengths[field as usize] += added;
+    }
+
+    /// The names and descriptions of a schema's properties, depth first.
+    fn add_schema(&mut self, schema: &Map<String, Value>, depth: usize) {
+        if depth > MAX_SCHEMA_DEPTH {
+            return;
+        }
+        if let Some(Value::Object(properties)) = schema.get("properties") {
+            for (name, property) in properties {
+                self.add(Field::ParameterName, name, None);
+                if let Value::Object(property) = property {
+                    if let Some(Value::String(text)) = property.get("description") {
+                        self.add(Field::ParameterDescription, text, None);
+                    }
+                    self.add_schema(property, depth + 1);
+                }
+            }
+        }
+        if let Some(Value::Object(items)) = schema.get("items") {
+            self.add_schema(items, depth + 1);
+        }
+    }
+}
+
+impl ToolTerms {
+    /// The terms of a tool's definition.
+    pub(crate) fn new(
+        name: &str,
+        description: &str,
+        parameters: &Map<String, Value>,
+        source: &str,
+    ) -> Self {
+        let mut builder = Builder {
+            terms: Vec::new(),
+            seen: Default::default(),
+            lengths: [0; FIELDS],
+        };
+        let mut name_order = Vec::new();
+        let mut description_order = Vec::new();
+        builder.add(Field::Name, name, Some(&mut name_order));
+        builder.add(
+            Field::Description,
+            description,
+            Some(&mut description_order),
+        );
+        builder.add_schema(parameters, 0);
+        builder.add(Field::Source, source, None);
+        // Sorted by term, so a term of the query is found by binary search; the orders follow.
+        let mut sorted: Vec<u32> = (0..builder.terms.len() as u32).collect();
+        sorted.sort_by(|&a, &b| {
+            builder.terms[a as usize]
+                .term
+                .cmp(&builder.terms[b as usize].term)
+        });
+        let mut new_index = vec![0u32; sorted.len()];
+        for (new, &old) in sorted.iter().enumerate() {
+            new_index[old as usize] = new as u32;
+        }
+        let renumber = |order: Vec<u32>| -> Box<[u32]> {
+            order.into_iter().map(|i| new_index[i as usize]).collect()
+        };
+        let terms: Box<[Counted]> = sorted
+            .iter()
+            .map(|&i| builder.terms[i as usize].clone())
+            .collect();
+        Self {
+            name: name.into(),
+            terms,
+            lengths: builder.lengths,
+            name_order: renumber(name_order),
+            description_order: renumber(description_order),
+        }
+    }
+
+    /// The index of `term` among the tool's terms.
+    pub(crate) fn find(&self, term: &str) -> Option<usize> {
+        self.terms.binary_search_by(|c| (*c.term).cmp(term)).ok()
+    }
+}
+
+/// Words tools say the same thing with: a query saying one finds tools that say another, for
+/// less (`Weights::related`). Verbs and nouns of tool names and APIs in general, no domain's.
+const RELATED: &[&[&str]] = &[
+    &["get", "fetch", "retrieve", "obtain"],
+    &["find", "search", "lookup", "locate"],
+    &["list", "show", "display", "view"],
+    &["create", "add", "make", "new", "generate", "insert"],
+    &["delete", "remove", "erase"],
+    &["update", "modify", "change", "edit", "adjust"],
+    &["calculate", "compute", "estimate", "determine"],
+    &["send", "post", "mail"],
+    &["buy", "purchase", "order"],
+    &["book", "reserve", "reservation", "booking"],
+    &["start", "begin", "launch"],
+    &["stop", "end", "halt"],
+    &["price", "cost", "fee", "fare"],
+    &["picture", "image", "photo"],
+    &["movie", "film"],
+    &["car", "vehicle"],
+    &["song", "music", "track"],
+    &["hotel", "accommodation", "lodging"],
+    &["check", "verify", "validate"],
+];
+
+/// Each stem of [`RELATED`] and the other stems of its groups.
+static RELATED_STEMS: LazyLock<std::collections::HashMap<String, Vec<Arc<str>>>> =
+    LazyLock::new(|| {
+        let mut map: std::collections::HashMap<String, Vec<Arc<str>>> = Default::default();
+        for group in RELATED {
+            let stems: Vec<String> = group.iter().map(|w| STEMMER.stem(w).into_owned()).collect();
+            for stem in &stems {
+                let others = map.entry(stem.clone()).or_default();
+                for other in &stems {
+                    if other != stem && !others.iter().any(|o| **o == **other) {
+                        others.push(Arc::from(other.as_str()));
+                    }
+                }
+            }
+        }
+        map
+    });
+
+/// A search's text as terms: in order (for words side by side), each distinct one once, and the
+/// terms related to them that it does not say itself.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Query {
+    pub(crate) order: Vec<Arc<str>>,
+    pub(crate) distinct: Vec<Arc<str>>,
+    pub(crate) related: Vec<Arc<str>>,
+}
+
+/// Terms read from a query at most: a query is at most 512 characters over HTTP, and no request
+/// needs more words than this to say which tool it wants.
+const MAX_QUERY_TERMS: usize = 256;
+
+impl Query {
+    pub(crate) fn new(text: &str) -> Self {
+        let mut query = Query::default();
+        terms(text, MAX_QUERY_TERMS, |term| {
+            let term = match query.distinct.iter().find(|t| ***t == *term) {
+                Some(known) => known.clone(),
+                None => {
+                    let term: Arc<str> = Arc::from(term);
+                    query.distinct.push(term.clone());
+                    term
+                }
+            };
+            query.order.push(term);
+        });
+        for term in &query.distinct {
+            for other in RELATED_STEMS.get(&**term).into_iter().flatten() {
+                if !query.distinct.contains(other) && !query.related.contains(other) {
+                    query.related.push(other.clone());
+                }
+            }
+        }
+        query
+    }
+
+    /// Whether the query has no term to search by (only stop words, or nothing).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.distinct.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn all_words(text: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        words(text, |w| {
+            out.push(w.to_owned());
+            true
+        });
+        out
+    }
+
+    #[test]
+    fn identifiers_split_where_their_parts_meet() {
+        assert_eq!(all_words("getWeather"), ["get", "weather"]);
+        assert_eq!(
+            all_words("get_current_weather"),
+            ["get", "current", "weather"]
+        );
+        assert_eq!(all_words("math.factorial"), ["math", "factorial"]);
+        assert_eq!(all_words("kebab-case-name"), ["kebab", "case", "name"]);
+        assert_eq!(all_words("HTTPServerError"), ["http", "server", "error"]);
+        assert_eq!(all_words("top10Songs v2"), ["top", "10", "songs", "v", "2"]);
+        assert_eq!(all_words("  Ünïcode  Straße "), ["ünïcode", "straße"]);
+        assert_eq!(all_words(""), Vec::<String>::new());
+    }
+
+    #[test]
+    fn terms_are_stems_without_function_words() {
+        let query = Query::new("What is the forecast? Forecasts for forecasting, x");
+        let distinct: Vec<&str> = query.distinct.iter().map(|t| &**t).collect();
+        assert_eq!(distinct, ["forecast"]);
+        assert_eq!(query.order.len(), 3);
+        assert!(Query::new("the of a").is_empty());
+        // Words naming what a tool does are kept.
+        let kept = Query::new("turn off all lights");
+        let kept: Vec<&str> = kept.distinct.iter().map(|t| &**t).collect();
+        assert_eq!(kept, ["turn", "off", "all", "light"]);
+    }
+
+    #[test]
+    fn a_tool_counts_each_term_per_field_and_keeps_the_order_of_its_name() {
+        let schema = json!({"type": "object", "properties": {
+            "city": {"type": "string", "description": "The city's name"},
+            "date": {"type": "object", "properties": {"day": {"description": "Day of the forecast"}}}
+        }});
+        let Value::Object(schema) = schema else {
+            unreachable!()
+        };
+        let terms = ToolTerms::new(
+            "getWeatherForecast",
+            "Weather forecast for a city.",
+            &schema,
+            "plugin:weather",
+        );
+        let count = |term: &str| terms.terms[terms.find(term).unwrap()].counts;
+        assert_eq!(count("weather"), [1, 1, 0, 0, 1]);
+        assert_eq!(count("forecast"), [1, 1, 0, 1, 0]);
+        assert_eq!(count("citi"), [0, 1, 1, 1, 0]);
+        assert_eq!(count("day"), [0, 0, 1, 1, 0]);
+        assert_eq!(terms.lengths, [3, 3, 3, 4, 2]);
+        let name: Vec<&str> = terms
+            .name_order
+            .iter()
+            .map(|&i| &*terms.terms[i as usize].term)
+            .collect();
+        assert_eq!(name, ["get", "weather", "forecast"]);
+    }
+
+    #[test]
+    fn each_field_is_read_up_to_its_bound() {
+        let long = "word ".repeat(10_000);
+        let terms = ToolTerms::new("t", &long, &Map::new(), "s");
+        assert_eq!(terms.lengths[Field::Description as usize], 512);
+        assert_eq!(terms.description_order.len(), 512);
+    }
+}
