@@ -407,12 +407,13 @@ mod tests {
     fn security_and_state() {
         let s = Settings::from_toml(
             "[security]\nplugin_tokens = \"required\"\n[state]\npath = \"s.redb\"\n\
-             dormant_ttl_seconds = 2.5\n",
+             dormant_ttl_seconds = 2.5\nnew = true\n",
         )
         .unwrap();
         assert_eq!(s.plugin_tokens, TokenPolicy::Required);
         assert_eq!(s.state.path.as_deref(), Some(Path::new("s.redb")));
         assert_eq!(s.state.dormant_ttl, Duration::from_millis(2500));
+        assert!(s.state.new);
         let d = Settings::from_toml("").unwrap();
         assert_eq!(d.plugin_tokens, TokenPolicy::Optional);
         assert_eq!(d.state, StateSettings::default());

@@ -57,9 +57,15 @@ struct ServeArgs {
     #[arg(long = "character", value_name = "NAME")]
     characters: Vec<String>,
     /// Keep registrations in this file across restarts (overrides `[state] path`): each change
-    /// is durable before it is answered, and restored tools wait, dormant, for their callback.
+    /// is durable before it is made and answered (one the file cannot take is refused with 503
+    /// and not made), and restored tools wait, dormant, for their callback.
     #[arg(long, value_name = "FILE")]
     state: Option<PathBuf>,
+    /// Start a new, empty store in the --state file when that file is empty (0 bytes); without
+    /// it an empty file is refused, so a store cut to nothing is never taken for a new one. A
+    /// missing file is always created (mode 0600); a file that holds a store opens as usual.
+    #[arg(long)]
+    state_new: bool,
     /// HTTP worker threads (default: one per CPU).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     workers: Option<u16>,
@@ -103,6 +109,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     settings.workers = args.workers.map(usize::from);
     if let Some(state) = args.state {
         settings.state.path = Some(state);
+    }
+    if args.state_new {
+        settings.state.new = true;
     }
     // Span export is switched on by the standard OpenTelemetry variables.
     settings.trace = runtime_tools::TraceSettings::from_env();

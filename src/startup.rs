@@ -23,7 +23,7 @@ use crate::config::Settings;
 use crate::dispatch::Dispatcher;
 use crate::domain::dormant::{DormantTool, epoch_millis, from_epoch_millis};
 use crate::domain::operator::OperatorToken;
-use crate::domain::ownership::{ConfiguredSource, SharedOwners, TokenHash};
+use crate::domain::ownership::{ConfiguredSource, SharedOwners};
 use crate::events::EventHub;
 use crate::mcp::client::McpClient;
 use crate::mcp::http_serve::McpEndpoint;
@@ -156,6 +156,7 @@ impl Application {
         let (keeping, mcp_keeping) = keep_state(&settings, owners.clone(), local_addr).await?;
         let restored = keeping.dormant.len();
         let keeps_state = keeping.store.is_some();
+        let store_status = keeping.store.as_ref().map(StateStore::status);
         let (router, dispatcher) = Router::launch_keeping(
             settings.characters.clone(),
             &settings.dispatch,
@@ -232,6 +233,7 @@ impl Application {
             owners,
             keeps_state,
             restored,
+            store_status,
         });
 
         let mut server = HttpServer::new(move || {
@@ -389,7 +391,8 @@ fn bind_configured_sources(
 }
 
 /// Opens the state store when the settings name one, binds the sources it recorded to their
-/// token hashes, and reads back its tools and runtime MCP servers (each with the registration
+/// salted token hashes (not those the configuration binds: its binding wins, and the stored
+/// one is dropped), and reads back its tools and runtime MCP servers (each with the registration
 /// parser, as when it was registered) to be restored dormant: the router's part and the MCP
 /// registry's. A tool of a character that is no longer configured, or one this version no
 /// longer accepts, is left out with a warning; so is such an MCP server. Each restored tool or
@@ -414,20 +417,24 @@ async fn keep_state(
     let Some(path) = &settings.state.path else {
         return Ok((keeping, mcp_keeping));
     };
-    let (store, restored) = StateStore::open(path)?;
+    let (store, restored) = StateStore::open(path, settings.state.new)?;
     let overridden: Vec<String> = keeping.owners.with(|owners| {
         let mut overridden = Vec::new();
-        for (source, hash) in restored.owners {
-            if !owners.restore(source.clone(), TokenHash::from_bytes(hash)) {
+        for (source, salted) in restored.owners {
+            if !owners.restore(source.clone(), salted) {
                 overridden.push(source);
             }
         }
         overridden
     });
+    // Stored before the server starts, as every change is before it is made: a start whose
+    // store cannot keep these stops here (the file was writable a moment ago, when it opened).
+    let mut kept = Vec::new();
     for source in overridden {
         // The configuration's binding wins; the stored one would come back if it went.
         tracing::warn!(%source, "a stored binding of a source the configuration binds is dropped");
-        drop(store.submit(Op::Unbind { source }));
+        let what = format!("cannot drop the stored binding of {source:?}");
+        kept.push((what, store.submit(Op::Unbind { source })));
     }
     let now = SystemTime::now();
     let since = |stored: Option<u64>| stored.map_or(now, from_epoch_millis);
@@ -493,10 +500,14 @@ async fn keep_state(
             servers: going_dormant_servers,
             since: epoch_millis(now),
         });
-        marked
+        let what = "cannot keep when restored tools went dormant".to_owned();
+        kept.push((what, marked));
+    }
+    for (what, durable) in kept {
+        durable
             .await
             .unwrap_or_else(|_| Err("the state store stopped".into()))
-            .map_err(|e| anyhow::anyhow!("cannot keep when restored tools went dormant: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
     }
     tracing::info!(path = %path.display(), restored = keeping.dormant.len(), mcp_servers = mcp_keeping.restored.len(), "state store opened");
     mcp_keeping.store = Some(store.clone());

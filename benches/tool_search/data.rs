@@ -225,6 +225,9 @@ pub fn bfcl() -> Set {
                 .filter(|m| m["role"] == "user")
                 .map(|m| text_of(&m["content"]))
                 .collect();
+            if targets.is_empty() {
+                continue;
+            }
             requests.push(Request {
                 id,
                 text: text.join("\n"),
@@ -265,6 +268,9 @@ fn nestful_files(root: &Path, spec: &str, data: &str, prefix: &str, set: &mut Se
             if name != "var_result" && !targets.contains(&name) {
                 targets.push(name);
             }
+        }
+        if targets.is_empty() {
+            continue;
         }
         set.requests.push(Request {
             id: format!("{prefix}-{i}"),

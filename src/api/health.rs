@@ -1,7 +1,8 @@
 //! `GET /api/health`: whether the server answers, which instance it is (a new `instance_id`
-//! means it restarted), and how many tools it restored from its state store and how many of them
-//! still wait for their callback. A plugin polls it, or reads `instance_id` from any change's
-//! answer, to learn of a restart without the event stream.
+//! means it restarted), how many tools it restored from its state store and how many of them
+//! are still dormant, whether the state store writes its file, and who may decide an approval.
+//! A plugin polls it, or reads `instance_id` from any change's answer, to learn of a restart
+//! without the event stream.
 
 use actix_web::{HttpResponse, web};
 use serde::Serialize;
@@ -34,6 +35,7 @@ async fn health(state: web::Data<AppState>) -> Result<HttpResponse, ApiError> {
         version: env!("CARGO_PKG_VERSION"),
         restored: state.restored,
         dormant: state.directory.dormant(),
+        state: state.store_status.as_ref().map_or("off", |s| s.name()),
         decisions: state.operator.decisions(),
     }))
 }
@@ -50,8 +52,14 @@ pub(crate) struct HealthResponse<'a> {
     pub version: &'a str,
     /// Tools read back from the state store at start (0 without `--state`).
     pub restored: usize,
-    /// Restored tools still waiting for their callback to accept connections.
+    /// Restored tools still dormant (waiting for their owner's token, or for their callback to
+    /// answer HTTP).
     pub dormant: usize,
+    /// The state store (`--state`): `"ok"` while it writes its file, `"failing"` from a commit
+    /// that failed (every change is then refused with 503, and none is made) until one
+    /// succeeds again; `"off"` without `--state`.
+    #[schema(example = "ok")]
+    pub state: &'static str,
     /// Who may decide an approval: `operator` (with the operator token) or `loopback` (any
     /// local caller: `[security] decisions = "loopback"`).
     #[schema(value_type = String, pattern = "^(operator|loopback)$")]

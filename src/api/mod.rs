@@ -93,6 +93,8 @@ pub(crate) struct AppState {
     pub keeps_state: bool,
     /// How many tools were restored from the state store at start.
     pub restored: usize,
+    /// Whether the state store writes its file (`None`: no `--state`).
+    pub store_status: Option<crate::state::StoreStatus>,
 }
 
 /// The whole route tree.

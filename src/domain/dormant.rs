@@ -159,6 +159,13 @@ impl Dormant {
         released
     }
 
+    /// Puts back tools taken by a change that was then not made (the state store could not keep
+    /// it), as they were: their time and whether they wait for their owner. Their origins are
+    /// probed again once [`Dormant::start_probing`] is asked.
+    pub(crate) fn give_back(&mut self, tools: Vec<DormantTool>) {
+        self.tools.extend(tools);
+    }
+
     /// Whether a tool that may wake waits for `origin`; when none does, its probe is over.
     pub(crate) fn waits_for(&mut self, origin: &CallbackOrigin) -> bool {
         let waits = self

@@ -6,7 +6,9 @@
 //! server's registration or removal, a tool of an MCP server's listing that would replace one
 //! of its tools (with the token that server was registered with), progress for its calls — must
 //! carry the same token. Only
-//! the token's SHA-256 hash is kept ([`TokenHash`]), and nothing here prints it. The router holds
+//! the token's SHA-256 hash is kept ([`TokenHash`]), and nothing here prints it; the state file
+//! keeps a salted hash of it instead ([`SaltedHash`]), so the same token bound twice, or in two
+//! files, does not show. The router holds
 //! one [`Owners`] behind a [`SharedOwners`] that the MCP registry and the progress route consult
 //! too, so the rule lives here once.
 //!
@@ -26,6 +28,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use ring::rand::SecureRandom as _;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
@@ -76,6 +79,98 @@ impl TokenHash {
 impl fmt::Debug for TokenHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("TokenHash(..)")
+    }
+}
+
+/// Bytes of a binding's random salt: 128 bits, so no two bindings share one.
+pub(crate) const SALT_LEN: usize = 16;
+
+/// A token's hash as the state file keeps it: a random salt of its own, and the SHA-256 of that
+/// salt followed by the token's [`TokenHash`]. A token is checked against it with the salt; the
+/// stored bytes show neither the token nor its plain SHA-256, and two bindings of one token
+/// look unrelated. Its `Debug` shows no byte of it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SaltedHash {
+    salt: [u8; SALT_LEN],
+    hash: [u8; 32],
+}
+
+impl SaltedHash {
+    /// Bytes of [`SaltedHash::to_bytes`]: the salt, then the hash.
+    pub(crate) const LEN: usize = SALT_LEN + 32;
+
+    /// `token`'s salted hash, with a new random salt.
+    pub(crate) fn new(token: &TokenHash) -> Self {
+        let mut salt = [0; SALT_LEN];
+        ring::rand::SystemRandom::new()
+            .fill(&mut salt)
+            .expect("the system's random number generator works");
+        Self::with_salt(token, salt)
+    }
+
+    fn with_salt(token: &TokenHash, salt: [u8; SALT_LEN]) -> Self {
+        let mut hasher = Sha256::new();
+        hasher.update(salt);
+        hasher.update(token.0);
+        Self {
+            salt,
+            hash: hasher.finalize().into(),
+        }
+    }
+
+    /// Whether `token` is the token this hash was made of.
+    pub(crate) fn verifies(&self, token: &TokenHash) -> bool {
+        Self::with_salt(token, self.salt).hash == self.hash
+    }
+
+    /// The salt, then the hash: what the state file stores.
+    pub(crate) fn to_bytes(self) -> [u8; Self::LEN] {
+        let mut bytes = [0; Self::LEN];
+        bytes[..SALT_LEN].copy_from_slice(&self.salt);
+        bytes[SALT_LEN..].copy_from_slice(&self.hash);
+        bytes
+    }
+
+    /// Reads [`SaltedHash::to_bytes`] back; `None` for any other length.
+    pub(crate) fn from_bytes(bytes: &[u8]) -> Option<Self> {
+        if bytes.len() != Self::LEN {
+            return None;
+        }
+        let (salt, hash) = bytes.split_at(SALT_LEN);
+        Some(Self {
+            salt: salt.try_into().ok()?,
+            hash: hash.try_into().ok()?,
+        })
+    }
+}
+
+impl fmt::Debug for SaltedHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("SaltedHash(..)")
+    }
+}
+
+/// What a bound source is bound to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BoundTo {
+    /// Bound during this run: the token's hash itself.
+    Token(TokenHash),
+    /// Restored from the state file: only the salted hash is known, so the plain hash is not.
+    /// `stand_in` is a random credential, made at start and never sent by any plugin, that the
+    /// MCP servers restored under the source act with until their plugin registers them again
+    /// ([`Owners::owner_of`]).
+    Stored {
+        salted: SaltedHash,
+        stand_in: TokenHash,
+    },
+}
+
+impl BoundTo {
+    fn admits(&self, token: &TokenHash) -> bool {
+        match self {
+            BoundTo::Token(bound) => bound == token,
+            BoundTo::Stored { salted, stand_in } => stand_in == token || salted.verifies(token),
+        }
     }
 }
 
@@ -188,7 +283,7 @@ pub(crate) struct Binding {
 #[derive(Debug, Default)]
 pub(crate) struct Owners {
     policy: TokenPolicy,
-    bound: HashMap<String, TokenHash>,
+    bound: HashMap<String, BoundTo>,
     /// The sources bound by the configuration: never freed, never replaced by a stored binding.
     configured: BTreeSet<String>,
 }
@@ -202,9 +297,12 @@ impl Owners {
         }
     }
 
-    /// Whether `source` is bound to `token`: the one comparison every rule here makes.
+    /// Whether `source` is bound to `token`: the one comparison every rule here makes. A
+    /// binding restored from the store is checked against its salted hash (or its stand-in).
     fn holds(&self, source: &str, token: &TokenHash) -> bool {
-        self.bound.get(source) == Some(token)
+        self.bound
+            .get(source)
+            .is_some_and(|bound| bound.admits(token))
     }
 
     /// Whether `who` may change the tools of every source in `touched`: each bound one needs
@@ -234,39 +332,54 @@ impl Owners {
         }
         match (binds, token) {
             (Some(source), Some(token)) if !self.bound.contains_key(source) => {
-                self.bound.insert(source.to_owned(), token);
+                self.bound.insert(source.to_owned(), BoundTo::Token(token));
                 Ok(Some((source.to_owned(), token)))
             }
             _ => Ok(None),
         }
     }
 
-    /// Binds `source` to a hash read back from the store; false (and nothing changes) when
-    /// the configuration binds it: that binding wins.
-    pub(crate) fn restore(&mut self, source: String, token: TokenHash) -> bool {
+    /// Binds `source` to a salted hash read back from the store; false (and nothing changes)
+    /// when the configuration binds it: that binding wins.
+    pub(crate) fn restore(&mut self, source: String, salted: SaltedHash) -> bool {
         if self.configured.contains(&source) {
             return false;
         }
-        self.bound.insert(source, token);
+        let mut stand_in = [0; 32];
+        ring::rand::SystemRandom::new()
+            .fill(&mut stand_in)
+            .expect("the system's random number generator works");
+        let stand_in = TokenHash(stand_in);
+        self.bound
+            .insert(source, BoundTo::Stored { salted, stand_in });
         true
     }
 
-    /// Binds `source` to `token` for good (`[[security.source]]`).
+    /// Binds `source` to `token` for good (`[[security.source]]`). Never stored: the
+    /// configuration binds it again at each start.
     pub(crate) fn configure(&mut self, source: String, token: TokenHash) {
-        self.bound.insert(source.clone(), token);
+        self.bound.insert(source.clone(), BoundTo::Token(token));
         self.configured.insert(source);
+    }
+
+    /// Whether the binding of `source` can be freed ([`Owners::unbind`] would succeed now):
+    /// the router asks before it stores the unbinding, and frees it once it is stored.
+    pub(crate) fn may_unbind(&self, source: &str) -> Result<(), UnbindError> {
+        if self.configured.contains(source) {
+            return Err(UnbindError::Configured(source.to_owned()));
+        }
+        match self.bound.contains_key(source) {
+            true => Ok(()),
+            false => Err(UnbindError::NotBound(source.to_owned())),
+        }
     }
 
     /// Frees the binding of `source` made at run time; its tools stay, and the next
     /// registration with a token binds it again.
     pub(crate) fn unbind(&mut self, source: &str) -> Result<(), UnbindError> {
-        if self.configured.contains(source) {
-            return Err(UnbindError::Configured(source.to_owned()));
-        }
-        match self.bound.remove(source) {
-            Some(_) => Ok(()),
-            None => Err(UnbindError::NotBound(source.to_owned())),
-        }
+        self.may_unbind(source)?;
+        self.bound.remove(source);
+        Ok(())
     }
 
     /// Whether `who` may wake the restored tools of `source`: it carries the token `source` is
@@ -336,10 +449,26 @@ impl Owners {
             .collect()
     }
 
-    /// The token hash `source` is bound to, if it is: the credential of an MCP server restored
-    /// under it (which was registered with that token, or bound the source with it).
+    /// Undoes a binding [`Owners::authorize`] made for a change that was then not made (the
+    /// state store could not keep it): `source` is unbound if it is still bound to `token`.
+    pub(crate) fn undo_binding(&mut self, source: &str, token: &TokenHash) {
+        if !self.configured.contains(source)
+            && self.bound.get(source) == Some(&BoundTo::Token(*token))
+        {
+            self.bound.remove(source);
+        }
+    }
+
+    /// The credential an MCP server restored under `source` acts with, if the source is bound
+    /// (the server was registered with its token, or bound the source with it): the token's
+    /// hash when it was bound during this run, else the binding's stand-in. A restored
+    /// binding's stand-in is admitted by that source alone: whether another source is bound to
+    /// the same token cannot be told from salted hashes, until the plugin sends its token.
     pub(crate) fn owner_of(&self, source: &str) -> Option<TokenHash> {
-        self.bound.get(source).copied()
+        self.bound.get(source).map(|binding| match binding {
+            BoundTo::Token(token) => *token,
+            BoundTo::Stored { stand_in, .. } => *stand_in,
+        })
     }
 
     /// Whether `source` is bound to a token.
@@ -446,7 +575,7 @@ mod tests {
         let mut owners = Owners::default();
         owners.configure("plugin:notes".into(), hash(A));
         assert!(
-            !owners.restore("plugin:notes".into(), hash(B)),
+            !owners.restore("plugin:notes".into(), SaltedHash::new(&hash(B))),
             "the configuration wins"
         );
         assert_eq!(
@@ -475,7 +604,17 @@ mod tests {
             owners.unbind("plugin:notes"),
             Err(UnbindError::Configured("plugin:notes".into()))
         );
+        // A configured binding is never undone either: no change of this run made it.
+        owners.undo_binding("plugin:notes", &hash(A));
+        assert!(owners.is_bound("plugin:notes"));
+        // Asking changes nothing; the unbinding itself frees it.
+        assert_eq!(owners.may_unbind("plugin:b"), Ok(()));
+        assert!(owners.is_bound("plugin:b"));
         assert_eq!(owners.unbind("plugin:b"), Ok(()));
+        assert_eq!(
+            owners.may_unbind("plugin:b"),
+            Err(UnbindError::NotBound("plugin:b".into()))
+        );
         assert_eq!(
             owners.unbind("plugin:b"),
             Err(UnbindError::NotBound("plugin:b".into()))
@@ -493,8 +632,8 @@ mod tests {
     fn only_the_owner_wakes_and_its_token_names_its_source() {
         let hash = |text: &str| TokenHash::from_header(text.as_bytes()).unwrap();
         let mut owners = Owners::new(TokenPolicy::Required);
-        owners.restore("plugin:z".into(), hash(A));
-        owners.restore("plugin:a".into(), hash(A));
+        owners.restore("plugin:z".into(), SaltedHash::new(&hash(A)));
+        owners.restore("plugin:a".into(), SaltedHash::new(&hash(A)));
         let refused = OwnershipError::NotWaker {
             tag: "plugin:a".into(),
         };
@@ -538,5 +677,74 @@ mod tests {
         );
         assert!(owners.authorize(token(A), [], Some("plugin:a")).is_ok());
         assert_eq!(owners.authorize(Credential::InProcess, [], None), Ok(None));
+    }
+
+    #[test]
+    fn a_salted_hash_verifies_its_token_only_and_never_shows_its_bytes() {
+        let a = TokenHash::from_header(A.as_bytes()).unwrap();
+        let b = TokenHash::from_header(B.as_bytes()).unwrap();
+        let (one, two) = (SaltedHash::new(&a), SaltedHash::new(&a));
+        assert!(one.verifies(&a) && two.verifies(&a) && !one.verifies(&b));
+        assert_ne!(
+            one.to_bytes(),
+            two.to_bytes(),
+            "a salt of its own each time"
+        );
+        assert_eq!(SaltedHash::from_bytes(&one.to_bytes()), Some(one));
+        assert_eq!(
+            SaltedHash::from_bytes(a.bytes()),
+            None,
+            "a plain hash is not one"
+        );
+        assert_eq!(format!("{one:?}"), "SaltedHash(..)");
+    }
+
+    #[test]
+    fn a_restored_binding_admits_its_token_and_its_own_stand_in() {
+        let mut owners = Owners::default();
+        let a = TokenHash::from_header(A.as_bytes()).unwrap();
+        owners.restore("plugin:a".into(), SaltedHash::new(&a));
+        owners.restore("plugin:b".into(), SaltedHash::new(&a));
+        assert_eq!(owners.authorize(token(A), ["plugin:a"], None), Ok(None));
+        let refused = |tag: &str| {
+            Err(OwnershipError::NotOwner {
+                tag: tag.to_owned(),
+            })
+        };
+        assert_eq!(
+            owners.authorize(token(B), ["plugin:a"], None),
+            refused("plugin:a")
+        );
+        // A restored MCP server acts with the stand-in: its own source admits it, another
+        // source bound to the same token cannot tell, and does not.
+        let stand_in = owners.owner_of("plugin:a").unwrap();
+        assert_ne!(stand_in, a);
+        let server = Credential::Plugin(Some(stand_in));
+        assert_eq!(owners.authorize(server, ["plugin:a"], None), Ok(None));
+        assert_eq!(
+            owners.authorize(server, ["plugin:b"], None),
+            refused("plugin:b")
+        );
+    }
+
+    #[test]
+    fn an_undone_binding_frees_its_source_and_no_other_binding() {
+        let mut owners = Owners::default();
+        let a = TokenHash::from_header(A.as_bytes()).unwrap();
+        let b = TokenHash::from_header(B.as_bytes()).unwrap();
+        let bound = owners.authorize(token(A), [], Some("plugin:a")).unwrap();
+        assert_eq!(bound, Some(("plugin:a".to_owned(), a)));
+        owners.undo_binding("plugin:a", &b);
+        assert!(
+            owners.is_bound("plugin:a"),
+            "another token's undo changes nothing"
+        );
+        owners.undo_binding("plugin:a", &a);
+        assert!(!owners.is_bound("plugin:a"));
+        assert!(owners.authorize(token(B), [], Some("plugin:a")).is_ok());
+        // A restored binding is never undone: only a change of this run binds.
+        owners.restore("plugin:r".into(), SaltedHash::new(&a));
+        owners.undo_binding("plugin:r", &a);
+        assert!(owners.is_bound("plugin:r"));
     }
 }

@@ -4,50 +4,56 @@
 //! body (so a restored tool is read by the same parser as a new one), with its source and
 //! callback origin; every MCP server a plugin registered at run time, as its registration's
 //! body, with the tools of its last listing that were registered (so they can be listed while
-//! the server is not back); each source's bound token hash (until the operator frees it); and,
-//! for a restored tool or server not back yet, when it went dormant (so its dormant time counts
-//! across restarts). Not kept: in-process tools, the configured MCP servers' tools (their
-//! servers list them again), the configured sources' bindings, sessions, calls.
+//! the server is not back); each source's binding made at run time (until the operator frees
+//! it), as a salted hash of its token (a salt of its own per binding: the file never holds a
+//! token's plain SHA-256); and, for a restored tool or server not back yet, when it went dormant
+//! (so its dormant time counts across restarts). Not kept: in-process tools, the configured MCP
+//! servers' tools (their servers list them again), the configured sources' bindings, sessions,
+//! calls.
 //!
-//! The router hands each change to [`StateStore::submit`] in the order it routes them, and
-//! answers the change only once the returned receiver says its commit is durable. One thread
-//! owns the database: it takes every change waiting in its queue into one write transaction
-//! (changes that arrive together commit together, one `fsync` for all of them), commits, and
-//! then answers each. A change is one unit: after a crash it is there whole or not at all.
+//! The router hands each change to [`StateStore::submit_ordered`] in the order it decides them,
+//! and makes the change only once the store says its commit is durable: stored first, made
+//! after, so a change the store could not keep is not made at all (and is answered 503). One
+//! thread owns the database ([`writer`]): it commits what waits together, answers each change,
+//! and after a failure opens the database again and tries again until the disk takes writes;
+//! [`StoreStatus`] says whether it works. A change is one unit: after a crash it is there whole
+//! or not at all.
+//!
+//! [`open`] opens the file: a new one with mode 0600; an empty one only when a new store is
+//! asked for; one that cannot be opened, for any reason, refused with an error that names it
+//! and says what to do, never a panic; and a store that opened on an earlier commit than the
+//! last one written is reported.
 //!
 //! The file carries a format version ([`FORMAT_VERSION`]); a file of another version is refused
-//! at start with an error that says so, never read as if it were this one.
+//! at start with an error that says so, never read as if it were this one; an older one this
+//! server reads is upgraded as it is opened.
 
 pub(crate) mod settings;
 
-use std::path::{Path, PathBuf};
+mod open;
+mod tables;
+mod writer;
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 
-use anyhow::{Context, bail};
-use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
+use anyhow::Context;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
+use crate::domain::ownership::SaltedHash;
 use crate::domain::registry::Change;
 
-/// The layout this server writes: the tables below, their keys and values.
-pub(crate) const FORMAT_VERSION: u64 = 2;
+/// The layout this server writes: the tables of [`tables`], their keys and values.
+pub(crate) const FORMAT_VERSION: u64 = 3;
 
 /// The older layouts this server reads, and upgrades when it opens them: version 1 had no
-/// table of MCP servers (an empty one is added).
-const READS_VERSIONS: [u64; 1] = [1];
-
-/// The most changes one transaction takes: bounds the time the first of them waits.
-const MAX_BATCH: usize = 1024;
-
-/// `"format"` → the format version.
-const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
-/// (character, tool name) → [`StoredTool`] as JSON.
-const TOOLS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("tools");
-/// Source → the SHA-256 hash of the token it is bound to.
-const OWNERS: TableDefinition<&str, &[u8]> = TableDefinition::new("owners");
-/// MCP server name → [`StoredMcpServer`] as JSON (since version 2).
-const MCP_SERVERS: TableDefinition<&str, &[u8]> = TableDefinition::new("mcp_servers");
+/// table of MCP servers (an empty one is added); versions 1 and 2 kept each binding's plain
+/// token hash (salted as the file is upgraded) and no commit counter.
+const READS_VERSIONS: [u64; 2] = [1, 2];
 
 /// A registered tool as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -162,8 +168,8 @@ impl Op {
 pub(crate) struct Restored {
     /// (character, tool name, record), in key order.
     pub tools: Vec<(String, String, StoredTool)>,
-    /// (source, token hash).
-    pub owners: Vec<(String, [u8; 32])>,
+    /// (source, its token's salted hash).
+    pub owners: Vec<(String, SaltedHash)>,
     /// (MCP server name, record), in name order.
     pub mcp_servers: Vec<(String, StoredMcpServer)>,
 }
@@ -171,460 +177,134 @@ pub(crate) struct Restored {
 /// Whether a change is durable: `Ok` once its transaction committed.
 pub(crate) type Durable = oneshot::Receiver<Result<(), String>>;
 
-type Request = (Op, oneshot::Sender<Result<(), String>>);
+/// Whether a change the router orders is durable: `Ok` once its transaction committed.
+pub(crate) type Commit = oneshot::Receiver<Result<(), StoreFailure>>;
+
+/// Why a change was not stored; nothing of it was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StoreFailure {
+    /// The store failure it comes of (numbered from 1; 0: none the router ordered): a change
+    /// the router decided before it learned of this one is refused as well.
+    pub number: u64,
+    pub text: String,
+}
+
+impl StoreFailure {
+    /// The store's thread is gone (the server is stopping).
+    pub(crate) fn stopped() -> Self {
+        Self {
+            number: 0,
+            text: "the state store stopped before the change was stored".to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for StoreFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// One change in the store's queue.
+struct Request {
+    /// Applied in order, in one transaction with the rest of the batch.
+    ops: Vec<Op>,
+    /// For a change the router orders: the store failures it had learned of when it decided it.
+    seen: Option<u64>,
+    reply: Reply,
+}
+
+enum Reply {
+    Durable(oneshot::Sender<Result<(), String>>),
+    Commit(oneshot::Sender<Result<(), StoreFailure>>),
+}
+
+impl Request {
+    fn answer(self, outcome: Result<(), StoreFailure>) {
+        // A change whose requester stopped waiting stays stored; nobody is left to tell.
+        match self.reply {
+            Reply::Durable(done) => {
+                let _ = done.send(outcome.map_err(|e| e.text));
+            }
+            Reply::Commit(done) => {
+                let _ = done.send(outcome);
+            }
+        }
+    }
+}
+
+/// Whether the store writes its file: `GET /api/health` shows it. Cheap to clone.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct StoreStatus(Arc<AtomicBool>);
+
+impl StoreStatus {
+    /// `"ok"`, or `"failing"` from a failed commit until one succeeds again.
+    pub(crate) fn name(&self) -> &'static str {
+        if self.0.load(Ordering::Acquire) {
+            "failing"
+        } else {
+            "ok"
+        }
+    }
+
+    fn set_failing(&self, failing: bool) {
+        self.0.store(failing, Ordering::Release);
+    }
+}
 
 /// The store's queue; its one thread owns the database. Cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) struct StateStore {
     queue: mpsc::Sender<Request>,
+    status: StoreStatus,
 }
 
 impl StateStore {
-    /// Opens (or creates) the store at `path`, reads what it holds, and starts its writer.
-    pub(crate) fn open(path: &Path) -> anyhow::Result<(Self, Restored)> {
-        let db = open_database(path)?;
-        let restored = read_all(&db).with_context(|| format!("state file {}", path.display()))?;
+    /// Opens (or creates) the store at `path`, reads what it holds, and starts its writer;
+    /// `empty_is_new`: an empty file starts a new store, else it is refused (`--state-new`).
+    pub(crate) fn open(path: &Path, empty_is_new: bool) -> anyhow::Result<(Self, Restored)> {
+        let opened = open::at_start(path, empty_is_new)?;
+        if let Some(went_back) = opened.went_back {
+            open::warn_went_back(path, went_back);
+        }
         let (queue, requests) = mpsc::channel();
-        let name = path.to_owned();
+        let status = StoreStatus::default();
+        let writer = writer::Writer::new(path.to_owned(), opened.db, status.clone());
         std::thread::Builder::new()
             .name("state-store".into())
-            .spawn(move || write_loop(db, name, requests))
+            .spawn(move || writer.run(requests))
             .context("cannot start the state store's thread")?;
-        Ok((Self { queue }, restored))
+        Ok((Self { queue, status }, opened.restored))
     }
 
     /// Queues `op` after every op submitted before it; the receiver says when it is durable.
     pub(crate) fn submit(&self, op: Op) -> Durable {
         let (done, durable) = oneshot::channel();
-        if self.queue.send((op, done)).is_err() {
+        self.send(vec![op], None, Reply::Durable(done));
+        durable
+    }
+
+    /// Queues `ops`, one change the router ordered after every change before it, decided when
+    /// the router had learned of `seen` store failures; the receiver says when it is durable.
+    pub(crate) fn submit_ordered(&self, ops: Vec<Op>, seen: u64) -> Commit {
+        let (done, commit) = oneshot::channel();
+        self.send(ops, Some(seen), Reply::Commit(done));
+        commit
+    }
+
+    fn send(&self, ops: Vec<Op>, seen: Option<u64>, reply: Reply) {
+        let request = Request { ops, seen, reply };
+        if self.queue.send(request).is_err() {
             // The writer has stopped; the dropped sender answers the receiver with an error.
             tracing::error!("the state store has stopped: a change was not stored");
         }
-        durable
     }
-}
 
-/// Opens or creates the database and checks (or writes) its format version.
-fn open_database(path: &Path) -> anyhow::Result<Database> {
-    let db = Database::create(path).map_err(|e| {
-        anyhow::anyhow!(
-            "cannot open state file {}: {e} (is it a runtime-tools state file, not in use by \
-             another server?)",
-            path.display()
-        )
-    })?;
-    let txn = db.begin_write()?;
-    {
-        let mut meta = txn.open_table(META)?;
-        let version = meta.get("format")?.map(|v| v.value());
-        match version {
-            None if is_empty(&txn)? => {
-                meta.insert("format", FORMAT_VERSION)?;
-            }
-            None => bail!(
-                "state file {} has tables but no format version: it was not written by this \
-                 server; move it aside",
-                path.display()
-            ),
-            Some(FORMAT_VERSION) => {}
-            Some(older) if READS_VERSIONS.contains(&older) => {
-                meta.insert("format", FORMAT_VERSION)?;
-                tracing::info!(
-                    path = %path.display(),
-                    from = older,
-                    to = FORMAT_VERSION,
-                    "state file upgraded to this server's format"
-                );
-            }
-            Some(other) => bail!(
-                "state file {} has format version {other}, and this server reads versions \
-                 {READS_VERSIONS:?} and {FORMAT_VERSION} only: run the server version that wrote \
-                 it, or move the file aside to start empty",
-                path.display()
-            ),
-        }
-        // Created when missing, so that readers find every table.
-        txn.open_table(TOOLS)?;
-        txn.open_table(OWNERS)?;
-        txn.open_table(MCP_SERVERS)?;
+    /// Whether the store writes its file.
+    pub(crate) fn status(&self) -> StoreStatus {
+        self.status.clone()
     }
-    txn.commit()?;
-    Ok(db)
-}
-
-/// Whether the data tables are empty (a new file).
-fn is_empty(txn: &redb::WriteTransaction) -> anyhow::Result<bool> {
-    Ok(txn.open_table(TOOLS)?.len()? == 0
-        && txn.open_table(OWNERS)?.len()? == 0
-        && txn.open_table(MCP_SERVERS)?.len()? == 0)
-}
-
-fn read_all(db: &Database) -> anyhow::Result<Restored> {
-    let txn = db.begin_read()?;
-    let mut restored = Restored::default();
-    let tools = txn.open_table(TOOLS)?;
-    for row in tools.iter()? {
-        let (key, value) = row?;
-        let (character, name) = key.value();
-        let stored: StoredTool = serde_json::from_slice(value.value())
-            .with_context(|| format!("the stored tool {name:?} of {character:?}"))?;
-        restored
-            .tools
-            .push((character.to_owned(), name.to_owned(), stored));
-    }
-    let owners = txn.open_table(OWNERS)?;
-    for row in owners.iter()? {
-        let (source, hash) = row?;
-        let hash: [u8; 32] = hash
-            .value()
-            .try_into()
-            .with_context(|| format!("the token hash of source {:?}", source.value()))?;
-        restored.owners.push((source.value().to_owned(), hash));
-    }
-    let servers = txn.open_table(MCP_SERVERS)?;
-    for row in servers.iter()? {
-        let (name, value) = row?;
-        let stored: StoredMcpServer = serde_json::from_slice(value.value())
-            .with_context(|| format!("the stored MCP server {:?}", name.value()))?;
-        restored.mcp_servers.push((name.value().to_owned(), stored));
-    }
-    Ok(restored)
-}
-
-/// The writer: every op waiting goes into one transaction, committed (durably) before any of
-/// them is answered.
-fn write_loop(db: Database, path: PathBuf, requests: mpsc::Receiver<Request>) {
-    while let Ok(first) = requests.recv() {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match requests.try_recv() {
-                Ok(more) => batch.push(more),
-                Err(_) => break,
-            }
-        }
-        let outcome = commit(&db, batch.iter().map(|(op, _)| op)).map_err(|e| {
-            let text = format!("state file {}: {e:#}", path.display());
-            tracing::error!(changes = batch.len(), "changes could not be stored: {text}");
-            text
-        });
-        for (_, done) in batch {
-            let _ = done.send(outcome.clone());
-        }
-    }
-}
-
-fn commit<'a>(db: &Database, ops: impl Iterator<Item = &'a Op>) -> anyhow::Result<()> {
-    let txn = db.begin_write()?;
-    {
-        let mut tables = Tables {
-            tools: txn.open_table(TOOLS)?,
-            owners: txn.open_table(OWNERS)?,
-            servers: txn.open_table(MCP_SERVERS)?,
-        };
-        for op in ops {
-            apply(&mut tables, op)?;
-        }
-    }
-    txn.commit()?;
-    Ok(())
-}
-
-type Tools<'t> = redb::Table<'t, (&'static str, &'static str), &'static [u8]>;
-type ByName<'t> = redb::Table<'t, &'static str, &'static [u8]>;
-
-/// The tables one transaction writes.
-struct Tables<'t> {
-    tools: Tools<'t>,
-    owners: ByName<'t>,
-    servers: ByName<'t>,
-}
-
-fn apply(tables: &mut Tables<'_>, op: &Op) -> anyhow::Result<()> {
-    let tools = &mut tables.tools;
-    match op {
-        Op::Register {
-            characters,
-            name,
-            stored,
-        } => {
-            let value = stored.as_ref().map(serde_json::to_vec).transpose()?;
-            for character in characters {
-                match &value {
-                    Some(value) => tools.insert((character.as_str(), name.as_str()), &value[..])?,
-                    None => tools.remove((character.as_str(), name.as_str()))?,
-                };
-            }
-        }
-        Op::Unregister { characters, name } => {
-            for character in characters {
-                tools.remove((character.as_str(), name.as_str()))?;
-            }
-        }
-        Op::Replace { characters, names } => {
-            for character in characters {
-                for name in names {
-                    tools.remove((character.as_str(), name.as_str()))?;
-                }
-            }
-        }
-        Op::Clear { characters, source } => {
-            remove_where(tools, characters, |t| t.source == *source)?;
-        }
-        Op::RemoveOrigin {
-            characters,
-            source,
-            origin,
-        } => {
-            remove_where(tools, characters, |t| {
-                t.source == *source && t.origin == *origin
-            })?;
-        }
-        Op::Bind { source, hash } => {
-            tables.owners.insert(source.as_str(), &hash[..])?;
-        }
-        Op::McpRegister { name, stored } => {
-            let value = serde_json::to_vec(stored)?;
-            tables.servers.insert(name.as_str(), &value[..])?;
-        }
-        Op::McpUnregister { name } => {
-            tables.servers.remove(name.as_str())?;
-        }
-        Op::Unbind { source } => {
-            tables.owners.remove(source.as_str())?;
-        }
-        Op::Dormant {
-            tools: dormant,
-            servers,
-            since,
-        } => {
-            for (character, name) in dormant {
-                mark_tool(tools, character, name, |t| {
-                    t.dormant_since.get_or_insert(*since);
-                })?;
-            }
-            for name in servers {
-                let Some(value) = tables
-                    .servers
-                    .get(name.as_str())?
-                    .map(|v| v.value().to_vec())
-                else {
-                    continue;
-                };
-                let mut stored: StoredMcpServer = serde_json::from_slice(&value)?;
-                stored.dormant_since.get_or_insert(*since);
-                let value = serde_json::to_vec(&stored)?;
-                tables.servers.insert(name.as_str(), &value[..])?;
-            }
-        }
-        Op::Awake { tools: awake } => {
-            for (character, name) in awake {
-                mark_tool(tools, character, name, |t| t.dormant_since = None)?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Rewrites the stored tool (`character`, `name`) with `change` applied, if it is stored.
-fn mark_tool(
-    tools: &mut Tools<'_>,
-    character: &str,
-    name: &str,
-    change: impl FnOnce(&mut StoredTool),
-) -> anyhow::Result<()> {
-    let Some(value) = tools.get((character, name))?.map(|v| v.value().to_vec()) else {
-        return Ok(());
-    };
-    let mut stored: StoredTool = serde_json::from_slice(&value)?;
-    change(&mut stored);
-    let value = serde_json::to_vec(&stored)?;
-    tools.insert((character, name), &value[..])?;
-    Ok(())
-}
-
-/// Removes the rows of `characters` whose record matches `doomed`.
-fn remove_where(
-    tools: &mut Tools<'_>,
-    characters: &[String],
-    doomed: impl Fn(&StoredTool) -> bool,
-) -> anyhow::Result<()> {
-    tools.retain(|(character, _), value| {
-        !(characters.iter().any(|c| c == character)
-            && serde_json::from_slice::<StoredTool>(value).is_ok_and(|t| doomed(&t)))
-    })?;
-    Ok(())
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn stored(source: &str, origin: &str) -> Option<StoredTool> {
-        Some(StoredTool {
-            source: source.into(),
-            origin: origin.into(),
-            body: "{}".into(),
-            dormant_since: None,
-        })
-    }
-
-    fn register(name: &str, source: &str, origin: &str) -> Op {
-        Op::Register {
-            characters: vec!["A".into(), "B".into()],
-            name: name.into(),
-            stored: stored(source, origin),
-        }
-    }
-
-    async fn run(store: &StateStore, op: Op) {
-        store.submit(op).await.unwrap().unwrap();
-    }
-
-    fn names(restored: &Restored) -> Vec<String> {
-        restored
-            .tools
-            .iter()
-            .map(|(c, n, _)| format!("{c}/{n}"))
-            .collect()
-    }
-
-    #[test]
-    fn changes_survive_reopening_and_a_foreign_version_is_refused() {
-        let dir = std::env::temp_dir().join(format!("state-{}", uuid::Uuid::new_v4()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("state.redb");
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        {
-            let (store, restored) = StateStore::open(&path).unwrap();
-            assert!(restored.tools.is_empty());
-            rt.block_on(async {
-                run(&store, register("a", "plugin:x", "http://127.0.0.1:1")).await;
-                run(&store, register("b", "plugin:x", "http://127.0.0.1:2")).await;
-                run(&store, register("c", "plugin:y", "http://127.0.0.1:1")).await;
-                run(
-                    &store,
-                    Op::Unregister {
-                        characters: vec!["B".into()],
-                        name: "c".into(),
-                    },
-                )
-                .await;
-                run(
-                    &store,
-                    Op::RemoveOrigin {
-                        characters: vec!["A".into(), "B".into()],
-                        source: "plugin:x".into(),
-                        origin: "http://127.0.0.1:2".into(),
-                    },
-                )
-                .await;
-                run(
-                    &store,
-                    Op::Bind {
-                        source: "plugin:x".into(),
-                        hash: [7; 32],
-                    },
-                )
-                .await;
-                for name in ["m1", "m2"] {
-                    let stored = StoredMcpServer {
-                        source: format!("mcp:{name}"),
-                        body: "{}".into(),
-                        tools: "[]".into(),
-                        dormant_since: None,
-                    };
-                    let name = name.into();
-                    run(&store, Op::McpRegister { name, stored }).await;
-                }
-                run(&store, Op::McpUnregister { name: "m1".into() }).await;
-                let bind = |source: &str| Op::Bind {
-                    source: source.into(),
-                    hash: [8; 32],
-                };
-                run(&store, bind("plugin:y")).await;
-                let unbind = Op::Unbind {
-                    source: "plugin:y".into(),
-                };
-                run(&store, unbind).await;
-                // A tool already dormant keeps its time; an awake one loses it.
-                for since in [5, 9] {
-                    let dormant = Op::Dormant {
-                        tools: vec![("A".into(), "a".into()), ("B".into(), "a".into())],
-                        servers: vec!["m2".into(), "gone".into()],
-                        since,
-                    };
-                    run(&store, dormant).await;
-                }
-                let awake = Op::Awake {
-                    tools: vec![("B".into(), "a".into()), ("B".into(), "gone".into())],
-                };
-                run(&store, awake).await;
-            });
-        }
-        // The writer thread ends with its queue; the file is closed once it has.
-        let reopened = loop {
-            match StateStore::open(&path) {
-                Ok(opened) => break opened,
-                Err(e) if e.to_string().contains("already open") => std::thread::yield_now(),
-                Err(e) => panic!("{e:#}"),
-            }
-        };
-        let (store, restored) = reopened;
-        assert_eq!(names(&restored), ["A/a", "A/c", "B/a"]);
-        let since: Vec<_> = restored
-            .tools
-            .iter()
-            .map(|(_, _, t)| t.dormant_since)
-            .collect();
-        assert_eq!(since, [Some(5), None, None]);
-        assert_eq!(restored.owners, [("plugin:x".to_owned(), [7; 32])]);
-        let servers: Vec<_> = restored
-            .mcp_servers
-            .iter()
-            .map(|(n, s)| (n.as_str(), s.source.as_str(), s.dormant_since))
-            .collect();
-        assert_eq!(servers, [("m2", "mcp:m2", Some(5))]);
-        rt.block_on(run(
-            &store,
-            Op::Clear {
-                characters: vec!["A".into()],
-                source: "plugin:x".into(),
-            },
-        ));
-        drop(store);
-
-        // A file of another format version is refused, naming both versions.
-        let other = dir.join("other.redb");
-        {
-            let db = Database::create(&other).unwrap();
-            let txn = db.begin_write().unwrap();
-            txn.open_table(META).unwrap().insert("format", 99).unwrap();
-            txn.commit().unwrap();
-        }
-        let refused = StateStore::open(&other).unwrap_err().to_string();
-        assert!(refused.contains("format version 99"), "{refused}");
-        assert!(
-            refused.contains("reads versions [1] and 2 only"),
-            "{refused}"
-        );
-
-        // A file of version 1 (no table of MCP servers) is read, and upgraded.
-        let older = dir.join("older.redb");
-        {
-            let db = Database::create(&older).unwrap();
-            let txn = db.begin_write().unwrap();
-            txn.open_table(META).unwrap().insert("format", 1).unwrap();
-            txn.open_table(OWNERS)
-                .unwrap()
-                .insert("plugin:x", &[7u8; 32][..])
-                .unwrap();
-            txn.commit().unwrap();
-        }
-        let (_, restored) = StateStore::open(&older).unwrap();
-        assert_eq!(restored.owners.len(), 1);
-        assert!(restored.mcp_servers.is_empty());
-        let _ = std::fs::remove_dir_all(dir);
-    }
-}
+mod tests;

@@ -20,6 +20,9 @@ pub struct StateSettings {
     pub path: Option<PathBuf>,
     /// How long a restored tool stays dormant before it is removed.
     pub dormant_ttl: Duration,
+    /// An existing empty (0-byte) file starts a new store (`--state-new`, `[state] new`);
+    /// otherwise it is a start-up error: a store cut to nothing is not taken for a new one.
+    pub new: bool,
 }
 
 impl Default for StateSettings {
@@ -27,6 +30,7 @@ impl Default for StateSettings {
         Self {
             path: None,
             dormant_ttl: DEFAULT_DORMANT_TTL,
+            new: false,
         }
     }
 }
@@ -37,6 +41,7 @@ impl Default for StateSettings {
 pub(crate) struct FileState {
     path: Option<PathBuf>,
     dormant_ttl_seconds: Option<f64>,
+    new: Option<bool>,
 }
 
 impl FileState {
@@ -44,6 +49,7 @@ impl FileState {
     pub(crate) fn into_settings(self) -> anyhow::Result<StateSettings> {
         let mut settings = StateSettings {
             path: self.path,
+            new: self.new.unwrap_or(false),
             ..StateSettings::default()
         };
         if let Some(seconds) = self.dormant_ttl_seconds {

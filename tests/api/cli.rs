@@ -424,8 +424,8 @@ impl TempDir {
         Self(dir)
     }
 
-    /// The path of `name` in the directory, without making the file.
-    pub fn join(&self, name: &str) -> PathBuf {
+    /// The path of `name` in the directory, without creating it.
+    pub fn path(&self, name: &str) -> PathBuf {
         self.0.join(name)
     }
 

@@ -205,7 +205,7 @@ fn listed(listing: &Value, source: &str) -> BTreeMap<(String, String), (String, 
 #[actix_web::test]
 async fn a_sigkill_in_a_storm_keeps_every_answered_change_and_no_half_of_another() {
     let dir = TempDir::new("durability-storm");
-    let path = dir.file("state.redb", "");
+    let path = dir.path("state.redb");
     let (child, addr) = serve(&path, &CHARACTERS, "debug");
     let (status, health) = get(addr, "/api/health");
     assert_eq!(status, 200);
@@ -368,7 +368,7 @@ pub async fn wake(app: &TestApp, source: &str, token: Option<&str>) -> (u16, Val
 async fn a_restored_bound_tool_stays_dormant_while_an_impostor_answers_on_its_port_and_wakes_on_its_owners_wake()
  {
     let dir = TempDir::new("durability-dormant");
-    let path = dir.file("state.redb", "");
+    let path = dir.path("state.redb");
     let port = ClosedPort::new();
     registered_then_killed(
         &path,
@@ -512,7 +512,7 @@ async fn a_restored_bound_tool_stays_dormant_while_an_impostor_answers_on_its_po
 #[actix_web::test]
 async fn a_restored_tool_whose_callback_never_listens_is_removed_after_the_configured_time() {
     let dir = TempDir::new("durability-expiry");
-    let path = dir.file("state.redb", "");
+    let path = dir.path("state.redb");
     let port = ClosedPort::new();
     registered_then_killed(&path, &["Lanlan"], &port.url("/weather"), None);
 
@@ -601,7 +601,7 @@ fn names_and_states(listing: &Value, role: &str) -> Vec<(String, String, String)
 #[actix_web::test]
 async fn a_runtime_mcp_server_is_restored_dormant_until_it_answers_then_reaches_a_live_session() {
     let dir = TempDir::new("durability-mcp");
-    let path = dir.file("state.redb", "");
+    let path = dir.path("state.redb");
     let (mut child, addr) = serve(&path, &["Mio"], "info");
     let base = format!("http://{addr}");
     let port_text = crate::helpers::port_to_come_back_to().to_string();

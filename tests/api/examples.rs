@@ -138,7 +138,7 @@ async fn invoke_weather(app: &TestApp, location: &str, call_id: &str) -> (u16, V
 async fn weather_plugin_registers_answers_and_clears_on_sigterm() {
     let app = spawn_app(&["Lanlan", "Mio"]).await;
     let dir = crate::cli::TempDir::new("weather-plugin-token");
-    let token_file = dir.join("weather.token");
+    let token_file = dir.path("weather.token");
     let mut plugin = WeatherPlugin::start_keeping_its_token_in(&app.base, &token_file);
     assert_eq!(
         plugin.expect_line("X-Plugin-Token ").await,

@@ -374,7 +374,7 @@ fn read_response(mut stream: &std::net::TcpStream) -> RawResponse {
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break i + 4;
         }
-        let n = stream.read(&mut chunk).expect("response head read");
+        let n = read_some(stream, &mut chunk, "response head read");
         assert!(n > 0, "connection closed before a response head: {buf:?}");
         buf.extend_from_slice(&chunk[..n]);
     };
@@ -403,14 +403,14 @@ fn read_response(mut stream: &std::net::TcpStream) -> RawResponse {
     if let Some(length) = header("content-length") {
         let length: usize = length.parse().expect("content-length");
         while body.len() < length {
-            let n = stream.read(&mut chunk).expect("response body read");
+            let n = read_some(stream, &mut chunk, "response body read");
             assert!(n > 0, "connection closed inside a sized body");
             body.extend_from_slice(&chunk[..n]);
         }
         body.truncate(length);
     } else if header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
         while !body.ends_with(b"0\r\n\r\n") {
-            let n = stream.read(&mut chunk).expect("response body read");
+            let n = read_some(stream, &mut chunk, "response body read");
             assert!(n > 0, "connection closed inside a chunked body");
             body.extend_from_slice(&chunk[..n]);
         }
@@ -422,6 +422,18 @@ fn read_response(mut stream: &std::net::TcpStream) -> RawResponse {
         status,
         headers,
         body,
+    }
+}
+
+/// One read from `stream`, tried again when a signal interrupted it (a child process's exit
+/// can, in a test binary where something handles `SIGCHLD`).
+fn read_some(mut stream: &std::net::TcpStream, chunk: &mut [u8], what: &str) -> usize {
+    use std::io::Read;
+    loop {
+        match stream.read(chunk) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            read => return read.expect(what),
+        }
     }
 }
 

@@ -899,7 +899,7 @@ async fn a_call_counts_toward_max_concurrent_once_approved_and_its_repeat_asks_n
     // Approved, it waits for its turn behind that one.
     let id = asked.data["id"].as_str().unwrap();
     let (status, body) = app
-        .post(
+        .post_as_operator(
             &format!("/api/approvals/{id}"),
             &json!({"decision": "approve"}),
         )

@@ -76,6 +76,7 @@ mod self_calls;
 mod sessions;
 mod smoke;
 mod sources;
+mod state_file;
 mod stopping;
 mod stress;
 mod tool_search;

@@ -148,7 +148,7 @@ async fn a_squatter_unbound_by_the_operator_and_the_owner_back_in() {
 #[actix_web::test]
 async fn an_unbinding_is_stored_before_its_answer() {
     let dir = TempDir::new("sources-unbind-state");
-    let path = dir.file("state.redb", "");
+    let path = dir.path("state.redb");
     let port = ClosedPort::new();
     let (mut child, addr) = serve(&path, &["Lanlan"], "info");
     let takeover = tool("notes", "plugin:notes", &port.url("/squat"));
@@ -271,7 +271,7 @@ fn a_configured_sources_missing_or_bad_token_stops_start_up_naming_the_variable_
 #[actix_web::test]
 async fn an_unbound_restored_tool_is_not_woken_by_a_bare_tcp_listener_but_by_an_http_answer() {
     let dir = TempDir::new("sources-bare-listener");
-    let path = dir.file("state.redb", "");
+    let path = dir.path("state.redb");
     let port = ClosedPort::new();
     // `weather` is bound to token A; `open`, registered without a token, is nobody's.
     registered_then_killed(
@@ -335,7 +335,7 @@ async fn an_unbound_restored_tool_is_not_woken_by_a_bare_tcp_listener_but_by_an_
 fn a_restored_tools_dormant_time_counts_across_restarts() {
     const TTL: Duration = Duration::from_secs(2);
     let dir = TempDir::new("sources-dormant-time");
-    let path = dir.file("state.redb", "");
+    let path = dir.path("state.redb");
     let config = dir.file(
         "runtime-tools.toml",
         &format!("[state]\ndormant_ttl_seconds = {}\n", TTL.as_secs()),

@@ -12,17 +12,24 @@
 //! may wake ([`SourceMayWake`]): its restored servers follow the same rule. The operator's
 //! [`UnbindSource`] frees a binding made at run time, which also lets its restored tools wake
 //! as an unbound source's.
+//!
+//! With a state store, a waking and an unbinding are stored first and made after, like every
+//! change (`commit`): a tool wakes once its `Op::Awake` is durable (if it is not, the tool stays
+//! dormant and its origin is probed again later), and an unbinding is made, and answered, once
+//! its `Op::Unbind` is (if it is not, the source stays bound and the operator gets 503).
 
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use actix::prelude::*;
 
+use super::commit::Undo;
 use super::routing::Subject;
 use super::{Router, RouterError};
 use crate::dispatch::answers_http;
 use crate::domain::callback_url::{CallbackOrigin, CallbackUrl};
+use crate::domain::dormant::DormantTool;
 use crate::domain::dormant::{FIRST_PROBE_BACKOFF, next_backoff};
-use crate::domain::ownership::{Credential, TokenHash};
+use crate::domain::ownership::{Credential, TokenHash, UnbindError};
 use crate::domain::registry::Change;
 use crate::events::ChangeOp;
 use crate::state::Op;
@@ -91,17 +98,34 @@ impl Router {
         );
         self.expire_dormant(ctx);
         self.publish_roster();
-        self.probe_dormant(ctx);
+        self.probe_dormant(Duration::ZERO, ctx);
     }
 
-    /// Starts a probe for each origin that a tool that may wake waits for and none probes yet.
-    fn probe_dormant(&mut self, ctx: &mut Context<Self>) {
+    /// Starts a probe, its first try `after` from now, for each origin that a tool that may
+    /// wake waits for and none probes yet.
+    fn probe_dormant(&mut self, after: Duration, ctx: &mut Context<Self>) {
         for url in self.dormant.start_probing() {
             ctx.spawn(actix::fut::wrap_future(probe_until_back(
                 url,
+                after,
                 ctx.address(),
             )));
         }
+    }
+
+    /// Puts back restored tools that a change took and that change was not made (the state
+    /// store could not keep it): dormant again, with the time they went dormant, their origins
+    /// probed again from `after` on.
+    pub(super) fn give_back_dormant(
+        &mut self,
+        tools: Vec<DormantTool>,
+        after: Duration,
+        ctx: &mut Context<Self>,
+    ) {
+        self.dormant.give_back(tools);
+        self.publish_roster();
+        self.probe_dormant(after, ctx);
+        self.schedule_expiry(ctx);
     }
 
     /// The restored tools of `source` may wake from now on; how many were waiting for their
@@ -110,7 +134,7 @@ impl Router {
         let released = self.dormant.release(source);
         if released > 0 {
             tracing::info!(%source, tools = released, "restored tools may wake: their callback's HTTP answer gives them to the models");
-            self.probe_dormant(ctx);
+            self.probe_dormant(Duration::ZERO, ctx);
         }
         if let Some(watcher) = &self.wake_watcher {
             // Low rate (a wake, an unbinding, a plugin's first change after a restart).
@@ -148,7 +172,9 @@ impl Router {
                     characters: vec![gone.character.clone()],
                     name: gone.tool.name.clone(),
                 };
-                // A failure is logged by the store; the tool is gone from this run either way.
+                // Not stored first: a removal that fails is made all the same, since the
+                // stored dormant time removes the tool at the next start too (and refusing it
+                // would only fire this timer again at once).
                 drop(self.journal(op));
             }
             tracing::warn!(
@@ -171,9 +197,19 @@ impl Router {
             };
             subject.announce(&self.events, &report);
         }
+        self.schedule_expiry(ctx);
+    }
+
+    /// Sets the timer for the next dormant tool's time, in place of the one set before (a
+    /// timer that finds nothing expired only sets the next one).
+    fn schedule_expiry(&mut self, ctx: &mut Context<Self>) {
+        // One timer at a time: tools given back would otherwise start a second one.
+        if let Some(timer) = self.expiry_timer.take() {
+            ctx.cancel_future(timer);
+        }
         if let Some(next) = self.dormant.next_deadline() {
             let wait = next.duration_since(SystemTime::now()).unwrap_or_default();
-            ctx.notify_later(DormantExpired, wait);
+            self.expiry_timer = Some(ctx.notify_later(DormantExpired, wait));
         }
     }
 
@@ -189,11 +225,14 @@ impl Router {
     }
 }
 
-/// Probes `url`'s origin until it answers HTTP (and tells the router) or no restored tool that
-/// may wake waits for it any more.
-async fn probe_until_back(url: CallbackUrl, router: Addr<Router>) {
+/// Probes `url`'s origin, from `after` on, until it answers HTTP (and tells the router) or no
+/// restored tool that may wake waits for it any more.
+async fn probe_until_back(url: CallbackUrl, after: Duration, router: Addr<Router>) {
     let origin = url.origin().clone();
     let mut backoff = FIRST_PROBE_BACKOFF;
+    if !after.is_zero() {
+        tokio::time::sleep(after).await;
+    }
     loop {
         match answers_http(&url).await {
             Ok(status) => {
@@ -227,21 +266,23 @@ impl Handler<OriginAnswered> for Router {
             return;
         }
         tracing::info!(origin = %origin, tools = back.len(), "restored tools' callback answers HTTP: given to the models");
-        let awake = back
-            .iter()
-            .map(|t| (t.character.clone(), t.tool.name.clone()))
-            .collect();
-        // A failure is logged by the store; the tools are awake in this run either way.
-        drop(self.journal(Op::Awake { tools: awake }));
         for restored in back {
             let Some(i) = self.position(&restored.character) else {
                 continue;
             };
-            let change = Change::Register(restored.tool);
+            let change = Change::Register(restored.tool.clone());
             let mut subject = Subject::of(&change);
             subject.op = ChangeOp::Restored;
-            // Already in the store: nothing to write.
-            let routed = self.route_to(vec![i], Vec::new(), change, None, subject, Vec::new());
+            // Its record is in the store already; its dormant time ends with this commit, and
+            // a tool whose end is not stored stays dormant (given back by the undo).
+            let awake = Op::Awake {
+                tools: vec![(restored.character.clone(), restored.tool.name.clone())],
+            };
+            let undo = Undo {
+                dormant: vec![restored],
+                ..Undo::default()
+            };
+            let routed = self.route_to(vec![i], Vec::new(), change, vec![awake], subject, undo);
             ctx.spawn(actix::fut::wrap_future(async move {
                 let _ = routed.await;
             }));
@@ -283,26 +324,26 @@ impl Handler<UnbindSource> for Router {
     type Result = ResponseFuture<Result<(), RouterError>>;
 
     fn handle(&mut self, msg: UnbindSource, ctx: &mut Self::Context) -> Self::Result {
-        if let Err(e) = self.owners.with(|owners| owners.unbind(&msg.source)) {
+        if let Err(e) = self.owners.with(|owners| owners.may_unbind(&msg.source)) {
             return Box::pin(async move { Err(RouterError::Unbind(e)) });
         }
-        tracing::warn!(source = %msg.source, "the operator freed the source's binding: the next registration with a token binds it");
-        let durable = self.journal(Op::Unbind {
-            source: msg.source.clone(),
-        });
+        self.store_then_unbind(msg.source, ctx)
+    }
+}
+
+impl Router {
+    /// Makes the operator's unbinding of `source` (its commit durable, with a store): an error
+    /// when another unbinding freed it meanwhile.
+    pub(super) fn unbind_now(
+        &mut self,
+        source: &str,
+        ctx: &mut Context<Self>,
+    ) -> Result<(), UnbindError> {
+        self.owners.with(|owners| owners.unbind(source))?;
+        tracing::warn!(%source, "the operator freed the source's binding: the next registration with a token binds it");
         // Unbound now: its restored tools go to whoever answers on their callback's origin.
-        self.release(&msg.source, ctx);
-        Box::pin(async move {
-            let Some(durable) = durable else {
-                return Ok(());
-            };
-            durable
-                .await
-                .unwrap_or_else(|_| {
-                    Err("the state store stopped before the change was stored".into())
-                })
-                .map_err(RouterError::NotStored)
-        })
+        self.release(source, ctx);
+        Ok(())
     }
 }
 

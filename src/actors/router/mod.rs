@@ -20,6 +20,9 @@
 //! - [`dormancy`]: the tools restored from the state store, given to the models when they wake
 //!   (a bound source's once its owner's token is seen again, then its callback answers HTTP),
 //!   removed when they never do; a wake and the operator's unbinding of a source;
+//! - [`commit`]: with a state store, each change stored first and made after (or undone, not
+//!   made, when its commit failed), in routing order: a tool change, a restored tool's waking,
+//!   the operator's unbinding;
 //! - [`faults`]: fault injection for the containment tests.
 
 use std::collections::VecDeque;
@@ -45,6 +48,7 @@ use crate::policy::Policy;
 use crate::session::settings::{SessionProtocol, SessionSettings};
 use crate::state::StateStore;
 
+mod commit;
 mod context;
 mod directory;
 mod dormancy;
@@ -65,7 +69,8 @@ pub use lifecycle::{AddCharacter, RebuildCharacter, RemoveCharacter};
 pub(crate) use reads::ShareDirectory;
 pub use reads::{ListCharacters, ListSessions, ListTools, ResolveTool};
 pub(crate) use routing::{
-    ChangeRequest, McpListing, PluginChange, RemoveDeadOrigin, SourceCleared, WatchClears,
+    ChangeRequest, ListingRecord, McpListing, PluginChange, RemoveDeadOrigin, SourceCleared,
+    WatchClears,
 };
 pub use routing::{ClearSource, RegisterTool, ReplaceSource, UnregisterTool};
 pub(crate) use sessions::ResolveRelay;
@@ -128,10 +133,10 @@ pub enum RouterError {
     /// The operator's unbinding of a source was refused.
     #[error(transparent)]
     Unbind(#[from] UnbindError),
-    /// The change was applied, but the state store could not keep it: it would not survive a
-    /// restart.
+    /// The state store could not keep the change, so it was not made.
     #[error(
-        "the change was applied but could not be stored, so it would not survive a restart: {0}"
+        "the change could not be stored in the state file, so it was not made; try again once \
+         the state file can be written: {0}"
     )]
     NotStored(String),
 }
@@ -223,8 +228,14 @@ pub struct Router {
     store: Option<StateStore>,
     /// Restored tools no model is given until they wake.
     dormant: Dormant,
+    /// With a store: the changes decided and handed to it, made once their commit is durable.
+    commits: commit::Commits,
+    /// This router, as the store's commits' listener.
+    committed: Recipient<commit::Committed>,
     /// Told whenever a source's restored tools may wake ([`WatchWakes`]).
     wake_watcher: Option<Recipient<SourceMayWake>>,
+    /// The timer that removes the next dormant tool whose time is up.
+    expiry_timer: Option<SpawnHandle>,
 }
 
 /// What a router keeps beyond its characters: the sources' owners (shared with the MCP
@@ -289,7 +300,10 @@ impl Router {
                 owners: keeping.owners,
                 store: keeping.store,
                 dormant: Dormant::new(keeping.dormant, keeping.dormant_ttl),
+                commits: commit::Commits::default(),
+                committed: ctx.address().recipient(),
                 wake_watcher: None,
+                expiry_timer: None,
             };
             for c in characters {
                 router.policy.set_approval_rules(&c.name, c.approval_always);
@@ -378,18 +392,20 @@ impl Router {
         }
     }
 
-    /// The tool named `name` that character `i` holds once every change sent to its manager
-    /// is applied: its published snapshot's, with the changes that snapshot lacks applied, in
-    /// order, to that one entry (a change's effect on a name depends on that name's entry
-    /// alone).
+    /// The tool named `name` that character `i` holds once every change sent to its manager,
+    /// and every change waiting for its commit, is applied: its published snapshot's, with the
+    /// changes that snapshot lacks applied, in order, to that one entry (a change's effect on a
+    /// name depends on that name's entry alone).
     fn current_tool(&self, i: usize, name: &str) -> Option<SharedTool> {
         let character = &self.characters[i];
         let snapshot = character.tools.load();
         let applied = snapshot.applied();
+        let mut waiting = self.commits.waiting_for(&character.name).peekable();
         if character
             .unconfirmed
             .back()
             .is_none_or(|(n, _)| *n <= applied)
+            && waiting.peek().is_none()
         {
             return snapshot.registry().get(name).cloned();
         }
@@ -401,6 +417,9 @@ impl Router {
             if *number > applied {
                 one.apply(change);
             }
+        }
+        for change in waiting {
+            one.apply(change);
         }
         one.get(name).cloned()
     }

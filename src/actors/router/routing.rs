@@ -2,9 +2,11 @@
 //! replacement pick their target characters, number the change per character, remember it until
 //! the character's snapshot shows it, and send it to each target's manager; [`super::gather`]
 //! collects the answers, and the request is then logged and announced as one `tools.changed`
-//! event with the roles it really affected and those that failed. A clear of every character is
-//! then told to the clear watcher (the MCP servers registered at run time), which ends the
-//! connection of a server of that source before the clear answers.
+//! event with the roles it really affected and those that failed. With a state store a change
+//! is stored before it is sent ([`super::commit`]), and one the store could not keep is not
+//! made. A clear of every character is then told to the clear watcher (the MCP servers
+//! registered at run time), which ends the connection of a server of that source before the
+//! clear answers.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,20 +16,20 @@ use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
 
+use super::commit::Undo;
 use super::gather::{Gathering, Reply, Target, gather};
 use super::{Router, RouterError};
 use crate::actors::change::{ChangeFailure, ChangeReport, RoleFailure};
 use crate::actors::manager::ApplyChange;
 use crate::domain::call::LocalToolHandler;
 use crate::domain::callback_url::CallbackOrigin;
-use crate::domain::dormant::DormantTool;
 use crate::domain::failures::{DeadOrigin, DeadOriginRemover};
 use crate::domain::ownership::{Credential, OwnershipError, TokenHash};
 use crate::domain::registry::Change;
 use crate::domain::role::RoleName;
 use crate::domain::tool::{SharedTool, ToolSpec};
 use crate::events::{ChangeOp, EventHub, ToolsChanged};
-use crate::state::{Durable, Op, StoredTool};
+use crate::state::{Durable, Op, StoreFailure, StoredTool};
 
 /// Register or replace a tool for one character (`role`) or every current character (`None`).
 #[derive(Message, Debug)]
@@ -104,11 +106,31 @@ pub struct ReplaceSource {
 /// A runtime MCP server's listing ([`ReplaceSource`] with the server's handler as `owner`), for
 /// the plugin that registered it (its token's hash, if it sent one): a tool of the listing
 /// whose name a tool of another source bound to another token holds is not registered.
-#[derive(Message, Debug)]
+#[derive(Message)]
 #[rtype(result = "SourceReplaced")]
 pub(crate) struct McpListing {
     pub replace: ReplaceSource,
     pub token: Option<TokenHash>,
+    /// With a state store: the server's record, stored in the listing's own commit, so the
+    /// server is stored exactly when its tools are made.
+    pub record: Option<ListingRecord>,
+}
+
+/// A routed change's report, or why it was not made.
+type Routed = ResponseFuture<Result<ChangeReport, RouterError>>;
+
+/// The ops that store an MCP server with its listing, given the names of the tools the
+/// listing registered (those the ownership rule let through).
+pub(crate) type ListingRecord = Box<dyn FnOnce(&[String]) -> Vec<Op> + Send>;
+
+impl std::fmt::Debug for McpListing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("McpListing")
+            .field("replace", &self.replace)
+            .field("token", &self.token)
+            .field("record", &self.record.is_some())
+            .finish()
+    }
 }
 
 /// What an [`McpListing`] did, and the tools it left out with why.
@@ -116,6 +138,8 @@ pub(crate) struct McpListing {
 pub(crate) struct SourceReplaced {
     pub report: ChangeReport,
     pub refused: Vec<(String, OwnershipError)>,
+    /// Why the listing was not made: the state store could not keep it.
+    pub not_stored: Option<String>,
 }
 
 /// A clear of every character's tools of `source` was applied: told to whoever watches clears
@@ -135,7 +159,11 @@ pub struct WatchClears(pub Recipient<SourceCleared>);
 impl Router {
     /// Numbers `change` for each of `targets`, remembers it until their snapshots show it, and
     /// sends it to their managers; the future gathers the outcomes.
-    fn fan_out(&mut self, targets: Vec<usize>, change: Change) -> ResponseFuture<ChangeReport> {
+    pub(super) fn fan_out(
+        &mut self,
+        targets: Vec<usize>,
+        change: Change,
+    ) -> ResponseFuture<ChangeReport> {
         let adds = change.adds();
         let change = Arc::new(change);
         let mut pending = Vec::with_capacity(targets.len());
@@ -216,14 +244,15 @@ impl Router {
         touched.push(&msg.tool.source);
         let touched: Vec<String> = touched.into_iter().map(str::to_owned).collect();
         self.owner_seen(who, &as_strs(&touched), ctx);
-        if let Some((source, hash)) = bound {
-            self.journal(Op::Bind {
-                source,
+        let mut ops = Vec::with_capacity(2);
+        if let Some((source, hash)) = &bound {
+            ops.push(Op::Bind {
+                source: source.clone(),
                 hash: *hash.bytes(),
             });
         }
         // A restored tool of that name is replaced by the new registration.
-        let replaced = self.dormant.take_named(&as_strs(&names), &msg.tool.name);
+        let dormant = self.dormant.take_named(&as_strs(&names), &msg.tool.name);
         let stored = record.and_then(|body| {
             let origin = msg.tool.callback_origin()?.to_string();
             Some(StoredTool {
@@ -234,9 +263,10 @@ impl Router {
             })
         });
         let change = Change::Register(Arc::new(msg.tool));
-        let op = Op::of(&change, names, stored);
+        ops.push(Op::of(&change, names, stored));
         let subject = Subject::of(&change);
-        self.route_to(targets, Vec::new(), change, Some(op), subject, replaced)
+        let undo = Undo { bound, dormant };
+        self.route_to(targets, Vec::new(), change, ops, subject, undo)
     }
 
     /// Unregisters `msg.name` for `who`: refused when a target holds it under a source bound
@@ -265,12 +295,16 @@ impl Router {
             return Box::pin(async move { Err(e.into()) });
         }
         self.owner_seen(who, &as_strs(&holders), ctx);
-        let removed = self.dormant.take_named(&as_strs(&names), &msg.name);
+        let dormant = self.dormant.take_named(&as_strs(&names), &msg.name);
         let change = Change::Unregister(msg.name);
         let op = Op::of(&change, names, None);
         let mut subject = Subject::of(&change);
         subject.source = holders.into_iter().next();
-        self.route_to(targets, Vec::new(), change, Some(op), subject, removed)
+        let undo = Undo {
+            dormant,
+            ..Undo::default()
+        };
+        self.route_to(targets, Vec::new(), change, vec![op], subject, undo)
     }
 
     /// Clears `msg.source` for `who` (refused when it is bound to another token); a clear of
@@ -292,11 +326,15 @@ impl Router {
         self.owner_seen(who, &[msg.source.as_str()], ctx);
         let everywhere = msg.role.as_deref().is_none_or(str::is_empty);
         let names = self.names(&targets);
-        let removed = self.dormant.take_source(&as_strs(&names), &msg.source);
+        let dormant = self.dormant.take_source(&as_strs(&names), &msg.source);
         let change = Change::ClearSource(msg.source.clone());
         let op = Op::of(&change, names, None);
         let subject = Subject::of(&change);
-        let report = self.route_to(targets, Vec::new(), change, Some(op), subject, removed);
+        let undo = Undo {
+            dormant,
+            ..Undo::default()
+        };
+        let report = self.route_to(targets, Vec::new(), change, vec![op], subject, undo);
         let watcher = self.clear_watcher.clone().filter(|_| everywhere);
         Box::pin(async move {
             let report = report.await?;
@@ -308,48 +346,47 @@ impl Router {
         })
     }
 
-    /// Routes a change to `targets` and hands `op` to the state store (when the server keeps
-    /// state) in the same order; once the managers answered and the store says the change is
-    /// durable, logs and announces the outcome. `unknown` are the roles the request named that
-    /// do not exist, reported as failed; `dormant` the restored tools the change removed or
-    /// replaced, whose characters count as affected (and, for a removal, their tools as
-    /// removed). A change the store could not keep is an error: it is applied, but would not
-    /// survive a restart.
+    /// Routes a change to `targets`, with a state store once `ops` are durable
+    /// ([`Router::store_then_make`]); then logs and announces the outcome. `unknown` are the
+    /// roles the request named that do not exist, reported as failed; `undo.dormant` the
+    /// restored tools the change removed or replaced, whose characters count as affected (and,
+    /// for a removal, their tools as removed). A change the store could not keep is not made:
+    /// an error, with what it did when it was decided undone.
     pub(super) fn route_to(
         &mut self,
         targets: Vec<usize>,
         unknown: Vec<RoleFailure>,
         change: Change,
-        op: Option<Op>,
+        ops: Vec<Op>,
         subject: Subject,
-        dormant: Vec<DormantTool>,
+        undo: Undo,
     ) -> ResponseFuture<Result<ChangeReport, RouterError>> {
         let adds = change.adds();
-        let report = self.fan_out(targets, change);
-        let durable = op.and_then(|op| self.journal(op));
+        let dormant: Vec<RoleName> = undo
+            .dormant
+            .iter()
+            .map(|t| RoleName::from(t.character.as_str()))
+            .collect();
+        let made = self.store_then_make(targets, ops, change, undo);
         if !dormant.is_empty() {
             self.publish_roster();
         }
         let events = self.events.clone();
         Box::pin(async move {
-            let mut report = report.await;
+            let mut report = match made.await {
+                Ok(report) => report,
+                Err(failure) => {
+                    subject.not_stored(&failure);
+                    return Err(RouterError::NotStored(failure.text));
+                }
+            };
             report.failed_roles.extend(unknown);
-            for tool in &dormant {
+            for role in dormant {
                 if !adds {
                     report.removed += 1;
                 }
-                let role = RoleName::from(tool.character.as_str());
                 if !report.affected_roles.contains(&role) {
                     report.affected_roles.push(role);
-                }
-            }
-            if let Some(durable) = durable {
-                let stored = durable.await.unwrap_or_else(|_| {
-                    Err("the state store stopped before the change was stored".into())
-                });
-                if let Err(e) = stored {
-                    subject.log(&report);
-                    return Err(RouterError::NotStored(e));
                 }
             }
             subject.log(&report);
@@ -429,6 +466,16 @@ impl Subject {
             failed_roles: &report.failed_roles,
         };
         events.tools_changed(&change, &report.failed_role_names());
+    }
+
+    /// The warning of a change that was not made because the state store could not keep it.
+    pub(super) fn not_stored(&self, failure: &StoreFailure) {
+        tracing::warn!(
+            route = self.op.name(),
+            name = self.name.as_deref().unwrap_or_default(),
+            source = self.source.as_deref().unwrap_or_default(),
+            "tool change not made: the state store could not keep it: {failure}"
+        );
     }
 
     /// One info line per change request, naming the characters that failed but only counting
@@ -513,15 +560,22 @@ impl Handler<RemoveDeadOrigin> for Router {
         let subject = Subject::of(&change);
         let names = self.names(&targets);
         let op = Op::of(&change, names, None);
-        let report = self.fan_out(targets, change);
-        let durable = self.journal(op);
+        let made = self.store_then_make(targets, vec![op], change, Undo::default());
         let events = self.events.clone();
         Box::pin(async move {
-            let report = report.await;
-            if let Some(durable) = durable {
-                // A failure is logged by the store; the removal stands either way.
-                let _ = durable.await;
-            }
+            let report = match made.await {
+                Ok(report) => report,
+                Err(failure) => {
+                    // Its tools stay; calls that cannot connect lead here again.
+                    tracing::warn!(
+                        source = %msg.source,
+                        origin = %msg.origin,
+                        "the tools of a dead plugin callback origin were not removed: the state \
+                         store could not keep the removal: {failure}"
+                    );
+                    return ChangeReport::default();
+                }
+            };
             // Concurrent calls to a dead plugin can each reach the threshold; only the removal
             // that found tools to remove is worth a warning (and an event).
             if report.removed == 0 {
@@ -547,8 +601,9 @@ impl Handler<ReplaceSource> for Router {
     type Result = ResponseFuture<ChangeReport>;
 
     fn handle(&mut self, msg: ReplaceSource, _: &mut Self::Context) -> Self::Result {
-        let (report, _) = self.replace_source(msg, Credential::InProcess);
-        report
+        let (report, _) = self.replace_source(msg, Credential::InProcess, None);
+        // Logged where it failed: a replacement the store could not keep was not made.
+        Box::pin(async move { report.await.unwrap_or_default() })
     }
 }
 
@@ -556,11 +611,18 @@ impl Handler<McpListing> for Router {
     type Result = ResponseFuture<SourceReplaced>;
 
     fn handle(&mut self, msg: McpListing, _: &mut Self::Context) -> Self::Result {
-        let (report, refused) = self.replace_source(msg.replace, Credential::Plugin(msg.token));
+        let who = Credential::Plugin(msg.token);
+        let (report, refused) = self.replace_source(msg.replace, who, msg.record);
         Box::pin(async move {
+            let (report, not_stored) = match report.await {
+                Ok(report) => (report, None),
+                Err(RouterError::NotStored(why)) => (ChangeReport::default(), Some(why)),
+                Err(e) => (ChangeReport::default(), Some(e.to_string())),
+            };
             SourceReplaced {
-                report: report.await,
+                report,
                 refused,
+                not_stored,
             }
         })
     }
@@ -571,11 +633,13 @@ impl Router {
     /// source's tool holds in a target, when that source is bound to another token, is left
     /// out (returned with why: the ownership rule, as for a registration); the restored tools
     /// of a runtime MCP server of that source (its last listing, dormant) are replaced.
+    /// `record`'s ops are stored in the same commit.
     fn replace_source(
         &mut self,
         msg: ReplaceSource,
         who: Credential,
-    ) -> (ResponseFuture<ChangeReport>, Vec<(String, OwnershipError)>) {
+        record: Option<ListingRecord>,
+    ) -> (Routed, Vec<(String, OwnershipError)>) {
         let mut unknown = Vec::new();
         let targets: Vec<usize> = match &msg.roles {
             None => (0..self.characters.len()).collect(),
@@ -610,25 +674,27 @@ impl Router {
                 Err(e) => refused.push((tool.name, e)),
             }
         }
-        let mut replaced = Vec::new();
+        let mut dormant = Vec::new();
         if msg.owner.is_some() {
-            replaced.extend(self.dormant.take_mcp(&as_strs(&names), &msg.source));
+            dormant.extend(self.dormant.take_mcp(&as_strs(&names), &msg.source));
         }
         for tool in &tools {
-            replaced.extend(self.dormant.take_named(&as_strs(&names), &tool.name));
+            dormant.extend(self.dormant.take_named(&as_strs(&names), &tool.name));
         }
+        let registered: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
         let change = Change::ReplaceSource {
             source: msg.source,
             tools: tools.into(),
             owner: msg.owner,
         };
-        let op = Op::of(&change, names, None);
+        let mut ops = vec![Op::of(&change, names, None)];
+        ops.extend(record.map(|record| record(&registered)).unwrap_or_default());
         let subject = Subject::of(&change);
-        let report = self.route_to(targets, unknown, change, Some(op), subject, replaced);
-        let report = Box::pin(async move {
-            // Logged where it failed; the MCP server's tools are applied all the same.
-            report.await.unwrap_or_default()
-        });
+        let undo = Undo {
+            dormant,
+            ..Undo::default()
+        };
+        let report = self.route_to(targets, unknown, change, ops, subject, undo);
         (report, refused)
     }
 }

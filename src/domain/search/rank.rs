@@ -25,6 +25,10 @@ pub struct Weights {
     /// The bonus for two query terms side by side in the name or description, in units of
     /// their mean IDF.
     pub adjacent: f64,
+    /// The bonus for the share of the query the tool says anywhere (its terms' IDF found over
+    /// all of the query's), squared, in units of the IDF found: among tools that match the
+    /// query's rarest word alike, the one that also has its other words.
+    pub coverage: f64,
     /// What a term related to a query's term (a word tools say the same thing with) counts for,
     /// against the query's own terms' 1; 0 leaves them out.
     pub related: f64,
@@ -37,12 +41,13 @@ impl Default for Weights {
         Self {
             // The tuning search's result (field.source aside: 0 there, the evaluation's tools
             // having no telling source; a plugin's or MCP server's name says something).
-            field: [0.75, 0.3, 0.25, 0.2, 0.1],
-            b: [0.0, 0.75, 0.6, 0.0, 0.0],
-            k1: 2.4,
+            field: [0.46875, 0.3, 0.4, 0.2, 0.1],
+            b: [0.0, 0.75, 0.48, 0.0, 0.0],
+            k1: 1.92,
             name_coverage: 0.8,
-            adjacent: 0.25,
-            related: 0.3,
+            adjacent: 0.390625,
+            coverage: 0.5,
+            related: 0.12,
             candidates: 100,
         }
     }
@@ -121,11 +126,12 @@ impl<T> SearchIndex<T> {
             touched.select_nth_unstable_by(keep - 1, by_score);
             touched.truncate(keep);
         }
+        let query_idf: Vec<f64> = query.distinct.iter().map(|t| self.idf_of(t)).collect();
         let mut ranked: Vec<(f64, u32)> = touched
             .iter()
             .map(|&slot| {
                 let doc = self.doc(slot).expect("a touched slot is live");
-                let bonus = self.bonus(&doc.terms, query, weights);
+                let bonus = self.bonus(&doc.terms, query, &query_idf, weights);
                 (round(scores[slot as usize] + bonus), slot)
             })
             .collect();
@@ -155,10 +161,24 @@ impl<T> SearchIndex<T> {
         idf(self.live, self.postings.get(term).map_or(0, Vec::len))
     }
 
-    /// The bonuses of one candidate: how much of its name the query says, and query terms side
-    /// by side in its name or description.
-    fn bonus(&self, terms: &ToolTerms, query: &Query, weights: &Weights) -> f64 {
+    /// The bonuses of one candidate: how much of its name the query says, how much of the query
+    /// it says, and query terms side by side in its name or description. `query_idf` is the IDF
+    /// of each of the query's distinct terms.
+    fn bonus(&self, terms: &ToolTerms, query: &Query, query_idf: &[f64], weights: &Weights) -> f64 {
         let mut bonus = 0.0;
+        if weights.coverage > 0.0 {
+            let (mut said, mut all) = (0.0, 0.0);
+            for (term, &idf) in query.distinct.iter().zip(query_idf) {
+                all += idf;
+                if terms.find(term).is_some() {
+                    said += idf;
+                }
+            }
+            if all > 0.0 {
+                let share = said / all;
+                bonus += weights.coverage * share * share * said;
+            }
+        }
         if weights.name_coverage > 0.0 && !terms.name_order.is_empty() {
             let (mut said, mut all) = (0.0, 0.0);
             let mut counted: Vec<u32> = Vec::with_capacity(terms.name_order.len());

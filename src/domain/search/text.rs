@@ -372,6 +372,28 @@ const RELATED: &[&[&str]] = &[
     &["song", "music", "track"],
     &["hotel", "accommodation", "lodging"],
     &["check", "verify", "validate"],
+    &["probability", "odds", "chance", "likelihood"],
+    &["convert", "conversion", "exchange"],
+    &["currency", "money", "dollar", "euro", "usd"],
+    &["route", "direction", "navigate", "navigation"],
+    &["info", "information", "detail"],
+    &["statistic", "stats"],
+    &["schedule", "calendar", "appointment", "meeting"],
+    &["email", "inbox"],
+    &["location", "place", "address"],
+    &["city", "town"],
+    &["flight", "airline", "fly"],
+    &["doctor", "physician"],
+    &["lawyer", "attorney"],
+    &["house", "home", "property"],
+    &["job", "vacancy", "employment"],
+    &["recipe", "cook", "dish"],
+    &["nearby", "near"],
+    &["remind", "reminder", "alarm"],
+    &["light", "lamp"],
+    &["weight", "mass"],
+    &["employee", "staff", "worker"],
+    &["user", "account", "profile"],
 ];
 
 /// Each stem of [`RELATED`] and the other stems of its groups.
@@ -505,6 +527,19 @@ mod tests {
             .map(|&i| &*terms.terms[i as usize].term)
             .collect();
         assert_eq!(name, ["get", "weather", "forecast"]);
+    }
+
+    #[test]
+    fn a_query_brings_the_words_tools_say_the_same_thing_with() {
+        let query = Query::new("What are the odds of a heart from a deck?");
+        let related: Vec<&str> = query.related.iter().map(|t| &**t).collect();
+        assert_eq!(related, ["probabl", "chanc", "likelihood"]);
+        let query = Query::new("convert 500 dollars");
+        let related: Vec<&str> = query.related.iter().map(|t| &**t).collect();
+        assert_eq!(
+            related,
+            ["convers", "exchang", "currenc", "money", "euro", "usd"]
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@
 //! this actor decides them (`send` enqueues at once), so one server's listings apply in order.
 
 use std::collections::HashSet;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -42,7 +42,7 @@ use super::mapping::{self, Definition, Skipped};
 use super::status::{McpBoard, RuntimeMcpReport, RuntimeMcpState};
 use crate::actors::change::ChangeReport;
 use crate::actors::router::{
-    Directory, McpListing, ReplaceSource, Router, RouterError, SourceCleared,
+    Directory, ListingRecord, McpListing, ReplaceSource, Router, RouterError, SourceCleared,
 };
 use crate::domain::call::{LocalToolHandler, seconds};
 use crate::domain::failures::FailureTracker;
@@ -104,6 +104,9 @@ struct Server {
     record: Option<String>,
     /// The tools of its last listing (what the store keeps of those registered).
     listed: Vec<Tool>,
+    /// True until it is retired: a listing's record is stored only while it is (the router
+    /// builds the record when it takes the listing, which may be after a retirement).
+    kept: Arc<AtomicBool>,
 }
 
 impl Server {
@@ -291,6 +294,7 @@ impl McpPlugins {
             token,
             record,
             listed: listing.tools.clone(),
+            kept: Arc::new(AtomicBool::new(true)),
         };
         let old = self.servers.shift_remove(&name);
         let restored = self.restoring.shift_remove(&name);
@@ -315,6 +319,7 @@ impl McpPlugins {
                 )
             })
             .collect();
+        let record = self.listing_record(&name, &server);
         let registered = self.router.send(McpListing {
             replace: ReplaceSource {
                 source: registration.source.clone(),
@@ -323,6 +328,7 @@ impl McpPlugins {
                 owner: Some(owner),
             },
             token,
+            record,
         });
         // What the replaced server left where the new one does not go (another source, or
         // other characters) is removed after; with its owner, nothing else can be.
@@ -375,22 +381,32 @@ impl McpPlugins {
                     Box::pin(fut::ready(Err(McpPluginError::RouterStopped)));
                 return stopped;
             };
+            if let Some(why) = replaced.not_stored {
+                // None of its tools was made: the server is not kept either.
+                let current = act.servers.get(&name).map(|s| s.generation) == Some(generation);
+                if let Some(retired) = current
+                    .then(|| act.retire(&name, "its tools could not be stored", false, false))
+                    .flatten()
+                {
+                    actix::spawn(retired.map(drop));
+                }
+                let refused: LocalBoxActorFuture<Self, _> = Box::pin(fut::ready(Err(
+                    McpPluginError::Router(RouterError::NotStored(why)),
+                )));
+                return refused;
+            }
             let (names, skipped) = act.refused(&name, generation, names, skipped, replaced.refused);
-            let stored = act.keep(&name, generation, &names);
             let report = replaced.report;
             let error = (!names.is_empty() && report.affected_roles.is_empty())
                 .then(|| NO_ROLE_ACCEPTED.to_owned());
-            let answer = async move {
-                durable(stored).await?;
-                Ok(McpRegistered {
-                    tools: names,
-                    skipped,
-                    report,
-                    error,
-                    stage: None,
-                })
-            };
-            Box::pin(fut::wrap_future(answer))
+            // Stored with its listing's commit, which the router's answer waited for.
+            Box::pin(fut::ready(Ok(McpRegistered {
+                tools: names,
+                skipped,
+                report,
+                error,
+                stage: None,
+            })))
         }))
     }
 
@@ -432,24 +448,20 @@ impl McpPlugins {
         (names, skipped)
     }
 
-    /// Stores server `name` (this incarnation) with the tools registered, when the server keeps
-    /// state: the returned receiver says when it is durable.
-    fn keep(
-        &self,
-        name: &str,
-        generation: u64,
-        registered: &[String],
-    ) -> Option<crate::state::Durable> {
-        let server = self
-            .servers
-            .get(name)
-            .filter(|s| s.generation == generation)?;
-        let record = server.record.as_deref()?;
-        let stored = stored(&server.registration, record, &server.listed, registered);
-        self.journal(Op::McpRegister {
-            name: name.to_owned(),
-            stored,
-        })
+    /// With a state store, the record of `server` (registered as `name`) to store with its
+    /// listing: its body and the tools of its last listing that were registered.
+    fn listing_record(&self, name: &str, server: &Server) -> Option<ListingRecord> {
+        self.store.as_ref()?;
+        let body = server.record.clone()?;
+        let (name, registration) = (name.to_owned(), server.registration.clone());
+        let (listed, kept) = (server.listed.clone(), server.kept.clone());
+        Some(Box::new(move |registered: &[String]| {
+            if !kept.load(Ordering::Acquire) {
+                return Vec::new();
+            }
+            let stored = stored(&registration, &body, &listed, registered);
+            vec![Op::McpRegister { name, stored }]
+        }))
     }
 
     /// A change for server `name` (this incarnation) was answered.
@@ -539,17 +551,21 @@ impl McpPlugins {
                 )
             })
             .collect();
+        server.listed = listing.tools;
+        let (owner, token) = (server.owner(), server.token);
+        let record = self.listing_record(name, &self.servers[name]);
         let change = self.router.send(McpListing {
             replace: ReplaceSource {
                 source: registration.source.clone(),
                 tools: specs,
                 roles: targets(&registration),
-                owner: Some(server.owner()),
+                owner: Some(owner),
             },
-            token: server.token,
+            token,
+            record,
         });
+        let server = self.servers.get_mut(name).expect("found above");
         server.applied = definitions;
-        server.listed = listing.tools;
         server.applying += 1;
         let (name, generation) = (name.to_owned(), server.generation);
         ctx.spawn(change.into_actor(self).map(move |report, act, _| {
@@ -558,9 +574,18 @@ impl McpPlugins {
                 tracing::warn!(mcp_server = %name, "the router did not take the MCP tools");
                 return;
             };
-            let (names, _) = act.refused(&name, generation, names, skipped, replaced.refused);
-            // A failure is logged by the store; the new listing stands either way.
-            drop(act.keep(&name, generation, &names));
+            if replaced.not_stored.is_some() {
+                // Not made: the next listing is applied even if it is the same.
+                if let Some(server) = act
+                    .servers
+                    .get_mut(&name)
+                    .filter(|s| s.generation == generation)
+                {
+                    server.applied = Vec::new();
+                }
+                return;
+            }
+            act.refused(&name, generation, names, skipped, replaced.refused);
         }));
     }
 
@@ -576,6 +601,7 @@ impl McpPlugins {
         wait_close: bool,
     ) -> Option<BoxFuture<'static, Result<ChangeReport, McpPluginError>>> {
         let server = self.servers.shift_remove(name)?;
+        server.kept.store(false, Ordering::Release);
         self.board.remove_runtime(name, reason);
         let stored = self.journal(Op::McpUnregister {
             name: name.to_owned(),
