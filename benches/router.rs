@@ -14,6 +14,11 @@
 //!   already in use (what a registration adds);
 //! - `session`: register to one character with and without a live session whose (fake) model
 //!   peer acknowledges every `session.update` at once;
+//! - `limits`: a model's call of the remote tool through the call policy and the dispatcher, as a
+//!   session core makes it, for the tool without limits (`no_limits`) and with limits that never
+//!   hold a call back (`limits_unbound`: `max_concurrent` 1024, a rate it never reaches,
+//!   `dedupe_seconds` 5 with distinct arguments), beside the dispatcher alone (`dispatch`: no
+//!   policy in front); the three alternate, round after round, in one run;
 //! - `register_1000`: register on one character that holds 1,000 tools, cycling over their
 //!   names: `same_definition` (a plugin registering its tools again) and `new_definition` (each
 //!   registration a new description, so the tool's search terms are worked out and indexed).
@@ -26,12 +31,13 @@ use actix::prelude::*;
 use actix_web::{App, HttpRequest, HttpResponse, HttpServer, web};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use futures_util::StreamExt;
+use runtime_tools::bench::BenchPolicy;
 use runtime_tools::embedding::ConnectionState;
 use runtime_tools::{
-    CallLocalTool, CallbackUrl, CharacterSettings, ClearSource, Dialect, DispatchSettings,
-    EventHub, EventSettings, ListSessions, ListTools, Parameters, RegisterTool, ResolveTool,
-    Router, SessionSettings, SharedTool, ToolCall, ToolOutcome, ToolSpec, UnregisterTool,
-    local_handler,
+    CallLimits, CallLocalTool, CallbackUrl, CharacterSettings, ClearSource, Dialect,
+    DispatchSettings, EventHub, EventSettings, ListSessions, ListTools, Parameters, Rate,
+    RegisterTool, ResolveTool, Router, SessionSettings, SharedTool, ToolCall, ToolOutcome,
+    ToolSpec, UnregisterTool, local_handler,
 };
 use serde_json::{Map, Value, json};
 
@@ -50,6 +56,9 @@ const HELD_TOOLS: usize = 1000;
 const SESSION_TOOLS: [usize; 3] = [1, 26, 100];
 /// Longest wait for the fake model peer to be connected before the session group starts.
 const SESSION_CONNECT_DEADLINE: Duration = Duration::from_secs(20);
+/// Rounds of the limits group: its variants alternate, so a drift of the shared machine shows
+/// as a difference between rounds rather than between variants.
+const LIMITS_ROUNDS: u32 = 3;
 
 /// The parameters of the HTTP harness's tool (`tool_body` of benches/http/run.sh).
 fn schema() -> Map<String, Value> {
@@ -388,6 +397,65 @@ fn dispatch(c: &mut Criterion, sys: &SystemRunner) {
     group.finish();
 }
 
+/// A model's call with arguments no other call of the run has (a distinct city), so a tool
+/// that dedupes repeats runs every call (criterion restarts `i` at each batch).
+fn distinct_call(i: u64) -> ToolCall {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut arguments = Map::new();
+    arguments.insert("city".into(), json!(format!("city {n}")));
+    arguments.insert("unit".into(), json!("c"));
+    ToolCall::from_arguments(format!("call_{i}"), "tool_000".into(), arguments)
+}
+
+fn limits(c: &mut Criterion, sys: &SystemRunner) {
+    let callback = start_callback_server(sys);
+    let events = events();
+    let dispatcher = sys.block_on(async {
+        Router::launch(characters(1), &DispatchSettings::default(), events.clone()).1
+    });
+    let policy = BenchPolicy::new(events);
+    let plain: SharedTool = std::sync::Arc::new(remote_tool("tool_000", &callback));
+    // Every limit present, none ever reached: no run comes near 100,000 calls a second.
+    let unbound: SharedTool =
+        std::sync::Arc::new(remote_tool("tool_000", &callback).with_limits(CallLimits {
+            max_concurrent: Some(1024),
+            rate: Some(Rate {
+                calls: 100_000,
+                per_seconds: 1,
+            }),
+            dedupe_seconds: 5,
+        }));
+    let mut group = c.benchmark_group("limits");
+    for round in 1..=LIMITS_ROUNDS {
+        group.bench_function(BenchmarkId::new("dispatch", round), |b| {
+            b.iter_custom(|iters| {
+                timed(sys, iters, |i| {
+                    let (dispatcher, tool, call) = (&dispatcher, &plain, distinct_call(i));
+                    async move {
+                        let result = dispatcher.dispatch(tool, call).await;
+                        assert!(!result.is_error, "{result:?}");
+                    }
+                })
+            })
+        });
+        for (name, tool) in [("no_limits", &plain), ("limits_unbound", &unbound)] {
+            group.bench_function(BenchmarkId::new(name, round), |b| {
+                b.iter_custom(|iters| {
+                    timed(sys, iters, |i| {
+                        let (policy, dispatcher, call) = (&policy, &dispatcher, distinct_call(i));
+                        async move {
+                            let result = policy.call(dispatcher, "role0", tool, call).await;
+                            assert!(!result.is_error, "{result:?}");
+                        }
+                    })
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
 /// A large parameters schema: 30 properties — 10 constrained strings, 10 bounded numbers and 10
 /// nested objects of three properties each — no unknown property allowed at either level.
 fn large_schema() -> Map<String, Value> {
@@ -642,6 +710,7 @@ fn benches(c: &mut Criterion) {
     fan_out(c, &sys);
     list(c, &sys);
     dispatch(c, &sys);
+    limits(c, &sys);
     arguments(c);
     session(c, &sys);
 }

@@ -21,8 +21,8 @@
 //! - `chat`: text chat (`POST /v1/chat/completions`), the server running the tool loop.
 //! - `session`: live model sessions: one protocol-agnostic core, one adapter per wire protocol,
 //!   one actor per kind of connection.
-//! - `policy`: what a call must pass before it runs (a person's approval); it announces on
-//!   `events`.
+//! - `policy`: what a call must pass before it runs (a person's approval, the tool's limits);
+//!   it announces on `events`.
 //! - `dispatch`: the [`Dispatcher`], which runs a call against a callback or a local tool.
 //! - `events`: the [`EventHub`] behind `GET /api/events`, and the watch every call is observed
 //!   through.
@@ -87,6 +87,7 @@ pub use domain::approval::{Approval, McpApproval};
 pub use domain::arguments::Parameters;
 pub use domain::call::{LocalHandler, LocalToolHandler, Scheduling, ToolCall, ToolOutcome};
 pub use domain::callback_url::CallbackUrl;
+pub use domain::limits::{CallLimits, Rate};
 pub use domain::tool::{Behavior, SharedTool, ToolHandler, ToolSpec, empty_parameters};
 
 /// An application's own model session, joined to a character with [`JoinSession`]: the
@@ -133,6 +134,9 @@ pub mod limits {
     pub use crate::chat::{KEPT_CONTEXT_AGE, MAX_KEPT_CONTEXT};
     pub use crate::domain::arguments::MAX_FIX_IT_BYTES;
     pub use crate::domain::callback_url::{ACCEPTED_FORMS, MAX_CALLBACK_URL_BYTES};
+    pub use crate::domain::limits::{
+        MAX_CONCURRENT, MAX_DEDUPE_SECONDS, MAX_RATE_CALLS, MAX_RATE_SECONDS,
+    };
     pub use crate::domain::peer_id::{MAX_CALL_ID_BYTES, MAX_INVENTED_NAME_BYTES};
     pub use crate::domain::peer_text::MAX_PEER_TEXT_BYTES;
     pub use crate::domain::tool::MAX_TIMEOUT;
@@ -146,6 +150,7 @@ pub mod limits {
     pub use crate::observe::recent::RECENT_CALLS;
     pub use crate::observe::recent::RECENT_CALLS_MAX_BYTES;
     pub use crate::observe::trace::DEFAULT_SPAN_QUEUE;
+    pub use crate::policy::{MAX_REMEMBERED_BYTES, MAX_REMEMBERED_CALLS, MAX_WAITING};
     pub use crate::session::MAX_EVENT_BYTES;
     pub use crate::session::core::{REPLY_GRACE, RESPONSE_START_GRACE};
     pub use crate::session::outbox::MAX_APP_QUEUE_BYTES;
@@ -159,6 +164,13 @@ pub mod limits {
 #[doc(hidden)]
 pub mod faults {
     pub use crate::actors::router::{CloseAllConnections, InjectManagerPanic, InjectRouterStop};
+}
+
+/// The call policy, for the benchmarks (`benches/router.rs`, group `limits`): it has no public
+/// path of its own.
+#[doc(hidden)]
+pub mod bench {
+    pub use crate::policy::bench::BenchPolicy;
 }
 
 /// The request parsers, for the fuzz targets (`fuzz/`).

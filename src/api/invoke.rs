@@ -101,6 +101,8 @@ async fn invoke(
         role: &resolved.role,
         caller: Caller::Invoke,
         kind: None,
+        // The person trying a tool means each call: never taken for a repeat.
+        dedupe: None,
     };
     let tool = &resolved.tool;
     let result = match state.policy.admit(asker, tool, &mut call) {

@@ -570,6 +570,18 @@ pub(crate) struct McpRegisterBody {
         pattern = "^(never|always|destructive)$"
     )]
     approval: Option<String>,
+    /// For each of the server's tools (each its own bound, not the server's): at most this
+    /// many of its calls run at once, 1 to 1,024, as for a tool's registration. Null or absent:
+    /// no bound.
+    #[schema(minimum = 1, maximum = 1024, nullable = true)]
+    max_concurrent: Option<u32>,
+    /// For each of the server's tools: at most `calls` calls in any `per_seconds` seconds, as
+    /// for a tool's registration. Null or absent: no bound.
+    #[schema(nullable = true)]
+    rate: Option<super::tools::RateBody>,
+    /// For each of the server's tools: 0 to 300, as for a tool's registration.
+    #[schema(minimum = 0, maximum = 300, default = 0, nullable = false)]
+    dedupe_seconds: Option<u32>,
 }
 
 /// `POST /api/mcp/unregister`. Unknown fields are ignored.

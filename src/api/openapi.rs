@@ -277,9 +277,14 @@ mod tests {
                 let errors = parse(&body).expect_err(field);
                 assert_eq!(errors[0].loc, ["body", field.as_str()], "{name}.{field}");
 
-                let nullable = schema["properties"][field]["type"]
+                // A nullable field of a type of its own is `oneOf` null and a reference.
+                let property = &schema["properties"][field];
+                let nullable = property["type"]
                     .as_array()
-                    .is_some_and(|types| types.contains(&json!("null")));
+                    .or_else(|| property["oneOf"].as_array())
+                    .is_some_and(|types| {
+                        types.contains(&json!("null")) || types.contains(&json!({"type": "null"}))
+                    });
                 body.insert(field.clone(), Value::Null);
                 assert_eq!(
                     parse(&body).is_ok(),

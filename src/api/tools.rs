@@ -19,6 +19,7 @@ use crate::actors::router::{
     ChangeRequest, ClearSource, PluginChange, RegisterTool, RoleTools, UnregisterTool,
 };
 use crate::dispatch::LOCAL_TOOL_TIMEOUT;
+use crate::domain::limits::Rate;
 use crate::domain::role::RoleName;
 use crate::domain::tool::Behavior;
 use crate::policy::Policy;
@@ -356,6 +357,31 @@ pub(crate) struct ToolView<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(required = false, nullable = false)]
     approval_timeout_seconds: Option<u64>,
+    /// At most this many of its calls run at once, across every character and session (null:
+    /// no bound); only with `?detail=full`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u32>, required = false, nullable = true, minimum = 1, maximum = 1024)]
+    max_concurrent: Option<Option<u32>>,
+    /// `{"calls": N, "per_seconds": S}`: at most N calls in any S seconds (null: no bound);
+    /// only with `?detail=full`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<RateBody>, required = false, nullable = true)]
+    rate: Option<Option<Rate>>,
+    /// A model's repeat of a call within this many seconds gets the first call's result (0:
+    /// never); only with `?detail=full`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false, maximum = 300)]
+    dedupe_seconds: Option<u32>,
+    /// Its calls running now (of this registration, every character's); only with
+    /// `?detail=full`, for a tool with `max_concurrent`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false)]
+    calls_running: Option<usize>,
+    /// Its calls waiting for their turn now, in arrival order; only with `?detail=full`, for a
+    /// tool with `max_concurrent`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(required = false, nullable = false)]
+    calls_waiting: Option<usize>,
 }
 
 impl Serialize for ToolsByRole<'_> {
@@ -367,25 +393,33 @@ impl Serialize for ToolsByRole<'_> {
             let dormant = role.dormant.iter().map(|t| (t, "dormant"));
             let views: Vec<ToolView<'_>> = active
                 .chain(dormant)
-                .map(|(t, state)| ToolView {
-                    name: &t.name,
-                    description: &t.description,
-                    source: &t.source,
-                    callback_url: t.callback_url(),
-                    is_remote: t.is_remote(),
-                    parameters: self.full.then_some(t.parameters.schema()),
-                    timeout_seconds: self
-                        .full
-                        .then(|| t.timeout().unwrap_or(LOCAL_TOOL_TIMEOUT).as_secs_f64()),
-                    behavior: self.full.then_some(t.behavior),
-                    state: self.states.then_some(state),
-                    approval: self.full.then(|| {
-                        match self.policy.approval_required(&role.role, t) {
-                            Some(_) => "always",
-                            None => "never",
-                        }
-                    }),
-                    approval_timeout_seconds: self.full.then(|| t.approval.timeout.as_secs()),
+                .map(|(t, state)| {
+                    let at_once = self.full.then(|| self.policy.calls_at_once(t)).flatten();
+                    ToolView {
+                        name: &t.name,
+                        description: &t.description,
+                        source: &t.source,
+                        callback_url: t.callback_url(),
+                        is_remote: t.is_remote(),
+                        parameters: self.full.then_some(t.parameters.schema()),
+                        timeout_seconds: self
+                            .full
+                            .then(|| t.timeout().unwrap_or(LOCAL_TOOL_TIMEOUT).as_secs_f64()),
+                        behavior: self.full.then_some(t.behavior),
+                        state: self.states.then_some(state),
+                        approval: self.full.then(|| {
+                            match self.policy.approval_required(&role.role, t) {
+                                Some(_) => "always",
+                                None => "never",
+                            }
+                        }),
+                        approval_timeout_seconds: self.full.then(|| t.approval.timeout.as_secs()),
+                        max_concurrent: self.full.then_some(t.limits.max_concurrent),
+                        rate: self.full.then_some(t.limits.rate),
+                        dedupe_seconds: self.full.then_some(t.limits.dedupe_seconds),
+                        calls_running: at_once.map(|(running, _)| running),
+                        calls_waiting: at_once.map(|(_, waiting)| waiting),
+                    }
                 })
                 .collect();
             map.serialize_entry(&role.role, &views)?;
@@ -454,6 +488,33 @@ pub(crate) struct RegisterBody {
     /// How long a call waits for that decision, 1 to 3,600 whole seconds.
     #[schema(minimum = 1, maximum = 3600, default = 120, nullable = false)]
     approval_timeout_seconds: Option<u64>,
+    /// At most this many calls of the tool run at once (1 to 1,024), across every character and
+    /// session; a call beyond it waits in arrival order, at most its `timeout_seconds`, for its
+    /// turn (then a tool error, outcome `busy`). Null or absent: no bound.
+    #[schema(minimum = 1, maximum = 1024, nullable = true)]
+    max_concurrent: Option<u32>,
+    /// At most `calls` calls in any `per_seconds` seconds; a call beyond it is answered at once
+    /// with a tool error saying when the next is possible (outcome `rate_limited`). Null or
+    /// absent: no bound.
+    #[schema(nullable = true)]
+    rate: Option<RateBody>,
+    /// 0 to 300: a model's call repeated with the same arguments in the same session or
+    /// conversation, while the first runs or within this many seconds after it ended, gets the
+    /// first call's result without calling the tool (outcome `deduplicated`). 0: never.
+    #[schema(minimum = 0, maximum = 300, default = 0, nullable = false)]
+    dedupe_seconds: Option<u32>,
+}
+
+/// `rate` of a registration.
+#[allow(dead_code)]
+#[derive(ToSchema)]
+pub(crate) struct RateBody {
+    /// 1 to 100,000.
+    #[schema(minimum = 1, maximum = 100000)]
+    calls: u32,
+    /// 1 to 86,400.
+    #[schema(minimum = 1, maximum = 86400)]
+    per_seconds: u32,
 }
 
 /// `POST /api/tools/unregister`. Unknown fields are ignored.

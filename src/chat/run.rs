@@ -34,7 +34,7 @@ use crate::domain::snapshot::ToolCell;
 use crate::domain::tool::SharedTool;
 use crate::events::{CallStart, CallWatch, Caller, EventHub, SearchKind};
 use crate::observe::trace::Span;
-use crate::policy::{Asker, Policy};
+use crate::policy::{Asker, DedupeWindow, Policy};
 
 /// How often a stream whose calls are running (one may wait for a person's approval) gets an
 /// SSE comment.
@@ -233,6 +233,7 @@ pub(crate) async fn serve<C: WireConversation + 'static>(
         ctx,
         conversation,
         stream: None,
+        dedupe: DedupeWindow::new(),
     };
     // The tool loop's future is large (every await of the loop, the calls', the upstream
     // exchange's): it is boxed once (a spawned task's is), so the handler's future that
@@ -297,6 +298,9 @@ struct Driver<C> {
     conversation: C,
     /// The app's stream, when it asked for one.
     stream: Option<AppStream>,
+    /// The calls of this request's loop, for a tool with `dedupe_seconds`: a request is the
+    /// conversation the server can tell (nothing ties two requests of one app together).
+    dedupe: DedupeWindow,
 }
 
 impl<C: WireConversation> Driver<C> {
@@ -646,6 +650,7 @@ impl<C: WireConversation> Driver<C> {
                             role: &self.ctx.role,
                             caller: Caller::Model,
                             kind: Some(C::KIND),
+                            dedupe: Some(&self.dedupe),
                         };
                         match self.ctx.policy.admit(asker, tool, &mut call) {
                             Ok(admission) => {

@@ -123,6 +123,10 @@ pub struct ToolResult {
     pub scheduling: Scheduling,
     /// How the call ended; [`Outcome::Ok`] exactly when it is not `is_error`.
     pub outcome: Outcome,
+    /// A call the model repeated (`dedupe_seconds`) got the result of an identical call instead
+    /// of running: that call's id. Its result is that call's, outcome included; it is reported
+    /// as [`Outcome::Deduplicated`] ([`ToolResult::reported_outcome`]).
+    pub first_call_id: Option<String>,
 }
 
 /// What a tool answered, before it is tied to its call.
@@ -267,6 +271,7 @@ impl ToolCall {
             } else {
                 Outcome::Ok
             },
+            first_call_id: None,
         }
     }
 
@@ -387,6 +392,27 @@ impl ToolResult {
             image_warnings: Vec::new(),
             scheduling: Scheduling::default(),
             outcome: Outcome::Cancelled,
+            first_call_id: None,
+        }
+    }
+
+    /// This result as the answer to `call`, a repeat of the call it came from: the same output,
+    /// error and images, under the repeat's own id, naming the first call.
+    pub fn repeated_for(&self, call: &ToolCall) -> Self {
+        Self {
+            call_id: call.call_id.clone(),
+            first_call_id: Some(self.call_id.clone()),
+            ..self.clone()
+        }
+    }
+
+    /// How the call is reported (the `tool.call` event, metrics, the recent calls, its span):
+    /// its outcome, or [`Outcome::Deduplicated`] for a repeat that got another call's result.
+    pub fn reported_outcome(&self) -> Outcome {
+        if self.first_call_id.is_some() {
+            Outcome::Deduplicated
+        } else {
+            self.outcome
         }
     }
 

@@ -17,6 +17,7 @@ pub(crate) mod event_stream;
 pub(crate) mod failures;
 pub(crate) mod images;
 pub(crate) mod json_text;
+pub(crate) mod limits;
 pub(crate) mod loopback;
 pub(crate) mod operator;
 pub(crate) mod outcome;

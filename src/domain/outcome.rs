@@ -53,10 +53,21 @@ outcomes! {
     Denied => "denied",
     /// Nobody answered the call's approval request within its timeout; the tool was not called.
     Expired => "expired",
+    /// The tool was running its `max_concurrent` calls, and the call did not get its turn
+    /// within its timeout; the tool was not called.
+    Busy => "busy",
+    /// The tool had been called its `rate` of calls in the window; the tool was not called.
+    RateLimited => "rate_limited",
+    /// The model repeated a call of its session or conversation (`dedupe_seconds`): it got the
+    /// first call's result, and the tool was not called again. Only reported (the event, the
+    /// metrics, the recent calls, the span): the result itself keeps the first call's outcome,
+    /// and is an error exactly when that one was.
+    Deduplicated => "deduplicated",
 }
 
 impl Outcome {
-    /// Whether the model sees the call as failed.
+    /// Whether the model sees the call as failed. A deduplicated call is an error exactly when
+    /// its first call was: its result's `is_error` says, not this.
     pub fn is_error(self) -> bool {
         self != Outcome::Ok
     }

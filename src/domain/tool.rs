@@ -15,6 +15,7 @@ use super::approval::Approval;
 use super::arguments::Parameters;
 use super::call::LocalToolHandler;
 use super::callback_url::{CallbackOrigin, CallbackUrl};
+use super::limits::CallLimits;
 use super::search::ToolTerms;
 
 /// `source` of a registration that names none.
@@ -49,6 +50,9 @@ pub struct ToolSpec {
     pub behavior: Behavior,
     /// Whether its calls wait for a person's approval (`approval`, `approval_timeout_seconds`).
     pub approval: Approval,
+    /// Its bounds on how its calls run (`max_concurrent`, `rate`, `dedupe_seconds`); their state
+    /// belongs to this registration, so a replacing one starts fresh.
+    pub limits: CallLimits,
     /// This registration's number, unique in the process: a pending approval names the
     /// registration it was asked under, and a new registration of the same name voids it.
     pub generation: u64,
@@ -156,6 +160,7 @@ impl ToolSpec {
             }),
             behavior: Behavior::Blocking,
             approval: Approval::default(),
+            limits: CallLimits::default(),
             generation: next_generation(),
             wire: WireForms::default(),
             search: OnceLock::new(),
@@ -171,6 +176,12 @@ impl ToolSpec {
     /// The same tool with `approval`.
     pub fn with_approval(mut self, approval: Approval) -> Self {
         self.approval = approval;
+        self
+    }
+
+    /// The same tool with `limits`.
+    pub fn with_limits(mut self, limits: CallLimits) -> Self {
+        self.limits = limits;
         self
     }
 
@@ -192,6 +203,7 @@ impl ToolSpec {
             handler: ToolHandler::Local(handler),
             behavior: Behavior::Blocking,
             approval: Approval::default(),
+            limits: CallLimits::default(),
             generation: next_generation(),
             wire: WireForms::default(),
             search: OnceLock::new(),
@@ -213,6 +225,7 @@ impl ToolSpec {
             handler: ToolHandler::BuiltIn(BuiltIn::FindTools),
             behavior: Behavior::Blocking,
             approval: Approval::default(),
+            limits: CallLimits::default(),
             generation: next_generation(),
             wire: WireForms::default(),
             search: OnceLock::new(),

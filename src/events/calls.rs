@@ -8,6 +8,7 @@
 
 use std::time::{Instant, SystemTime};
 
+use opentelemetry::KeyValue;
 use opentelemetry::trace::SpanContext;
 use serde::Serialize;
 
@@ -36,6 +37,10 @@ pub struct ToolCallFinished<'a> {
     pub cancelled: bool,
     /// How the call ended (`ok`, `tool_error`, `timeout`, ...).
     pub outcome: Outcome,
+    /// For a repeated call that got an identical call's result (outcome `deduplicated`): that
+    /// call's id; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_call_id: Option<&'a str>,
     /// The trace of the call's span (32 hex digits), as its callback's `traceparent` named it.
     pub trace_id: &'a str,
 }
@@ -104,10 +109,19 @@ impl CallWatch {
 
     /// The call ended with `result`.
     pub fn finished(mut self, result: &ToolResult) {
-        self.announce(result.outcome);
+        let outcome = result.reported_outcome();
+        if let Some(first) = &result.first_call_id {
+            self.span
+                .set(|| KeyValue::new("runtime_tools.first_call_id", first.clone()));
+        }
+        // A failed call's span names how it failed: a repeat's, how the call it repeats did.
+        let failed = result.is_error.then_some(result.outcome);
+        self.announce(outcome, failed, result.first_call_id.as_deref());
     }
 
-    fn announce(&mut self, outcome: Outcome) {
+    /// `failed`: how the call failed (its span's `error.type`), `None` when it did not.
+    fn announce(&mut self, outcome: Outcome, failed: Option<Outcome>, first_call_id: Option<&str>) {
+        let is_error = failed.is_some();
         self.done = true;
         let took = self.started.elapsed();
         let duration_ms = took.as_secs_f64() * 1000.0;
@@ -127,14 +141,15 @@ impl CallWatch {
                     behavior: self.behavior,
                 },
                 duration_ms,
-                is_error: outcome.is_error(),
+                is_error,
                 cancelled: outcome == Outcome::Cancelled,
                 outcome,
+                first_call_id,
                 trace_id: &trace_id,
             },
         );
-        if outcome.is_error() {
-            self.span.fail(outcome.name());
+        if let Some(failed) = failed {
+            self.span.fail(failed.name());
         }
         self.hub.observer().call_finished(
             RecentCall {
@@ -157,7 +172,7 @@ impl CallWatch {
 impl Drop for CallWatch {
     fn drop(&mut self) {
         if !self.done {
-            self.announce(Outcome::Cancelled);
+            self.announce(Outcome::Cancelled, Some(Outcome::Cancelled), None);
         }
         // The span ends as it is dropped, after the call's record.
     }

@@ -218,7 +218,11 @@ impl McpClient {
                     d,
                     &source,
                     handler.clone(),
-                    (self.settings.behavior, self.settings.approval),
+                    (
+                        self.settings.behavior,
+                        self.settings.approval,
+                        self.settings.limits,
+                    ),
                 )
             })
             .collect();

@@ -42,7 +42,7 @@ use crate::domain::budget::{FIND_TOOLS, FindTools, Found, found_result};
 use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::tool::SharedTool;
 use crate::events::{CallStart, CallWatch, Caller, EventHub, EventKind, SearchKind};
-use crate::policy::{Asker, Policy};
+use crate::policy::{Asker, DedupeWindow, Policy};
 
 /// Interval of the keep-alive comment on a session's event streams: under the idle timeouts of
 /// common clients (30 s and up), as for `GET /api/events`.
@@ -144,6 +144,7 @@ impl McpEndpoint {
                         dispatcher: inner.dispatcher.clone(),
                         events: inner.events.clone(),
                         policy: inner.policy.clone(),
+                        dedupe: DedupeWindow::new(),
                         ended: watch::Sender::new(()),
                         found: Mutex::default(),
                     })
@@ -170,6 +171,9 @@ pub(crate) struct SessionTools {
     dispatcher: Dispatcher,
     events: EventHub,
     policy: Policy,
+    /// The session's recent calls, for a tool with `dedupe_seconds`: an MCP session is one
+    /// client's conversation.
+    dedupe: DedupeWindow,
     /// Dropped with the session: ends its `list_changed` watcher.
     ended: watch::Sender<()>,
     /// The tools this session found with `find_tools`: its set beyond the budget.
@@ -326,6 +330,7 @@ impl ServerHandler for SessionTools {
             role: &resolved.role,
             caller: Caller::Mcp,
             kind: None,
+            dedupe: Some(&self.dedupe),
         };
         let admission = match self.policy.admit(asker, &resolved.tool, &mut call) {
             Ok(admission) => admission,

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 use crate::domain::approval::{Approval, McpApproval};
 use crate::domain::arguments::Parameters;
 use crate::domain::call::{LocalToolHandler, ToolOutcome};
+use crate::domain::limits::CallLimits;
 use crate::domain::peer_text;
 use crate::domain::tool::{Behavior, ToolSpec};
 
@@ -88,12 +89,13 @@ pub(crate) fn definition(tool: &Tool) -> Result<Definition, Skipped> {
 }
 
 /// The tool a definition becomes, run by `handler`, registered as `source` with the server's
-/// `behavior` and `approval` policy.
+/// `behavior`, `approval` policy and limits (each tool its own: `max_concurrent` and `rate`
+/// bound each of the server's tools, not the server).
 pub(crate) fn tool_spec(
     definition: &Definition,
     source: &str,
     handler: LocalToolHandler,
-    (behavior, approval): (Behavior, McpApproval),
+    (behavior, approval, limits): (Behavior, McpApproval, CallLimits),
 ) -> ToolSpec {
     ToolSpec::local(
         definition.name.clone(),
@@ -107,6 +109,7 @@ pub(crate) fn tool_spec(
         required: approval.requires(definition.read_only),
         ..Approval::default()
     })
+    .with_limits(limits)
 }
 
 /// A `tools/call` result as the call's outcome: `isError` is an error with the content's text;

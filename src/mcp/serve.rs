@@ -276,6 +276,7 @@ fn call_result(body: &str) -> CallToolResult {
         } else {
             Outcome::Ok
         },
+        first_call_id: None,
     };
     let mut content = vec![ContentBlock::text(result.model_text())];
     content.extend(
@@ -307,6 +308,7 @@ fn error_result(name: &str, error: String) -> CallToolResult {
         image_warnings: Vec::new(),
         scheduling: Default::default(),
         outcome: Outcome::ToolError,
+        first_call_id: None,
     };
     CallToolResult::error(vec![ContentBlock::text(result.model_text())])
 }

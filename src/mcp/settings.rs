@@ -13,6 +13,9 @@ use serde::Deserialize;
 
 use crate::domain::approval::McpApproval;
 use crate::domain::callback_url::CallbackUrl;
+use crate::domain::limits::{
+    CallLimits, MAX_CONCURRENT, MAX_DEDUPE_SECONDS, MAX_RATE_CALLS, MAX_RATE_SECONDS, Rate,
+};
 use crate::domain::tool::Behavior;
 
 /// How long a call of an MCP server's tool may take unless configured: the default timeout of
@@ -39,6 +42,8 @@ pub struct McpServerSettings {
     pub behavior: Behavior,
     /// Which of its tools' calls wait for a person's approval (`approval`).
     pub approval: McpApproval,
+    /// Each of its tools' limits (`max_concurrent`, `rate`, `dedupe_seconds`).
+    pub limits: CallLimits,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,6 +87,51 @@ pub(crate) struct FileMcpServer {
     timeout_seconds: Option<f64>,
     behavior: Option<String>,
     approval: Option<String>,
+    max_concurrent: Option<i64>,
+    rate: Option<FileRate>,
+    dedupe_seconds: Option<i64>,
+}
+
+/// `rate = { calls = N, per_seconds = S }` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileRate {
+    calls: i64,
+    per_seconds: i64,
+}
+
+/// `value` of `key` when it is from `min` to `max`, else the error that names the key.
+fn bounded(key: &str, value: i64, min: u32, max: u32) -> anyhow::Result<u32> {
+    u32::try_from(value)
+        .ok()
+        .filter(|v| (min..=max).contains(v))
+        .ok_or_else(|| anyhow::anyhow!("key `{key}`: must be from {min} to {max}, got {value}"))
+}
+
+impl FileMcpServer {
+    /// Each of its tools' limits: `max_concurrent`, `rate`, `dedupe_seconds`.
+    fn limits(&self) -> anyhow::Result<CallLimits> {
+        let max_concurrent = match self.max_concurrent {
+            None => None,
+            Some(n) => Some(bounded("max_concurrent", n, 1, MAX_CONCURRENT)?),
+        };
+        let rate = match &self.rate {
+            None => None,
+            Some(rate) => Some(Rate {
+                calls: bounded("rate.calls", rate.calls, 1, MAX_RATE_CALLS)?,
+                per_seconds: bounded("rate.per_seconds", rate.per_seconds, 1, MAX_RATE_SECONDS)?,
+            }),
+        };
+        let dedupe_seconds = match self.dedupe_seconds {
+            None => 0,
+            Some(s) => bounded("dedupe_seconds", s, 0, MAX_DEDUPE_SECONDS)?,
+        };
+        Ok(CallLimits {
+            max_concurrent,
+            rate,
+            dedupe_seconds,
+        })
+    }
 }
 
 impl FileMcpServer {
@@ -98,6 +148,7 @@ impl FileMcpServer {
                 self.name
             );
         }
+        let limits = self.limits()?;
         let transport = match (self.command, self.url) {
             (Some(_), Some(_)) => bail!("keys `command` and `url`: give one, not both"),
             (None, None) => bail!(
@@ -173,6 +224,7 @@ impl FileMcpServer {
             timeout,
             behavior,
             approval,
+            limits,
         })
     }
 }
@@ -316,6 +368,7 @@ mod tests {
                 timeout: Duration::from_secs(5),
                 behavior: Behavior::Blocking,
                 approval: McpApproval::Never,
+                limits: CallLimits::default(),
             }
         );
         assert_eq!(servers[0].source(), "mcp:time");
@@ -323,6 +376,29 @@ mod tests {
         assert_eq!(servers[1].timeout, DEFAULT_MCP_TIMEOUT);
         assert_eq!(servers[1].behavior, Behavior::NonBlocking);
         assert_eq!(servers[1].transport_kind(), "http");
+        assert_eq!(servers[1].limits, CallLimits::default());
+        let limited = parse(
+            r#"
+            [[mcp_server]]
+            name = "arm"
+            command = "robot-arm"
+            max_concurrent = 1
+            rate = { calls = 2, per_seconds = 60 }
+            dedupe_seconds = 5
+            "#,
+        )
+        .unwrap();
+        assert_eq!(
+            limited[0].limits,
+            CallLimits {
+                max_concurrent: Some(1),
+                rate: Some(Rate {
+                    calls: 2,
+                    per_seconds: 60
+                }),
+                dedupe_seconds: 5,
+            }
+        );
     }
 
     #[test]
@@ -364,6 +440,22 @@ mod tests {
                 "at most 300",
             ),
             ("name = \"a\"\ncommand = \"x\"\ncolour = 1", "colour"),
+            (
+                "name = \"a\"\ncommand = \"x\"\nmax_concurrent = 0",
+                "key `max_concurrent`: must be from 1 to 1024, got 0",
+            ),
+            (
+                "name = \"a\"\ncommand = \"x\"\nrate = { calls = 2, per_seconds = 86401 }",
+                "key `rate.per_seconds`: must be from 1 to 86400, got 86401",
+            ),
+            (
+                "name = \"a\"\ncommand = \"x\"\nrate = { calls = 2 }",
+                "per_seconds",
+            ),
+            (
+                "name = \"a\"\ncommand = \"x\"\ndedupe_seconds = -1",
+                "key `dedupe_seconds`: must be from 0 to 300, got -1",
+            ),
         ];
         for (body, expected) in cases {
             let e = error(&format!("[[mcp_server]]\n{body}\n"));

@@ -68,6 +68,12 @@ const CALL_BUCKETS: &[f64] = &[
     120.0, 300.0,
 ];
 
+/// The buckets of a call's wait for its turn (a tool's `max_concurrent`), in seconds: none (a
+/// turn free at once) to 300 s (the longest a call may wait, its timeout).
+const WAIT_BUCKETS: &[f64] = &[
+    0.0, 0.001, 0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+];
+
 /// The session-sync buckets, in seconds: a loopback model acknowledges in milliseconds; the
 /// longest sync timeout is a minute.
 const SYNC_BUCKETS: &[f64] = &[
@@ -104,6 +110,7 @@ pub(crate) struct Metrics {
     registry: Registry,
     calls: IntCounterVec,
     call_seconds: HistogramVec,
+    wait_seconds: HistogramVec,
     sync_seconds: HistogramVec,
     changes: IntCounterVec,
     tools_removed: IntCounterVec,
@@ -168,6 +175,14 @@ impl Default for Metrics {
             "Wall time of a tool call, from its start to its result (or cancellation).",
             &call_labels,
             CALL_BUCKETS,
+        );
+        let wait_seconds = histogram(
+            &r,
+            "runtime_tools_tool_call_wait_seconds",
+            "Time a call of a tool with max_concurrent waited for its turn (0 when one was free; \
+             its whole timeout when it did not come and the call was busy).",
+            &call_labels,
+            WAIT_BUCKETS,
         );
         let sync_seconds = histogram(
             &r,
@@ -241,6 +256,7 @@ impl Default for Metrics {
             registry: r,
             calls,
             call_seconds,
+            wait_seconds,
             sync_seconds,
             changes,
             tools_removed,
@@ -321,6 +337,12 @@ impl Metrics {
                     caller.as_str(),
                     kind,
                 ]);
+                let _ = self.wait_seconds.remove_label_values(&[
+                    character.as_str(),
+                    name.as_str(),
+                    caller.as_str(),
+                    kind,
+                ]);
             }
         }
     }
@@ -350,6 +372,28 @@ impl Metrics {
         self.call_seconds
             .with_label_values(&[sample.character, tool, sample.caller, kind])
             .observe(sample.duration.as_secs_f64());
+    }
+
+    /// A call of a tool with `max_concurrent` waited `waited` for its turn (or for nothing).
+    pub(crate) fn call_waited(
+        &self,
+        character: &str,
+        tool: &str,
+        caller: &str,
+        kind: Option<ConnectionKind>,
+        waited: Duration,
+    ) {
+        let mut labels = self
+            .tool_labels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // No series of its own to note: every call that waited is counted by `call` under the
+        // same labels when it ends, and that series's release takes this one too.
+        let tool = self.tool_label(&mut labels, Some(tool));
+        let kind = kind.map_or(NO_KIND, ConnectionKind::name);
+        self.wait_seconds
+            .with_label_values(&[character, tool, caller, kind])
+            .observe(waited.as_secs_f64());
     }
 
     /// One search of a character's tools, by `kind` (`api`, or a session's kind).

@@ -120,8 +120,9 @@ impl Observer {
             SpanKind::Internal,
             parent,
             || {
-                // Room for `error.type` too: the span's list never grows after its start.
-                let mut attributes = Vec::with_capacity(9);
+                // Room for `error.type` and a repeat's `runtime_tools.first_call_id` too: the
+                // span's list never grows after its start.
+                let mut attributes = Vec::with_capacity(10);
                 attributes.extend([
                     KeyValue::new("gen_ai.operation.name", "execute_tool"),
                     KeyValue::new("gen_ai.tool.name", call.tool.clone()),

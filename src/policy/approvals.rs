@@ -472,6 +472,7 @@ mod tests {
             role: "Mio",
             caller: Caller::Model,
             kind: Some(ConnectionKind::Client),
+            dedupe: None,
         }
     }
 

@@ -133,6 +133,9 @@ struct Shared {
     hung_up: watch::Sender<usize>,
     connections: Cell<usize>,
     tasks: RefCell<Vec<JoinHandle<()>>>,
+    /// Requests received and not yet answered (or given up) now, and the most there ever were.
+    in_flight: Cell<usize>,
+    most_in_flight: Cell<usize>,
 }
 
 /// A plugin's callback server. Unknown paths answer 404.
@@ -162,6 +165,8 @@ impl CallbackServer {
             hung_up: watch::channel(0).0,
             connections: Cell::new(0),
             tasks: RefCell::new(Vec::new()),
+            in_flight: Cell::new(0),
+            most_in_flight: Cell::new(0),
         });
         let acceptor = actix_web::rt::spawn(accept_loop(listener, shared.clone()));
         Self {
@@ -207,6 +212,12 @@ impl CallbackServer {
     /// TCP connections accepted so far.
     pub fn connections(&self) -> usize {
         self.shared.connections.get()
+    }
+
+    /// The most requests the server was answering at one time so far (a request counts from
+    /// its arrival until its answer is written, or its connection is gone).
+    pub fn most_at_once(&self) -> usize {
+        self.shared.most_in_flight.get()
     }
 
     /// Waits until `n` requests have arrived (panics after the deadline); returns them all.
@@ -328,9 +339,32 @@ async fn serve_connection(mut stream: TcpStream, shared: Rc<Shared>) {
             .is_some_and(|v| v.eq_ignore_ascii_case("close"));
         shared.received.borrow_mut().push(request);
         shared.count.send_modify(|c| *c += 1);
-        if write_reply(&mut stream, reply, &shared).await.is_err() || close_requested {
+        let answering = InFlight::enter(&shared);
+        let written = write_reply(&mut stream, reply, &shared).await;
+        drop(answering);
+        if written.is_err() || close_requested {
             return;
         }
+    }
+}
+
+/// One request being answered, counted while it lives (its task may be aborted).
+struct InFlight<'a>(&'a Shared);
+
+impl<'a> InFlight<'a> {
+    fn enter(shared: &'a Shared) -> Self {
+        let now = shared.in_flight.get() + 1;
+        shared.in_flight.set(now);
+        shared
+            .most_in_flight
+            .set(shared.most_in_flight.get().max(now));
+        Self(shared)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.set(self.0.in_flight.get() - 1);
     }
 }
 

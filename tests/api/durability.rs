@@ -765,3 +765,72 @@ async fn a_runtime_mcp_server_is_restored_dormant_until_it_answers_then_reaches_
     plugin.signal("KILL");
     plugin.wait_exit().await;
 }
+
+/// An invoke of `name` on the server at `addr`, from this thread's runtime (its callback may
+/// be a server of this test's thread): the answer.
+async fn invoke_at(addr: SocketAddr, name: &str) -> Value {
+    let mut response = test_client()
+        .post(format!("http://{addr}/api/tools/invoke"))
+        .send_json(&json!({"name": name}))
+        .await
+        .expect("invoke sent");
+    assert_eq!(response.status(), 200);
+    response.json().await.expect("an invoke answer")
+}
+
+#[actix_web::test]
+async fn a_tools_limits_are_kept_with_it_and_its_counts_start_again() {
+    let dir = TempDir::new("durability-limits");
+    let path = dir.path("state.redb");
+    let quota = CallbackServer::with("/quota", Reply::output(json!({"left": 1})));
+    let limits = json!({"max_concurrent": 2, "rate": {"calls": 1, "per_seconds": 3600},
+                        "dedupe_seconds": 7});
+    let mut body = json!({"name": "quota", "callback_url": quota.url("/quota"),
+                          "source": "plugin:q"});
+    for (field, value) in limits.as_object().unwrap() {
+        body[field] = value.clone();
+    }
+    let (mut child, addr) = serve(&path, &["Mio"], "info");
+    // Registered without a token: its source is nobody's, so the restored tool wakes as soon as
+    // its callback answers.
+    let (status, answer) = crate::cli::post(addr, "/api/tools/register", &body);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(invoke_at(addr, "quota").await["output"], json!({"left": 1}));
+    let refused = invoke_at(addr, "quota").await;
+    assert!(
+        refused["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("the tool quota may be called at most 1 time per 3600 s"),
+        "{refused}"
+    );
+    child.signal("KILL");
+    child.wait();
+
+    // Back, from the state file: the tool has its limits, and its count starts again.
+    let mut config = settings(&["Mio"]);
+    config.state.path = Some(path.clone());
+    let app = spawn_app_with(config).await;
+    let mut stream = open(&app, "", Some("0")).await.expect("stream opens");
+    stream
+        .wait_for("tools.changed", |d| d["op"] == "restored")
+        .await;
+    let (_, listing) = app.get("/api/tools?detail=full").await;
+    let tool = &listing["tools_by_role"]["Mio"][0];
+    for (field, value) in limits.as_object().unwrap() {
+        assert_eq!(&tool[field], value, "{field}: {tool}");
+    }
+    assert_eq!(
+        invoke_at(app.addr, "quota").await["output"],
+        json!({"left": 1})
+    );
+    assert_eq!(invoke_at(app.addr, "quota").await["is_error"], json!(true));
+    // Two calls reached it, one before the restart and one after (beside the probe that woke it).
+    let calls: Vec<String> = quota
+        .received()
+        .iter()
+        .filter(|r| r.method == "POST")
+        .map(|r| r.json()["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(calls, ["quota", "quota"]);
+}

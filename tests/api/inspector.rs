@@ -1176,6 +1176,7 @@ async fn each_tool_says_where_it_runs_and_each_kind_of_field_reads_its_type() {
         mcp_servers: vec![McpServerSettings {
             behavior: Default::default(),
             approval: Default::default(),
+            limits: Default::default(),
             name: "time".to_owned(),
             transport: McpTransport::Stdio {
                 command: time.to_string_lossy().into_owned(),
@@ -1847,5 +1848,127 @@ async fn opened_without_the_token_the_page_cannot_decide_and_says_how_to_open_it
     browser
         .wait_xpath("//p[@id='approvals-read-only'][@hidden]")
         .await;
+    browser.close().await;
+}
+
+/// The terms and values of a tool card's meta list, in order.
+async fn meta_of(browser: &Browser, card: &str) -> Vec<(String, String)> {
+    let meta = browser.wait_css(&format!("{card} dl.meta")).await;
+    let pairs = browser
+        .eval(
+            "return [...arguments[0].querySelectorAll(':scope > div')]
+                 .map((d) => [d.querySelector('dt').textContent, d.querySelector('dd').textContent]);",
+            vec![serde_json::to_value(&meta).expect("element as argument")],
+        )
+        .await;
+    serde_json::from_value(pairs).expect("terms and values")
+}
+
+#[actix_web::test]
+async fn each_tool_shows_its_limits_and_the_feed_what_held_a_call_back() {
+    let test = "each_tool_shows_its_limits_and_the_feed_what_held_a_call_back";
+    let Some(browser) = Browser::start(test, &[]).await else {
+        return;
+    };
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let app =
+        crate::helpers::app_with_session(&fake.url, &[], runtime_tools::Dialect::Openai, |_| {})
+            .await;
+    let callback = CallbackServer::start();
+    callback.route("/arm", Reply::output(json!({"moved": true})));
+    callback.route("/quota", Reply::output(json!({"left": 1})));
+    callback.route(
+        "/lights",
+        Reply::after(
+            std::time::Duration::from_millis(300),
+            Reply::output(json!({"on": true})),
+        ),
+    );
+    callback.route("/plain", Reply::output(json!(1)));
+    let with = |name: &str, limits: Value| {
+        let mut body = tool_with_timeout(name, &callback.url(&format!("/{name}")), "manual", 30.0);
+        for (field, value) in limits.as_object().unwrap() {
+            body[field] = value.clone();
+        }
+        body
+    };
+    register(&app, with("arm", json!({"max_concurrent": 1}))).await;
+    register(
+        &app,
+        with(
+            "quota",
+            json!({"max_concurrent": 3, "rate": {"calls": 1, "per_seconds": 60}}),
+        ),
+    )
+    .await;
+    register(&app, with("lights", json!({"dedupe_seconds": 5}))).await;
+    register(&app, with("plain", json!({}))).await;
+
+    browser.open(&app.url("/")).await;
+    let limits_of = |meta: Vec<(String, String)>| -> Vec<(String, String)> {
+        meta.into_iter()
+            .filter(|(term, _)| ["at once", "rate", "repeats"].contains(&term.as_str()))
+            .collect()
+    };
+    let pair = |term: &str, value: &str| (term.to_owned(), value.to_owned());
+    assert_eq!(
+        limits_of(meta_of(&browser, &card("Mio", "arm")).await),
+        [pair(
+            "at once",
+            "one call at a time; others wait their turn"
+        )]
+    );
+    assert_eq!(
+        limits_of(meta_of(&browser, &card("Mio", "quota")).await),
+        [
+            pair("at once", "at most 3 calls; others wait their turn"),
+            pair("rate", "at most 1 call per 60 s"),
+        ]
+    );
+    assert_eq!(
+        limits_of(meta_of(&browser, &card("Mio", "lights")).await),
+        [pair(
+            "repeats",
+            "a model's repeat within 5 s gets the first call's result"
+        )]
+    );
+    assert_eq!(
+        limits_of(meta_of(&browser, &card("Mio", "plain")).await),
+        []
+    );
+
+    // A call beyond the rate says so in the feed, as does a model's repeat, naming its first.
+    crate::callback_server::invoke_ok(&app, "quota", json!({})).await;
+    let (status, refused) =
+        crate::callback_server::invoke(&app, json!({"name": "quota", "arguments": {}})).await;
+    assert_eq!(
+        (status, &refused["is_error"]),
+        (200, &json!(true)),
+        "{refused}"
+    );
+    let held = browser
+        .wait_xpath(&feed_line("tool.call", " · rate limited"))
+        .await;
+    let line = |text: String| text.split_once("tool.call ").map(|(_, l)| l.to_owned());
+    let text = line(held.text().await.unwrap()).unwrap();
+    assert!(
+        text.starts_with("Mio · quota · called by invoke · ")
+            && text.ends_with(" ms · rate limited"),
+        "{text:?}"
+    );
+    crate::limits::model_calls(&fake, "c1", "lights", r#"{"on": true}"#).await;
+    crate::limits::model_calls(&fake, "c2", "lights", r#"{"on":true}"#).await;
+    let repeat = browser
+        .wait_xpath(&feed_line("tool.call", " · repeat of c1 · ok"))
+        .await;
+    let text = line(repeat.text().await.unwrap()).unwrap();
+    assert!(
+        text.starts_with("Mio · lights · called by own connection · ")
+            && text.ends_with(" ms · repeat of c1 · ok"),
+        "{text:?}"
+    );
+    // The repeat reached no plugin: the tool's two calls count no error.
+    let (text, _) = latency(&browser, &card("Mio", "lights"), 2).await;
+    assert!(text.contains("errors 0/2 (0%)"), "{text}");
     browser.close().await;
 }

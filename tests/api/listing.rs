@@ -263,12 +263,14 @@ async fn detail_full_adds_parameters_timeout_behavior_and_approval_and_nothing_e
              "callback_url": "http://127.0.0.1:9333/cb", "is_remote": true,
              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
              "timeout_seconds": 12.5, "behavior": "blocking",
-             "approval": "never", "approval_timeout_seconds": 120},
+             "approval": "never", "approval_timeout_seconds": 120,
+             "max_concurrent": null, "rate": null, "dedupe_seconds": 0},
             {"name": "idle", "description": "Does nothing.", "source": "inproc:idle",
              "callback_url": null, "is_remote": false,
              "parameters": {"type": "object", "properties": {}},
              "timeout_seconds": 300.0, "behavior": "blocking",
-             "approval": "never", "approval_timeout_seconds": 120}
+             "approval": "never", "approval_timeout_seconds": 120,
+             "max_concurrent": null, "rate": null, "dedupe_seconds": 0}
         ]}})
     );
     let (status, body) = app.get("/api/tools?detail=some").await;

@@ -48,6 +48,7 @@ mod inspector;
 mod interruptions;
 mod invoke;
 mod lifecycle;
+mod limits;
 mod listing;
 mod local_tools;
 mod mcp_bounds;

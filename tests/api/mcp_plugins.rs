@@ -552,6 +552,7 @@ fn configured(name: &str) -> McpServerSettings {
     McpServerSettings {
         behavior: Default::default(),
         approval: Default::default(),
+        limits: Default::default(),
         name: name.to_owned(),
         transport: McpTransport::Stdio {
             command: PathBuf::from("false").to_string_lossy().into_owned(),

@@ -30,6 +30,7 @@ fn stdio(name: &str, command: PathBuf, args: &[&str]) -> McpServerSettings {
     McpServerSettings {
         behavior: Default::default(),
         approval: Default::default(),
+        limits: Default::default(),
         name: name.to_owned(),
         transport: McpTransport::Stdio {
             command: command.to_string_lossy().into_owned(),

@@ -121,6 +121,7 @@ pub fn odd_stdio_server(python: PathBuf, env: &[(&str, &str)]) -> McpServerSetti
     McpServerSettings {
         behavior: Default::default(),
         approval: Default::default(),
+        limits: Default::default(),
         name: "odd".into(),
         transport: McpTransport::Stdio {
             command: python.to_string_lossy().into_owned(),

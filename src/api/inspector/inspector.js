@@ -509,7 +509,11 @@ async function refreshCalls() {
 function noteCall(call) {
   const key = callKey(call.role, call.tool);
   const calls = recentCalls.get(key) ?? [];
-  calls.push({ ms: Number(call.duration_ms), error: call.outcome !== "ok" });
+  // Counted from the outcome alone, as the recent calls have no more: a model's repeat
+  // (`deduplicated`) reached no plugin, so it is not one of the tool's failures (its first call
+  // is counted as it ended); a call held back by the tool's limits (`busy`, `rate_limited`) is.
+  const error = !["ok", "deduplicated"].includes(call.outcome);
+  calls.push({ ms: Number(call.duration_ms), error });
   if (calls.length > LATENCY_WINDOW) calls.shift();
   recentCalls.set(key, calls);
 }
@@ -576,6 +580,7 @@ function toolCard(role, tool) {
   if (!Number.isNaN(timeout)) meta.push(["timeout", `${timeout} s`]);
   // A non-blocking tool: a live model is answered at once, its result follows.
   if (tool.behavior === "non_blocking") meta.push(["behavior", "non-blocking: the talk goes on while it runs"]);
+  meta.push(...limitsOf(tool));
   article.append(definitionList("meta", meta));
   const latency = element("div", "latency");
   latency.setAttribute("aria-label", `Latency and errors of ${tool.name}`);
@@ -589,6 +594,22 @@ function toolCard(role, tool) {
   item.append(article);
   renderLatency(item, role, tool.name);
   return item;
+}
+
+/** A tool's own limits, as lines of its card: how many calls at once, its rate, repeats. */
+function limitsOf(tool) {
+  const lines = [];
+  const most = numberOf(tool.max_concurrent);
+  if (!Number.isNaN(most)) {
+    lines.push(["at once", most === 1 ? "one call at a time; others wait their turn" : `at most ${most} calls; others wait their turn`]);
+  }
+  if (tool.rate) {
+    const calls = numberOf(tool.rate.calls);
+    lines.push(["rate", `at most ${calls} ${calls === 1 ? "call" : "calls"} per ${numberOf(tool.rate.per_seconds)} s`]);
+  }
+  const dedupe = numberOf(tool.dedupe_seconds);
+  if (dedupe > 0) lines.push(["repeats", `a model's repeat within ${dedupe} s gets the first call's result`]);
+  return lines;
 }
 
 // ---- Try it -------------------------------------------------------------------------------
@@ -950,9 +971,13 @@ const handlers = {
       : data.caller;
     const ran = formatMs(Number(data.duration_ms));
     // A cancelled call (the person interrupted, or its caller went away) says how long it ran.
+    // What held a call back (its tool's limits) is named; a repeat names the call it repeats.
+    const held = { busy: "busy", rate_limited: "rate limited" };
     const outcome = data.cancelled
       ? `cancelled after ${ran}`
-      : `${ran} · ${data.is_error ? "error" : "ok"}`;
+      : data.outcome === "deduplicated"
+        ? `${ran} · repeat of ${data.first_call_id} · ${data.is_error ? "error" : "ok"}`
+        : `${ran} · ${held[data.outcome] ?? (data.is_error ? "error" : "ok")}`;
     const flag = data.cancelled ? "cancelled" : data.is_error ? "error" : null;
     addFeed("tool.call", `${data.role} · ${data.tool} · called by ${by} · ${outcome}`, flag);
     noteCall(data);

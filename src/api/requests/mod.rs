@@ -31,6 +31,7 @@ pub(crate) const MAX_TIMEOUT_SECONDS: f64 = MAX_TIMEOUT.as_secs() as f64;
 
 mod approval;
 mod conversation;
+mod limits;
 mod names;
 
 pub(crate) use approval::DecisionRequest;
@@ -117,6 +118,7 @@ impl RegisterRequest {
         let timeout = f.timeout("timeout_seconds");
         let behavior = f.behavior("behavior");
         let approval = f.approval();
+        let limits = f.limits();
         f.finish()?;
         let (
             Some(name),
@@ -141,7 +143,8 @@ impl RegisterRequest {
         Ok(Self {
             tool: ToolSpec::remote(name, description, parameters, source, callback_url, timeout)
                 .with_behavior(behavior)
-                .with_approval(approval.unwrap_or_default()),
+                .with_approval(approval.unwrap_or_default())
+                .with_limits(limits.unwrap_or_default()),
             role,
         })
     }
@@ -248,6 +251,7 @@ impl McpRegisterRequest {
         let timeout = f.timeout("timeout_seconds");
         let behavior = f.behavior("behavior");
         let approval = f.mcp_approval();
+        let limits = f.limits();
         f.finish()?;
         let (Some(name), Some(url), Some(source), Some(timeout), Some(behavior)) =
             (name, url, source, timeout, behavior)
@@ -263,6 +267,7 @@ impl McpRegisterRequest {
                 timeout,
                 behavior,
                 approval: approval.unwrap_or_default(),
+                limits: limits.unwrap_or_default(),
             },
         })
     }

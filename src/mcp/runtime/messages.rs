@@ -9,6 +9,7 @@ use crate::actors::change::ChangeReport;
 use crate::actors::router::RouterError;
 use crate::domain::approval::McpApproval;
 use crate::domain::callback_url::CallbackUrl;
+use crate::domain::limits::CallLimits;
 use crate::domain::ownership::TokenHash;
 use crate::domain::tool::Behavior;
 use crate::mcp::mapping::Skipped;
@@ -33,6 +34,8 @@ pub(crate) struct McpRegistration {
     pub behavior: Behavior,
     /// Which of its tools' calls wait for a person's approval.
     pub approval: McpApproval,
+    /// Each of its tools' limits (`max_concurrent`, `rate`, `dedupe_seconds`).
+    pub limits: CallLimits,
 }
 
 /// Register (or replace) an MCP server for a plugin; answers once its tools are registered and

@@ -311,7 +311,11 @@ impl McpPlugins {
                     d,
                     &registration.source,
                     server.owner(),
-                    (registration.behavior, registration.approval),
+                    (
+                        registration.behavior,
+                        registration.approval,
+                        registration.limits,
+                    ),
                 )
             })
             .collect();
@@ -539,7 +543,11 @@ impl McpPlugins {
                     d,
                     &registration.source,
                     server.owner(),
-                    (registration.behavior, registration.approval),
+                    (
+                        registration.behavior,
+                        registration.approval,
+                        registration.limits,
+                    ),
                 )
             })
             .collect();
@@ -684,6 +692,7 @@ mod tests {
             timeout: Duration::from_secs(30),
             behavior: Default::default(),
             approval: Default::default(),
+            limits: Default::default(),
         }
     }
 

@@ -94,7 +94,11 @@ pub(crate) fn restore(
         let Ok(definition) = mapping::definition(tool) else {
             continue;
         };
-        let policy = (registration.behavior, registration.approval);
+        let policy = (
+            registration.behavior,
+            registration.approval,
+            registration.limits,
+        );
         let spec = Arc::new(mapping::tool_spec(
             &definition,
             &registration.source,

@@ -113,6 +113,7 @@ impl SessionCore {
             role: &self.character,
             caller: Caller::Model,
             kind: Some(self.kind),
+            dedupe: Some(&self.dedupe),
         };
         let admission = match self.policy.admit(asker, &tool, &mut tool_call) {
             Ok(admission) => admission,

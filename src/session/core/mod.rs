@@ -62,7 +62,7 @@ use crate::domain::call::{ToolCall, ToolResult};
 use crate::domain::connection::ConnectionKind;
 use crate::domain::tool::SharedTool;
 use crate::events::EventHub;
-use crate::policy::{Admission, Policy};
+use crate::policy::{Admission, DedupeWindow, Policy};
 
 /// Who waits for one tool update to settle.
 pub(crate) type Waiter = oneshot::Sender<Result<(), SyncError>>;
@@ -186,8 +186,11 @@ pub(crate) struct SessionCore {
     upstream: String,
     /// Where the connection's state and the calls it answers are announced.
     events: EventHub,
-    /// What each call passes before it runs (a person's approval).
+    /// What each call passes before it runs (a person's approval, the tool's limits).
     policy: Policy,
+    /// The model connection's recent calls, for the tools with `dedupe_seconds`: a new one with
+    /// each connection (a new conversation).
+    dedupe: DedupeWindow,
     state: ConnectionState,
     /// When it connected (the client: its current connection or attempt).
     since: String,
@@ -278,6 +281,7 @@ impl SessionCore {
             upstream,
             events,
             policy,
+            dedupe: DedupeWindow::new(),
             state: ConnectionState::Connecting,
             since: rfc3339_now(),
             sync_timeout: settings.sync_timeout,
@@ -463,6 +467,7 @@ impl SessionCore {
         self.since = rfc3339_now();
         self.set_state(ConnectionState::Connected);
         self.limiter.reset();
+        self.dedupe = DedupeWindow::new();
         self.reset_floor();
         self.calls.clear();
         self.batches.clear();
