@@ -41,21 +41,29 @@ const FIND_LIMIT: usize = 5;
 const OFFERS_PER_SAMPLE: usize = 1_000;
 const SAMPLES: usize = 101;
 
-/// The 1,000 tools, in registration order, and how many kept the set's reduced schema because
-/// their full one was refused.
-fn tools() -> (Vec<SharedTool>, Catalog, usize) {
+/// The 1,000 tools, in registration order; how many kept the set's reduced schema because
+/// their full one was refused; and how many each set gave.
+fn tools() -> (Vec<SharedTool>, Catalog, usize, String) {
     let sets = [data::nestful(), data::complex_func_bench(), data::bfcl()];
     let mut tools: Vec<SharedTool> = Vec::with_capacity(TOOLS);
     let mut catalog = Catalog::new();
     let mut names = std::collections::HashSet::new();
     let mut refused = 0;
-    for tool in sets.iter().flat_map(|s| s.tools.iter()) {
+    let mut taken: Vec<(&str, usize)> = Vec::new();
+    for (set, tool) in sets
+        .iter()
+        .flat_map(|s| s.tools.iter().map(move |t| (s.name, t)))
+    {
         if tools.len() == TOOLS {
             break;
         }
         // The register route's names are at most 64 characters; a name taken twice is one tool.
         if tool.name.chars().count() > 64 || !names.insert(tool.name.clone()) {
             continue;
+        }
+        match taken.last_mut() {
+            Some((name, count)) if *name == set => *count += 1,
+            _ => taken.push((set, 1)),
         }
         let parameters = Parameters::new(tool.schema.clone()).unwrap_or_else(|_| {
             refused += 1;
@@ -83,7 +91,12 @@ fn tools() -> (Vec<SharedTool>, Catalog, usize) {
         TOOLS,
         "the sets hold fewer tools than measured"
     );
-    (tools, catalog, refused)
+    let taken = taken
+        .iter()
+        .map(|(set, count)| format!("{set} {count}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    (tools, catalog, refused, taken)
 }
 
 /// The searches a session made until it had found `BUDGET - 1` distinct tools: the sets' first
@@ -193,7 +206,7 @@ fn time_offer(budget: &Budget, tools: &[SharedTool], found: &Found) -> (f64, f64
 }
 
 fn main() {
-    let (tools, catalog, refused) = tools();
+    let (tools, catalog, refused, taken) = tools();
     let every = Budget {
         budget: TOOLS,
         pinned: Vec::new(),
@@ -216,7 +229,7 @@ fn main() {
     assert_eq!(full.tools[0].name, FIND_TOOLS);
 
     println!(
-        "{TOOLS} tools ({refused} with their set's reduced schema), budget {BUDGET}, no tool \
+        "{TOOLS} tools ({taken}; {refused} with their set's reduced schema), budget {BUDGET}, no tool \
          pinned; the full set after {searches} searches of {FIND_LIMIT} results"
     );
     println!(
