@@ -108,6 +108,14 @@ pub mod embedding {
     };
 }
 
+/// The tool definitions a model session is sent, as the server writes them on the wire: a
+/// realtime `session.update` and a chat or Responses request's `tools`. The budget's benchmark
+/// (benches/budget.rs) measures their bytes with every tool and with a budget's set.
+pub mod wire {
+    pub use crate::chat::wire::tools_text;
+    pub use crate::session::realtime::session_update_text;
+}
+
 /// Tool search: the ranking `GET /api/tools/search` uses, over any tool definitions (a
 /// character's are searched through its snapshot, `ToolSnapshot::search`). The benchmark that
 /// tunes and evaluates it (benches/tool_search.rs) uses it here.

@@ -48,6 +48,11 @@ pub struct Tool {
     pub description: String,
     /// As a JSON Schema object: `properties` with each one's `description` (what search reads).
     pub parameters: Map<String, Value>,
+    /// The parameters as the JSON Schema a plugin would register: types (the set's own type
+    /// words mapped to JSON Schema's), descriptions, `enum`, `default`, `items`, `required`
+    /// ([`json_schema`]). What a model is sent: only benches/budget.rs reads it.
+    #[allow(dead_code)]
+    pub schema: Map<String, Value>,
     pub source: String,
 }
 
@@ -160,6 +165,84 @@ fn schema_of_query_parameters(parameters: &Value) -> Map<String, Value> {
     schema_of(&json!({"properties": parameters.clone()}))
 }
 
+/// A set's type word as JSON Schema's, `None` for one it has no word for (`any`): BFCL writes
+/// Python's and Java's (`dict`, `float`, `tuple`, `String`, `long`, ...).
+fn json_type(word: &str) -> Option<&'static str> {
+    Some(match word.to_ascii_lowercase().as_str() {
+        "string" | "str" | "char" | "character" => "string",
+        "integer" | "int" | "long" | "short" | "byte" => "integer",
+        "number" | "float" | "double" => "number",
+        "boolean" | "bool" => "boolean",
+        "array" | "list" | "tuple" | "set" | "arraylist" => "array",
+        "object" | "dict" | "map" | "hashmap" => "object",
+        _ => return None,
+    })
+}
+
+/// One schema node of a set as JSON Schema: its type mapped ([`json_type`]), `description`,
+/// a non-empty `enum`, a non-null `default`, `items`, `properties` and `required`, the rest
+/// left out. A property's own `"required": true` (NESTFUL's) goes into `required_names`.
+fn json_node(node: &Value, name: &str, required_names: &mut Vec<Value>) -> Map<String, Value> {
+    let mut out = Map::new();
+    if let Some(word) = node.get("type").and_then(Value::as_str).and_then(json_type) {
+        out.insert("type".into(), json!(word));
+    }
+    if let Some(description) = node.get("description").and_then(Value::as_str)
+        && !description.is_empty()
+    {
+        out.insert("description".into(), json!(description));
+    }
+    if let Some(values) = node.get("enum").and_then(Value::as_array)
+        && !values.is_empty()
+    {
+        out.insert("enum".into(), Value::Array(values.clone()));
+    }
+    if let Some(default) = node.get("default").filter(|d| !d.is_null()) {
+        out.insert("default".into(), default.clone());
+    }
+    if let Some(items) = node.get("items").filter(|i| i.is_object()) {
+        out.insert(
+            "items".into(),
+            Value::Object(json_node(items, "", &mut Vec::new())),
+        );
+    }
+    if let Some(properties) = node.get("properties").and_then(Value::as_object)
+        && !properties.is_empty()
+    {
+        let mut required = Vec::new();
+        let mut kept = Map::new();
+        for (key, property) in properties {
+            kept.insert(
+                key.clone(),
+                Value::Object(json_node(property, key, &mut required)),
+            );
+        }
+        out.insert("properties".into(), Value::Object(kept));
+        if let Some(listed) = node.get("required").and_then(Value::as_array) {
+            required.extend(listed.iter().filter(|r| r.is_string()).cloned());
+        }
+        if !required.is_empty() {
+            out.insert("required".into(), Value::Array(required));
+        }
+    }
+    if node.get("required") == Some(&Value::Bool(true)) {
+        required_names.push(json!(name));
+    }
+    out
+}
+
+/// A BFCL `parameters` as the JSON Schema object a plugin registers.
+pub fn json_schema(parameters: &Value) -> Map<String, Value> {
+    let mut schema = json_node(parameters, "", &mut Vec::new());
+    schema.insert("type".into(), json!("object"));
+    schema
+}
+
+/// NESTFUL's `query_parameters` as the JSON Schema object a plugin registers.
+fn json_schema_of_query_parameters(parameters: &Value) -> Map<String, Value> {
+    json_schema(&json!({"properties": parameters.clone()}))
+}
+
 /// The single-turn categories of BFCL with an answer, in the order their definitions are taken.
 const BFCL_ANSWERED: [&str; 10] = [
     "simple_python",
@@ -201,6 +284,7 @@ pub fn bfcl() -> Set {
                         name,
                         description: text_of(&function["description"]),
                         parameters: schema_of(&function["parameters"]),
+                        schema: json_schema(&function["parameters"]),
                         source: String::new(),
                     });
                 }
@@ -253,6 +337,7 @@ fn nestful_files(root: &Path, spec: &str, data: &str, prefix: &str, set: &mut Se
             name,
             description: text_of(&tool["description"]),
             parameters: schema_of_query_parameters(&tool["query_parameters"]),
+            schema: json_schema_of_query_parameters(&tool["query_parameters"]),
             source: tool["host"].as_str().unwrap_or_default().to_owned(),
         });
     }

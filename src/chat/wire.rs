@@ -348,6 +348,23 @@ impl ToolFields<'_> {
 
 /// A `tools` array: the app's tools as written, then the registered ones in the wire format's
 /// shape.
+/// The registered `tools` of a chat completions request (`responses`: of a Responses API
+/// request) with no app tools, as the text on the wire: what a budget saves each round
+/// (benches/budget.rs).
+pub fn tools_text(tools: &[SharedTool], responses: bool) -> String {
+    let shape = if responses {
+        ToolShape::FlatLoose
+    } else {
+        ToolShape::Nested
+    };
+    let list = ToolList {
+        app: &[],
+        registered: tools,
+        shape,
+    };
+    serde_json::to_string(&list).expect("a tool list always serialises")
+}
+
 struct ToolList<'a> {
     app: &'a [ForeignTool],
     registered: &'a [SharedTool],

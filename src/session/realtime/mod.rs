@@ -131,6 +131,13 @@ pub(crate) fn merged_update_text(
     serde_json::to_string(&update).expect("a session update always serialises")
 }
 
+/// The `session.update` a realtime session sends to give its model `tools` and nothing of its
+/// own (no app tools or settings kept), as the text on the wire: what an embedding app or a
+/// benchmark (benches/budget.rs, the bytes a budget saves) can measure without a session.
+pub fn session_update_text(dialect: Dialect, tools: &[SharedTool]) -> String {
+    merged_update_text(dialect, tools, Keep::default(), "update")
+}
+
 #[derive(Serialize)]
 struct SessionUpdate<'a> {
     #[serde(rename = "type")]
