@@ -16,12 +16,14 @@
 //! Each is one of its character's active sessions: the character's
 //! [`SessionManager`](crate::actors::manager::SessionManager) sends every one of them the new
 //! tool list ([`SyncTools`]) and waits for them all. An application's own in-process session
-//! joins the same way, by handling [`SyncTools`].
+//! joins the same way, by handling [`SyncTools`]; its manager hands it the budget's set and
+//! answers its model's `find_tools` ([`embedded`]).
 
 pub(crate) mod attach;
 pub(crate) mod calls;
 mod client;
 pub(crate) mod core;
+pub(crate) mod embedded;
 pub(crate) mod gemini;
 pub(crate) mod live;
 pub(crate) mod outbox;
@@ -203,6 +205,9 @@ pub struct SessionHandle {
     /// sessions, which apply the budget themselves; `None` for an in-process session, which
     /// is sent [`SyncTools`].
     pub(crate) offer: Option<Recipient<OfferTools>>,
+    /// What the manager holds of a session it sends [`SyncTools`] (an in-process one): what
+    /// its model found and the set it was last handed. Set when it joins.
+    pub(crate) budgeted: Option<embedded::Budgeted>,
 }
 
 impl SessionHandle {
@@ -222,6 +227,7 @@ impl SessionHandle {
             close: session.clone().recipient(),
             context: None,
             offer: None,
+            budgeted: None,
         }
     }
 
