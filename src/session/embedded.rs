@@ -26,7 +26,7 @@ use serde_json::Value;
 
 use super::shell::SYNC_FALLBACK_MARGIN;
 use super::{CharacterTools, SessionHandle, SyncError, SyncTools};
-use crate::domain::budget::{FIND_TOOLS, FindTools, Found, find_tools};
+use crate::domain::budget::{FIND_TOOLS, FindTools, Found, MAX_QUERY_CHARS, find_tools};
 use crate::domain::call::{LocalHandler, LocalToolHandler, ToolCall, ToolOutcome};
 use crate::domain::tool::{SharedTool, ToolSpec};
 use crate::events::{EventHub, SearchKind};
@@ -171,7 +171,7 @@ pub(crate) fn search(
     // The dispatcher checked the arguments against the schema: this is a backstop.
     let Some(ask) = FindTools::read(&call.arguments) else {
         return ready(Err(format!(
-            "{FIND_TOOLS} takes a query of 1 to 512 characters"
+            "{FIND_TOOLS} takes a query of 1 to {MAX_QUERY_CHARS} characters"
         )));
     };
     let found = events.find_tools(
