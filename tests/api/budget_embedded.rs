@@ -34,6 +34,8 @@ struct AppSession {
     tools: Arc<Mutex<Arc<[SharedTool]>>>,
     lists: mpsc::UnboundedSender<Vec<String>>,
     gate: Option<(String, oneshot::Receiver<()>)>,
+    /// Lists that hold this tool are refused.
+    refuse: Option<String>,
     log: Log,
 }
 
@@ -53,7 +55,14 @@ impl actix::Handler<SyncTools> for AppSession {
             _ => None,
         };
         let log = self.log.clone();
+        let refused = self
+            .refuse
+            .as_ref()
+            .is_some_and(|name| names.contains(name));
         async move {
+            if refused {
+                return Err(SyncError::Other("the model takes no more tools".into()));
+            }
             if let Some(gate) = gate {
                 let _ = gate.await;
             }
@@ -109,6 +118,15 @@ impl App {
     /// Joins Mio with a session whose acknowledgement of a list holding `gate`'s tool waits for
     /// the gate.
     async fn join(app: &TestApp, gate: Option<(&str, oneshot::Receiver<()>)>) -> Self {
+        Self::join_refusing(app, gate, None).await
+    }
+
+    /// The same, with a session that refuses lists holding the tool `refuse`.
+    async fn join_refusing(
+        app: &TestApp,
+        gate: Option<(&str, oneshot::Receiver<()>)>,
+        refuse: Option<&str>,
+    ) -> Self {
         let tools = Arc::new(Mutex::new(Arc::from([])));
         let (sender, lists) = mpsc::unbounded_channel();
         let log = Log::default();
@@ -116,6 +134,7 @@ impl App {
             tools: tools.clone(),
             lists: sender,
             gate: gate.map(|(name, gate)| (name.to_owned(), gate)),
+            refuse: refuse.map(str::to_owned),
             log: log.clone(),
         }
         .start();
@@ -313,5 +332,29 @@ async fn with_search_off_an_in_process_session_keeps_within_the_budget_and_is_ov
         (&connection["offered_tools"], &connection["over_budget"]),
         (&json!(4), &json!(true)),
         "{connection}"
+    );
+}
+
+#[actix_web::test]
+async fn a_list_the_in_process_session_refuses_makes_the_search_a_tool_error() {
+    let callback = CallbackServer::with("/cb", Reply::output(json!("ok")));
+    let app = app_with(budget(8, &[], SearchMode::Auto)).await;
+    register_all(&app, &companion_tools(&callback, 40)).await;
+    let mut session = App::join_refusing(&app, None, Some("get_weather")).await;
+    assert_eq!(session.next_list().await, ["find_tools"]);
+    let search = session
+        .call(
+            &app,
+            "find_tools",
+            r#"{"query": "weather forecast for a city"}"#,
+        )
+        .await;
+    assert_eq!(session.next_list().await[1], "get_weather");
+    assert!(search.is_error);
+    let output: Value = serde_json::from_str(&search.model_text()).unwrap();
+    assert_eq!(
+        output,
+        json!({"error": "the tools found could not be added to the session: the model takes no \
+                         more tools", "is_error": true})
     );
 }
