@@ -2,7 +2,9 @@
 //! actor that handles `SyncTools` (each new tool list, to be acknowledged), `SessionStatus` and
 //! `CloseSession` joins the character with `JoinSession`; from then on every registration waits
 //! for it, as for any session. When its model calls a tool, it runs the call with the
-//! dispatcher directly. It announces its own state on the server's event hub
+//! dispatcher directly — `find_tools` too, when the character holds more tools than its budget
+//! and the list carries it: the server answers that call and hands the session the tools found
+//! first. It announces its own state on the server's event hub
 //! (`GET /api/events`, `session.state`), as the server's sessions do. When the person interrupts,
 //! it cancels the calls still running (the dispatcher drops them), answers each with the text the
 //! server's own sessions give the model, and announces it as a cancelled `tool.call`.

@@ -5,7 +5,10 @@
 //! The active sessions are any recipients of [`SyncTools`]: the server's own connection
 //! (`mode = "client"`), the relays of apps connected through `GET /v1/realtime`, attachments to
 //! live calls, and an application's in-process sessions. A change waits for all of them and
-//! fails the character if any refused or timed out.
+//! fails the character if any refused or timed out. Every one is offered the character's
+//! budget: the server's own apply it ([`OfferTools`]); an in-process session is handed the set
+//! the manager works out for it, and its model's `find_tools` is answered here
+//! ([`crate::session::embedded`]).
 //!
 //! Only the [`Router`](super::router::Router) talks to managers. Handlers apply a change
 //! synchronously, in mailbox order (so changes to one character apply in the order they arrive),
@@ -31,12 +34,14 @@ use crate::actors::change::ChangeFailure;
 use crate::chat::ChatReport;
 use crate::dispatch::Dispatcher;
 use crate::domain::budget::Budget;
+use crate::domain::call::ToolOutcome;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::registry::Change;
 use crate::domain::snapshot::{Superseded, ToolCell, ToolWriter};
 use crate::events::EventHub;
 use crate::policy::Policy;
 use crate::session::attach::{Attachment, JoinError, Joined};
+use crate::session::embedded::{self, Budgeted, SearchFor};
 use crate::session::settings::Dialect;
 use crate::session::settings::{
     DEFAULT_SYNC_TIMEOUT, SessionMode, SessionProtocol, SessionSettings,
@@ -311,7 +316,7 @@ impl SessionManager {
         let tools = character_tools(&self.tools, &self.budget);
         let replies: Vec<_> = self
             .sessions
-            .iter()
+            .iter_mut()
             .map(|s| {
                 let kind = s.kind;
                 let reply = hand(s, &tools);
@@ -352,17 +357,24 @@ fn character_tools(tools: &ToolWriter, budget: &Arc<Budget>) -> CharacterTools {
 }
 
 /// Hands `session` the character's tools: with the budget to a session of the server's own
-/// (it offers its model the set the budget gives for what it found), every tool to an
-/// application's in-process session (its model connection is the application's, which may
-/// apply the exported `Budget` itself).
+/// (it offers its model the set the budget gives for what it found); to an application's
+/// in-process session, the set the manager works out for it, when that changed.
 fn hand(
-    session: &SessionHandle,
+    session: &mut SessionHandle,
     tools: &CharacterTools,
 ) -> impl std::future::Future<Output = Result<Result<(), SyncError>, MailboxError>> + use<> {
-    match &session.offer {
-        Some(offer) => Either::Left(offer.send(OfferTools(tools.clone()))),
-        None => Either::Right(session.sync.send(SyncTools(tools.list.clone()))),
+    if let Some(offer) = &session.offer {
+        return Either::Left(offer.send(OfferTools(tools.clone())));
     }
+    let list = match session.budgeted.as_mut() {
+        Some(budgeted) => budgeted.offer(tools),
+        None => Some(tools.list.clone()),
+    };
+    Either::Right(match list {
+        Some(list) => Either::Left(session.sync.send(SyncTools(list))),
+        // Nothing it is handed changed.
+        None => Either::Right(std::future::ready(Ok(Ok(())))),
+    })
 }
 
 impl Actor for SessionManager {
@@ -399,8 +411,11 @@ impl Handler<ReportSession> for SessionManager {
             .map(|s| {
                 let reply = s.status.send(SessionStatus);
                 let (kind, upstream) = (s.kind, s.upstream.clone());
+                // An in-process session's report is the application's; whether it is over
+                // budget is the manager's to say.
+                let over_budget = s.budgeted.as_ref().is_some_and(Budgeted::over_budget);
                 async move {
-                    reply.await.unwrap_or_else(|_| ConnectionReport {
+                    let mut report = reply.await.unwrap_or_else(|_| ConnectionReport {
                         kind,
                         since: String::new(),
                         upstream,
@@ -414,7 +429,9 @@ impl Handler<ReportSession> for SessionManager {
                         gemini: None,
                         running_calls: Vec::new(),
                         conversation: Conversation::Idle,
-                    })
+                    });
+                    report.over_budget |= over_budget;
+                    report
                 }
             })
             .collect();
@@ -510,19 +527,43 @@ impl Handler<TellSessions> for SessionManager {
 impl Handler<AddSession> for SessionManager {
     type Result = ();
 
-    fn handle(&mut self, AddSession(session): AddSession, _: &mut Self::Context) {
+    fn handle(&mut self, AddSession(mut session): AddSession, ctx: &mut Self::Context) {
         tracing::debug!(character = %self.character, kind = session.kind.name(), "session added");
         // The current list goes out before anything the session receives later; nobody waits
         // for this acknowledgement.
         let tools = character_tools(&self.tools, &self.budget);
         match &session.offer {
             Some(offer) => offer.do_send(OfferTools(tools)),
-            None => session.sync.do_send(SyncTools(tools.list)),
+            None => {
+                let mut budgeted = Budgeted::new(ctx.address().recipient().downgrade());
+                if let Some(list) = budgeted.offer(&tools) {
+                    session.sync.do_send(SyncTools(list));
+                }
+                session.budgeted = Some(budgeted);
+            }
         }
         // The handles of sessions that ended since the last use go now: a character whose
         // apps come and go without a change in between must not keep one per app.
         self.sessions.retain(SessionHandle::is_open);
         self.sessions.push(session);
+    }
+}
+
+impl Handler<SearchFor> for SessionManager {
+    type Result = ResponseFuture<ToolOutcome>;
+
+    /// An in-process session's model called its `find_tools`.
+    fn handle(&mut self, search: SearchFor, _: &mut Self::Context) -> Self::Result {
+        let timeout = self.sync_timeout();
+        let tools = character_tools(&self.tools, &self.budget);
+        embedded::search(
+            &mut self.sessions,
+            search,
+            &self.character,
+            &tools,
+            &self.events,
+            timeout,
+        )
     }
 }
 

@@ -16,12 +16,14 @@
 //! Each is one of its character's active sessions: the character's
 //! [`SessionManager`](crate::actors::manager::SessionManager) sends every one of them the new
 //! tool list ([`SyncTools`]) and waits for them all. An application's own in-process session
-//! joins the same way, by handling [`SyncTools`].
+//! joins the same way, by handling [`SyncTools`]; its manager hands it the budget's set and
+//! answers its model's `find_tools` ([`embedded`]).
 
 pub(crate) mod attach;
 pub(crate) mod calls;
 mod client;
 pub(crate) mod core;
+pub(crate) mod embedded;
 pub(crate) mod gemini;
 pub(crate) mod live;
 pub(crate) mod outbox;
@@ -50,7 +52,9 @@ use crate::domain::connection::ConnectionKind;
 use crate::domain::snapshot::ToolSnapshot;
 use crate::domain::tool::SharedTool;
 
-/// Push a character's current tool list into a session and wait for its acknowledgement.
+/// Push a character's current tool list into a session and wait for its acknowledgement. For
+/// an in-process session the list is the character's budget's set for it (its own
+/// `find_tools` among them when over budget: see [`embedded`]).
 /// Answers at once when the session is not connected (the list goes out on connect). Every
 /// active session of a character handles it: the server's own, relays, attachments, and an
 /// application's in-process session (which says why it did not take a list with
@@ -203,6 +207,9 @@ pub struct SessionHandle {
     /// sessions, which apply the budget themselves; `None` for an in-process session, which
     /// is sent [`SyncTools`].
     pub(crate) offer: Option<Recipient<OfferTools>>,
+    /// What the manager holds of a session it sends [`SyncTools`] (an in-process one): what
+    /// its model found and the set it was last handed. Set when it joins.
+    pub(crate) budgeted: Option<embedded::Budgeted>,
 }
 
 impl SessionHandle {
@@ -222,6 +229,7 @@ impl SessionHandle {
             close: session.clone().recipient(),
             context: None,
             offer: None,
+            budgeted: None,
         }
     }
 

@@ -20,7 +20,7 @@ use crate::sessions::{call_event, response_done};
 use runtime_tools::{Budget, Dialect, SearchMode, SessionMode, SessionSettings};
 
 /// Tools of a companion: three that mean something, and fillers up to `count`.
-fn companion_tools(callback: &CallbackServer, count: usize) -> Vec<Value> {
+pub(crate) fn companion_tools(callback: &CallbackServer, count: usize) -> Vec<Value> {
     let url = callback.url("/cb");
     let tool = |name: &str, description: &str, properties: Value| {
         json!({"name": name, "description": description,
@@ -50,7 +50,7 @@ fn companion_tools(callback: &CallbackServer, count: usize) -> Vec<Value> {
     tools
 }
 
-fn budget(budget: usize, pinned: &[&str], search: SearchMode) -> Budget {
+pub(crate) fn budget(budget: usize, pinned: &[&str], search: SearchMode) -> Budget {
     Budget {
         budget,
         pinned: pinned.iter().map(|p| (*p).to_owned()).collect(),
@@ -59,14 +59,14 @@ fn budget(budget: usize, pinned: &[&str], search: SearchMode) -> Budget {
 }
 
 /// A server whose Mio talks to `url` with `session`'s settings and `tools` as its budget.
-async fn app_with(session: SessionSettings, tools: Budget) -> TestApp {
+pub(crate) async fn app_with(session: SessionSettings, tools: Budget) -> TestApp {
     let mut settings = settings(&["Mio"]);
     settings.characters[0].session = Some(session);
     settings.characters[0].tools = tools;
     spawn_app_with(settings).await
 }
 
-async fn register_all(app: &TestApp, tools: &[Value]) {
+pub(crate) async fn register_all(app: &TestApp, tools: &[Value]) {
     for tool in tools {
         let (status, answer) = app.register(tool).await;
         assert_eq!(status, 200, "{answer}");
@@ -74,7 +74,7 @@ async fn register_all(app: &TestApp, tools: &[Value]) {
 }
 
 /// Mio's only connection in `GET /api/sessions`.
-async fn mio_connection(app: &TestApp) -> Value {
+pub(crate) async fn mio_connection(app: &TestApp) -> Value {
     let (status, sessions) = app.get("/api/sessions").await;
     assert_eq!(status, 200, "{sessions}");
     sessions["sessions_by_role"]["Mio"]["connections"][0].clone()
@@ -95,7 +95,7 @@ fn update_with(events: &[Value], names: &[&str]) -> Option<usize> {
 }
 
 /// The counter `name{kind="KIND"}` in `GET /metrics`.
-async fn counter(app: &TestApp, name: &str, kind: &str) -> f64 {
+pub(crate) async fn counter(app: &TestApp, name: &str, kind: &str) -> f64 {
     let mut response = app
         .client
         .get(app.url("/metrics"))

@@ -23,6 +23,8 @@ pub struct TestApp {
     pub events: runtime_tools::EventHub,
     /// The operator token (`Authorization: Bearer`), as the person holds it.
     pub operator_token: String,
+    /// The server's dispatcher, for tests that run calls as an in-process session does.
+    pub dispatcher: runtime_tools::Dispatcher,
 }
 
 /// Settings for a test server on 127.0.0.1:0 with these characters.
@@ -68,6 +70,7 @@ pub async fn spawn_app_with(settings: Settings) -> TestApp {
     let stopper = app.stopper();
     let events = app.events();
     let operator_token = app.operator_token().expose().to_owned();
+    let dispatcher = app.dispatcher();
     actix_web::rt::spawn(app.run_until_stopped());
     TestApp {
         addr,
@@ -78,6 +81,7 @@ pub async fn spawn_app_with(settings: Settings) -> TestApp {
         stopper,
         events,
         operator_token,
+        dispatcher,
     }
 }
 

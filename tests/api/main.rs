@@ -11,6 +11,7 @@ mod auto_removal;
 mod bounds;
 mod browser;
 mod budget_chat;
+mod budget_embedded;
 mod budget_sessions;
 mod callback_server;
 mod callback_urls;
