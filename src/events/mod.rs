@@ -28,8 +28,7 @@ use sse_stream::Sse;
 use tokio::sync::mpsc;
 
 pub use self::calls::{CallStart, CallWatch, Caller, ToolCallFinished};
-#[allow(unused_imports)] // Found: named by the chat loop and /mcp answering find_tools, coming
-pub(crate) use self::search::{Found, SearchKind, ToolSearched};
+pub(crate) use self::search::{SearchKind, ToolSearched};
 use crate::domain::call::Scheduling;
 use crate::domain::connection::ConnectionKind;
 use crate::domain::role::RoleName;
