@@ -12,7 +12,7 @@
 //! characters that move or reorder text on a console (line and paragraph separators,
 //! bidirectional controls). Much of what is logged is a peer's text — a model's call id, an
 //! upstream's error, an MCP server's message — and it must not be able to write a line of its
-//! own, or reach the operator's terminal as an escape sequence ([`EscapedFields`]).
+//! own, or reach the operator's terminal as an escape sequence (`EscapedFields`).
 
 use std::fmt::{self, Write as _};
 use std::io::{self, Write};

@@ -26,7 +26,7 @@ use super::search::Hit;
 use super::tool::{BuiltIn, SharedTool, ToolHandler, ToolSpec};
 
 /// The name of the built-in search tool. No registration may take it
-/// ([`is_reserved_name`]).
+/// (`is_reserved_name`).
 pub const FIND_TOOLS: &str = "find_tools";
 
 /// The name of the built-in tool through which a Gemini Live session calls the tools
@@ -71,7 +71,7 @@ pub enum SearchMode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Budget {
     /// Most server tools one session is given at once (`find_tools` included), 1 to
-    /// [`MAX_BUDGET`].
+    /// `MAX_BUDGET`.
     pub budget: usize,
     /// Tools always in the set, when the character holds them.
     pub pinned: Vec<String>,
@@ -205,7 +205,7 @@ impl Budget {
 }
 
 /// The tools one session found with `find_tools`, most recently found last; at most
-/// [`MAX_BUDGET`] names, the oldest forgotten first.
+/// `MAX_BUDGET` names, the oldest forgotten first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Found {
     names: VecDeque<String>,

@@ -111,7 +111,7 @@ impl CallbackUrl {
         &self.parsed
     }
 
-    /// The URL as spans name it ([`for_spans`]: no query value, no fragment) and its host,
+    /// The URL as spans name it (`for_spans`: no query value, no fragment) and its host,
     /// shared.
     pub fn shared_text(&self) -> (&Arc<str>, &Arc<str>) {
         (&self.shared_url, &self.shared_host)

@@ -117,7 +117,7 @@ pub enum ToolHandler {
     /// An actor of an in-process plugin.
     Local(LocalToolHandler),
     /// A tool of the server's own, answered by whoever offered it to the model, never by a
-    /// callback ([`BuiltIn`]).
+    /// callback (`BuiltIn`).
     BuiltIn(BuiltIn),
 }
 

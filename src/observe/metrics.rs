@@ -21,7 +21,7 @@ use crate::domain::connection::ConnectionKind;
 
 /// Distinct `tool` label values at a time; past them, the name of a tool no character has any
 /// more gives its place up, and calls of a tool that finds none are counted under
-/// [`OTHER_TOOL`]. Far above the tools a deployment registers, low enough that a plugin
+/// `OTHER_TOOL`. Far above the tools a deployment registers, low enough that a plugin
 /// registering names in a loop cannot grow the exposition (and a scraper's memory) without
 /// bound.
 pub const MAX_TOOL_LABELS: usize = 500;
@@ -281,7 +281,7 @@ impl Metrics {
     }
 
     /// The `tool` label of `tool`: its name while it has a place among the
-    /// [`MAX_TOOL_LABELS`], else [`OTHER_TOOL`].
+    /// [`MAX_TOOL_LABELS`], else `OTHER_TOOL`.
     fn tool_label<'a>(&self, labels: &mut ToolLabels, tool: Option<&'a str>) -> &'a str {
         let Some(tool) = tool else {
             return OTHER_TOOL;

@@ -54,7 +54,7 @@ use crate::domain::tool::SharedTool;
 
 /// Push a character's current tool list into a session and wait for its acknowledgement. For
 /// an in-process session the list is the character's budget's set for it (its own
-/// `find_tools` among them when over budget: see [`embedded`]).
+/// `find_tools` among them when over budget: see the `embedded` module).
 /// Answers at once when the session is not connected (the list goes out on connect). Every
 /// active session of a character handles it: the server's own, relays, attachments, and an
 /// application's in-process session (which says why it did not take a list with
