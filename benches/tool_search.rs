@@ -40,6 +40,8 @@ use data::{Request, Set};
 const SPEED_TOOLS: usize = 10_000;
 /// What a search asks for in the speed figure (the route's default).
 const SPEED_LIMIT: usize = 10;
+/// Registrations followed by a search, in the speed figure's cost of a search after a change.
+const AFTER_CHANGE_ROUNDS: usize = 200;
 /// Rounds of every held-out request in the speed figure.
 const SPEED_ROUNDS: usize = 3;
 
@@ -441,15 +443,22 @@ fn speed(sets: &[Indexed]) {
         }
     });
     let registered = started.elapsed();
-    let snapshot = system.block_on(async {
-        router
-            .send(ListTools { role: None })
-            .await
-            .expect("router answers")
-            .expect("listed")
-            .remove(0)
-            .tools
-    });
+    let current = || {
+        system.block_on(async {
+            router
+                .send(ListTools { role: None })
+                .await
+                .expect("router answers")
+                .expect("listed")
+                .remove(0)
+                .tools
+        })
+    };
+    let snapshot = current();
+    // The first search indexes every tool (registering did no search work).
+    let start = Instant::now();
+    snapshot.search("weather", SPEED_LIMIT);
+    let first = start.elapsed();
     let queries: Vec<&str> = sets
         .iter()
         .flat_map(|s| {
@@ -472,6 +481,36 @@ fn speed(sets: &[Indexed]) {
     }
     times.sort();
     let at = |q: f64| times[((times.len() as f64 * q) as usize).min(times.len() - 1)];
+    // A search right after a registration that brings a new description: it brings the index
+    // up to date first (a walk over the tools, the new one's terms).
+    let mut after_change = Vec::with_capacity(AFTER_CHANGE_ROUNDS);
+    for (round, query) in queries.iter().take(AFTER_CHANGE_ROUNDS).enumerate() {
+        let tool = tools[round % tools.len()];
+        let spec = ToolSpec::remote(
+            tool.name.chars().take(64).collect::<String>(),
+            format!("{} (revision {round})", tool.description),
+            Parameters::new(registrable(&tool.parameters)).expect("a schema"),
+            "plugin:bench",
+            CallbackUrl::parse("http://127.0.0.1:9/cb").expect("a URL"),
+            Duration::from_secs(30),
+        );
+        system.block_on(async {
+            router
+                .send(RegisterTool {
+                    tool: spec,
+                    role: None,
+                })
+                .await
+                .expect("router answers")
+                .expect("registered");
+        });
+        let snapshot = current();
+        let start = Instant::now();
+        snapshot.search(query, SPEED_LIMIT);
+        after_change.push(start.elapsed());
+    }
+    after_change.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
     println!(
         "search over {} tools ({} registered in {:.1} s), limit {SPEED_LIMIT}, {} searches: \
          p50 {:.3} ms, p90 {:.3} ms, p99 {:.3} ms, max {:.3} ms ({:.1} hits each)",
@@ -484,6 +523,14 @@ fn speed(sets: &[Indexed]) {
         at(0.99).as_secs_f64() * 1e3,
         times[times.len() - 1].as_secs_f64() * 1e3,
         found as f64 / times.len() as f64
+    );
+    println!(
+        "the first search (indexing every tool): {:.1} ms; a search right after a \
+         registration of a new description, {} searches: p50 {:.3} ms, max {:.3} ms",
+        ms(first),
+        after_change.len(),
+        ms(after_change[after_change.len() / 2]),
+        ms(after_change[after_change.len() - 1]),
     );
 }
 

@@ -32,3 +32,4 @@ pub(crate) mod secrets;
 pub(crate) mod snapshot;
 pub(crate) mod sources;
 pub(crate) mod tool;
+pub(crate) mod tool_index;

@@ -5,21 +5,17 @@
 //! order of the rest. The index is keyed by each tool's own name (no copy of the key), so a
 //! registry is cheap to clone. Plain data: the session manager actor owns one and publishes it
 //! as a [`ToolSnapshot`](super::snapshot::ToolSnapshot).
-//!
-//! Beside the tools it keeps their search index ([`SearchIndex`]), changed by the same code
-//! that changes the tools, so the two never disagree: each tool's entry holds its slot there.
 
 use std::borrow::Borrow;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
 use foldhash::fast::RandomState;
-use indexmap::IndexMap;
-use indexmap::map::MutableKeys;
+use indexmap::IndexSet;
+use indexmap::set::MutableValues;
 
 use super::call::LocalToolHandler;
 use super::callback_url::CallbackOrigin;
-use super::search::{Hit, Query, SearchIndex, Weights};
 use super::tool::SharedTool;
 
 /// A change to one character's tools.
@@ -72,9 +68,7 @@ pub struct Effect {
 
 #[derive(Debug, Default, Clone)]
 pub struct ToolRegistry {
-    /// Each tool, with its slot in `index`.
-    tools: IndexMap<ByName, u32, RandomState>,
-    index: SearchIndex<SharedTool>,
+    tools: IndexSet<ByName, RandomState>,
 }
 
 /// A tool hashed and compared by its name, so the index needs no key of its own.
@@ -114,13 +108,7 @@ impl ToolRegistry {
                 self.insert(tool.clone());
                 0
             }
-            Change::Unregister(name) => match self.tools.shift_remove(name.as_str()) {
-                Some(slot) => {
-                    self.index.remove(slot);
-                    1
-                }
-                None => 0,
-            },
+            Change::Unregister(name) => usize::from(self.tools.shift_remove(name.as_str())),
             Change::ClearSource(source) => self.remove_where(|t| t.source == *source),
             Change::RemoveOrigin { source, origin } => {
                 self.remove_where(|t| t.is_served_by(source, origin))
@@ -148,56 +136,35 @@ impl ToolRegistry {
     }
 
     /// Adds `tool`, replacing a tool of the same name in its place. A replacement with the
-    /// same definition (a plugin registering again) keeps the search terms it has: the index
-    /// only swaps the tool.
+    /// same definition (a plugin registering again) takes the search terms the old one has,
+    /// if a search worked them out: the next search then has nothing to redo for it.
     fn insert(&mut self, tool: SharedTool) {
         match self.tools.get_full_mut2(tool.name.as_str()) {
-            Some((_, old, &mut slot)) => {
-                if old.0.same_definition(&tool) {
+            Some((_, old)) => {
+                if old.0.worked_out_search_terms().is_some() && old.0.same_definition(&tool) {
                     tool.adopt_search_terms(&old.0);
-                    self.index.replace_item(slot, tool.clone());
-                } else {
-                    let terms = tool.search_terms().clone();
-                    self.index.replace(slot, tool.clone(), terms);
                 }
                 *old = ByName(tool);
             }
             None => {
-                let terms = tool.search_terms().clone();
-                let slot = self.index.insert(tool.clone(), terms);
-                self.tools.insert(ByName(tool), slot);
+                self.tools.insert(ByName(tool));
             }
         }
     }
 
     fn remove_where(&mut self, doomed: impl Fn(&SharedTool) -> bool) -> usize {
         let before = self.tools.len();
-        let index = &mut self.index;
-        self.tools.retain(|t, &mut slot| {
-            if doomed(&t.0) {
-                index.remove(slot);
-                false
-            } else {
-                true
-            }
-        });
+        self.tools.retain(|t| !doomed(&t.0));
         before - self.tools.len()
     }
 
     pub fn get(&self, name: &str) -> Option<&SharedTool> {
-        self.tools.get_key_value(name).map(|(t, _)| &t.0)
+        self.tools.get(name).map(|t| &t.0)
     }
 
     /// The tools in registration order.
     pub fn tools(&self) -> impl ExactSizeIterator<Item = &SharedTool> {
-        self.tools.keys().map(|t| &t.0)
-    }
-
-    /// The `limit` tools that best match `text`, best first (equal scores by name,
-    /// ascending); only tools that share a term with it. See `domain::search`.
-    pub fn search(&self, text: &str, limit: usize) -> Vec<Hit<'_, SharedTool>> {
-        self.index
-            .rank(&Query::new(text), limit, &Weights::default())
+        self.tools.iter().map(|t| &t.0)
     }
 
     pub fn names(&self) -> impl Iterator<Item = &str> {

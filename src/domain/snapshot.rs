@@ -16,12 +16,15 @@ use arc_swap::ArcSwap;
 use super::registry::{Change, Effect, ToolRegistry};
 use super::search::Hit;
 use super::tool::SharedTool;
+use super::tool_index::SharedIndex;
 
 /// A character's tools after every change up to number `applied`.
 #[derive(Debug, Default, Clone)]
 pub struct ToolSnapshot {
     registry: ToolRegistry,
     applied: u64,
+    /// The character's search index, the same for all its snapshots (`tool_index`).
+    index: SharedIndex,
 }
 
 impl ToolSnapshot {
@@ -35,10 +38,11 @@ impl ToolSnapshot {
     }
 
     /// The `limit` tools of this snapshot that best match `text`, best first (equal scores by
-    /// name, ascending); only tools that share a term with it. Reads the index the registry
-    /// keeps: no lock, no message, nothing rebuilt.
+    /// name, ascending); only tools that share a term with it. On the caller's thread, without
+    /// a message; the first search after a change brings the character's index up to date
+    /// (`tool_index`).
     pub fn search(&self, text: &str, limit: usize) -> Vec<Hit<'_, SharedTool>> {
-        self.registry.search(text, limit)
+        self.index.search(&self.registry, self.applied, text, limit)
     }
 
     /// The number of the last change this snapshot includes (0: none yet).

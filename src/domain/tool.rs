@@ -315,6 +315,11 @@ impl ToolSpec {
             && self.parameters.same_schema(&other.parameters)
     }
 
+    /// The terms a search worked out for this tool, if one did.
+    pub(crate) fn worked_out_search_terms(&self) -> Option<&Arc<ToolTerms>> {
+        self.search.get()
+    }
+
     /// Takes the search terms `other` has worked out, if this tool has none yet (`other` has the
     /// same definition: [`ToolSpec::same_definition`]).
     pub(crate) fn adopt_search_terms(&self, other: &ToolSpec) {

@@ -85,11 +85,10 @@ impl<T> SearchIndex<T> {
         self.fill(slot, item, terms);
     }
 
-    /// The item in `slot`, whose terms are unchanged.
-    pub(crate) fn replace_item(&mut self, slot: u32, item: T) {
-        if let Some(doc) = self.slots[slot as usize].as_mut() {
-            doc.item = item;
-        }
+    /// Whether `slot` holds an item with `terms` (the same `Arc`).
+    pub(crate) fn holds(&self, slot: u32, terms: &Arc<ToolTerms>) -> bool {
+        self.doc(slot)
+            .is_some_and(|doc| Arc::ptr_eq(&doc.terms, terms))
     }
 
     /// Takes the item in `slot` out.

@@ -1,9 +1,8 @@
 //! Tool search: which of a character's tools a text asks for, ranked, locally and
 //! deterministically (no model, nothing fetched).
 //!
-//! Each character's registry keeps a [`SearchIndex`] up to date with every change it applies
-//! (`ToolRegistry::apply`), so every published snapshot carries the index of exactly its tools
-//! and a search reads it like any snapshot: on the caller's thread, without a message.
+//! Each character has one [`SearchIndex`], shared by its snapshots and brought up to date by the
+//! first search after a change (`domain::tool_index`): registering a tool does no search work.
 //! `text` splits and stems the words of tools and queries, `index` keeps the postings, `rank`
 //! scores them (BM25F and two bonuses; see [`Weights`]).
 
