@@ -518,6 +518,70 @@ async fn a_runtime_mcp_server_registered_on_a_full_disk_is_refused_whole() {
     assert_eq!(health["state"], "ok");
 }
 
+/// The binding a runtime MCP server's registration makes is stored before the server is
+/// connected to: on a full disk it is undone with the refusal (503), so the source is not left
+/// bound in memory alone — another plugin may take it once the disk has room, and the file
+/// agrees after a restart.
+#[actix_web::test]
+async fn a_runtime_mcp_servers_binding_the_full_disk_cannot_keep_is_undone() {
+    const TEST: &str = "a_runtime_mcp_servers_binding_the_full_disk_cannot_keep_is_undone";
+    let disk = match SmallDisk::mount("state-full-disk-mcp-bind") {
+        Ok(disk) => disk,
+        Err(reason) => return cannot_run(TEST, &reason),
+    };
+    let path = disk.path("state.redb");
+    let (mut child, addr) = serve(&path, &["Lanlan"], "info");
+    let fake = FakeMcp::start(
+        Listing::Tools(vec![json!({"name": "note", "description": "Write a note.",
+                                   "inputSchema": {"type": "object"}})]),
+        CallAnswer::Text("ok".into()),
+    );
+    let body = json!({"name": "notes", "url": fake.url(), "source": "plugin:mcp-notes"});
+
+    disk.fill();
+    fill_the_file(addr, &path);
+    let (status, answer) = register_mcp(addr, &body, TOKEN_A).await;
+    assert_not_stored(status, &answer, &path);
+    let (_, sources) = get(addr, "/api/sources");
+    let bound = sources["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|s| s["source"] == "plugin:mcp-notes" && s["bound"] == true);
+    assert!(
+        !bound,
+        "a binding the store could not keep is kept: {sources}"
+    );
+    let (_, servers) = get(addr, "/api/mcp");
+    assert!(
+        servers["runtime_mcp_servers"].get("notes").is_none(),
+        "{servers}"
+    );
+
+    disk.free();
+    let (status, answer) = register_mcp(addr, &body, TOKEN_B).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["tools"], json!(["note"]), "{answer}");
+    child.signal("KILL");
+    child.wait();
+    let (mut child, addr) = serve(&path, &["Lanlan"], "info");
+    let (status, answer) = register_mcp(addr, &body, TOKEN_A).await;
+    assert_eq!((status, answer), (403, not_owner("plugin:mcp-notes")));
+    child.signal("TERM");
+    child.wait();
+}
+
+/// `POST /api/mcp/register` with `token`, off the test's thread: the fake MCP server it
+/// connects to answers on that thread.
+async fn register_mcp(addr: SocketAddr, body: &Value, token: &'static str) -> (u16, Value) {
+    let body = body.clone();
+    actix_web::rt::task::spawn_blocking(move || {
+        post_with_token(addr, "/api/mcp/register", &body, token)
+    })
+    .await
+    .expect("the request was sent")
+}
+
 /// Large registrations of `source` on the full disk until one is refused (each made or not,
 /// never half): the file's free pages are then used up, and the store fails.
 fn fill_the_file(addr: SocketAddr, path: &Path) {

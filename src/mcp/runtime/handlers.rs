@@ -37,20 +37,26 @@ impl Handler<RegisterMcpServer> for McpPlugins {
         // The server it replaces, if any, is a change to that server's source too.
         let replaced = self.source_of(&registration.name);
         let who = Credential::Plugin(token);
-        match self
-            .owners
-            .authorize(who, replaced, Some(&registration.source))
-        {
-            Err(refused) => return Box::pin(fut::ready(Err(RouterError::from(refused).into()))),
-            Ok(Some((source, hash))) => {
-                // Kept before the registration's own record, which waits for its listing.
-                drop(self.journal(Op::Bind {
-                    source,
-                    hash: *hash.bytes(),
-                }));
-            }
-            Ok(None) => {}
-        }
+        // A binding this registration makes is stored before the server is connected to (and
+        // before the registration's own record, which waits for its listing); one the store
+        // cannot keep is undone, and nothing is registered.
+        let (binding, bound) =
+            match self
+                .owners
+                .authorize(who, replaced, Some(&registration.source))
+            {
+                Err(refused) => {
+                    return Box::pin(fut::ready(Err(RouterError::from(refused).into())));
+                }
+                Ok(Some((source, hash))) => {
+                    let stored = self.journal(Op::Bind {
+                        source: source.clone(),
+                        hash: *hash.bytes(),
+                    });
+                    (Some((source, hash)), stored)
+                }
+                Ok(None) => (None, None),
+            };
         self.next_generation += 1;
         let generation = self.next_generation;
         let name = registration.name.clone();
@@ -62,7 +68,13 @@ impl Handler<RegisterMcpServer> for McpPlugins {
             name: name.clone(),
             generation,
         };
-        let opening = open(registration.clone(), listener, self.max_result_bytes);
+        let opening = {
+            let (registration, max_result_bytes) = (registration.clone(), self.max_result_bytes);
+            async move {
+                durable(bound).await?;
+                Ok(open(registration, listener, max_result_bytes).await)
+            }
+        };
         Box::pin(opening.into_actor(self).then(move |opened, act, ctx| {
             // Registrations of one name take effect in the order they arrived: one that a later
             // one overtook while connecting is dropped.
@@ -70,6 +82,16 @@ impl Handler<RegisterMcpServer> for McpPlugins {
             if latest {
                 act.pending.shift_remove(&name);
             }
+            let opened = match opened {
+                Ok(opened) => opened,
+                Err(not_stored) => {
+                    if let Some((source, hash)) = binding {
+                        act.owners.with(|owners| owners.undo_binding(&source, &hash));
+                    }
+                    return Box::pin(fut::ready(Err(not_stored)))
+                        as LocalBoxActorFuture<Self, _>;
+                }
+            };
             let done: LocalBoxActorFuture<Self, Result<McpRegistered, McpPluginError>> =
                 match opened {
                     Err(failure) => {
