@@ -278,6 +278,11 @@ async fn a_call_that_does_not_get_its_turn_within_its_timeout_is_busy_and_never_
     // Two invokes take the door, one after the other; the model's call waits behind them.
     let first = invoking(&app, "door", "i1", json!({}));
     door.wait_for_requests(1).await;
+    // Not a wait for an event: the margin of a test of timeouts. The second call must get its
+    // turn when the first times out, before its own wait of 3 s is over; queued a moment after
+    // the first began, the two deadlines would be milliseconds apart, and on a loaded machine a
+    // timer that fires late gives the door to the model's call instead.
+    actix_web::rt::time::sleep(QUEUE_MARGIN).await;
     let second = invoking(&app, "door", "i2", json!({}));
     waiting(&app, "door", 1).await;
     model_calls(&own, "c3", "door", "{}").await;
@@ -461,6 +466,12 @@ async fn lights() -> (
     let (app, stream) = two_sessions(&own, &call, &[tool]).await;
     (own, call, plugin, app, stream)
 }
+
+/// How long after the first call began the second is queued, in the busy test: what a timer may
+/// fire late by on a loaded machine without the test's order changing (the tool's timeout is
+/// 3 s; the model's call, queued after the second, is told the door was busy 2 s before the
+/// second's turn ends).
+const QUEUE_MARGIN: Duration = Duration::from_secs(1);
 
 const KITCHEN_ON: &str = r#"{"on": true, "room": "kitchen"}"#;
 /// The same arguments, written otherwise.
