@@ -4,10 +4,12 @@
 //! Each character's registry keeps a [`SearchIndex`] up to date with every change it applies
 //! (`ToolRegistry::apply`), so every published snapshot carries the index of exactly its tools
 //! and a search reads it like any snapshot: on the caller's thread, without a message.
-//! `text` splits and stems the words of tools and queries, `index` keeps the postings, `rank`
-//! scores them (BM25F and two bonuses; see [`Weights`]).
+//! `text` splits and stems the words of tools and queries, `lexicon` holds what it knows of
+//! English beyond the stemmer (other forms of a word, words of asking, generic API verbs),
+//! `index` keeps the postings, `rank` scores them (BM25F and three bonuses; see [`Weights`]).
 
 mod index;
+mod lexicon;
 mod rank;
 mod text;
 
