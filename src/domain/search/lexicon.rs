@@ -222,7 +222,7 @@ pub(super) fn is_filler(word: &str) -> bool {
     )
 }
 
-/// Verbs that half of all tools' names start with (`get_`, `calculate_`, `find_`): a request
+/// Verbs that many tools' names start with (`get_`, `calculate_`, `find_`): a request
 /// says one of them whichever tool it wants. A query's such word counts for `Weights::verb`.
 pub(super) fn is_generic_verb(word: &str) -> bool {
     matches!(

@@ -43,7 +43,7 @@ pub struct Weights {
     pub filler: f64,
     /// What a query's generic verb of APIs (`get`, `calculate`, `find`, `retrieve`) counts
     /// for, against its other terms' 1, in the score and in the bonuses: most tools' names
-    /// start with one, so it tells the tool apart from its near-twins by its verb alone.
+    /// start with one, and counted in full it picks among near-twins by their verb alone.
     pub verb: f64,
     /// Candidates (by BM25F) the bonuses are worked out for.
     pub candidates: usize,
@@ -275,4 +275,61 @@ fn own_weight(query: &Query, i: usize, weights: &Weights) -> f64 {
 fn round(score: f64) -> f64 {
     let scale = 10f64.powi(SCORE_DECIMALS);
     (score * scale).round() / scale
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::Map;
+
+    use super::*;
+
+    fn index(tools: &[(&'static str, &str)]) -> SearchIndex<&'static str> {
+        let mut index = SearchIndex::default();
+        for &(name, description) in tools {
+            let terms = ToolTerms::new(name, description, &Map::new(), "plugin:test");
+            index.insert(name, Arc::new(terms));
+        }
+        index
+    }
+
+    fn names(index: &SearchIndex<&'static str>, query: &str) -> Vec<&'static str> {
+        index
+            .rank(&Query::new(query), 5, &Weights::default())
+            .into_iter()
+            .map(|hit| *hit.item)
+            .collect()
+    }
+
+    #[test]
+    fn a_word_finds_tools_that_say_another_of_its_forms() {
+        let index = index(&[
+            ("unit_conversion", "Conversion between units of length."),
+            ("weather", "The weather in a city."),
+        ]);
+        assert_eq!(names(&index, "convert inches"), ["unit_conversion"]);
+        assert_eq!(names(&index, "who won the match"), Vec::<&str>::new());
+        let index = super::tests::index(&[("game_winner", "The team that wins a game.")]);
+        assert_eq!(names(&index, "who won the match"), ["game_winner"]);
+    }
+
+    #[test]
+    fn words_of_asking_count_for_less_than_what_is_asked_for() {
+        let index = index(&[
+            ("help", "Help with using this assistant."),
+            ("get_forecast", "The weather forecast for a city."),
+        ]);
+        assert_eq!(
+            names(&index, "could you help me with the forecast")[0],
+            "get_forecast"
+        );
+        // Counted in full, the word of asking would put `help` first.
+        let full = Weights {
+            filler: 1.0,
+            ..Weights::default()
+        };
+        let first = index.rank(&Query::new("could you help me with the forecast"), 1, &full);
+        assert_eq!(*first[0].item, "help");
+    }
 }
