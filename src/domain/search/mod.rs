@@ -3,10 +3,12 @@
 //!
 //! Each character has one [`SearchIndex`], shared by its snapshots and brought up to date by the
 //! first search after a change (`domain::tool_index`): registering a tool does no search work.
-//! `text` splits and stems the words of tools and queries, `index` keeps the postings, `rank`
-//! scores them (BM25F and two bonuses; see [`Weights`]).
+//! `text` splits and stems the words of tools and queries, `lexicon` holds what it knows of
+//! English beyond the stemmer (other forms of a word, words of asking, generic API verbs),
+//! `index` keeps the postings, `rank` scores them (BM25F and three bonuses; see [`Weights`]).
 
 mod index;
+mod lexicon;
 mod rank;
 mod text;
 

@@ -1,7 +1,9 @@
 //! How a search ranks tools: BM25F over the fields (each weighed and length-normalised on its
-//! own before the term's count saturates), then, among the best candidates, a bonus for the
-//! share of the tool's name the query says and for query words found side by side in the name
-//! or description. Deterministic: the same tools and query always give the same scores, and
+//! own before the term's count saturates), each query term weighed by what it is (the query's
+//! own word 1; a word of asking or a generic API verb less; a related word or another form of
+//! the word less again), then, among the best candidates, a bonus for the share of the tool's
+//! name the query says, for the share of the query the tool says, and for query words found
+//! side by side in the name or description. Deterministic: the same tools and query always give the same scores, and
 //! equal scores are ordered by name.
 
 use std::cmp::Ordering;
@@ -10,7 +12,8 @@ use super::index::SearchIndex;
 use super::text::{FIELDS, Query, ToolTerms};
 
 /// The knobs of the ranking. [`Weights::default`] is what the server uses, tuned on the tuning
-/// part of the evaluation (3 requests in 10; docs/benchmarks.md, "Tool search").
+/// part of the evaluation (3 requests in 10; docs/benchmarks.md, "Tool search"): a coordinate
+/// search over every knob but `candidates`, `field.source` and `b.source`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Weights {
     /// Each field's weight: name, description, parameter names, parameter descriptions, source.
@@ -32,6 +35,16 @@ pub struct Weights {
     /// What a term related to a query's term (a word tools say the same thing with) counts for,
     /// against the query's own terms' 1; 0 leaves them out.
     pub related: f64,
+    /// What a stem of another form of a query's word (`conversion` for `convert`, `bought` for
+    /// `buy`) counts for, against the query's own terms' 1; 0 leaves them out.
+    pub forms: f64,
+    /// What a query's word of asking (`help`, `want`, `tell`, `looking`) counts for, against
+    /// its other terms' 1, in the score and in the bonuses: every kind of request has them.
+    pub filler: f64,
+    /// What a query's generic verb of APIs (`get`, `calculate`, `find`, `retrieve`) counts
+    /// for, against its other terms' 1, in the score and in the bonuses: most tools' names
+    /// start with one, and counted in full it picks among near-twins by their verb alone.
+    pub verb: f64,
     /// Candidates (by BM25F) the bonuses are worked out for.
     pub candidates: usize,
 }
@@ -45,9 +58,12 @@ impl Default for Weights {
             b: [0.0, 0.75, 0.48, 0.0, 0.0],
             k1: 1.92,
             name_coverage: 0.8,
-            adjacent: 0.390625,
+            adjacent: 0.48828125,
             coverage: 0.5,
             related: 0.12,
+            forms: 0.625,
+            filler: 0.28,
+            verb: 0.625,
             candidates: 100,
         }
     }
@@ -83,37 +99,14 @@ impl<T> SearchIndex<T> {
         let mut scores = vec![0.0f64; self.slots.len()];
         let mut touched: Vec<u32> = Vec::new();
         let related = query.related.iter().map(|t| (t, weights.related));
-        let terms = query.distinct.iter().map(|t| (t, 1.0)).chain(related);
+        let forms = query.forms.iter().map(|t| (t, weights.forms));
+        let own = query.distinct.iter().enumerate();
+        let terms = own
+            .map(|(i, t)| (t, own_weight(query, i, weights)))
+            .chain(related)
+            .chain(forms);
         for (term, weight) in terms {
-            if weight <= 0.0 {
-                continue;
-            }
-            let Some(list) = self.postings.get(term) else {
-                continue;
-            };
-            let idf = weight * idf(docs, list.len());
-            for posting in list {
-                let Some(doc) = self.doc(posting.slot) else {
-                    continue;
-                };
-                let mut weighted = 0.0;
-                let fields = posting.counts.iter().zip(&doc.lengths).zip(&average);
-                for (field, ((&count, &length), &average)) in fields.enumerate() {
-                    if count > 0 {
-                        let b = weights.b[field];
-                        let norm = 1.0 - b + b * f64::from(length) / average;
-                        weighted += weights.field[field] * f64::from(count) / norm;
-                    }
-                }
-                if weighted <= 0.0 {
-                    continue;
-                }
-                let score = &mut scores[posting.slot as usize];
-                if *score == 0.0 {
-                    touched.push(posting.slot);
-                }
-                *score += idf * weighted * (weights.k1 + 1.0) / (weighted + weights.k1);
-            }
+            self.accumulate(term, weight, &average, weights, &mut scores, &mut touched);
         }
         // The best candidates by BM25F (ties by slot, so the set is the same every time).
         let by_score = |a: &u32, b: &u32| {
@@ -126,7 +119,12 @@ impl<T> SearchIndex<T> {
             touched.select_nth_unstable_by(keep - 1, by_score);
             touched.truncate(keep);
         }
-        let query_idf: Vec<f64> = query.distinct.iter().map(|t| self.idf_of(t)).collect();
+        let query_idf: Vec<f64> = query
+            .distinct
+            .iter()
+            .enumerate()
+            .map(|(i, t)| self.idf_of(t) * own_weight(query, i, weights))
+            .collect();
         let mut ranked: Vec<(f64, u32)> = touched
             .iter()
             .map(|&slot| {
@@ -154,6 +152,47 @@ impl<T> SearchIndex<T> {
                 })
             })
             .collect()
+    }
+
+    /// Adds `term`'s BM25F score, times `weight`, to each tool that has it.
+    fn accumulate(
+        &self,
+        term: &str,
+        weight: f64,
+        average: &[f64; FIELDS],
+        weights: &Weights,
+        scores: &mut [f64],
+        touched: &mut Vec<u32>,
+    ) {
+        if weight <= 0.0 {
+            return;
+        }
+        let Some(list) = self.postings.get(term) else {
+            return;
+        };
+        let idf = weight * idf(self.live, list.len());
+        for posting in list {
+            let Some(doc) = self.doc(posting.slot) else {
+                continue;
+            };
+            let mut weighted = 0.0;
+            let fields = posting.counts.iter().zip(&doc.lengths).zip(average);
+            for (field, ((&count, &length), &average)) in fields.enumerate() {
+                if count > 0 {
+                    let b = weights.b[field];
+                    let norm = 1.0 - b + b * f64::from(length) / average;
+                    weighted += weights.field[field] * f64::from(count) / norm;
+                }
+            }
+            if weighted <= 0.0 {
+                continue;
+            }
+            let score = &mut scores[posting.slot as usize];
+            if *score == 0.0 {
+                touched.push(posting.slot);
+            }
+            *score += idf * weighted * (weights.k1 + 1.0) / (weighted + weights.k1);
+        }
     }
 
     /// The IDF of `term` in this index.
@@ -190,10 +229,12 @@ impl<T> SearchIndex<T> {
                 let term = &terms.terms[index as usize].term;
                 let idf = self.idf_of(term);
                 all += idf;
-                if query.distinct.contains(term) {
-                    said += idf;
+                if let Some(at) = query.distinct.iter().position(|t| t == term) {
+                    said += own_weight(query, at, weights) * idf;
                 } else if query.related.contains(term) {
                     said += weights.related * idf;
+                } else if query.forms.contains(term) {
+                    said += weights.forms * idf;
                 }
             }
             if all > 0.0 {
@@ -218,8 +259,77 @@ impl<T> SearchIndex<T> {
     }
 }
 
+/// What the query's `i`th distinct term counts for: 1, or less for a word of asking or a
+/// generic verb.
+fn own_weight(query: &Query, i: usize, weights: &Weights) -> f64 {
+    if query.filler[i] {
+        weights.filler
+    } else if query.verb[i] {
+        weights.verb
+    } else {
+        1.0
+    }
+}
+
 /// `score` rounded to [`SCORE_DECIMALS`] places.
 fn round(score: f64) -> f64 {
     let scale = 10f64.powi(SCORE_DECIMALS);
     (score * scale).round() / scale
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::Map;
+
+    use super::*;
+
+    fn index(tools: &[(&'static str, &str)]) -> SearchIndex<&'static str> {
+        let mut index = SearchIndex::default();
+        for &(name, description) in tools {
+            let terms = ToolTerms::new(name, description, &Map::new(), "plugin:test");
+            index.insert(name, Arc::new(terms));
+        }
+        index
+    }
+
+    fn names(index: &SearchIndex<&'static str>, query: &str) -> Vec<&'static str> {
+        index
+            .rank(&Query::new(query), 5, &Weights::default())
+            .into_iter()
+            .map(|hit| *hit.item)
+            .collect()
+    }
+
+    #[test]
+    fn a_word_finds_tools_that_say_another_of_its_forms() {
+        let index = index(&[
+            ("unit_conversion", "Conversion between units of length."),
+            ("weather", "The weather in a city."),
+        ]);
+        assert_eq!(names(&index, "convert inches"), ["unit_conversion"]);
+        assert_eq!(names(&index, "who won the match"), Vec::<&str>::new());
+        let index = super::tests::index(&[("game_winner", "The team that wins a game.")]);
+        assert_eq!(names(&index, "who won the match"), ["game_winner"]);
+    }
+
+    #[test]
+    fn words_of_asking_count_for_less_than_what_is_asked_for() {
+        let index = index(&[
+            ("help", "Help with using this assistant."),
+            ("get_forecast", "The weather forecast for a city."),
+        ]);
+        assert_eq!(
+            names(&index, "could you help me with the forecast")[0],
+            "get_forecast"
+        );
+        // Counted in full, the word of asking would put `help` first.
+        let full = Weights {
+            filler: 1.0,
+            ..Weights::default()
+        };
+        let first = index.rank(&Query::new("could you help me with the forecast"), 1, &full);
+        assert_eq!(*first[0].item, "help");
+    }
 }

@@ -414,13 +414,21 @@ static RELATED_STEMS: LazyLock<std::collections::HashMap<String, Vec<Arc<str>>>>
         map
     });
 
-/// A search's text as terms: in order (for words side by side), each distinct one once, and the
-/// terms related to them that it does not say itself.
+/// A search's text as terms: in order (for words side by side), each distinct one once, the
+/// terms related to them that it does not say itself, and the stems of its words' other forms
+/// (`lexicon::forms`) that it does not say either.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Query {
     pub(crate) order: Vec<Arc<str>>,
     pub(crate) distinct: Vec<Arc<str>>,
+    /// For each of `distinct`, whether it is a word of asking (`help`, `want`, `tell`) rather
+    /// than of what is asked for (`lexicon::is_filler`).
+    pub(crate) filler: Vec<bool>,
+    /// For each of `distinct`, whether it is a generic verb of APIs (`get`, `calculate`,
+    /// `find`: `lexicon::is_generic_verb`).
+    pub(crate) verb: Vec<bool>,
     pub(crate) related: Vec<Arc<str>>,
+    pub(crate) forms: Vec<Arc<str>>,
 }
 
 /// Terms read from a query at most: a query is at most 512 characters over HTTP, and no request
@@ -430,16 +438,31 @@ const MAX_QUERY_TERMS: usize = 256;
 impl Query {
     pub(crate) fn new(text: &str) -> Self {
         let mut query = Query::default();
-        terms(text, MAX_QUERY_TERMS, |term| {
+        let mut forms: Vec<String> = Vec::new();
+        let mut left = MAX_QUERY_TERMS;
+        words(text, |word| {
+            let Some(term) = term(word) else {
+                return true;
+            };
             let term = match query.distinct.iter().find(|t| ***t == *term) {
                 Some(known) => known.clone(),
                 None => {
-                    let term: Arc<str> = Arc::from(term);
+                    let term: Arc<str> = Arc::from(&*term);
                     query.distinct.push(term.clone());
+                    query.filler.push(super::lexicon::is_filler(word));
+                    query.verb.push(super::lexicon::is_generic_verb(word));
+                    super::lexicon::forms(word, |form| {
+                        let stem = STEMMER.stem(form);
+                        if *stem != *term && !forms.iter().any(|f| *f == *stem) {
+                            forms.push(stem.into_owned());
+                        }
+                    });
                     term
                 }
             };
             query.order.push(term);
+            left -= 1;
+            left > 0
         });
         for term in &query.distinct {
             for other in RELATED_STEMS.get(&**term).into_iter().flatten() {
@@ -448,6 +471,12 @@ impl Query {
                 }
             }
         }
+        query.forms = forms
+            .into_iter()
+            .filter(|f| !query.distinct.iter().any(|t| **t == **f))
+            .filter(|f| !query.related.iter().any(|t| **t == **f))
+            .map(Arc::from)
+            .collect();
         query
     }
 
@@ -539,6 +568,54 @@ mod tests {
         assert_eq!(
             related,
             ["convers", "exchang", "currenc", "money", "euro", "usd"]
+        );
+    }
+
+    #[test]
+    fn a_query_brings_the_stems_of_its_words_other_forms() {
+        let forms = |text: &str| -> Vec<String> {
+            Query::new(text)
+                .forms
+                .iter()
+                .map(|t| t.to_string())
+                .collect()
+        };
+        // Derivations the stemmer leaves apart, either way round.
+        assert!(forms("a time extension").contains(&"extend".to_owned()));
+        assert!(forms("extend").contains(&"extens".to_owned()));
+        assert!(forms("analysis of the text").contains(&"analyz".to_owned()));
+        assert!(forms("historical events").contains(&"histori".to_owned()));
+        assert!(forms("top players").contains(&"play".to_owned()));
+        assert!(forms("Canadian dollars").contains(&"canada".to_owned()));
+        // Irregular forms and spellings.
+        assert!(forms("who won the game").contains(&"win".to_owned()));
+        assert!(forms("what I bought").contains(&"buy".to_owned()));
+        assert!(forms("the colour").contains(&"color".to_owned()));
+        // Never the query's own terms.
+        let query = Query::new("convert the conversion");
+        assert!(query.forms.iter().all(|f| !query.distinct.contains(f)));
+    }
+
+    #[test]
+    fn words_of_asking_are_marked() {
+        let query = Query::new("Could you help me find a hotel? I want one near the sea");
+        let marked: Vec<(&str, bool)> = query
+            .distinct
+            .iter()
+            .zip(&query.filler)
+            .map(|(t, &f)| (&**t, f))
+            .collect();
+        assert_eq!(
+            marked,
+            [
+                ("help", true),
+                ("find", false),
+                ("hotel", false),
+                ("want", true),
+                ("one", false),
+                ("near", false),
+                ("sea", false)
+            ]
         );
     }
 
