@@ -449,6 +449,27 @@ fn registrable(parameters: &Map<String, Value>) -> Map<String, Value> {
     schema
 }
 
+/// Registers `tool` as `name` with `description` on the one character, as a plugin would.
+/// Names over the register route's 64 characters are cut; a clash just replaces.
+async fn register(router: &Addr<Router>, name: &str, description: String, tool: &data::Tool) {
+    let spec = ToolSpec::remote(
+        name.chars().take(64).collect::<String>(),
+        description,
+        Parameters::new(registrable(&tool.parameters)).expect("a schema"),
+        "plugin:bench",
+        CallbackUrl::parse("http://127.0.0.1:9/cb").expect("a URL"),
+        Duration::from_secs(30),
+    );
+    router
+        .send(RegisterTool {
+            tool: spec,
+            role: None,
+        })
+        .await
+        .expect("router answers")
+        .expect("registered");
+}
+
 /// p50 and p99 of one search over [`SPEED_TOOLS`] tools registered on one character, through
 /// the snapshot a reader loads (what the route and `find_tools` do).
 fn speed(sets: &[Indexed]) {
@@ -472,25 +493,7 @@ fn speed(sets: &[Indexed]) {
             } else {
                 format!("{}_{copy}", tool.name)
             };
-            // Names over the register route's 64 characters are cut; a clash just replaces.
-            let name: String = name.chars().take(64).collect();
-            let parameters = Parameters::new(registrable(&tool.parameters)).expect("a schema");
-            let spec = ToolSpec::remote(
-                name,
-                tool.description.clone(),
-                parameters,
-                "plugin:bench",
-                CallbackUrl::parse("http://127.0.0.1:9/cb").expect("a URL"),
-                Duration::from_secs(30),
-            );
-            router
-                .send(RegisterTool {
-                    tool: spec,
-                    role: None,
-                })
-                .await
-                .expect("router answers")
-                .expect("registered");
+            register(&router, &name, tool.description.clone(), tool).await;
         }
     });
     let registered = started.elapsed();
@@ -537,24 +540,8 @@ fn speed(sets: &[Indexed]) {
     let mut after_change = Vec::with_capacity(AFTER_CHANGE_ROUNDS);
     for (round, query) in queries.iter().take(AFTER_CHANGE_ROUNDS).enumerate() {
         let tool = tools[round % tools.len()];
-        let spec = ToolSpec::remote(
-            tool.name.chars().take(64).collect::<String>(),
-            format!("{} (revision {round})", tool.description),
-            Parameters::new(registrable(&tool.parameters)).expect("a schema"),
-            "plugin:bench",
-            CallbackUrl::parse("http://127.0.0.1:9/cb").expect("a URL"),
-            Duration::from_secs(30),
-        );
-        system.block_on(async {
-            router
-                .send(RegisterTool {
-                    tool: spec,
-                    role: None,
-                })
-                .await
-                .expect("router answers")
-                .expect("registered");
-        });
+        let description = format!("{} (revision {round})", tool.description);
+        system.block_on(register(&router, &tool.name, description, tool));
         let snapshot = current();
         let start = Instant::now();
         snapshot.search(query, SPEED_LIMIT);
