@@ -71,7 +71,7 @@ pub(crate) use reads::ShareDirectory;
 pub use reads::{ListCharacters, ListSessions, ListTools, ResolveTool};
 pub(crate) use routing::{
     ChangeRequest, ListingRecord, McpListing, PluginChange, RemoveDeadOrigin, SourceCleared,
-    WatchClears,
+    SourceReplaced, WatchClears,
 };
 pub use routing::{ClearSource, RegisterTool, ReplaceSource, UnregisterTool};
 pub(crate) use sessions::ResolveRelay;

@@ -589,7 +589,8 @@ impl McpPlugins {
         }));
     }
 
-    /// Takes server `name` away: its tools from every character (`remove_tools`), its report
+    /// Takes server `name` away: its tools from every character (`remove_tools`, in the commit
+    /// that removes it from the store; without, it leaves the store on its own), its report
     /// from the board; resolves to the router's report once the tools are gone and the
     /// connection is closed (or [`CLOSE_TIMEOUT`] passed; not awaited when `wait_close` is
     /// false), or to the router having stopped.
@@ -600,31 +601,19 @@ impl McpPlugins {
         remove_tools: bool,
         wait_close: bool,
     ) -> Option<BoxFuture<'static, Result<ChangeReport, McpPluginError>>> {
-        let server = self.servers.shift_remove(name)?;
-        server.kept.store(false, Ordering::Release);
-        self.board.remove_runtime(name, reason);
-        let stored = self.journal(Op::McpUnregister {
-            name: name.to_owned(),
-        });
-        let removal = remove_tools.then(|| {
-            self.router.send(ReplaceSource {
-                source: server.registration.source.clone(),
-                tools: Vec::new(),
-                roles: None,
-                owner: Some(server.owner()),
-            })
-        });
-        let closing = close(server.cancel, server.closed);
-        let closing = if wait_close {
-            closing.boxed()
+        let (source, owner, closing) = self.let_go(name, reason, wait_close)?;
+        let (removal, stored) = if remove_tools {
+            (Some(self.remove_with_tools(name, source, owner)), None)
         } else {
-            actix::spawn(closing);
-            async {}.boxed()
+            let stored = self.journal(Op::McpUnregister {
+                name: name.to_owned(),
+            });
+            (None, stored)
         };
         Some(
             async move {
                 let report = match removal {
-                    Some(removal) => removal.await.map_err(|_| McpPluginError::RouterStopped),
+                    Some(removal) => removal.await,
                     None => Ok(ChangeReport::default()),
                 };
                 closing.await;
@@ -633,6 +622,29 @@ impl McpPlugins {
             }
             .boxed(),
         )
+    }
+
+    /// Takes server `name` out of this registry and the board and closes its connection:
+    /// resolves once it is closed (at once when `wait_close` is false). Its tools and its
+    /// record in the store are the caller's; returns its source and the handler its tools run on.
+    fn let_go(
+        &mut self,
+        name: &str,
+        reason: &str,
+        wait_close: bool,
+    ) -> Option<(String, LocalToolHandler, BoxFuture<'static, ()>)> {
+        let server = self.servers.shift_remove(name)?;
+        server.kept.store(false, Ordering::Release);
+        self.board.remove_runtime(name, reason);
+        let (source, owner) = (server.registration.source.clone(), server.owner());
+        let closing = close(server.cancel, server.closed);
+        let closing = if wait_close {
+            closing.boxed()
+        } else {
+            actix::spawn(closing);
+            async {}.boxed()
+        };
+        Some((source, owner, closing))
     }
 }
 

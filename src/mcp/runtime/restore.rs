@@ -27,7 +27,10 @@ use rmcp::model::Tool;
 use super::connection::open;
 use super::messages::{McpRegistration, McpUnregistered};
 use super::{Listener, McpPluginError, McpPlugins};
-use crate::actors::router::{ReplaceSource, RouterError, SourceMayWake};
+use crate::actors::change::ChangeReport;
+use crate::actors::router::{
+    ListingRecord, McpListing, ReplaceSource, RouterError, SourceMayWake, SourceReplaced,
+};
 use crate::domain::call::{LocalHandler, LocalToolHandler, ToolCall, ToolOutcome};
 use crate::domain::dormant::{DormantTool, FIRST_PROBE_BACKOFF, next_backoff};
 use crate::domain::ownership::TokenHash;
@@ -202,6 +205,42 @@ impl McpPlugins {
         self.store.as_ref().map(|store| store.submit(op))
     }
 
+    /// Removes server `name` from the store and its tools (those `owner` runs, of `source`)
+    /// from every character, in one commit: both are made, or neither (a store that cannot
+    /// keep it refuses the change, and the server's tools stay where they are).
+    pub(super) fn remove_with_tools(
+        &self,
+        name: &str,
+        source: String,
+        owner: LocalToolHandler,
+    ) -> BoxFuture<'static, Result<ChangeReport, McpPluginError>> {
+        let record: Option<ListingRecord> = self.store.as_ref().map(|_| {
+            let name = name.to_owned();
+            Box::new(move |_: &[String]| vec![Op::McpUnregister { name }]) as ListingRecord
+        });
+        let removal = self.router.send(McpListing {
+            replace: ReplaceSource {
+                source,
+                tools: Vec::new(),
+                roles: None,
+                owner: Some(owner),
+            },
+            token: None,
+            record,
+        });
+        async move {
+            match removal.await {
+                Err(_) => Err(McpPluginError::RouterStopped),
+                Ok(SourceReplaced {
+                    not_stored: Some(why),
+                    ..
+                }) => Err(McpPluginError::Router(RouterError::NotStored(why))),
+                Ok(replaced) => Ok(replaced.report),
+            }
+        }
+        .boxed()
+    }
+
     /// Starts probing each restored server that may wake, and sets the timer that removes each
     /// that has not answered by its deadline.
     pub(super) fn watch_restored(&mut self, ctx: &mut Context<Self>) {
@@ -334,19 +373,10 @@ impl McpPlugins {
     ) -> Option<BoxFuture<'static, Result<McpUnregistered, McpPluginError>>> {
         let gone = self.restoring.shift_remove(name)?;
         self.board.remove_runtime(name, reason);
-        let stored = self.journal(Op::McpUnregister {
-            name: name.to_owned(),
-        });
-        let removal = self.router.send(ReplaceSource {
-            source: gone.registration.source.clone(),
-            tools: Vec::new(),
-            roles: None,
-            owner: Some(gone.owner),
-        });
+        let removal = self.remove_with_tools(name, gone.registration.source.clone(), gone.owner);
         Some(
             async move {
-                let report = removal.await.map_err(|_| McpPluginError::RouterStopped)?;
-                durable(stored).await?;
+                let report = removal.await?;
                 Ok(McpUnregistered {
                     removed: true,
                     report,
