@@ -31,7 +31,8 @@ pub(crate) struct ToolIndex {
 
 impl fmt::Debug for ToolIndex {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let synced = self.synced.read().ok();
+        // Never waits: a search may be bringing the index up to date.
+        let synced = self.synced.try_read().ok();
         f.debug_struct("ToolIndex")
             .field("applied", &synced.as_ref().map(|s| s.applied))
             .field("tools", &synced.as_ref().map(|s| s.index.len()))
