@@ -301,6 +301,7 @@ fn knobs() -> Vec<Knob> {
         ("forms", |w| &mut w.forms),
         ("filler", |w| &mut w.filler),
         ("verb", |w| &mut w.verb),
+        ("meaning", |w| &mut w.meaning),
     ]
 }
 
@@ -353,21 +354,26 @@ fn quality(sets: &[Indexed], split: Split, weights: &Weights) {
     );
     println!(
         "| set | tools | requests | tools needed (mean) | plain BM25 | this ranking | \
-         BM25F alone (bonuses off) |"
+         words alone (vectors off) | BM25F alone (bonuses and vectors off) |"
     );
-    println!("| --- | ---: | ---: | ---: | --- | --- | --- |");
+    println!("| --- | ---: | ---: | ---: | --- | --- | --- | --- |");
+    let words_only = Weights {
+        meaning: 0.0,
+        ..weights.clone()
+    };
     let plain_only = Weights {
         name_coverage: 0.0,
         adjacent: 0.0,
         coverage: 0.0,
-        ..weights.clone()
+        ..words_only.clone()
     };
     let show = |r: &Tally| format!("{:.3} / {:.3} / {:.3}", r.at1(), r.at5(), r.all5());
-    let mut means = [[0.0; 3]; 3];
+    let mut means = [[0.0; 3]; 4];
     let mut notes = Vec::new();
     for s in sets {
         let b = baseline(s, split);
         let o = ours(s, split, weights);
+        let w = ours(s, split, &words_only);
         let f = ours(s, split, &plain_only);
         let taken: Vec<&Request> = s
             .set
@@ -378,12 +384,13 @@ fn quality(sets: &[Indexed], split: Split, weights: &Weights) {
         let needed =
             taken.iter().map(|r| r.targets.len()).sum::<usize>() as f64 / taken.len().max(1) as f64;
         println!(
-            "| {} | {} | {} | {needed:.2} | {} | {} | {} |",
+            "| {} | {} | {} | {needed:.2} | {} | {} | {} | {} |",
             s.set.name,
             s.set.tools.len(),
             o.all.requests,
             show(&b.all),
             show(&o.all),
+            show(&w.all),
             show(&f.all)
         );
         // The row of one-tool requests, where most need one (BFCL): the kind of request the
@@ -391,16 +398,17 @@ fn quality(sets: &[Indexed], split: Split, weights: &Weights) {
         let mostly_one = 2 * o.one.requests > o.all.requests;
         if mostly_one && o.one.requests < o.all.requests {
             println!(
-                "| {}, one tool needed | {} | {} | 1 | {} | {} | {} |",
+                "| {}, one tool needed | {} | {} | 1 | {} | {} | {} | {} |",
                 s.set.name,
                 s.set.tools.len(),
                 o.one.requests,
                 show(&b.one),
                 show(&o.one),
+                show(&w.one),
                 show(&f.one)
             );
         }
-        for (mean, r) in means.iter_mut().zip([b.all, o.all, f.all]) {
+        for (mean, r) in means.iter_mut().zip([b.all, o.all, w.all, f.all]) {
             let n = sets.len() as f64;
             mean[0] += r.at1() / n;
             mean[1] += r.at5() / n;
@@ -431,10 +439,11 @@ fn quality(sets: &[Indexed], split: Split, weights: &Weights) {
     }
     let show = |m: &[f64; 3]| format!("{:.3} / {:.3} / {:.3}", m[0], m[1], m[2]);
     println!(
-        "| mean of the sets | | | | {} | {} | {} |",
+        "| mean of the sets | | | | {} | {} | {} | {} |",
         show(&means[0]),
         show(&means[1]),
-        show(&means[2])
+        show(&means[2]),
+        show(&means[3])
     );
     for note in notes {
         println!("{note}");
@@ -572,6 +581,32 @@ fn speed(sets: &[Indexed]) {
     );
 }
 
+/// Writes every set's tools and requests, with each request's part and the ranking's 100 best
+/// and their scores, as JSON lines: for studying the ranking outside this harness.
+fn dump(sets: &[Indexed], weights: &Weights, path: &str) {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path).expect("a dump file"));
+    for s in sets {
+        for t in &s.set.tools {
+            let line = json!({"set": s.set.name, "tool": t.name, "description": t.description,
+                "parameters": t.parameters, "source": t.source});
+            writeln!(out, "{line}").expect("written");
+        }
+        for r in &s.set.requests {
+            let ranked: Vec<Value> = s
+                .catalog
+                .search(&r.text, 100, weights)
+                .into_iter()
+                .map(|(name, score)| json!([name, score]))
+                .collect();
+            let line = json!({"set": s.set.name, "request": r.id, "text": r.text,
+                "targets": r.targets, "tuning": data::is_tuning(s.set.name, &r.id),
+                "ranked": ranked});
+            writeln!(out, "{line}").expect("written");
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let has = |flag: &str| args.iter().any(|a| a == flag);
@@ -631,6 +666,10 @@ fn main() {
                 }
             }
         }
+        return;
+    }
+    if let Some(i) = args.iter().position(|a| a == "--dump") {
+        dump(&sets, &weights, &args[i + 1]);
         return;
     }
     if has("--tune") {

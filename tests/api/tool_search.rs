@@ -1,7 +1,8 @@
 //! `GET /api/tools/search`: a character's tools ranked for a text over the real server — the
 //! answer's shape and order (ties by name), the index following every register, replacement
 //! and removal, each refusal with its exact body, the `tool.search` event (never the query's
-//! text) and its metric; and the inspector's search box, in headless Chromium, using the route.
+//! text) and its metric; what a query is about deciding where its words rank tools alike; and
+//! the inspector's search box, in headless Chromium, using the route.
 
 use serde_json::{Value, json};
 
@@ -174,6 +175,58 @@ async fn a_search_answers_the_characters_best_tools_first_with_their_source_and_
     }
     let (_, answer) = search(&app, &[("role", "Mio"), ("q", "umbrella")]).await;
     assert_eq!(names(&answer), ["umbrella_advice"]);
+}
+
+#[actix_web::test]
+async fn where_the_words_rank_tools_alike_what_the_query_is_about_decides() {
+    let app = spawn_app(&["Lanlan"]).await;
+    for (name, description) in [
+        (
+            "convert_units",
+            "Convert a quantity from one unit to another.",
+        ),
+        (
+            "convert_money",
+            "Convert an amount from one currency to another.",
+        ),
+        ("convert_image", "Convert an image file to another format."),
+        ("convert_case", "Convert text to upper or lower case."),
+        (
+            "convert_time",
+            "Convert a time from one time zone to another.",
+        ),
+    ] {
+        register(
+            &app,
+            tool(name, description, json!({}), "plugin:convert"),
+            None,
+        )
+        .await;
+    }
+    // "convert" is the only word of the query any tool says; "sterling" and "yen" are money,
+    // "pounds" a unit too.
+    let (status, answer) = search(
+        &app,
+        &[
+            ("role", "Lanlan"),
+            ("q", "convert 30 pounds sterling into Japanese yen"),
+        ],
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        names(&answer)[..2],
+        ["convert_money", "convert_units"],
+        "{answer}"
+    );
+    let scores: Vec<f64> = answer["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["score"].as_f64().unwrap())
+        .collect();
+    assert!(scores.iter().all(|&s| s > 0.0), "{scores:?}");
+    assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
 }
 
 #[actix_web::test]

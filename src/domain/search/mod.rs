@@ -1,14 +1,17 @@
 //! Tool search: which of a character's tools a text asks for, ranked, locally and
-//! deterministically (no model, nothing fetched).
+//! deterministically (no model run, nothing fetched or loaded at run time).
 //!
 //! Each character has one [`SearchIndex`], shared by its snapshots and brought up to date by the
 //! first search after a change (`domain::tool_index`): registering a tool does no search work.
 //! `text` splits and stems the words of tools and queries, `lexicon` holds what it knows of
 //! English beyond the stemmer (other forms of a word, words of asking, generic API verbs),
-//! `index` keeps the postings, `rank` scores them (BM25F and three bonuses; see [`Weights`]).
+//! `meaning` turns a text into a vector (the mean of its tokens' vectors, a table compiled in),
+//! `index` keeps the postings, `rank` scores them (BM25F and three bonuses, then what the query
+//! and each candidate are about; see [`Weights`]).
 
 mod index;
 mod lexicon;
+mod meaning;
 mod rank;
 mod text;
 

@@ -45,6 +45,10 @@ pub struct Weights {
     /// for, against its other terms' 1, in the score and in the bonuses: most tools' names
     /// start with one, and counted in full it picks among near-twins by their verb alone.
     pub verb: f64,
+    /// How much what the query and a tool are about (the cosine of their vectors of WordLlama
+    /// token embeddings) counts among the candidates, against the score from their words: the
+    /// cosines are scaled to the candidates' spread of scores (both as z-scores), times this.
+    pub meaning: f64,
     /// Candidates (by BM25F) the bonuses are worked out for.
     pub candidates: usize,
 }
@@ -64,6 +68,7 @@ impl Default for Weights {
             forms: 0.625,
             filler: 0.28,
             verb: 0.625,
+            meaning: 0.7,
             candidates: 100,
         }
     }
@@ -130,9 +135,13 @@ impl<T> SearchIndex<T> {
             .map(|&slot| {
                 let doc = self.doc(slot).expect("a touched slot is live");
                 let bonus = self.bonus(&doc.terms, query, &query_idf, weights);
-                (round(scores[slot as usize] + bonus), slot)
+                (scores[slot as usize] + bonus, slot)
             })
             .collect();
+        self.add_meaning(&mut ranked, query, weights);
+        for (score, _) in &mut ranked {
+            *score = round(*score);
+        }
         ranked.sort_by(|a, b| {
             b.0.total_cmp(&a.0).then_with(|| {
                 let (x, y) = (self.doc(a.1), self.doc(b.1));
@@ -152,6 +161,53 @@ impl<T> SearchIndex<T> {
                 })
             })
             .collect()
+    }
+
+    /// Adds to each candidate's score how alike the query and the tool are: their cosine above
+    /// the least among the candidates, in units of the cosines' spread, times
+    /// [`Weights::meaning`] and the spread of the candidates' scores (the order is that of
+    /// the sum of both as z-scores). What they are about decides among tools the words rank
+    /// alike, and counts in the same measure whatever the scale of the words' scores. Nothing
+    /// is taken away: a score stays at least what the words gave. A tool without a vector
+    /// gets nothing.
+    fn add_meaning(&self, ranked: &mut [(f64, u32)], query: &Query, weights: &Weights) {
+        let Some(meaning) = query.meaning.as_ref() else {
+            return;
+        };
+        if weights.meaning <= 0.0 || ranked.len() < 2 {
+            return;
+        }
+        let similarity: Vec<Option<f64>> = ranked
+            .iter()
+            .map(|&(_, slot)| {
+                let doc = self.doc(slot)?;
+                Some(doc.terms.meaning.as_ref()?.similarity(meaning))
+            })
+            .collect();
+        let spread = |values: &mut dyn Iterator<Item = f64>| -> (f64, f64) {
+            let (mut n, mut sum, mut squares) = (0.0, 0.0, 0.0);
+            for v in values {
+                n += 1.0;
+                sum += v;
+                squares += v * v;
+            }
+            let mean = sum / n;
+            (mean, (squares / n - mean * mean).max(0.0).sqrt())
+        };
+        let (_, score_spread) = spread(&mut ranked.iter().map(|r| r.0));
+        let (_, similarity_spread) = spread(&mut similarity.iter().flatten().copied());
+        if score_spread == 0.0 || similarity_spread == 0.0 || !similarity_spread.is_finite() {
+            return;
+        }
+        let least = similarity
+            .iter()
+            .flatten()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        let scale = weights.meaning * score_spread / similarity_spread;
+        for ((score, _), similarity) in ranked.iter_mut().zip(similarity) {
+            *score += scale * (similarity.unwrap_or(least) - least);
+        }
     }
 
     /// Adds `term`'s BM25F score, times `weight`, to each tool that has it.
@@ -312,6 +368,40 @@ mod tests {
         assert_eq!(names(&index, "who won the match"), Vec::<&str>::new());
         let index = super::tests::index(&[("game_winner", "The team that wins a game.")]);
         assert_eq!(names(&index, "who won the match"), ["game_winner"]);
+    }
+
+    #[test]
+    fn what_the_query_is_about_decides_among_tools_its_words_rank_alike() {
+        let index = index(&[
+            (
+                "convert_units",
+                "Convert a quantity from one unit to another.",
+            ),
+            (
+                "convert_money",
+                "Convert an amount from one currency to another.",
+            ),
+            ("convert_image", "Convert an image file to another format."),
+            ("convert_case", "Convert text to upper or lower case."),
+            (
+                "convert_time",
+                "Convert a time from one time zone to another.",
+            ),
+        ]);
+        let query = "convert 30 pounds sterling into Japanese yen";
+        let words_only = Weights {
+            meaning: 0.0,
+            ..Weights::default()
+        };
+        // The words rank the four whose descriptions are as long alike: by name.
+        let alike = index.rank(&Query::new(query), 5, &words_only);
+        assert_eq!(*alike[0].item, "convert_case");
+        assert_eq!(alike[0].score, alike[3].score);
+        // What the query is about puts the currencies first, then the units (pounds).
+        assert_eq!(
+            names(&index, query)[..2],
+            ["convert_money", "convert_units"]
+        );
     }
 
     #[test]

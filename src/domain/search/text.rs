@@ -12,6 +12,8 @@ use std::sync::{Arc, LazyLock};
 use rust_stemmers::{Algorithm, Stemmer};
 use serde_json::{Map, Value};
 
+use super::meaning::Meaning;
+
 /// The parts of a tool that are searched, each weighed on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Field {
@@ -229,6 +231,8 @@ pub(crate) struct ToolTerms {
     pub(crate) name_order: Box<[u32]>,
     /// The description's terms in order, as indexes into `terms`.
     pub(crate) description_order: Box<[u32]>,
+    /// What the tool is about, as a vector (its name, description and parameters' names).
+    pub(crate) meaning: Option<Meaning>,
 }
 
 /// Builds a [`ToolTerms`]: terms are added field by field.
@@ -341,6 +345,7 @@ impl ToolTerms {
             lengths: builder.lengths,
             name_order: renumber(name_order),
             description_order: renumber(description_order),
+            meaning: Meaning::of_tool(name, description, parameters),
         }
     }
 
@@ -429,6 +434,8 @@ pub(crate) struct Query {
     pub(crate) verb: Vec<bool>,
     pub(crate) related: Vec<Arc<str>>,
     pub(crate) forms: Vec<Arc<str>>,
+    /// What the query is about, as a vector.
+    pub(crate) meaning: Option<Meaning>,
 }
 
 /// Terms read from a query at most: a query is at most 512 characters over HTTP, and no request
@@ -437,7 +444,10 @@ const MAX_QUERY_TERMS: usize = 256;
 
 impl Query {
     pub(crate) fn new(text: &str) -> Self {
-        let mut query = Query::default();
+        let mut query = Query {
+            meaning: Meaning::of(text),
+            ..Query::default()
+        };
         let mut forms: Vec<String> = Vec::new();
         let mut left = MAX_QUERY_TERMS;
         words(text, |word| {
