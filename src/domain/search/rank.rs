@@ -58,17 +58,17 @@ impl Default for Weights {
         Self {
             // The tuning search's result (field.source aside: 0 there, the evaluation's tools
             // having no telling source; a plugin's or MCP server's name says something).
-            field: [0.46875, 0.3, 0.4, 0.2, 0.1],
-            b: [0.0, 0.75, 0.48, 0.0, 0.0],
-            k1: 1.92,
+            field: [0.9375, 0.1875, 0.32, 0.16, 0.1],
+            b: [0.0, 0.375, 0.384, 0.0, 0.0],
+            k1: 2.4,
             name_coverage: 0.8,
-            adjacent: 0.48828125,
-            coverage: 0.5,
-            related: 0.12,
-            forms: 0.625,
-            filler: 0.28,
+            adjacent: 0.6103515625,
+            coverage: 1.25,
+            related: 0.375,
+            forms: 0.78125,
+            filler: 0.3125,
             verb: 0.625,
-            meaning: 0.7,
+            meaning: 0.56,
             candidates: 100,
         }
     }
@@ -390,7 +390,7 @@ mod tests {
         ]);
         let query = "convert 30 pounds sterling into Japanese yen";
         let words_only = Weights {
-            meaning: 0.0,
+            meaning: 0.56,
             ..Weights::default()
         };
         // The words rank the four whose descriptions are as long alike: by name.
