@@ -8,7 +8,7 @@
 //! Deterministic and local: a tokenizer and a table lookup per token, no model run, nothing
 //! fetched or loaded from disk.
 
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 
 use serde_json::{Map, Value};
 use tokenizers::Tokenizer;
@@ -66,12 +66,25 @@ impl Meaning {
         Some(Self(sum.into_boxed_slice()))
     }
 
-    /// The vector of a tool: its name in words, its description and its parameters' names.
-    pub(crate) fn of_tool(
-        name: &str,
-        description: &str,
-        parameters: &Map<String, Value>,
-    ) -> Option<Self> {
+    /// How alike two texts are: the cosine of their vectors, from −1 to 1.
+    pub(crate) fn similarity(&self, other: &Self) -> f64 {
+        let dot: f32 = self.0.iter().zip(other.0.iter()).map(|(a, b)| a * b).sum();
+        f64::from(dot)
+    }
+}
+
+/// A tool's vector, worked out when a search first wants it (a tool among a query's
+/// candidates): indexing a character's tools does not tokenise every description.
+#[derive(Debug, Clone)]
+pub(crate) struct ToolMeaning {
+    /// What the vector is of: the tool's name in words, its description and its parameters'
+    /// names.
+    text: Box<str>,
+    meaning: OnceLock<Option<Meaning>>,
+}
+
+impl ToolMeaning {
+    pub(crate) fn new(name: &str, description: &str, parameters: &Map<String, Value>) -> Self {
         let mut text = words_of_name(name);
         text.push_str(". ");
         text.extend(description.chars().take(MAX_CHARS));
@@ -81,13 +94,17 @@ impl Meaning {
                 text.push_str(&words_of_name(parameter));
             }
         }
-        Self::of(&text)
+        Self {
+            text: text.into(),
+            meaning: OnceLock::new(),
+        }
     }
 
-    /// How alike two texts are: the cosine of their vectors, from −1 to 1.
-    pub(crate) fn similarity(&self, other: &Self) -> f64 {
-        let dot: f32 = self.0.iter().zip(other.0.iter()).map(|(a, b)| a * b).sum();
-        f64::from(dot)
+    /// The tool's vector; `None` for a tool whose text has no tokens.
+    pub(crate) fn get(&self) -> Option<&Meaning> {
+        self.meaning
+            .get_or_init(|| Meaning::of(&self.text))
+            .as_ref()
     }
 }
 
@@ -138,6 +155,24 @@ mod tests {
         );
         // A text is most like itself, and its vector is a unit vector.
         assert!((money.similarity(&money) - 1.0).abs() < 1e-5);
+    }
+
+    #[test]
+    fn a_tools_vector_is_worked_out_once_when_first_wanted() {
+        let parameters = serde_json::json!({"properties": {"fromCurrency": {}, "amount": {}}});
+        let tool = ToolMeaning::new(
+            "money.convert",
+            "Convert an amount between currencies.",
+            parameters.as_object().unwrap(),
+        );
+        assert_eq!(
+            &*tool.text,
+            "money convert. Convert an amount between currencies. from Currency amount"
+        );
+        assert!(tool.meaning.get().is_none(), "nothing worked out yet");
+        let first = tool.get().expect("a vector").clone();
+        assert_eq!(Some(&first), tool.get());
+        assert_eq!(Some(&first), Meaning::of(&tool.text).as_ref());
     }
 
     #[test]

@@ -181,7 +181,7 @@ impl<T> SearchIndex<T> {
             .iter()
             .map(|&(_, slot)| {
                 let doc = self.doc(slot)?;
-                Some(doc.terms.meaning.as_ref()?.similarity(meaning))
+                Some(doc.terms.meaning.get()?.similarity(meaning))
             })
             .collect();
         let spread = |values: &mut dyn Iterator<Item = f64>| -> (f64, f64) {
@@ -390,7 +390,7 @@ mod tests {
         ]);
         let query = "convert 30 pounds sterling into Japanese yen";
         let words_only = Weights {
-            meaning: 0.56,
+            meaning: 0.0,
             ..Weights::default()
         };
         // The words rank the four whose descriptions are as long alike: by name.

@@ -12,7 +12,7 @@ use std::sync::{Arc, LazyLock};
 use rust_stemmers::{Algorithm, Stemmer};
 use serde_json::{Map, Value};
 
-use super::meaning::Meaning;
+use super::meaning::{Meaning, ToolMeaning};
 
 /// The parts of a tool that are searched, each weighed on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -231,8 +231,9 @@ pub(crate) struct ToolTerms {
     pub(crate) name_order: Box<[u32]>,
     /// The description's terms in order, as indexes into `terms`.
     pub(crate) description_order: Box<[u32]>,
-    /// What the tool is about, as a vector (its name, description and parameters' names).
-    pub(crate) meaning: Option<Meaning>,
+    /// What the tool is about, as a vector (its name, description and parameters' names),
+    /// worked out when a search first wants it.
+    pub(crate) meaning: ToolMeaning,
 }
 
 /// Builds a [`ToolTerms`]: terms are added field by field.
@@ -345,7 +346,7 @@ impl ToolTerms {
             lengths: builder.lengths,
             name_order: renumber(name_order),
             description_order: renumber(description_order),
-            meaning: Meaning::of_tool(name, description, parameters),
+            meaning: ToolMeaning::new(name, description, parameters),
         }
     }
 
