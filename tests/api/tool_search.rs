@@ -51,6 +51,16 @@ fn names(answer: &Value) -> Vec<&str> {
         .collect()
 }
 
+/// The scores found, in order.
+fn scores(answer: &Value) -> Vec<f64> {
+    answer["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["score"].as_f64().expect("a number"))
+        .collect()
+}
+
 /// A character with a few tools of different kinds.
 async fn weather_and_friends(app: &TestApp) {
     let city = json!({"type": "object", "properties": {
@@ -159,12 +169,7 @@ async fn a_search_answers_the_characters_best_tools_first_with_their_source_and_
         ],
     )
     .await;
-    let scores: Vec<f64> = answer["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["score"].as_f64().unwrap())
-        .collect();
+    let scores = scores(&answer);
     assert_eq!(scores.len(), 3, "{answer}");
     assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
     // Nothing shares a word: an empty list, not an error; a query of only function words too.
@@ -215,12 +220,7 @@ async fn where_the_words_rank_tools_alike_what_the_query_is_about_decides() {
     .await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(names(&answer)[0], "convert_money", "{answer}");
-    let scores: Vec<f64> = answer["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["score"].as_f64().unwrap())
-        .collect();
+    let scores = scores(&answer);
     assert!(scores.iter().all(|&s| s > 0.0), "{scores:?}");
     assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
 }

@@ -184,18 +184,8 @@ impl<T> SearchIndex<T> {
                 Some(doc.terms.meaning.get()?.similarity(meaning))
             })
             .collect();
-        let spread = |values: &mut dyn Iterator<Item = f64>| -> (f64, f64) {
-            let (mut n, mut sum, mut squares) = (0.0, 0.0, 0.0);
-            for v in values {
-                n += 1.0;
-                sum += v;
-                squares += v * v;
-            }
-            let mean = sum / n;
-            (mean, (squares / n - mean * mean).max(0.0).sqrt())
-        };
-        let (_, score_spread) = spread(&mut ranked.iter().map(|r| r.0));
-        let (_, similarity_spread) = spread(&mut similarity.iter().flatten().copied());
+        let score_spread = deviation(ranked.iter().map(|r| r.0));
+        let similarity_spread = deviation(similarity.iter().flatten().copied());
         if score_spread == 0.0 || similarity_spread == 0.0 || !similarity_spread.is_finite() {
             return;
         }
@@ -325,6 +315,21 @@ fn own_weight(query: &Query, i: usize, weights: &Weights) -> f64 {
     } else {
         1.0
     }
+}
+
+/// The standard deviation of `values` (0 for none).
+fn deviation(values: impl Iterator<Item = f64>) -> f64 {
+    let (mut n, mut sum, mut squares) = (0.0, 0.0, 0.0);
+    for v in values {
+        n += 1.0;
+        sum += v;
+        squares += v * v;
+    }
+    if n == 0.0 {
+        return 0.0;
+    }
+    let mean = sum / n;
+    (squares / n - mean * mean).max(0.0).sqrt()
 }
 
 /// `score` rounded to [`SCORE_DECIMALS`] places.
