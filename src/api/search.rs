@@ -136,7 +136,8 @@ fn parse(query: SearchQuery) -> Result<(String, String, usize), ApiError> {
 
 /// A character's tools that best match a text, best first: ranked by the tool's name (split
 /// at case changes, `_`, `.`, `-`), description, parameter names and descriptions and source,
-/// locally and deterministically.
+/// then by what the text and each tool are about (compiled-in token vectors), locally and
+/// deterministically.
 #[utoipa::path(
     get,
     path = "/api/tools/search",
