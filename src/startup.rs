@@ -148,11 +148,6 @@ impl Application {
                 }
             }
         }
-        // The search's tokenizer is read on a thread of its own while the server starts, so
-        // the first search (a session's `find_tools`, the route) does not wait for it.
-        let _ = std::thread::Builder::new()
-            .name("search-tokenizer".into())
-            .spawn(crate::domain::search::prepare);
         let observer = Observer::new(&settings.trace)?;
         let events = EventHub::with_observer(&settings.events, observer);
         let policy = Policy::new(events.clone());

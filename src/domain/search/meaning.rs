@@ -29,12 +29,6 @@ static TOKENIZER: LazyLock<Option<Tokenizer>> =
 /// words say what it is about.
 const MAX_CHARS: usize = 2_000;
 
-/// Reads the compiled-in tokenizer now (a few hundred milliseconds, once per process) rather
-/// than in the first search.
-pub(crate) fn prepare() {
-    LazyLock::force(&TOKENIZER);
-}
-
 /// A text's unit vector.
 #[derive(Clone, PartialEq)]
 pub(crate) struct Meaning(Box<[f32]>);

@@ -18,7 +18,6 @@ mod text;
 use serde_json::{Map, Value};
 
 pub(crate) use index::SearchIndex;
-pub(crate) use meaning::prepare;
 pub use rank::{Hit, Weights};
 pub(crate) use text::{Query, ToolTerms};
 
