@@ -1121,6 +1121,9 @@ async fn each_limits_outcome_is_on_its_calls_span_and_in_the_metrics() {
     // Two invokes hold the door its whole timeout each; the model's call behind them is busy.
     let first = invoking(&app, "door", "i1", json!({}));
     door.wait_for_requests(1).await;
+    // The second is queued a margin after the first began, so it gets its turn when the first
+    // times out however late a loaded machine's timers fire (as in the busy test above).
+    actix_web::rt::time::sleep(QUEUE_MARGIN).await;
     let second = invoking(&app, "door", "i2", json!({}));
     waiting(&app, "door", 1).await;
     model_calls(&fake, "d3", "door", "{}").await;
