@@ -302,6 +302,7 @@ fn knobs() -> Vec<Knob> {
         ("filler", |w| &mut w.filler),
         ("verb", |w| &mut w.verb),
         ("meaning", |w| &mut w.meaning),
+        ("word_meaning", |w| &mut w.word_meaning),
     ]
 }
 
@@ -359,6 +360,7 @@ fn quality(sets: &[Indexed], split: Split, weights: &Weights) {
     println!("| --- | ---: | ---: | ---: | --- | --- | --- | --- |");
     let words_only = Weights {
         meaning: 0.0,
+        word_meaning: 0.0,
         ..weights.clone()
     };
     let plain_only = Weights {
@@ -609,6 +611,7 @@ fn vectors_cost(tools: &[&data::Tool], queries: &[&str]) {
     let with = Weights::default();
     let words_alone = Weights {
         meaning: 0.0,
+        word_meaning: 0.0,
         ..Weights::default()
     };
     for query in queries {

@@ -5,6 +5,10 @@
 //! USD" and "convert between currencies" — have vectors that point the same way, which the words
 //! alone cannot tell.
 //!
+//! The same vectors, word by word, tell how much of a query a tool speaks of
+//! ([`WordMatcher`]): each of the query's words against the tool's word most like it, so that
+//! `kilograms`, `Sydney` and `fastest` find `weight`, `city` and `route`.
+//!
 //! Deterministic and local: a tokenizer and a table lookup per token, no model run, nothing
 //! fetched or loaded from disk.
 
@@ -12,6 +16,8 @@ use std::sync::{LazyLock, OnceLock};
 
 use serde_json::{Map, Value};
 use tokenizers::Tokenizer;
+
+use super::words::{is_content_word, words};
 
 /// The vectors' dimensions.
 const DIMENSIONS: usize = 256;
@@ -28,6 +34,24 @@ static TOKENIZER: LazyLock<Option<Tokenizer>> =
 /// How much of a text is read: a tool's description can be long, and its first few hundred
 /// words say what it is about.
 const MAX_CHARS: usize = 2_000;
+
+/// A query's words whose vectors are compared with a tool's, at most: the first 64 distinct
+/// words of a request say what it wants.
+const MAX_QUERY_WORDS: usize = 64;
+
+/// A tool's words whose vectors a query's are compared with, at most (its name's, its
+/// description's, its parameters' names, in that order).
+const MAX_TOOL_WORDS: usize = 128;
+
+/// The row of token `id` in [`VECTORS`], as numbers; `None` past the table.
+fn row(id: u32, into: &mut [f32; DIMENSIONS]) -> Option<()> {
+    let row = VECTORS.get(id as usize * ROW..(id as usize + 1) * ROW)?;
+    let scale = f32::from_le_bytes([row[0], row[1], row[2], row[3]]);
+    for (value, &byte) in into.iter_mut().zip(&row[4..]) {
+        *value = f32::from(byte as i8) * scale;
+    }
+    Some(())
+}
 
 /// A text's unit vector.
 #[derive(Clone, PartialEq)]
@@ -48,28 +72,195 @@ impl Meaning {
             None => text,
         };
         let encoding = tokenizer.encode(text, false).ok()?;
-        let mut sum = vec![0.0f32; DIMENSIONS];
-        for &id in encoding.get_ids() {
-            let Some(row) = VECTORS.get(id as usize * ROW..(id as usize + 1) * ROW) else {
-                continue;
-            };
-            let scale = f32::from_le_bytes([row[0], row[1], row[2], row[3]]);
-            for (total, &byte) in sum.iter_mut().zip(&row[4..]) {
-                *total += f32::from(byte as i8) * scale;
-            }
-        }
-        let norm = sum.iter().map(|x| x * x).sum::<f32>().sqrt();
-        if norm == 0.0 || !norm.is_finite() {
-            return None;
-        }
+        let mut sum = [0.0f32; DIMENSIONS];
+        add_rows(encoding.get_ids().iter().copied(), &mut sum);
+        let norm = norm(&sum)?;
         sum.iter_mut().for_each(|x| *x /= norm);
-        Some(Self(sum.into_boxed_slice()))
+        Some(Self(Box::new(sum)))
     }
 
     /// How alike two texts are: the cosine of their vectors, from −1 to 1.
     pub(crate) fn similarity(&self, other: &Self) -> f64 {
         let dot: f32 = self.0.iter().zip(other.0.iter()).map(|(a, b)| a * b).sum();
         f64::from(dot)
+    }
+}
+
+/// Adds the rows of `ids` to `sum`.
+fn add_rows(ids: impl Iterator<Item = u32>, sum: &mut [f32; DIMENSIONS]) {
+    let mut values = [0.0f32; DIMENSIONS];
+    for id in ids {
+        if row(id, &mut values).is_some() {
+            sum.iter_mut().zip(&values).for_each(|(s, v)| *s += v);
+        }
+    }
+}
+
+/// The length of `vector`; `None` for a zero (or not finite) one.
+fn norm(vector: &[f32]) -> Option<f32> {
+    let norm = vector.iter().map(|x| x * x).sum::<f32>().sqrt();
+    (norm > 0.0 && norm.is_finite()).then_some(norm)
+}
+
+/// A word longer than this is no word a vector is known for (an identifier, a hash, a run of
+/// letters), and is left out of the comparisons of words.
+const MAX_WORD_CHARS: usize = 32;
+
+/// The distinct words of `text` that say what it is about (`words::is_content_word`, at most
+/// [`MAX_WORD_CHARS`] long), in order, at most `limit`, and each word's tokens: the words are tokenised together, joined by
+/// single spaces, so each begins at a token that begins with the tokenizer's `▁`.
+fn tokens_of_words(text: &str, limit: usize) -> Vec<Vec<u32>> {
+    let Some(tokenizer) = TOKENIZER.as_ref() else {
+        return Vec::new();
+    };
+    let mut distinct: Vec<String> = Vec::new();
+    words(text, |word| {
+        let short = word.chars().nth(MAX_WORD_CHARS).is_none();
+        if short && is_content_word(word) && !distinct.iter().any(|w| w == word) {
+            distinct.push(word.to_owned());
+        }
+        distinct.len() < limit
+    });
+    let Ok(encoding) = tokenizer.encode(distinct.join(" "), false) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Vec<u32>> = Vec::with_capacity(distinct.len());
+    for (id, token) in encoding.get_ids().iter().zip(encoding.get_tokens()) {
+        match out.last_mut() {
+            Some(word) if !token.starts_with('\u{2581}') => word.push(*id),
+            _ => out.push(vec![*id]),
+        }
+    }
+    out
+}
+
+/// A query's distinct words (at most [`MAX_QUERY_WORDS`]), each as a unit vector: the mean of
+/// its tokens' vectors.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct QueryWords {
+    vectors: Vec<[f32; DIMENSIONS]>,
+}
+
+impl QueryWords {
+    pub(crate) fn of(text: &str) -> Self {
+        let vectors = tokens_of_words(text, MAX_QUERY_WORDS)
+            .into_iter()
+            .filter_map(|ids| {
+                let mut sum = [0.0f32; DIMENSIONS];
+                add_rows(ids.into_iter(), &mut sum);
+                let norm = norm(&sum)?;
+                sum.iter_mut().for_each(|x| *x /= norm);
+                Some(sum)
+            })
+            .collect();
+        Self { vectors }
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.vectors.is_empty()
+    }
+}
+
+/// A tool's distinct words (at most [`MAX_TOOL_WORDS`]) as their tokens, and for each word the
+/// inverse of the length of its tokens' summed vector: a word's cosine with a query's word is
+/// the sum of its tokens' dot products with it times that, so a search works out each token's
+/// dot products once for all the candidates that have it.
+#[derive(Debug, Clone)]
+pub(crate) struct ToolWords {
+    tokens: Box<[u16]>,
+    /// Where each word's tokens end in `tokens`.
+    ends: Box<[u32]>,
+    inverse_norms: Box<[f32]>,
+}
+
+impl ToolWords {
+    fn of(text: &str) -> Self {
+        let (mut tokens, mut ends, mut inverse_norms) = (Vec::new(), Vec::new(), Vec::new());
+        for ids in tokens_of_words(text, MAX_TOOL_WORDS) {
+            let mut sum = [0.0f32; DIMENSIONS];
+            add_rows(ids.iter().copied(), &mut sum);
+            let Some(norm) = norm(&sum) else {
+                continue;
+            };
+            // The vocabulary has 32,000 tokens: each id fits 16 bits.
+            tokens.extend(ids.iter().filter_map(|&id| u16::try_from(id).ok()));
+            ends.push(tokens.len() as u32);
+            inverse_norms.push(1.0 / norm);
+        }
+        Self {
+            tokens: tokens.into(),
+            ends: ends.into(),
+            inverse_norms: inverse_norms.into(),
+        }
+    }
+}
+
+/// One search's comparisons of its query's words with its candidates' words: each token's
+/// dot products with the query's words are worked out once and kept for the other candidates.
+pub(crate) struct WordMatcher<'q> {
+    query: &'q QueryWords,
+    /// For each token of the vocabulary, where its dot products are in `dots`.
+    at: Vec<u32>,
+    dots: Vec<f32>,
+}
+
+impl<'q> WordMatcher<'q> {
+    pub(crate) fn new(query: &'q QueryWords) -> Self {
+        let vocabulary = VECTORS.len() / ROW;
+        Self {
+            query,
+            at: vec![u32::MAX; vocabulary],
+            dots: Vec::new(),
+        }
+    }
+
+    /// How much of the query the tool speaks of: for each of the query's words, the cosine of
+    /// the tool's word most like it, averaged over the query's words. `None` for a tool without
+    /// words or a query without any.
+    pub(crate) fn coverage(&mut self, tool: &ToolWords) -> Option<f64> {
+        let n = self.query.vectors.len();
+        if n == 0 || tool.ends.is_empty() {
+            return None;
+        }
+        let mut best = vec![f32::NEG_INFINITY; n];
+        let mut word = vec![0.0f32; n];
+        let mut start = 0usize;
+        for (&end, &inverse) in tool.ends.iter().zip(tool.inverse_norms.iter()) {
+            word.iter_mut().for_each(|w| *w = 0.0);
+            for &token in &tool.tokens[start..end as usize] {
+                let at = self.dots_of(u32::from(token));
+                word.iter_mut()
+                    .zip(&self.dots[at..at + n])
+                    .for_each(|(w, d)| *w += d);
+            }
+            for (b, w) in best.iter_mut().zip(&word) {
+                *b = b.max(w * inverse);
+            }
+            start = end as usize;
+        }
+        Some(f64::from(best.iter().sum::<f32>()) / n as f64)
+    }
+
+    /// Where `token`'s dot products with the query's words are in `dots`, worked out the first
+    /// time.
+    fn dots_of(&mut self, token: u32) -> usize {
+        let slot = &mut self.at[token as usize];
+        if *slot != u32::MAX {
+            return *slot as usize;
+        }
+        let at = self.dots.len();
+        *slot = at as u32;
+        let mut values = [0.0f32; DIMENSIONS];
+        let known = row(token, &mut values).is_some();
+        for vector in &self.query.vectors {
+            let dot = if known {
+                vector.iter().zip(&values).map(|(a, b)| a * b).sum()
+            } else {
+                0.0
+            };
+            self.dots.push(dot);
+        }
+        at
     }
 }
 
@@ -81,6 +272,7 @@ pub(crate) struct ToolMeaning {
     /// names.
     text: Box<str>,
     meaning: OnceLock<Option<Meaning>>,
+    words: OnceLock<ToolWords>,
 }
 
 impl ToolMeaning {
@@ -97,6 +289,7 @@ impl ToolMeaning {
         Self {
             text: text.into(),
             meaning: OnceLock::new(),
+            words: OnceLock::new(),
         }
     }
 
@@ -105,6 +298,11 @@ impl ToolMeaning {
         self.meaning
             .get_or_init(|| Meaning::of(&self.text))
             .as_ref()
+    }
+
+    /// The tool's words, for comparing with a query's.
+    pub(crate) fn words(&self) -> &ToolWords {
+        self.words.get_or_init(|| ToolWords::of(&self.text))
     }
 }
 
@@ -173,6 +371,43 @@ mod tests {
         let first = tool.get().expect("a vector").clone();
         assert_eq!(Some(&first), tool.get());
         assert_eq!(Some(&first), Meaning::of(&tool.text).as_ref());
+    }
+
+    #[test]
+    fn each_content_word_has_its_own_tokens() {
+        // `in` is a function word, `a` a single letter; `2022` is tokenised digit by digit.
+        let words = tokens_of_words("getWeather in a city in 2022 getWeather", 10);
+        assert_eq!(words.len(), 4, "{words:?}");
+        assert!(words[3].len() >= 4, "{words:?}");
+        assert_eq!(tokens_of_words("one two three", 2).len(), 2);
+        let long = "x".repeat(MAX_WORD_CHARS + 1);
+        assert!(tokens_of_words(&long, 10).is_empty());
+    }
+
+    #[test]
+    fn a_querys_words_find_the_tools_words_like_them() {
+        let query = QueryWords::of("85 kilograms and 180 centimetres tall");
+        let body = ToolWords::of("bmi. Body mass index. weight height");
+        let money = ToolWords::of("convert. Convert currencies. amount currency");
+        let mut matcher = WordMatcher::new(&query);
+        let (body, money) = (matcher.coverage(&body), matcher.coverage(&money));
+        assert!(body > money, "{body:?} against {money:?}");
+        // A word the tool says itself is found whole.
+        let said = matcher.coverage(&ToolWords::of("kilograms centimetres tall 85 180"));
+        assert!((said.expect("words") - 1.0).abs() < 1e-4, "{said:?}");
+        assert_eq!(matcher.coverage(&ToolWords::of("the of")), None);
+    }
+
+    #[test]
+    fn a_tokens_dot_products_are_worked_out_once_per_search() {
+        let query = QueryWords::of("weather forecast tomorrow");
+        let mut matcher = WordMatcher::new(&query);
+        let tool = ToolWords::of("weather forecast");
+        matcher.coverage(&tool);
+        let worked_out = matcher.dots.len();
+        assert_eq!(worked_out, tool.tokens.len() * 3);
+        matcher.coverage(&ToolWords::of("forecast weather"));
+        assert_eq!(matcher.dots.len(), worked_out);
     }
 
     #[test]

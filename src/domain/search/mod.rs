@@ -14,6 +14,7 @@ mod lexicon;
 mod meaning;
 mod rank;
 mod text;
+mod words;
 
 use serde_json::{Map, Value};
 

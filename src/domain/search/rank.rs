@@ -9,6 +9,7 @@
 use std::cmp::Ordering;
 
 use super::index::SearchIndex;
+use super::meaning::WordMatcher;
 use super::text::{FIELDS, Query, ToolTerms};
 
 /// The knobs of the ranking. [`Weights::default`] is what the server uses, tuned on the tuning
@@ -49,6 +50,11 @@ pub struct Weights {
     /// token embeddings) counts among the candidates, against the score from their words: the
     /// cosines are scaled to the candidates' spread of scores (both as z-scores), times this.
     pub meaning: f64,
+    /// How much the share of the query the tool speaks of counts among the candidates, the
+    /// same way as [`Weights::meaning`]: for each of the query's words, the cosine of the
+    /// tool's word most like it (`kilograms` and `weight`, `Sydney` and `location`), averaged
+    /// over the query's words.
+    pub word_meaning: f64,
     /// Candidates (by BM25F) the bonuses are worked out for.
     pub candidates: usize,
 }
@@ -69,6 +75,7 @@ impl Default for Weights {
             filler: 0.3125,
             verb: 0.625,
             meaning: 0.56,
+            word_meaning: 0.8,
             candidates: 100,
         }
     }
@@ -163,40 +170,54 @@ impl<T> SearchIndex<T> {
             .collect()
     }
 
-    /// Adds to each candidate's score how alike the query and the tool are: their cosine above
-    /// the least among the candidates, in units of the cosines' spread, times
-    /// [`Weights::meaning`] and the spread of the candidates' scores (the order is that of
-    /// the sum of both as z-scores). What they are about decides among tools the words rank
-    /// alike, and counts in the same measure whatever the scale of the words' scores. Nothing
-    /// is taken away: a score stays at least what the words gave. A tool without a vector
-    /// gets nothing.
+    /// Adds to each candidate's score what the query and the tool are about, in two measures:
+    /// the cosine of their vectors ([`Weights::meaning`]) and how much of the query's words the
+    /// tool has words like ([`Weights::word_meaning`]). Each is added above the least among the
+    /// candidates, in units of its spread, times its weight and the spread of the candidates'
+    /// scores (the order is that of the sum of the z-scores). What they are about decides
+    /// among tools the words rank alike, and counts in the same measure whatever the scale of
+    /// the words' scores (candidates the words rank all alike are ordered by these measures
+    /// alone). Nothing is taken away: a score stays at least what the words gave. A tool
+    /// without a vector or words gets nothing from that measure.
     fn add_meaning(&self, ranked: &mut [(f64, u32)], query: &Query, weights: &Weights) {
-        let Some(meaning) = query.meaning.as_ref() else {
-            return;
-        };
-        if weights.meaning <= 0.0 || ranked.len() < 2 {
+        if ranked.len() < 2 {
             return;
         }
-        let similarity: Vec<Option<f64>> = ranked
-            .iter()
-            .map(|&(_, slot)| {
-                let doc = self.doc(slot)?;
-                Some(doc.terms.meaning.get()?.similarity(meaning))
-            })
-            .collect();
-        let score_spread = deviation(ranked.iter().map(|r| r.0));
-        let similarity_spread = deviation(similarity.iter().flatten().copied());
-        if score_spread == 0.0 || similarity_spread == 0.0 || !similarity_spread.is_finite() {
-            return;
+        // Candidates the words cannot tell apart at all are ordered by the measures alone (in
+        // units of 1).
+        let score_spread = Some(deviation(ranked.iter().map(|r| r.0)))
+            .filter(|spread| *spread > 0.0)
+            .unwrap_or(1.0);
+        let mut measures: Vec<(f64, Vec<Option<f64>>)> = Vec::with_capacity(2);
+        if let Some(meaning) = query.meaning.as_ref().filter(|_| weights.meaning > 0.0) {
+            let similarity = ranked
+                .iter()
+                .map(|&(_, slot)| Some(self.doc(slot)?.terms.meaning.get()?.similarity(meaning)))
+                .collect();
+            measures.push((weights.meaning, similarity));
         }
-        let least = similarity
-            .iter()
-            .flatten()
-            .copied()
-            .fold(f64::INFINITY, f64::min);
-        let scale = weights.meaning * score_spread / similarity_spread;
-        for ((score, _), similarity) in ranked.iter_mut().zip(similarity) {
-            *score += scale * (similarity.unwrap_or(least) - least);
+        if weights.word_meaning > 0.0 && !query.words.is_empty() {
+            let mut matcher = WordMatcher::new(&query.words);
+            let coverage = ranked
+                .iter()
+                .map(|&(_, slot)| matcher.coverage(self.doc(slot)?.terms.meaning.words()))
+                .collect();
+            measures.push((weights.word_meaning, coverage));
+        }
+        for (weight, values) in measures {
+            let spread = deviation(values.iter().flatten().copied());
+            if spread == 0.0 || !spread.is_finite() {
+                continue;
+            }
+            let least = values
+                .iter()
+                .flatten()
+                .copied()
+                .fold(f64::INFINITY, f64::min);
+            let scale = weight * score_spread / spread;
+            for ((score, _), value) in ranked.iter_mut().zip(values) {
+                *score += scale * (value.unwrap_or(least) - least);
+            }
         }
     }
 
@@ -396,6 +417,7 @@ mod tests {
         let query = "convert 30 pounds sterling into Japanese yen";
         let words_only = Weights {
             meaning: 0.0,
+            word_meaning: 0.0,
             ..Weights::default()
         };
         // The words rank the four whose descriptions are as long alike: by name.
@@ -407,6 +429,79 @@ mod tests {
             names(&index, query)[..2],
             ["convert_money", "convert_units"]
         );
+    }
+
+    /// An index of tools with parameters: name, description, parameters' names.
+    fn index_with(tools: &[(&'static str, &str, &[&str])]) -> SearchIndex<&'static str> {
+        let mut index = SearchIndex::default();
+        for &(name, description, parameters) in tools {
+            let properties: Map<String, serde_json::Value> = parameters
+                .iter()
+                .map(|p| (p.to_string(), serde_json::json!({})))
+                .collect();
+            let schema = serde_json::json!({"properties": properties});
+            let schema = schema.as_object().expect("an object");
+            let terms = ToolTerms::new(name, description, schema, "plugin:test");
+            index.insert(name, Arc::new(terms));
+        }
+        index
+    }
+
+    #[test]
+    fn the_tool_with_words_like_more_of_the_querys_comes_first() {
+        // Two tools from BFCL for one of its requests: both say `route`, `location`, `start`,
+        // `end`; the query's `get` and `directions` are the other's name, its `fastest` this
+        // one's.
+        let index = index_with(&[
+            (
+                "map_routing.fastest_route",
+                "Finds the fastest route from one location to another, with an option to avoid \
+                 toll roads.",
+                &["start_location", "end_location", "avoid_tolls"],
+            ),
+            (
+                "get_directions",
+                "Retrieve directions from one location to another.",
+                &["start_location", "end_location", "route_type"],
+            ),
+            ("get_weather", "The weather in a city.", &["city"]),
+        ]);
+        let query = Query::new("Get directions from Sydney to Melbourne using the fastest route.");
+        let first = |weights: &Weights| *index.rank(&query, 1, weights)[0].item;
+        assert_eq!(first(&Weights::default()), "get_directions");
+        let without = Weights {
+            word_meaning: 0.0,
+            ..Weights::default()
+        };
+        assert_eq!(first(&without), "map_routing.fastest_route");
+    }
+
+    #[test]
+    fn candidates_the_words_rank_all_alike_are_ordered_by_what_they_are_about() {
+        let index = index_with(&[
+            (
+                "play_on_screen",
+                "Play a video on a screen.",
+                &["title", "device"],
+            ),
+            (
+                "play_on_speaker",
+                "Play music on a speaker.",
+                &["artist", "genre", "room"],
+            ),
+        ]);
+        let query = Query::new("Play some jazz by Miles Davis in the kitchen");
+        let neither = Weights {
+            meaning: 0.0,
+            word_meaning: 0.0,
+            ..Weights::default()
+        };
+        let alike = index.rank(&query, 2, &neither);
+        assert_eq!(alike[0].score, alike[1].score, "only `play` is shared");
+        assert_eq!(*alike[0].item, "play_on_screen", "equal scores by name");
+        let hits = index.rank(&query, 2, &Weights::default());
+        assert_eq!(*hits[0].item, "play_on_speaker");
+        assert!(hits[0].score > hits[1].score, "{hits:?}");
     }
 
     #[test]

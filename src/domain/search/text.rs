@@ -12,7 +12,8 @@ use std::sync::{Arc, LazyLock};
 use rust_stemmers::{Algorithm, Stemmer};
 use serde_json::{Map, Value};
 
-use super::meaning::{Meaning, ToolMeaning};
+use super::meaning::{Meaning, QueryWords, ToolMeaning};
+use super::words::{is_content_word, words};
 
 /// The parts of a tool that are searched, each weighed on its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,167 +37,13 @@ const MAX_FIELD_WORDS: [usize; FIELDS] = [64, 512, 256, 1024, 16];
 /// names a model fills in are near the top.
 const MAX_SCHEMA_DEPTH: usize = 4;
 
-/// Words a query of a text does not find tools by: function words that every request and every
-/// description has. Short on purpose: general stop lists drop `on`, `off`, `up`, `down`, `all`,
-/// which name what tools do (turn on, volume up, list all).
-fn is_stop_word(word: &str) -> bool {
-    matches!(
-        word,
-        "a" | "an"
-            | "and"
-            | "are"
-            | "as"
-            | "at"
-            | "be"
-            | "been"
-            | "but"
-            | "by"
-            | "can"
-            | "could"
-            | "did"
-            | "do"
-            | "does"
-            | "for"
-            | "from"
-            | "had"
-            | "has"
-            | "have"
-            | "he"
-            | "her"
-            | "his"
-            | "how"
-            | "i"
-            | "if"
-            | "in"
-            | "into"
-            | "is"
-            | "it"
-            | "its"
-            | "me"
-            | "my"
-            | "of"
-            | "or"
-            | "our"
-            | "please"
-            | "she"
-            | "should"
-            | "so"
-            | "than"
-            | "that"
-            | "the"
-            | "their"
-            | "them"
-            | "then"
-            | "there"
-            | "these"
-            | "they"
-            | "this"
-            | "those"
-            | "to"
-            | "us"
-            | "was"
-            | "we"
-            | "were"
-            | "what"
-            | "when"
-            | "where"
-            | "which"
-            | "who"
-            | "will"
-            | "with"
-            | "would"
-            | "you"
-            | "your"
-    )
-}
-
 /// The English stemmer: a table of suffix rules, made once.
 static STEMMER: LazyLock<Stemmer> = LazyLock::new(|| Stemmer::create(Algorithm::English));
-
-/// What kind of character a word is split by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Class {
-    Upper,
-    /// Lower case, and letters without case.
-    Lower,
-    Digit,
-    /// Everything else ends a word.
-    Other,
-}
-
-fn class(c: char) -> Class {
-    if c.is_uppercase() {
-        Class::Upper
-    } else if c.is_numeric() {
-        Class::Digit
-    } else if c.is_alphanumeric() {
-        Class::Lower
-    } else {
-        Class::Other
-    }
-}
-
-/// Calls `each` with every word of `text`, lower-cased: runs of letters and digits, split where
-/// a lower-case letter meets an upper-case one (`getWeather`), before the last capital of a run
-/// followed by a lower-case letter (`HTTPServer`: `http`, `server`), and between letters and
-/// digits (`top10`). Stops early when `each` returns false.
-pub(crate) fn words(text: &str, mut each: impl FnMut(&str) -> bool) {
-    let chars: Vec<(usize, char)> = text.char_indices().collect();
-    let mut lower = String::new();
-    let mut start: Option<usize> = None;
-    let mut emit = |from: usize, to: usize, lower: &mut String| -> bool {
-        lower.clear();
-        for c in text[from..to].chars() {
-            lower.extend(c.to_lowercase());
-        }
-        each(lower)
-    };
-    for (i, &(at, c)) in chars.iter().enumerate() {
-        let here = class(c);
-        if here == Class::Other {
-            if let Some(from) = start.take()
-                && !emit(from, at, &mut lower)
-            {
-                return;
-            }
-            continue;
-        }
-        let Some(from) = start else {
-            start = Some(at);
-            continue;
-        };
-        let before = class(chars[i - 1].1);
-        let next = chars.get(i + 1).map(|&(_, c)| class(c));
-        let boundary = match (before, here) {
-            (Class::Lower, Class::Upper) => true,
-            (Class::Upper, Class::Upper) => next == Some(Class::Lower),
-            (Class::Digit, Class::Upper | Class::Lower)
-            | (Class::Upper | Class::Lower, Class::Digit) => true,
-            _ => false,
-        };
-        if boundary {
-            if !emit(from, at, &mut lower) {
-                return;
-            }
-            start = Some(at);
-        }
-    }
-    if let Some(from) = start {
-        emit(from, text.len(), &mut lower);
-    }
-}
 
 /// The stem a word is searched by, or `None` for a word nothing is found by (a stop word, a
 /// single letter).
 pub(crate) fn term(word: &str) -> Option<Cow<'_, str>> {
-    let single_letter = {
-        let mut chars = word.chars();
-        matches!((chars.next(), chars.next()), (Some(c), None) if c.is_alphabetic())
-    };
-    if single_letter || is_stop_word(word) {
-        return None;
-    }
-    Some(STEMMER.stem(word))
+    is_content_word(word).then(|| STEMMER.stem(word))
 }
 
 /// Calls `each` with the terms of `text`, in order, at most `limit` of them.
@@ -437,6 +284,8 @@ pub(crate) struct Query {
     pub(crate) forms: Vec<Arc<str>>,
     /// What the query is about, as a vector.
     pub(crate) meaning: Option<Meaning>,
+    /// Its words, each as a vector.
+    pub(crate) words: QueryWords,
 }
 
 /// Terms read from a query at most: a query is at most 512 characters over HTTP, and no request
@@ -447,6 +296,7 @@ impl Query {
     pub(crate) fn new(text: &str) -> Self {
         let mut query = Query {
             meaning: Meaning::of(text),
+            words: QueryWords::of(text),
             ..Query::default()
         };
         let mut forms: Vec<String> = Vec::new();
