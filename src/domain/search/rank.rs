@@ -176,18 +176,18 @@ impl<T> SearchIndex<T> {
     /// candidates, in units of its spread, times its weight and the spread of the candidates'
     /// scores (the order is that of the sum of the z-scores). What they are about decides
     /// among tools the words rank alike, and counts in the same measure whatever the scale of
-    /// the words' scores (candidates the words rank all alike are ordered by these measures
-    /// alone). Nothing is taken away: a score stays at least what the words gave. A tool
-    /// without a vector or words gets nothing from that measure.
+    /// the words' scores. Nothing is taken away: a score stays at least what the words gave. A
+    /// tool without a vector or words gets nothing from that measure.
     fn add_meaning(&self, ranked: &mut [(f64, u32)], query: &Query, weights: &Weights) {
         if ranked.len() < 2 {
             return;
         }
-        // Candidates the words cannot tell apart at all are ordered by the measures alone (in
-        // units of 1).
-        let score_spread = Some(deviation(ranked.iter().map(|r| r.0)))
-            .filter(|spread| *spread > 0.0)
-            .unwrap_or(1.0);
+        // Candidates the words rank all alike stay in name order: what tells them apart would
+        // be differences of vectors with no scale to weigh them by (`note_01` … `note_12`).
+        let score_spread = deviation(ranked.iter().map(|r| r.0));
+        if score_spread == 0.0 {
+            return;
+        }
         let mut measures: Vec<(f64, Vec<Option<f64>>)> = Vec::with_capacity(2);
         if let Some(meaning) = query.meaning.as_ref().filter(|_| weights.meaning > 0.0) {
             let similarity = ranked
@@ -474,34 +474,6 @@ mod tests {
             ..Weights::default()
         };
         assert_eq!(first(&without), "map_routing.fastest_route");
-    }
-
-    #[test]
-    fn candidates_the_words_rank_all_alike_are_ordered_by_what_they_are_about() {
-        let index = index_with(&[
-            (
-                "play_on_screen",
-                "Play a video on a screen.",
-                &["title", "device"],
-            ),
-            (
-                "play_on_speaker",
-                "Play music on a speaker.",
-                &["artist", "genre", "room"],
-            ),
-        ]);
-        let query = Query::new("Play some jazz by Miles Davis in the kitchen");
-        let neither = Weights {
-            meaning: 0.0,
-            word_meaning: 0.0,
-            ..Weights::default()
-        };
-        let alike = index.rank(&query, 2, &neither);
-        assert_eq!(alike[0].score, alike[1].score, "only `play` is shared");
-        assert_eq!(*alike[0].item, "play_on_screen", "equal scores by name");
-        let hits = index.rank(&query, 2, &Weights::default());
-        assert_eq!(*hits[0].item, "play_on_speaker");
-        assert!(hits[0].score > hits[1].score, "{hits:?}");
     }
 
     #[test]
