@@ -226,6 +226,88 @@ async fn where_the_words_rank_tools_alike_what_the_query_is_about_decides() {
 }
 
 #[actix_web::test]
+async fn the_tool_with_words_like_more_of_the_query_comes_first() {
+    let app = spawn_app(&["Lanlan"]).await;
+    // Five tools from BFCL: the one its request needs and four whose words the place's name says.
+    let tools = [
+        (
+            "locate_tallest_mountains",
+            "Find the tallest mountains within a specified radius of a location.",
+            json!({
+                "location": "The city from which to calculate distance.",
+                "radius": "The radius within which to find mountains, measured in kilometers.",
+                "amount": "The number of mountains to find, listed from tallest to smallest.",
+            }),
+        ),
+        (
+            "Services_4_FindProvider",
+            "Discover a therapist based on the user's specific needs and location.",
+            json!({
+                "city": "The city where the user is looking for a therapist, in the format of \
+                         'City, State', such as 'Berkeley, CA' or 'New York, NY'. State has to be \
+                         abbrieviated.",
+                "type": "The specialization of the therapist the user is seeking.",
+                "insurance_accepted": "Indicates whether the therapist should accept insurance, \
+                                       true for yes and false for no.",
+            }),
+        ),
+        (
+            "views_open",
+            "This function opens a new view in the application using a trigger ID and returns \
+             the server's response.",
+            json!({
+                "token": "Authentication token used to validate the request.",
+                "trigger_id": "An identifier that triggers the view to be opened.",
+                "view": "The encoded view data to be displayed.",
+            }),
+        ),
+        (
+            "views_publish",
+            "Publish a view for a specific user using their user ID and a unique hash.",
+            json!({
+                "token": "Authentication token required to authorize the publishing action.",
+                "user_id": "The unique identifier of the user for whom the view is being published.",
+                "view": "The name of the view to be published.",
+                "hash": "A unique hash to ensure the request is not processed multiple times.",
+            }),
+        ),
+        (
+            "views_update",
+            "Update an existing view in the system with new information based on a unique \
+             identifier.",
+            json!({
+                "token": "Authentication token to verify the user.",
+                "view_id": "Unique identifier of the view to be updated.",
+                "external_id": "An optional external identifier for third-party integrations.",
+                "view": "Serialized string representation of the view data.",
+                "hash": "An optional hash for verifying the integrity of the view data.",
+            }),
+        ),
+    ];
+    for (name, description, parameters) in tools {
+        let properties: serde_json::Map<String, Value> = parameters
+            .as_object()
+            .expect("an object")
+            .iter()
+            .map(|(p, d)| (p.clone(), json!({"type": "string", "description": d})))
+            .collect();
+        let parameters = json!({"type": "object", "properties": properties});
+        register(
+            &app,
+            tool(name, description, parameters, "plugin:bfcl"),
+            None,
+        )
+        .await;
+    }
+    // Without comparing the query's words with each tool's, `mountain` puts the mountains
+    // first; its other words (family, therapist, looking) are like the therapists' tool's.
+    let query = "I need help looking for a Family Therapist in Mountain View.";
+    let (status, answer) = search(&app, &[("role", "Lanlan"), ("q", query)]).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(names(&answer)[0], "Services_4_FindProvider", "{answer}");
+}
+
+#[actix_web::test]
 async fn equal_scores_are_ordered_by_name_and_limit_cuts_the_list() {
     let app = spawn_app(&["Lanlan"]).await;
     // Twelve tools alike but for their names' numbers, registered in an order that is not theirs.

@@ -64,17 +64,17 @@ impl Default for Weights {
         Self {
             // The tuning search's result (field.source aside: 0 there, the evaluation's tools
             // having no telling source; a plugin's or MCP server's name says something).
-            field: [0.9375, 0.1875, 0.32, 0.16, 0.1],
-            b: [0.0, 0.375, 0.384, 0.0, 0.0],
+            field: [1.171875, 0.1875, 0.32, 0.16, 0.1],
+            b: [0.78125, 0.15, 0.6, 0.0, 0.0],
             k1: 2.4,
             name_coverage: 0.8,
-            adjacent: 0.6103515625,
+            adjacent: 0.762939453125,
             coverage: 1.25,
             related: 0.375,
             forms: 0.78125,
             filler: 0.3125,
             verb: 0.625,
-            meaning: 0.56,
+            meaning: 0.448,
             word_meaning: 0.8,
             candidates: 100,
         }
@@ -424,56 +424,128 @@ mod tests {
         let alike = index.rank(&Query::new(query), 5, &words_only);
         assert_eq!(*alike[0].item, "convert_case");
         assert_eq!(alike[0].score, alike[3].score);
-        // What the query is about puts the currencies first, then the units (pounds).
-        assert_eq!(
-            names(&index, query)[..2],
-            ["convert_money", "convert_units"]
-        );
+        // What the query is about puts the currencies first.
+        assert_eq!(names(&index, query)[0], "convert_money");
     }
 
-    /// An index of tools with parameters: name, description, parameters' names.
-    fn index_with(tools: &[(&'static str, &str, &[&str])]) -> SearchIndex<&'static str> {
+    /// Five tools from BFCL, with their parameters' names and descriptions: the needed one for
+    /// "I need help looking for a Family Therapist in Mountain View." and the four whose words
+    /// the place's name says.
+    const THERAPIST: &[(&str, &str, &[(&str, &str)])] = &[
+        (
+            "locate_tallest_mountains",
+            "Find the tallest mountains within a specified radius of a location.",
+            &[
+                ("location", "The city from which to calculate distance."),
+                (
+                    "radius",
+                    "The radius within which to find mountains, measured in kilometers.",
+                ),
+                (
+                    "amount",
+                    "The number of mountains to find, listed from tallest to smallest.",
+                ),
+            ],
+        ),
+        (
+            "Services_4_FindProvider",
+            "Discover a therapist based on the user's specific needs and location.",
+            &[
+                (
+                    "city",
+                    "The city where the user is looking for a therapist, in the format of \
+                          'City, State', such as 'Berkeley, CA' or 'New York, NY'. State has to \
+                          be abbrieviated.",
+                ),
+                (
+                    "type",
+                    "The specialization of the therapist the user is seeking.",
+                ),
+                (
+                    "insurance_accepted",
+                    "Indicates whether the therapist should accept \
+                                        insurance, true for yes and false for no.",
+                ),
+            ],
+        ),
+        (
+            "views_open",
+            "This function opens a new view in the application using a trigger ID and returns \
+             the server's response.",
+            &[
+                (
+                    "token",
+                    "Authentication token used to validate the request.",
+                ),
+                (
+                    "trigger_id",
+                    "An identifier that triggers the view to be opened.",
+                ),
+                ("view", "The encoded view data to be displayed."),
+            ],
+        ),
+        (
+            "views_publish",
+            "Publish a view for a specific user using their user ID and a unique hash.",
+            &[
+                (
+                    "token",
+                    "Authentication token required to authorize the publishing action.",
+                ),
+                (
+                    "user_id",
+                    "The unique identifier of the user for whom the view is being \
+                             published.",
+                ),
+                ("view", "The name of the view to be published."),
+                (
+                    "hash",
+                    "A unique hash to ensure the request is not processed multiple times.",
+                ),
+            ],
+        ),
+        (
+            "views_update",
+            "Update an existing view in the system with new information based on a unique \
+             identifier.",
+            &[
+                ("token", "Authentication token to verify the user."),
+                ("view_id", "Unique identifier of the view to be updated."),
+                (
+                    "external_id",
+                    "An optional external identifier for third-party integrations.",
+                ),
+                ("view", "Serialized string representation of the view data."),
+                (
+                    "hash",
+                    "An optional hash for verifying the integrity of the view data.",
+                ),
+            ],
+        ),
+    ];
+
+    #[test]
+    fn the_tool_with_words_like_more_of_the_querys_comes_first() {
         let mut index = SearchIndex::default();
-        for &(name, description, parameters) in tools {
+        for &(name, description, parameters) in THERAPIST {
             let properties: Map<String, serde_json::Value> = parameters
                 .iter()
-                .map(|p| (p.to_string(), serde_json::json!({})))
+                .map(|(p, d)| (p.to_string(), serde_json::json!({"description": d})))
                 .collect();
             let schema = serde_json::json!({"properties": properties});
             let schema = schema.as_object().expect("an object");
             let terms = ToolTerms::new(name, description, schema, "plugin:test");
             index.insert(name, Arc::new(terms));
         }
-        index
-    }
-
-    #[test]
-    fn the_tool_with_words_like_more_of_the_querys_comes_first() {
-        // Two tools from BFCL for one of its requests: both say `route`, `location`, `start`,
-        // `end`; the query's `get` and `directions` are the other's name, its `fastest` this
-        // one's.
-        let index = index_with(&[
-            (
-                "map_routing.fastest_route",
-                "Finds the fastest route from one location to another, with an option to avoid \
-                 toll roads.",
-                &["start_location", "end_location", "avoid_tolls"],
-            ),
-            (
-                "get_directions",
-                "Retrieve directions from one location to another.",
-                &["start_location", "end_location", "route_type"],
-            ),
-            ("get_weather", "The weather in a city.", &["city"]),
-        ]);
-        let query = Query::new("Get directions from Sydney to Melbourne using the fastest route.");
+        let query = Query::new("I need help looking for a Family Therapist in Mountain View.");
         let first = |weights: &Weights| *index.rank(&query, 1, weights)[0].item;
-        assert_eq!(first(&Weights::default()), "get_directions");
+        assert_eq!(first(&Weights::default()), "Services_4_FindProvider");
+        // Without it, `mountain` finds the mountains first.
         let without = Weights {
             word_meaning: 0.0,
             ..Weights::default()
         };
-        assert_eq!(first(&without), "map_routing.fastest_route");
+        assert_eq!(first(&without), "locate_tallest_mountains");
     }
 
     #[test]
