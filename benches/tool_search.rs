@@ -592,9 +592,10 @@ fn speed_tool<'t>(tools: &[&'t data::Tool], k: usize) -> (String, &'t data::Tool
 }
 
 /// What the vectors cost a search: the same tools in a [`Catalog`] (the same ranking, without
-/// the snapshot), each query searched with the server's weights and with the words alone,
-/// one after the other, which first alternating query by query (after a first round that works
-/// out the candidates' vectors).
+/// the snapshot), each query searched three times — with the server's weights, without the
+/// comparison of words (`word_meaning` 0), and with the words alone — one after the other,
+/// which first rotating query by query (after a first round that works out the candidates'
+/// vectors and words).
 fn vectors_cost(tools: &[&data::Tool], queries: &[&str]) {
     // As registered: names cut to the route's 64 characters (the later of a clash left out),
     // the source the registrations give.
@@ -608,39 +609,46 @@ fn vectors_cost(tools: &[&data::Tool], queries: &[&str]) {
             catalog.add(&name, &tool.description, &parameters, "plugin:bench");
         }
     }
-    let with = Weights::default();
-    let words_alone = Weights {
-        meaning: 0.0,
-        word_meaning: 0.0,
-        ..Weights::default()
-    };
+    let weights = [
+        Weights::default(),
+        Weights {
+            word_meaning: 0.0,
+            ..Weights::default()
+        },
+        Weights {
+            meaning: 0.0,
+            word_meaning: 0.0,
+            ..Weights::default()
+        },
+    ];
     for query in queries {
-        catalog.search(query, SPEED_LIMIT, &with);
+        catalog.search(query, SPEED_LIMIT, &weights[0]);
     }
-    let (mut vectors, mut words) = (Vec::new(), Vec::new());
+    let mut times: [Vec<Duration>; 3] = Default::default();
     for _ in 0..SPEED_ROUNDS {
         for (i, query) in queries.iter().enumerate() {
-            // Each first half the time: the second search of a query finds its postings in the
-            // cache.
-            let (mut one, mut other) = ((&with, &mut vectors), (&words_alone, &mut words));
-            if i % 2 == 1 {
-                std::mem::swap(&mut one, &mut other);
-            }
-            for (weights, times) in [one, other] {
+            // Each first a third of the time: the second search of a query finds its postings
+            // in the cache.
+            for k in 0..3 {
+                let which = (i + k) % 3;
                 let start = Instant::now();
-                catalog.search(query, SPEED_LIMIT, weights);
-                times.push(start.elapsed());
+                catalog.search(query, SPEED_LIMIT, &weights[which]);
+                times[which].push(start.elapsed());
             }
         }
     }
-    vectors.sort();
-    words.sort();
-    let p50 = |t: &[Duration]| t[t.len() / 2].as_secs_f64() * 1e3;
+    let p50 = |t: &mut Vec<Duration>| {
+        t.sort();
+        t[t.len() / 2].as_secs_f64() * 1e3
+    };
+    let [all, cosine, words] = &mut times;
     println!(
-        "the same searches in a catalog of the same tools, alternated: p50 {:.3} ms with the \
-         vectors, {:.3} ms with the words alone",
-        p50(&vectors),
-        p50(&words)
+        "the same searches in a catalog of the same tools, rotated: p50 {:.3} ms with the \
+         vectors and the comparison of words, {:.3} ms with the vectors alone, {:.3} ms with \
+         the words alone",
+        p50(all),
+        p50(cosine),
+        p50(words)
     );
 }
 
