@@ -428,10 +428,13 @@ mod tests {
         assert_eq!(names(&index, query)[0], "convert_money");
     }
 
+    /// A tool's parameters: each one's name and description.
+    type Parameters = &'static [(&'static str, &'static str)];
+
     /// Five tools from BFCL, with their parameters' names and descriptions: the needed one for
     /// "I need help looking for a Family Therapist in Mountain View." and the four whose words
     /// the place's name says.
-    const THERAPIST: &[(&str, &str, &[(&str, &str)])] = &[
+    const THERAPIST: &[(&str, &str, Parameters)] = &[
         (
             "locate_tallest_mountains",
             "Find the tallest mountains within a specified radius of a location.",
