@@ -7,7 +7,7 @@
 //!
 //! The same vectors, word by word, tell how much of a query a tool speaks of
 //! ([`WordMatcher`]): each of the query's words against the tool's word most like it, so that
-//! `kilograms`, `Sydney` and `fastest` find `weight`, `city` and `route`.
+//! "Family Therapist in Mountain View" finds a therapists' tool before one of mountains.
 //!
 //! Deterministic and local: a tokenizer and a table lookup per token, no model run, nothing
 //! fetched or loaded from disk.
@@ -119,8 +119,9 @@ fn norm(vector: &[f32]) -> Option<f32> {
 const MAX_WORD_CHARS: usize = 32;
 
 /// The distinct words of `text` that say what it is about (`words::is_content_word`, at most
-/// [`MAX_WORD_CHARS`] long), in order, at most `limit`, and each word's tokens: the words are tokenised together, joined by
-/// single spaces, so each begins at a token that begins with the tokenizer's `▁`.
+/// [`MAX_WORD_CHARS`] long), in order, at most `limit`, and each word's tokens: the words are
+/// tokenised together, joined by single spaces, so each begins at a token that begins with the
+/// tokenizer's `▁`.
 fn tokens_of_words(text: &str, limit: usize) -> Vec<Vec<u32>> {
     let Some(tokenizer) = TOKENIZER.as_ref() else {
         return Vec::new();

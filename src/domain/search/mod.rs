@@ -3,11 +3,11 @@
 //!
 //! Each character has one [`SearchIndex`], shared by its snapshots and brought up to date by the
 //! first search after a change (`domain::tool_index`): registering a tool does no search work.
-//! `text` splits and stems the words of tools and queries, `lexicon` holds what it knows of
-//! English beyond the stemmer (other forms of a word, words of asking, generic API verbs),
-//! `meaning` turns a text into a vector (the mean of its tokens' vectors, a table compiled in),
-//! `index` keeps the postings, `rank` scores them (BM25F and three bonuses, then what the query
-//! and each candidate are about; see [`Weights`]).
+//! `words` splits text into words, `text` stems the words of tools and queries, `lexicon` holds
+//! what it knows of English beyond the stemmer (other forms of a word, words of asking, generic
+//! API verbs), `meaning` turns a text and its words into vectors (the mean of their tokens'
+//! vectors, a table compiled in), `index` keeps the postings, `rank` scores them (BM25F and three
+//! bonuses, then what the query and each candidate are about; see [`Weights`]).
 
 mod index;
 mod lexicon;

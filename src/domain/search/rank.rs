@@ -3,7 +3,9 @@
 //! own word 1; a word of asking or a generic API verb less; a related word or another form of
 //! the word less again), then, among the best candidates, a bonus for the share of the tool's
 //! name the query says, for the share of the query the tool says, and for query words found
-//! side by side in the name or description. Deterministic: the same tools and query always give the same scores, and
+//! side by side in the name or description; last, what the query and each candidate are about
+//! (their vectors' cosine, and how much of the query's words the tool has words like).
+//! Deterministic: the same tools and query always give the same scores, and
 //! equal scores are ordered by name.
 
 use std::cmp::Ordering;
