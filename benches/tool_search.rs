@@ -355,9 +355,14 @@ fn quality(sets: &[Indexed], split: Split, weights: &Weights) {
     );
     println!(
         "| set | tools | requests | tools needed (mean) | plain BM25 | this ranking | \
-         words alone (vectors off) | BM25F alone (bonuses and vectors off) |"
+         without the comparison of words | words alone (vectors off) | BM25F alone (bonuses \
+         and vectors off) |"
     );
-    println!("| --- | ---: | ---: | ---: | --- | --- | --- | --- |");
+    println!("| --- | ---: | ---: | ---: | --- | --- | --- | --- | --- |");
+    let cosine_only = Weights {
+        word_meaning: 0.0,
+        ..weights.clone()
+    };
     let words_only = Weights {
         meaning: 0.0,
         word_meaning: 0.0,
@@ -370,11 +375,12 @@ fn quality(sets: &[Indexed], split: Split, weights: &Weights) {
         ..words_only.clone()
     };
     let show = |r: &Tally| format!("{:.3} / {:.3} / {:.3}", r.at1(), r.at5(), r.all5());
-    let mut means = [[0.0; 3]; 4];
+    let mut means = [[0.0; 3]; 5];
     let mut notes = Vec::new();
     for s in sets {
         let b = baseline(s, split);
         let o = ours(s, split, weights);
+        let c = ours(s, split, &cosine_only);
         let w = ours(s, split, &words_only);
         let f = ours(s, split, &plain_only);
         let taken: Vec<&Request> = s
@@ -386,12 +392,13 @@ fn quality(sets: &[Indexed], split: Split, weights: &Weights) {
         let needed =
             taken.iter().map(|r| r.targets.len()).sum::<usize>() as f64 / taken.len().max(1) as f64;
         println!(
-            "| {} | {} | {} | {needed:.2} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {needed:.2} | {} | {} | {} | {} | {} |",
             s.set.name,
             s.set.tools.len(),
             o.all.requests,
             show(&b.all),
             show(&o.all),
+            show(&c.all),
             show(&w.all),
             show(&f.all)
         );
@@ -400,17 +407,18 @@ fn quality(sets: &[Indexed], split: Split, weights: &Weights) {
         let mostly_one = 2 * o.one.requests > o.all.requests;
         if mostly_one && o.one.requests < o.all.requests {
             println!(
-                "| {}, one tool needed | {} | {} | 1 | {} | {} | {} | {} |",
+                "| {}, one tool needed | {} | {} | 1 | {} | {} | {} | {} | {} |",
                 s.set.name,
                 s.set.tools.len(),
                 o.one.requests,
                 show(&b.one),
                 show(&o.one),
+                show(&c.one),
                 show(&w.one),
                 show(&f.one)
             );
         }
-        for (mean, r) in means.iter_mut().zip([b.all, o.all, w.all, f.all]) {
+        for (mean, r) in means.iter_mut().zip([b.all, o.all, c.all, w.all, f.all]) {
             let n = sets.len() as f64;
             mean[0] += r.at1() / n;
             mean[1] += r.at5() / n;
@@ -441,11 +449,12 @@ fn quality(sets: &[Indexed], split: Split, weights: &Weights) {
     }
     let show = |m: &[f64; 3]| format!("{:.3} / {:.3} / {:.3}", m[0], m[1], m[2]);
     println!(
-        "| mean of the sets | | | | {} | {} | {} | {} |",
+        "| mean of the sets | | | | {} | {} | {} | {} | {} |",
         show(&means[0]),
         show(&means[1]),
         show(&means[2]),
-        show(&means[3])
+        show(&means[3]),
+        show(&means[4])
     );
     for note in notes {
         println!("{note}");
