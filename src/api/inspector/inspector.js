@@ -204,18 +204,31 @@ const refreshDeciding = coalesced(async () => {
 
 // ---- Approvals ----------------------------------------------------------------------------
 
-/** The pending approvals shown, by id: their record, list item and decision controls. */
+/** The pending approvals shown, by id: their record, list item and decision controls, and the
+ * count of approval events when it was shown. */
 const approvals = new Map();
 
+/** Approval events seen so far: a list read before an event must not undo it. */
+let approvalEvents = 0;
+
+/** The approvals an event resolved, by id, with the count of approval events then: a list read
+ * before that must not show them again. Forgotten once a list read after it is in. */
+const resolvedApprovals = new Map();
+
 const refreshApprovals = coalesced(async () => {
+  const since = approvalEvents;
   const body = await getJson("/api/approvals");
   const listed = new Set();
   for (const record of body.approvals ?? []) {
     listed.add(record.id);
-    showApproval(record);
+    if ((resolvedApprovals.get(record.id) ?? -1) <= since) showApproval(record);
   }
-  for (const id of [...approvals.keys()]) {
-    if (!listed.has(id)) dropApproval(id);
+  for (const [id, entry] of [...approvals]) {
+    // One an event showed while the list was being read is not in it yet.
+    if (!listed.has(id) && entry.shownAt <= since) dropApproval(id);
+  }
+  for (const [id, at] of [...resolvedApprovals]) {
+    if (at <= since) resolvedApprovals.delete(id);
   }
 });
 
@@ -280,7 +293,7 @@ function showApproval(record) {
   const actions = element("div", "approval-actions");
   actions.append(reason, approve, deny);
   item.append(problem);
-  const entry = { record, item, left, actions, problem, buttons: [approve, deny] };
+  const entry = { record, item, left, actions, problem, buttons: [approve, deny], shownAt: approvalEvents };
   showActions(entry);
   approvals.set(record.id, entry);
   tickApproval(entry);
@@ -999,10 +1012,13 @@ const handlers = {
     refreshSessions();
   },
   "approval.requested": (data) => {
+    approvalEvents += 1;
     addFeed("approval.requested", `${data.role} · ${data.tool} · waits for your approval`);
     showApproval(data);
   },
   "approval.resolved": (data) => {
+    approvalEvents += 1;
+    resolvedApprovals.set(data.id, approvalEvents);
     dropApproval(data.id);
     const reason = data.reason ? ` (${data.reason})` : "";
     const flag = data.outcome === "approved" ? null : data.outcome === "denied" ? "error" : "cancelled";
