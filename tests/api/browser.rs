@@ -177,6 +177,19 @@ impl Browser {
         }
     }
 
+    /// Runs `script` in every page this browser opens from now on, before the page's own
+    /// scripts (Chromium's `Page.addScriptToEvaluateOnNewDocument`).
+    pub async fn before_each_page(&self, script: &str) {
+        let command = DevTools {
+            command: "Page.addScriptToEvaluateOnNewDocument",
+            params: json!({"source": script}),
+        };
+        self.client
+            .issue_cmd(command)
+            .await
+            .expect("chromedriver runs the DevTools command");
+    }
+
     /// Runs a script in the page and returns its value.
     pub async fn eval(&self, script: &str, args: Vec<Value>) -> Value {
         self.client
@@ -284,5 +297,28 @@ fn try_start_driver() -> Option<(Child, u16)> {
             );
             None
         }
+    }
+}
+
+/// A chromedriver command that runs one Chrome DevTools Protocol command in the browser.
+#[derive(Debug)]
+struct DevTools {
+    command: &'static str,
+    params: Value,
+}
+
+impl fantoccini::wd::WebDriverCompatibleCommand for DevTools {
+    fn endpoint(
+        &self,
+        base_url: &url::Url,
+        session_id: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        let session = session_id.unwrap_or_default();
+        base_url.join(&format!("session/{session}/goog/cdp/execute"))
+    }
+
+    fn method_and_body(&self, _: &url::Url) -> (http::Method, Option<String>) {
+        let body = json!({"cmd": self.command, "params": self.params});
+        (http::Method::POST, Some(body.to_string()))
     }
 }

@@ -1972,3 +1972,78 @@ async fn each_tool_shows_its_limits_and_the_feed_what_held_a_call_back() {
     assert!(text.contains("errors 0/2 (0%)"), "{text}");
     browser.close().await;
 }
+
+/// Holds back the page's reads of the approvals list: each is sent at once, its answer handed
+/// to the page only when the test says, so a list read before an event can arrive after it.
+/// `<html data-held-approvals>` says how many wait; `window.releaseApprovals()` hands them over
+/// and resolves once the page has had a task to act on them.
+const HOLD_APPROVALS: &str = r#"
+(() => {
+  const fetch = window.fetch.bind(window);
+  const held = [];
+  const count = () => { document.documentElement.dataset.heldApprovals = String(held.length); };
+  window.fetch = (input, init) => {
+    const read = !init?.method || init.method === "GET";
+    if (!read || !String(input).includes("/api/approvals")) return fetch(input, init);
+    const answer = fetch(input, init).then(async (response) => {
+      const text = await response.text();
+      return { status: response.status, text: async () => text };
+    });
+    return new Promise((resolve) => {
+      held.push({ answer, resolve });
+      count();
+    });
+  };
+  window.releaseApprovals = async () => {
+    const released = held.splice(0);
+    count();
+    for (const { answer, resolve } of released) resolve(answer);
+    await Promise.all(released.map(({ answer }) => answer));
+    await new Promise((resolve) => setTimeout(resolve, 0));
+  };
+})();
+"#;
+
+#[actix_web::test]
+async fn a_list_of_approvals_read_before_an_approval_event_does_not_undo_it() {
+    let test = "a_list_of_approvals_read_before_an_approval_event_does_not_undo_it";
+    let Some(browser) = Browser::start(test, &[]).await else {
+        return;
+    };
+    let fake = FakeRealtime::start(AckMode::Immediate).await;
+    let plugin = CallbackServer::with("/send", Reply::output(json!({"sent": true})));
+    let app = app_with_a_tool_that_needs_approval(&fake, &plugin).await;
+    browser.before_each_page(HOLD_APPROVALS).await;
+    browser
+        .open(&format!("{}#token={}", app.url("/"), app.operator_token))
+        .await;
+    // The page read the list on `hello`, before any call: its answer is held.
+    browser.wait_css("#stream-status[data-state='live']").await;
+    browser.wait_css("html[data-held-approvals='1']").await;
+    // The call's event shows it; then the list read before it (empty) comes in.
+    model_asks(&browser, &fake, "c1", "Ann").await;
+    browser
+        .eval("return window.releaseApprovals();", vec![])
+        .await;
+    let shown = browser
+        .eval(
+            "return [...document.querySelectorAll('#approvals li')].map((li) => li.innerText);",
+            vec![],
+        )
+        .await;
+    let shown: Vec<&str> = shown
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        shown.iter().any(|text| text.contains("\"to\": \"Ann\"")),
+        "{shown:?}"
+    );
+    // And it can be decided.
+    approve_on_the_page(&browser, "Ann").await;
+    let received = plugin.wait_for_requests(1).await;
+    assert_eq!(received[0].json()["arguments"], json!({"to": "Ann"}));
+    browser.close().await;
+}
